@@ -1,0 +1,24 @@
+"""Mother-Harness: the Mother service and the library its parts share."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from mother.config import Settings, load_settings
+from mother.connection import ServerInfo, connect, server_info
+from mother.errors import MotherError
+from mother.server import EmbeddedRedis
+
+try:
+    __version__ = version("mother-harness")
+except PackageNotFoundError:  # running from a source tree without install
+    __version__ = "0.0.0+source"
+
+__all__ = [
+    "EmbeddedRedis",
+    "MotherError",
+    "ServerInfo",
+    "Settings",
+    "__version__",
+    "connect",
+    "load_settings",
+    "server_info",
+]

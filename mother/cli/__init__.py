@@ -1,0 +1,29 @@
+"""The ``mother`` command line."""
+
+from __future__ import annotations
+
+import typer
+
+from mother.cli import admin
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="mother",
+    help="Mother-Harness: run LLM-agent work inside hard, observable limits.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+schema_app = typer.Typer(help="JSON Schema of the records.", no_args_is_help=True)
+
+app.command()(admin.server)
+app.command()(admin.doctor)
+app.command("inspect")(admin.inspect_key)
+app.command()(admin.version)
+schema_app.command("export")(admin.schema_export)
+app.add_typer(schema_app, name="schema")
+
+
+def main() -> None:
+    app()

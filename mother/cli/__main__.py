@@ -1,0 +1,3 @@
+from mother.cli import main
+
+main()

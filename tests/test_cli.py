@@ -1,0 +1,80 @@
+"""The foundation CLI: doctor, inspect, schema export, version, against real servers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import redis
+
+from mother.server import EmbeddedRedis
+from schemas import MODELS
+from tests.conftest import run_cli
+
+
+def test_doctor_passes_on_the_embedded_server(r: redis.Redis, redis_url: str) -> None:
+    """doctor reports the JSON and search modules and exits 0."""
+    result = run_cli("doctor", env={"MOTHER_REDIS_URL": redis_url})
+    assert result.returncode == 0, result.stderr
+    assert "JSON module      present" in result.stdout
+    assert "search module    present" in result.stdout
+
+
+def test_doctor_refuses_a_server_without_json(tmp_path: Path) -> None:
+    """The same Valkey binary without modules is refused with the one line that says what to do."""
+    with EmbeddedRedis(dir=tmp_path, modules=False) as bare:
+        result = run_cli("doctor", env={"MOTHER_REDIS_URL": bare.url})
+        inspect = run_cli("inspect", "x", env={"MOTHER_REDIS_URL": bare.url})
+    expected = f"error[redis_no_json]: Redis at {bare.url} has no JSON module: use Redis Stack / Redis 8, or `mother server`"
+    assert result.returncode == 1
+    assert result.stderr.strip() == expected
+    assert "search module    absent" in result.stdout
+    assert inspect.returncode == 2
+    assert inspect.stderr.strip() == expected
+
+
+def test_doctor_unreachable() -> None:
+    """An unreachable Redis is one line naming the URL and the fix."""
+    result = run_cli("doctor", env={"MOTHER_REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert result.returncode == 1
+    assert result.stderr.startswith("error[redis_unavailable]: cannot reach Redis at redis://127.0.0.1:1/0")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_inspect_pretty_prints_json_and_reports_missing(r: redis.Redis, redis_url: str) -> None:
+    """inspect prints a JSON document as indented JSON; a missing key is one line, exit 2."""
+    r.execute_command("JSON.SET", "termination:run-1", "$", '{"run_id":"run-1","reason":"timeout"}')
+    result = run_cli("inspect", "termination:run-1", env={"MOTHER_REDIS_URL": redis_url})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"run_id": "run-1", "reason": "timeout"}
+    assert '\n  "reason": "timeout"' in result.stdout
+    missing = run_cli("inspect", "nope", env={"MOTHER_REDIS_URL": redis_url})
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("error[not_found]: key 'nope' does not exist")
+
+
+def test_schema_export_writes_one_file_per_model(tmp_path: Path) -> None:
+    """schema export writes a valid JSON Schema per public record."""
+    result = run_cli("schema", "export", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert files == sorted(f"{name}.schema.json" for name in MODELS)
+    schema = json.loads((tmp_path / "out" / "TerminationRecord.schema.json").read_text())
+    assert schema["properties"]["reason"]["enum"][2] == "policyViolation"
+    assert set(schema["required"]) >= {"run_id", "reason", "phase_at_termination", "timestamp", "details"}
+
+
+def test_bad_config_is_one_line(tmp_path: Path) -> None:
+    """A config file with an unknown key stops any command with one line."""
+    (tmp_path / "mother.yaml").write_text("redis_urll: x\n")
+    result = run_cli("doctor", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error[config_invalid]: invalid configuration: redis_urll: unknown setting")
+
+
+def test_version() -> None:
+    """version names the package and its key dependencies."""
+    result = run_cli("version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("mother-harness ")
+    assert "\nrq " in result.stdout

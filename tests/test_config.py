@@ -1,0 +1,68 @@
+"""The settings model: defaults, YAML, MOTHER_* environment, and unknown keys as errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mother.config import load_settings
+from mother.errors import ConfigError
+
+
+def test_defaults(clean_env: Path) -> None:
+    """With no file and no environment every default applies."""
+    cfg = load_settings()
+    assert cfg.redis_url == "redis://127.0.0.1:6379/0"
+    assert cfg.server.port == 6379
+    assert cfg.server.appendfsync == "everysec"
+    assert cfg.server.dir == Path(".mother/redis")
+
+
+def test_yaml_then_env_then_arguments(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """./mother.yaml is read; MOTHER_* beats it; explicit arguments beat both."""
+    (clean_env / "mother.yaml").write_text("redis_url: redis://10.0.0.1:6380/0\nserver:\n  port: 7000\nlog_level: DEBUG\n")
+    assert load_settings().server.port == 7000
+    monkeypatch.setenv("MOTHER_SERVER__PORT", "7100")
+    monkeypatch.setenv("MOTHER_REDIS_URL", "redis://127.0.0.1:7100/0")
+    cfg = load_settings()
+    assert (cfg.server.port, cfg.redis_url, cfg.log_level) == (7100, "redis://127.0.0.1:7100/0", "DEBUG")
+    assert load_settings(log_level="ERROR").log_level == "ERROR"
+
+
+def test_mother_config_names_the_file(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MOTHER_CONFIG points at a YAML file elsewhere; a missing one is a clear error."""
+    path = clean_env / "elsewhere.yaml"
+    path.write_text("log_format: json\n")
+    monkeypatch.setenv("MOTHER_CONFIG", str(path))
+    assert load_settings().log_format == "json"
+    monkeypatch.setenv("MOTHER_CONFIG", str(clean_env / "missing.yaml"))
+    with pytest.raises(ConfigError, match="no such file"):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("redis_uri: redis://x\n", "redis_uri: unknown setting"),
+        ("server:\n  prot: 1\n", "server.prot: unknown setting"),
+        ("server:\n  port: 70000\n", "server.port: Input should be less than or equal to 65535"),
+        ("log_level: LOUD\n", "log_level: Input should be"),
+        ("- a\n- b\n", "must be a mapping"),
+        ("redis_url: [unclosed\n", "cannot read YAML config"),
+    ],
+)
+def test_bad_yaml_is_refused(clean_env: Path, text: str, expected: str) -> None:
+    """Unknown keys, wrong types and broken YAML each give one line naming the problem."""
+    (clean_env / "mother.yaml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert expected in info.value.message
+    assert "\n" not in info.value.message
+
+
+def test_unknown_environment_variable_is_refused(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MOTHER_ variable that names no setting is an error, not silently ignored."""
+    monkeypatch.setenv("MOTHER_REDIS_ULR", "redis://x")
+    with pytest.raises(ConfigError, match="MOTHER_REDIS_ULR names no setting"):
+        load_settings()

@@ -1,0 +1,65 @@
+"""Every key of Appendix A is built by mother/keys.py, spelled exactly, and nowhere else."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+
+import pytest
+
+from mother import keys
+from mother.errors import InvalidSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_appendix_a_spelling() -> None:
+    """Each builder yields the spec's key for sample ids."""
+    assert keys.termination_key("run-abc123") == "termination:run-abc123"
+    assert keys.run_key("r1") == "run:r1"
+    assert keys.run_budget_key("r1") == "budget:run:r1"
+    assert keys.user_daily_budget_key("alice", dt.date(2025, 12, 19)) == "budget:user:alice:daily:2025-12-19"
+    assert keys.user_daily_budget_key("alice", "2025-12-19") == "budget:user:alice:daily:2025-12-19"
+    assert keys.global_budget_key() == "budget:global"
+    assert keys.tools_registry_key() == "registry:tools"
+    assert keys.tool_stats_key("grep") == "tool_stats:grep"
+    assert keys.conflict_key("c1") == "conflict:c1"
+    assert keys.context_summary_key("summary-1") == "context_summary:summary-1"
+    assert keys.artifact_key("a1") == "artifact:a1"
+    assert keys.artifact_meta_key("a1") == "artifact_meta:a1"
+    assert keys.archive_artifact_key("a1") == "archive:artifact:a1"
+    assert keys.library_policy_key("lib1") == "policy:library:lib1"
+    assert keys.access_log_key("l1") == "access_log:l1"
+    assert keys.access_logs_key("lib1") == "access_logs:lib1"
+    assert keys.gc_report_key("2025-12-19T02:00:00.000Z") == "gc_report:2025-12-19T02:00:00.000Z"
+    assert keys.SECURITY_VIOLATIONS == "security:violations"
+    assert (keys.SUBMISSIONS_STREAM, keys.EVENTS_STREAM, keys.ACTIVITY_STREAM) == ("mother:submissions", "mother:events", "activity")
+
+
+@pytest.mark.parametrize("bad", ["", "has space", "a/b", "x" * 129, "run:{1}", None, 7])
+def test_bad_ids_are_refused(bad: object) -> None:
+    """An id outside the alphabet never becomes a key."""
+    with pytest.raises(InvalidSpec, match="is not a valid id"):
+        keys.termination_key(bad)  # type: ignore[arg-type]
+
+
+def test_bad_day_is_refused() -> None:
+    """The daily key wants a real date."""
+    with pytest.raises(InvalidSpec, match="YYYY-MM-DD"):
+        keys.user_daily_budget_key("alice", "2025-13-40")
+
+
+def test_no_key_is_formatted_outside_keys_module() -> None:
+    """No product module spells a key prefix in an f-string; keys.py is the only builder."""
+    prefixes = "termination|budget|run|artifact|artifact_meta|conflict|context_summary|policy|access_log|access_logs|tool_stats|gc_report|archive|registry|security"
+    pattern = re.compile(rf"f[\"']({prefixes}):")
+    offenders = []
+    for package in ("mother", "workers", "schemas"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path.name == "keys.py" and path.parent.name == "mother":
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    offenders.append(f"{path.relative_to(ROOT)}:{number}")
+    assert offenders == []

@@ -1,0 +1,72 @@
+"""The embedded server starts with RedisJSON/RediSearch and AOF, and fails with one clear line."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import redis
+
+from mother.errors import DataDirNotWritable, ModuleLoadFailed, PortInUse, ServerBinaryMissing
+from mother.server import EmbeddedRedis, free_port
+from tests.conftest import run_cli
+
+
+def test_json_and_search_work_and_aof_is_on(r: redis.Redis, embedded: EmbeddedRedis) -> None:
+    """JSON.SET/GET and FT.SEARCH work on the session server, with appendonly on."""
+    assert r.execute_command("JSON.SET", "a", "$", '{"x":1}') == "OK"
+    assert r.execute_command("JSON.GET", "a") == '{"x":1}'
+    r.execute_command("FT.CREATE", "idx:t", "ON", "JSON", "PREFIX", "1", "a", "SCHEMA", "$.x", "AS", "x", "NUMERIC")
+    assert r.config_get("appendonly") == {"appendonly": "yes"}
+    assert (Path(embedded.dir) / "appendonlydir").is_dir()
+
+
+def test_unix_socket_and_data_survive_restart(tmp_path: Path) -> None:
+    """A server on a unix socket keeps a JSON document across a clean stop and start (AOF)."""
+    sock = tmp_path / "r.sock"
+    with EmbeddedRedis(unix_socket=sock, dir=tmp_path / "d") as server:
+        server.client().execute_command("JSON.SET", "doc", "$", '{"kept":true}')
+    with EmbeddedRedis(unix_socket=sock, dir=tmp_path / "d") as server:
+        assert server.client().execute_command("JSON.GET", "doc") == b'{"kept":true}'
+
+
+def test_port_in_use() -> None:
+    """Starting on a taken port raises PortInUse, and the CLI prints one line and exits 2."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(PortInUse, match=f"port {port} on 127.0.0.1 is already in use"):
+            EmbeddedRedis(port=port, dir=Path("/tmp")).start()
+        result = run_cli("server", "--port", str(port), "--dir", "/tmp/mother-port-test")
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error[server_port_in_use]: port {port} on 127.0.0.1 is already in use; pick another with --port"
+
+
+def test_missing_binary(tmp_path: Path) -> None:
+    """A binary that is not there is named in the error."""
+    with pytest.raises(ServerBinaryMissing, match="missing or not executable"):
+        EmbeddedRedis(dir=tmp_path, binary=tmp_path / "nope").start()
+
+
+def test_module_fails_to_load(tmp_path: Path) -> None:
+    """A module file that is not a loadable library stops the start with ModuleLoadFailed."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    for name in ("rejson.so", "redisearch.so"):
+        (mods / name).write_text("not an ELF file")
+    with pytest.raises(ModuleLoadFailed, match="a module failed to load"):
+        EmbeddedRedis(port=free_port(), dir=tmp_path / "d", modules_directory=mods).start()
+
+
+def test_data_dir_not_writable(tmp_path: Path) -> None:
+    """A data dir that cannot be created or written is refused before starting anything."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(DataDirNotWritable, match="is not writable"):
+        EmbeddedRedis(dir=blocker / "sub").start()
+    result = run_cli("server", "--port", str(free_port()), "--dir", str(blocker / "sub"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("error[server_dir_not_writable]: data dir")
+    assert len(result.stderr.strip().splitlines()) == 1

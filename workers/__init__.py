@@ -1,0 +1,3 @@
+"""What RQ workers run: agent phases, tool jobs and the artifact GC."""
+
+__all__: list[str] = []
