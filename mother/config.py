@@ -29,7 +29,16 @@ from pydantic_settings import (
 
 from mother.errors import ConfigError
 
-__all__ = ["ServerSettings", "Settings", "config_path", "load_settings"]
+__all__ = [
+    "ModelConfig",
+    "RunDefaults",
+    "ServerSettings",
+    "ServiceSettings",
+    "Settings",
+    "WorkerSettings",
+    "config_path",
+    "load_settings",
+]
 
 ENV_PREFIX = "MOTHER_"
 CONFIG_ENV = "MOTHER_CONFIG"
@@ -51,6 +60,58 @@ class ServerSettings(_Section):
     start_timeout_seconds: float = Field(15.0, gt=0, le=300)
 
 
+class ServiceSettings(_Section):
+    """The Mother service: leadership, stream consumption, watchdog."""
+
+    lease_seconds: float = Field(5.0, gt=0.5, le=300, description="leader lease; a standby takes over within it")
+    block_ms: int = Field(200, ge=1, le=5000, description="XREADGROUP block time")
+    batch: int = Field(100, ge=1, le=10_000, description="entries read per stream per loop")
+    watchdog_interval_seconds: float = Field(1.0, gt=0, le=60)
+    heartbeat_timeout_seconds: float = Field(10.0, gt=0, le=600, description="a started phase silent this long is lost")
+    claim_idle_seconds: float = Field(30.0, gt=0, description="reclaim stream entries pending this long")
+    max_deliveries: int = Field(5, ge=1, le=100, description="after this many failed handlings an entry is dead-lettered")
+    activity_maxlen: int = Field(100_000, ge=100, description="approximate cap of the activity stream")
+    consumer_group: str = "mother"
+
+
+class WorkerSettings(_Section):
+    """RQ workers and what they run."""
+
+    queues: list[str] = Field(default_factory=lambda: ["agents", "tools", "maintenance"])
+    heartbeat_interval_seconds: float = Field(2.0, gt=0, le=60)
+    workspace_root: Path = Field(Path(".mother/workspaces"), description="per-run tool workspaces")
+    max_model_calls_per_phase: int = Field(50, ge=1, le=10_000)
+    job_timeout_margin_seconds: int = Field(30, ge=0, le=3600)
+    max_tool_output_chars: int = Field(100_000, ge=100)
+
+
+class RunDefaults(_Section):
+    """Defaults for runs whose spec does not say."""
+
+    duration_seconds: float = Field(600.0, gt=0, le=30 * 86400, description="run deadline")
+    phase_timeout_seconds: float = Field(300.0, gt=0, le=86400, description="phase deadline")
+
+
+class ModelConfig(_Section):
+    """One model of the catalogue: how to reach it."""
+
+    provider: Literal["openai", "scripted"]
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1")
+    api_key_env: str | None = Field(None, description="environment variable holding the API key")
+    model: str | None = Field(None, description="model name sent to the provider (default: the catalogue name)")
+    max_output_tokens: int = Field(1024, ge=1, le=1_000_000)
+    request_timeout_seconds: float = Field(120.0, gt=0)
+
+
+def _default_models() -> dict[str, ModelConfig]:
+    return {
+        "scripted": ModelConfig(provider="scripted"),
+        "ollama/qwen2.5:14b": ModelConfig(
+            provider="openai", base_url="http://127.0.0.1:11434/v1", model="qwen2.5:14b", api_key_env=None
+        ),
+    }
+
+
 class Settings(BaseSettings):
     """Every setting of Mother-Harness. Later parts add their sections here."""
 
@@ -70,6 +131,10 @@ class Settings(BaseSettings):
         "auto", description="auto: console on a terminal, JSON lines otherwise"
     )
     server: ServerSettings = Field(default_factory=ServerSettings)
+    service: ServiceSettings = Field(default_factory=ServiceSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    runs: RunDefaults = Field(default_factory=RunDefaults)
+    models: dict[str, ModelConfig] = Field(default_factory=_default_models)
 
     @classmethod
     def settings_customise_sources(

@@ -8,6 +8,11 @@ prints ``error[code]: message`` and never a traceback for these.
     ├── ConfigError                  config_invalid
     ├── InvalidSpec                  invalid_spec
     ├── NotFound                     not_found
+    ├── WaitTimeout                  wait_timeout
+    ├── ProviderError                provider_error
+    │   └── ScriptExhausted          script_exhausted
+    ├── ToolError                    tool_error
+    ├── PhaseStale                   phase_stale
     ├── RedisUnavailable             redis_unavailable
     │   └── MissingJSONModule        redis_no_json
     └── ServerError                  server_error
@@ -26,6 +31,11 @@ from typing import Any
 
 __all__ = [
     "ConfigError",
+    "PhaseStale",
+    "ProviderError",
+    "ScriptExhausted",
+    "ToolError",
+    "WaitTimeout",
     "DataDirNotWritable",
     "InvalidSpec",
     "MissingJSONModule",
@@ -67,6 +77,36 @@ class InvalidSpec(MotherError):
 
 class NotFound(MotherError):
     code = "not_found"
+
+
+class WaitTimeout(MotherError):
+    """A wait for a run's end ran out of time; the run goes on."""
+
+    code = "wait_timeout"
+
+
+class ProviderError(MotherError):
+    """A model provider failed (connection, HTTP error, malformed reply)."""
+
+    code = "provider_error"
+
+
+class ScriptExhausted(ProviderError):
+    """The scripted provider was asked for more replies than its script has."""
+
+    code = "script_exhausted"
+
+
+class ToolError(MotherError):
+    """A tool refused its arguments; the model sees this message."""
+
+    code = "tool_error"
+
+
+class PhaseStale(MotherError):
+    """The phase attempt a worker runs is no longer current (run ended or re-dispatched)."""
+
+    code = "phase_stale"
 
 
 class RedisUnavailable(MotherError):

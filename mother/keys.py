@@ -18,6 +18,14 @@ from mother.errors import InvalidSpec
 
 __all__ = [
     "ACTIVITY_STREAM",
+    "DEAD_LETTER_STREAM",
+    "FUNCTIONS_LIBRARY",
+    "HEARTBEATS",
+    "LEADER_LEASE",
+    "PHASE_DEADLINES",
+    "REJECTIONS_INDEX",
+    "RUNS_INDEX",
+    "RUN_DEADLINES",
     "EVENTS_STREAM",
     "GLOBAL_BUDGET",
     "ID_PATTERN",
@@ -25,6 +33,7 @@ __all__ = [
     "SECURITY_VIOLATIONS",
     "SUBMISSIONS_STREAM",
     "TERMINATION_INDEX",
+    "TERMINATION_PREFIX",
     "TOOLS_REGISTRY",
     "access_log_key",
     "access_logs_key",
@@ -37,7 +46,14 @@ __all__ = [
     "gc_report_key",
     "global_budget_key",
     "library_policy_key",
+    "heartbeat_member",
+    "parse_heartbeat_member",
+    "phase_job_id",
+    "rejection_key",
+    "result_key",
     "run_budget_key",
+    "termination_reason_index_key",
+    "user_runs_key",
     "run_key",
     "termination_key",
     "tool_stats_key",
@@ -56,6 +72,15 @@ SUBMISSIONS_STREAM = "mother:submissions"
 EVENTS_STREAM = "mother:events"
 ACTIVITY_STREAM = "activity"
 TERMINATION_INDEX = "idx:termination"
+TERMINATION_PREFIX = "termination:"  # the prefix idx:termination indexes
+DEAD_LETTER_STREAM = "mother:dead_letter"
+LEADER_LEASE = "mother:leader"
+RUN_DEADLINES = "mother:deadlines:run"  # zset: run_id scored by the run's deadline (server ms)
+PHASE_DEADLINES = "mother:deadlines:phase"  # zset: run_id scored by its current phase's deadline
+HEARTBEATS = "mother:heartbeats"  # zset: phase job id scored by its last heartbeat (server ms)
+RUNS_INDEX = "runs:all"  # zset: run_id scored by creation time (ms)
+REJECTIONS_INDEX = "rejections"  # zset: submission entry id scored by rejection time
+FUNCTIONS_LIBRARY = "mother"  # name of the Redis Functions library (not a key)
 PROBE_KEY = "mother:probe"  # never written: JSON.TYPE of it tells whether RedisJSON is loaded
 
 
@@ -80,12 +105,52 @@ def _day(day: _dt.date | str) -> str:
 
 # Termination records
 def termination_key(run_id: str) -> str:
-    return f"termination:{check_id(run_id, 'run_id')}"
+    return TERMINATION_PREFIX + check_id(run_id, "run_id")
 
 
 # Runs
 def run_key(run_id: str) -> str:
     return f"run:{check_id(run_id, 'run_id')}"
+
+
+def result_key(run_id: str) -> str:
+    """The final ResultEnvelope of a run."""
+    return f"result:{check_id(run_id, 'run_id')}"
+
+
+def user_runs_key(user_id: str) -> str:
+    """zset of a user's run ids scored by creation time."""
+    return f"runs:user:{check_id(user_id, 'user_id')}"
+
+
+def termination_reason_index_key(reason: str) -> str:
+    """zset of run ids that ended with ``reason``, scored by termination time (server ms)."""
+    return f"terminations:reason:{check_id(reason, 'reason')}"
+
+
+def rejection_key(entry_id: str) -> str:
+    """Why a submission entry was refused."""
+    return f"rejection:{check_id(entry_id, 'entry_id')}"
+
+
+def _job_safe(value: str) -> str:
+    # RQ job ids allow [A-Za-z0-9_-]; escape the rest of our id alphabet bijectively.
+    return value.replace("_", "__").replace(".", "_d").replace(":", "_c")
+
+
+def phase_job_id(run_id: str, phase_index: int, attempt: int) -> str:
+    """The RQ job id of one phase attempt: derived, so a re-dispatch reuses it."""
+    return f"ph-{_job_safe(check_id(run_id, 'run_id'))}-{int(phase_index)}-{int(attempt)}"
+
+
+def heartbeat_member(run_id: str, phase_index: int, attempt: int) -> str:
+    """A phase attempt's member in the HEARTBEATS zset (not a key; ids hold no spaces)."""
+    return f"{check_id(run_id, 'run_id')} {int(phase_index)} {int(attempt)}"
+
+
+def parse_heartbeat_member(member: str) -> tuple[str, int, int]:
+    run_id, index, attempt = member.split(" ")
+    return run_id, int(index), int(attempt)
 
 
 # Budget tracking

@@ -14,6 +14,7 @@ from schemas.run import (
     RunState,
     RunStatus,
 )
+from schemas.script import ScriptedReply, ScriptedToolCall, ScriptedUsage
 from schemas.termination import (
     SUGGESTED_ACTIONS,
     TERMINATION_REASONS,
@@ -28,6 +29,9 @@ __all__ = [
     "MAX_SPEC_BYTES",
     "MODELS",
     "SUGGESTED_ACTIONS",
+    "ScriptedReply",
+    "ScriptedToolCall",
+    "ScriptedUsage",
     "TERMINATION_REASONS",
     "ActivityEvent",
     "HistoryEntry",

@@ -9,6 +9,8 @@ from typing import Annotated, Literal
 from pydantic import Field, JsonValue, StringConstraints, field_validator, model_validator
 
 from schemas._base import Id, ModelName, Record, ShortText, Timestamp
+from schemas.results import PhaseResult
+from schemas.script import ScriptedReply
 
 __all__ = [
     "BUDGET_PROFILES",
@@ -85,6 +87,9 @@ class RunSpec(Record):
     parent_run_id: Id | None = None
     libraries: list[Id] = Field(default_factory=list, max_length=64)
     metadata: dict[MetadataKey, JsonValue] = Field(default_factory=dict, max_length=64)
+    scripts: dict[Id, list[ScriptedReply]] = Field(
+        default_factory=dict, max_length=64, description="scripted model replies per role"
+    )
 
     @model_validator(mode="after")
     def _distinct_phase_names(self) -> RunSpec:
@@ -122,3 +127,6 @@ class RunState(Record):
     updated_at: Timestamp
     terminated_at: Timestamp | None = None
     reason: str | None = None
+    entry_id: str | None = Field(None, description="the mother:submissions entry the run came from")
+    results: list[PhaseResult] = Field(default_factory=list, description="accepted result of each finished phase")
+    artifacts: list[Id] = Field(default_factory=list)

@@ -45,3 +45,6 @@ class TerminationRecord(Record):
     suggested_action: SuggestedAction
     logged_by: Id = "mother"
     final_artifacts: list[Id] = Field(default_factory=list, max_length=10_000)
+    timestamp_ms: int | None = Field(
+        None, ge=0, description="timestamp as epoch milliseconds, for numeric range queries (idx:termination)"
+    )

@@ -1,51 +1,91 @@
-"""The offline demo: embedded Redis, a TerminationRecord written once and read back."""
+"""The offline demo: embedded Redis + Mother + workers, every example, a table of how each run ended.
+
+Runs entirely on this machine with the scripted model provider; stops everything
+it started, even on Ctrl-C.
+"""
 
 from __future__ import annotations
 
+import sys
 import tempfile
+import time
 from pathlib import Path
 
-import orjson
 from rich.console import Console
-from rich.table import Table
 
-from mother.connection import connect, server_info
-from mother.keys import termination_key
+from mother.cli.runs import runs_table
+from mother.client import MotherClient, load_spec_file
+from mother.config import load_settings
+from mother.errors import NotFound
 from mother.server import EmbeddedRedis
-from schemas import TerminationRecord
+from mother.stack import LocalStack
 
-console = Console()
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+console = Console(width=None if sys.stdout.isatty() else 200)
+EXPECTED = {
+    "three-phase": "success",
+    "retries-exhausted": "retries_exhausted",
+    "timeout": "timeout",
+    "cancelled": "user_cancelled",
+    "worker-killed": "success",
+}
 
 
-def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="mother-demo-") as tmp, EmbeddedRedis(dir=Path(tmp)) as server:
-        client = connect(server.url)
-        info = server_info(client, server.url)
-        console.print(f"embedded {info.server} {info.version} at {server.url}; modules: {info.modules}")
-        record = TerminationRecord(
-            run_id="run-demo-1",
-            reason="retries_exhausted",
-            phase_at_termination="repair",
-            timestamp="2025-12-19T22:30:45.123Z",
-            details="Coder agent failed to produce valid CodePatch after 3 repair loops",
-            contributing_factors=["Test suite failed with 5 errors", "Critic rejected patch twice"],
-            can_retry=True,
-            suggested_action="escalate_model",
-            final_artifacts=["critic-report-1", "test-results-2"],
-        )
-        key = termination_key(record.run_id)
-        first = client.execute_command("JSON.SET", key, "$", record.to_json(), "NX")
-        second = client.execute_command("JSON.SET", key, "$", record.to_json(), "NX")
-        back = TerminationRecord.model_validate(orjson.loads(client.execute_command("JSON.GET", key)))
-        assert back == record
-        table = Table(title="runs and why each stopped")
-        for col in ("run", "reason", "phase", "details", "suggested action"):
-            table.add_column(col)
-        table.add_row(back.run_id, back.reason, back.phase_at_termination, back.details, back.suggested_action)
-        console.print(table)
-        console.print(f"first JSON.SET NX: {first}; second: {second} (write-once)")
-    console.print("embedded server stopped.")
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="mother-demo-") as tmp, EmbeddedRedis(dir=Path(tmp) / "redis") as server:
+        console.print(f"embedded Redis at {server.url}")
+        with LocalStack(server.url, workers=2, log_dir=Path(tmp) / "logs",
+                        env={"MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "workspaces")}) as stack:
+            console.print("started Mother and 2 workers")
+            client = MotherClient(settings=load_settings(redis_url=server.url))
+            run_ids = {}
+            for name in EXPECTED:
+                run_ids[name] = client.submit(load_spec_file(EXAMPLES / f"{name}.yaml"))
+                console.print(f"submitted {name:<18} → {run_ids[name]}")
+            _cancel_when_running(client, run_ids["cancelled"])
+            ended = _wait_all(client, stack, run_ids)
+        rows = client.runs(limit=len(run_ids))
+        console.print(runs_table(rows, title="runs and why each stopped"))
+    wrong = {n: r for n, r in ended.items() if r != EXPECTED[n]}
+    for name, reason in wrong.items():
+        console.print(f"[red]{name} ended {reason}, expected {EXPECTED[name]}[/]")
+    console.print("everything stopped." if not wrong else "[red]demo finished with unexpected outcomes[/]")
+    return 1 if wrong else 0
+
+
+def _cancel_when_running(client: MotherClient, run_id: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if client.status(run_id).status == "running":
+                break
+        except NotFound:
+            pass  # Mother has not taken it in yet
+        time.sleep(0.1)
+    time.sleep(0.5)
+    client.cancel(run_id, actor="demo", reason="the demo cancels this run while it runs")
+    console.print(f"cancelled {run_id}")
+
+
+def _wait_all(client: MotherClient, stack: LocalStack, run_ids: dict[str, str], timeout: float = 120) -> dict[str, str]:
+    ended: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    with console.status("waiting for runs to end...") as status:
+        while len(ended) < len(run_ids) and time.monotonic() < deadline:
+            for name in stack.respawn_dead_workers():
+                console.print(f"{name} was killed (as the worker-killed example asks); started a new worker")
+            for name, run_id in run_ids.items():
+                if name in ended:
+                    continue
+                envelope = client.result(run_id)
+                if envelope is not None and envelope.termination is not None:
+                    ended[name] = envelope.termination.reason
+                    console.print(f"{name:<18} ended: {ended[name]}")
+            status.update(f"waiting for {len(run_ids) - len(ended)} run(s) to end...")
+            time.sleep(0.2)
+    return ended
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mother.cli import admin
+from mother.cli import admin, runs, services
 
 __all__ = ["app", "main"]
 
@@ -18,6 +18,14 @@ app = typer.Typer(
 schema_app = typer.Typer(help="JSON Schema of the records.", no_args_is_help=True)
 
 app.command()(admin.server)
+app.command()(services.up)
+app.command("run")(services.run)
+app.command()(services.worker)
+app.command()(runs.submit)
+app.command()(runs.status)
+app.command()(runs.wait)
+app.command()(runs.cancel)
+app.command("runs")(runs.runs)
 app.command()(admin.doctor)
 app.command("inspect")(admin.inspect_key)
 app.command()(admin.version)

@@ -97,10 +97,13 @@ def _row(ok: bool, what: str, detail: str) -> None:
 
 
 @handle_errors
-def inspect_key(key: Annotated[str, typer.Argument(help="a Redis key, e.g. termination:run-abc123")]) -> None:
-    """Print a key as pretty JSON (JSON docs, hashes, lists, sets, sorted sets, streams)."""
-    client = redis_client(settings())
-    console.print_json(orjson.dumps(read_key(client, key)).decode())
+def inspect_key(target: Annotated[str, typer.Argument(help="a run id, or a Redis key such as termination:run-abc123")]) -> None:
+    """Pretty JSON of a run (state, termination, budget, artifacts, activity) or of any key."""
+    from mother.cli.runs import resolve_inspect
+    from mother.client import MotherClient
+
+    client = MotherClient(settings=settings(), client=redis_client(settings()))
+    console.print_json(orjson.dumps(resolve_inspect(client, target)).decode())
 
 
 def read_key(client: redis.Redis, key: str) -> Any:

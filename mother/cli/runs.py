@@ -1,0 +1,163 @@
+"""``mother submit``, ``status``, ``wait``, ``cancel``, ``runs`` and ``inspect RUN``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.table import Table
+
+from mother import keys
+from mother.activity import recent
+from mother.cli._common import console, err_console, handle_errors, settings
+from mother.client import MotherClient, load_spec_file
+from mother.errors import NotFound
+from schemas import ResultEnvelope, RunState
+
+__all__ = ["cancel", "inspect_run", "runs", "status", "submit", "wait"]
+
+
+def _client() -> MotherClient:
+    cfg = settings()
+    return MotherClient(settings=cfg)
+
+
+def _progress(state: RunState) -> None:
+    where = f"phase {state.phase} attempt {state.attempt}" if state.phase else "queued"
+    err_console.print(f"[dim]{state.run_id}: {state.status}, {where}[/]", highlight=False)
+
+
+def _print_envelope(envelope: ResultEnvelope, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(orjson.dumps(envelope.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    term = envelope.termination
+    assert term is not None
+    colour = "green" if term.reason == "success" else "red"
+    console.print(f"[bold {colour}]{term.reason}[/] at phase {term.phase_at_termination}: {term.details}", highlight=False)
+    for factor in term.contributing_factors:
+        console.print(f"  - {factor}", highlight=False)
+    console.print(f"suggested action: {term.suggested_action} (can retry: {term.can_retry})", highlight=False)
+    if envelope.output:
+        console.print(f"\n{envelope.output}", highlight=False)
+
+
+@handle_errors
+def submit(
+    spec: Annotated[Path, typer.Argument(help="RunSpec as YAML or JSON ('-' for stdin)")],
+    wait_: Annotated[bool, typer.Option("--wait", help="show progress, then the ResultEnvelope")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    timeout: Annotated[float | None, typer.Option(help="with --wait: give up waiting after this many seconds")] = None,
+) -> None:
+    """Submit a run; print its run_id. With --wait exit 0 only if it ends in success."""
+    client = _client()
+    data: Any = sys.stdin.read() if str(spec) == "-" else load_spec_file(spec)
+    run_id = client.submit(data)
+    if not wait_:
+        console.print(orjson.dumps({"run_id": run_id}).decode() if as_json else run_id, highlight=False)
+        return
+    err_console.print(f"submitted {run_id}", highlight=False)
+    _finish(client, run_id, as_json, timeout)
+
+
+def _finish(client: MotherClient, run_id: str, as_json: bool, timeout: float | None) -> None:
+    envelope = client.wait(run_id, timeout, on_progress=None if as_json else _progress)
+    _print_envelope(envelope, as_json)
+    raise typer.Exit(0 if envelope.termination and envelope.termination.reason == "success" else 1)
+
+
+@handle_errors
+def wait(
+    run_id: Annotated[str, typer.Argument()],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    timeout: Annotated[float | None, typer.Option(help="give up waiting after this many seconds")] = None,
+) -> None:
+    """Wait for a run to end; print its ResultEnvelope. Exit 0 only for success."""
+    _finish(_client(), run_id, as_json, timeout)
+
+
+@handle_errors
+def status(run_id: Annotated[str, typer.Argument()], as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Where a run is: status, phase, attempt, and its history."""
+    state = _client().status(run_id)
+    if as_json:
+        sys.stdout.write(state.model_dump_json(indent=2) + "\n")
+        return
+    console.print(f"{state.run_id} ({state.user_id}): {state.status}"
+                  + (f", phase {state.phase} attempt {state.attempt}" if state.phase else "")
+                  + (f", reason {state.reason}" if state.reason else ""), highlight=False)
+    for entry in state.history[-20:]:
+        console.print(f"  {entry.at}  {entry.event:<16} {entry.phase or '':<12} {entry.detail[:100]}", highlight=False)
+
+
+@handle_errors
+def cancel(
+    run_id: Annotated[str, typer.Argument()],
+    actor: Annotated[str, typer.Option(help="who cancels")] = "cli",
+    reason: Annotated[str, typer.Option(help="why")] = "cancelled from the CLI",
+) -> None:
+    """End a run as user_cancelled (Mother writes the record)."""
+    _client().cancel(run_id, actor, reason)
+    console.print(f"cancel requested for {run_id}", highlight=False)
+
+
+@handle_errors
+def runs(
+    reason: Annotated[str | None, typer.Option(help="only runs that ended with this reason")] = None,
+    user: Annotated[str | None, typer.Option(help="only this user's runs")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
+) -> None:
+    """A table of the newest runs and why each stopped."""
+    rows = _client().runs(reason=reason, user=user, limit=limit)
+    console.print(runs_table(rows))
+
+
+def runs_table(rows: list[dict[str, Any]], title: str = "runs") -> Table:
+    """Run, user, status, reason, phase at termination (or current phase), details, suggested action."""
+    table = Table(title=title)
+    for col in ("run", "user", "status", "reason", "phase", "details", "suggested action"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("run", "reason"))
+    for row in rows:
+        table.add_row(row["run_id"], row.get("user_id") or "", row.get("status") or "", row.get("reason") or "",
+                      row.get("phase_at_termination") or row.get("phase") or "", (row.get("details") or "")[:200],
+                      row.get("suggested_action") or "")
+    return table
+
+
+def inspect_run(client: MotherClient, run_id: str) -> dict[str, Any]:
+    """Everything about a run: state, termination, result, budget, artifacts, recent activity."""
+    state = client.status(run_id)
+    r = client.redis
+    out: dict[str, Any] = {"run": state.to_dict()}
+    for name, key in (("termination", keys.termination_key(run_id)), ("budget", keys.run_budget_key(run_id))):
+        raw = r.execute_command("JSON.GET", key)
+        out[name] = orjson.loads(raw) if raw else None
+    out["artifacts"] = []
+    for artifact_id in state.artifacts:
+        raw = r.execute_command("JSON.GET", keys.artifact_meta_key(artifact_id))
+        out["artifacts"].append(orjson.loads(raw) if raw else {"artifact_id": artifact_id, "missing": True})
+    out["activity"] = [e.to_dict() for e in recent(r, 50, run_id=run_id)]
+    return out
+
+
+def resolve_inspect(client: MotherClient, target: str) -> Any:
+    """``inspect`` takes a key, or a run id (then shows the whole run)."""
+    from mother.cli.admin import read_key
+
+    try:
+        return read_key(client.redis, target)
+    except NotFound:
+        if client.redis.exists(keys.run_key(target)) if _is_id(target) else False:
+            return inspect_run(client, target)
+        raise
+
+
+def _is_id(value: str) -> bool:
+    try:
+        keys.check_id(value)
+    except Exception:
+        return False
+    return True

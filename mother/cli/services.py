@@ -1,0 +1,84 @@
+"""``mother run`` (the Mother service), ``mother worker``, ``mother up`` (everything at once)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mother.cli._common import console, fail, handle_errors, settings
+from mother.server import EmbeddedRedis
+from mother.stack import LocalStack
+
+__all__ = ["run", "up", "worker"]
+
+
+@handle_errors
+def run() -> None:
+    """Run the Mother service (leader when it holds the lease, standby otherwise)."""
+    from mother.service import Mother
+
+    mother = Mother(settings())
+    mother.install_signal_handlers()
+    mother.run_forever()
+
+
+@handle_errors
+def worker(
+    queues: Annotated[str, typer.Option(help="comma-separated RQ queues, in priority order")] = "agents,tools,maintenance",
+    burst: Annotated[bool, typer.Option(help="exit when the queues are empty")] = False,
+    name: Annotated[str | None, typer.Option(help="worker name (default: RQ's)")] = None,
+) -> None:
+    """Run an RQ worker (forking: each job in a work-horse, with heartbeats)."""
+    from rq import Worker
+    from rq.serializers import JSONSerializer
+
+    from workers.phase import runtime
+
+    cfg = settings()
+    rt = runtime()
+    names = [q.strip() for q in queues.split(",") if q.strip()]
+    if not names:
+        fail("--queues names no queue; e.g. --queues agents,tools", "usage")
+    Worker(names, connection=rt.rq_redis, serializer=JSONSerializer, name=name).work(
+        burst=burst, logging_level=cfg.log_level
+    )
+
+
+@handle_errors
+def up(
+    port: Annotated[int | None, typer.Option(help="embedded Redis port (default from config)")] = None,
+    dir: Annotated[Path | None, typer.Option("--dir", help="embedded Redis data dir")] = None,
+    workers: Annotated[int, typer.Option(min=0, max=64, help="number of RQ workers")] = 2,
+) -> None:
+    """Embedded Redis + Mother + N workers in one command; Ctrl-C stops them all."""
+    cfg = settings()
+    server = EmbeddedRedis(port=port or cfg.server.port, dir=dir or cfg.server.dir,
+                           appendfsync=cfg.server.appendfsync, start_timeout=cfg.server.start_timeout_seconds)
+    stopping: list[int] = []
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        stopping.append(signum)
+
+    with server:
+        stack = LocalStack(server.url, workers=workers, log_dir=server.dir.parent / "logs")
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+        try:
+            stack.start()
+            console.print(f"up: Redis {server.url}, Mother, {workers} worker(s); logs in {stack.log_dir}", highlight=False)
+            console.print(f"export MOTHER_REDIS_URL={server.url}", highlight=False)
+            console.print("Ctrl-C stops everything.", style="dim")
+            while not stopping:
+                for name in stack.respawn_dead_workers():
+                    console.print(f"[yellow]{name} exited; started a new one[/]", highlight=False)
+                if any(not ok for n, ok in stack.alive().items() if n.startswith("mother")):
+                    console.print(f"[red]Mother exited[/]; see {stack.log_dir}; stopping")
+                    break
+                time.sleep(0.5)
+        finally:
+            stack.stop()
+    console.print("stopped.")

@@ -1,0 +1,185 @@
+"""``MotherClient``: submit runs, watch them, cancel them, read their records.
+
+A raw ``XADD mother:submissions '*' spec '<json>'`` from any Redis client is
+equivalent to :meth:`MotherClient.submit`; the client only validates earlier
+and picks a run_id when the spec has none.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis
+import yaml
+from pydantic import ValidationError
+
+from mother import keys
+from mother.config import Settings, load_settings
+from mother.connection import connect
+from mother.errors import InvalidSpec, NotFound, WaitTimeout
+from schemas import MAX_SPEC_BYTES, ResultEnvelope, RunSpec, RunState, describe_validation_error
+
+__all__ = ["MotherClient", "load_spec_file", "parse_spec"]
+
+EVENT_CANCEL = "cancel"
+EVENT_PHASE_RESULT = "phase_result"
+
+
+def parse_spec(spec: RunSpec | dict[str, Any] | str | bytes) -> RunSpec:
+    """Validate a spec given as a model, a mapping, or JSON text; one-line ``InvalidSpec`` otherwise."""
+    if isinstance(spec, RunSpec):
+        return spec
+    try:
+        if isinstance(spec, str | bytes):
+            if len(spec) > MAX_SPEC_BYTES:
+                raise InvalidSpec(f"spec is {len(spec)} bytes; the limit is {MAX_SPEC_BYTES} bytes")
+            return RunSpec.from_json(spec)
+        if isinstance(spec, dict):
+            return RunSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise InvalidSpec(f"invalid RunSpec: {describe_validation_error(exc)}") from None
+    except ValueError as exc:
+        raise InvalidSpec(f"invalid RunSpec: {exc}") from None
+    raise InvalidSpec(f"a spec must be a RunSpec, a mapping or JSON text, not {type(spec).__name__}")
+
+
+def load_spec_file(path: Path) -> dict[str, Any]:
+    """Read a YAML or JSON spec file; a ``script_file`` key is inlined as ``scripts``."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidSpec(f"cannot read spec file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise InvalidSpec(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise InvalidSpec(f"{path} must hold a mapping (a RunSpec), not {type(data).__name__}")
+    script_file = data.pop("script_file", None)
+    if script_file is not None:
+        script_path = (path.parent / str(script_file)).resolve()
+        try:
+            scripts = yaml.safe_load(script_path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise InvalidSpec(f"script_file {script_path}: {exc}") from None
+        if not isinstance(scripts, dict):
+            raise InvalidSpec(f"script_file {script_path} must map role -> list of replies")
+        data["scripts"] = {**scripts, **data.get("scripts", {})}
+    return data
+
+
+class MotherClient:
+    """Talks to Mother through Redis only; safe to use from many processes."""
+
+    def __init__(self, url: str | None = None, *, settings: Settings | None = None, client: redis.Redis | None = None):
+        self.settings = settings or load_settings(**({"redis_url": url} if url else {}))
+        self.redis = client or connect(url or self.settings.redis_url)
+
+    # -- submit ----------------------------------------------------------
+    def submit(self, spec: RunSpec | dict[str, Any] | str | bytes) -> str:
+        """Validate and append to ``mother:submissions``; return the run_id."""
+        parsed = parse_spec(spec)
+        if parsed.run_id is None:
+            parsed = parsed.model_copy(update={"run_id": f"run-{uuid.uuid4().hex[:16]}"})
+        payload = parsed.to_json()
+        if len(payload) > MAX_SPEC_BYTES:
+            raise InvalidSpec(f"spec is {len(payload)} bytes; the limit is {MAX_SPEC_BYTES} bytes")
+        unknown = [p.model for p in parsed.pipeline if p.model not in self.settings.models]
+        if unknown:
+            raise InvalidSpec(
+                f"model {unknown[0]!r} is not in the model catalogue; known: {', '.join(sorted(self.settings.models))}"
+            )
+        assert parsed.run_id is not None
+        if self.redis.exists(keys.run_key(parsed.run_id)):
+            raise InvalidSpec(f"run_id {parsed.run_id!r} is already used; pick another or omit run_id")
+        self.redis.xadd(keys.SUBMISSIONS_STREAM, {"spec": payload})
+        return parsed.run_id
+
+    # -- read ------------------------------------------------------------
+    def status(self, run_id: str) -> RunState:
+        raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
+        if raw is None:
+            rejected = self.rejection_for(run_id)
+            if rejected:
+                raise InvalidSpec(f"run {run_id} was rejected at intake: {rejected['error']}")
+            raise NotFound(
+                f"no run {run_id!r}: not submitted, or not taken in yet (is `mother run` running?); list runs with `mother runs`"
+            )
+        return RunState.model_validate(orjson.loads(raw))
+
+    def result(self, run_id: str) -> ResultEnvelope | None:
+        raw = self.redis.execute_command("JSON.GET", keys.result_key(run_id))
+        return ResultEnvelope.model_validate(orjson.loads(raw)) if raw else None
+
+    def rejection_for(self, run_id: str) -> dict[str, Any] | None:
+        """The newest rejection naming ``run_id`` (from the last 200 rejections)."""
+        for entry_id in self.redis.zrevrange(keys.REJECTIONS_INDEX, 0, 199):
+            raw = self.redis.execute_command("JSON.GET", keys.rejection_key(entry_id))
+            record = orjson.loads(raw) if raw else None
+            if record and record.get("run_id") == run_id:
+                return record
+        return None
+
+    def wait(
+        self,
+        run_id: str,
+        timeout: float | None = None,
+        *,
+        poll: float = 0.1,
+        on_progress: Callable[[RunState], None] | None = None,
+    ) -> ResultEnvelope:
+        """Block until the run has its final ResultEnvelope; ``WaitTimeout`` after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        seen: tuple[Any, ...] | None = None
+        while True:
+            envelope = self.result(run_id)
+            if envelope is not None and envelope.termination is not None:
+                return envelope
+            try:
+                state = self.status(run_id) if on_progress or seen is None else None
+            except NotFound:
+                state = None  # submitted but not taken in yet: keep waiting (a rejection raises InvalidSpec)
+            if state is not None and on_progress is not None:
+                marker = (state.status, state.phase, state.attempt)
+                if marker != seen:
+                    on_progress(state)
+                seen = marker
+            elif seen is None:
+                seen = ()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"run {run_id} has not ended after {timeout:g}s; it goes on (`mother status {run_id}`)")
+            time.sleep(poll)
+
+    # -- act -------------------------------------------------------------
+    def cancel(self, run_id: str, actor: str = "user", reason: str = "cancelled by user") -> None:
+        """Ask Mother to end the run ``user_cancelled`` (a no-op if it already ended)."""
+        self.status(run_id)  # NotFound for an unknown id
+        self.send_event(EVENT_CANCEL, {"run_id": run_id, "actor": actor, "reason": reason[:1000]})
+
+    def send_event(self, event_type: str, payload: dict[str, Any]) -> str:
+        return self.redis.xadd(keys.EVENTS_STREAM, {"type": event_type, "payload": orjson.dumps(payload)})
+
+    def runs(self, *, reason: str | None = None, user: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """Newest runs first: run_id, user, status, phase, reason, details, suggested_action."""
+        if reason is not None:
+            ids = self.redis.zrevrange(keys.termination_reason_index_key(reason), 0, limit - 1)
+        elif user is not None:
+            ids = self.redis.zrevrange(keys.user_runs_key(user), 0, limit - 1)
+        else:
+            ids = self.redis.zrevrange(keys.RUNS_INDEX, 0, limit - 1)
+        rows = []
+        for run_id in ids:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.execute_command("JSON.GET", keys.run_key(run_id), "$.user_id", "$.status", "$.phase", "$.created_at")
+            pipe.execute_command("JSON.GET", keys.termination_key(run_id))
+            run_raw, term_raw = pipe.execute()
+            run = {k.lstrip("$."): (v[0] if v else None) for k, v in orjson.loads(run_raw).items()} if run_raw else {}
+            term = orjson.loads(term_raw) if term_raw else {}
+            if user is not None and run.get("user_id") != user:
+                continue
+            rows.append({"run_id": run_id, **run, **{k: term.get(k) for k in (
+                "reason", "phase_at_termination", "details", "suggested_action")}})
+        return rows

@@ -1,0 +1,41 @@
+"""The server's clock, read cheaply: an offset to the local clock, re-measured often.
+
+Decisions that guard limits or deadlines read ``TIME`` inside a server function.
+Timestamps written on records come from here, so every record in a deployment
+uses one clock (the server's) whatever the hosts' clocks say.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from mother.functions import server_now_ms
+from schemas import iso_from_ms
+
+__all__ = ["ServerClock"]
+
+
+class ServerClock:
+    """Local monotonic time plus the measured offset to the Redis server's clock."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+        self._base_ms = 0.0
+        self._base_mono = 0.0
+        self.sync()
+
+    def sync(self) -> None:
+        """Measure the server clock again (one round trip, midpoint-corrected)."""
+        before = time.monotonic()
+        server = server_now_ms(self._client)
+        after = time.monotonic()
+        self._base_mono = (before + after) / 2
+        self._base_ms = float(server)
+
+    def now_ms(self) -> int:
+        return int(self._base_ms + (time.monotonic() - self._base_mono) * 1000)
+
+    def now_iso(self) -> str:
+        return iso_from_ms(self.now_ms())

@@ -1,0 +1,58 @@
+"""The ``mother`` Redis Functions library and the one Python wrapper per function.
+
+The library lives in ``mother/lua/mother.lua``. :func:`load_functions` installs it
+(``FUNCTION LOAD REPLACE``); every process calls it once at start. A wrapper that
+finds the library missing (a server restarted without persistence, a flushed
+function set) loads it again and retries once.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import redis
+
+from mother import keys
+
+__all__ = ["call", "ensure_loaded", "load_functions", "server_now_ms"]
+
+_SOURCE = resources.files("mother").joinpath("lua/mother.lua").read_text(encoding="utf-8")
+
+
+def load_functions(client: redis.Redis) -> None:
+    """Install (or replace) the library on the server."""
+    client.execute_command("FUNCTION", "LOAD", "REPLACE", _SOURCE)
+
+
+def call(client: redis.Redis | redis.client.Pipeline, name: str, keys_: list[str], args: list[Any]) -> Any:
+    """FCALL ``name`` with ``keys_`` and ``args``; reload the library once if it is missing.
+
+    With a pipeline the call is queued and its reply comes from ``execute()``.
+    """
+    try:
+        return client.fcall(name, len(keys_), *keys_, *args)
+    except redis.ResponseError as exc:
+        if "function not found" not in str(exc).lower() or isinstance(client, redis.client.Pipeline):
+            raise
+        load_functions(client)
+        return client.fcall(name, len(keys_), *keys_, *args)
+
+
+def server_now_ms(client: redis.Redis) -> int:
+    """The server's clock in milliseconds (one round trip)."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def ensure_loaded(client: redis.Redis) -> None:
+    """Load the library unless a library of that name with these functions is present."""
+    listed = client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", keys.FUNCTIONS_LIBRARY, "WITHCODE")
+    for lib in listed or []:
+        entry = lib if isinstance(lib, dict) else dict(zip(lib[::2], lib[1::2]))
+        code = entry.get("library_code") or entry.get(b"library_code")
+        if isinstance(code, bytes):
+            code = code.decode()
+        if code == _SOURCE:
+            return
+    load_functions(client)

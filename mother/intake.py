@@ -1,0 +1,124 @@
+"""Intake: turn a ``mother:submissions`` entry into a run, or record why not.
+
+Idempotent by run_id: a re-delivered entry finds its own run and only makes sure
+it started. An invalid entry (no ``spec`` field, bad JSON, wrong fields, too
+large, unknown model, a run_id already used) becomes ``rejection:{entry_id}``
+with the error and the time, an activity entry, and is acknowledged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from mother import keys
+from mother.client import parse_spec
+from mother.errors import InvalidSpec
+from mother.lifecycle import start_run
+from mother.logs import get_logger
+from mother.runtime import Runtime
+from schemas import MAX_SPEC_BYTES, HistoryEntry, RunSpec, RunState
+
+__all__ = ["handle_submission", "reject"]
+
+log = get_logger("intake")
+PREVIEW_CHARS = 500
+
+
+def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> RunState | None:
+    """Validate and create the run (then start it); reject the entry otherwise."""
+    raw = fields.get("spec")
+    if raw is None:
+        reject(rt, entry_id, fields, "the entry has no 'spec' field; use XADD mother:submissions '*' spec '<RunSpec JSON>'")
+        return None
+    if len(raw) > MAX_SPEC_BYTES:
+        reject(rt, entry_id, fields, f"spec is {len(raw)} bytes; the limit is {MAX_SPEC_BYTES} bytes", drop=True)
+        return None
+    try:
+        spec = parse_spec(raw)
+        _check_models(rt, spec)
+    except InvalidSpec as exc:
+        reject(rt, entry_id, fields, exc.message)
+        return None
+    run_id = spec.run_id or f"run-{entry_id}"
+    spec = spec.model_copy(update={"run_id": run_id})
+    state = _create(rt, entry_id, spec, fields)
+    if state is not None:
+        start_run(rt, state)
+    return state
+
+
+def _check_models(rt: Runtime, spec: RunSpec) -> None:
+    for phase in spec.pipeline:
+        if phase.model not in rt.settings.models:
+            known = ", ".join(sorted(rt.settings.models))
+            raise InvalidSpec(f"phase {phase.name}: model {phase.model!r} is not in the model catalogue; known: {known}")
+
+
+def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any]) -> RunState | None:
+    assert spec.run_id is not None
+    at = rt.clock.now_iso()
+    state = RunState(
+        run_id=spec.run_id, user_id=spec.user_id, spec=spec, created_at=at, updated_at=at, entry_id=entry_id,
+        history=[HistoryEntry(at=at, event="submitted", detail=f"entry {entry_id}")],
+    )
+    created = rt.redis.execute_command("JSON.SET", keys.run_key(spec.run_id), "$", state.to_json(), "NX")
+    if not created:
+        existing = rt.load_run(spec.run_id)
+        if existing is None or existing.entry_id != entry_id:
+            reject(rt, entry_id, fields, f"run_id {spec.run_id!r} is already used by another submission")
+            return None
+        state = existing  # a re-delivery of the entry that created it
+    score = rt.clock.now_ms()
+    pipe = rt.redis.pipeline(transaction=False)
+    pipe.zadd(keys.RUNS_INDEX, {spec.run_id: score}, nx=True)
+    pipe.zadd(keys.user_runs_key(spec.user_id), {spec.run_id: score}, nx=True)
+    if created:
+        rt.emit(pipe, "run_submitted", run_id=spec.run_id, user_id=spec.user_id, entry_id=entry_id,
+                phases=[p.name for p in spec.pipeline])
+    pipe.execute()
+    return state
+
+
+def reject(rt: Runtime, entry_id: str, fields: dict[str, Any], error: str, *, drop: bool = False) -> None:
+    """Record why the entry was refused; with ``drop`` also delete its (oversized) payload."""
+    raw = str(fields.get("spec", ""))
+    guess = _guess_ids(raw)
+    record = {
+        "entry_id": entry_id,
+        "error": error,
+        "code": "invalid_spec",
+        "at": rt.clock.now_iso(),
+        "size_bytes": len(raw),
+        "preview": raw[:PREVIEW_CHARS],
+        **guess,
+    }
+    pipe = rt.redis.pipeline(transaction=False)
+    pipe.execute_command("JSON.SET", keys.rejection_key(entry_id), "$", orjson.dumps(record))
+    pipe.zadd(keys.REJECTIONS_INDEX, {entry_id: rt.clock.now_ms()})
+    rt.emit(pipe, "run_rejected", run_id=guess.get("run_id"), entry_id=entry_id, error=error[:1000])
+    if drop:
+        pipe.xdel(keys.SUBMISSIONS_STREAM, entry_id)
+    pipe.execute()
+    log.warning("submission_rejected", entry_id=entry_id, error=error)
+
+
+def _guess_ids(raw: str) -> dict[str, str]:
+    """run_id / user_id from a rejected spec when they are readable and valid, for lookups."""
+    if len(raw) > MAX_SPEC_BYTES:
+        return {}
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    found = {}
+    if isinstance(data, dict):
+        for name in ("run_id", "user_id"):
+            value = data.get(name)
+            if isinstance(value, str):
+                try:
+                    found[name] = keys.check_id(value, name)
+                except InvalidSpec:
+                    pass
+    return found

@@ -1,0 +1,208 @@
+"""A run's life inside Mother: queued → running (phase by phase) → terminated.
+
+Every change of a run's phase goes through the ``mh_transition`` server function,
+fenced by the (phase_index, attempt) the caller saw: a late, duplicate or
+re-delivered PhaseResult for an attempt that is no longer current changes nothing.
+Every end goes through :func:`end_run`, which calls the single termination writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import orjson
+
+from mother import keys
+from mother.functions import call
+from mother.logs import get_logger
+from mother.runtime import Runtime
+from mother.termination import build_record, terminate
+from schemas import HistoryEntry, PhaseResult, ResultEnvelope, RunSpec, RunState, TerminationReason, TerminationRecord
+
+__all__ = [
+    "dispatch",
+    "end_run",
+    "on_phase_failure",
+    "on_phase_result",
+    "phase_timeout_seconds",
+    "run_duration_seconds",
+    "start_run",
+    "transition",
+]
+
+log = get_logger("lifecycle")
+JOB_FUNCTION = "workers.phase.execute"
+
+
+def run_duration_seconds(rt: Runtime, spec: RunSpec) -> float:
+    return spec.limit_overrides.duration_seconds or rt.settings.runs.duration_seconds
+
+
+def phase_timeout_seconds(rt: Runtime, spec: RunSpec, index: int) -> float:
+    return spec.pipeline[index].timeout_seconds or rt.settings.runs.phase_timeout_seconds
+
+
+def transition(
+    rt: Runtime,
+    state: RunState,
+    *,
+    to_index: int,
+    to_attempt: int,
+    event: str,
+    detail: str = "",
+    result: PhaseResult | None = None,
+) -> bool:
+    """Move the run to (to_index, to_attempt) if it is still at the state's attempt."""
+    spec = state.spec
+    phase = spec.pipeline[to_index].name
+    at = rt.clock.now_iso()
+    entry = HistoryEntry(at=at, event=event, phase=phase, attempt=to_attempt, detail=detail[:4000])
+    first = state.status == "queued"
+    applied = call(
+        rt.redis,
+        "mh_transition",
+        [keys.run_key(state.run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES],
+        [
+            state.run_id,
+            state.phase_index,
+            state.attempt,
+            to_index,
+            to_attempt,
+            phase,
+            int(phase_timeout_seconds(rt, spec, to_index) * 1000),
+            int(run_duration_seconds(rt, spec) * 1000) if first else 0,
+            at,
+            entry.to_json(),
+            result.to_json() if result is not None else "",
+            _json_list(result.artifacts if result is not None else []),
+        ],
+    )
+    return applied == 1
+
+
+def _json_list(items: Iterable[str]) -> str:
+    return orjson.dumps(list(items)).decode()
+
+
+def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int) -> str:
+    """Enqueue one RQ job for the phase attempt; the payload carries ids only."""
+    job_id = keys.phase_job_id(run_id, index, attempt)
+    timeout = int(phase_timeout_seconds(rt, spec, index)) + rt.settings.worker.job_timeout_margin_seconds
+    pipe = rt.rq_redis.pipeline()
+    rt.agents_queue.enqueue_call(
+        JOB_FUNCTION,
+        args=(run_id, index, attempt),
+        job_id=job_id,
+        timeout=timeout,
+        result_ttl=3600,
+        failure_ttl=86400,
+        description=f"{run_id} phase {spec.pipeline[index].name} attempt {attempt}",
+        pipeline=pipe,
+    )
+    rt.emit(pipe, "phase_dispatched", run_id=run_id, phase=spec.pipeline[index].name, attempt=attempt, job_id=job_id)
+    pipe.execute()
+    return job_id
+
+
+def start_run(rt: Runtime, state: RunState) -> bool:
+    """Dispatch the first phase of a queued run (no-op if it already started)."""
+    if state.status != "queued":
+        return False
+    if not transition(rt, state, to_index=0, to_attempt=1, event="phase_started"):
+        return False
+    dispatch(rt, state.run_id, state.spec, 0, 1)
+    return True
+
+
+def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
+    """Accept a worker's PhaseResult if it is for the current attempt; advance or retry."""
+    state = rt.load_run(result.run_id)
+    if state is None or not _is_current(state, result.phase_index, result.attempt):
+        log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
+        return
+    if result.status == "failed":
+        on_phase_failure(rt, state, result.error or "phase failed", result=result)
+        return
+    pipe = rt.redis.pipeline(transaction=False)
+    rt.emit(pipe, "phase_completed", run_id=state.run_id, phase=result.phase, attempt=result.attempt,
+            confidence=result.confidence, artifacts=result.artifacts)
+    pipe.execute()
+    last = result.phase_index + 1 >= len(state.spec.pipeline)
+    nxt = result.phase_index if last else result.phase_index + 1
+    nxt_attempt = result.attempt if last else 1
+    if not transition(rt, state, to_index=nxt, to_attempt=nxt_attempt, event="phase_completed",
+                      detail=f"confidence {result.confidence:.2f}", result=result):
+        return
+    if last:
+        done = rt.load_run(state.run_id) or state
+        end_run(rt, done, "success", f"All {len(state.spec.pipeline)} phases completed", phase=result.phase,
+                contributing_factors=[f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, {r.evidence_count} evidence"
+                                      for r in done.results])
+        return
+    dispatch(rt, state.run_id, state.spec, nxt, 1)
+
+
+def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseResult | None = None) -> None:
+    """Retry the current phase while it has retries left; then end ``retries_exhausted``."""
+    phase = state.spec.pipeline[state.phase_index]
+    pipe = rt.redis.pipeline(transaction=False)
+    rt.emit(pipe, "phase_failed", run_id=state.run_id, phase=phase.name, attempt=state.attempt, error=error[:1000])
+    pipe.execute()
+    failures = _failures(state) + [f"attempt {state.attempt}: {error[:300]}"]
+    if state.attempt <= phase.max_retries:
+        if transition(rt, state, to_index=state.phase_index, to_attempt=state.attempt + 1,
+                      event="phase_retried", detail=error):
+            pipe = rt.redis.pipeline(transaction=False)
+            rt.emit(pipe, "phase_retried", run_id=state.run_id, phase=phase.name, attempt=state.attempt + 1)
+            pipe.execute()
+            dispatch(rt, state.run_id, state.spec, state.phase_index, state.attempt + 1)
+        return
+    end_run(rt, state, "retries_exhausted",
+            f"Phase {phase.name} ({phase.role} on {phase.model}) failed on all {state.attempt} attempts; last error: {error[:500]}",
+            phase=phase.name, contributing_factors=failures)
+
+
+def _failures(state: RunState) -> list[str]:
+    """Earlier attempts' errors of the current phase (each retry's history entry holds the error)."""
+    return [f"attempt {h.attempt - 1}: {h.detail[:300]}" for h in state.history
+            if h.event == "phase_retried" and h.phase == state.phase and h.attempt][:20]
+
+
+def _is_current(state: RunState, index: int, attempt: int) -> bool:
+    return state.status == "running" and state.phase_index == index and state.attempt == attempt
+
+
+def end_run(
+    rt: Runtime,
+    state: RunState,
+    reason: TerminationReason,
+    details: str,
+    *,
+    phase: str | None = None,
+    contributing_factors: list[str] | None = None,
+) -> TerminationRecord:
+    """Write the run's one TerminationRecord and final ResultEnvelope; log ``terminated``."""
+    at_ms = rt.clock.now_ms()
+    at_iso = rt.clock.now_iso()
+    phase_name = phase or state.phase or (state.spec.pipeline[0].name if state.status == "queued" else "intake")
+    record = build_record(run_id=state.run_id, reason=reason, phase=phase_name, details=details, at_ms=at_ms,
+                          at_iso=at_iso, contributing_factors=contributing_factors, final_artifacts=state.artifacts)
+    envelope = ResultEnvelope(run_id=state.run_id, user_id=state.user_id, output=state.results[-1].output if state.results else "",
+                              phases=state.results, artifacts=state.artifacts, created_at=at_iso)
+    won, stored = terminate(rt.redis, record, envelope)
+    if won:
+        pipe = rt.redis.pipeline(transaction=False)
+        rt.emit(pipe, "terminated", run_id=state.run_id, phase=phase_name, reason=reason, details=details[:1000],
+                suggested_action=record.suggested_action)
+        pipe.execute()
+        _cancel_queued_job(rt, state)
+        log.info("run_terminated", run_id=state.run_id, reason=reason, phase=phase_name)
+    return stored
+
+
+def _cancel_queued_job(rt: Runtime, state: RunState) -> None:
+    """Drop the current attempt's job if it has not started (a started one sees the end and stops)."""
+    if state.attempt == 0:
+        return
+    job_id = keys.phase_job_id(state.run_id, state.phase_index, state.attempt)
+    rt.agents_queue.remove(job_id)

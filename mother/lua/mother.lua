@@ -1,0 +1,128 @@
+#!lua name=mother
+-- Mother-Harness server-side functions. One library, loaded with FUNCTION LOAD REPLACE
+-- by every process at start (mother/functions.py). Every key a function touches is
+-- passed in KEYS; no key is built here. Time comes from the server (TIME).
+-- Validate first, write last: a function that refuses writes nothing.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function json_field(key, path)
+  -- JSON.GET with a $-path returns a JSON array of matches; nil when the key is absent.
+  local raw = redis.call('JSON.GET', key, path)
+  if not raw then return nil end
+  local arr = cjson.decode(raw)
+  return arr[1]
+end
+
+-- mh_transition: move a run to a phase attempt, fenced by the attempt the caller saw.
+-- KEYS: 1 run:{id}, 2 phase deadlines zset, 3 run deadlines zset
+-- ARGV: 1 run_id, 2 expected phase_index, 3 expected attempt, 4 new phase_index,
+--       5 new attempt, 6 new phase name, 7 phase timeout ms, 8 run duration ms (0: keep),
+--       9 timestamp (ISO), 10 history entry JSON, 11 accepted PhaseResult JSON or '',
+--       12 artifact ids JSON array
+-- Returns 1 when applied, 0 when the run is terminated or the attempt is not current.
+local function mh_transition(keys, args)
+  local status = json_field(keys[1], '$.status')
+  if status == nil or status == 'terminated' then return 0 end
+  if json_field(keys[1], '$.phase_index') ~= tonumber(args[2]) then return 0 end
+  if json_field(keys[1], '$.attempt') ~= tonumber(args[3]) then return 0 end
+  local now = now_ms()
+  local ts = cjson.encode(args[9])
+  if args[11] ~= '' then
+    redis.call('JSON.ARRAPPEND', keys[1], '$.results', args[11])
+  end
+  for _, artifact in ipairs(cjson.decode(args[12])) do
+    redis.call('JSON.ARRAPPEND', keys[1], '$.artifacts', cjson.encode(artifact))
+  end
+  redis.call('JSON.SET', keys[1], '$.status', '"running"')
+  redis.call('JSON.SET', keys[1], '$.phase_index', args[4])
+  redis.call('JSON.SET', keys[1], '$.attempt', args[5])
+  redis.call('JSON.SET', keys[1], '$.phase', cjson.encode(args[6]))
+  redis.call('JSON.SET', keys[1], '$.updated_at', ts)
+  redis.call('JSON.ARRAPPEND', keys[1], '$.history', args[10])
+  redis.call('ZADD', keys[2], now + tonumber(args[7]), args[1])
+  if tonumber(args[8]) > 0 then
+    redis.call('ZADD', keys[3], 'NX', now + tonumber(args[8]), args[1])
+  end
+  return 1
+end
+
+-- mh_terminate: the only writer of termination:{run_id}. Write-once (JSON.SET NX).
+-- KEYS: 1 termination:{id}, 2 terminations:reason:{reason}, 3 run:{id}, 4 result:{id},
+--       5 phase deadlines zset, 6 run deadlines zset
+-- ARGV: 1 TerminationRecord JSON, 2 run_id, 3 ResultEnvelope JSON (termination null),
+--       4 timestamp (ISO), 5 reason, 6 history entry JSON
+-- Returns {1, record} when this call won, {0, first record} otherwise.
+local function mh_terminate(keys, args)
+  local won = redis.call('JSON.SET', keys[1], '$', args[1], 'NX')
+  if not won then
+    return {0, redis.call('JSON.GET', keys[1])}
+  end
+  redis.call('ZADD', keys[2], now_ms(), args[2])
+  if redis.call('EXISTS', keys[3]) == 1 then
+    local ts = cjson.encode(args[4])
+    redis.call('JSON.SET', keys[3], '$.status', '"terminated"')
+    redis.call('JSON.SET', keys[3], '$.reason', cjson.encode(args[5]))
+    redis.call('JSON.SET', keys[3], '$.terminated_at', ts)
+    redis.call('JSON.SET', keys[3], '$.updated_at', ts)
+    redis.call('JSON.ARRAPPEND', keys[3], '$.history', args[6])
+  end
+  redis.call('JSON.SET', keys[4], '$', args[3])
+  redis.call('JSON.SET', keys[4], '$.termination', args[1])
+  redis.call('ZREM', keys[5], args[2])
+  redis.call('ZREM', keys[6], args[2])
+  return {1, args[1]}
+end
+
+-- mh_due: members of a zset whose score is at or before server now minus a slack.
+-- KEYS: 1 zset.  ARGV: 1 slack ms, 2 max members.  Returns {member, score, ...}.
+local function mh_due(keys, args)
+  local cutoff = now_ms() - tonumber(args[1])
+  return redis.call('ZRANGE', keys[1], '-inf', cutoff, 'BYSCORE', 'LIMIT', 0, tonumber(args[2]), 'WITHSCORES')
+end
+
+-- mh_heartbeat: stamp a phase job as alive at server time.
+-- KEYS: 1 heartbeats zset.  ARGV: 1 job id.
+local function mh_heartbeat(keys, args)
+  redis.call('ZADD', keys[1], now_ms(), args[1])
+  return 1
+end
+
+-- mh_lease: acquire or renew the leader lease.
+-- KEYS: 1 lease key.  ARGV: 1 instance id, 2 ttl ms.
+-- Returns 2 when newly acquired, 1 when renewed, 0 when another instance holds it.
+local function mh_lease(keys, args)
+  local holder = redis.call('GET', keys[1])
+  if holder == args[1] then
+    redis.call('PEXPIRE', keys[1], tonumber(args[2]))
+    return 1
+  end
+  if holder then return 0 end
+  redis.call('SET', keys[1], args[1], 'PX', tonumber(args[2]))
+  return 2
+end
+
+-- mh_release_lease: give the lease up if we still hold it.
+-- KEYS: 1 lease key.  ARGV: 1 instance id.
+local function mh_release_lease(keys, args)
+  if redis.call('GET', keys[1]) == args[1] then
+    return redis.call('DEL', keys[1])
+  end
+  return 0
+end
+
+-- mh_now: the server's clock in milliseconds.
+local function mh_now(keys, args)
+  return now_ms()
+end
+
+redis.register_function('mh_transition', mh_transition)
+redis.register_function('mh_terminate', mh_terminate)
+redis.register_function('mh_due', mh_due)
+redis.register_function('mh_heartbeat', mh_heartbeat)
+redis.register_function('mh_lease', mh_lease)
+redis.register_function('mh_release_lease', mh_release_lease)
+redis.register_function{function_name='mh_now', callback=mh_now, flags={'no-writes'}}

@@ -1,0 +1,59 @@
+"""What a running process holds: settings, connections, the server clock, the agents queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import orjson
+import redis
+from rq import Queue
+from rq.serializers import JSONSerializer
+
+from mother import activity, keys
+from mother.clock import ServerClock
+from mother.config import Settings
+from mother.connection import connect
+from mother.functions import ensure_loaded
+from schemas import ActivityEvent, RunState
+
+__all__ = ["AGENTS_QUEUE", "Runtime"]
+
+AGENTS_QUEUE = "agents"
+
+
+@dataclass
+class Runtime:
+    """One process's view of the system (Mother, a worker, or a CLI command)."""
+
+    settings: Settings
+    redis: redis.Redis
+    clock: ServerClock = field(init=False)
+
+    def __post_init__(self) -> None:
+        ensure_loaded(self.redis)
+        self.clock = ServerClock(self.redis)
+
+    @classmethod
+    def create(cls, settings: Settings) -> Runtime:
+        return cls(settings=settings, redis=connect(settings.redis_url))
+
+    @cached_property
+    def rq_redis(self) -> redis.Redis:
+        """RQ wants a connection that returns bytes."""
+        return redis.Redis.from_url(self.settings.redis_url)
+
+    @cached_property
+    def agents_queue(self) -> Queue:
+        return Queue(AGENTS_QUEUE, connection=self.rq_redis, serializer=JSONSerializer)
+
+    def emit(self, client: Any, event_type: str, **kwargs: Any) -> ActivityEvent:
+        """Append an activity entry stamped with server time (``client`` may be a pipeline)."""
+        return activity.emit(
+            client, event_type, at=self.clock.now_iso(), maxlen=self.settings.service.activity_maxlen, **kwargs
+        )
+
+    def load_run(self, run_id: str) -> RunState | None:
+        raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
+        return RunState.model_validate(orjson.loads(raw)) if raw else None

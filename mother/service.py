@@ -1,0 +1,256 @@
+"""The Mother service: one leader at a time, consuming submissions and worker events.
+
+- **Leadership.** ``mother:leader`` is a lease (``mh_lease``: SET NX PX / renew if
+  ours). A standby polls it and takes over within one lease period after the
+  leader dies. On taking over it reclaims every pending stream entry.
+- **Streams.** Consumer group ``mother`` on ``mother:submissions`` and
+  ``mother:events``: at-least-once. An entry is acknowledged after it is handled;
+  one whose handling raised stays pending, is reclaimed by XAUTOCLAIM after
+  ``claim_idle_seconds`` and, after ``max_deliveries`` attempts, moves to
+  ``mother:dead_letter``.
+- **Isolation.** An unexpected exception while handling one run's entry ends that
+  run ``catastrophic_error``; Mother goes on serving the others.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+import uuid
+from typing import Any
+
+import orjson
+import redis
+from pydantic import ValidationError
+
+from mother import keys
+from mother.client import EVENT_CANCEL, EVENT_PHASE_RESULT
+from mother.config import Settings
+from mother.functions import call
+from mother.intake import handle_submission
+from mother.lifecycle import end_run, on_phase_result
+from mother.logs import get_logger
+from mother.runtime import Runtime
+from mother.termination import ensure_index
+from mother.watchdog import Watchdog
+from schemas import PhaseResult, describe_validation_error
+
+__all__ = ["Mother"]
+
+log = get_logger("mother")
+STREAMS = (keys.EVENTS_STREAM, keys.SUBMISSIONS_STREAM)
+
+
+class Mother:
+    def __init__(self, settings: Settings, *, instance: str | None = None) -> None:
+        self.settings = settings
+        self.cfg = settings.service
+        self.rt = Runtime.create(settings)
+        self.instance = instance or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.watchdog = Watchdog(self.rt)
+        self.stopping = False
+        self.leader = False
+        self._renewed_at = 0.0
+        self._watchdog_at = 0.0
+        self._claimed_at = 0.0
+        self.log = log.bind(instance=self.instance)
+
+    # -- lifecycle ---------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        def _stop(signum: int, _frame: Any) -> None:
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+
+    def run_forever(self) -> None:
+        self.log.info("mother_started")
+        try:
+            while not self.stopping:
+                if not self._hold_lease():
+                    time.sleep(min(0.5, self.cfg.lease_seconds / 4))
+                    continue
+                self.serve_once()
+        finally:
+            if self.leader:
+                call(self.rt.redis, "mh_release_lease", [keys.LEADER_LEASE], [self.instance])
+            self.log.info("mother_stopped")
+
+    def _hold_lease(self) -> bool:
+        now = time.monotonic()
+        if self.leader and now - self._renewed_at < self.cfg.lease_seconds / 3:
+            return True
+        got = call(self.rt.redis, "mh_lease", [keys.LEADER_LEASE], [self.instance, int(self.cfg.lease_seconds * 1000)])
+        self._renewed_at = now
+        if got == 0:
+            if self.leader:
+                self.log.warning("leadership_lost")
+            self.leader = False
+            return False
+        if got == 2 or not self.leader:
+            self.leader = True
+            self.log.info("leadership_acquired")
+            self._become_leader()
+        return True
+
+    def _become_leader(self) -> None:
+        self.ensure_groups()
+        try:
+            ensure_index(self.rt.redis)
+        except redis.ResponseError as exc:
+            self.log.warning("termination_index_unavailable", error=str(exc))
+        self.reclaim(min_idle_ms=0)
+        self.watchdog.reconcile()
+
+    def ensure_groups(self) -> None:
+        for stream in STREAMS:
+            try:
+                self.rt.redis.xgroup_create(stream, self.cfg.consumer_group, id="0", mkstream=True)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    # -- one loop ----------------------------------------------------------
+    def serve_once(self) -> int:
+        """Read and handle one batch from both streams; run the watchdog when due."""
+        handled = 0
+        try:
+            batches = self.rt.redis.xreadgroup(
+                self.cfg.consumer_group, self.instance, {s: ">" for s in STREAMS},
+                count=self.cfg.batch, block=self.cfg.block_ms,
+            )
+        except redis.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            self.ensure_groups()
+            return 0
+        for stream, entries in _as_pairs(batches):
+            for entry_id, fields in entries:
+                self.handle(stream, entry_id, fields)
+                handled += 1
+        now = time.monotonic()
+        if now - self._watchdog_at >= self.cfg.watchdog_interval_seconds:
+            self._watchdog_at = now
+            self._guarded("watchdog", self.watchdog.tick)
+        if now - self._claimed_at >= min(self.cfg.claim_idle_seconds / 2, 10.0):
+            self._claimed_at = now
+            self._guarded("reclaim", lambda: self.reclaim(min_idle_ms=int(self.cfg.claim_idle_seconds * 1000)))
+        return handled
+
+    def _guarded(self, what: str, func: Any) -> None:
+        try:
+            func()
+        except redis.ConnectionError:
+            raise
+        except Exception as exc:  # a bad record must not stop the loop; it is logged with its traceback
+            self.log.exception("periodic_task_failed", task=what, error=str(exc))
+
+    # -- handling ----------------------------------------------------------
+    def handle(self, stream: str, entry_id: str, fields: dict[str, Any]) -> None:
+        """Handle one entry and acknowledge it; a failing run ends catastrophic_error."""
+        try:
+            if stream == keys.SUBMISSIONS_STREAM:
+                handle_submission(self.rt, entry_id, fields)
+            else:
+                self.handle_event(entry_id, fields)
+        except redis.ConnectionError:
+            raise  # not acknowledged: handled again after reconnect / by the next leader
+        except Exception as exc:
+            self.log.exception("entry_handling_failed", stream=stream, entry_id=entry_id)
+            run_id = _run_id_of(fields)
+            if run_id is None or not self._end_catastrophically(run_id, exc):
+                return  # left pending: reclaimed later, dead-lettered after max_deliveries
+        self.rt.redis.xack(stream, self.cfg.consumer_group, entry_id)
+
+    def handle_event(self, entry_id: str, fields: dict[str, Any]) -> None:
+        kind = fields.get("type")
+        try:
+            payload = orjson.loads(fields.get("payload", "{}"))
+        except orjson.JSONDecodeError:
+            self.log.warning("event_ignored", entry_id=entry_id, why="payload is not JSON")
+            return
+        if kind == EVENT_PHASE_RESULT:
+            try:
+                result = PhaseResult.model_validate(payload)
+            except ValidationError as exc:
+                self.log.warning("event_ignored", entry_id=entry_id, why=describe_validation_error(exc))
+                return
+            on_phase_result(self.rt, result)
+        elif kind == EVENT_CANCEL:
+            self._cancel(payload)
+        else:
+            self.log.warning("event_ignored", entry_id=entry_id, why=f"unknown event type {kind!r}")
+
+    def _cancel(self, payload: dict[str, Any]) -> None:
+        run_id = str(payload.get("run_id", ""))
+        state = self.rt.load_run(run_id) if run_id else None
+        if state is None or state.status == "terminated":
+            return
+        actor = str(payload.get("actor", "user"))[:128]
+        reason = str(payload.get("reason", "cancelled by user"))[:1000]
+        end_run(self.rt, state, "user_cancelled", f"Cancelled by {actor}: {reason}",
+                contributing_factors=[f"cancel requested during phase {state.phase or 'intake'}"])
+
+    def _end_catastrophically(self, run_id: str, exc: Exception) -> bool:
+        try:
+            state = self.rt.load_run(run_id)
+            if state is not None and state.status != "terminated":
+                end_run(self.rt, state, "catastrophic_error",
+                        f"Mother failed while handling this run: {type(exc).__name__}: {exc}"[:1000],
+                        contributing_factors=[type(exc).__name__])
+            return True
+        except Exception:
+            self.log.exception("catastrophic_end_failed", run_id=run_id)
+            return False
+
+    # -- reclaiming ----------------------------------------------------------
+    def reclaim(self, min_idle_ms: int) -> None:
+        """Claim entries pending too long (a dead consumer's, or our own failures); dead-letter repeats."""
+        for stream in STREAMS:
+            start = "0-0"
+            while True:
+                reply = self.rt.redis.xautoclaim(stream, self.cfg.consumer_group, self.instance,
+                                                 min_idle_time=min_idle_ms, start_id=start, count=100)
+                start, entries = reply[0], reply[1]
+                for entry_id, fields in entries:
+                    if fields is None:
+                        continue
+                    if self._deliveries(stream, entry_id) > self.cfg.max_deliveries:
+                        self._dead_letter(stream, entry_id, fields)
+                    else:
+                        self.handle(stream, entry_id, fields)
+                if start in ("0-0", b"0-0") or not entries:
+                    break
+
+    def _deliveries(self, stream: str, entry_id: str) -> int:
+        info = self.rt.redis.xpending_range(stream, self.cfg.consumer_group, min=entry_id, max=entry_id, count=1)
+        return int(info[0]["times_delivered"]) if info else 0
+
+    def _dead_letter(self, stream: str, entry_id: str, fields: dict[str, Any]) -> None:
+        pipe = self.rt.redis.pipeline(transaction=True)
+        pipe.xadd(keys.DEAD_LETTER_STREAM, {"stream": stream, "entry_id": entry_id,
+                                            "fields": orjson.dumps(fields), "at": self.rt.clock.now_iso()})
+        pipe.xack(stream, self.cfg.consumer_group, entry_id)
+        self.rt.emit(pipe, "dead_lettered", run_id=_run_id_of(fields), stream=stream, entry_id=entry_id)
+        pipe.execute()
+        self.log.error("entry_dead_lettered", stream=stream, entry_id=entry_id)
+
+
+def _as_pairs(batches: Any) -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+    """XREADGROUP's reply (RESP2: a list of [stream, entries]) as pairs; None when it timed out."""
+    return [(stream, entries) for stream, entries in batches or []]
+
+
+def _run_id_of(fields: dict[str, Any]) -> str | None:
+    """The run an entry is about, when it can be read (for ending it or tagging the dead letter)."""
+    for raw in (fields.get("payload"), fields.get("spec")):
+        if not raw:
+            continue
+        try:
+            value = orjson.loads(raw).get("run_id")
+            return keys.check_id(value, "run_id") if value else None
+        except Exception:
+            return None
+    return None

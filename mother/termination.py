@@ -1,0 +1,147 @@
+"""Seed 003 §1: one immutable TerminationRecord per run, written only here.
+
+:func:`terminate` is the single writer of ``termination:{run_id}``. It runs the
+``mh_terminate`` server function, which in one atomic step writes the record with
+``JSON.SET … NX``, adds the run to ``terminations:reason:{reason}`` (scored by
+server time), marks the run terminated, stores the final ResultEnvelope with the
+record inside, and clears the run's deadlines. A second call returns the first
+record unchanged.
+
+The rule table below fills ``can_retry`` and ``suggested_action`` per reason:
+
+| reason                  | can_retry | suggested_action | why |
+|-------------------------|-----------|------------------|-----|
+| success                 | no        | abandon          | nothing left to do |
+| approval_denied         | no        | user_input       | a person said no; ask again with changes |
+| policyViolation         | no        | abandon          | the agent tried a disallowed action |
+| retries_exhausted       | yes       | escalate_model   | the model failed repeatedly; a stronger one may not |
+| timeout                 | yes       | retry            | retry with a larger duration or phase timeout |
+| insufficient_evidence   | yes       | broaden_scope    | retrieval was inadequate; widen the sources |
+| conflicting_agents      | yes       | escalate_model   | no tie-breaker succeeded; escalate the arbiter |
+| user_cancelled          | yes       | user_input       | the user stopped it; resubmit when wanted |
+| budget_exhausted        | no        | user_input       | raise the budget or narrow the task |
+| blocked                 | yes       | user_input       | waiting for input or approval |
+| catastrophic_error      | no        | abandon          | unrecoverable system error; see details |
+| context_budget_exceeded | yes       | escalate_model   | the required context needs a larger window |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+import redis
+
+from mother import keys
+from mother.functions import call
+from mother.logs import get_logger
+from schemas import HistoryEntry, ResultEnvelope, SuggestedAction, TerminationReason, TerminationRecord
+
+__all__ = ["RULES", "Rule", "build_record", "ensure_index", "read_record", "terminate"]
+
+log = get_logger("termination")
+
+
+@dataclass(frozen=True)
+class Rule:
+    can_retry: bool
+    suggested_action: SuggestedAction
+    summary: str
+
+
+RULES: dict[str, Rule] = {
+    "success": Rule(False, "abandon", "All phases completed"),
+    "approval_denied": Rule(False, "user_input", "A gated action was rejected"),
+    "policyViolation": Rule(False, "abandon", "The agent attempted a disallowed action"),
+    "retries_exhausted": Rule(True, "escalate_model", "A phase failed on every allowed attempt"),
+    "timeout": Rule(True, "retry", "A phase or run deadline passed"),
+    "insufficient_evidence": Rule(True, "broaden_scope", "Retrieval was inadequate"),
+    "conflicting_agents": Rule(True, "escalate_model", "Agents disagreed and no tie-breaker succeeded"),
+    "user_cancelled": Rule(True, "user_input", "The user cancelled the run"),
+    "budget_exhausted": Rule(False, "user_input", "A resource limit was reached"),
+    "blocked": Rule(True, "user_input", "The run cannot proceed without input or approval"),
+    "catastrophic_error": Rule(False, "abandon", "An unrecoverable system error occurred"),
+    "context_budget_exceeded": Rule(True, "escalate_model", "The required context does not fit the model"),
+}
+
+
+def build_record(
+    *,
+    run_id: str,
+    reason: TerminationReason,
+    phase: str,
+    details: str,
+    at_ms: int,
+    at_iso: str,
+    contributing_factors: list[str] | None = None,
+    final_artifacts: list[str] | None = None,
+) -> TerminationRecord:
+    """A complete record for ``reason``, recommendations taken from :data:`RULES`."""
+    rule = RULES[reason]
+    return TerminationRecord(
+        run_id=run_id,
+        reason=reason,
+        phase_at_termination=phase,
+        timestamp=at_iso,
+        details=details[:4000] or rule.summary,
+        contributing_factors=[f[:1000] for f in (contributing_factors or [])][:50],
+        can_retry=rule.can_retry,
+        suggested_action=rule.suggested_action,
+        logged_by="mother",
+        final_artifacts=list(final_artifacts or []),
+        timestamp_ms=at_ms,
+    )
+
+
+def terminate(
+    client: redis.Redis, record: TerminationRecord, envelope: ResultEnvelope
+) -> tuple[bool, TerminationRecord]:
+    """Write the record once. Returns (won, record in force): the first record if we lost."""
+    history = HistoryEntry(at=record.timestamp, event="terminated", phase=record.phase_at_termination,
+                           detail=f"{record.reason}: {record.details}"[:4000])
+    won, stored = call(
+        client,
+        "mh_terminate",
+        [
+            keys.termination_key(record.run_id),
+            keys.termination_reason_index_key(record.reason),
+            keys.run_key(record.run_id),
+            keys.result_key(record.run_id),
+            keys.PHASE_DEADLINES,
+            keys.RUN_DEADLINES,
+        ],
+        [
+            record.to_json(),
+            record.run_id,
+            envelope.model_copy(update={"termination": None}).to_json(),
+            record.timestamp,
+            record.reason,
+            history.to_json(),
+        ],
+    )
+    return bool(won), TerminationRecord.model_validate(orjson.loads(stored))
+
+
+def read_record(client: redis.Redis, run_id: str) -> TerminationRecord | None:
+    raw = client.execute_command("JSON.GET", keys.termination_key(run_id))
+    return TerminationRecord.model_validate(orjson.loads(raw)) if raw else None
+
+
+def ensure_index(client: redis.Redis) -> bool:
+    """Create ``idx:termination`` (reason TAG, timestamp NUMERIC) when the search module exists."""
+    try:
+        client.execute_command(
+            "FT.CREATE", keys.TERMINATION_INDEX, "ON", "JSON", "PREFIX", "1", keys.TERMINATION_PREFIX,
+            "SCHEMA", "$.reason", "AS", "reason", "TAG",
+            "$.timestamp_ms", "AS", "timestamp", "NUMERIC", "SORTABLE",
+            "$.phase_at_termination", "AS", "phase", "TAG",
+        )
+    except redis.ResponseError as exc:
+        text = str(exc).lower()
+        if "already exists" in text:
+            return True
+        if "unknown command" in text:
+            return False
+        raise
+    log.info("termination_index_created", index=keys.TERMINATION_INDEX)
+    return True

@@ -1,0 +1,115 @@
+"""Mother's watchdog: deadlines, lost and failed phase jobs, stuck runs.
+
+Runs every ``service.watchdog_interval_seconds`` on the leader:
+
+- run and phase deadlines (zsets scored by server ms; "due" is decided with
+  the server's ``TIME`` inside ``mh_due``) end the run ``timeout``;
+- a started phase whose heartbeat is older than ``heartbeat_timeout_seconds``
+  (its worker died, parent and work-horse) is a failed attempt: retried or
+  ``retries_exhausted``;
+- RQ's own started-job cleanup runs here (RQ would otherwise wait for a worker's
+  maintenance), then jobs in the agents queue's FailedJobRegistry (a work-horse
+  killed or timed out) are failed attempts;
+- every few ticks, a running run whose current attempt has no RQ job is
+  dispatched again (closes the window between a transition and its enqueue).
+"""
+
+from __future__ import annotations
+
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
+from rq.registry import FailedJobRegistry, StartedJobRegistry
+
+from mother import keys
+from mother.functions import call
+from mother.lifecycle import dispatch, end_run, on_phase_failure, phase_timeout_seconds, run_duration_seconds
+from mother.logs import get_logger
+from mother.runtime import Runtime
+
+__all__ = ["Watchdog"]
+
+log = get_logger("watchdog")
+BATCH = 200
+
+
+class Watchdog:
+    def __init__(self, rt: Runtime, reconcile_every: int = 5) -> None:
+        self.rt = rt
+        self.reconcile_every = reconcile_every
+        self.ticks = 0
+
+    def tick(self) -> None:
+        self.ticks += 1
+        self.rt.clock.sync()
+        self.check_deadlines()
+        self.check_heartbeats()
+        self.check_rq()
+        if self.ticks % self.reconcile_every == 1:
+            self.reconcile()
+
+    # -- deadlines ---------------------------------------------------------
+    def check_deadlines(self) -> None:
+        for zset, what in ((keys.RUN_DEADLINES, "run"), (keys.PHASE_DEADLINES, "phase")):
+            due = call(self.rt.redis, "mh_due", [zset], [0, BATCH])
+            for run_id in due[::2]:
+                self._timeout(run_id, what)
+
+    def _timeout(self, run_id: str, what: str) -> None:
+        state = self.rt.load_run(run_id)
+        if state is None or state.status == "terminated":
+            self.rt.redis.zrem(keys.RUN_DEADLINES, run_id)
+            self.rt.redis.zrem(keys.PHASE_DEADLINES, run_id)
+            return
+        if what == "run":
+            limit = run_duration_seconds(self.rt, state.spec)
+            details = f"Run exceeded its duration limit of {limit:g}s during phase {state.phase}"
+        else:
+            limit = phase_timeout_seconds(self.rt, state.spec, state.phase_index)
+            details = f"Phase {state.phase} (attempt {state.attempt}) exceeded its timeout of {limit:g}s"
+        end_run(self.rt, state, "timeout", details, contributing_factors=[f"{what} deadline {limit:g}s passed"])
+
+    # -- lost workers ------------------------------------------------------
+    def check_heartbeats(self) -> None:
+        slack = int(self.rt.settings.service.heartbeat_timeout_seconds * 1000)
+        due = call(self.rt.redis, "mh_due", [keys.HEARTBEATS], [slack, BATCH])
+        for member in due[::2]:
+            run_id, index, attempt = keys.parse_heartbeat_member(member)
+            self.rt.redis.zrem(keys.HEARTBEATS, member)
+            self._failed_attempt(run_id, index, attempt, f"worker lost: no heartbeat for {slack / 1000:g}s")
+
+    def check_rq(self) -> None:
+        queue = self.rt.agents_queue
+        StartedJobRegistry(queue=queue).cleanup()
+        failed = FailedJobRegistry(queue=queue)
+        for job_id in failed.get_job_ids(0, BATCH - 1):
+            failed.remove(job_id)
+            try:
+                job = Job.fetch(job_id, connection=self.rt.rq_redis, serializer=queue.serializer)
+            except NoSuchJobError:
+                continue
+            if len(job.args) != 3:
+                continue
+            run_id, index, attempt = job.args
+            result = job.latest_result()
+            info = (result.exc_string if result is not None else "") or ""
+            last = info.strip().splitlines()[-1] if info.strip() else "the job process died"
+            self._failed_attempt(run_id, int(index), int(attempt), f"worker job failed: {last[:300]}")
+
+    def _failed_attempt(self, run_id: str, index: int, attempt: int, error: str) -> None:
+        state = self.rt.load_run(run_id)
+        if state is None or state.status != "running" or (state.phase_index, state.attempt) != (index, attempt):
+            return
+        log.warning("phase_attempt_lost", run_id=run_id, phase_index=index, attempt=attempt, error=error)
+        on_phase_failure(self.rt, state, error)
+
+    # -- reconcile -----------------------------------------------------------
+    def reconcile(self) -> None:
+        """Re-dispatch running runs whose current attempt has no job at all."""
+        for run_id in self.rt.redis.zrange(keys.PHASE_DEADLINES, 0, -1):
+            state = self.rt.load_run(run_id)
+            if state is None or state.status != "running" or state.attempt == 0:
+                continue
+            job_id = keys.phase_job_id(run_id, state.phase_index, state.attempt)
+            if not Job.exists(job_id, connection=self.rt.rq_redis):
+                log.warning("phase_redispatched", run_id=run_id, job_id=job_id)
+                dispatch(self.rt, run_id, state.spec, state.phase_index, state.attempt)

@@ -1,0 +1,70 @@
+"""The agent loop: call the model → run the tools it asks for → feed results back → until text."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from mother.errors import ProviderError
+from schemas import Usage
+from workers.providers import Provider
+from workers.tools import ToolBox
+
+__all__ = ["LoopOutcome", "run_loop"]
+
+DEFAULT_CONFIDENCE = 0.5  # providers that report none (real chat models) get this
+
+
+@dataclass
+class LoopOutcome:
+    text: str
+    confidence: float
+    evidence_count: int
+    usage: Usage = field(default_factory=Usage)
+
+
+def run_loop(
+    provider: Provider,
+    toolbox: ToolBox,
+    messages: list[dict[str, Any]],
+    *,
+    max_calls: int,
+    check_alive: Callable[[], None],
+) -> LoopOutcome:
+    """Run until the model answers with text; ``check_alive`` raises to stop between actions."""
+    usage = Usage()
+    evidence = 0
+    for _ in range(max_calls):
+        check_alive()
+        reply = provider.complete(messages, toolbox.specs())
+        usage.model_calls += 1
+        usage.input_tokens += reply.input_tokens
+        usage.output_tokens += reply.output_tokens
+        if not reply.tool_calls:
+            if reply.text is None:
+                raise ProviderError("the model replied with neither text nor tool calls")
+            return LoopOutcome(
+                text=reply.text,
+                confidence=reply.confidence if reply.confidence is not None else DEFAULT_CONFIDENCE,
+                evidence_count=reply.evidence_count if reply.evidence_count is not None else evidence,
+                usage=usage,
+            )
+        messages.append({
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": orjson.dumps(c.arguments).decode()}}
+                for c in reply.tool_calls
+            ],
+        })
+        for call in reply.tool_calls:
+            check_alive()
+            result = toolbox.run(call.name, call.arguments)
+            usage.tool_calls += 1
+            if result.ok and toolbox.tools[call.name].read_only:
+                evidence += 1
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result.output})
+    raise ProviderError(f"the model made {max_calls} calls without a final text reply (worker.max_model_calls_per_phase)")

@@ -1,0 +1,159 @@
+"""The RQ job that runs one phase attempt: ``workers.phase.execute(run_id, phase_index, attempt)``.
+
+The job carries ids only. It loads the run, does nothing if the attempt is no
+longer current (the run ended, or Mother moved on), heartbeats while it works,
+runs the agent loop, stores the output as an artifact and appends a PhaseResult
+to ``mother:events``. Errors of the phase become a ``failed`` PhaseResult; only
+the death of the process leaves it to Mother's watchdog.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+from mother import keys
+from mother.client import EVENT_PHASE_RESULT
+from mother.config import load_settings
+from mother.errors import MotherError, PhaseStale
+from mother.functions import call
+from mother.logs import configure_logging, get_logger
+from mother.runtime import Runtime
+from schemas import PhaseResult, RunState, Usage
+from workers.agent import run_loop
+from workers.providers import make_provider
+from workers.tools import ToolBox
+
+__all__ = ["execute", "runtime"]
+
+log = get_logger("phase")
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    """This process's runtime (created once; the worker builds it before forking)."""
+    global _runtime
+    if _runtime is None:
+        settings = load_settings()
+        configure_logging(settings.log_level, settings.log_format)
+        _runtime = Runtime.create(settings)
+    return _runtime
+
+
+class Heartbeat(threading.Thread):
+    """Stamps the attempt alive in ``mother:heartbeats`` every interval, at server time."""
+
+    def __init__(self, rt: Runtime, member: str) -> None:
+        super().__init__(daemon=True, name="phase-heartbeat")
+        self.rt, self.member = rt, member
+        self.stopped = threading.Event()
+
+    def beat(self) -> None:
+        call(self.rt.redis, "mh_heartbeat", [keys.HEARTBEATS], [self.member])
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.rt.settings.worker.heartbeat_interval_seconds):
+            try:
+                self.beat()
+            except Exception as exc:  # a missed beat is retried next interval; Mother tolerates a few
+                log.warning("heartbeat_failed", error=str(exc))
+
+
+def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
+    raw = rt.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.status", "$.phase_index", "$.attempt")
+    if raw is None:
+        return False
+    got = orjson.loads(raw)
+    return got["$.status"] == ["running"] and got["$.phase_index"] == [index] and got["$.attempt"] == [attempt]
+
+
+def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
+    rt = runtime()
+    state = rt.load_run(run_id)
+    if state is None or not _current(rt, run_id, phase_index, attempt):
+        return {"status": "stale"}
+    member = keys.heartbeat_member(run_id, phase_index, attempt)
+    heartbeat = Heartbeat(rt, member)
+    heartbeat.beat()
+    heartbeat.start()
+    started = time.monotonic()
+    try:
+        result = _run(rt, state, phase_index, attempt, started)
+    except PhaseStale:
+        return {"status": "stale"}
+    finally:
+        heartbeat.stopped.set()
+    pipe = rt.redis.pipeline(transaction=False)
+    pipe.xadd(keys.EVENTS_STREAM, {"type": EVENT_PHASE_RESULT, "payload": result.to_json()})
+    pipe.zrem(keys.HEARTBEATS, member)
+    pipe.execute()
+    return {"status": result.status, "artifacts": result.artifacts}
+
+
+def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float) -> PhaseResult:
+    phase = state.spec.pipeline[index]
+    bound = log.bind(run_id=state.run_id, phase=phase.name, attempt=attempt)
+
+    def check_alive() -> None:
+        if not _current(rt, state.run_id, index, attempt):
+            raise PhaseStale(f"run {state.run_id} moved on; stopping phase {phase.name} attempt {attempt}")
+
+    usage = Usage()
+    try:
+        provider = make_provider(phase.model, rt.settings.models[phase.model], role=phase.role,
+                                 scripts=state.spec.scripts, attempt=attempt, interrupt=check_alive)
+        toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id,
+                          max_output_chars=rt.settings.worker.max_tool_output_chars)
+        outcome = run_loop(provider, toolbox, _messages(state, index), check_alive=check_alive,
+                           max_calls=rt.settings.worker.max_model_calls_per_phase)
+    except PhaseStale:
+        raise
+    except Exception as exc:
+        error = exc.message if isinstance(exc, MotherError) else f"{type(exc).__name__}: {exc}"
+        bound.warning("phase_failed", error=error)
+        usage.duration_ms = int((time.monotonic() - started) * 1000)
+        return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="failed",
+                           error=error[:4000], usage=usage, finished_at=rt.clock.now_iso(), worker=_worker_name())
+    artifact_id = _store_artifact(rt, state.run_id, phase.name, attempt, outcome.text)
+    outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
+    return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="completed",
+                       output=outcome.text, confidence=outcome.confidence, evidence_count=outcome.evidence_count,
+                       artifacts=[artifact_id], usage=outcome.usage, finished_at=rt.clock.now_iso(),
+                       worker=_worker_name())
+
+
+def _messages(state: RunState, index: int) -> list[dict[str, Any]]:
+    phase = state.spec.pipeline[index]
+    earlier = "\n\n".join(f"## Output of phase {r.phase}\n{r.output}" for r in state.results)
+    user = f"# Task\n{state.spec.task}\n\n# Current phase\n{phase.name} (you are the {phase.role})"
+    if earlier:
+        user += f"\n\n# Earlier phases\n{earlier}"
+    return [
+        {"role": "system", "content": f"You are the {phase.role} agent of a Mother-Harness run. Finish with a text answer."},
+        {"role": "user", "content": user},
+    ]
+
+
+def _store_artifact(rt: Runtime, run_id: str, phase: str, attempt: int, content: str) -> str:
+    artifact_id = f"art-{uuid.uuid4().hex[:20]}"
+    now = rt.clock.now_iso()
+    pipe = rt.redis.pipeline(transaction=True)
+    pipe.execute_command("JSON.SET", keys.artifact_key(artifact_id), "$", orjson.dumps(
+        {"artifact_id": artifact_id, "run_id": run_id, "phase": phase, "attempt": attempt,
+         "kind": "phase_output", "content": content}))
+    pipe.execute_command("JSON.SET", keys.artifact_meta_key(artifact_id), "$", orjson.dumps(
+        {"artifact_id": artifact_id, "run_id": run_id, "phase": phase, "kind": "phase_output",
+         "created_at": now, "size_bytes": len(content.encode()), "content_type": "text/plain"}))
+    pipe.execute()
+    return artifact_id
+
+
+def _worker_name() -> str | None:
+    from rq import get_current_job
+
+    job = get_current_job()
+    return job.worker_name if job is not None else None

@@ -1,0 +1,154 @@
+"""Model providers behind one small interface: ``complete(messages, tools) -> ModelReply``.
+
+- ``OpenAIProvider``: chat completions through the official ``openai`` SDK, with a
+  per-model ``base_url`` and API key from config; serves OpenAI, Ollama (``/v1``),
+  vLLM and llama.cpp servers alike.
+- ``ScriptedProvider``: replays a role's scripted replies in order (text or tool
+  calls, usage, confidence, evidence, delay, failure) — for tests, the offline
+  demo, and reproducing incidents.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from mother.config import ModelConfig
+from mother.errors import ProviderError, ScriptExhausted
+from schemas import ScriptedReply
+
+__all__ = ["ModelReply", "OpenAIProvider", "Provider", "ScriptedProvider", "ToolCall", "make_provider"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class ModelReply:
+    text: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    confidence: float | None = None
+    evidence_count: int | None = None
+
+
+class Provider(Protocol):
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply: ...
+
+
+class ScriptedProvider:
+    """Replies from a script, in order; replies limited to other attempts are skipped."""
+
+    def __init__(
+        self, role: str, replies: list[ScriptedReply], attempt: int, interrupt: Callable[[], None] | None = None
+    ) -> None:
+        self.role = role
+        self.replies = [r for r in replies if r.attempts is None or attempt in r.attempts]
+        self.position = 0
+        self.interrupt = interrupt or (lambda: None)
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep in short steps, letting ``interrupt`` stop a run that ended meanwhile."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(0.25, left))
+            self.interrupt()
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        if self.position >= len(self.replies):
+            raise ScriptExhausted(
+                f"role {self.role!r}'s script has no reply left after {self.position}; add replies to scripts.{self.role}"
+            )
+        reply = self.replies[self.position]
+        self.position += 1
+        if reply.delay_seconds:
+            self._sleep(reply.delay_seconds)
+        self._fail(reply)
+        calls = [ToolCall(f"call-{self.position}-{i}", c.name, dict(c.arguments)) for i, c in enumerate(reply.tool_calls)]
+        return ModelReply(
+            text=reply.text if not calls else None,
+            tool_calls=calls,
+            input_tokens=reply.usage.input_tokens,
+            output_tokens=reply.usage.output_tokens,
+            confidence=reply.confidence,
+            evidence_count=reply.evidence_count,
+        )
+
+    def _fail(self, reply: ScriptedReply) -> None:
+        if reply.fail == "raise":
+            raise ProviderError(f"scripted failure of role {self.role!r} (reply {self.position})")
+        if reply.fail == "hang":
+            self._sleep(float("inf"))
+        if reply.fail == "kill_worker":
+            os.kill(os.getppid(), signal.SIGKILL)
+        if reply.fail in ("kill", "kill_worker"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class OpenAIProvider:
+    """Chat completions over HTTP with the official SDK (tool calls and usage included)."""
+
+    def __init__(self, name: str, config: ModelConfig) -> None:
+        import openai
+
+        api_key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+        if config.api_key_env and not api_key:
+            raise ProviderError(f"model {name!r}: environment variable {config.api_key_env} (its API key) is not set")
+        self.model = config.model or name
+        self.max_tokens = config.max_output_tokens
+        self._client = openai.OpenAI(
+            base_url=config.base_url, api_key=api_key or "not-needed", timeout=config.request_timeout_seconds, max_retries=1
+        )
+        self._errors = (openai.OpenAIError,)
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        try:
+            response = self._client.chat.completions.create(
+                model=self.model, messages=messages, tools=tools or None, max_tokens=self.max_tokens  # type: ignore[arg-type]
+            )
+        except self._errors as exc:
+            raise ProviderError(f"model {self.model}: {type(exc).__name__}: {str(exc)[:300]}") from None
+        if not response.choices:
+            raise ProviderError(f"model {self.model}: reply has no choices")
+        message = response.choices[0].message
+        calls = []
+        for call in message.tool_calls or []:
+            try:
+                arguments = orjson.loads(call.function.arguments or "{}")
+            except orjson.JSONDecodeError:
+                arguments = {"_unparsed": call.function.arguments}
+            calls.append(ToolCall(call.id, call.function.name, arguments if isinstance(arguments, dict) else {}))
+        usage = response.usage
+        return ModelReply(
+            text=message.content if not calls else None,
+            tool_calls=calls,
+            input_tokens=usage.prompt_tokens if usage else 0,
+            output_tokens=usage.completion_tokens if usage else 0,
+        )
+
+
+def make_provider(
+    name: str,
+    config: ModelConfig,
+    *,
+    role: str,
+    scripts: dict[str, list[ScriptedReply]],
+    attempt: int,
+    interrupt: Callable[[], None] | None = None,
+) -> Provider:
+    if config.provider == "scripted":
+        if role not in scripts:
+            raise ProviderError(f"model {name!r} is scripted but the spec has no scripts.{role}; add the role's replies")
+        return ScriptedProvider(role, scripts[role], attempt, interrupt)
+    return OpenAIProvider(name, config)

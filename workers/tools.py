@@ -1,0 +1,128 @@
+"""Tools the agent loop can call, and the one interface the tool registry will plug into.
+
+Each run has a workspace directory (``worker.workspace_root/{run_id}``); the file
+tools resolve every path inside it and refuse anything that escapes (``..``,
+absolute paths, symlinks pointing out). A tool's refusal is a ``ToolError``: the
+model sees its message and can correct itself; the phase goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from mother.errors import ToolError
+
+__all__ = ["FILE_TOOLS", "Tool", "ToolBox", "ToolResult"]
+
+MAX_WRITE_BYTES = 5 * 1024 * 1024
+
+
+class Tool(Protocol):
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON Schema of the arguments
+    read_only: bool
+
+    def run(self, workspace: Path, arguments: dict[str, Any]) -> str: ...
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    name: str
+    ok: bool
+    output: str
+
+
+def _inside(workspace: Path, raw: Any) -> Path:
+    if not isinstance(raw, str) or not raw or "\x00" in raw:
+        raise ToolError("path must be a non-empty string")
+    root = workspace.resolve()
+    target = (root / raw).resolve()
+    if target != root and root not in target.parents:
+        raise ToolError(f"path {raw!r} is outside the run's workspace; use a path relative to it")
+    return target
+
+
+class ReadFile:
+    name = "read_file"
+    description = "Read a UTF-8 text file from the run's workspace."
+    parameters = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    read_only = True
+
+    def run(self, workspace: Path, arguments: dict[str, Any]) -> str:
+        path = _inside(workspace, arguments.get("path"))
+        if not path.is_file():
+            raise ToolError(f"no file {arguments.get('path')!r} in the workspace")
+        return path.read_text(encoding="utf-8", errors="replace")
+
+
+class ListDir:
+    name = "list_dir"
+    description = "List the entries of a directory in the run's workspace (default: its root)."
+    parameters = {"type": "object", "properties": {"path": {"type": "string"}}}
+    read_only = True
+
+    def run(self, workspace: Path, arguments: dict[str, Any]) -> str:
+        path = _inside(workspace, arguments.get("path", "."))
+        if not path.is_dir():
+            raise ToolError(f"no directory {arguments.get('path', '.')!r} in the workspace")
+        return "\n".join(sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir()))
+
+
+class WriteFile:
+    name = "write_file"
+    description = "Write a UTF-8 text file in the run's workspace (directories are created)."
+    parameters = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+    }
+    read_only = False
+
+    def run(self, workspace: Path, arguments: dict[str, Any]) -> str:
+        path = _inside(workspace, arguments.get("path"))
+        content = arguments.get("content")
+        if not isinstance(content, str):
+            raise ToolError("content must be a string")
+        data = content.encode("utf-8")
+        if len(data) > MAX_WRITE_BYTES:
+            raise ToolError(f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return f"wrote {len(data)} bytes to {path.relative_to(workspace.resolve())}"
+
+
+FILE_TOOLS: tuple[Tool, ...] = (ReadFile(), ListDir(), WriteFile())
+
+
+class ToolBox:
+    """The tools one phase may call, bound to its workspace."""
+
+    def __init__(self, workspace: Path, tools: tuple[Tool, ...] = FILE_TOOLS, max_output_chars: int = 100_000):
+        self.workspace = workspace
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.tools = {tool.name: tool for tool in tools}
+        self.max_output_chars = max_output_chars
+
+    def specs(self) -> list[dict[str, Any]]:
+        """The tools in the chat-completions ``tools`` format."""
+        return [
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in self.tools.values()
+        ]
+
+    def run(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        tool = self.tools.get(name)
+        if tool is None:
+            return ToolResult(name, False, f"error: unknown tool {name!r}; available: {', '.join(sorted(self.tools))}")
+        try:
+            output = tool.run(self.workspace, arguments)
+        except ToolError as exc:
+            return ToolResult(name, False, f"error: {exc.message}")
+        except OSError as exc:
+            return ToolResult(name, False, f"error: {exc.strerror or exc}")
+        if len(output) > self.max_output_chars:
+            output = output[: self.max_output_chars] + f"\n[truncated: {len(output)} characters in all]"
+        return ToolResult(name, True, output)
