@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import Field, StringConstraints
+from typing import Any
+
+from pydantic import Field, SerializerFunctionWrapHandler, StringConstraints, model_serializer
 
 from schemas._base import Id, Record, ShortText, Timestamp
 
@@ -48,3 +50,10 @@ class TerminationRecord(Record):
     timestamp_ms: int | None = Field(
         None, ge=0, description="timestamp as epoch milliseconds, for numeric range queries (idx:termination)"
     )
+
+    @model_serializer(mode="wrap")
+    def _omit_missing_ms(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("timestamp_ms") is None:
+            data.pop("timestamp_ms", None)
+        return data
