@@ -52,11 +52,16 @@ def transition(
     detail: str = "",
     result: PhaseResult | None = None,
 ) -> bool:
-    """Move the run to (to_index, to_attempt) if it is still at the state's attempt."""
+    """Move the run to (to_index, to_attempt) if it is still at the state's attempt.
+
+    The history entry names the phase the event is about: the finished one for
+    ``phase_completed``, the one being (re)started otherwise.
+    """
     spec = state.spec
     phase = spec.pipeline[to_index].name
     at = rt.clock.now_iso()
-    entry = HistoryEntry(at=at, event=event, phase=phase, attempt=to_attempt, detail=detail[:4000])
+    about, attempt = (result.phase, result.attempt) if result is not None else (phase, to_attempt)
+    entry = HistoryEntry(at=at, event=event, phase=about, attempt=attempt, detail=detail[:4000])
     first = state.status == "queued"
     applied = call(
         rt.redis,

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from mother.server import EmbeddedRedis
+from mother.stack import LocalStack
 
 MOTHER_BIN = Path(sys.executable).parent / "mother"
 
@@ -66,3 +67,52 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+# -- the run pipeline: real Mother and RQ worker processes -----------------------------------
+
+FAST_ENV = {
+    "MOTHER_SERVICE__LEASE_SECONDS": "2",
+    "MOTHER_SERVICE__WATCHDOG_INTERVAL_SECONDS": "0.3",
+    "MOTHER_SERVICE__HEARTBEAT_TIMEOUT_SECONDS": "3",
+    "MOTHER_SERVICE__CLAIM_IDLE_SECONDS": "2",
+    "MOTHER_SERVICE__MAX_DELIVERIES": "2",
+    "MOTHER_WORKER__HEARTBEAT_INTERVAL_SECONDS": "0.5",
+}
+
+
+class Pipeline:
+    """A server with Mother and workers running against it, and a client."""
+
+    def __init__(self, server: EmbeddedRedis, stack: LocalStack, workspace: Path) -> None:
+        from mother.client import MotherClient
+        from mother.config import load_settings
+
+        self.server, self.stack, self.workspace = server, stack, workspace
+        self.url = server.url
+        self.client = MotherClient(settings=load_settings(redis_url=server.url))
+        self.redis = self.client.redis
+
+    def wait(self, run_id: str, timeout: float = 60):
+        return self.client.wait(run_id, timeout)
+
+
+def start_pipeline(tmp: Path, *, mothers: int = 1, workers: int = 2, env: dict[str, str] | None = None) -> Pipeline:
+    server = EmbeddedRedis(dir=tmp / "redis", appendfsync="no").start()
+    workspace = tmp / "workspaces"
+    stack = LocalStack(server.url, workers=workers, mothers=mothers, log_dir=tmp / "logs",
+                       env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(workspace), **(env or {})}).start()
+    return Pipeline(server, stack, workspace)
+
+
+def stop_pipeline(p: Pipeline) -> None:
+    p.stack.stop()
+    p.server.stop()
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    """Mother + 2 workers on their own embedded server, shared by a test module (no flushing)."""
+    p = start_pipeline(tmp_path_factory.mktemp("pipeline"))
+    yield p
+    stop_pipeline(p)

@@ -1,0 +1,183 @@
+"""The run pipeline end to end: real Redis, a real Mother process, real forking RQ workers."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+
+from mother import keys
+from mother.activity import recent
+from mother.client import load_spec_file
+from mother.errors import InvalidSpec
+from tests.conftest import Pipeline
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def example(name: str, **changes: object) -> dict:
+    spec = load_spec_file(EXAMPLES / f"{name}.yaml")
+    spec["run_id"] = f"{name}-{uuid.uuid4().hex[:8]}"
+    spec.update(changes)
+    return spec
+
+
+def termination_keys(p: Pipeline, run_id: str) -> list[str]:
+    return [k for k in p.redis.scan_iter(match=keys.termination_key(run_id))]
+
+
+def wait_until(predicate, timeout: float = 20.0, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError("condition not met in time")
+
+
+def test_three_phase_run_succeeds_with_one_record(pipeline: Pipeline) -> None:
+    """The three-phase example ends success; its record, envelope, artifacts and activity are exact."""
+    run_id = pipeline.client.submit(example("three-phase"))
+    envelope = pipeline.wait(run_id)
+    record = envelope.termination
+    assert record is not None
+    assert (record.reason, record.phase_at_termination, record.logged_by) == ("success", "review", "mother")
+    assert (record.can_retry, record.suggested_action) == (False, "abandon")
+    assert record.details == "All 3 phases completed"
+    assert [r.phase for r in envelope.phases] == ["plan", "execute", "review"]
+    assert envelope.output == "Approved: the entry is accurate and concise."
+    assert record.final_artifacts == envelope.artifacts and len(record.final_artifacts) == 3
+    meta = orjson.loads(pipeline.redis.execute_command("JSON.GET", keys.artifact_meta_key(record.final_artifacts[0])))
+    assert meta["run_id"] == run_id and meta["created_at"].endswith("Z")
+    usage = envelope.phases[1].usage
+    assert (usage.model_calls, usage.tool_calls, usage.input_tokens, usage.output_tokens) == (3, 2, 2060, 130)
+    assert (pipeline.workspace / run_id / "CHANGELOG.md").read_text().startswith("# Changelog")
+    assert termination_keys(pipeline, run_id) == [keys.termination_key(run_id)]
+    assert pipeline.redis.zscore(keys.termination_reason_index_key("success"), run_id) is not None
+    state = pipeline.client.status(run_id)
+    assert state.status == "terminated" and state.reason == "success"
+    types = [e.type for e in recent(pipeline.redis, 50, run_id=run_id)]
+    assert types == ["run_submitted"] + ["phase_dispatched", "phase_completed"] * 3 + ["terminated"]
+
+
+def test_every_failure_example_ends_with_its_reason(pipeline: Pipeline) -> None:
+    """retries_exhausted, timeout and user_cancelled examples each end with one record of that reason."""
+    exhausted = pipeline.client.submit(example("retries-exhausted"))
+    timeout = pipeline.client.submit(example("timeout"))
+    cancelled = pipeline.client.submit(example("cancelled"))
+    wait_until(lambda: pipeline.client.status(cancelled).status == "running" if pipeline.redis.exists(keys.run_key(cancelled)) else False)
+    pipeline.client.cancel(cancelled, actor="tester", reason="no longer needed")
+
+    rec = pipeline.wait(exhausted).termination
+    assert (rec.reason, rec.phase_at_termination, rec.suggested_action, rec.can_retry) == (
+        "retries_exhausted", "execute", "escalate_model", True)
+    assert rec.details.startswith("Phase execute (coder on scripted) failed on all 3 attempts")
+    assert rec.contributing_factors == [f"attempt {n}: scripted failure of role 'coder' (reply 1)" for n in (1, 2, 3)]
+    types = [e.type for e in recent(pipeline.redis, 50, run_id=exhausted)]
+    assert types.count("phase_retried") == 2 and types.count("phase_failed") == 3
+
+    rec = pipeline.wait(timeout).termination
+    assert (rec.reason, rec.details) == ("timeout", "Phase execute (attempt 1) exceeded its timeout of 3s")
+
+    rec = pipeline.wait(cancelled).termination
+    assert (rec.reason, rec.details) == ("user_cancelled", "Cancelled by tester: no longer needed")
+    for run_id in (exhausted, timeout, cancelled):
+        assert termination_keys(pipeline, run_id) == [keys.termination_key(run_id)]
+
+
+def test_raw_xadd_submission_completes(pipeline: Pipeline) -> None:
+    """A spec appended with a raw XADD (no client, no run_id) runs to success as run-{entry_id}."""
+    spec = example("three-phase")
+    del spec["run_id"]
+    entry_id = pipeline.redis.execute_command("XADD", keys.SUBMISSIONS_STREAM, "*", "spec", orjson.dumps(spec))
+    envelope = pipeline.wait(f"run-{entry_id}")
+    assert envelope.termination.reason == "success"
+
+
+def test_search_index_finds_records_by_reason(pipeline: Pipeline) -> None:
+    """FT.SEARCH idx:termination '@reason:{timeout}' returns the timed-out run."""
+    run_id = pipeline.client.submit(example("timeout"))
+    pipeline.wait(run_id)
+    found = wait_until(lambda: pipeline.redis.execute_command(
+        "FT.SEARCH", keys.TERMINATION_INDEX, "@reason:{timeout}", "NOCONTENT", "LIMIT", "0", "1000"))
+    ids = [row["id"] for row in found["results"]]  # redis-py parses FT.SEARCH into a mapping
+    assert keys.termination_key(run_id) in ids
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"spec": "{not json"}, "invalid RunSpec: not valid JSON"),
+        ({"spec": orjson.dumps({"task": "t", "pipeline": [{"name": "a", "role": "r", "model": "scripted"}]})},
+         "invalid RunSpec: user_id: required field is missing"),
+        ({"spec": orjson.dumps({"user_id": "u", "task": "x" * 10_000_000,
+                                "pipeline": [{"name": "a", "role": "r", "model": "scripted"}]})},
+         "bytes; the limit is 1048576 bytes"),
+        ({"spec": orjson.dumps({"user_id": "u", "task": "t", "pipeline": [{"name": "a", "role": "r", "model": "gpt-9"}]})},
+         "model 'gpt-9' is not in the model catalogue"),
+        ({"payload": "x"}, "the entry has no 'spec' field"),
+    ],
+)
+def test_invalid_entries_are_rejected_and_mother_keeps_serving(pipeline: Pipeline, fields: dict, error: str) -> None:
+    """Each bad entry gets rejection:{entry_id} with its error and time; a good run after it still succeeds."""
+    entry_id = pipeline.redis.xadd(keys.SUBMISSIONS_STREAM, fields)
+    rejection = wait_until(lambda: pipeline.redis.execute_command("JSON.GET", keys.rejection_key(entry_id)))
+    record = orjson.loads(rejection)
+    assert error in record["error"] and record["entry_id"] == entry_id and record["at"].endswith("Z")
+    assert any(e.type == "run_rejected" and e.data.get("entry_id") == entry_id for e in recent(pipeline.redis, 200))
+    if "limit is" in error:
+        assert pipeline.redis.xrange(keys.SUBMISSIONS_STREAM, entry_id, entry_id) == []  # oversized payload dropped
+    run_id = pipeline.client.submit(example("three-phase"))
+    assert pipeline.wait(run_id).termination.reason == "success"
+
+
+def test_duplicate_run_id_is_rejected(pipeline: Pipeline) -> None:
+    """A second submission with a used run_id is refused by the client, and by Mother for a raw XADD."""
+    spec = example("three-phase")
+    run_id = pipeline.client.submit(spec)
+    pipeline.wait(run_id)
+    with pytest.raises(InvalidSpec, match="is already used"):
+        pipeline.client.submit(spec)
+    entry_id = pipeline.redis.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(spec)})
+    record = orjson.loads(wait_until(lambda: pipeline.redis.execute_command("JSON.GET", keys.rejection_key(entry_id))))
+    assert record["error"] == f"run_id {run_id!r} is already used by another submission"
+    assert pipeline.wait(run_id).termination.reason == "success"  # the first run's record is untouched
+
+
+def test_job_for_terminated_run_does_nothing(pipeline: Pipeline) -> None:
+    """Running the phase job of a run that already ended writes no event and no artifact."""
+    from workers import phase
+
+    run_id = pipeline.client.submit(example("three-phase"))
+    pipeline.wait(run_id)
+    before = pipeline.redis.xlen(keys.EVENTS_STREAM)
+    phase._runtime = None
+    import os
+
+    os.environ["MOTHER_REDIS_URL"] = pipeline.url
+    try:
+        assert phase.execute(run_id, 0, 1) == {"status": "stale"}
+    finally:
+        del os.environ["MOTHER_REDIS_URL"]
+        phase._runtime = None
+    assert pipeline.redis.xlen(keys.EVENTS_STREAM) == before
+
+
+def test_unexpected_error_ends_only_that_run(pipeline: Pipeline) -> None:
+    """An exception in Mother's handling of one run ends it catastrophic_error; other runs go on."""
+    run_id = pipeline.client.submit(example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 2}]}))
+    wait_until(lambda: pipeline.redis.exists(keys.run_key(run_id)) and pipeline.client.status(run_id).status == "running")
+    # A phase index past the pipeline's end makes the next transition raise inside Mother.
+    pipeline.redis.execute_command("JSON.SET", keys.run_key(run_id), "$.phase_index", "7")
+    pipeline.client.send_event("phase_result", {
+        "run_id": run_id, "phase": "execute", "phase_index": 7, "attempt": 1, "status": "completed",
+        "output": "x", "finished_at": "2026-01-01T00:00:00.000Z"})
+    record = pipeline.wait(run_id).termination
+    assert record.reason == "catastrophic_error"
+    assert record.details.startswith("Mother failed while handling this run: IndexError")
+    other = pipeline.client.submit(example("three-phase"))
+    assert pipeline.wait(other).termination.reason == "success"

@@ -1,0 +1,150 @@
+"""Crashes and races: killed workers, a killed leader, two Mothers, concurrent terminations."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+
+from mother import keys
+from mother.termination import build_record, terminate
+from schemas import ResultEnvelope
+from tests.conftest import Pipeline, start_pipeline, stop_pipeline
+from tests.test_pipeline import example, termination_keys, wait_until
+
+
+@pytest.fixture
+def fresh(tmp_path: Path):
+    """A pipeline of its own (processes get killed here): two Mothers, two workers."""
+    p = start_pipeline(tmp_path, mothers=2, workers=2)
+    yield p
+    stop_pipeline(p)
+
+
+def _slow(seconds: float, attempts: list[int] | None = None) -> dict:
+    reply = {"text": "finished", "delay_seconds": seconds}
+    if attempts:
+        reply["attempts"] = attempts
+    return example("worker-killed", scripts={"writer": [reply, {"text": "finished on retry"}]})
+
+
+def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
+    """kill -9 of the worker running a phase (parent and work-horse) → retried elsewhere, success within 30 s."""
+    run_id = fresh.client.submit(_slow(60, attempts=[1]))
+    hb = wait_until(lambda: fresh.redis.zrange(keys.HEARTBEATS, 0, -1), timeout=20)
+    assert hb == [keys.heartbeat_member(run_id, 0, 1)]
+    # the worker running the job is the one with a work-horse child
+    victims = [n for n, proc in fresh.stack.procs.items() if n.startswith("worker-") and _children(proc.pid)]
+    assert len(victims) == 1
+    proc = fresh.stack.procs[victims[0]]
+    horse = _children(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    for pid in horse:
+        os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    envelope = fresh.wait(run_id, timeout=30)
+    assert time.monotonic() - killed_at < 30
+    assert envelope.termination.reason == "success"
+    assert envelope.output == "finished on retry"
+    state = fresh.client.status(run_id)
+    assert state.attempt == 2
+    retried = [h for h in state.history if h.event == "phase_retried"]
+    assert retried and retried[0].detail.startswith("worker lost: no heartbeat")
+    assert termination_keys(fresh, run_id) == [keys.termination_key(run_id)]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def test_killed_leader_standby_finishes_the_run(fresh: Pipeline) -> None:
+    """kill -9 of the active Mother mid-run → the standby takes the lease and finishes it; one record."""
+    run_id = fresh.client.submit(example("three-phase", scripts={
+        "planner": [{"text": "plan", "delay_seconds": 1.5}],
+        "coder": [{"text": "code", "delay_seconds": 1.5}],
+        "critic": [{"text": "ok"}],
+    }))
+    wait_until(lambda: fresh.redis.exists(keys.run_key(run_id)) and fresh.client.status(run_id).phase == "plan")
+    leader = fresh.redis.get(keys.LEADER_LEASE)
+    leader_pid = int(leader.split(":")[1])
+    names = [n for n, p in fresh.stack.procs.items() if p.pid == leader_pid]
+    assert names and names[0].startswith("mother-")
+    os.kill(leader_pid, signal.SIGKILL)
+    envelope = fresh.wait(run_id, timeout=40)
+    assert envelope.termination.reason == "success"
+    new_leader = fresh.redis.get(keys.LEADER_LEASE)
+    assert new_leader is not None and new_leader != leader
+    assert termination_keys(fresh, run_id) == [keys.termination_key(run_id)]
+    completed = [h.phase for h in fresh.client.status(run_id).history if h.event == "phase_completed"]
+    assert completed == ["plan", "execute", "review"]  # each phase accepted exactly once across the takeover
+
+
+def test_two_mothers_give_one_record_per_run(fresh: Pipeline) -> None:
+    """With two Mother processes running, every run of a batch has exactly one termination record."""
+    run_ids = [fresh.client.submit(example("three-phase")) for _ in range(10)]
+    for run_id in run_ids:
+        assert fresh.wait(run_id, timeout=60).termination.reason == "success"
+        assert termination_keys(fresh, run_id) == [keys.termination_key(run_id)]
+        assert fresh.redis.zscore(keys.termination_reason_index_key("success"), run_id) is not None
+
+
+def _race_terminate(url: str, run_id: str, reason: str) -> tuple[bool, str]:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    record = build_record(run_id=run_id, reason=reason, phase="execute", details=f"by {reason}",
+                          at_ms=1, at_iso="2026-01-01T00:00:00.001Z")
+    envelope = ResultEnvelope(run_id=run_id, user_id="u", created_at="2026-01-01T00:00:00.001Z")
+    won, stored = terminate(client, record, envelope)
+    return won, stored.reason
+
+
+def test_concurrent_terminations_write_one_record(r: redis.Redis, redis_url: str) -> None:
+    """Eight processes terminating one run with different reasons: one wins, all see its record."""
+    from mother.functions import load_functions
+
+    load_functions(r)
+    reasons = ["timeout", "user_cancelled", "retries_exhausted", "catastrophic_error"] * 2
+    with ProcessPoolExecutor(8) as pool:
+        outcomes = list(pool.map(_race_terminate, [redis_url] * 8, ["race-1"] * 8, reasons))
+    winners = [reason for won, reason in outcomes if won]
+    assert len(winners) == 1
+    assert {reason for _, reason in outcomes} == {winners[0]}
+    stored = orjson.loads(r.execute_command("JSON.GET", keys.termination_key("race-1")))
+    assert stored["reason"] == winners[0]
+    assert sum(r.zcard(keys.termination_reason_index_key(x)) for x in set(reasons)) == 1
+
+
+def test_second_terminate_returns_first_record_unchanged(r: redis.Redis, redis_url: str) -> None:
+    """A later terminate with another reason returns the first record, byte for byte."""
+    from mother.functions import load_functions
+
+    load_functions(r)
+    first = _race_terminate(redis_url, "once-1", "timeout")
+    before = r.execute_command("JSON.GET", keys.termination_key("once-1"))
+    second = _race_terminate(redis_url, "once-1", "user_cancelled")
+    assert first == (True, "timeout") and second == (False, "timeout")
+    assert r.execute_command("JSON.GET", keys.termination_key("once-1")) == before
+    result = orjson.loads(r.execute_command("JSON.GET", keys.result_key("once-1")))
+    assert result["termination"]["reason"] == "timeout"
+
+
+def test_poison_entry_is_dead_lettered(fresh: Pipeline) -> None:
+    """An event whose handling keeps failing (its run record is corrupt) goes to mother:dead_letter."""
+    run_id = fresh.client.submit(example("three-phase"))
+    fresh.wait(run_id)
+    fresh.redis.execute_command("JSON.SET", keys.run_key(run_id), "$.status", '"bogus"')
+    entry = fresh.client.send_event("cancel", {"run_id": run_id, "actor": "t", "reason": "x"})
+    dead = wait_until(lambda: fresh.redis.xrange(keys.DEAD_LETTER_STREAM), timeout=30)
+    assert dead[0][1]["entry_id"] == entry and dead[0][1]["stream"] == keys.EVENTS_STREAM
+    assert fresh.redis.xpending(keys.EVENTS_STREAM, "mother")["pending"] == 0
+    healthy = fresh.client.submit(example("three-phase"))
+    assert fresh.wait(healthy).termination.reason == "success"
