@@ -1,0 +1,65 @@
+"""A local HTTP server that speaks the chat-completions protocol (the one allowed model double).
+
+It replays a list of canned responses (text or tool calls, with usage) and records
+every request body, so tests can check what the provider sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class ChatServer:
+    def __init__(self, replies: list[dict[str, Any]]) -> None:
+        self.replies = list(replies)
+        self.requests: list[dict[str, Any]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                if not self.path.endswith("/chat/completions") or not server.replies:
+                    self.send_response(500)
+                    self.end_headers()
+                    self.wfile.write(b'{"error": {"message": "no reply scripted"}}')
+                    return
+                reply = server.replies.pop(0)
+                message: dict[str, Any] = {"role": "assistant", "content": reply.get("text")}
+                if reply.get("tool_calls"):
+                    message["tool_calls"] = [
+                        {"id": f"call_{i}", "type": "function",
+                         "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+                        for i, c in enumerate(reply["tool_calls"])
+                    ]
+                usage = reply.get("usage", {"prompt_tokens": 10, "completion_tokens": 5})
+                data = {
+                    "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "message": message,
+                                 "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop"}],
+                    "usage": {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]},
+                }
+                raw = json.dumps(data).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> ChatServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

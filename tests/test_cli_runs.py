@@ -1,0 +1,105 @@
+"""The run commands of the CLI against a live pipeline, and `mother up` start/stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mother.server import free_port
+from tests.conftest import MOTHER_BIN, Pipeline, run_cli
+from tests.test_pipeline import EXAMPLES, example
+
+
+def _spec_file(tmp_path: Path, name: str, **changes: object) -> Path:
+    path = tmp_path / f"{name}-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(yaml.safe_dump(example(name, **changes)))
+    return path
+
+
+def test_submit_wait_exit_codes_and_json(pipeline: Pipeline, tmp_path: Path) -> None:
+    """submit --wait exits 0 for success, 1 otherwise; --json prints the ResultEnvelope."""
+    env = {"MOTHER_REDIS_URL": pipeline.url}
+    ok = run_cli("submit", str(_spec_file(tmp_path, "three-phase")), "--wait", "--json", env=env)
+    assert ok.returncode == 0, ok.stderr
+    envelope = json.loads(ok.stdout)
+    assert envelope["termination"]["reason"] == "success" and envelope["termination"]["logged_by"] == "mother"
+    bad = run_cli("submit", str(_spec_file(tmp_path, "retries-exhausted")), "--wait", env=env)
+    assert bad.returncode == 1
+    assert "retries_exhausted at phase execute" in bad.stdout
+    assert "suggested action: escalate_model (can retry: True)" in bad.stdout
+
+
+def test_runs_status_cancel_and_errors(pipeline: Pipeline, tmp_path: Path) -> None:
+    """submit prints the id; cancel ends it user_cancelled; runs filters by reason; bad input is one line."""
+    env = {"MOTHER_REDIS_URL": pipeline.url, "COLUMNS": "250"}
+    submitted = run_cli("submit", str(_spec_file(tmp_path, "cancelled")), env=env)
+    run_id = submitted.stdout.strip()
+    assert submitted.returncode == 0 and run_id.startswith("cancelled-")
+    deadline = time.monotonic() + 20
+    while "running" not in run_cli("status", run_id, env=env).stdout and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert run_cli("cancel", run_id, "--actor", "ops", "--reason", "wrong task", env=env).returncode == 0
+    waited = run_cli("wait", run_id, "--json", env=env)
+    assert json.loads(waited.stdout)["termination"]["details"] == "Cancelled by ops: wrong task"
+    listed = run_cli("runs", "--reason", "user_cancelled", env=env)
+    assert run_id in listed.stdout and "user_cancelled" in listed.stdout
+    inspected = json.loads(run_cli("inspect", run_id, env=env).stdout)
+    assert inspected["termination"]["reason"] == "user_cancelled" and inspected["run"]["status"] == "terminated"
+    missing = run_cli("status", "no-such-run", env=env)
+    assert missing.returncode == 2 and missing.stderr.startswith("error[not_found]: no run 'no-such-run'")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("user_id: 'a b'\ntask: t\npipeline: []\n")
+    refused = run_cli("submit", str(bad), env=env)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "error[invalid_spec]: invalid RunSpec: user_id: must be 1-128 characters from A-Z a-z 0-9 _ . : -; "
+        "pipeline: List should have at least 1 item after validation, not 0")
+
+
+@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="no redis-cli on this machine (raw XADD is also tested via redis-py)")
+def test_redis_cli_xadd_submission(pipeline: Pipeline) -> None:
+    """The literal `redis-cli XADD mother:submissions '*' spec '<json>'` starts a run that succeeds."""
+    spec = json.dumps(example("three-phase"))
+    port = pipeline.url.rsplit(":", 1)[1].split("/")[0]
+    out = subprocess.run(["redis-cli", "-p", port, "XADD", "mother:submissions", "*", "spec", spec],
+                         capture_output=True, text=True, check=True)
+    assert "-" in out.stdout
+    assert pipeline.wait(json.loads(spec)["run_id"]).termination.reason == "success"
+
+
+def test_up_starts_everything_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
+    """`mother up` serves a run; SIGINT stops Redis, Mother and workers with no process left behind."""
+    port = free_port()
+    proc = subprocess.Popen([str(MOTHER_BIN), "up", "--port", str(port), "--dir", str(tmp_path / "redis"), "--workers", "1"],
+                            env={**{k: v for k, v in os.environ.items() if not k.startswith("MOTHER_")},
+                                 "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp_path / "ws")},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        result = None
+        for _ in range(3):
+            result = run_cli("submit", str(EXAMPLES / "three-phase.yaml"), "--wait", "--timeout", "40",
+                             env={"MOTHER_REDIS_URL": url})
+            if "cannot reach Redis" not in result.stderr:
+                break
+            time.sleep(1)
+        assert result is not None and result.returncode == 0, result.stderr
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out
+    assert "stopped." in out
+    leftover = subprocess.run(["pgrep", "-f", f"(--port {port}|{tmp_path})"], capture_output=True, text=True).stdout.split()
+    assert [pid for pid in leftover if int(pid) != os.getpid()] == []

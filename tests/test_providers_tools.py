@@ -1,0 +1,115 @@
+"""Model providers and the loop's file tools, against a real chat-completions HTTP server."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+
+from mother.config import ModelConfig
+from mother.errors import ProviderError, ScriptExhausted
+from schemas import ScriptedReply
+from tests.chat_server import ChatServer
+from tests.conftest import start_pipeline, stop_pipeline
+from workers.agent import run_loop
+from workers.providers import OpenAIProvider, ScriptedProvider
+from workers.tools import ToolBox
+
+
+def test_openai_provider_runs_the_tool_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the openai SDK: a tool call is executed, its result sent back, usage summed, final text kept."""
+    (tmp_path / "notes.txt").write_text("alpha")
+    replies = [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}}],
+         "usage": {"prompt_tokens": 100, "completion_tokens": 7}},
+        {"text": "The notes say alpha.", "usage": {"prompt_tokens": 130, "completion_tokens": 6}},
+    ]
+    monkeypatch.setenv("TEST_LLM_KEY", "sk-test")
+    with ChatServer(replies) as chat:
+        provider = OpenAIProvider("local", ModelConfig(provider="openai", base_url=chat.url, api_key_env="TEST_LLM_KEY",
+                                                       model="qwen-test", max_output_tokens=64))
+        outcome = run_loop(provider, ToolBox(tmp_path), [{"role": "user", "content": "read notes"}],
+                           max_calls=5, check_alive=lambda: None)
+    assert outcome.text == "The notes say alpha."
+    assert (outcome.usage.model_calls, outcome.usage.tool_calls) == (2, 1)
+    assert (outcome.usage.input_tokens, outcome.usage.output_tokens) == (230, 13)
+    assert outcome.evidence_count == 1
+    first, second = chat.requests
+    assert first["auth"] == "Bearer sk-test"
+    assert first["body"]["model"] == "qwen-test" and first["body"]["max_tokens"] == 64
+    assert {t["function"]["name"] for t in first["body"]["tools"]} == {"read_file", "list_dir", "write_file"}
+    tool_msg = second["body"]["messages"][-1]
+    assert tool_msg == {"role": "tool", "tool_call_id": "call_0", "content": "alpha"}
+
+
+def test_openai_provider_errors_are_one_line(tmp_path: Path) -> None:
+    """An HTTP error or a missing API key becomes a ProviderError naming the model."""
+    with ChatServer([]) as chat:
+        provider = OpenAIProvider("local", ModelConfig(provider="openai", base_url=chat.url))
+        with pytest.raises(ProviderError, match="^model local: InternalServerError"):
+            provider.complete([{"role": "user", "content": "hi"}], [])
+    with pytest.raises(ProviderError, match="environment variable NO_SUCH_KEY_VAR"):
+        OpenAIProvider("cloud", ModelConfig(provider="openai", base_url="http://127.0.0.1:1/v1", api_key_env="NO_SUCH_KEY_VAR"))
+
+
+def test_pipeline_run_on_an_openai_compatible_server(tmp_path: Path) -> None:
+    """A run whose model is served over HTTP (as Ollama/vLLM would) succeeds through Mother and a worker."""
+    replies = [
+        {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
+        {"text": "The workspace is empty.", "usage": {"prompt_tokens": 42, "completion_tokens": 9}},
+    ]
+    with ChatServer(replies) as chat:
+        models = {"scripted": {"provider": "scripted"}, "local-llm": {"provider": "openai", "base_url": chat.url}}
+        p = start_pipeline(tmp_path, workers=1, env={"MOTHER_MODELS": json.dumps(models)})
+        try:
+            from mother.client import MotherClient
+            from mother.config import load_settings
+
+            client = MotherClient(settings=load_settings(redis_url=p.url, models=models))
+            run_id = client.submit({"user_id": "u1", "task": "Describe the workspace", "run_id": f"http-{uuid.uuid4().hex[:6]}",
+                                    "pipeline": [{"name": "look", "role": "analyst", "model": "local-llm"}]})
+            envelope = client.wait(run_id, timeout=60)
+        finally:
+            stop_pipeline(p)
+    assert envelope.termination.reason == "success"
+    assert envelope.output == "The workspace is empty."
+    assert envelope.phases[0].usage.input_tokens == 52  # 10 default + 42
+    assert chat.requests[0]["body"]["messages"][1]["content"].startswith("# Task\nDescribe the workspace")
+
+
+def test_scripted_provider_follows_attempts_and_runs_out() -> None:
+    """Replies limited to other attempts are skipped; asking past the end is ScriptExhausted."""
+    replies = [ScriptedReply(fail="raise", attempts=[1]), ScriptedReply(text="second try")]
+    with pytest.raises(ProviderError, match="scripted failure"):
+        ScriptedProvider("coder", replies, attempt=1).complete([], [])
+    provider = ScriptedProvider("coder", replies, attempt=2)
+    assert provider.complete([], []).text == "second try"
+    with pytest.raises(ScriptExhausted, match="role 'coder'"):
+        provider.complete([], [])
+
+
+@pytest.mark.parametrize("path", ["../escape.txt", "/etc/passwd", "a/../../x", "link/inside.txt"])
+def test_tools_refuse_paths_outside_the_workspace(tmp_path: Path, path: str) -> None:
+    """read/write outside the run's workspace (.., absolute, via a symlink) is refused to the model."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "link").symlink_to(tmp_path)
+    box = ToolBox(workspace)
+    for name, args in (("read_file", {"path": path}), ("write_file", {"path": path, "content": "x"})):
+        result = box.run(name, args)
+        assert not result.ok and "outside the run's workspace" in result.output
+    assert not (tmp_path / "escape.txt").exists() and not (tmp_path / "x").exists()
+
+
+def test_tools_inside_the_workspace(tmp_path: Path) -> None:
+    """write_file, list_dir and read_file work inside; unknown tools and missing files are errors."""
+    box = ToolBox(tmp_path / "ws")
+    assert box.run("write_file", {"path": "d/a.txt", "content": "hi"}).output == "wrote 2 bytes to d/a.txt"
+    assert box.run("list_dir", {}).output == "d/"
+    assert box.run("read_file", {"path": "d/a.txt"}).output == "hi"
+    assert box.run("read_file", {"path": "nope"}).output == "error: no file 'nope' in the workspace"
+    assert box.run("rm_rf", {}).output.startswith("error: unknown tool 'rm_rf'")
+    assert orjson.loads(orjson.dumps(box.specs()))[0]["type"] == "function"
