@@ -1,0 +1,139 @@
+"""Benchmark: runs through Mother + K workers vs plain RQ running the same jobs on the same workers.
+
+    .venv/bin/python scripts/bench_pipeline.py [--runs N] [--workers K]
+
+One process starts an embedded Redis and K forking RQ workers, then measures, in
+one run on the same workers:
+
+  baseline  plain RQ: N chains of 3 no-op jobs (each job enqueues the next)
+  mother    N runs of a three-phase no-op scripted pipeline through Mother
+
+and prints runs/s, phase latency p50/p99 (enqueue → end for RQ; dispatch → accepted
+result for Mother), Mother's CPU time per phase (its own process), and the wall
+time Mother adds per phase over plain RQ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+from rq import Queue
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+
+from mother import keys
+from mother.client import MotherClient
+from mother.config import load_settings
+from mother.server import EmbeddedRedis
+from mother.stack import LocalStack
+from workers.noop import chain_job_id
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    import os
+
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait(what: str, deadline: float) -> None:
+    if time.monotonic() > deadline:
+        raise SystemExit(f"benchmark gave up: {what} did not finish in time (see the logs printed above)")
+
+
+def baseline(url: str, runs: int) -> tuple[float, list[float]]:
+    import redis
+
+    conn = redis.Redis.from_url(url)
+    queue = Queue("agents", connection=conn, serializer=JSONSerializer)
+    started = time.perf_counter()
+    for i in range(runs):
+        queue.enqueue_call("workers.noop.chain", args=(i, 0, 3), job_id=chain_job_id(i, 0), result_ttl=600)
+    ids = [chain_job_id(i, step) for i in range(runs) for step in range(3)]
+    deadline = time.monotonic() + 300
+    while True:
+        _wait("plain RQ", deadline)
+        jobs = Job.fetch_many(ids, connection=conn, serializer=JSONSerializer)
+        if all(j is not None and j.get_status() == JobStatus.FINISHED for j in jobs):
+            break
+        time.sleep(0.05)
+    elapsed = time.perf_counter() - started
+    latencies = [(j.ended_at - j.enqueued_at).total_seconds() * 1000 for j in jobs]
+    return elapsed, latencies
+
+
+def through_mother(client: MotherClient, runs: int) -> tuple[float, list[float]]:
+    spec = {"user_id": "bench", "task": "no-op", "pipeline": [
+        {"name": n, "role": "noop", "model": "scripted"} for n in ("plan", "execute", "review")],
+        "scripts": {"noop": [{"text": "ok"}]}}
+    started = time.perf_counter()
+    ids = [client.submit(spec) for _ in range(runs)]
+    pending = set(ids)
+    deadline = time.monotonic() + 300
+    while pending:
+        _wait(f"Mother ({len(pending)} runs left)", deadline)
+        pipe = client.redis.pipeline(transaction=False)
+        for run_id in pending:
+            pipe.exists(keys.termination_key(run_id))
+        done = {run_id for run_id, ok in zip(list(pending), pipe.execute()) if ok}
+        pending -= done
+        time.sleep(0.05)
+    elapsed = time.perf_counter() - started
+    latencies = []
+    for run_id in ids:
+        history = orjson.loads(client.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.history"))[0]
+        marks = [h for h in history if h["event"] in ("phase_started", "phase_completed")]
+        stamps = [_ms(h["at"]) for h in marks]
+        latencies += [b - a for a, b in zip(stamps, stamps[1:])]
+    return elapsed, latencies
+
+
+def _ms(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp() * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no") as server:
+        stack = LocalStack(server.url, workers=args.workers, mothers=0, log_dir=Path(tmp) / "logs",
+                           env={"MOTHER_LOG_LEVEL": "WARNING", "MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws")})
+        with stack:
+            time.sleep(2.0)  # workers up
+            print(f"plain RQ: {args.runs} chains of 3 no-op jobs on {args.workers} workers...", file=sys.stderr)
+            base_s, base_lat = baseline(server.url, args.runs)
+            mother = stack.spawn("mother-0", "run")
+            time.sleep(1.5)
+            client = MotherClient(settings=load_settings(redis_url=server.url))
+            cpu_before = cpu_seconds(mother.pid)
+            print(f"Mother: {args.runs} three-phase runs...", file=sys.stderr)
+            mom_s, mom_lat = through_mother(client, args.runs)
+            cpu_used = cpu_seconds(mother.pid) - cpu_before
+    phases = 3 * args.runs
+    print(f"runs={args.runs} phases={phases} workers={args.workers}")
+    print(f"{'':<10}{'runs/s':>10}{'phases/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
+    for name, secs, lat in (("plain RQ", base_s, base_lat), ("Mother", mom_s, mom_lat)):
+        print(f"{name:<10}{args.runs / secs:>10.1f}{phases / secs:>10.1f}{statistics.median(lat):>10.1f}{pct(lat, 0.99):>10.1f}")
+    print(f"Mother CPU per phase (its own process): {cpu_used / phases * 1000:.2f} ms")
+    print(f"wall time added per phase over plain RQ: {(mom_s - base_s) / phases * 1000:.2f} ms "
+          f"(ratio Mother/RQ wall time {mom_s / base_s:.2f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
