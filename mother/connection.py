@@ -71,7 +71,8 @@ def server_info(client: redis.Redis, url: str) -> ServerInfo:
             modules[_text(item.get("name"))] = _format_version(item.get("ver"))
     except redis.ResponseError:
         pass  # MODULE LIST may be denied by an ACL; COMMAND INFO below still tells us what we need
-    present = [not isinstance(reply, redis.ResponseError) for reply in found]
+    # Only "unknown command" means a module is absent; NOPERM (an ACL) means it is there.
+    present = [not (isinstance(reply, redis.ResponseError) and "unknown command" in str(reply).lower()) for reply in found]
     name = "valkey" if "valkey_version" in info else "redis"
     version = str(info.get("valkey_version") or info.get("redis_version", "unknown"))
     return ServerInfo(

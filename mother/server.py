@@ -190,9 +190,13 @@ class EmbeddedRedis:
                     stderr = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
                     self._proc = None
                     raise self._classify_failure(_tail(log, offset) + stderr)
-                with contextlib.suppress(redis.ConnectionError, redis.TimeoutError, OSError):
+                try:
                     if client.ping():
                         return
+                except (redis.AuthenticationError, redis.AuthenticationWrongNumberOfArgsError, redis.ResponseError):
+                    return  # it answered: it is up, it just wants credentials (an ACL file)
+                except (redis.ConnectionError, redis.TimeoutError, OSError):
+                    pass
                 time.sleep(0.05)
         finally:
             client.close()
