@@ -8,7 +8,8 @@ Every end goes through :func:`end_run`, which calls the single termination write
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import orjson
 
@@ -44,38 +45,35 @@ def phase_timeout_seconds(rt: Runtime, spec: RunSpec, index: int) -> float:
 
 def transition(
     rt: Runtime,
-    state: RunState,
+    run_id: str,
+    spec: RunSpec,
     *,
-    to_index: int,
-    to_attempt: int,
+    frm: tuple[int, int],
+    to: tuple[int, int],
     event: str,
     detail: str = "",
     result: PhaseResult | None = None,
+    start: bool = False,
 ) -> bool:
-    """Move the run to (to_index, to_attempt) if it is still at the state's attempt.
+    """Move the run from attempt ``frm`` to ``to`` (phase_index, attempt) if ``frm`` is still current.
 
-    The history entry names the phase the event is about: the finished one for
-    ``phase_completed``, the one being (re)started otherwise.
+    The check is server-side (``mh_transition``), so the caller needs no fresh read of
+    the run. The history entry names the phase the event is about: the finished one
+    for ``phase_completed``, the one being (re)started otherwise. ``start`` also sets
+    the run's deadline.
     """
-    spec = state.spec
-    phase = spec.pipeline[to_index].name
+    phase = spec.pipeline[to[0]].name
     at = rt.clock.now_iso()
-    about, attempt = (result.phase, result.attempt) if result is not None else (phase, to_attempt)
+    about, attempt = (result.phase, result.attempt) if result is not None else (phase, to[1])
     entry = HistoryEntry(at=at, event=event, phase=about, attempt=attempt, detail=detail[:4000])
-    first = state.status == "queued"
     applied = call(
         rt.redis,
         "mh_transition",
-        [keys.run_key(state.run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES],
+        [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES],
         [
-            state.run_id,
-            state.phase_index,
-            state.attempt,
-            to_index,
-            to_attempt,
-            phase,
-            int(phase_timeout_seconds(rt, spec, to_index) * 1000),
-            int(run_duration_seconds(rt, spec) * 1000) if first else 0,
+            run_id, frm[0], frm[1], to[0], to[1], phase,
+            int(phase_timeout_seconds(rt, spec, to[0]) * 1000),
+            int(run_duration_seconds(rt, spec) * 1000) if start else 0,
             at,
             entry.to_json(),
             result.to_json() if result is not None else "",
@@ -89,8 +87,13 @@ def _json_list(items: Iterable[str]) -> str:
     return orjson.dumps(list(items)).decode()
 
 
-def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int) -> str:
-    """Enqueue one RQ job for the phase attempt; the payload carries ids only."""
+def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
+             activity: Sequence[tuple[str, dict[str, Any]]] = ()) -> str:
+    """Enqueue one RQ job for the phase attempt; the payload carries ids only.
+
+    ``activity`` entries (type, fields) go out in the same round trip, after the job
+    (RQ may WATCH inside its pipeline, which must come before any queued command).
+    """
     job_id = keys.phase_job_id(run_id, index, attempt)
     timeout = int(phase_timeout_seconds(rt, spec, index)) + rt.settings.worker.job_timeout_margin_seconds
     pipe = rt.rq_redis.pipeline()
@@ -104,6 +107,8 @@ def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int) 
         description=f"{run_id} phase {spec.pipeline[index].name} attempt {attempt}",
         pipeline=pipe,
     )
+    for event_type, fields in activity:
+        rt.emit(pipe, event_type, **fields)
     rt.emit(pipe, "phase_dispatched", run_id=run_id, phase=spec.pipeline[index].name, attempt=attempt, job_id=job_id)
     pipe.execute()
     return job_id
@@ -113,38 +118,45 @@ def start_run(rt: Runtime, state: RunState) -> bool:
     """Dispatch the first phase of a queued run (no-op if it already started)."""
     if state.status != "queued":
         return False
-    if not transition(rt, state, to_index=0, to_attempt=1, event="phase_started"):
+    if not transition(rt, state.run_id, state.spec, frm=(0, 0), to=(0, 1), event="phase_started", start=True):
         return False
     dispatch(rt, state.run_id, state.spec, 0, 1)
     return True
 
 
 def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
-    """Accept a worker's PhaseResult if it is for the current attempt; advance or retry."""
-    state = rt.load_run(result.run_id)
-    if state is None or not _is_current(state, result.phase_index, result.attempt):
-        log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
+    """Accept a worker's PhaseResult if it is for the current attempt; advance or retry.
+
+    The hot path makes two round trips: the fenced transition, then one pipeline
+    with the next job and the activity entries. The spec comes from Mother's cache.
+    """
+    spec = rt.spec(result.run_id)
+    if spec is None:
         return
     if result.status == "failed":
-        on_phase_failure(rt, state, result.error or "phase failed", result=result)
+        state = rt.load_run(result.run_id)
+        if state is not None and _is_current(state, result.phase_index, result.attempt):
+            on_phase_failure(rt, state, result.error or "phase failed", result=result)
         return
-    pipe = rt.redis.pipeline(transaction=False)
-    rt.emit(pipe, "phase_completed", run_id=state.run_id, phase=result.phase, attempt=result.attempt,
-            confidence=result.confidence, artifacts=result.artifacts)
-    pipe.execute()
-    last = result.phase_index + 1 >= len(state.spec.pipeline)
-    nxt = result.phase_index if last else result.phase_index + 1
-    nxt_attempt = result.attempt if last else 1
-    if not transition(rt, state, to_index=nxt, to_attempt=nxt_attempt, event="phase_completed",
-                      detail=f"confidence {result.confidence:.2f}", result=result):
+    last = result.phase_index + 1 >= len(spec.pipeline)
+    to = (result.phase_index, result.attempt) if last else (result.phase_index + 1, 1)
+    if not transition(rt, result.run_id, spec, frm=(result.phase_index, result.attempt), to=to,
+                      event="phase_completed", detail=f"confidence {result.confidence:.2f}", result=result):
+        log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
         return
-    if last:
-        done = rt.load_run(state.run_id) or state
-        end_run(rt, done, "success", f"All {len(state.spec.pipeline)} phases completed", phase=result.phase,
-                contributing_factors=[f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, {r.evidence_count} evidence"
-                                      for r in done.results])
+    completed = ("phase_completed", {"run_id": result.run_id, "phase": result.phase, "attempt": result.attempt,
+                                     "confidence": result.confidence, "artifacts": result.artifacts})
+    if not last:
+        dispatch(rt, result.run_id, spec, to[0], 1, activity=[completed])
         return
-    dispatch(rt, state.run_id, state.spec, nxt, 1)
+    rt.emit(rt.redis, completed[0], **completed[1])
+    done = rt.load_run(result.run_id)
+    if done is None:
+        return
+    n = len(spec.pipeline)
+    end_run(rt, done, "success", f"All {n} phase{'s' if n != 1 else ''} completed", phase=result.phase,
+            contributing_factors=[f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, "
+                                  f"{r.evidence_count} evidence" for r in done.results])
 
 
 def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseResult | None = None) -> None:
@@ -155,8 +167,8 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
     pipe.execute()
     failures = _failures(state) + [f"attempt {state.attempt}: {error[:300]}"]
     if state.attempt <= phase.max_retries:
-        if transition(rt, state, to_index=state.phase_index, to_attempt=state.attempt + 1,
-                      event="phase_retried", detail=error):
+        if transition(rt, state.run_id, state.spec, frm=(state.phase_index, state.attempt),
+                      to=(state.phase_index, state.attempt + 1), event="phase_retried", detail=error):
             pipe = rt.redis.pipeline(transaction=False)
             rt.emit(pipe, "phase_retried", run_id=state.run_id, phase=phase.name, attempt=state.attempt + 1)
             pipe.execute()

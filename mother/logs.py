@@ -53,8 +53,11 @@ def configure_logging(
 
 
 def get_logger(name: str | None = None, **bound: object) -> structlog.typing.FilteringBoundLogger:
-    """A logger with ``bound`` context (``component=name`` when a name is given)."""
-    logger = structlog.get_logger()
+    """A logger with ``bound`` context (``component=name`` when a name is given).
+
+    It stays a lazy proxy until first used, so module-level loggers pick up the
+    configuration made later by :func:`configure_logging`.
+    """
     if name:
         bound = {"component": name, **bound}
-    return logger.bind(**bound) if bound else logger
+    return structlog.get_logger(**bound)

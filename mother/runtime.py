@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -16,11 +17,12 @@ from mother.clock import ServerClock
 from mother.config import Settings
 from mother.connection import connect
 from mother.functions import ensure_loaded
-from schemas import ActivityEvent, RunState
+from schemas import ActivityEvent, RunSpec, RunState
 
 __all__ = ["AGENTS_QUEUE", "Runtime"]
 
 AGENTS_QUEUE = "agents"
+SPEC_CACHE_SIZE = 10_000
 
 
 @dataclass
@@ -30,6 +32,7 @@ class Runtime:
     settings: Settings
     redis: redis.Redis
     clock: ServerClock = field(init=False)
+    _specs: OrderedDict[str, RunSpec] = field(default_factory=OrderedDict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         ensure_loaded(self.redis)
@@ -56,4 +59,27 @@ class Runtime:
 
     def load_run(self, run_id: str) -> RunState | None:
         raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
-        return RunState.model_validate(orjson.loads(raw)) if raw else None
+        if not raw:
+            return None
+        state = RunState.model_validate(orjson.loads(raw))
+        self._remember(run_id, state.spec)
+        return state
+
+    def spec(self, run_id: str) -> RunSpec | None:
+        """A run's spec (immutable once submitted), from a small LRU cache or ``$.spec``."""
+        cached = self._specs.get(run_id)
+        if cached is not None:
+            self._specs.move_to_end(run_id)
+            return cached
+        raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.spec")
+        if not raw:
+            return None
+        spec = RunSpec.model_validate(orjson.loads(raw)[0])
+        self._remember(run_id, spec)
+        return spec
+
+    def _remember(self, run_id: str, spec: RunSpec) -> None:
+        self._specs[run_id] = spec
+        self._specs.move_to_end(run_id)
+        while len(self._specs) > SPEC_CACHE_SIZE:
+            self._specs.popitem(last=False)

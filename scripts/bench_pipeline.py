@@ -69,7 +69,9 @@ def baseline(url: str, runs: int) -> tuple[float, list[float]]:
             break
         time.sleep(0.05)
     elapsed = time.perf_counter() - started
-    latencies = [(j.ended_at - j.enqueued_at).total_seconds() * 1000 for j in jobs]
+    time.sleep(0.5)  # RQ may mark a job finished a moment before it stores ended_at
+    jobs = Job.fetch_many(ids, connection=conn, serializer=JSONSerializer)
+    latencies = [(j.ended_at - j.enqueued_at).total_seconds() * 1000 for j in jobs if j.ended_at and j.enqueued_at]
     return elapsed, latencies
 
 
