@@ -34,11 +34,16 @@ def run_loop(
     max_calls: int,
     check_alive: Callable[[], None],
 ) -> LoopOutcome:
-    """Run until the model answers with text; ``check_alive`` raises to stop between actions."""
+    """Run until the model answers with text; ``check_alive`` raises to stop between actions.
+
+    It is called before every model call but the first (the caller has just checked)
+    and before every tool call.
+    """
     usage = Usage()
     evidence = 0
-    for _ in range(max_calls):
-        check_alive()
+    for call_number in range(max_calls):
+        if call_number:  # the caller checked before the first call
+            check_alive()
         reply = provider.complete(messages, toolbox.specs())
         usage.model_calls += 1
         usage.input_tokens += reply.input_tokens

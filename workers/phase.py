@@ -74,7 +74,7 @@ def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
 def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     rt = runtime()
     state = rt.load_run(run_id)
-    if state is None or not _current(rt, run_id, phase_index, attempt):
+    if state is None or (state.status, state.phase_index, state.attempt) != ("running", phase_index, attempt):
         return {"status": "stale"}
     member = keys.heartbeat_member(run_id, phase_index, attempt)
     heartbeat = Heartbeat(rt, member)
