@@ -19,6 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from mother import keys
+from mother.budget import rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect
 from mother.errors import InvalidSpec, NotFound, WaitTimeout
@@ -95,7 +96,8 @@ class MotherClient:
         assert parsed.run_id is not None
         if self.redis.exists(keys.run_key(parsed.run_id)):
             raise InvalidSpec(f"run_id {parsed.run_id!r} is already used; pick another or omit run_id")
-        self.redis.xadd(keys.SUBMISSIONS_STREAM, {"spec": payload})
+        rate_check(self.redis, self.settings, parsed.user_id)
+        submit_with_backpressure(self.redis, self.settings, payload)
         return parsed.run_id
 
     # -- read ------------------------------------------------------------
@@ -156,7 +158,8 @@ class MotherClient:
     # -- act -------------------------------------------------------------
     def cancel(self, run_id: str, actor: str = "user", reason: str = "cancelled by user") -> None:
         """Ask Mother to end the run ``user_cancelled`` (a no-op if it already ended)."""
-        self.status(run_id)  # NotFound for an unknown id
+        state = self.status(run_id)  # NotFound for an unknown id
+        rate_check(self.redis, self.settings, state.user_id)
         self.send_event(EVENT_CANCEL, {"run_id": run_id, "actor": actor, "reason": reason[:1000]})
 
     def send_event(self, event_type: str, payload: dict[str, Any]) -> str:

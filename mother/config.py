@@ -15,6 +15,7 @@ names no setting, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import os
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +31,7 @@ from pydantic_settings import (
 from mother.errors import ConfigError
 
 __all__ = [
+    "BudgetSettings",
     "ModelConfig",
     "RunDefaults",
     "ServerSettings",
@@ -46,7 +48,7 @@ DEFAULT_CONFIG_FILE = "mother.yaml"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
 
 class ServerSettings(_Section):
@@ -85,6 +87,71 @@ class WorkerSettings(_Section):
     max_tool_output_chars: int = Field(100_000, ge=100)
 
 
+class ProfileLimits(_Section):
+    """A budget profile (seed 002): the dimensions it sets and its soft-warning ratio."""
+
+    wall_clock_seconds: int = Field(gt=0)
+    tool_calls: int = Field(gt=0)
+    token_estimate: int = Field(gt=0)
+    warning_ratio: float = Field(gt=0, le=1)
+
+
+class PerRunBudget(_Section):
+    """The spec's DefaultBudget.per_run, plus what a run also needs (turns, spend, spawns)."""
+
+    max_cloud_calls: int = Field(50, ge=0)
+    max_total_tokens: int = Field(500_000, ge=0, description="replaced by the profile's token_estimate")
+    max_duration_sec: int = Field(1_800, ge=0, description="replaced by the profile's wall_clock_seconds")
+    max_tool_calls: int = Field(100, ge=0, description="replaced by the profile's tool_calls")
+    max_retrieval_queries: int = Field(20, ge=0)
+    max_parallel_agents: int = Field(5, ge=0)
+    max_model_calls: int = Field(200, ge=0, description="turns: model calls in the whole run")
+    max_spend_usd: Decimal = Field(Decimal("5"), ge=0, le=1_000_000)
+    max_spawns: int = Field(10, ge=0)
+
+
+class PerUserDailyBudget(_Section):
+    max_runs: int = Field(50, ge=0)
+    max_cloud_calls: int = Field(200, ge=0)
+    max_total_tokens: int = Field(2_000_000, ge=0)
+    warning_ratio: float = Field(0.8, gt=0, le=1)
+    keep_days: int = Field(3, ge=1, le=366, description="a daily document expires this long after its day")
+
+
+class GlobalBudget(_Section):
+    max_concurrent_runs: int = Field(10, ge=1)
+    max_queue_depth: int = Field(100, ge=1)
+    max_redis_memory_mb: int = Field(16_000, ge=1)
+    max_docling_jobs: int = Field(5, ge=0)
+    warning_ratio: float = Field(0.8, gt=0, le=1)
+
+
+class RateLimit(_Section):
+    """Seed 004 US3: messages per user in a sliding window (server time)."""
+
+    messages: int = Field(100, ge=1)
+    window_seconds: int = Field(3600, ge=1)
+
+
+def _profiles() -> dict[str, ProfileLimits]:
+    return {
+        "conservative": ProfileLimits(wall_clock_seconds=900, tool_calls=80, token_estimate=80_000, warning_ratio=0.75),
+        "balanced": ProfileLimits(wall_clock_seconds=1800, tool_calls=180, token_estimate=180_000, warning_ratio=0.80),
+        "extended": ProfileLimits(wall_clock_seconds=3600, tool_calls=360, token_estimate=360_000, warning_ratio=0.85),
+    }
+
+
+class BudgetSettings(_Section):
+    """Resource budget guards (seed 003 §5, seed 002 profiles, seed 004 rate limit)."""
+
+    profiles: dict[str, ProfileLimits] = Field(default_factory=_profiles)
+    per_run: PerRunBudget = Field(default_factory=PerRunBudget)
+    per_user_daily: PerUserDailyBudget = Field(default_factory=PerUserDailyBudget)
+    global_: GlobalBudget = Field(default_factory=GlobalBudget, alias="global")
+    rate_limit: RateLimit = Field(default_factory=RateLimit)
+    max_override_factor: float = Field(2.0, description="an override never takes a limit past this x the profile default")
+
+
 class RunDefaults(_Section):
     """Defaults for runs whose spec does not say."""
 
@@ -100,6 +167,9 @@ class ModelConfig(_Section):
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
     model: str | None = Field(None, description="model name sent to the provider (default: the catalogue name)")
     max_output_tokens: int = Field(1024, ge=1, le=1_000_000)
+    cloud: bool = Field(False, description="calls count as cloud_calls")
+    input_price_per_1k_usd: Decimal = Field(Decimal(0), ge=0, le=1000)
+    output_price_per_1k_usd: Decimal = Field(Decimal(0), ge=0, le=1000)
     request_timeout_seconds: float = Field(120.0, gt=0)
 
 
@@ -135,6 +205,7 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     runs: RunDefaults = Field(default_factory=RunDefaults)
     models: dict[str, ModelConfig] = Field(default_factory=_default_models)
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -13,6 +13,11 @@ prints ``error[code]: message`` and never a traceback for these.
     │   └── ScriptExhausted          script_exhausted
     ├── ToolError                    tool_error
     ├── PhaseStale                   phase_stale
+    ├── BudgetExhausted              budget_exhausted   (limit_code, current, max)
+    │   └── BudgetStopped            budget_stopped     (an emergency stop is in force)
+    ├── RateLimited                  rate_limited       (status 429, retry_after seconds)
+    ├── QueueFull                    queue_full         (depth, max)
+    ├── OverrideRefused              override_refused
     ├── RedisUnavailable             redis_unavailable
     │   └── MissingJSONModule        redis_no_json
     └── ServerError                  server_error
@@ -30,7 +35,12 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "BudgetExhausted",
+    "BudgetStopped",
     "ConfigError",
+    "OverrideRefused",
+    "QueueFull",
+    "RateLimited",
     "PhaseStale",
     "ProviderError",
     "ScriptExhausted",
@@ -107,6 +117,43 @@ class PhaseStale(MotherError):
     """The phase attempt a worker runs is no longer current (run ended or re-dispatched)."""
 
     code = "phase_stale"
+
+
+class BudgetExhausted(MotherError):
+    """An action was refused because a budget dimension is at its hard limit."""
+
+    code = "budget_exhausted"
+
+    @property
+    def limit_code(self) -> str:
+        return str(self.data.get("limit_code", ""))
+
+
+class BudgetStopped(BudgetExhausted):
+    """The run is emergency-stopped: mutating actions are refused until a reset."""
+
+    code = "budget_stopped"
+
+
+class RateLimited(MotherError):
+    """Too many messages from one user in the window (HTTP-style 429)."""
+
+    code = "rate_limited"
+    status = 429
+
+    @property
+    def retry_after(self) -> float:
+        return float(self.data["retry_after"])
+
+
+class QueueFull(MotherError):
+    """The submission queue is at its maximum depth; nothing was enqueued."""
+
+    code = "queue_full"
+
+
+class OverrideRefused(MotherError):
+    code = "override_refused"
 
 
 class RedisUnavailable(MotherError):

@@ -17,12 +17,16 @@ from mother import keys
 
 __all__ = ["call", "ensure_loaded", "load_functions", "server_now_ms"]
 
-_SOURCE = resources.files("mother").joinpath("lua/mother.lua").read_text(encoding="utf-8")
+LIBRARIES = {
+    name: resources.files("mother").joinpath(f"lua/{file}").read_text(encoding="utf-8")
+    for name, file in ((keys.FUNCTIONS_LIBRARY, "mother.lua"), (keys.BUDGET_LIBRARY, "budget.lua"))
+}
 
 
 def load_functions(client: redis.Redis) -> None:
-    """Install (or replace) the library on the server."""
-    client.execute_command("FUNCTION", "LOAD", "REPLACE", _SOURCE)
+    """Install (or replace) the libraries on the server."""
+    for source in LIBRARIES.values():
+        client.execute_command("FUNCTION", "LOAD", "REPLACE", source)
 
 
 def call(client: redis.Redis | redis.client.Pipeline, name: str, keys_: list[str], args: list[Any]) -> Any:
@@ -46,13 +50,13 @@ def server_now_ms(client: redis.Redis) -> int:
 
 
 def ensure_loaded(client: redis.Redis) -> None:
-    """Load the library unless a library of that name with these functions is present."""
-    listed = client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", keys.FUNCTIONS_LIBRARY, "WITHCODE")
-    for lib in listed or []:
-        entry = lib if isinstance(lib, dict) else dict(zip(lib[::2], lib[1::2]))
-        code = entry.get("library_code") or entry.get(b"library_code")
-        if isinstance(code, bytes):
-            code = code.decode()
-        if code == _SOURCE:
-            return
-    load_functions(client)
+    """Load each library unless the server already has exactly this code."""
+    for name, source in LIBRARIES.items():
+        listed = client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", name, "WITHCODE")
+        codes = []
+        for lib in listed or []:
+            entry = lib if isinstance(lib, dict) else dict(zip(lib[::2], lib[1::2]))
+            code = entry.get("library_code") or entry.get(b"library_code")
+            codes.append(code.decode() if isinstance(code, bytes) else code)
+        if source not in codes:
+            client.execute_command("FUNCTION", "LOAD", "REPLACE", source)

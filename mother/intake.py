@@ -15,7 +15,8 @@ import orjson
 from mother import keys
 from mother.client import parse_spec
 from mother.errors import InvalidSpec
-from mother.lifecycle import start_run
+from mother.budget import admit, open_run_budget
+from mother.lifecycle import end_run, start_run
 from mother.logs import get_logger
 from mother.runtime import Runtime
 from schemas import MAX_SPEC_BYTES, HistoryEntry, RunSpec, RunState
@@ -44,7 +45,14 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
     run_id = spec.run_id or f"run-{entry_id}"
     spec = spec.model_copy(update={"run_id": run_id})
     state = _create(rt, entry_id, spec, fields)
-    if state is not None:
+    if state is not None and state.status == "queued":
+        open_run_budget(rt.redis, rt.settings, spec, rt.clock.now_ms())
+        admission = admit(rt.redis, rt.settings, run_id, spec.user_id, rt.clock.now_iso()[:10],
+                          rt.settings.service.activity_maxlen)
+        if not admission.ok:
+            end_run(rt, state, "budget_exhausted", admission.details, phase="intake",
+                    contributing_factors=admission.factors)
+            return state
         start_run(rt, state)
     return state
 
@@ -72,6 +80,8 @@ def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any]) -
         state = existing  # a re-delivery of the entry that created it
     score = rt.clock.now_ms()
     pipe = rt.redis.pipeline(transaction=False)
+    if created and fields.get("counted"):
+        pipe.execute_command("JSON.NUMINCRBY", keys.GLOBAL_BUDGET, "$.queue_depth", -1)
     pipe.zadd(keys.RUNS_INDEX, {spec.run_id: score}, nx=True)
     pipe.zadd(keys.user_runs_key(spec.user_id), {spec.run_id: score}, nx=True)
     if created:

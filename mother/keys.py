@@ -19,6 +19,7 @@ from mother.errors import InvalidSpec
 __all__ = [
     "ACTIVITY_STREAM",
     "DEAD_LETTER_STREAM",
+    "BUDGET_LIBRARY",
     "FUNCTIONS_LIBRARY",
     "HEARTBEATS",
     "LEADER_LEASE",
@@ -49,6 +50,7 @@ __all__ = [
     "heartbeat_member",
     "parse_heartbeat_member",
     "phase_job_id",
+    "rate_limit_key",
     "rejection_key",
     "result_key",
     "run_budget_key",
@@ -80,7 +82,8 @@ PHASE_DEADLINES = "mother:deadlines:phase"  # zset: run_id scored by its current
 HEARTBEATS = "mother:heartbeats"  # zset: phase job id scored by its last heartbeat (server ms)
 RUNS_INDEX = "runs:all"  # zset: run_id scored by creation time (ms)
 REJECTIONS_INDEX = "rejections"  # zset: submission entry id scored by rejection time
-FUNCTIONS_LIBRARY = "mother"  # name of the Redis Functions library (not a key)
+FUNCTIONS_LIBRARY = "mother"  # names of the Redis Functions libraries (not keys)
+BUDGET_LIBRARY = "mother_budget"
 PROBE_KEY = "mother:probe"  # never written: JSON.TYPE of it tells whether RedisJSON is loaded
 
 
@@ -164,6 +167,11 @@ def user_daily_budget_key(user_id: str, day: _dt.date | str) -> str:
 
 def global_budget_key() -> str:
     return GLOBAL_BUDGET
+
+
+def rate_limit_key(user_id: str) -> str:
+    """zset: the user's messages in the rate-limit window, scored by server ms."""
+    return f"ratelimit:user:{check_id(user_id, 'user_id')}"
 
 
 # Tool registry

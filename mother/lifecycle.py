@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from mother import keys
+from mother.budget import budget_doc
 from mother.functions import call
 from mother.logs import get_logger
 from mother.runtime import Runtime
@@ -160,8 +161,14 @@ def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
 
 
 def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseResult | None = None) -> None:
-    """Retry the current phase while it has retries left; then end ``retries_exhausted``."""
+    """Retry the current phase while it has retries left; then end ``retries_exhausted``.
+
+    A refusal by the budget guard is not retried: the run ends ``budget_exhausted``.
+    """
     phase = state.spec.pipeline[state.phase_index]
+    if result is not None and result.error_code == "budget_exhausted":
+        end_for_budget(rt, state, error)
+        return
     pipe = rt.redis.pipeline(transaction=False)
     rt.emit(pipe, "phase_failed", run_id=state.run_id, phase=phase.name, attempt=state.attempt, error=error[:1000])
     pipe.execute()
@@ -223,3 +230,33 @@ def _cancel_queued_job(rt: Runtime, state: RunState) -> None:
         return
     job_id = keys.phase_job_id(state.run_id, state.phase_index, state.attempt)
     rt.agents_queue.remove(job_id)
+
+
+def end_for_budget(rt: Runtime, state: RunState, error: str) -> TerminationRecord:
+    """End the run ``budget_exhausted``: the first crossed limit is primary, every crossing a factor.
+
+    Also stores the spec's BudgetExhausted record in ``budget:run:{run_id}`` at ``$.exhausted``.
+    """
+    doc = budget_doc(rt.redis, keys.run_budget_key(state.run_id)) or {}
+    crossed = doc.get("limits_exceeded") or []
+    factors = [f"{c['code']} ({c['current']}/{c['max']})" for c in crossed]
+    if crossed:
+        first = crossed[0]
+        details = f"Limit exceeded: {first['code']} ({first['current']}/{first['max']})"
+    else:
+        first, details = {"code": "budget_stopped", "current": 0, "max": 0}, error
+    if doc:
+        exhausted = {"run_id": state.run_id, "resource": RESOURCES.get(first["code"], first["code"]),
+                     "limit": first["max"], "consumed": first["current"], "timestamp": rt.clock.now_iso(),
+                     "termination_reason": "budget_exhausted", "termination_details": details}
+        rt.redis.execute_command("JSON.SET", keys.run_budget_key(state.run_id), "$.exhausted", orjson.dumps(exhausted))
+    return end_run(rt, state, "budget_exhausted", details, contributing_factors=factors or [error[:500]])
+
+
+# The spec's BudgetExhausted.resource names, per limit code.
+RESOURCES = {
+    "budget_cloud_call_exceeded": "cloud_calls", "budget_token_estimate_exceeded": "tokens",
+    "budget_wall_clock_exceeded": "duration", "budget_tool_call_exceeded": "tools",
+    "budget_retrieval_query_exceeded": "retrieval", "budget_parallel_agent_exceeded": "parallel",
+    "budget_user_daily_runs_exceeded": "queue",
+}

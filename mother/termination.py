@@ -109,6 +109,7 @@ def terminate(
             keys.result_key(record.run_id),
             keys.PHASE_DEADLINES,
             keys.RUN_DEADLINES,
+            keys.run_budget_key(record.run_id),
         ],
         [
             record.to_json(),

@@ -16,11 +16,13 @@ Runs every ``service.watchdog_interval_seconds`` on the leader:
 
 from __future__ import annotations
 
+import orjson
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from mother import keys
+from mother.budget import budget_doc
 from mother.functions import call
 from mother.lifecycle import dispatch, end_run, on_phase_failure, phase_timeout_seconds, run_duration_seconds
 from mother.logs import get_logger
@@ -46,6 +48,7 @@ class Watchdog:
         self.check_rq()
         if self.ticks % self.reconcile_every == 1:
             self.reconcile()
+            self.refresh_gauges()
 
     # -- deadlines ---------------------------------------------------------
     def check_deadlines(self) -> None:
@@ -59,6 +62,13 @@ class Watchdog:
         if state is None or state.status == "terminated":
             self.rt.redis.zrem(keys.RUN_DEADLINES, run_id)
             self.rt.redis.zrem(keys.PHASE_DEADLINES, run_id)
+            return
+        budget = budget_doc(self.rt.redis, keys.run_budget_key(run_id)) or {}
+        if budget.get("status") == "budget_stopped":
+            stop = budget.get("stop") or {}
+            end_run(self.rt, state, "budget_exhausted",
+                    f"Run still emergency-stopped at its {what} deadline (stopped by {stop.get('actor')}: {stop.get('reason')})",
+                    contributing_factors=[f"budget_stopped at {stop.get('at')}", f"{what} deadline passed"])
             return
         if what == "run":
             limit = run_duration_seconds(self.rt, state.spec)
@@ -101,6 +111,27 @@ class Watchdog:
             return
         log.warning("phase_attempt_lost", run_id=run_id, phase_index=index, attempt=attempt, error=error)
         on_phase_failure(self.rt, state, error)
+
+    # -- gauges --------------------------------------------------------------
+    def refresh_gauges(self) -> None:
+        """budget:global from the truth: concurrent runs (live run deadlines), queue depth
+        (submissions not yet handled: pending + lag of the group), Redis memory (INFO)."""
+        r = self.rt.redis
+        group = self.rt.settings.service.consumer_group
+        depth = 0
+        for info in r.xinfo_groups(keys.SUBMISSIONS_STREAM):
+            if info["name"] == group:
+                depth = int(info.get("pending") or 0) + int(info.get("lag") or 0)
+        memory_mb = int(r.info("memory")["used_memory"]) // (1024 * 1024)
+        concurrent = r.zcard(keys.RUN_DEADLINES)
+        if not r.exists(keys.GLOBAL_BUDGET):
+            r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$", orjson.dumps(
+                {"concurrent_runs": 0, "queue_depth": 0, "redis_memory_mb": 0, "docling_jobs": 0}), "NX")
+        pipe = r.pipeline(transaction=True)
+        pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.concurrent_runs", concurrent)
+        pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.queue_depth", depth)
+        pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.redis_memory_mb", memory_mb)
+        pipe.execute()
 
     # -- reconcile -----------------------------------------------------------
     def reconcile(self) -> None:

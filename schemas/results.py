@@ -38,6 +38,7 @@ class PhaseResult(Record):
     artifacts: list[Id] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     error: ShortText | None = None
+    error_code: str | None = Field(None, max_length=64, description="e.g. budget_exhausted: the run ends, no retry")
     worker: str | None = None
     finished_at: Timestamp
     manifest: dict[str, JsonValue] = Field(default_factory=dict)

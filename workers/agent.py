@@ -10,7 +10,8 @@ import orjson
 
 from mother.errors import ProviderError
 from schemas import Usage
-from workers.providers import Provider
+from workers.metering import Meter
+from workers.providers import ModelReply, Provider
 from workers.tools import ToolBox
 
 __all__ = ["LoopOutcome", "run_loop"]
@@ -33,6 +34,7 @@ def run_loop(
     *,
     max_calls: int,
     check_alive: Callable[[], None],
+    meter: Meter | None = None,
 ) -> LoopOutcome:
     """Run until the model answers with text; ``check_alive`` raises to stop between actions.
 
@@ -44,7 +46,7 @@ def run_loop(
     for call_number in range(max_calls):
         if call_number:  # the caller checked before the first call
             check_alive()
-        reply = provider.complete(messages, toolbox.specs())
+        reply = _model_call(provider, toolbox, messages, meter)
         usage.model_calls += 1
         usage.input_tokens += reply.input_tokens
         usage.output_tokens += reply.output_tokens
@@ -67,9 +69,25 @@ def run_loop(
         })
         for call in reply.tool_calls:
             check_alive()
+            if meter is not None:
+                tool = toolbox.tools.get(call.name)
+                meter.tool(read_only=tool.read_only if tool is not None else True)
             result = toolbox.run(call.name, call.arguments)
             usage.tool_calls += 1
             if result.ok and toolbox.tools[call.name].read_only:
                 evidence += 1
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result.output})
     raise ProviderError(f"the model made {max_calls} calls without a final text reply (worker.max_model_calls_per_phase)")
+
+
+def _model_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str, Any]], meter: Meter | None) -> ModelReply:
+    """One model call inside a reservation; what it used is settled even if it failed."""
+    if meter is None:
+        return provider.complete(messages, toolbox.specs())
+    op = meter.reserve(messages, toolbox.specs())
+    reply = None
+    try:
+        reply = provider.complete(messages, toolbox.specs())
+        return reply
+    finally:
+        meter.settle(op, reply.input_tokens if reply else 0, reply.output_tokens if reply else 0)

@@ -19,12 +19,14 @@ import orjson
 from mother import keys
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import load_settings
-from mother.errors import MotherError, PhaseStale
+from mother.budget import Guard
+from mother.errors import BudgetExhausted, MotherError, PhaseStale
 from mother.functions import call
 from mother.logs import configure_logging, get_logger
 from mother.runtime import Runtime
 from schemas import PhaseResult, RunState, Usage
 from workers.agent import run_loop
+from workers.metering import Meter
 from workers.providers import make_provider
 from workers.tools import ToolBox
 
@@ -108,16 +110,20 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float)
                                  scripts=state.spec.scripts, attempt=attempt, interrupt=check_alive)
         toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id,
                           max_output_chars=rt.settings.worker.max_tool_output_chars)
+        guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, lambda: rt.clock.now_iso()[:10])
+        meter = Meter(guard, rt.settings.models[phase.model], check_alive)
         outcome = run_loop(provider, toolbox, _messages(state, index), check_alive=check_alive,
-                           max_calls=rt.settings.worker.max_model_calls_per_phase)
+                           max_calls=rt.settings.worker.max_model_calls_per_phase, meter=meter)
     except PhaseStale:
         raise
     except Exception as exc:
         error = exc.message if isinstance(exc, MotherError) else f"{type(exc).__name__}: {exc}"
-        bound.warning("phase_failed", error=error)
+        code = "budget_exhausted" if isinstance(exc, BudgetExhausted) else None
+        bound.warning("phase_failed", error=error, error_code=code)
         usage.duration_ms = int((time.monotonic() - started) * 1000)
         return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="failed",
-                           error=error[:4000], usage=usage, finished_at=rt.clock.now_iso(), worker=_worker_name())
+                           error=error[:4000], error_code=code, usage=usage, finished_at=rt.clock.now_iso(),
+                           worker=_worker_name())
     artifact_id = _store_artifact(rt, state.run_id, phase.name, attempt, outcome.text)
     outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
     return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="completed",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mother.cli import admin, runs, services
+from mother.cli import admin, budget, runs, services
 
 __all__ = ["app", "main"]
 
@@ -31,6 +31,7 @@ app.command("inspect")(admin.inspect_key)
 app.command()(admin.version)
 schema_app.command("export")(admin.schema_export)
 app.add_typer(schema_app, name="schema")
+app.add_typer(budget.app, name="budget")
 
 
 def main() -> None:

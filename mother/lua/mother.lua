@@ -52,7 +52,7 @@ end
 
 -- mh_terminate: the only writer of termination:{run_id}. Write-once (JSON.SET NX).
 -- KEYS: 1 termination:{id}, 2 terminations:reason:{reason}, 3 run:{id}, 4 result:{id},
---       5 phase deadlines zset, 6 run deadlines zset
+--       5 phase deadlines zset, 6 run deadlines zset, 7 budget:run:{id} (closed: no new charges)
 -- ARGV: 1 TerminationRecord JSON, 2 run_id, 3 ResultEnvelope JSON (termination null),
 --       4 timestamp (ISO), 5 reason, 6 history entry JSON
 -- Returns {1, record} when this call won, {0, first record} otherwise.
@@ -74,6 +74,9 @@ local function mh_terminate(keys, args)
   redis.call('JSON.SET', keys[4], '$.termination', args[1])
   redis.call('ZREM', keys[5], args[2])
   redis.call('ZREM', keys[6], args[2])
+  if keys[7] and redis.call('EXISTS', keys[7]) == 1 then
+    redis.call('JSON.SET', keys[7], '$.status', '"closed"')
+  end
   return {1, args[1]}
 end
 

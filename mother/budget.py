@@ -1,0 +1,300 @@
+"""Resource budget guards: one atomic server call per action (seed 003 §5, seed 002, seed 004).
+
+Counters live in RedisJSON documents: ``budget:run:{run_id}``,
+``budget:user:{user_id}:daily:{YYYY-MM-DD}`` (the server's UTC date; expires
+``keep_days`` after) and ``budget:global``. :class:`Guard` asks the
+``mh_guard`` server function before every action; it refuses when the run has
+ended, is emergency-stopped (mutating actions only), or a dimension the action
+consumes is already at its hard limit, and otherwise charges run and user
+counters together. LLM calls reserve their most (prompt estimate + max_tokens)
+before and settle the real usage after, so parallel agents of a run cannot
+jointly overshoot by more than one call (the spec's grace: an action that started
+under the limit completes and is charged; the next is refused).
+
+Dimensions (counter field → reason code):
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
+from typing import Any
+
+import orjson
+import redis
+
+from mother import keys
+from mother.config import ModelConfig, Settings
+from mother.errors import BudgetExhausted, BudgetStopped, InvalidSpec, OverrideRefused, QueueFull, RateLimited
+from mother.functions import call
+from schemas import RunSpec, iso_from_ms
+
+__all__ = [
+    "CODES",
+    "MAX_AMOUNT",
+    "USER_CODES",
+    "Guard",
+    "admit",
+    "budget_doc",
+    "emergency_stop",
+    "open_run_budget",
+    "override",
+    "rate_check",
+    "reset_stop",
+    "run_limits",
+    "spend_micro_usd",
+    "submit_with_backpressure",
+]
+
+CODES: dict[str, str] = {
+    "duration_sec": "budget_wall_clock_exceeded",
+    "tool_calls": "budget_tool_call_exceeded",
+    "total_tokens": "budget_token_estimate_exceeded",
+    "cloud_calls": "budget_cloud_call_exceeded",
+    "model_calls": "budget_model_call_exceeded",
+    "spend_micro_usd": "budget_spend_exceeded",
+    "retrieval_queries": "budget_retrieval_query_exceeded",
+    "parallel_agents": "budget_parallel_agent_exceeded",
+    "spawns": "budget_spawn_exceeded",
+}
+USER_CODES: dict[str, str] = {
+    "runs": "budget_user_daily_runs_exceeded",
+    "cloud_calls": "budget_user_daily_cloud_call_exceeded",
+    "total_tokens": "budget_user_daily_token_exceeded",
+}
+__doc__ += "\n".join(f"    {dim:<18} {code}" for dim, code in CODES.items()) + "\n"
+MAX_AMOUNT = 10**12  # larger is absurd for any dimension (10^12 tokens, $1,000,000 in micro-USD)
+MICRO = Decimal(1_000_000)
+
+
+def check_amount(value: Any, what: str) -> int:
+    """An amount must be a non-negative integer below MAX_AMOUNT (no floats, NaN, bools)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidSpec(f"{what} must be a finite whole number, got {value!r}")
+        raise InvalidSpec(f"{what} must be a whole number, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise InvalidSpec(f"{what} must not be negative, got {value}")
+    if value > MAX_AMOUNT:
+        raise InvalidSpec(f"{what} of {value} is absurd (limit {MAX_AMOUNT})")
+    return value
+
+
+def spend_micro_usd(model: ModelConfig, input_tokens: int, output_tokens: int) -> int:
+    """Price of a call in integer micro-USD, rounded up (never a float)."""
+    usd = (model.input_price_per_1k_usd * input_tokens + model.output_price_per_1k_usd * output_tokens) / 1000
+    return int((usd * MICRO).to_integral_value(rounding=ROUND_CEILING))
+
+
+def run_limits(settings: Settings, spec: RunSpec) -> tuple[dict[str, int], float]:
+    """The run's hard limits: profile → DefaultBudget.per_run → the spec's limit_overrides."""
+    budget = settings.budget
+    profile = budget.profiles[spec.budget_profile]
+    per_run = budget.per_run
+    limits = {
+        "duration_sec": profile.wall_clock_seconds,
+        "tool_calls": profile.tool_calls,
+        "total_tokens": profile.token_estimate,
+        "cloud_calls": per_run.max_cloud_calls,
+        "model_calls": per_run.max_model_calls,
+        "spend_micro_usd": int(per_run.max_spend_usd * MICRO),
+        "retrieval_queries": per_run.max_retrieval_queries,
+        "parallel_agents": per_run.max_parallel_agents,
+        "spawns": per_run.max_spawns,
+    }
+    o = spec.limit_overrides
+    for dim, value in (("model_calls", o.turns), ("total_tokens", o.tokens), ("spawns", o.spawns)):
+        if value is not None:
+            limits[dim] = value
+    if o.duration_seconds is not None:
+        limits["duration_sec"] = math.ceil(o.duration_seconds)
+    if o.spend is not None:
+        limits["spend_micro_usd"] = int(o.spend * MICRO)
+    return limits, profile.warning_ratio
+
+
+def open_run_budget(client: redis.Redis, settings: Settings, spec: RunSpec, started_ms: int) -> dict[str, Any]:
+    """Create ``budget:run:{run_id}`` (NX: a re-delivered intake keeps the first)."""
+    assert spec.run_id is not None
+    limits, ratio = run_limits(settings, spec)
+    doc = {
+        "run_id": spec.run_id, "user_id": spec.user_id, "profile": spec.budget_profile, "warning_ratio": ratio,
+        "status": "active", "started_at": iso_from_ms(started_ms), "started_ms": started_ms,
+        "last_updated": iso_from_ms(started_ms),
+        **{dim: 0 for dim in CODES}, "input_tokens": 0, "output_tokens": 0, "error_burst_count": 0,
+        "reserved": {"total_tokens": 0, "spend_micro_usd": 0, "cloud_calls": 0, "model_calls": 0},
+        "reservations": {}, "limits": limits, "overrides": [], "warnings_triggered": [], "limits_exceeded": [],
+        "stop": None, "exhausted": None,
+    }
+    client.execute_command("JSON.SET", keys.run_budget_key(spec.run_id), "$", orjson.dumps(doc), "NX")
+    return doc
+
+
+def budget_doc(client: redis.Redis, key: str) -> dict[str, Any] | None:
+    raw = client.execute_command("JSON.GET", key)
+    return orjson.loads(raw) if raw else None
+
+
+def _user_args(settings: Settings, user_id: str) -> dict[str, Any]:
+    daily = settings.budget.per_user_daily
+    return {
+        "user_id": user_id,
+        "user_limits": {"runs": daily.max_runs, "cloud_calls": daily.max_cloud_calls, "total_tokens": daily.max_total_tokens},
+        "user_ttl_s": (daily.keep_days + 1) * 86400,
+        "user_warning_ratio": daily.warning_ratio,
+    }
+
+
+def _with_day(client: redis.Redis, day: str, build: Any) -> Any:
+    """Call ``build(day)``; if the server says its UTC day differs, rebuild with its day once."""
+    reply = orjson.loads(build(day))
+    if "retry_day" in reply:
+        reply = orjson.loads(build(reply["retry_day"]))
+    return reply
+
+
+@dataclass
+class Admission:
+    ok: bool
+    code: str = ""
+    details: str = ""
+    factors: list[str] | None = None
+
+
+def admit(client: redis.Redis, settings: Settings, run_id: str, user_id: str, day: str, maxlen: int) -> Admission:
+    """Intake: circuit breaker (global gauges) and the user's daily run cap, in one call."""
+    g = settings.budget.global_
+
+    def build(d: str) -> str:
+        payload = {"day": d, "run_id": run_id, **_user_args(settings, user_id),
+                   "global": {"max_concurrent_runs": g.max_concurrent_runs, "max_redis_memory_mb": g.max_redis_memory_mb,
+                              "max_docling_jobs": g.max_docling_jobs, "warning_ratio": g.warning_ratio}}
+        return call(client, "mh_admit", [keys.GLOBAL_BUDGET, keys.user_daily_budget_key(user_id, d),
+                                         keys.RUN_DEADLINES, keys.ACTIVITY_STREAM], [orjson.dumps(payload), maxlen])
+
+    reply = _with_day(client, day, build)
+    if reply["ok"]:
+        return Admission(True)
+    if reply["code"] == "circuit_open":
+        return Admission(False, "circuit_open", "System at capacity, try again later",
+                         [f"{reply['gauge']} {reply['current']}/{reply['max']}"])
+    return Admission(False, reply["code"], f"Daily run limit reached for user {user_id} ({reply['current']}/{reply['max']})",
+                     [f"{reply['code']} ({reply['current']}/{reply['max']})"])
+
+
+class Guard:
+    """The worker's budget guard for one run. Every method is one atomic server call."""
+
+    def __init__(self, client: redis.Redis, settings: Settings, run_id: str, user_id: str, day: Any) -> None:
+        self.client, self.settings = client, settings
+        self.run_id, self.user_id = run_id, user_id
+        self.day = day  # a callable returning today's date (server clock) as YYYY-MM-DD
+        self.maxlen = settings.service.activity_maxlen
+
+    def _call(self, action: dict[str, Any]) -> dict[str, Any]:
+        def build(d: str) -> str:
+            payload = {"day": d, "codes": CODES, "user_codes": USER_CODES, **_user_args(self.settings, self.user_id), **action}
+            return call(self.client, "mh_guard", [keys.run_budget_key(self.run_id),
+                                                 keys.user_daily_budget_key(self.user_id, d), keys.ACTIVITY_STREAM],
+                        [orjson.dumps(payload), self.maxlen])
+
+        reply = _with_day(self.client, self.day(), build)
+        if not reply.get("ok"):
+            code = reply.get("code", "budget")
+            if code == "budget_stopped":
+                raise BudgetStopped(f"run {self.run_id} is emergency-stopped; mutating actions wait for `mother budget reset`",
+                                    limit_code=code)
+            if code == "run_terminated":
+                raise BudgetExhausted(f"run {self.run_id} has ended", limit_code=code)
+            raise BudgetExhausted(f"{code} ({reply.get('current')}/{reply.get('max')})", limit_code=code,
+                                  current=reply.get("current"), max=reply.get("max"))
+        return reply
+
+    def charge_tool(self, *, read_only: bool) -> None:
+        """Before a tool call: refuse at the tool-call limit (or when stopped, unless read-only)."""
+        self._call({"read_only": read_only, "check": ["tool_calls"], "add": {"tool_calls": 1}})
+
+    def charge(self, dimension: str, amount: int = 1, *, read_only: bool = False) -> None:
+        """A generic counted action (retrieval_queries, spawns, parallel_agents, ...)."""
+        if dimension not in CODES or dimension == "duration_sec":
+            raise InvalidSpec(f"unknown budget dimension {dimension!r}; one of {', '.join(sorted(CODES))}")
+        self._call({"read_only": read_only, "check": [dimension], "add": {dimension: check_amount(amount, dimension)}})
+
+    def reserve_model_call(self, *, max_tokens: int, max_spend_micro_usd: int, cloud: bool) -> str:
+        """Before an LLM call: reserve its most; returns the reservation id to settle."""
+        tokens = check_amount(max_tokens, "max_tokens")
+        spend = check_amount(max_spend_micro_usd, "max_spend_micro_usd")
+        op = uuid.uuid4().hex
+        check = ["model_calls", "total_tokens", "spend_micro_usd"] + (["cloud_calls"] if cloud else [])
+        add = {"model_calls": 1, **({"cloud_calls": 1} if cloud else {})}
+        self._call({"check": check, "user_check": ["total_tokens"] + (["cloud_calls"] if cloud else []),
+                    "add": add, "user_add": {"cloud_calls": 1} if cloud else {},
+                    "reserve": {"op": op, "dims": {"total_tokens": tokens, "spend_micro_usd": spend},
+                                "user_dims": {"total_tokens": tokens}}})
+        return op
+
+    def settle_model_call(self, op: str, *, input_tokens: int, output_tokens: int, spend: int) -> None:
+        """After an LLM call: release the reservation and charge what it really used (never refused)."""
+        used = check_amount(input_tokens, "input_tokens") + check_amount(output_tokens, "output_tokens")
+        self._call({"settle": {"op": op, "add": {"total_tokens": used, "input_tokens": input_tokens,
+                                                 "output_tokens": output_tokens,
+                                                 "spend_micro_usd": check_amount(spend, "spend")},
+                               "user_add": {"total_tokens": used}}})
+
+
+def _state(client: redis.Redis, run_id: str, status: str, event: dict[str, Any], event_type: str, maxlen: int) -> dict[str, Any]:
+    reply = call(client, "mh_budget_state", [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM],
+                 [status, orjson.dumps(event), maxlen, event_type])
+    if isinstance(reply, str) and reply.startswith("ERR"):
+        raise OverrideRefused(f"run {run_id}: {reply[4:]}")
+    return orjson.loads(reply)
+
+
+def emergency_stop(client: redis.Redis, run_id: str, actor: str, reason: str, maxlen: int) -> dict[str, Any]:
+    """Set the run ``budget_stopped`` now; the event carries actor, reason, at and the counters."""
+    return _state(client, run_id, "budget_stopped", {"actor": actor, "reason": reason}, "budget_stopped", maxlen)
+
+
+def reset_stop(client: redis.Redis, run_id: str, actor: str, reason: str, maxlen: int) -> dict[str, Any]:
+    return _state(client, run_id, "active", {"actor": actor, "reason": reason}, "budget_reset", maxlen)
+
+
+def override(client: redis.Redis, run_id: str, *, dimension: str, delta: int, expires_in_s: float, actor: str,
+             reason: str, maxlen: int) -> dict[str, Any]:
+    """A time-boxed, audited change of one limit; the effective limit never exceeds 2x the profile's."""
+    if dimension not in CODES:
+        raise OverrideRefused(f"unknown dimension {dimension!r}; one of {', '.join(sorted(CODES))}")
+    if isinstance(delta, bool) or not isinstance(delta, int) or abs(delta) > MAX_AMOUNT:
+        raise OverrideRefused(f"delta must be a whole number, got {delta!r}")
+    if not (isinstance(expires_in_s, int | float) and math.isfinite(expires_in_s) and 0 < expires_in_s <= 30 * 86400):
+        raise OverrideRefused("expires-in must be between 1 second and 30 days")
+    payload = {"dimension": dimension, "delta": delta, "actor": actor[:128], "reason": reason[:1000],
+               "expires_in_ms": int(expires_in_s * 1000)}
+    reply = call(client, "mh_override", [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM], [orjson.dumps(payload), maxlen])
+    if isinstance(reply, str) and reply.startswith("ERR"):
+        raise OverrideRefused(f"override refused for run {run_id}: {reply[4:]}")
+    return orjson.loads(reply)
+
+
+def rate_check(client: redis.Redis, settings: Settings, user_id: str) -> int:
+    """Count one message of ``user_id``; ``RateLimited`` (429, retry_after) past the window's limit."""
+    limit = settings.budget.rate_limit
+    ok, value = call(client, "mh_rate", [keys.rate_limit_key(user_id)],
+                     [limit.messages, limit.window_seconds * 1000, uuid.uuid4().hex])
+    if not ok:
+        retry = max(0.001, int(value) / 1000)
+        raise RateLimited(f"user {user_id} sent {limit.messages} messages in the last {limit.window_seconds}s; "
+                          f"retry after {retry:.1f}s", retry_after=retry, status=429, user_id=user_id)
+    return int(value)
+
+
+def submit_with_backpressure(client: redis.Redis, settings: Settings, payload: bytes) -> str:
+    """XADD the spec unless the queue is at max depth (atomic); ``QueueFull`` otherwise."""
+    ok, value = call(client, "mh_submit", [keys.GLOBAL_BUDGET, keys.SUBMISSIONS_STREAM],
+                     [payload, settings.budget.global_.max_queue_depth])
+    if not ok:
+        raise QueueFull(f"the submission queue is full ({value}/{settings.budget.global_.max_queue_depth}); try again later",
+                        depth=int(value), max=settings.budget.global_.max_queue_depth)
+    return str(value)

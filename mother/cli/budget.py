@@ -1,0 +1,129 @@
+"""``mother budget show | override | stop | reset``."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from mother import keys
+from mother.budget import CODES, USER_CODES, budget_doc, emergency_stop, override, reset_stop
+from mother.cli._common import console, fail, handle_errors, redis_client, settings
+from mother.errors import NotFound
+from mother.runtime import Runtime
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Budgets: show usage, override a limit, emergency stop and reset.", no_args_is_help=True)
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '30m', '2h', '1d' → seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration; use e.g. 90s, 30m, 2h")
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def _table(title: str, doc: dict[str, Any], dims: dict[str, str], limits: dict[str, Any]) -> Table:
+    table = Table(title=title)
+    for col in ("dimension", "used", "reserved", "limit", "%", "state"):
+        table.add_column(col, justify="right" if col in ("used", "reserved", "limit", "%") else "left")
+    warnings = set(doc.get("warnings_triggered") or [])
+    exceeded = {c["code"] for c in doc.get("limits_exceeded") or []}
+    for dim, code in dims.items():
+        limit = limits.get(dim)
+        used = doc.get(dim, 0) or 0
+        reserved = (doc.get("reserved") or {}).get(dim, 0)
+        pct = f"{100 * used / limit:.0f}" if limit else "-"
+        state = "EXCEEDED" if code in exceeded else "warning" if code.replace("_exceeded", "_warning") in warnings else ""
+        table.add_row(dim, str(used), str(reserved or ""), str(limit if limit is not None else "-"), pct, state)
+    return table
+
+
+@app.command("show")
+@handle_errors
+def show(
+    run_id: Annotated[str | None, typer.Argument(help="a run id")] = None,
+    user: Annotated[str | None, typer.Option(help="a user's counters for today (server date)")] = None,
+    global_: Annotated[bool, typer.Option("--global", help="the global gauges")] = False,
+) -> None:
+    """Used / limit / % per dimension, with warnings and crossed limits."""
+    cfg = settings()
+    if sum(x is not None and x is not False for x in (run_id, user, global_ or None)) != 1:
+        fail("give exactly one of RUN, --user U, --global", "usage")
+    client = redis_client(cfg)
+    if global_:
+        doc = budget_doc(client, keys.GLOBAL_BUDGET) or {}
+        g = cfg.budget.global_
+        limits = {"concurrent_runs": g.max_concurrent_runs, "queue_depth": g.max_queue_depth,
+                  "redis_memory_mb": g.max_redis_memory_mb, "docling_jobs": g.max_docling_jobs}
+        console.print(_table("budget:global", doc, {k: "" for k in limits}, limits))
+        return
+    if user is not None:
+        rt = Runtime(settings=cfg, redis=client)
+        key = keys.user_daily_budget_key(user, rt.clock.now_iso()[:10])
+        doc = budget_doc(client, key)
+        if doc is None:
+            raise NotFound(f"no counters for user {user} today ({key})")
+        console.print(_table(key, doc, USER_CODES, doc.get("limits") or {}))
+        return
+    assert run_id is not None
+    doc = budget_doc(client, keys.run_budget_key(run_id))
+    if doc is None:
+        raise NotFound(f"no budget for run {run_id!r}; is the run id right?")
+    console.print(_table(f"budget:run:{run_id} ({doc['profile']}, status {doc['status']})", doc, CODES, _effective(doc)))
+    for o in doc.get("overrides") or []:
+        console.print(f"override {o['dimension']} {o['delta']:+d} by {o['actor']} until {o['expires_at']}: {o['reason']}",
+                      highlight=False)
+    if doc.get("stop"):
+        stop = doc["stop"]
+        console.print(f"[red]emergency stop[/] by {stop['actor']} at {stop['at']}: {stop['reason']}", highlight=False)
+
+
+def _effective(doc: dict[str, Any]) -> dict[str, Any]:
+    limits = dict(doc.get("limits") or {})
+    for o in doc.get("overrides") or []:
+        limits[o["dimension"]] = limits.get(o["dimension"], 0) + o["delta"]  # shown incl. expired: see the list
+    return limits
+
+
+@app.command("override")
+@handle_errors
+def override_cmd(
+    run_id: Annotated[str, typer.Argument()],
+    dimension: Annotated[str, typer.Option(help=f"one of {', '.join(CODES)}")],
+    delta: Annotated[int, typer.Option(help="added to the limit (negative lowers it)")],
+    expires_in: Annotated[str, typer.Option(help="e.g. 30m, 2h")],
+    actor: Annotated[str, typer.Option(help="who")],
+    reason: Annotated[str, typer.Option(help="why")],
+) -> None:
+    """A time-boxed, audited limit change (never above 2x the profile default)."""
+    cfg = settings()
+    record = override(redis_client(cfg), run_id, dimension=dimension, delta=delta, expires_in_s=parse_duration(expires_in),
+                      actor=actor, reason=reason, maxlen=cfg.service.activity_maxlen)
+    console.print(f"override recorded: {dimension} {delta:+d} until {record['expires_at']}", highlight=False)
+
+
+@app.command("stop")
+@handle_errors
+def stop_cmd(run_id: Annotated[str, typer.Argument()], actor: Annotated[str, typer.Option()],
+             reason: Annotated[str, typer.Option()]) -> None:
+    """Emergency stop: mutating actions are refused at once until `mother budget reset`."""
+    cfg = settings()
+    event = emergency_stop(redis_client(cfg), run_id, actor, reason, cfg.service.activity_maxlen)
+    console.print(f"run {run_id} is budget_stopped (at {event['at']})", highlight=False)
+
+
+@app.command("reset")
+@handle_errors
+def reset_cmd(run_id: Annotated[str, typer.Argument()], actor: Annotated[str, typer.Option()],
+              reason: Annotated[str, typer.Option()]) -> None:
+    """Lift an emergency stop."""
+    cfg = settings()
+    event = reset_stop(redis_client(cfg), run_id, actor, reason, cfg.service.activity_maxlen)
+    console.print(f"run {run_id} is active again (at {event['at']})", highlight=False)

@@ -1,0 +1,332 @@
+#!lua name=mother_budget
+-- Mother-Harness budget guards: one atomic call per action. Every key a function
+-- touches is passed in KEYS; time and the daily window come from the server (TIME).
+-- Validate first, write last: a refusal writes only its own refusal record.
+-- Money is integer micro-USD; amounts are validated by the Python caller too.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function iso(ms)
+  local secs = math.floor(ms / 1000)
+  local days = math.floor(secs / 86400)
+  local rem = secs % 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d,
+    math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, ms % 1000), string.format('%04d-%02d-%02d', y, m, d)
+end
+
+local function get_doc(key)
+  local raw = redis.call('JSON.GET', key)
+  if not raw then return nil end
+  return cjson.decode(raw)
+end
+
+local function contains(list, value)
+  for _, v in ipairs(list or {}) do
+    if v == value or (type(v) == 'table' and v.code == value) then return true end
+  end
+  return false
+end
+
+-- effective limit: base + deltas of overrides that have not expired (server time)
+local function effective(doc, dim, now)
+  local base = (doc.limits or {})[dim]
+  if base == nil then return nil end
+  local total = base
+  for _, o in ipairs(doc.overrides or {}) do
+    if o.dimension == dim and o.expires_at_ms > now then total = total + o.delta end
+  end
+  return total
+end
+
+local function activity(key, maxlen, fields)
+  local args = {key, 'MAXLEN', '~', maxlen, '*'}
+  for k, v in pairs(fields) do
+    table.insert(args, k)
+    table.insert(args, type(v) == 'table' and cjson.encode(v) or tostring(v))
+  end
+  redis.call('XADD', unpack(args))
+end
+
+-- record warnings / crossings of a doc's dimensions after a charge
+local function thresholds(key, doc, dims, now, at, codes, act, prefix)
+  local ratio = doc.warning_ratio or 0.8
+  for dim, _ in pairs(dims) do
+    local limit = effective(doc, dim, now)
+    local used = doc[dim]
+    if limit and used then
+      local code = prefix .. codes[dim]
+      local warning = string.gsub(code, '_exceeded$', '_warning')
+      if used >= ratio * limit and not contains(doc.warnings_triggered, warning) then
+        redis.call('JSON.ARRAPPEND', key, '$.warnings_triggered', cjson.encode(warning))
+        doc.warnings_triggered = doc.warnings_triggered or {}
+        table.insert(doc.warnings_triggered, warning)
+        activity(act.key, act.maxlen, {type = 'budget_warning', at = at, run_id = doc.run_id or '',
+          data = {code = warning, current = used, max = limit, ratio = ratio}})
+      end
+      if used >= limit and not contains(doc.limits_exceeded, code) then
+        local entry = {code = code, current = used, max = limit, at = at}
+        redis.call('JSON.ARRAPPEND', key, '$.limits_exceeded', cjson.encode(entry))
+        doc.limits_exceeded = doc.limits_exceeded or {}
+        table.insert(doc.limits_exceeded, entry)
+      end
+    end
+  end
+end
+
+-- the user's daily document, created on first use with the limits the caller passes
+local function ensure_user(key, a, day, at)
+  local user = get_doc(key)
+  if user then return user end
+  user = {user_id = a.user_id, day = day, runs = 0, cloud_calls = 0, total_tokens = 0,
+          reserved = {cloud_calls = 0, total_tokens = 0}, limits = a.user_limits,
+          warning_ratio = a.user_warning_ratio, last_updated = at}
+  redis.call('JSON.SET', key, '$', cjson.encode(user))
+  redis.call('JSON.SET', key, '$.warnings_triggered', '[]')
+  redis.call('JSON.SET', key, '$.limits_exceeded', '[]')
+  redis.call('EXPIRE', key, tonumber(a.user_ttl_s))
+  user.warnings_triggered, user.limits_exceeded = {}, {}
+  return user
+end
+
+local function refuse(key, doc, code, used, limit, at, act)
+  if doc and not contains(doc.limits_exceeded, code) and limit then
+    redis.call('JSON.ARRAPPEND', key, '$.limits_exceeded', cjson.encode({code = code, current = used, max = limit, at = at}))
+  end
+  activity(act.key, act.maxlen, {type = 'budget_refused', at = at, run_id = (doc and doc.run_id) or '',
+    data = {code = code, current = used or 0, max = limit or 0}})
+  return cjson.encode({ok = false, code = code, current = used, max = limit})
+end
+
+-- mh_guard: check and charge one action against the run's and the user's daily budget.
+-- KEYS: 1 budget:run:{id}, 2 budget:user:{user}:daily:{day}, 3 activity
+-- ARGV: 1 action JSON: {day, codes{dim:code}, user_codes, read_only, check[dims], user_check[dims],
+--        add{dim:n}, user_add{dim:n}, reserve{op, dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}}},
+--       2 activity maxlen
+-- Returns JSON: {ok=true, ...} | {ok=false, code, current, max} | {retry_day=<server day>}
+local function mh_guard(keys, args)
+  local a = cjson.decode(args[1])
+  local act = {key = keys[3], maxlen = tonumber(args[2])}
+  local now = now_ms()
+  local at, day = iso(now)
+  if a.day ~= day then return cjson.encode({retry_day = day}) end
+  local doc = get_doc(keys[1])
+  if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
+  local user = ensure_user(keys[2], a, day, at)
+  local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
+  if doc.status == 'closed' and not settling then return cjson.encode({ok = false, code = 'run_terminated'}) end
+  if doc.status == 'budget_stopped' and not a.read_only and not settling then
+    return refuse(keys[1], nil, 'budget_stopped', nil, nil, at, act)
+  end
+  doc.duration_sec = math.floor((now - doc.started_ms) / 1000)
+  -- checks: a dimension the action consumes must be below its (effective) limit
+  if not a.read_only and not settling then
+    local wall = effective(doc, 'duration_sec', now)
+    if wall and doc.duration_sec >= wall then
+      return refuse(keys[1], doc, a.codes.duration_sec, doc.duration_sec, wall, at, act)
+    end
+  end
+  for _, dim in ipairs(a.check or {}) do
+    local limit = effective(doc, dim, now)
+    local used = (doc[dim] or 0) + ((doc.reserved or {})[dim] or 0)
+    if limit and used >= limit then return refuse(keys[1], doc, a.codes[dim], doc[dim] or 0, limit, at, act) end
+  end
+  if user then
+    for _, dim in ipairs(a.user_check or {}) do
+      local limit = (user.limits or {})[dim]
+      local used = (user[dim] or 0) + ((user.reserved or {})[dim] or 0)
+      if limit and used >= limit then return refuse(keys[2], user, a.user_codes[dim], user[dim] or 0, limit, at, act) end
+    end
+  end
+  -- charges
+  local touched, user_touched = {}, {}
+  local function add(key, target, adds, mark)
+    for dim, n in pairs(adds or {}) do
+      if n ~= 0 then
+        target[dim] = (target[dim] or 0) + n
+        redis.call('JSON.SET', key, '$.' .. dim, target[dim])
+        mark[dim] = true
+      end
+    end
+  end
+  local function reserve(key, target, op, dims, sign)
+    target.reserved = target.reserved or {}
+    for dim, n in pairs(dims or {}) do
+      target.reserved[dim] = (target.reserved[dim] or 0) + sign * n
+      redis.call('JSON.SET', key, '$.reserved.' .. dim, target.reserved[dim])
+    end
+  end
+  if a.settle then
+    if not settling then return cjson.encode({ok = true, settled = false}) end  -- settled before: idempotent
+    reserve(keys[1], doc, a.settle.op, settling.dims, -1)
+    redis.call('JSON.DEL', keys[1], '$.reservations.' .. a.settle.op)
+    if user and settling.user_dims then reserve(keys[2], user, a.settle.op, settling.user_dims, -1) end
+    add(keys[1], doc, a.settle.add, touched)
+    if user then add(keys[2], user, a.settle.user_add, user_touched) end
+  end
+  add(keys[1], doc, a.add, touched)
+  if user then add(keys[2], user, a.user_add, user_touched) end
+  if a.reserve then
+    reserve(keys[1], doc, a.reserve.op, a.reserve.dims, 1)
+    if user then reserve(keys[2], user, a.reserve.op, a.reserve.user_dims, 1) end
+    redis.call('JSON.SET', keys[1], '$.reservations.' .. a.reserve.op,
+      cjson.encode({dims = a.reserve.dims, user_dims = a.reserve.user_dims or cjson.null, at = at}))
+  end
+  redis.call('JSON.SET', keys[1], '$.duration_sec', doc.duration_sec)
+  redis.call('JSON.SET', keys[1], '$.last_updated', cjson.encode(at))
+  thresholds(keys[1], doc, touched, now, at, a.codes, act, '')
+  if user then
+    redis.call('JSON.SET', keys[2], '$.last_updated', cjson.encode(at))
+    thresholds(keys[2], user, user_touched, now, at, a.user_codes, act, '')
+  end
+  return cjson.encode({ok = true})
+end
+
+-- mh_budget_state: set a run budget's status (budget_stopped / active / closed) with an event.
+-- KEYS: 1 budget:run:{id}, 2 activity.  ARGV: 1 status, 2 event JSON (actor, reason), 3 maxlen, 4 event type
+-- Returns the stop event JSON, or an error text prefixed 'ERR'.
+local function mh_budget_state(keys, args)
+  local doc = get_doc(keys[1])
+  if not doc then return 'ERR no budget for this run' end
+  if doc.status == 'closed' and args[1] ~= 'closed' then return 'ERR the run has ended' end
+  local at = iso(now_ms())
+  local ev = cjson.decode(args[2])
+  ev.at = at
+  ev.counters = {cloud_calls = doc.cloud_calls, total_tokens = doc.total_tokens, tool_calls = doc.tool_calls,
+    model_calls = doc.model_calls, spend_micro_usd = doc.spend_micro_usd, duration_sec = doc.duration_sec,
+    spawns = doc.spawns}
+  redis.call('JSON.SET', keys[1], '$.status', cjson.encode(args[1]))
+  if args[1] == 'budget_stopped' then redis.call('JSON.SET', keys[1], '$.stop', cjson.encode(ev)) end
+  if args[1] == 'active' then redis.call('JSON.SET', keys[1], '$.stop', 'null') end
+  redis.call('JSON.SET', keys[1], '$.last_updated', cjson.encode(at))
+  if args[4] ~= '' then
+    activity(keys[2], tonumber(args[3]), {type = args[4], at = at, run_id = doc.run_id, data = ev})
+  end
+  return cjson.encode(ev)
+end
+
+-- mh_override: add a time-boxed limit delta, never above 2x the profile default.
+-- KEYS: 1 budget:run:{id}, 2 activity.  ARGV: 1 override JSON {dimension, delta, actor, reason, expires_in_ms}, 2 maxlen
+local function mh_override(keys, args)
+  local doc = get_doc(keys[1])
+  if not doc then return 'ERR no budget for this run' end
+  local o = cjson.decode(args[1])
+  local now = now_ms()
+  local base = (doc.limits or {})[o.dimension]
+  if base == nil then return 'ERR unknown dimension ' .. o.dimension end
+  local current = effective(doc, o.dimension, now)
+  if current + o.delta > 2 * base then
+    return 'ERR effective limit ' .. tostring(current + o.delta) .. ' would exceed 2x the profile default (' .. tostring(2 * base) .. ')'
+  end
+  if current + o.delta < 0 then return 'ERR the effective limit cannot go below 0' end
+  local at = iso(now)
+  o.created_at = at
+  o.expires_at_ms = now + o.expires_in_ms
+  o.expires_at = iso(o.expires_at_ms)
+  o.expires_in_ms = nil
+  redis.call('JSON.ARRAPPEND', keys[1], '$.overrides', cjson.encode(o))
+  activity(keys[2], tonumber(args[2]), {type = 'budget_override', at = at, run_id = doc.run_id,
+    data = {dimension = o.dimension, delta = o.delta, actor = o.actor, reason = o.reason, expires_at = o.expires_at,
+            effective = current + o.delta}})
+  return cjson.encode(o)
+end
+
+-- mh_admit: intake's circuit breaker and per-user daily run cap, in one step.
+-- KEYS: 1 budget:global, 2 budget:user:{user}:daily:{day}, 3 run deadlines zset, 4 activity
+-- ARGV: 1 JSON {day, run_id, user_id, global{max_concurrent_runs,max_redis_memory_mb,max_docling_jobs,warning_ratio},
+--        user_limits{runs,cloud_calls,total_tokens}, user_ttl_s, user_warning_ratio}, 2 maxlen
+local function mh_admit(keys, args)
+  local a = cjson.decode(args[1])
+  local act = {key = keys[4], maxlen = tonumber(args[2])}
+  local now = now_ms()
+  local at, day = iso(now)
+  if a.day ~= day then return cjson.encode({retry_day = day}) end
+  local g = get_doc(keys[1]) or {}
+  local concurrent = redis.call('ZCARD', keys[3])
+  local checks = {
+    {'concurrent_runs', concurrent, a.global.max_concurrent_runs, 'Max concurrent runs exceeded, rejecting new runs'},
+    {'redis_memory_mb', g.redis_memory_mb or 0, a.global.max_redis_memory_mb, 'Redis memory limit reached, rejecting new runs'},
+    {'docling_jobs', g.docling_jobs or 0, a.global.max_docling_jobs, 'Max docling jobs reached, rejecting new runs'},
+  }
+  for _, c in ipairs(checks) do
+    if c[2] >= c[3] then
+      activity(act.key, act.maxlen, {type = 'circuit_breaker', at = at, run_id = a.run_id,
+        data = {message = c[4], gauge = c[1], current = c[2], limit = c[3]}})
+      return cjson.encode({ok = false, code = 'circuit_open', gauge = c[1], current = c[2], max = c[3]})
+    end
+  end
+  local user = ensure_user(keys[2], a, day, at)
+  if user.runs >= user.limits.runs then
+    return refuse(keys[2], user, 'budget_user_daily_runs_exceeded', user.runs, user.limits.runs, at, act)
+  end
+  user.runs = user.runs + 1
+  redis.call('JSON.SET', keys[2], '$.runs', user.runs)
+  redis.call('JSON.SET', keys[2], '$.last_updated', cjson.encode(at))
+  thresholds(keys[2], user, {runs = true}, now, at, {runs = 'budget_user_daily_runs_exceeded'}, act, '')
+  -- the gauge is derived (runs with a live deadline), so a crashed worker cannot leak it
+  local gauge = concurrent + 1
+  if redis.call('EXISTS', keys[1]) == 0 then
+    redis.call('JSON.SET', keys[1], '$', cjson.encode({concurrent_runs = gauge, queue_depth = 0, redis_memory_mb = 0, docling_jobs = 0}))
+  else
+    redis.call('JSON.SET', keys[1], '$.concurrent_runs', gauge)
+  end
+  if gauge >= a.global.warning_ratio * a.global.max_concurrent_runs then
+    activity(act.key, act.maxlen, {type = 'circuit_breaker', at = at, run_id = a.run_id,
+      data = {message = 'concurrent runs at warning level', gauge = 'concurrent_runs', current = gauge,
+              limit = a.global.max_concurrent_runs, level = 'warning'}})
+  end
+  return cjson.encode({ok = true, concurrent_runs = gauge, user_runs = user.runs})
+end
+
+-- mh_submit: queue-depth backpressure at submit: refuse, or XADD and count, atomically.
+-- KEYS: 1 budget:global, 2 mother:submissions.  ARGV: 1 spec JSON, 2 max_queue_depth
+local function mh_submit(keys, args)
+  local depth = 0
+  if redis.call('EXISTS', keys[1]) == 1 then
+    depth = tonumber(cjson.decode(redis.call('JSON.GET', keys[1], '$.queue_depth'))[1] or 0) or 0
+  end
+  if depth >= tonumber(args[2]) then return {0, depth} end
+  local id = redis.call('XADD', keys[2], '*', 'spec', args[1], 'counted', '1')
+  if redis.call('EXISTS', keys[1]) == 0 then
+    redis.call('JSON.SET', keys[1], '$', cjson.encode({concurrent_runs = 0, queue_depth = 1, redis_memory_mb = 0, docling_jobs = 0}))
+  else
+    redis.call('JSON.NUMINCRBY', keys[1], '$.queue_depth', 1)
+  end
+  return {1, id}
+end
+
+-- mh_rate: sliding-window rate limit on server time; one window per user across all clients.
+-- KEYS: 1 the user's window zset.  ARGV: 1 limit, 2 window ms, 3 a unique member id
+-- Returns {1, remaining} or {0, retry_after_ms}.
+local function mh_rate(keys, args)
+  local now = now_ms()
+  local window = tonumber(args[2])
+  redis.call('ZREMRANGEBYSCORE', keys[1], '-inf', now - window)
+  local count = redis.call('ZCARD', keys[1])
+  if count >= tonumber(args[1]) then
+    local oldest = tonumber(redis.call('ZRANGE', keys[1], 0, 0, 'WITHSCORES')[2])
+    return {0, oldest + window - now}
+  end
+  redis.call('ZADD', keys[1], now, args[3])
+  redis.call('PEXPIRE', keys[1], window)
+  return {1, tonumber(args[1]) - count - 1}
+end
+
+redis.register_function('mh_guard', mh_guard)
+redis.register_function('mh_budget_state', mh_budget_state)
+redis.register_function('mh_override', mh_override)
+redis.register_function('mh_admit', mh_admit)
+redis.register_function('mh_submit', mh_submit)
+redis.register_function('mh_rate', mh_rate)

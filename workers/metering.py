@@ -1,0 +1,57 @@
+"""The agent loop's side of the budget guard: reserve → call → settle, tool charges, stops.
+
+Every model call first reserves its most (a conservative prompt estimate plus the
+model's max output tokens, and the matching spend) and settles the real usage
+after, even if the call failed. An emergency stop makes mutating actions wait
+(polling the run) until ``mother budget reset`` or the run's end; read-only
+tools go on.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from mother.budget import Guard, spend_micro_usd
+from mother.config import ModelConfig
+from mother.errors import BudgetStopped
+
+__all__ = ["Meter", "estimate_prompt_tokens"]
+
+STOP_POLL_SECONDS = 0.5
+
+
+def estimate_prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """A conservative estimate: one token per 3 bytes of the serialised request."""
+    return math.ceil(len(orjson.dumps(messages)) / 3) + math.ceil(len(orjson.dumps(tools)) / 3)
+
+
+class Meter:
+    def __init__(self, guard: Guard, model: ModelConfig, check_alive: Callable[[], None]) -> None:
+        self.guard, self.model, self.check_alive = guard, model, check_alive
+
+    def _waiting_out_stops(self, action: Callable[[], Any]) -> Any:
+        while True:
+            try:
+                return action()
+            except BudgetStopped:
+                self.check_alive()  # a run that ended meanwhile stops here
+                time.sleep(STOP_POLL_SECONDS)
+
+    def reserve(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        prompt = estimate_prompt_tokens(messages, tools)
+        most = prompt + self.model.max_output_tokens
+        spend = spend_micro_usd(self.model, prompt, self.model.max_output_tokens)
+        return self._waiting_out_stops(lambda: self.guard.reserve_model_call(
+            max_tokens=most, max_spend_micro_usd=spend, cloud=self.model.cloud))
+
+    def settle(self, op: str, input_tokens: int, output_tokens: int) -> None:
+        self.guard.settle_model_call(op, input_tokens=input_tokens, output_tokens=output_tokens,
+                                     spend=spend_micro_usd(self.model, input_tokens, output_tokens))
+
+    def tool(self, read_only: bool) -> None:
+        self._waiting_out_stops(lambda: self.guard.charge_tool(read_only=read_only))
