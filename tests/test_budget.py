@@ -1,0 +1,259 @@
+"""Budget guards on the real server: atomic under contention, thresholds, overrides, stop, rate limit."""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+
+from mother import keys
+from mother.budget import Guard, admit, budget_doc, emergency_stop, open_run_budget, override, rate_check, reset_stop
+from mother.budget import submit_with_backpressure
+from mother.clock import ServerClock
+from mother.config import Settings, load_settings
+from mother.errors import BudgetExhausted, BudgetStopped, InvalidSpec, OverrideRefused, QueueFull, RateLimited
+from mother.functions import load_functions
+from schemas import RunSpec
+from tests.conftest import start_pipeline, stop_pipeline
+from tests.test_pipeline import example
+
+SETTINGS = load_settings()
+
+
+def _spec(run_id: str, profile: str = "balanced", **overrides: object) -> RunSpec:
+    return RunSpec(run_id=run_id, user_id="u1", task="t", budget_profile=profile,
+                   pipeline=[{"name": "a", "role": "r", "model": "scripted"}], limit_overrides=overrides)
+
+
+def _open(client: redis.Redis, run_id: str, settings: Settings = SETTINGS, **kw: object) -> Guard:
+    load_functions(client)
+    clock = ServerClock(client)
+    open_run_budget(client, settings, _spec(run_id, **kw), clock.now_ms())
+    return Guard(client, settings, run_id, "u1", lambda: clock.now_iso()[:10])
+
+
+def _doc(client: redis.Redis, run_id: str) -> dict:
+    return budget_doc(client, keys.run_budget_key(run_id))
+
+
+def _charge_tools(url: str, run_id: str, count: int) -> int:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    clock = ServerClock(client)
+    guard = Guard(client, SETTINGS, run_id, "u1", lambda: clock.now_iso()[:10])
+    accepted = 0
+    for _ in range(count):
+        try:
+            guard.charge_tool(read_only=False)
+            accepted += 1
+        except BudgetExhausted:
+            pass
+    return accepted
+
+
+def test_200_concurrent_tool_charges_from_8_processes_accept_exactly_100(r: redis.Redis, redis_url: str) -> None:
+    """Against a tool-call limit of 100, 8 processes × 25 charges: exactly 100 accepted; the counter reads 100."""
+    settings = SETTINGS.model_copy(deep=True)
+    settings.budget.profiles["balanced"].tool_calls = 100
+    _open(r, "tools-1", settings)
+    with ProcessPoolExecutor(8) as pool:
+        accepted = sum(pool.map(_charge_tools, [redis_url] * 8, ["tools-1"] * 8, [25] * 8))
+    assert accepted == 100
+    doc = _doc(r, "tools-1")
+    assert doc["tool_calls"] == 100
+    assert [c["code"] for c in doc["limits_exceeded"]] == ["budget_tool_call_exceeded"]
+
+
+def _reserve_settle(url: str, run_id: str, calls: int) -> int:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    clock = ServerClock(client)
+    guard = Guard(client, SETTINGS, run_id, "u1", lambda: clock.now_iso()[:10])
+    done = 0
+    for _ in range(calls):
+        try:
+            op = guard.reserve_model_call(max_tokens=1000, max_spend_micro_usd=0, cloud=False)
+        except BudgetExhausted:
+            continue
+        time.sleep(0.001)  # the call is in flight: other agents reserve meanwhile
+        guard.settle_model_call(op, input_tokens=700, output_tokens=300, spend=0)
+        done += 1
+    return done
+
+
+def test_parallel_reserve_then_settle_never_overshoots_more_than_one_call(r: redis.Redis, redis_url: str) -> None:
+    """8 agents of one run against 10,000 tokens: usage ends within the limit plus one call's grace."""
+    _open(r, "llm-1", tokens=10_000)
+    with ProcessPoolExecutor(8) as pool:
+        calls = sum(pool.map(_reserve_settle, [redis_url] * 8, ["llm-1"] * 8, [10] * 8))
+    doc = _doc(r, "llm-1")
+    assert doc["total_tokens"] == calls * 1000
+    assert 10_000 <= doc["total_tokens"] <= 10_000 + 1000
+    assert doc["reserved"]["total_tokens"] == 0 and doc["reservations"] == {}
+    assert doc["model_calls"] == calls
+
+
+@pytest.mark.parametrize(("profile", "limit", "warn_at"), [("conservative", 80, 60), ("balanced", 180, 144), ("extended", 360, 306)])
+def test_profile_warning_fires_at_its_ratio_once(r: redis.Redis, profile: str, limit: int, warn_at: int) -> None:
+    """Each profile's tool-call warning appears exactly at 75/80/85% and only once, in the doc and the activity stream."""
+    run_id = f"warn-{profile}"
+    guard = _open(r, run_id, profile=profile)
+    for _ in range(warn_at - 1):
+        guard.charge_tool(read_only=False)
+    assert _doc(r, run_id)["warnings_triggered"] == []
+    guard.charge_tool(read_only=False)
+    assert _doc(r, run_id)["warnings_triggered"] == ["budget_tool_call_warning"]
+    for _ in range(limit - warn_at):
+        guard.charge_tool(read_only=False)
+    with pytest.raises(BudgetExhausted, match=f"budget_tool_call_exceeded \\({limit}/{limit}\\)"):
+        guard.charge_tool(read_only=False)
+    doc = _doc(r, run_id)
+    assert doc["warnings_triggered"] == ["budget_tool_call_warning"] and doc["tool_calls"] == limit
+    events = [orjson.loads(f["data"]) for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "budget_warning"
+              and f.get("run_id") == run_id]
+    assert events == [{"code": "budget_tool_call_warning", "current": warn_at, "max": limit,
+                       "ratio": {"conservative": 0.75, "balanced": 0.8, "extended": 0.85}[profile]}]
+
+
+def test_overrides_capped_at_2x_and_expire(r: redis.Redis) -> None:
+    """3x refused, 2x accepted and effective; once expired (server time) the base limit applies again."""
+    guard = _open(r, "ovr-1", profile="conservative")  # tool_calls 80
+    with pytest.raises(OverrideRefused, match=r"effective limit 240 would exceed 2x the profile default \(160\)"):
+        override(r, "ovr-1", dimension="tool_calls", delta=160, expires_in_s=60, actor="ops", reason="x", maxlen=1000)
+    record = override(r, "ovr-1", dimension="tool_calls", delta=80, expires_in_s=1.5, actor="ops", reason="big job", maxlen=1000)
+    assert (record["actor"], record["reason"], record["delta"]) == ("ops", "big job", 80)
+    for _ in range(100):
+        guard.charge_tool(read_only=False)  # past 80: the override is in force
+    time.sleep(1.6)
+    with pytest.raises(BudgetExhausted, match="budget_tool_call_exceeded"):
+        guard.charge_tool(read_only=False)
+    audit = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "budget_override"]
+    assert len(audit) == 1 and orjson.loads(audit[0]["data"])["effective"] == 160
+
+
+def test_emergency_stop_refuses_mutations_allows_reads_and_reset_resumes(r: redis.Redis) -> None:
+    """After stop: a model call and a write tool are refused, a read-only tool runs; reset lifts it."""
+    guard = _open(r, "stop-1")
+    guard.charge_tool(read_only=False)
+    event = emergency_stop(r, "stop-1", "ops", "runaway loop", 1000)
+    assert (event["actor"], event["reason"], event["counters"]["tool_calls"]) == ("ops", "runaway loop", 1)
+    with pytest.raises(BudgetStopped):
+        guard.reserve_model_call(max_tokens=10, max_spend_micro_usd=0, cloud=False)
+    with pytest.raises(BudgetStopped):
+        guard.charge_tool(read_only=False)
+    guard.charge_tool(read_only=True)
+    assert _doc(r, "stop-1")["status"] == "budget_stopped"
+    reset_stop(r, "stop-1", "ops", "fixed", 1000)
+    op = guard.reserve_model_call(max_tokens=10, max_spend_micro_usd=0, cloud=False)
+    guard.settle_model_call(op, input_tokens=5, output_tokens=5, spend=0)
+    assert _doc(r, "stop-1")["tool_calls"] == 2 and _doc(r, "stop-1")["stop"] is None
+
+
+def test_101st_message_in_an_hour_is_429_and_connections_share_the_window(r: redis.Redis, redis_url: str) -> None:
+    """100 messages pass, the 101st (from a second connection) is RateLimited 429 with retry_after."""
+    load_functions(r)
+    other = redis.Redis.from_url(redis_url, decode_responses=True)
+    for i in range(100):
+        rate_check(r if i % 2 else other, SETTINGS, "chatty")
+    with pytest.raises(RateLimited) as info:
+        rate_check(other, SETTINGS, "chatty")
+    assert info.value.status == 429 and info.value.code == "rate_limited"
+    assert 3590 < info.value.retry_after <= 3600
+    rate_check(r, SETTINGS, "someone-else")  # per user
+
+
+def test_rate_window_rolls_over(r: redis.Redis) -> None:
+    """With a 2-message / 1-second window the third is refused, then allowed after the window passes."""
+    load_functions(r)
+    settings = SETTINGS.model_copy(deep=True)
+    settings.budget.rate_limit.messages, settings.budget.rate_limit.window_seconds = 2, 1
+    rate_check(r, settings, "u9")
+    rate_check(r, settings, "u9")
+    with pytest.raises(RateLimited):
+        rate_check(r, settings, "u9")
+    time.sleep(1.05)
+    rate_check(r, settings, "u9")
+
+
+@pytest.mark.parametrize("skew_ms", [-300_000, 300_000])
+def test_client_clock_skew_changes_no_decision(r: redis.Redis, skew_ms: int) -> None:
+    """A guard whose idea of 'today' is 5 minutes off still charges the server's daily key and decides the same."""
+    guard = _open(r, f"skew{skew_ms}", profile="conservative")
+    clock = ServerClock(r)
+    server_day = clock.now_iso()[:10]
+    skewed_days = iter([_day_at(clock.now_ms() + skew_ms), _day_at(clock.now_ms() + skew_ms)])
+    guard.day = lambda: next(skewed_days, server_day)
+    op = guard.reserve_model_call(max_tokens=100, max_spend_micro_usd=0, cloud=True)
+    guard.settle_model_call(op, input_tokens=60, output_tokens=40, spend=0)
+    user = budget_doc(r, keys.user_daily_budget_key("u1", server_day))
+    assert (user["cloud_calls"], user["total_tokens"]) == (1, 100)
+
+
+def _day_at(ms: int) -> str:
+    from schemas import iso_from_ms
+
+    return iso_from_ms(ms)[:10]
+
+
+@pytest.mark.parametrize("amount", [-1, 1.5, math.nan, math.inf, True, 10**13, "5"])
+def test_bad_amounts_are_refused_and_write_nothing(r: redis.Redis, amount: object) -> None:
+    """Negative, fractional, non-finite, boolean, absurd and non-numeric amounts are refused before the server."""
+    guard = _open(r, "bad-1")
+    before = _doc(r, "bad-1")
+    with pytest.raises(InvalidSpec):
+        guard.reserve_model_call(max_tokens=amount, max_spend_micro_usd=0, cloud=False)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSpec):
+        guard.charge("spawns", amount)  # type: ignore[arg-type]
+    assert _doc(r, "bad-1") == before
+
+
+def test_circuit_breaker_and_daily_run_cap(r: redis.Redis) -> None:
+    """The spec's circuit breaker: concurrent runs at max → 'System at capacity'; the user's 51st run → refused."""
+    load_functions(r)
+    clock = ServerClock(r)
+    day = clock.now_iso()[:10]
+    settings = SETTINGS.model_copy(deep=True)
+    settings.budget.global_.max_concurrent_runs = 2
+    r.zadd(keys.RUN_DEADLINES, {"live-1": 1e15, "live-2": 1e15})
+    refused = admit(r, settings, "new-1", "u1", day, 1000)
+    assert (refused.ok, refused.details, refused.factors) == (False, "System at capacity, try again later", ["concurrent_runs 2/2"])
+    breaker = [orjson.loads(f["data"]) for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "circuit_breaker"]
+    assert breaker[-1]["message"] == "Max concurrent runs exceeded, rejecting new runs"
+    r.delete(keys.RUN_DEADLINES)
+    for _ in range(50):
+        assert admit(r, settings, "ok", "u2", day, 1000).ok
+    capped = admit(r, settings, "51st", "u2", day, 1000)
+    assert (capped.ok, capped.details) == (False, "Daily run limit reached for user u2 (50/50)")
+
+
+def test_queue_full_refuses_and_enqueues_nothing(r: redis.Redis) -> None:
+    """At max queue depth submit raises QueueFull and the stream does not grow."""
+    load_functions(r)
+    settings = SETTINGS.model_copy(deep=True)
+    settings.budget.global_.max_queue_depth = 2
+    submit_with_backpressure(r, settings, b"{}")
+    submit_with_backpressure(r, settings, b"{}")
+    with pytest.raises(QueueFull, match=r"the submission queue is full \(2/2\)"):
+        submit_with_backpressure(r, settings, b"{}")
+    assert r.xlen(keys.SUBMISSIONS_STREAM) == 2
+
+
+def test_run_ends_budget_exhausted_end_to_end(tmp_path: Path) -> None:
+    """A run limited to 2 model calls whose script wants more ends budget_exhausted naming the limit."""
+    p = start_pipeline(tmp_path, workers=1)
+    try:
+        tools = [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}] * 5 + [{"text": "done"}]
+        spec = example("three-phase", limit_overrides={"turns": 2}, scripts={
+            "planner": tools, "coder": [{"text": "x"}], "critic": [{"text": "y"}]})
+        run_id = p.client.submit(spec)
+        record = p.wait(run_id).termination
+        assert (record.reason, record.details) == ("budget_exhausted", "Limit exceeded: budget_model_call_exceeded (2/2)")
+        assert record.contributing_factors == ["budget_model_call_exceeded (2/2)"]
+        doc = budget_doc(p.redis, keys.run_budget_key(run_id))
+        assert doc["status"] == "closed" and doc["model_calls"] == 2 and doc["tool_calls"] == 2
+        assert doc["exhausted"]["termination_reason"] == "budget_exhausted"
+    finally:
+        stop_pipeline(p)
