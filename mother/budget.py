@@ -194,8 +194,14 @@ class Guard:
         self.maxlen = settings.service.activity_maxlen
 
     def _call(self, action: dict[str, Any]) -> dict[str, Any]:
+        user = bool(action.get("user_check") or action.get("user_add") or "settle" in action)
+        dims = set(action.get("check", ())) | set(action.get("add", {})) | set(action.get("settle", {}).get("add", {}))
+        static = {"codes": {d: CODES[d] for d in dims | {"duration_sec"} if d in CODES}}
+        if user:
+            static.update(user_codes=USER_CODES, **_user_args(self.settings, self.user_id))
+
         def build(d: str) -> str:
-            payload = {"day": d, "codes": CODES, "user_codes": USER_CODES, **_user_args(self.settings, self.user_id), **action}
+            payload = {"day": d, **static, **action}
             return call(self.client, "mh_guard", [keys.run_budget_key(self.run_id),
                                                  keys.user_daily_budget_key(self.user_id, d), keys.ACTIVITY_STREAM],
                         [orjson.dumps(payload), self.maxlen])

@@ -155,7 +155,6 @@ class BudgetSettings(_Section):
 class RunDefaults(_Section):
     """Defaults for runs whose spec does not say."""
 
-    duration_seconds: float = Field(600.0, gt=0, le=30 * 86400, description="run deadline")
     phase_timeout_seconds: float = Field(300.0, gt=0, le=86400, description="phase deadline")
 
 

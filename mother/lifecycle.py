@@ -37,7 +37,8 @@ JOB_FUNCTION = "workers.phase.execute"
 
 
 def run_duration_seconds(rt: Runtime, spec: RunSpec) -> float:
-    return spec.limit_overrides.duration_seconds or rt.settings.runs.duration_seconds
+    """The run's wall clock: its limit_overrides, else its budget profile's (seed 002)."""
+    return spec.limit_overrides.duration_seconds or rt.settings.budget.profiles[spec.budget_profile].wall_clock_seconds
 
 
 def phase_timeout_seconds(rt: Runtime, spec: RunSpec, index: int) -> float:

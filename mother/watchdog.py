@@ -76,7 +76,10 @@ class Watchdog:
         else:
             limit = phase_timeout_seconds(self.rt, state.spec, state.phase_index)
             details = f"Phase {state.phase} (attempt {state.attempt}) exceeded its timeout of {limit:g}s"
-        end_run(self.rt, state, "timeout", details, contributing_factors=[f"{what} deadline {limit:g}s passed"])
+        factors = [f"{what} deadline {limit:g}s passed"]
+        if what == "run":
+            factors.append(f"budget_wall_clock_exceeded ({limit:g}/{limit:g})")
+        end_run(self.rt, state, "timeout", details, contributing_factors=factors)
 
     # -- lost workers ------------------------------------------------------
     def check_heartbeats(self) -> None:

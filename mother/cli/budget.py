@@ -76,7 +76,8 @@ def show(
     doc = budget_doc(client, keys.run_budget_key(run_id))
     if doc is None:
         raise NotFound(f"no budget for run {run_id!r}; is the run id right?")
-    console.print(_table(f"budget:run:{run_id} ({doc['profile']}, status {doc['status']})", doc, CODES, _effective(doc)))
+    title = f"{keys.run_budget_key(run_id)} ({doc['profile']}, status {doc['status']})"
+    console.print(_table(title, doc, CODES, _effective(doc)))
     for o in doc.get("overrides") or []:
         console.print(f"override {o['dimension']} {o['delta']:+d} by {o['actor']} until {o['expires_at']}: {o['reason']}",
                       highlight=False)

@@ -124,8 +124,9 @@ local function mh_guard(keys, args)
   if a.day ~= day then return cjson.encode({retry_day = day}) end
   local doc = get_doc(keys[1])
   if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
-  local user = ensure_user(keys[2], a, day, at)
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
+  local needs_user = a.user_check or a.user_add or (settling and settling.user_dims) or (a.reserve and a.reserve.user_dims)
+  local user = needs_user and ensure_user(keys[2], a, day, at) or nil
   if doc.status == 'closed' and not settling then return cjson.encode({ok = false, code = 'run_terminated'}) end
   if doc.status == 'budget_stopped' and not a.read_only and not settling then
     return refuse(keys[1], nil, 'budget_stopped', nil, nil, at, act)

@@ -1,0 +1,122 @@
+"""Benchmark: the budget guard's check-and-charge against a bare round trip and two other ways.
+
+    .venv/bin/python scripts/bench_guard.py [--seconds S] [--procs 1,8]
+
+All on one embedded server in one run, with 1 and 8 client processes:
+
+  (a) PING                 a bare round trip on the same connection (the physical limit)
+  (b) guard                Guard.charge_tool: one FCALL that checks and charges run counters
+  (c) naive WATCH/MULTI    read the budget doc, check in Python, write back in MULTI (retry on conflict)
+  (d) limits library       moving-window hit (a peer rate limiter over Redis)
+
+Prints ops/s, p50/p99 latency (µs) and ratios: guard vs PING (1 client) and guard vs naive (8 clients).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import orjson
+import redis
+
+from mother import keys
+from mother.budget import Guard, open_run_budget
+from mother.clock import ServerClock
+from mother.config import load_settings
+from mother.errors import BudgetExhausted
+from mother.functions import load_functions
+from mother.server import EmbeddedRedis
+from schemas import RunSpec
+
+BIG = 10**11
+
+
+def _setup(url: str, run_id: str) -> None:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    load_functions(client)
+    settings = load_settings()
+    settings.budget.profiles["balanced"].tool_calls = BIG
+    spec = RunSpec(run_id=run_id, user_id="bench", task="t", pipeline=[{"name": "a", "role": "r", "model": "scripted"}])
+    open_run_budget(client, settings, spec, ServerClock(client).now_ms())
+
+
+def _worker(url: str, kind: str, seconds: float, run_id: str) -> list[float]:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    settings = load_settings()
+    settings.budget.profiles["balanced"].tool_calls = BIG
+    clock = ServerClock(client)
+    guard = Guard(client, settings, run_id, "bench", lambda: clock.now_iso()[:10])
+    key = keys.run_budget_key(run_id)
+    if kind == "limits":
+        from limits import parse
+        from limits.storage import RedisStorage
+        from limits.strategies import MovingWindowRateLimiter
+
+        limiter = MovingWindowRateLimiter(RedisStorage(url))
+        item = parse(f"{BIG}/hour")
+
+    def naive() -> None:
+        with client.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    got = orjson.loads(pipe.execute_command("JSON.GET", key, "$.tool_calls", "$.limits.tool_calls"))
+                    if got["$.tool_calls"][0] >= got["$.limits.tool_calls"][0]:
+                        raise BudgetExhausted("limit")
+                    pipe.multi()
+                    pipe.execute_command("JSON.NUMINCRBY", key, "$.tool_calls", 1)
+                    pipe.execute()
+                    return
+                except redis.WatchError:
+                    continue
+
+    ops = {
+        "ping": client.ping,
+        "guard": lambda: guard.charge_tool(read_only=False),
+        "naive": naive,
+        "limits": lambda: limiter.hit(item, "bench"),
+    }[kind]
+    latencies = []
+    end = time.perf_counter() + seconds
+    while (start := time.perf_counter()) < end:
+        ops()
+        latencies.append(time.perf_counter() - start)
+    return latencies
+
+
+def measure(url: str, kind: str, procs: int, seconds: float) -> tuple[float, float, float]:
+    with ProcessPoolExecutor(procs) as pool:
+        results = list(pool.map(_worker, [url] * procs, [kind] * procs, [seconds] * procs, ["bench-run"] * procs))
+    lat = sorted(x for r in results for x in r)
+    return len(lat) / seconds, statistics.median(lat) * 1e6, lat[int(0.99 * (len(lat) - 1))] * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--procs", default="1,8")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, EmbeddedRedis(dir=Path(tmp), appendfsync="no") as server:
+        _setup(server.url, "bench-run")
+        table: dict[tuple[str, int], tuple[float, float, float]] = {}
+        for procs in (int(p) for p in args.procs.split(",")):
+            for kind in ("ping", "guard", "naive", "limits"):
+                table[(kind, procs)] = measure(server.url, kind, procs, args.seconds)
+                ops, p50, p99 = table[(kind, procs)]
+                print(f"{kind:<7} procs={procs:<2} {ops:>10.0f} ops/s   p50 {p50:>8.1f} µs   p99 {p99:>8.1f} µs", flush=True)
+    if ("guard", 1) in table:
+        print(f"guard p50 / PING p50 (1 client): {table[('guard', 1)][1] / table[('ping', 1)][1]:.2f}x  (target ≤ 1.5x)")
+    for procs in sorted({p for _, p in table}):
+        print(f"guard / naive throughput ({procs} clients): {table[('guard', procs)][0] / table[('naive', procs)][0]:.2f}x"
+              f"   guard / limits: {table[('guard', procs)][0] / table[('limits', procs)][0]:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
