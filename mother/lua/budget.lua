@@ -110,6 +110,15 @@ local function refuse(key, doc, code, used, limit, at, act)
   return cjson.encode({ok = false, code = code, current = used, max = limit})
 end
 
+-- decode the action, stamp server time, and compare the caller's idea of today with the server's
+local function begin(args, activity_key)
+  local a = cjson.decode(args[1])
+  local now = now_ms()
+  local at, day = iso(now)
+  local retry = (a.day ~= day) and cjson.encode({retry_day = day}) or nil
+  return a, {key = activity_key, maxlen = tonumber(args[2])}, now, at, retry
+end
+
 -- mh_guard: check and charge one action against the run's and the user's daily budget.
 -- KEYS: 1 budget:run:{id}, 2 budget:user:{user}:daily:{day}, 3 activity
 -- ARGV: 1 action JSON: {day, codes{dim:code}, user_codes, read_only, check[dims], user_check[dims],
@@ -117,11 +126,9 @@ end
 --       2 activity maxlen
 -- Returns JSON: {ok=true, ...} | {ok=false, code, current, max} | {retry_day=<server day>}
 local function mh_guard(keys, args)
-  local a = cjson.decode(args[1])
-  local act = {key = keys[3], maxlen = tonumber(args[2])}
-  local now = now_ms()
-  local at, day = iso(now)
-  if a.day ~= day then return cjson.encode({retry_day = day}) end
+  local a, act, now, at, retry = begin(args, keys[3])
+  if retry then return retry end
+  local day = a.day
   local doc = get_doc(keys[1])
   if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
@@ -249,11 +256,9 @@ end
 -- ARGV: 1 JSON {day, run_id, user_id, global{max_concurrent_runs,max_redis_memory_mb,max_docling_jobs,warning_ratio},
 --        user_limits{runs,cloud_calls,total_tokens}, user_ttl_s, user_warning_ratio}, 2 maxlen
 local function mh_admit(keys, args)
-  local a = cjson.decode(args[1])
-  local act = {key = keys[4], maxlen = tonumber(args[2])}
-  local now = now_ms()
-  local at, day = iso(now)
-  if a.day ~= day then return cjson.encode({retry_day = day}) end
+  local a, act, now, at, retry = begin(args, keys[4])
+  if retry then return retry end
+  local day = a.day
   local g = get_doc(keys[1]) or {}
   local concurrent = redis.call('ZCARD', keys[3])
   local checks = {
