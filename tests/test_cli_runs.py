@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mother import keys
 from mother.server import free_port
 from tests.conftest import MOTHER_BIN, Pipeline, run_cli
 from tests.test_pipeline import EXAMPLES, example
@@ -103,3 +104,27 @@ def test_up_starts_everything_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
     assert "stopped." in out
     leftover = subprocess.run(["pgrep", "-f", f"(--port {port}|{tmp_path})"], capture_output=True, text=True).stdout.split()
     assert [pid for pid in leftover if int(pid) != os.getpid()] == []
+
+
+def test_budget_cli_stop_show_reset_and_stopped_at_deadline(pipeline: Pipeline, tmp_path: Path) -> None:
+    """`mother budget stop/show/override/reset` work on a live run; a run still stopped at its deadline ends budget_exhausted."""
+    env = {"MOTHER_REDIS_URL": pipeline.url, "COLUMNS": "200"}
+    spec = example("cancelled", pipeline=[{"name": "execute", "role": "crawler", "model": "scripted", "timeout_seconds": 3}],
+                   scripts={"crawler": [{"text": "never", "delay_seconds": 30}]})
+    run_id = pipeline.client.submit(spec)
+    deadline = time.monotonic() + 20
+    while not pipeline.redis.exists(keys.run_budget_key(run_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop = run_cli("budget", "stop", run_id, "--actor", "ops", "--reason", "runaway", env=env)
+    assert stop.returncode == 0, stop.stderr
+    shown = run_cli("budget", "show", run_id, env=env)
+    assert "budget_stopped)" in shown.stdout and "emergency stop by ops" in shown.stdout
+    refused = run_cli("budget", "override", run_id, "--dimension", "tool_calls", "--delta", "999", "--expires-in", "5m",
+                      "--actor", "ops", "--reason", "x", env=env)
+    assert refused.returncode == 2 and "would exceed 2x the profile default (360)" in refused.stderr
+    record = pipeline.wait(run_id, timeout=30).termination
+    assert record.reason == "budget_exhausted"
+    assert record.details == "Run still emergency-stopped at its phase deadline (stopped by ops: runaway)"
+    reset = run_cli("budget", "reset", run_id, "--actor", "ops", "--reason", "late", env=env)
+    assert reset.returncode == 2 and "the run has ended" in reset.stderr
+    assert run_cli("budget", "show", "--global", env=env).returncode == 0
