@@ -158,13 +158,18 @@ local function mh_guard(keys, args)
       if limit and used >= limit then return refuse(keys[2], user, a.user_codes[dim], user[dim] or 0, limit, at, act) end
     end
   end
-  -- charges
-  local touched, user_touched = {}, {}
+  -- charges: every counter write is buffered and sent as one JSON.MSET
+  local touched, user_touched, writes = {}, {}, {}
+  local function put(key, path, value)
+    writes[#writes + 1] = key
+    writes[#writes + 1] = path
+    writes[#writes + 1] = value
+  end
   local function add(key, target, adds, mark)
     for dim, n in pairs(adds or {}) do
       if n ~= 0 then
         target[dim] = (target[dim] or 0) + n
-        redis.call('JSON.SET', key, '$.' .. dim, target[dim])
+        put(key, '$.' .. dim, target[dim])
         mark[dim] = true
       end
     end
@@ -173,7 +178,7 @@ local function mh_guard(keys, args)
     target.reserved = target.reserved or {}
     for dim, n in pairs(dims or {}) do
       target.reserved[dim] = (target.reserved[dim] or 0) + sign * n
-      redis.call('JSON.SET', key, '$.reserved.' .. dim, target.reserved[dim])
+      put(key, '$.reserved.' .. dim, target.reserved[dim])
     end
   end
   if a.settle then
@@ -192,13 +197,12 @@ local function mh_guard(keys, args)
     redis.call('JSON.SET', keys[1], '$.reservations.' .. a.reserve.op,
       cjson.encode({dims = a.reserve.dims, user_dims = a.reserve.user_dims or cjson.null, at = at}))
   end
-  redis.call('JSON.SET', keys[1], '$.duration_sec', doc.duration_sec)
-  redis.call('JSON.SET', keys[1], '$.last_updated', cjson.encode(at))
+  put(keys[1], '$.duration_sec', doc.duration_sec)
+  put(keys[1], '$.last_updated', cjson.encode(at))
+  if user then put(keys[2], '$.last_updated', cjson.encode(at)) end
+  redis.call('JSON.MSET', unpack(writes))
   thresholds(keys[1], doc, touched, now, at, a.codes, act, '')
-  if user then
-    redis.call('JSON.SET', keys[2], '$.last_updated', cjson.encode(at))
-    thresholds(keys[2], user, user_touched, now, at, a.user_codes, act, '')
-  end
+  if user then thresholds(keys[2], user, user_touched, now, at, a.user_codes, act, '') end
   return cjson.encode({ok = true})
 end
 
