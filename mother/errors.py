@@ -18,6 +18,8 @@ prints ``error[code]: message`` and never a traceback for these.
     ├── RateLimited                  rate_limited       (status 429, retry_after seconds)
     ├── QueueFull                    queue_full         (depth, max)
     ├── OverrideRefused              override_refused
+    ├── InsufficientBudget           insufficient_budget (remaining, requested)
+    ├── LedgerError                  ledger_error
     ├── RedisUnavailable             redis_unavailable
     │   └── MissingJSONModule        redis_no_json
     └── ServerError                  server_error
@@ -47,7 +49,9 @@ __all__ = [
     "ToolError",
     "WaitTimeout",
     "DataDirNotWritable",
+    "InsufficientBudget",
     "InvalidSpec",
+    "LedgerError",
     "MissingJSONModule",
     "ModuleLoadFailed",
     "MotherError",
@@ -154,6 +158,18 @@ class QueueFull(MotherError):
 
 class OverrideRefused(MotherError):
     code = "override_refused"
+
+
+class InsufficientBudget(MotherError):
+    """A child's reservation exceeds what its parent has left."""
+
+    code = "insufficient_budget"
+
+
+class LedgerError(MotherError):
+    """A ledger call named a thread that is not registered, or is in the wrong state."""
+
+    code = "ledger_error"
 
 
 class RedisUnavailable(MotherError):

@@ -19,7 +19,8 @@ __all__ = ["call", "ensure_loaded", "load_functions", "server_now_ms"]
 
 LIBRARIES = {
     name: resources.files("mother").joinpath(f"lua/{file}").read_text(encoding="utf-8")
-    for name, file in ((keys.FUNCTIONS_LIBRARY, "mother.lua"), (keys.BUDGET_LIBRARY, "budget.lua"))
+    for name, file in ((keys.FUNCTIONS_LIBRARY, "mother.lua"), (keys.BUDGET_LIBRARY, "budget.lua"),
+                       (keys.LEDGER_LIBRARY, "ledger.lua"))
 }
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "ACTIVITY_STREAM",
     "DEAD_LETTER_STREAM",
     "BUDGET_LIBRARY",
+    "LEDGER_LIBRARY",
     "FUNCTIONS_LIBRARY",
     "HEARTBEATS",
     "LEADER_LEASE",
@@ -46,6 +47,8 @@ __all__ = [
     "context_summary_key",
     "gc_report_key",
     "global_budget_key",
+    "ledger_children_key",
+    "ledger_key",
     "library_policy_key",
     "heartbeat_member",
     "parse_heartbeat_member",
@@ -84,6 +87,7 @@ RUNS_INDEX = "runs:all"  # zset: run_id scored by creation time (ms)
 REJECTIONS_INDEX = "rejections"  # zset: submission entry id scored by rejection time
 FUNCTIONS_LIBRARY = "mother"  # names of the Redis Functions libraries (not keys)
 BUDGET_LIBRARY = "mother_budget"
+LEDGER_LIBRARY = "mother_ledger"
 PROBE_KEY = "mother:probe"  # never written: JSON.TYPE of it tells whether RedisJSON is loaded
 
 
@@ -167,6 +171,16 @@ def user_daily_budget_key(user_id: str, day: _dt.date | str) -> str:
 
 def global_budget_key() -> str:
     return GLOBAL_BUDGET
+
+
+def ledger_key(thread_id: str) -> str:
+    """One thread's (run's) node in the hierarchical spend ledger."""
+    return f"ledger:{check_id(thread_id, 'thread_id')}"
+
+
+def ledger_children_key(thread_id: str) -> str:
+    """Set of a thread's children in the ledger."""
+    return f"ledger_children:{check_id(thread_id, 'thread_id')}"
 
 
 def rate_limit_key(user_id: str) -> str:

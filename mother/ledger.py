@@ -1,0 +1,150 @@
+"""The hierarchical spend ledger (seed 000's BudgetLedger), in Redis.
+
+Each thread (a run) has ``ledger:{thread_id}``. A root registers its ceiling; a child
+reserves part of its parent's remaining budget atomically::
+
+    remaining(parent) = max_spend - actual_spend - Σ active children's reserved
+
+Spend reported by a thread is its own; ``cascade_spend`` adds a finished child's
+spend to every ancestor, so a node's ``actual`` covers its whole subtree.
+``release`` sets reserved := actual and stops counting the child's reservation in
+its parent, freeing the rest. Every operation is one server function call
+(``mother/lua/ledger.lua``). USD goes in and out as ``Decimal`` (floats and strings
+accepted); inside it is integer micro-USD.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+import orjson
+import redis
+
+from mother import keys
+from mother.activity import emit
+from mother.clock import ServerClock
+from mother.errors import InsufficientBudget, InvalidSpec, LedgerError
+from mother.functions import call, ensure_loaded
+from mother.logs import get_logger
+
+__all__ = ["BudgetLedger", "to_micro", "to_usd"]
+
+log = get_logger("ledger")
+MICRO = Decimal(1_000_000)
+MAX_USD = Decimal(1_000_000)
+
+
+def to_micro(amount: Decimal | float | str | int, what: str = "amount") -> int:
+    """USD → integer micro-USD (half-up); negative, non-finite or absurd amounts are refused."""
+    try:
+        value = Decimal(repr(amount)) if isinstance(amount, float) else Decimal(amount)
+    except (InvalidOperation, TypeError, ValueError):
+        raise InvalidSpec(f"{what} {amount!r} is not a number of USD") from None
+    if isinstance(amount, bool) or not value.is_finite():
+        raise InvalidSpec(f"{what} must be a finite number of USD, got {amount!r}")
+    if value < 0 or value > MAX_USD:
+        raise InvalidSpec(f"{what} must be between 0 and {MAX_USD} USD, got {amount!r}")
+    return int((value * MICRO).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def to_usd(micro: int | float) -> Decimal:
+    return (Decimal(int(micro)) / MICRO).quantize(Decimal("0.000001")).normalize() if micro else Decimal(0)
+
+
+class BudgetLedger:
+    """``BudgetLedger(redis_client)`` with the spec's method names and arguments."""
+
+    def __init__(self, redis_client: redis.Redis, activity_maxlen: int = 100_000) -> None:
+        self.redis = redis_client
+        ensure_loaded(redis_client)
+        self.clock = ServerClock(redis_client)
+        self.maxlen = activity_maxlen
+
+    def _call(self, name: str, keys_: list[str], args: list[Any]) -> dict[str, Any]:
+        reply = orjson.loads(call(self.redis, name, keys_, args))
+        if reply.get("error"):
+            raise LedgerError(reply["error"])
+        return reply
+
+    def _node(self, thread_id: str) -> dict[str, Any]:
+        raw = self.redis.execute_command("JSON.GET", keys.ledger_key(thread_id))
+        if raw is None:
+            raise LedgerError(f"thread {thread_id} is not in the ledger; register it or reserve for it first")
+        return orjson.loads(raw)
+
+    def register(self, thread_id: str, max_spend: Decimal | float | str) -> Decimal:
+        """A root thread's ceiling. Registering again with the same ceiling is a no-op."""
+        reply = self._call("ledger_register", [keys.ledger_key(thread_id)],
+                           [thread_id, to_micro(max_spend, "max_spend"), self.clock.now_iso()])
+        return to_usd(reply["remaining"])
+
+    def reserve(self, child_id: str, amount: Decimal | float | str, parent_thread_id: str) -> Decimal:
+        """Atomically reserve ``amount`` of the parent's remaining budget for a child; returns what the parent has left."""
+        micro = to_micro(amount)
+        reply = self._call("ledger_reserve", [keys.ledger_key(parent_thread_id), keys.ledger_key(child_id),
+                                              keys.ledger_children_key(parent_thread_id)],
+                           [child_id, micro, self.clock.now_iso()])
+        if not reply["ok"]:
+            raise InsufficientBudget(
+                f"cannot reserve ${to_usd(micro)} for {child_id}: parent {parent_thread_id} has ${to_usd(reply['remaining'])} left",
+                remaining=str(to_usd(reply["remaining"])), requested=str(to_usd(micro)))
+        return to_usd(reply["remaining"])
+
+    def report_actual(self, thread_id: str, actual_spend: Decimal | float | str) -> Decimal:
+        """Set the thread's own spend; an overspend of its reservation is logged (``BudgetOverspend``), not raised."""
+        reply = self._call("ledger_report", [keys.ledger_key(thread_id)], [to_micro(actual_spend, "actual_spend")])
+        if reply["overspend"] > 0:
+            log.warning("BudgetOverspend", thread_id=thread_id, overspend_usd=str(to_usd(reply["overspend"])))
+            emit(self.redis, "budget_overspend", at=self.clock.now_iso(), run_id=thread_id, maxlen=self.maxlen,
+                 overspend_usd=str(to_usd(reply["overspend"])))
+        return to_usd(reply["actual"])
+
+    def cascade_spend(self, child_thread_id: str, parent_thread_id: str, actual_spend: Decimal | float | str) -> int:
+        """Add the child's spend to its parent and every ancestor above it; returns how many were updated."""
+        child = self._node(child_thread_id)
+        chain = list(reversed(child.get("ancestors") or []))  # parent first, root last
+        if not chain or chain[0] != parent_thread_id:
+            raise LedgerError(f"{parent_thread_id} is not the parent of {child_thread_id}")
+        reply = self._call("ledger_cascade", [keys.ledger_key(child_thread_id), *map(keys.ledger_key, chain)],
+                           [to_micro(actual_spend, "actual_spend")])
+        return int(reply["ancestors"])
+
+    def release(self, thread_id: str, final_status: str) -> Decimal:
+        """On completion: reserved := actual; the parent's remaining grows by what was not used. Returns that."""
+        node = self._node(thread_id)
+        parent = node.get("parent_id") or thread_id
+        reply = self._call("ledger_release", [keys.ledger_key(thread_id), keys.ledger_key(parent)], [final_status[:32]])
+        return to_usd(reply.get("freed", 0))
+
+    def get_remaining(self, thread_id: str) -> Decimal:
+        node = self._node(thread_id)
+        return to_usd(node["max_spend"] - node["actual"] - node["active_reserved"])
+
+    def can_spawn(self, parent_id: str, requested_budget: Decimal | float | str) -> dict[str, Any]:
+        remaining = self.get_remaining(parent_id)
+        requested = to_usd(to_micro(requested_budget, "requested_budget"))
+        return {"affordable": requested <= remaining, "remaining": remaining, "requested": requested}
+
+    def get_tree_spend(self, thread_id: str) -> dict[str, Any]:
+        """The subtree's spend: total_actual (this node's actual, which includes cascaded children),
+        total_reserved (this node's reservation), thread_count and active_count (descendants still active)."""
+        root = self._node(thread_id)
+        count, active = 1, 0
+        frontier = sorted(self.redis.smembers(keys.ledger_children_key(thread_id)))
+        while frontier:
+            pipe = self.redis.pipeline(transaction=False)
+            for child in frontier:
+                pipe.execute_command("JSON.GET", keys.ledger_key(child), "$.status")
+                pipe.smembers(keys.ledger_children_key(child))
+            replies = pipe.execute()
+            nxt: list[str] = []
+            for raw, children in zip(replies[::2], replies[1::2]):
+                if raw is None:
+                    continue
+                count += 1
+                active += orjson.loads(raw)[0] == "active"
+                nxt += sorted(children)
+            frontier = nxt
+        return {"total_actual": to_usd(root["actual"]), "total_reserved": to_usd(root["reserved"]),
+                "thread_count": count, "active_count": active}

@@ -1,0 +1,106 @@
+#!lua name=mother_ledger
+-- The hierarchical spend ledger (seed 000's BudgetLedger) in Redis. One document per
+-- thread (run): ledger:{id} = {thread_id, parent_id, ancestors[], max_spend, reserved,
+-- own_spend, actual, active_reserved, status}, and its children in the set ledger_children:{id}
+-- (kept out of the document so a busy parent stays small to decode). Money is integer micro-USD.
+-- remaining(t) = max_spend - actual - active_reserved (the reserved of t's active children).
+-- Every key is passed in KEYS; validate first, write last.
+
+local function get(key)
+  local raw = redis.call('JSON.GET', key)
+  if not raw then return nil end
+  return cjson.decode(raw)
+end
+
+local function remaining(doc) return doc.max_spend - doc.actual - doc.active_reserved end
+
+local function err(text) return cjson.encode({ok = false, error = text}) end
+
+-- ledger_register: KEYS 1 ledger:{id}. ARGV 1 id, 2 max_spend, 3 created_at
+local function ledger_register(keys, args)
+  local doc = get(keys[1])
+  if doc then
+    if doc.max_spend ~= tonumber(args[2]) or doc.parent_id ~= cjson.null then
+      return err('thread ' .. args[1] .. ' is already registered with another budget or as a child')
+    end
+    return cjson.encode({ok = true, existed = true, remaining = remaining(doc)})
+  end
+  local max = tonumber(args[2])
+  redis.call('JSON.SET', keys[1], '$', cjson.encode({thread_id = args[1], parent_id = cjson.null, max_spend = max,
+    reserved = max, own_spend = 0, actual = 0, active_reserved = 0, status = 'active', created_at = args[3]}))
+  redis.call('JSON.SET', keys[1], '$.ancestors', '[]')
+  return cjson.encode({ok = true, remaining = max})
+end
+
+-- ledger_reserve: KEYS 1 ledger:{parent}, 2 ledger:{child}, 3 ledger_children:{parent}.
+-- ARGV 1 child id, 2 amount, 3 created_at
+local function ledger_reserve(keys, args)
+  local parent = get(keys[1])
+  if not parent then return err('no parent thread in the ledger') end
+  if parent.status ~= 'active' then return err('parent thread is ' .. parent.status) end
+  if redis.call('EXISTS', keys[2]) == 1 then return err('thread ' .. args[1] .. ' already has a reservation') end
+  local amount = tonumber(args[2])
+  local left = remaining(parent)
+  if amount > left then
+    return cjson.encode({ok = false, insufficient = true, remaining = left, requested = amount})
+  end
+  local ancestors = parent.ancestors or {}
+  local chain = {}
+  for _, a in ipairs(ancestors) do chain[#chain + 1] = a end
+  chain[#chain + 1] = parent.thread_id
+  redis.call('JSON.SET', keys[2], '$', cjson.encode({thread_id = args[1], parent_id = parent.thread_id,
+    ancestors = chain, max_spend = amount, reserved = amount, own_spend = 0, actual = 0, active_reserved = 0,
+    status = 'active', created_at = args[3]}))
+  redis.call('JSON.NUMINCRBY', keys[1], '$.active_reserved', amount)
+  redis.call('SADD', keys[3], args[1])
+  return cjson.encode({ok = true, remaining = left - amount})
+end
+
+-- ledger_report: a thread's own spend so far (set, not added). KEYS 1 ledger:{id}. ARGV 1 own spend
+-- Returns {ok, actual, overspend (actual - reserved when positive, for a child)}.
+local function ledger_report(keys, args)
+  local doc = get(keys[1])
+  if not doc then return err('thread is not in the ledger') end
+  local own = tonumber(args[1])
+  local actual = doc.actual - doc.own_spend + own
+  redis.call('JSON.SET', keys[1], '$.own_spend', own)
+  redis.call('JSON.SET', keys[1], '$.actual', actual)
+  local over = 0
+  if doc.parent_id ~= cjson.null and actual > doc.reserved then over = actual - doc.reserved end
+  return cjson.encode({ok = true, actual = actual, overspend = over})
+end
+
+-- ledger_cascade: add a child's spend to every ancestor's actual.
+-- KEYS 1 ledger:{child}, 2.. ledger:{ancestor} from the parent up to the root. ARGV 1 amount
+local function ledger_cascade(keys, args)
+  local child = get(keys[1])
+  if not child then return err('thread is not in the ledger') end
+  local chain = child.ancestors or {}
+  if #keys - 1 ~= #chain then return err('ancestor keys do not match the thread\'s lineage') end
+  local amount = tonumber(args[1])
+  for i = 2, #keys do
+    redis.call('JSON.NUMINCRBY', keys[i], '$.actual', amount)
+  end
+  return cjson.encode({ok = true, ancestors = #chain})
+end
+
+-- ledger_release: on completion reserved := actual; the parent stops counting the reservation.
+-- KEYS 1 ledger:{id}, 2 ledger:{parent} (or the same key for a root). ARGV 1 final status
+local function ledger_release(keys, args)
+  local doc = get(keys[1])
+  if not doc then return err('thread is not in the ledger') end
+  if doc.status ~= 'active' then return cjson.encode({ok = true, already = doc.status}) end
+  redis.call('JSON.SET', keys[1], '$.status', cjson.encode(args[1]))
+  redis.call('JSON.SET', keys[1], '$.reserved', doc.actual)
+  local freed = doc.reserved - doc.actual
+  if doc.parent_id ~= cjson.null then
+    redis.call('JSON.NUMINCRBY', keys[2], '$.active_reserved', -doc.reserved)
+  end
+  return cjson.encode({ok = true, freed = freed})
+end
+
+redis.register_function('ledger_register', ledger_register)
+redis.register_function('ledger_reserve', ledger_reserve)
+redis.register_function('ledger_report', ledger_report)
+redis.register_function('ledger_cascade', ledger_cascade)
+redis.register_function('ledger_release', ledger_release)
