@@ -88,8 +88,9 @@ def spend_micro_usd(model: ModelConfig, input_tokens: int, output_tokens: int) -
     return int((usd * MICRO).to_integral_value(rounding=ROUND_CEILING))
 
 
-def run_limits(settings: Settings, spec: RunSpec) -> tuple[dict[str, int], float]:
-    """The run's hard limits: profile → DefaultBudget.per_run → the spec's limit_overrides."""
+def run_limits(settings: Settings, spec: RunSpec, resolved: dict[str, Any] | None = None) -> tuple[dict[str, int], float]:
+    """The run's hard limits: profile and DefaultBudget.per_run, capped by the run's resolved
+    seed-000 limits (turns → model_calls, tokens, spend, duration_seconds, spawns)."""
     budget = settings.budget
     profile = budget.profiles[spec.budget_profile]
     per_run = budget.per_run
@@ -104,21 +105,21 @@ def run_limits(settings: Settings, spec: RunSpec) -> tuple[dict[str, int], float
         "parallel_agents": per_run.max_parallel_agents,
         "spawns": per_run.max_spawns,
     }
-    o = spec.limit_overrides
-    for dim, value in (("model_calls", o.turns), ("total_tokens", o.tokens), ("spawns", o.spawns)):
-        if value is not None:
-            limits[dim] = value
-    if o.duration_seconds is not None:
-        limits["duration_sec"] = math.ceil(o.duration_seconds)
-    if o.spend is not None:
-        limits["spend_micro_usd"] = int(o.spend * MICRO)
+    r = resolved or {}
+    caps = {"model_calls": r.get("turns"), "total_tokens": r.get("tokens"), "spawns": r.get("spawns"),
+            "duration_sec": math.ceil(r["duration_seconds"]) if r.get("duration_seconds") is not None else None,
+            "spend_micro_usd": int(Decimal(str(r["spend"])) * MICRO) if r.get("spend") is not None else None}
+    for dim, cap in caps.items():
+        if cap is not None:
+            limits[dim] = min(limits[dim], int(cap))
     return limits, profile.warning_ratio
 
 
-def open_run_budget(client: redis.Redis, settings: Settings, spec: RunSpec, started_ms: int) -> dict[str, Any]:
+def open_run_budget(client: redis.Redis, settings: Settings, spec: RunSpec, started_ms: int,
+                    resolved: dict[str, Any] | None = None) -> dict[str, Any]:
     """Create ``budget:run:{run_id}`` (NX: a re-delivered intake keeps the first)."""
     assert spec.run_id is not None
-    limits, ratio = run_limits(settings, spec)
+    limits, ratio = run_limits(settings, spec, resolved)
     doc = {
         "run_id": spec.run_id, "user_id": spec.user_id, "profile": spec.budget_profile, "warning_ratio": ratio,
         "status": "active", "started_at": iso_from_ms(started_ms), "started_ms": started_ms,

@@ -152,6 +152,36 @@ class BudgetSettings(_Section):
     max_override_factor: float = Field(2.0, description="an override never takes a limit past this x the profile default")
 
 
+class LimitValues(_Section):
+    """Seed 000's limit types; unset means "not declared at this layer"."""
+
+    turns: int | None = Field(None, ge=0, le=100_000)
+    tokens: int | None = Field(None, ge=0, le=10**12)
+    spend: Decimal | None = Field(None, ge=0, le=1_000_000)
+    duration_seconds: float | None = Field(None, ge=0, le=30 * 86400)
+    spawns: int | None = Field(None, ge=0, le=10_000)
+    depth: int | None = Field(None, ge=0, le=100)
+
+
+def _resilience_defaults() -> LimitValues:
+    return LimitValues(turns=15, tokens=200_000, spend=Decimal("0.50"), spawns=10, depth=5, duration_seconds=600)
+
+
+class TurnLimits(_Section):
+    """A role's declarations: seed 004 turn limits and seed 000 run limits."""
+
+    max_tool_calls: int | None = Field(None, ge=1, le=10_000)
+    max_consecutive_tools: int | None = Field(None, ge=1, le=10_000)
+    limits: LimitValues = Field(default_factory=LimitValues, description="the role's (directive's) declared limits")
+
+
+class HarnessSettings(_Section):
+    max_tool_calls: int = Field(20, ge=1, le=10_000, description="tool calls per turn (one message's handling)")
+    max_consecutive_tools: int = Field(10, ge=1, le=10_000, description="tool calls without a text reply")
+    roles: dict[str, TurnLimits] = Field(default_factory=dict, description="per-role declarations")
+    limits: LimitValues = Field(default_factory=_resilience_defaults, description="layer 1: resilience defaults")
+
+
 class RunDefaults(_Section):
     """Defaults for runs whose spec does not say."""
 
@@ -205,6 +235,7 @@ class Settings(BaseSettings):
     runs: RunDefaults = Field(default_factory=RunDefaults)
     models: dict[str, ModelConfig] = Field(default_factory=_default_models)
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    harness: HarnessSettings = Field(default_factory=HarnessSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -14,7 +14,8 @@ prints ``error[code]: message`` and never a traceback for these.
     ├── ToolError                    tool_error
     ├── PhaseStale                   phase_stale
     ├── BudgetExhausted              budget_exhausted   (limit_code, current, max)
-    │   └── BudgetStopped            budget_stopped     (an emergency stop is in force)
+    │   ├── BudgetStopped            budget_stopped     (an emergency stop is in force)
+    │   └── LimitExceeded            limit_exceeded     (a seed-000 run limit at a turn's start)
     ├── RateLimited                  rate_limited       (status 429, retry_after seconds)
     ├── QueueFull                    queue_full         (depth, max)
     ├── OverrideRefused              override_refused
@@ -51,6 +52,7 @@ __all__ = [
     "DataDirNotWritable",
     "InsufficientBudget",
     "InvalidSpec",
+    "LimitExceeded",
     "LedgerError",
     "MissingJSONModule",
     "ModuleLoadFailed",
@@ -137,6 +139,12 @@ class BudgetStopped(BudgetExhausted):
     """The run is emergency-stopped: mutating actions are refused until a reset."""
 
     code = "budget_stopped"
+
+
+class LimitExceeded(BudgetExhausted):
+    """A run limit (turns, tokens, spend, duration_seconds) was reached at the start of a turn."""
+
+    code = "limit_exceeded"
 
 
 class RateLimited(MotherError):

@@ -17,6 +17,7 @@ from mother.client import parse_spec
 from mother.errors import InvalidSpec
 from mother.budget import admit, open_run_budget
 from mother.lifecycle import end_run, start_run
+from mother.limits import DepthExhausted, resolve_for_spec
 from mother.logs import get_logger
 from mother.runtime import Runtime
 from schemas import MAX_SPEC_BYTES, HistoryEntry, RunSpec, RunState
@@ -44,9 +45,21 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
         return None
     run_id = spec.run_id or f"run-{entry_id}"
     spec = spec.model_copy(update={"run_id": run_id})
-    state = _create(rt, entry_id, spec, fields)
+    try:
+        limits = resolve_for_spec(rt.settings, spec, _parent_limits(rt, spec))
+        depth_error = None
+    except DepthExhausted as exc:
+        limits, depth_error = {}, exc.message
+    except InvalidSpec as exc:
+        reject(rt, entry_id, fields, exc.message)
+        return None
+    state = _create(rt, entry_id, spec, fields, limits)
+    if state is not None and state.status == "queued" and depth_error:
+        end_run(rt, state, "budget_exhausted", depth_error, phase="intake",
+                contributing_factors=[f"parent run {spec.parent_run_id} has no depth left"])
+        return state
     if state is not None and state.status == "queued":
-        open_run_budget(rt.redis, rt.settings, spec, rt.clock.now_ms())
+        open_run_budget(rt.redis, rt.settings, spec, rt.clock.now_ms(), limits)
         admission = admit(rt.redis, rt.settings, run_id, spec.user_id, rt.clock.now_iso()[:10],
                           rt.settings.service.activity_maxlen)
         if not admission.ok:
@@ -64,11 +77,22 @@ def _check_models(rt: Runtime, spec: RunSpec) -> None:
             raise InvalidSpec(f"phase {phase.name}: model {phase.model!r} is not in the model catalogue; known: {known}")
 
 
-def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any]) -> RunState | None:
+def _parent_limits(rt: Runtime, spec: RunSpec) -> dict[str, Any] | None:
+    if spec.parent_run_id is None:
+        return None
+    parent = rt.load_run(spec.parent_run_id)
+    if parent is None:
+        raise InvalidSpec(f"parent_run_id {spec.parent_run_id!r} names no run")
+    return dict(parent.limits)
+
+
+def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], limits: dict[str, Any]) -> RunState | None:
     assert spec.run_id is not None
     at = rt.clock.now_iso()
+    stored = {k: (str(v) if k == "spend" else v) for k, v in limits.items()}
     state = RunState(
         run_id=spec.run_id, user_id=spec.user_id, spec=spec, created_at=at, updated_at=at, entry_id=entry_id,
+        limits=stored,
         history=[HistoryEntry(at=at, event="submitted", detail=f"entry {entry_id}")],
     )
     created = rt.redis.execute_command("JSON.SET", keys.run_key(spec.run_id), "$", state.to_json(), "NX")

@@ -16,6 +16,7 @@ import orjson
 from mother import keys
 from mother.budget import budget_doc
 from mother.functions import call
+from mother.limits import resolve_for_spec
 from mother.logs import get_logger
 from mother.runtime import Runtime
 from mother.termination import build_record, terminate
@@ -37,8 +38,11 @@ JOB_FUNCTION = "workers.phase.execute"
 
 
 def run_duration_seconds(rt: Runtime, spec: RunSpec) -> float:
-    """The run's wall clock: its limit_overrides, else its budget profile's (seed 002)."""
-    return spec.limit_overrides.duration_seconds or rt.settings.budget.profiles[spec.budget_profile].wall_clock_seconds
+    """The run's wall clock: the smaller of its budget profile's (seed 002) and its resolved
+    duration_seconds (seed 000: defaults → role → limit_overrides; parent caps not applied here)."""
+    profile = rt.settings.budget.profiles[spec.budget_profile].wall_clock_seconds
+    resolved = resolve_for_spec(rt.settings, spec).get("duration_seconds")
+    return min(profile, resolved) if resolved is not None else profile
 
 
 def phase_timeout_seconds(rt: Runtime, spec: RunSpec, index: int) -> float:
@@ -158,7 +162,8 @@ def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
     n = len(spec.pipeline)
     end_run(rt, done, "success", f"All {n} phase{'s' if n != 1 else ''} completed", phase=result.phase,
             contributing_factors=[f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, "
-                                  f"{r.evidence_count} evidence" for r in done.results])
+                                  f"{r.evidence_count} evidence" for r in done.results]
+            + [f"{r.phase}: {notice}" for r in done.results for notice in r.notices])
 
 
 def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseResult | None = None) -> None:
@@ -167,8 +172,8 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
     A refusal by the budget guard is not retried: the run ends ``budget_exhausted``.
     """
     phase = state.spec.pipeline[state.phase_index]
-    if result is not None and result.error_code == "budget_exhausted":
-        end_for_budget(rt, state, error)
+    if result is not None and result.error_code in ("budget_exhausted", "limit_exceeded"):
+        end_for_budget(rt, state, error, fail_safe=result.error_code == "limit_exceeded")
         return
     pipe = rt.redis.pipeline(transaction=False)
     rt.emit(pipe, "phase_failed", run_id=state.run_id, phase=phase.name, attempt=state.attempt, error=error[:1000])
@@ -233,19 +238,22 @@ def _cancel_queued_job(rt: Runtime, state: RunState) -> None:
     rt.agents_queue.remove(job_id)
 
 
-def end_for_budget(rt: Runtime, state: RunState, error: str) -> TerminationRecord:
+def end_for_budget(rt: Runtime, state: RunState, error: str, *, fail_safe: bool = False) -> TerminationRecord:
     """End the run ``budget_exhausted``: the first crossed limit is primary, every crossing a factor.
 
-    Also stores the spec's BudgetExhausted record in ``budget:run:{run_id}`` at ``$.exhausted``.
+    With ``fail_safe`` (a seed-000 limit hit at a turn's start, no hook handling it) the
+    worker's message ("Limit exceeded: turns_exceeded (10/10)") is the details. Also stores
+    the spec's BudgetExhausted record in ``budget:run:{run_id}`` at ``$.exhausted``.
     """
     doc = budget_doc(rt.redis, keys.run_budget_key(state.run_id)) or {}
     crossed = doc.get("limits_exceeded") or []
     factors = [f"{c['code']} ({c['current']}/{c['max']})" for c in crossed]
-    if crossed:
+    if crossed and not fail_safe:
         first = crossed[0]
         details = f"Limit exceeded: {first['code']} ({first['current']}/{first['max']})"
     else:
-        first, details = {"code": "budget_stopped", "current": 0, "max": 0}, error
+        first, details = {"code": error.split(": ", 1)[-1].split(" ", 1)[0], "current": 0, "max": 0}, error
+        factors = [error] + factors
     if doc:
         exhausted = {"run_id": state.run_id, "resource": RESOURCES.get(first["code"], first["code"]),
                      "limit": first["max"], "consumed": first["current"], "timestamp": rt.clock.now_iso(),

@@ -40,6 +40,7 @@ class PhaseResult(Record):
     error: ShortText | None = None
     error_code: str | None = Field(None, max_length=64, description="e.g. budget_exhausted: the run ends, no retry")
     worker: str | None = None
+    notices: list[ShortText] = Field(default_factory=list, description="limits hit and other things the user is told")
     finished_at: Timestamp
     manifest: dict[str, JsonValue] = Field(default_factory=dict)
 

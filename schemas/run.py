@@ -73,6 +73,8 @@ class PhaseSpec(Record):
     model: ModelName
     max_retries: int = Field(2, ge=0, le=10)
     timeout_seconds: float | None = Field(None, gt=0, le=86400)
+    max_tool_calls: int | None = Field(None, ge=1, le=10_000, description="tool calls per turn (seed 004)")
+    max_consecutive_tools: int | None = Field(None, ge=1, le=10_000, description="tool calls without text")
 
 
 class RunSpec(Record):
@@ -85,6 +87,8 @@ class RunSpec(Record):
     budget_profile: Literal["conservative", "balanced", "extended"] = "balanced"
     limit_overrides: LimitOverrides = Field(default_factory=LimitOverrides)
     parent_run_id: Id | None = None
+    max_tool_calls: int | None = Field(None, ge=1, le=10_000, description="per turn, for every phase of the run")
+    max_consecutive_tools: int | None = Field(None, ge=1, le=10_000)
     libraries: list[Id] = Field(default_factory=list, max_length=64)
     metadata: dict[MetadataKey, JsonValue] = Field(default_factory=dict, max_length=64)
     scripts: dict[Id, list[ScriptedReply]] = Field(
@@ -130,3 +134,4 @@ class RunState(Record):
     entry_id: str | None = Field(None, description="the mother:submissions entry the run came from")
     results: list[PhaseResult] = Field(default_factory=list, description="accepted result of each finished phase")
     artifacts: list[Id] = Field(default_factory=list)
+    limits: dict[str, JsonValue] = Field(default_factory=dict, description="resolved run limits (seed 000)")

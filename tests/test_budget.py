@@ -18,6 +18,7 @@ from mother.clock import ServerClock
 from mother.config import Settings, load_settings
 from mother.errors import BudgetExhausted, BudgetStopped, InvalidSpec, OverrideRefused, QueueFull, RateLimited
 from mother.functions import load_functions
+from mother.limits import resolve_for_spec
 from schemas import RunSpec
 from tests.conftest import start_pipeline, stop_pipeline
 from tests.test_pipeline import example
@@ -33,7 +34,8 @@ def _spec(run_id: str, profile: str = "balanced", **overrides: object) -> RunSpe
 def _open(client: redis.Redis, run_id: str, settings: Settings = SETTINGS, **kw: object) -> Guard:
     load_functions(client)
     clock = ServerClock(client)
-    open_run_budget(client, settings, _spec(run_id, **kw), clock.now_ms())
+    spec = _spec(run_id, **kw)
+    open_run_budget(client, settings, spec, clock.now_ms(), resolve_for_spec(settings, spec))
     return Guard(client, settings, run_id, "u1", lambda: clock.now_iso()[:10])
 
 
@@ -242,7 +244,7 @@ def test_queue_full_refuses_and_enqueues_nothing(r: redis.Redis) -> None:
 
 
 def test_run_ends_budget_exhausted_end_to_end(tmp_path: Path) -> None:
-    """A run limited to 2 model calls whose script wants more ends budget_exhausted naming the limit."""
+    """A run limited to 2 turns whose script wants more ends budget_exhausted with the fail-safe message."""
     p = start_pipeline(tmp_path, workers=1)
     try:
         tools = [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}] * 5 + [{"text": "done"}]
@@ -250,8 +252,9 @@ def test_run_ends_budget_exhausted_end_to_end(tmp_path: Path) -> None:
             "planner": tools, "coder": [{"text": "x"}], "critic": [{"text": "y"}]})
         run_id = p.client.submit(spec)
         record = p.wait(run_id).termination
-        assert (record.reason, record.details) == ("budget_exhausted", "Limit exceeded: budget_model_call_exceeded (2/2)")
-        assert record.contributing_factors == ["budget_model_call_exceeded (2/2)"]
+        # seed 000's turn-start check fires first, with its fail-safe message
+        assert (record.reason, record.details) == ("budget_exhausted", "Limit exceeded: turns_exceeded (2/2)")
+        assert record.contributing_factors[0] == "Limit exceeded: turns_exceeded (2/2)"
         doc = budget_doc(p.redis, keys.run_budget_key(run_id))
         assert doc["status"] == "closed" and doc["model_calls"] == 2 and doc["tool_calls"] == 2
         assert doc["exhausted"]["termination_reason"] == "budget_exhausted"

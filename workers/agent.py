@@ -14,9 +14,17 @@ from workers.metering import Meter
 from workers.providers import ModelReply, Provider
 from workers.tools import ToolBox
 
-__all__ = ["LoopOutcome", "run_loop"]
+__all__ = ["LoopOutcome", "TurnLimits", "run_loop"]
 
 DEFAULT_CONFIDENCE = 0.5  # providers that report none (real chat models) get this
+
+
+@dataclass(frozen=True)
+class TurnLimits:
+    """Seed 004: tool calls per turn, and tool calls in a row without a text reply."""
+
+    max_tool_calls: int = 20
+    max_consecutive_tools: int = 10
 
 
 @dataclass
@@ -25,6 +33,7 @@ class LoopOutcome:
     confidence: float
     evidence_count: int
     usage: Usage = field(default_factory=Usage)
+    notices: list[str] = field(default_factory=list)
 
 
 def run_loop(
@@ -35,6 +44,7 @@ def run_loop(
     max_calls: int,
     check_alive: Callable[[], None],
     meter: Meter | None = None,
+    limits: TurnLimits = TurnLimits(),
 ) -> LoopOutcome:
     """Run until the model answers with text; ``check_alive`` raises to stop between actions.
 
@@ -43,6 +53,8 @@ def run_loop(
     """
     usage = Usage()
     evidence = 0
+    consecutive = 0
+    last_text = ""
     for call_number in range(max_calls):
         if call_number:  # the caller checked before the first call
             check_alive()
@@ -50,6 +62,8 @@ def run_loop(
         usage.model_calls += 1
         usage.input_tokens += reply.input_tokens
         usage.output_tokens += reply.output_tokens
+        if reply.text:
+            consecutive, last_text = 0, reply.text  # a text reply resets the consecutive count
         if not reply.tool_calls:
             if reply.text is None:
                 raise ProviderError("the model replied with neither text nor tool calls")
@@ -74,10 +88,24 @@ def run_loop(
                 meter.tool(read_only=tool.read_only if tool is not None else True)
             result = toolbox.run(call.name, call.arguments)
             usage.tool_calls += 1
+            consecutive += 1
             if result.ok and toolbox.tools[call.name].read_only:
                 evidence += 1
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result.output})
+            hit = _turn_limit_hit(limits, usage.tool_calls, consecutive)
+            if hit:  # the tool that reached the limit has completed; the loop stops here
+                confidence = reply.confidence if reply.confidence is not None else DEFAULT_CONFIDENCE
+                text = f"{hit}; stopped.\n{last_text}".rstrip()
+                return LoopOutcome(text=text, confidence=confidence, evidence_count=evidence, usage=usage, notices=[hit])
     raise ProviderError(f"the model made {max_calls} calls without a final text reply (worker.max_model_calls_per_phase)")
+
+
+def _turn_limit_hit(limits: TurnLimits, tool_calls: int, consecutive: int) -> str | None:
+    if tool_calls >= limits.max_tool_calls:
+        return f"Limit reached: max_tool_calls per turn ({tool_calls}/{limits.max_tool_calls})"
+    if consecutive >= limits.max_consecutive_tools:
+        return f"Limit reached: max_consecutive_tools without a text reply ({consecutive}/{limits.max_consecutive_tools})"
+    return None
 
 
 def _model_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str, Any]], meter: Meter | None) -> ModelReply:

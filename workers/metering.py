@@ -12,13 +12,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import orjson
 
+from mother import keys
 from mother.budget import Guard, spend_micro_usd
 from mother.config import ModelConfig
-from mother.errors import BudgetStopped
+from mother.errors import BudgetStopped, LimitExceeded
+from mother.limits import check_limits, fail_safe_message
 
 __all__ = ["Meter", "estimate_prompt_tokens"]
 
@@ -31,8 +34,31 @@ def estimate_prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str,
 
 
 class Meter:
-    def __init__(self, guard: Guard, model: ModelConfig, check_alive: Callable[[], None]) -> None:
+    def __init__(self, guard: Guard, model: ModelConfig, check_alive: Callable[[], None],
+                 limits: dict[str, Any] | None = None) -> None:
         self.guard, self.model, self.check_alive = guard, model, check_alive
+        self.limits = {k: (Decimal(str(v)) if k == "spend" else v) for k, v in (limits or {}).items()}
+
+    def check_turn(self) -> None:
+        """Seed 000: at the start of every turn, the run's limits against its counters.
+
+        An exceeded limit is a ``limit`` event; no hook handles it yet (hooks are not
+        built), so the fail-safe applies: ``LimitExceeded("Limit exceeded: turns_exceeded (10/10)")``.
+        """
+        if not self.limits:
+            return
+        raw = self.guard.client.execute_command(
+            "JSON.GET", keys.run_budget_key(self.guard.run_id), "$.model_calls", "$.input_tokens", "$.output_tokens",
+            "$.spend_micro_usd", "$.duration_sec")
+        if raw is None:
+            return
+        got = {k[2:]: v[0] for k, v in orjson.loads(raw).items()}
+        cost = {"turns": got["model_calls"], "input_tokens": got["input_tokens"], "output_tokens": got["output_tokens"],
+                "spend": Decimal(got["spend_micro_usd"]) / 1_000_000, "elapsed_seconds": got["duration_sec"]}
+        event = check_limits(self.limits, cost)
+        if event is not None:
+            raise LimitExceeded(fail_safe_message(event), limit_code=event["limit_code"],
+                                current=str(event["current_value"]), max=str(event["current_max"]))
 
     def _waiting_out_stops(self, action: Callable[[], Any]) -> Any:
         while True:
@@ -43,6 +69,7 @@ class Meter:
                 time.sleep(STOP_POLL_SECONDS)
 
     def reserve(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        self.check_turn()
         prompt = estimate_prompt_tokens(messages, tools)
         most = prompt + self.model.max_output_tokens
         spend = spend_micro_usd(self.model, prompt, self.model.max_output_tokens)

@@ -18,14 +18,14 @@ import orjson
 
 from mother import keys
 from mother.client import EVENT_PHASE_RESULT
-from mother.config import load_settings
+from mother.config import Settings, load_settings
 from mother.budget import Guard
-from mother.errors import BudgetExhausted, MotherError, PhaseStale
+from mother.errors import BudgetExhausted, LimitExceeded, MotherError, PhaseStale
 from mother.functions import call
 from mother.logs import configure_logging, get_logger
 from mother.runtime import Runtime
-from schemas import PhaseResult, RunState, Usage
-from workers.agent import run_loop
+from schemas import PhaseResult, RunSpec, RunState, Usage
+from workers.agent import TurnLimits, run_loop
 from workers.metering import Meter
 from workers.providers import make_provider
 from workers.tools import ToolBox
@@ -111,25 +111,45 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float)
         toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id,
                           max_output_chars=rt.settings.worker.max_tool_output_chars)
         guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, lambda: rt.clock.now_iso()[:10])
-        meter = Meter(guard, rt.settings.models[phase.model], check_alive)
+        meter = Meter(guard, rt.settings.models[phase.model], check_alive, limits=state.limits)
         outcome = run_loop(provider, toolbox, _messages(state, index), check_alive=check_alive,
-                           max_calls=rt.settings.worker.max_model_calls_per_phase, meter=meter)
+                           max_calls=rt.settings.worker.max_model_calls_per_phase, meter=meter,
+                           limits=turn_limits(rt.settings, state.spec, index))
     except PhaseStale:
         raise
     except Exception as exc:
         error = exc.message if isinstance(exc, MotherError) else f"{type(exc).__name__}: {exc}"
-        code = "budget_exhausted" if isinstance(exc, BudgetExhausted) else None
+        code = ("limit_exceeded" if isinstance(exc, LimitExceeded)
+                else "budget_exhausted" if isinstance(exc, BudgetExhausted) else None)
         bound.warning("phase_failed", error=error, error_code=code)
         usage.duration_ms = int((time.monotonic() - started) * 1000)
         return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="failed",
                            error=error[:4000], error_code=code, usage=usage, finished_at=rt.clock.now_iso(),
                            worker=_worker_name())
+    for notice in outcome.notices:
+        bound.warning("turn_limit_hit", notice=notice)
+        rt.emit(rt.redis, "turn_limit_hit", run_id=state.run_id, phase=phase.name, attempt=attempt, notice=notice)
     artifact_id = _store_artifact(rt, state.run_id, phase.name, attempt, outcome.text)
     outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
     return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="completed",
                        output=outcome.text, confidence=outcome.confidence, evidence_count=outcome.evidence_count,
                        artifacts=[artifact_id], usage=outcome.usage, finished_at=rt.clock.now_iso(),
-                       worker=_worker_name())
+                       worker=_worker_name(), notices=outcome.notices)
+
+
+def turn_limits(settings: Settings, spec: RunSpec, index: int) -> TurnLimits:
+    """Per-turn tool limits: the phase's, else the run's, else the role's in config, else the defaults."""
+    phase = spec.pipeline[index]
+    role = settings.harness.roles.get(phase.role)
+
+    def pick(name: str) -> int:
+        for source in (phase, spec, role):
+            value = getattr(source, name, None) if source is not None else None
+            if value is not None:
+                return int(value)
+        return int(getattr(settings.harness, name))
+
+    return TurnLimits(max_tool_calls=pick("max_tool_calls"), max_consecutive_tools=pick("max_consecutive_tools"))
 
 
 def _messages(state: RunState, index: int) -> list[dict[str, Any]]:

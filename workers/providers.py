@@ -77,7 +77,7 @@ class ScriptedProvider:
         self._fail(reply)
         calls = [ToolCall(f"call-{self.position}-{i}", c.name, dict(c.arguments)) for i, c in enumerate(reply.tool_calls)]
         return ModelReply(
-            text=reply.text if not calls else None,
+            text=reply.text,
             tool_calls=calls,
             input_tokens=reply.usage.input_tokens,
             output_tokens=reply.usage.output_tokens,
@@ -131,7 +131,7 @@ class OpenAIProvider:
             calls.append(ToolCall(call.id, call.function.name, arguments if isinstance(arguments, dict) else {}))
         usage = response.usage
         return ModelReply(
-            text=message.content if not calls else None,
+            text=message.content or None,
             tool_calls=calls,
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,

@@ -1,0 +1,85 @@
+"""Seed 000's four-layer limit resolution, and the check at the start of every turn.
+
+    defaults (config harness.limits) → the role's declared limits → limit_overrides
+    → the parent's values as upper bounds (min)
+
+Depth decrements instead: ``depth = min(own or 10, parent depth - 1)``; a child whose
+depth would be ≤ 0 is refused with "Depth limit exhausted".
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from mother.config import Settings
+from mother.errors import BudgetExhausted
+from schemas import RunSpec
+
+__all__ = ["LIMIT_NAMES", "DepthExhausted", "check_limits", "resolve_limits", "resolve_for_spec"]
+
+LIMIT_NAMES = ("turns", "tokens", "spend", "duration_seconds", "spawns", "depth")
+CAPPED = ("turns", "tokens", "spend", "spawns", "duration_seconds")
+
+
+class DepthExhausted(BudgetExhausted):
+    code = "depth_exhausted"
+
+
+def _declared(values: Any) -> dict[str, Any]:
+    if values is None:
+        return {}
+    data = values if isinstance(values, dict) else values.model_dump()
+    found = {k: v for k, v in data.items() if k in LIMIT_NAMES and v is not None}
+    if "spend" in found:
+        found["spend"] = Decimal(str(found["spend"]))
+    return found
+
+
+def resolve_limits(defaults: Any, role: Any = None, overrides: Any = None, parent: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Merge the layers; the parent caps every value and decrements depth."""
+    resolved: dict[str, Any] = {}
+    for layer in (defaults, role, overrides):
+        resolved.update(_declared(layer))
+    if parent:
+        for key in CAPPED:
+            if key in parent and key in resolved:
+                resolved[key] = min(resolved[key], parent[key])
+        if "depth" in parent:
+            resolved["depth"] = min(resolved.get("depth", 10), parent["depth"] - 1)
+            if resolved["depth"] <= 0:
+                raise DepthExhausted("Depth limit exhausted", limit_code="depth_exhausted",
+                                     current=resolved["depth"], max=parent["depth"])
+    return resolved
+
+
+def resolve_for_spec(settings: Settings, spec: RunSpec, parent: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A run's limits: its first phase's role is the run's directive."""
+    role = settings.harness.roles.get(spec.pipeline[0].role)
+    return resolve_limits(settings.harness.limits, role.limits if role else None, spec.limit_overrides, parent)
+
+
+def check_limits(limits: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any] | None:
+    """Seed 000's check at the start of a turn: the first exceeded limit, or None."""
+    checks = (
+        ("turns", cost.get("turns", 0)),
+        ("tokens", cost.get("input_tokens", 0) + cost.get("output_tokens", 0)),
+        ("spend", cost.get("spend", 0)),
+        ("duration_seconds", cost.get("elapsed_seconds", 0)),
+    )
+    for code, current in checks:
+        maximum = limits.get(code)
+        if maximum is not None and current >= maximum:
+            return {"limit_code": f"{code}_exceeded", "current_value": current, "current_max": maximum}
+    return None
+
+
+def fail_safe_message(event: dict[str, Any]) -> str:
+    """The message a run ends with when no hook handles a limit event."""
+    return f"Limit exceeded: {event['limit_code']} ({_num(event['current_value'])}/{_num(event['current_max'])})"
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, Decimal | float):
+        return f"{Decimal(str(value)).normalize():f}"
+    return str(value)
