@@ -229,6 +229,10 @@ class Guard:
             raise InvalidSpec(f"unknown budget dimension {dimension!r}; one of {', '.join(sorted(CODES))}")
         self._call({"read_only": read_only, "check": [dimension], "add": {dimension: check_amount(amount, dimension)}})
 
+    def release(self, dimension: str) -> None:
+        """Give back one unit of a gauge (``parallel_agents``) charged by this run; never refused."""
+        self._call({"read_only": True, "add": {dimension: -1}})
+
     def reserve_model_call(self, *, max_tokens: int, max_spend_micro_usd: int, cloud: bool) -> str:
         """Before an LLM call: reserve its most; returns the reservation id to settle."""
         tokens = check_amount(max_tokens, "max_tokens")

@@ -14,7 +14,8 @@ import orjson
 
 from mother import keys
 from mother.client import parse_spec
-from mother.errors import InvalidSpec
+from mother.errors import InsufficientBudget, InvalidSpec, LedgerError
+from mother.ledger import BudgetLedger
 from mother.budget import admit, open_run_budget
 from mother.lifecycle import end_run, start_run
 from mother.limits import DepthExhausted, resolve_for_spec
@@ -60,6 +61,10 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
         return state
     if state is not None and state.status == "queued":
         open_run_budget(rt.redis, rt.settings, spec, rt.clock.now_ms(), limits)
+        refused = _open_ledger(rt, spec, limits)
+        if refused:
+            end_run(rt, state, "budget_exhausted", refused, phase="intake", contributing_factors=[refused])
+            return state
         admission = admit(rt.redis, rt.settings, run_id, spec.user_id, rt.clock.now_iso()[:10],
                           rt.settings.service.activity_maxlen)
         if not admission.ok:
@@ -75,6 +80,24 @@ def _check_models(rt: Runtime, spec: RunSpec) -> None:
         if phase.model not in rt.settings.models:
             known = ", ".join(sorted(rt.settings.models))
             raise InvalidSpec(f"phase {phase.name}: model {phase.model!r} is not in the model catalogue; known: {known}")
+
+
+def _open_ledger(rt: Runtime, spec: RunSpec, limits: dict[str, Any]) -> str | None:
+    """A root registers its spend ceiling; a child without a reservation (a raw submission with
+    parent_run_id, not via spawn_run) reserves its own from the parent. Returns a refusal, if any."""
+    assert spec.run_id is not None
+    ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen)
+    spend = limits.get("spend", rt.settings.budget.per_run.max_spend_usd)
+    if spec.parent_run_id is None:
+        ledger.register(spec.run_id, spend)
+        return None
+    if rt.redis.exists(keys.ledger_key(spec.run_id)):
+        return None
+    try:
+        ledger.reserve(spec.run_id, spend, spec.parent_run_id)
+    except (InsufficientBudget, LedgerError) as exc:
+        return exc.message
+    return None
 
 
 def _parent_limits(rt: Runtime, spec: RunSpec) -> dict[str, Any] | None:

@@ -226,8 +226,28 @@ def end_run(
                 suggested_action=record.suggested_action)
         pipe.execute()
         _cancel_queued_job(rt, state)
+        _settle_lineage(rt, state, reason)
         log.info("run_terminated", run_id=state.run_id, reason=reason, phase=phase_name)
     return stored
+
+
+def _settle_lineage(rt: Runtime, state: RunState, reason: str) -> None:
+    """Report the run's spend to the ledger (a child's cascades up), release its reservation,
+    and give back the parent's parallel_agents slot."""
+    if not rt.redis.exists(keys.ledger_key(state.run_id)):
+        return
+    from mother.ledger import BudgetLedger, to_usd
+
+    raw = rt.redis.execute_command("JSON.GET", keys.run_budget_key(state.run_id), "$.spend_micro_usd")
+    own = to_usd(orjson.loads(raw)[0]) if raw else to_usd(0)
+    ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen)
+    ledger.report_actual(state.run_id, own)
+    parent = state.spec.parent_run_id
+    if parent is not None:
+        ledger.cascade_spend(state.run_id, parent, own)
+        if state.spec.metadata.get("spawned_by") == "spawn_run" and rt.redis.exists(keys.run_budget_key(parent)):
+            rt.redis.execute_command("JSON.NUMINCRBY", keys.run_budget_key(parent), "$.parallel_agents", -1)
+    ledger.release(state.run_id, "completed" if reason == "success" else reason)
 
 
 def _cancel_queued_job(rt: Runtime, state: RunState) -> None:

@@ -41,6 +41,7 @@ def resolve_limits(defaults: Any, role: Any = None, overrides: Any = None, paren
     resolved: dict[str, Any] = {}
     for layer in (defaults, role, overrides):
         resolved.update(_declared(layer))
+    parent = _declared(parent) if parent else None
     if parent:
         for key in CAPPED:
             if key in parent and key in resolved:

@@ -29,7 +29,7 @@ from mother import keys
 from mother.client import EVENT_CANCEL, EVENT_PHASE_RESULT
 from mother.config import Settings
 from mother.functions import call
-from mother.intake import handle_submission
+from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run, on_phase_result
 from mother.logs import get_logger
 from mother.runtime import Runtime
@@ -160,7 +160,10 @@ class Mother:
         except Exception as exc:
             self.log.exception("entry_handling_failed", stream=stream, entry_id=entry_id)
             run_id = _run_id_of(fields)
-            if run_id is None or not self._end_catastrophically(run_id, exc):
+            if stream == keys.SUBMISSIONS_STREAM and (run_id is None or self.rt.load_run(run_id) is None):
+                # not taken in: record why instead of losing it
+                reject(self.rt, entry_id, fields, f"Mother failed to take this submission in: {type(exc).__name__}: {exc}")
+            elif run_id is None or not self._end_catastrophically(run_id, exc):
                 return  # left pending: reclaimed later, dead-lettered after max_deliveries
         self.rt.redis.xack(stream, self.cfg.consumer_group, entry_id)
 

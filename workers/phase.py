@@ -28,7 +28,8 @@ from schemas import PhaseResult, RunSpec, RunState, Usage
 from workers.agent import TurnLimits, run_loop
 from workers.metering import Meter
 from workers.providers import make_provider
-from workers.tools import ToolBox
+from workers.spawn import SpawnRun
+from workers.tools import FILE_TOOLS, ToolBox
 
 __all__ = ["execute", "runtime"]
 
@@ -108,9 +109,10 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float)
     try:
         provider = make_provider(phase.model, rt.settings.models[phase.model], role=phase.role,
                                  scripts=state.spec.scripts, attempt=attempt, interrupt=check_alive)
-        toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id,
-                          max_output_chars=rt.settings.worker.max_tool_output_chars)
         guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, lambda: rt.clock.now_iso()[:10])
+        toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id,
+                          tools=(*FILE_TOOLS, SpawnRun(rt, state, index, guard, check_alive)),
+                          max_output_chars=rt.settings.worker.max_tool_output_chars)
         meter = Meter(guard, rt.settings.models[phase.model], check_alive, limits=state.limits)
         outcome = run_loop(provider, toolbox, _messages(state, index), check_alive=check_alive,
                            max_calls=rt.settings.worker.max_model_calls_per_phase, meter=meter,

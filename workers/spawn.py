@@ -1,0 +1,113 @@
+"""The ``spawn_run`` tool: an agent starts a child run through Mother.
+
+The child is a normal submission (``mother:submissions``) with ``parent_run_id``;
+Mother resolves its limits against the parent's (depth decrements). Before
+submitting, the tool charges the parent's ``spawns`` and ``parallel_agents`` in the
+budget guard and reserves the child's budget in the spend ledger, so a parent can
+never hand out more than it has left. With ``wait`` (default) the tool returns the
+child's outcome; Mother settles the ledger when the child ends.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from mother import keys
+from mother.budget import Guard, submit_with_backpressure
+from mother.errors import BudgetExhausted, InsufficientBudget, InvalidSpec, ToolError
+from mother.ledger import BudgetLedger, to_usd
+from mother.limits import DepthExhausted, resolve_limits
+from mother.runtime import Runtime
+from schemas import RunSpec, RunState
+
+__all__ = ["SpawnRun"]
+
+WAIT_POLL_SECONDS = 0.2
+SPAWNED_BY = "spawned_by"  # metadata key: the child holds one of its parent's parallel_agents slots
+
+
+class SpawnRun:
+    name = "spawn_run"
+    description = ("Start a child run for another role and (by default) wait for its result. "
+                   "Arguments: role, task, budget (USD), limit_overrides, model, wait.")
+    parameters = {
+        "type": "object",
+        "properties": {
+            "role": {"type": "string"}, "task": {"type": "string"}, "budget": {"type": "string"},
+            "limit_overrides": {"type": "object"}, "model": {"type": "string"}, "wait": {"type": "boolean"},
+        },
+        "required": ["role", "task", "budget"],
+    }
+    read_only = False
+
+    def __init__(self, rt: Runtime, state: RunState, phase_index: int, guard: Guard,
+                 check_alive: Callable[[], None]) -> None:
+        self.rt, self.state, self.guard, self.check_alive = rt, state, guard, check_alive
+        self.phase = state.spec.pipeline[phase_index]
+
+    def run(self, workspace: Path, arguments: dict[str, Any]) -> str:
+        spec = self._child_spec(arguments)
+        try:
+            resolve_limits({}, None, None, self.state.limits)  # depth check before anything is charged
+        except DepthExhausted as exc:
+            raise ToolError(exc.message) from None
+        try:
+            self.guard.charge("spawns")
+            self.guard.charge("parallel_agents")
+        except BudgetExhausted as exc:
+            raise ToolError(f"cannot spawn: {exc.message}") from None
+        ledger = BudgetLedger(self.rt.redis, self.rt.settings.service.activity_maxlen)
+        assert spec.run_id is not None
+        try:
+            ledger.report_actual(self.state.run_id, self._own_spend())  # so "remaining" counts what we spent
+            ledger.reserve(spec.run_id, Decimal(str(arguments["budget"])), self.state.run_id)
+        except (InsufficientBudget, InvalidSpec) as exc:
+            self.guard.release("parallel_agents")
+            raise ToolError(f"cannot spawn: {exc.message}") from None
+        submit_with_backpressure(self.rt.redis, self.rt.settings, spec.to_json())
+        self.rt.emit(self.rt.redis, "run_spawned", run_id=self.state.run_id, phase=self.phase.name,
+                     child_run_id=spec.run_id, role=spec.pipeline[0].role, budget=str(arguments["budget"]))
+        if arguments.get("wait", True) is False:
+            return f"spawned {spec.run_id}"
+        return self._wait(spec.run_id)
+
+    def _child_spec(self, arguments: dict[str, Any]) -> RunSpec:
+        role, task = arguments.get("role"), arguments.get("task")
+        if not isinstance(role, str) or not isinstance(task, str) or "budget" not in arguments:
+            raise ToolError("spawn_run needs role (string), task (string) and budget (USD)")
+        child_id = f"{self.state.run_id[:100]}.c{uuid.uuid4().hex[:8]}"
+        try:
+            return RunSpec.model_validate({
+                "run_id": child_id, "user_id": self.state.user_id, "task": task,
+                "pipeline": [{"name": "execute", "role": role, "model": arguments.get("model") or self.phase.model}],
+                "budget_profile": self.state.spec.budget_profile,
+                "limit_overrides": {**arguments.get("limit_overrides", {}), "spend": str(arguments["budget"])},
+                "parent_run_id": self.state.run_id, "scripts": self.state.spec.model_dump(mode="json")["scripts"],
+                "metadata": {SPAWNED_BY: self.name},
+            })
+        except ValueError as exc:
+            raise ToolError(f"spawn_run arguments are invalid: {str(exc).splitlines()[0]}") from None
+
+    def _wait(self, child_id: str) -> str:
+        while True:
+            raw = self.rt.redis.execute_command("JSON.GET", keys.result_key(child_id))
+            if raw is not None:
+                from schemas import ResultEnvelope
+
+                envelope = ResultEnvelope.model_validate_json(raw)
+                if envelope.termination is not None:
+                    term = envelope.termination
+                    return f"child {child_id} ended {term.reason}: {term.details}\n{envelope.output}".rstrip()
+            time.sleep(WAIT_POLL_SECONDS)
+            self.check_alive()  # the parent ending (deadline, cancel) stops the wait
+
+    def _own_spend(self) -> Decimal:
+        raw = self.rt.redis.execute_command("JSON.GET", keys.run_budget_key(self.state.run_id), "$.spend_micro_usd")
+        return to_usd(orjson.loads(raw)[0]) if raw else Decimal(0)
