@@ -173,6 +173,7 @@ class TurnLimits(_Section):
     max_tool_calls: int | None = Field(None, ge=1, le=10_000)
     max_consecutive_tools: int | None = Field(None, ge=1, le=10_000)
     limits: LimitValues = Field(default_factory=LimitValues, description="the role's (directive's) declared limits")
+    hooks: list[dict[str, Any]] = Field(default_factory=list, description="the role's (directive's) hooks")
 
 
 class HarnessSettings(_Section):
@@ -180,6 +181,13 @@ class HarnessSettings(_Section):
     max_consecutive_tools: int = Field(10, ge=1, le=10_000, description="tool calls without a text reply")
     roles: dict[str, TurnLimits] = Field(default_factory=dict, description="per-role declarations")
     limits: LimitValues = Field(default_factory=_resilience_defaults, description="layer 1: resilience defaults")
+
+
+class HookSettings(_Section):
+    """Where the user (layer 0) and project (layer 3) hook files are."""
+
+    user_file: Path | None = Path("~/.mother/hooks.yaml")
+    project_file: Path | None = Path(".mother/hooks.yaml")
 
 
 class RunDefaults(_Section):
@@ -236,6 +244,7 @@ class Settings(BaseSettings):
     models: dict[str, ModelConfig] = Field(default_factory=_default_models)
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     harness: HarnessSettings = Field(default_factory=HarnessSettings)
+    hooks: HookSettings = Field(default_factory=HookSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -172,8 +172,16 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
     A refusal by the budget guard is not retried: the run ends ``budget_exhausted``.
     """
     phase = state.spec.pipeline[state.phase_index]
-    if result is not None and result.error_code in ("budget_exhausted", "limit_exceeded"):
-        end_for_budget(rt, state, error, fail_safe=result.error_code == "limit_exceeded")
+    code = result.error_code if result is not None else None
+    if code in ("budget_exhausted", "limit_exceeded"):
+        end_for_budget(rt, state, error, fail_safe=code == "limit_exceeded")
+        return
+    if code is not None and code.startswith("hook_abort:"):
+        reason: TerminationReason = "budget_exhausted" if code.endswith(":limit") else "catastrophic_error"
+        end_run(rt, state, reason, error, phase=phase.name, contributing_factors=[f"{code}: {error[:300]}"])
+        return
+    if code == "config_invalid":
+        end_run(rt, state, "catastrophic_error", error, phase=phase.name, contributing_factors=["invalid configuration"])
         return
     pipe = rt.redis.pipeline(transaction=False)
     rt.emit(pipe, "phase_failed", run_id=state.run_id, phase=phase.name, attempt=state.attempt, error=error[:1000])

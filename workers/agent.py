@@ -10,6 +10,7 @@ import orjson
 
 from mother.errors import ProviderError
 from schemas import Usage
+from workers.harness import Harness
 from workers.metering import Meter
 from workers.providers import ModelReply, Provider
 from workers.tools import ToolBox
@@ -45,6 +46,7 @@ def run_loop(
     check_alive: Callable[[], None],
     meter: Meter | None = None,
     limits: TurnLimits = TurnLimits(),
+    harness: Harness | None = None,
 ) -> LoopOutcome:
     """Run until the model answers with text; ``check_alive`` raises to stop between actions.
 
@@ -58,10 +60,14 @@ def run_loop(
     for call_number in range(max_calls):
         if call_number:  # the caller checked before the first call
             check_alive()
-        reply = _model_call(provider, toolbox, messages, meter)
+        reply = _model_call(provider, toolbox, messages, meter, harness)
         usage.model_calls += 1
         usage.input_tokens += reply.input_tokens
         usage.output_tokens += reply.output_tokens
+        if harness is not None:
+            harness.control("after_step", cost={"turns": usage.model_calls, "tokens": usage.input_tokens + usage.output_tokens,
+                                                "current": meter.spend_usd() if meter else 0.0,
+                                                "limit": meter.spend_limit_usd() if meter else 0.0})
         if reply.text:
             consecutive, last_text = 0, reply.text  # a text reply resets the consecutive count
         if not reply.tool_calls:
@@ -108,7 +114,19 @@ def _turn_limit_hit(limits: TurnLimits, tool_calls: int, consecutive: int) -> st
     return None
 
 
-def _model_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str, Any]], meter: Meter | None) -> ModelReply:
+def _model_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str, Any]], meter: Meter | None,
+                harness: Harness | None = None) -> ModelReply:
+    """One model call inside a reservation; an error event lets hooks retry it."""
+    while True:
+        try:
+            return _metered_call(provider, toolbox, messages, meter)
+        except ProviderError as exc:
+            if harness is None or harness.control("error", error={"type": exc.code, "message": exc.message}) is None:
+                raise
+            # a hook said continue: call the model again (bounded by the hooks' conditions)
+
+
+def _metered_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str, Any]], meter: Meter | None) -> ModelReply:
     """One model call inside a reservation; what it used is settled even if it failed."""
     if meter is None:
         return provider.complete(messages, toolbox.specs())

@@ -35,9 +35,16 @@ def estimate_prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str,
 
 class Meter:
     def __init__(self, guard: Guard, model: ModelConfig, check_alive: Callable[[], None],
-                 limits: dict[str, Any] | None = None) -> None:
-        self.guard, self.model, self.check_alive = guard, model, check_alive
+                 limits: dict[str, Any] | None = None, harness: Any = None) -> None:
+        self.guard, self.model, self.check_alive, self.harness = guard, model, check_alive, harness
         self.limits = {k: (Decimal(str(v)) if k == "spend" else v) for k, v in (limits or {}).items()}
+        self._spend = Decimal(0)
+
+    def spend_usd(self) -> float:
+        return float(self._spend)
+
+    def spend_limit_usd(self) -> float:
+        return float(self.limits.get("spend", 0))
 
     def check_turn(self) -> None:
         """Seed 000: at the start of every turn, the run's limits against its counters.
@@ -55,7 +62,15 @@ class Meter:
         got = {k[2:]: v[0] for k, v in orjson.loads(raw).items()}
         cost = {"turns": got["model_calls"], "input_tokens": got["input_tokens"], "output_tokens": got["output_tokens"],
                 "spend": Decimal(got["spend_micro_usd"]) / 1_000_000, "elapsed_seconds": got["duration_sec"]}
+        self._spend = cost["spend"]
         event = check_limits(self.limits, cost)
+        if event is not None and self.harness is not None:
+            decided = self.harness.control(
+                "limit", event={"code": event["limit_code"], "current": event["current_value"], "max": event["current_max"]},
+                limit={"code": event["limit_code"], "current": event["current_value"], "max": event["current_max"]},
+                cost={"current": cost["spend"], "limit": self.limits.get("spend", 0), "turns": cost["turns"]})
+            if decided is not None:  # a hook said continue
+                return
         if event is not None:
             raise LimitExceeded(fail_safe_message(event), limit_code=event["limit_code"],
                                 current=str(event["current_value"]), max=str(event["current_max"]))

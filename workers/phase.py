@@ -20,12 +20,14 @@ from mother import keys
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
 from mother.budget import Guard
-from mother.errors import BudgetExhausted, LimitExceeded, MotherError, PhaseStale
+from mother.errors import BudgetExhausted, ConfigError, LimitExceeded, MotherError, PhaseStale
+from mother.hooks import HarnessAction, load_hooks
 from mother.functions import call
 from mother.logs import configure_logging, get_logger
 from mother.runtime import Runtime
 from schemas import PhaseResult, RunSpec, RunState, Usage
-from workers.agent import TurnLimits, run_loop
+from workers.agent import LoopOutcome, TurnLimits, run_loop
+from workers.harness import Harness, HookDecision
 from workers.metering import Meter
 from workers.providers import make_provider
 from workers.spawn import SpawnRun
@@ -110,19 +112,33 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float)
         provider = make_provider(phase.model, rt.settings.models[phase.model], role=phase.role,
                                  scripts=state.spec.scripts, attempt=attempt, interrupt=check_alive)
         guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, lambda: rt.clock.now_iso()[:10])
-        toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id,
-                          tools=(*FILE_TOOLS, SpawnRun(rt, state, index, guard, check_alive)),
+        spawner = SpawnRun(rt, state, index, guard, check_alive)
+        toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id, tools=(*FILE_TOOLS, spawner),
                           max_output_chars=rt.settings.worker.max_tool_output_chars)
-        meter = Meter(guard, rt.settings.models[phase.model], check_alive, limits=state.limits)
-        outcome = run_loop(provider, toolbox, _messages(state, index), check_alive=check_alive,
-                           max_calls=rt.settings.worker.max_model_calls_per_phase, meter=meter,
-                           limits=turn_limits(rt.settings, state.spec, index))
+        harness = Harness(rt, state, index, load_hooks(rt.settings, phase.role),
+                          spawn=lambda args: spawner.run(toolbox.workspace, args))
+        meter = Meter(guard, rt.settings.models[phase.model], check_alive, limits=state.limits, harness=harness)
+        messages = _messages(state, index)
+        extra = harness.context()
+        if extra:
+            messages[1]["content"] = f"{extra}\n\n{messages[1]['content']}"
+        try:
+            outcome = run_loop(provider, toolbox, messages, check_alive=check_alive,
+                               max_calls=rt.settings.worker.max_model_calls_per_phase, meter=meter,
+                               limits=turn_limits(rt.settings, state.spec, index), harness=harness)
+        except HookDecision as decision:
+            if decision.action != HarnessAction.SKIP:
+                raise
+            outcome = LoopOutcome(text=f"Skipped: {decision.message}", confidence=0.0, evidence_count=0,
+                                  notices=[decision.message])
     except PhaseStale:
         raise
     except Exception as exc:
         error = exc.message if isinstance(exc, MotherError) else f"{type(exc).__name__}: {exc}"
         code = ("limit_exceeded" if isinstance(exc, LimitExceeded)
-                else "budget_exhausted" if isinstance(exc, BudgetExhausted) else None)
+                else "budget_exhausted" if isinstance(exc, BudgetExhausted)
+                else exc.error_code if isinstance(exc, HookDecision)
+                else "config_invalid" if isinstance(exc, ConfigError) else None)
         bound.warning("phase_failed", error=error, error_code=code)
         usage.duration_ms = int((time.monotonic() - started) * 1000)
         return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="failed",

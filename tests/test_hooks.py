@@ -1,0 +1,81 @@
+"""Hooks: layers and precedence, infra always runs, CEL conditions, bad files refused, outcomes changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mother.errors import ConfigError
+from mother.hooks import HarnessAction, HookSet, load_hook_file, parse_hooks
+from tests.conftest import start_pipeline, stop_pipeline
+from tests.test_pipeline import example
+
+LIMIT = {"event": {"name": "limit", "code": "turns_exceeded"}, "cost": {"current": 0.95, "limit": 1}}
+
+
+def _hooks(layer: str, *items: dict) -> list:
+    return parse_hooks(list(items), layer, f"{layer}.yaml")
+
+
+def test_first_deciding_hook_wins_and_infra_always_runs() -> None:
+    """User (0) beats project (3); a non-matching hook is passed over; infra notices run after the winner."""
+    hooks = HookSet(
+        _hooks("project", {"id": "p-abort", "event": "limit", "action": {"type": "abort"}})
+        + _hooks("user", {"id": "u-never", "event": "limit", "condition": "cost.current > 2.0", "action": {"type": "fail"}},
+                 {"id": "u-retry", "event": "limit", "condition": "cost.current > cost.limit * 0.9",
+                  "action": {"type": "retry", "message": "try again"}})
+        + _hooks("infra", {"id": "i-note", "event": "limit", "action": {"type": "notice", "message": "seen"}})
+    )
+    decision = hooks.run_control("limit", LIMIT)
+    assert (decision.action, decision.hook, decision.message) == (HarnessAction.RETRY, "u-retry", "try again")
+    assert [h.spec.id for h, _ in decision.side_effects] == ["i-note"]
+    assert hooks.run_control("error", LIMIT).action is None
+
+
+def test_context_hooks_concatenate_in_layer_order() -> None:
+    """run_started context hooks: every match's text, user layer first."""
+    hooks = HookSet(_hooks("project", {"id": "p", "event": "run_started", "context": "Project rules."})
+                    + _hooks("user", {"id": "u", "event": "run_started", "context": "I am Ada."}))
+    assert hooks.run_context("run_started", {"event": {"name": "run_started"}}) == "I am Ada.\n\nProject rules."
+
+
+def test_bad_hook_files_are_refused_with_file_and_line(tmp_path: Path) -> None:
+    """A malformed CEL condition, an unknown event or broken YAML names the file, line and reason."""
+    path = tmp_path / "hooks.yaml"
+    path.write_text("- id: fine\n  event: limit\n  action: {type: continue}\n- id: broken\n  event: limit\n"
+                    "  condition: 'cost.current >'\n  action: {type: abort}\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:4: bad condition 'cost.current >'"):
+        load_hook_file(path, "project")
+    path.write_text("hooks:\n  - id: x\n    event: teatime\n    action: {type: abort}\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:2: event: Input should be"):
+        load_hook_file(path, "project")
+    path.write_text("- id: x\n  event: [unclosed\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:\d+: not valid YAML"):
+        load_hook_file(path, "project")
+
+
+def test_limit_hooks_retry_and_abort_change_the_outcome(tmp_path: Path) -> None:
+    """Without a hook a turns limit ends budget_exhausted (fail-safe); RETRY makes it retries_exhausted; ABORT names the hook."""
+    hooks = tmp_path / "project-hooks.yaml"
+    hooks.write_text(
+        "- id: retry-on-limit\n  event: limit\n  condition: 'run.user_id == \"retry-user\"'\n"
+        "  action: {type: retry, message: 'try the phase again'}\n"
+        "- id: abort-on-limit\n  event: limit\n  condition: 'run.user_id == \"abort-user\"'\n"
+        "  action: {type: abort, message: 'stop everything'}\n")
+    p = start_pipeline(tmp_path, workers=1, env={"MOTHER_HOOKS__PROJECT_FILE": str(hooks)})
+    try:
+        script = {"planner": [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}] * 3 + [{"text": "x"}]}
+        runs = {user: p.client.submit(example("three-phase", user_id=user, limit_overrides={"turns": 1},
+                                              pipeline=[{"name": "plan", "role": "planner", "model": "scripted",
+                                                         "max_retries": 1}], scripts=script))
+                for user in ("plain-user", "retry-user", "abort-user")}
+        plain = p.wait(runs["plain-user"]).termination
+        retried = p.wait(runs["retry-user"]).termination
+        aborted = p.wait(runs["abort-user"]).termination
+    finally:
+        stop_pipeline(p)
+    assert (plain.reason, plain.details) == ("budget_exhausted", "Limit exceeded: turns_exceeded (1/1)")
+    assert retried.reason == "retries_exhausted"
+    assert "hook retry-on-limit decided retry on limit: try the phase again" in retried.details
+    assert (aborted.reason, aborted.details) == ("budget_exhausted", "hook abort-on-limit decided abort on limit: stop everything")
