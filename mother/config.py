@@ -174,6 +174,8 @@ class TurnLimits(_Section):
     max_consecutive_tools: int | None = Field(None, ge=1, le=10_000)
     limits: LimitValues = Field(default_factory=LimitValues, description="the role's (directive's) declared limits")
     hooks: list[dict[str, Any]] = Field(default_factory=list, description="the role's (directive's) hooks")
+    permissions: list[str] | None = Field(None, description="capability patterns (tool.*, model.*, library.*)")
+    acknowledge: list[str] = Field(default_factory=list, description="risk tiers the role acknowledges")
 
 
 class HarnessSettings(_Section):
@@ -181,6 +183,10 @@ class HarnessSettings(_Section):
     max_consecutive_tools: int = Field(10, ge=1, le=10_000, description="tool calls without a text reply")
     roles: dict[str, TurnLimits] = Field(default_factory=dict, description="per-role declarations")
     limits: LimitValues = Field(default_factory=_resilience_defaults, description="layer 1: resilience defaults")
+    default_permissions: list[str] = Field(
+        default_factory=lambda: ["tool.read_file", "tool.list_dir", "tool.write_file", "tool.spawn_run", "model.*", "library.*"],
+        description="capabilities of a role that declares none")
+    capability_risk_file: Path | None = Field(None, description="capability_risk.yaml (default: the shipped one)")
 
 
 class HookSettings(_Section):

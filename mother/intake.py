@@ -17,6 +17,7 @@ from mother.client import parse_spec
 from mother.errors import InsufficientBudget, InvalidSpec, LedgerError
 from mother.ledger import BudgetLedger
 from mother.budget import admit, open_run_budget
+from mother.capabilities import assess_risk, denial, granted_for, load_risk_policy
 from mother.lifecycle import end_run, start_run
 from mother.limits import DepthExhausted, resolve_for_spec
 from mother.logs import get_logger
@@ -54,12 +55,18 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
     except InvalidSpec as exc:
         reject(rt, entry_id, fields, exc.message)
         return None
-    state = _create(rt, entry_id, spec, fields, limits)
+    parent_caps = _parent_capabilities(rt, spec)
+    granted = granted_for(rt.settings, spec.pipeline[0].role, parent_caps)
+    state = _create(rt, entry_id, spec, fields, limits, granted)
     if state is not None and state.status == "queued" and depth_error:
         end_run(rt, state, "budget_exhausted", depth_error, phase="intake",
                 contributing_factors=[f"parent run {spec.parent_run_id} has no depth left"])
         return state
     if state is not None and state.status == "queued":
+        blocked = _assess(rt, spec, granted)
+        if blocked:
+            end_run(rt, state, "policyViolation", blocked[0], phase="intake", contributing_factors=blocked)
+            return state
         open_run_budget(rt.redis, rt.settings, spec, rt.clock.now_ms(), limits)
         refused = _open_ledger(rt, spec, limits)
         if refused:
@@ -109,13 +116,38 @@ def _parent_limits(rt: Runtime, spec: RunSpec) -> dict[str, Any] | None:
     return dict(parent.limits)
 
 
-def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], limits: dict[str, Any]) -> RunState | None:
+def _parent_capabilities(rt: Runtime, spec: RunSpec) -> list[str] | None:
+    if spec.parent_run_id is None:
+        return None
+    parent = rt.load_run(spec.parent_run_id)
+    return list(parent.capabilities) if parent is not None else []
+
+
+def _assess(rt: Runtime, spec: RunSpec, granted: list[str]) -> list[str]:
+    """Risk tiers, once at setup: blocked capabilities (ending the run) and logged warnings;
+    the phases' models must be granted too."""
+    role = rt.settings.harness.roles.get(spec.pipeline[0].role)
+    report = assess_risk(load_risk_policy(rt.settings.harness.capability_risk_file), granted,
+                         list(role.acknowledge) if role else [], spec.run_id or "")
+    for warning in report.warnings:
+        log.warning("capability_risk", run_id=spec.run_id, warning=warning)
+    blocked = list(report.blocked)
+    for phase in spec.pipeline:
+        denied = denial(granted, [f"model.{phase.model}"])
+        if denied:
+            blocked.append(f"phase {phase.name}: model {phase.model} is not among the role's capabilities "
+                           f"(missing {denied['detail']['missing'][0]})")
+    return blocked
+
+
+def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], limits: dict[str, Any],
+            granted: list[str]) -> RunState | None:
     assert spec.run_id is not None
     at = rt.clock.now_iso()
     stored = {k: (str(v) if k == "spend" else v) for k, v in limits.items()}
     state = RunState(
         run_id=spec.run_id, user_id=spec.user_id, spec=spec, created_at=at, updated_at=at, entry_id=entry_id,
-        limits=stored,
+        limits=stored, capabilities=granted,
         history=[HistoryEntry(at=at, event="submitted", detail=f"entry {entry_id}")],
     )
     created = rt.redis.execute_command("JSON.SET", keys.run_key(spec.run_id), "$", state.to_json(), "NX")

@@ -135,3 +135,4 @@ class RunState(Record):
     results: list[PhaseResult] = Field(default_factory=list, description="accepted result of each finished phase")
     artifacts: list[Id] = Field(default_factory=list)
     limits: dict[str, JsonValue] = Field(default_factory=dict, description="resolved run limits (seed 000)")
+    capabilities: list[str] = Field(default_factory=list, description="the run's capability token (patterns)")

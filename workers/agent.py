@@ -89,6 +89,14 @@ def run_loop(
         })
         for call in reply.tool_calls:
             check_alive()
+            refused = toolbox.check_permission(call.name)
+            if refused is not None:
+                if harness is not None:
+                    harness.permission_denied(refused)
+                usage.tool_calls += 1
+                consecutive += 1
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": refused_text(refused)})
+                continue
             if meter is not None:
                 tool = toolbox.tools.get(call.name)
                 meter.tool(read_only=tool.read_only if tool is not None else True)
@@ -104,6 +112,11 @@ def run_loop(
                 text = f"{hit}; stopped.\n{last_text}".rstrip()
                 return LoopOutcome(text=text, confidence=confidence, evidence_count=evidence, usage=usage, notices=[hit])
     raise ProviderError(f"the model made {max_calls} calls without a final text reply (worker.max_model_calls_per_phase)")
+
+
+def refused_text(event: dict[str, Any]) -> str:
+    detail = event["detail"]
+    return f"error: permission_denied: missing {', '.join(detail['missing'])}; granted {', '.join(detail['granted'])}"
 
 
 def _turn_limit_hit(limits: TurnLimits, tool_calls: int, consecutive: int) -> str | None:

@@ -65,6 +65,12 @@ class Harness:
                            + (f": {decision.message}" if decision.message else ""),
                            action=decision.action.value, event=name, hook=decision.hook)
 
+    def permission_denied(self, event: dict[str, Any]) -> None:
+        """Record seed 001's permission_denied event and give the error hooks their say."""
+        phase = self.state.spec.pipeline[self.phase_index].name
+        self.rt.emit(self.rt.redis, "permission_denied", run_id=self.state.run_id, phase=phase, **event["detail"])
+        self.control("error", error={"type": "permission_denied", "message": "permission denied", **event["detail"]})
+
     def _side_effects(self, event: str, decision: Decision) -> None:
         phase = self.state.spec.pipeline[self.phase_index].name
         for hook, action in decision.side_effects:

@@ -114,7 +114,7 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float)
         guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, lambda: rt.clock.now_iso()[:10])
         spawner = SpawnRun(rt, state, index, guard, check_alive)
         toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id, tools=(*FILE_TOOLS, spawner),
-                          max_output_chars=rt.settings.worker.max_tool_output_chars)
+                          max_output_chars=rt.settings.worker.max_tool_output_chars, granted=list(state.capabilities))
         harness = Harness(rt, state, index, load_hooks(rt.settings, phase.role),
                           spawn=lambda args: spawner.run(toolbox.workspace, args))
         meter = Meter(guard, rt.settings.models[phase.model], check_alive, limits=state.limits, harness=harness)

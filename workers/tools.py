@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from mother.capabilities import denial
 from mother.errors import ToolError
 
 __all__ = ["FILE_TOOLS", "Tool", "ToolBox", "ToolResult"]
@@ -100,11 +101,19 @@ FILE_TOOLS: tuple[Tool, ...] = (ReadFile(), ListDir(), WriteFile())
 class ToolBox:
     """The tools one phase may call, bound to its workspace."""
 
-    def __init__(self, workspace: Path, tools: tuple[Tool, ...] = FILE_TOOLS, max_output_chars: int = 100_000):
+    def __init__(self, workspace: Path, tools: tuple[Tool, ...] = FILE_TOOLS, max_output_chars: int = 100_000,
+                 granted: list[str] | None = None):
         self.workspace = workspace
+        self.granted = granted  # the run's capability token; None: no check (library use, tests)
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.tools = {tool.name: tool for tool in tools}
         self.max_output_chars = max_output_chars
+
+    def check_permission(self, name: str) -> dict[str, Any] | None:
+        """The permission_denied event for calling tool ``name``, or None if the token allows it."""
+        if self.granted is None:
+            return None
+        return denial(self.granted, [f"tool.{name}"])
 
     def specs(self) -> list[dict[str, Any]]:
         """The tools in the chat-completions ``tools`` format."""

@@ -1,0 +1,123 @@
+"""Capabilities (seed 001) and their risk tiers (seed 000).
+
+A run's capability token is minted at intake from its role's declared permissions
+(``harness.roles.{role}.permissions``, else ``harness.default_permissions``): a list
+of patterns such as ``tool.read_file``, ``tool.*``, ``model.scripted``,
+``library.docs``. A child's token is the intersection of its parent's and its own.
+Every tool call is checked (``tool.{name}``); a denial is the ``permission_denied``
+event with ``missing``, ``granted`` and ``required``, and the model sees the error.
+
+Risk tiers come from ``capability_risk.yaml``: each granted pattern is classified by
+the most specific matching entry into ``safe`` / ``write`` / ``elevated`` /
+``unrestricted``, whose policy is ``allow`` / ``acknowledge_required`` / ``block``.
+Checked once at run setup: a ``block``-ed capability the role does not acknowledge
+ends the run ``policyViolation`` before its first model call; broad patterns and
+unacknowledged ``acknowledge_required`` tiers log a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mother.errors import ConfigError
+
+__all__ = ["RiskReport", "assess_risk", "attenuate", "denial", "granted_for", "load_risk_policy", "permits"]
+
+POLICIES = {"allow", "acknowledge_required", "block"}
+
+
+def permits(granted: list[str], required: str) -> bool:
+    return any(fnmatchcase(required, pattern) for pattern in granted)
+
+
+def denial(granted: list[str], required: list[str]) -> dict[str, Any] | None:
+    """Seed 001's permission_denied event for ``required``, or None when all are granted."""
+    missing = [r for r in required if not permits(granted, r)]
+    if not missing:
+        return None
+    return {"name": "error", "code": "permission_denied",
+            "detail": {"missing": missing, "granted": list(granted), "required": list(required)}}
+
+
+def attenuate(parent: list[str], child: list[str]) -> list[str]:
+    """The intersection of two pattern sets: what both the parent holds and the child declares."""
+    kept = [c for c in child if any(fnmatchcase(c, p) for p in parent)]
+    kept += [p for p in parent if p not in kept and any(fnmatchcase(p, c) for c in child)]
+    return sorted(set(kept))
+
+
+def granted_for(settings: Any, role: str, parent: list[str] | None = None) -> list[str]:
+    declared = settings.harness.roles.get(role)
+    own = list(declared.permissions) if declared is not None and declared.permissions is not None \
+        else list(settings.harness.default_permissions)
+    return attenuate(parent, own) if parent is not None else sorted(set(own))
+
+
+@dataclass
+class RiskPolicy:
+    tiers: dict[str, str]
+    classifications: list[dict[str, str]]
+
+
+@dataclass
+class RiskReport:
+    blocked: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    tiers: dict[str, str] = field(default_factory=dict)
+
+
+def load_risk_policy(path: Path | None) -> RiskPolicy:
+    source = Path(str(resources.files("mother").joinpath("capability_risk.yaml"))) if path is None else path
+    try:
+        data = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{source}: cannot read the capability risk policy: {exc}") from None
+    tiers = data.get("tiers") if isinstance(data, dict) else None
+    entries = data.get("classifications") if isinstance(data, dict) else None
+    if not isinstance(tiers, dict) or not isinstance(entries, list):
+        raise ConfigError(f"{source}: needs 'tiers' (tier: policy) and 'classifications' (list of pattern, tier)")
+    for tier, policy in tiers.items():
+        if policy not in POLICIES:
+            raise ConfigError(f"{source}: tier {tier}: policy must be one of {sorted(POLICIES)}, not {policy!r}")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or entry.get("tier") not in tiers or not isinstance(entry.get("pattern"), str):
+            raise ConfigError(f"{source}: classifications[{i}] needs a pattern and a known tier")
+    return RiskPolicy(tiers=tiers, classifications=entries)
+
+
+def _specificity(pattern: str) -> tuple[int, int]:
+    literal = sum(ch not in "*?[]" for ch in pattern)
+    return (0 if any(ch in pattern for ch in "*?[") else 1, literal)
+
+
+def _classify(policy: RiskPolicy, capability: str) -> dict[str, str]:
+    matches = [e for e in policy.classifications if fnmatchcase(capability, e["pattern"])]
+    if not matches:
+        return {"pattern": "*", "tier": "unrestricted", "note": "no classification matched"}
+    return max(matches, key=lambda e: _specificity(e["pattern"]))
+
+
+def assess_risk(policy: RiskPolicy, granted: list[str], acknowledged: list[str], run_id: str) -> RiskReport:
+    """Classify every granted capability; collect blocks and warnings (seed 000's _assess_capability_risk)."""
+    report = RiskReport()
+    for capability in granted:
+        entry = _classify(policy, capability)
+        tier = entry["tier"]
+        rule = policy.tiers.get(tier, "block")
+        report.tiers[capability] = tier
+        if rule == "block" and tier not in acknowledged:
+            report.blocked.append(f"capability '{capability}' is classified '{tier}' (policy block); "
+                                  f"acknowledge '{tier}' in the role to allow it")
+        elif rule == "acknowledge_required" and tier not in acknowledged:
+            report.warnings.append(f"Run {run_id}: capability '{capability}' classified as '{tier}' needs acknowledgement")
+        if any(ch in capability for ch in "*?["):
+            note = entry.get("note") or "a broad grant"
+            report.warnings.append(f"Run {run_id}: capability '{capability}' classified as '{tier}' — {note}. "
+                                   f"Consider acknowledging risk '{tier}' or narrowing it.")
+    return report
