@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from mother.roles import role_settings
 from mother.errors import ConfigError
 
 __all__ = ["RiskReport", "assess_risk", "attenuate", "denial", "granted_for", "load_risk_policy", "permits"]
@@ -53,7 +54,7 @@ def attenuate(parent: list[str], child: list[str]) -> list[str]:
 
 
 def granted_for(settings: Any, role: str, parent: list[str] | None = None) -> list[str]:
-    declared = settings.harness.roles.get(role)
+    declared = role_settings(settings, role)
     own = list(declared.permissions) if declared is not None and declared.permissions is not None \
         else list(settings.harness.default_permissions)
     return attenuate(parent, own) if parent is not None else sorted(set(own))

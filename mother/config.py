@@ -187,6 +187,9 @@ class HarnessSettings(_Section):
         default_factory=lambda: ["tool.read_file", "tool.list_dir", "tool.write_file", "tool.spawn_run", "model.*", "library.*"],
         description="capabilities of a role that declares none")
     capability_risk_file: Path | None = Field(None, description="capability_risk.yaml (default: the shipped one)")
+    roles_dir: Path | None = Field(None, description="role (directive) files: {roles_dir}/{role}.yaml")
+    require_signatures: bool = Field(False, description="role files must carry a valid Ed25519 signature")
+    trusted_keys: list[Path] = Field(default_factory=list, description="public keys (signing.pub) that may sign")
 
 
 class HookSettings(_Section):

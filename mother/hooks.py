@@ -31,6 +31,7 @@ import celpy
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mother.roles import role_settings
 from mother.errors import ConfigError
 from mother.logs import get_logger
 
@@ -203,7 +204,7 @@ def load_hooks(settings: Any, role: str) -> HookSet:
     cfg = settings.hooks
     if cfg.user_file is not None:
         hooks += load_hook_file(Path(cfg.user_file).expanduser(), "user")
-    declared = settings.harness.roles.get(role)
+    declared = role_settings(settings, role)
     if declared is not None and declared.hooks:
         hooks += parse_hooks(declared.hooks, "role", f"config harness.roles.{role}.hooks")
     hooks += _shipped("hooks_builtin.yaml", "builtin")

@@ -13,8 +13,9 @@ from typing import Any
 import orjson
 
 from mother import keys
+from mother.roles import role_settings
 from mother.client import parse_spec
-from mother.errors import InsufficientBudget, InvalidSpec, LedgerError
+from mother.errors import ConfigError, InsufficientBudget, InvalidSpec, LedgerError
 from mother.ledger import BudgetLedger
 from mother.budget import admit, open_run_budget
 from mother.capabilities import assess_risk, denial, granted_for, load_risk_policy
@@ -22,6 +23,7 @@ from mother.lifecycle import end_run, start_run
 from mother.limits import DepthExhausted, resolve_for_spec
 from mother.logs import get_logger
 from mother.runtime import Runtime
+from mother.signing import SignatureInvalid
 from schemas import MAX_SPEC_BYTES, HistoryEntry, RunSpec, RunState
 
 __all__ = ["handle_submission", "reject"]
@@ -47,17 +49,20 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
         return None
     run_id = spec.run_id or f"run-{entry_id}"
     spec = spec.model_copy(update={"run_id": run_id})
+    policy_error = _verify_roles(rt, spec)
     try:
-        limits = resolve_for_spec(rt.settings, spec, _parent_limits(rt, spec))
+        limits = {} if policy_error else resolve_for_spec(rt.settings, spec, _parent_limits(rt, spec))
         depth_error = None
     except DepthExhausted as exc:
         limits, depth_error = {}, exc.message
     except InvalidSpec as exc:
         reject(rt, entry_id, fields, exc.message)
         return None
-    parent_caps = _parent_capabilities(rt, spec)
-    granted = granted_for(rt.settings, spec.pipeline[0].role, parent_caps)
+    granted = [] if policy_error else granted_for(rt.settings, spec.pipeline[0].role, _parent_capabilities(rt, spec))
     state = _create(rt, entry_id, spec, fields, limits, granted)
+    if state is not None and state.status == "queued" and policy_error:
+        end_run(rt, state, "policyViolation", policy_error, phase="intake", contributing_factors=[policy_error])
+        return state
     if state is not None and state.status == "queued" and depth_error:
         end_run(rt, state, "budget_exhausted", depth_error, phase="intake",
                 contributing_factors=[f"parent run {spec.parent_run_id} has no depth left"])
@@ -116,6 +121,16 @@ def _parent_limits(rt: Runtime, spec: RunSpec) -> dict[str, Any] | None:
     return dict(parent.limits)
 
 
+def _verify_roles(rt: Runtime, spec: RunSpec) -> str | None:
+    """Load every role the pipeline names (verifying signatures when required); the first failure."""
+    for role in dict.fromkeys(p.role for p in spec.pipeline):
+        try:
+            role_settings(rt.settings, role)
+        except (SignatureInvalid, ConfigError) as exc:
+            return f"role {role}: {exc.message}"
+    return None
+
+
 def _parent_capabilities(rt: Runtime, spec: RunSpec) -> list[str] | None:
     if spec.parent_run_id is None:
         return None
@@ -126,7 +141,7 @@ def _parent_capabilities(rt: Runtime, spec: RunSpec) -> list[str] | None:
 def _assess(rt: Runtime, spec: RunSpec, granted: list[str]) -> list[str]:
     """Risk tiers, once at setup: blocked capabilities (ending the run) and logged warnings;
     the phases' models must be granted too."""
-    role = rt.settings.harness.roles.get(spec.pipeline[0].role)
+    role = role_settings(rt.settings, spec.pipeline[0].role)
     report = assess_risk(load_risk_policy(rt.settings.harness.capability_risk_file), granted,
                          list(role.acknowledge) if role else [], spec.run_id or "")
     for warning in report.warnings:

@@ -180,6 +180,9 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
         reason: TerminationReason = "budget_exhausted" if code.endswith(":limit") else "catastrophic_error"
         end_run(rt, state, reason, error, phase=phase.name, contributing_factors=[f"{code}: {error[:300]}"])
         return
+    if code == "signature_invalid":
+        end_run(rt, state, "policyViolation", error, phase=phase.name, contributing_factors=["signature check failed"])
+        return
     if code == "config_invalid":
         end_run(rt, state, "catastrophic_error", error, phase=phase.name, contributing_factors=["invalid configuration"])
         return

@@ -12,6 +12,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from mother.roles import role_settings
 from mother.config import Settings
 from mother.errors import BudgetExhausted
 from schemas import RunSpec
@@ -56,7 +57,7 @@ def resolve_limits(defaults: Any, role: Any = None, overrides: Any = None, paren
 
 def resolve_for_spec(settings: Settings, spec: RunSpec, parent: dict[str, Any] | None = None) -> dict[str, Any]:
     """A run's limits: its first phase's role is the run's directive."""
-    role = settings.harness.roles.get(spec.pipeline[0].role)
+    role = role_settings(settings, spec.pipeline[0].role)
     return resolve_limits(settings.harness.limits, role.limits if role else None, spec.limit_overrides, parent)
 
 

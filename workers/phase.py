@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from mother import keys
+from mother.roles import role_settings
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
 from mother.budget import Guard
@@ -25,6 +26,7 @@ from mother.hooks import HarnessAction, load_hooks
 from mother.functions import call
 from mother.logs import configure_logging, get_logger
 from mother.runtime import Runtime
+from mother.signing import SignatureInvalid
 from schemas import PhaseResult, RunSpec, RunState, Usage
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness, HookDecision
@@ -138,6 +140,7 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float)
         code = ("limit_exceeded" if isinstance(exc, LimitExceeded)
                 else "budget_exhausted" if isinstance(exc, BudgetExhausted)
                 else exc.error_code if isinstance(exc, HookDecision)
+                else "signature_invalid" if isinstance(exc, SignatureInvalid)
                 else "config_invalid" if isinstance(exc, ConfigError) else None)
         bound.warning("phase_failed", error=error, error_code=code)
         usage.duration_ms = int((time.monotonic() - started) * 1000)
@@ -158,7 +161,7 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float)
 def turn_limits(settings: Settings, spec: RunSpec, index: int) -> TurnLimits:
     """Per-turn tool limits: the phase's, else the run's, else the role's in config, else the defaults."""
     phase = spec.pipeline[index]
-    role = settings.harness.roles.get(phase.role)
+    role = role_settings(settings, phase.role)
 
     def pick(name: str) -> int:
         for source in (phase, spec, role):

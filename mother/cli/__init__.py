@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mother.cli import admin, budget, runs, services
+from mother.cli import admin, budget, runs, services, signing
 
 __all__ = ["app", "main"]
 
@@ -32,6 +32,9 @@ app.command()(admin.version)
 schema_app.command("export")(admin.schema_export)
 app.add_typer(schema_app, name="schema")
 app.add_typer(budget.app, name="budget")
+app.add_typer(signing.keys_app, name="keys")
+app.command()(signing.sign)
+app.command()(signing.verify)
 
 
 def main() -> None:

@@ -1,0 +1,45 @@
+"""Where a role's declarations come from: ``harness.roles`` in config, else a role file.
+
+A role file ``{harness.roles_dir}/{role}.yaml`` holds the same fields as a
+``harness.roles`` entry (max_tool_calls, max_consecutive_tools, limits, hooks,
+permissions, acknowledge). With ``harness.require_signatures`` it must carry a valid
+signature (``mother sign``) or loading it raises ``SignatureInvalid`` naming the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from mother.config import TurnLimits
+from mother.errors import ConfigError
+from mother.signing import verify_file
+
+__all__ = ["role_file", "role_settings"]
+
+
+def role_file(settings: Any, role: str) -> Path | None:
+    directory = settings.harness.roles_dir
+    if directory is None:
+        return None
+    path = Path(directory) / f"{role}.yaml"
+    return path if path.is_file() else None
+
+
+def role_settings(settings: Any, role: str) -> TurnLimits | None:
+    """The role's declarations, or None if it declares nothing anywhere."""
+    declared = settings.harness.roles.get(role)
+    if declared is not None:
+        return declared
+    path = role_file(settings, role)
+    if path is None:
+        return None
+    if settings.harness.require_signatures:
+        verify_file(path, list(settings.harness.trusted_keys))
+    try:
+        return TurnLimits.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise ConfigError(f"{path}: invalid role file: {str(exc).splitlines()[0]}") from None
