@@ -43,10 +43,15 @@ def _doc(client: redis.Redis, run_id: str) -> dict:
     return budget_doc(client, keys.run_budget_key(run_id))
 
 
-def _charge_tools(url: str, run_id: str, count: int) -> int:
+def _guard(url: str, run_id: str) -> Guard:
+    """A guard of its own (a separate process's connection) for the run."""
     client = redis.Redis.from_url(url, decode_responses=True)
     clock = ServerClock(client)
-    guard = Guard(client, SETTINGS, run_id, "u1", lambda: clock.now_iso()[:10])
+    return Guard(client, SETTINGS, run_id, "u1", lambda: clock.now_iso()[:10])
+
+
+def _charge_tools(url: str, run_id: str, count: int) -> int:
+    guard = _guard(url, run_id)
     accepted = 0
     for _ in range(count):
         try:
@@ -71,9 +76,7 @@ def test_200_concurrent_tool_charges_from_8_processes_accept_exactly_100(r: redi
 
 
 def _reserve_settle(url: str, run_id: str, calls: int) -> int:
-    client = redis.Redis.from_url(url, decode_responses=True)
-    clock = ServerClock(client)
-    guard = Guard(client, SETTINGS, run_id, "u1", lambda: clock.now_iso()[:10])
+    guard = _guard(url, run_id)
     done = 0
     for _ in range(calls):
         try:
