@@ -188,6 +188,7 @@ class HarnessSettings(_Section):
         description="capabilities of a role that declares none")
     capability_risk_file: Path | None = Field(None, description="capability_risk.yaml (default: the shipped one)")
     roles_dir: Path | None = Field(None, description="role (directive) files: {roles_dir}/{role}.yaml")
+    tool_manifests_dir: Path | None = Field(None, description="tool manifests: {dir}/{tool}.yaml, verified before each call")
     require_signatures: bool = Field(False, description="role files must carry a valid Ed25519 signature")
     trusted_keys: list[Path] = Field(default_factory=list, description="public keys (signing.pub) that may sign")
 

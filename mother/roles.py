@@ -16,9 +16,9 @@ from pydantic import ValidationError
 
 from mother.config import TurnLimits
 from mother.errors import ConfigError
-from mother.signing import verify_file
+from mother.signing import SignatureInvalid, verify_file
 
-__all__ = ["role_file", "role_settings"]
+__all__ = ["role_file", "role_settings", "tool_manifest_error"]
 
 
 def role_file(settings: Any, role: str) -> Path | None:
@@ -43,3 +43,26 @@ def role_settings(settings: Any, role: str) -> TurnLimits | None:
         return TurnLimits.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
     except (yaml.YAMLError, ValidationError) as exc:
         raise ConfigError(f"{path}: invalid role file: {str(exc).splitlines()[0]}") from None
+
+
+def tool_manifest_error(settings: Any, tool: str) -> str | None:
+    """Why ``tool`` may not run (its manifest is missing, unsigned, altered or untrusted), or None.
+
+    Only with ``harness.require_signatures`` and ``harness.tool_manifests_dir`` set.
+    """
+    directory = settings.harness.tool_manifests_dir
+    if not settings.harness.require_signatures or directory is None:
+        return None
+    path = Path(directory) / f"{tool}.yaml"
+    if not path.is_file():
+        return f"tool {tool} has no manifest ({path}); add and sign one"
+    try:
+        verify_file(path, list(settings.harness.trusted_keys))
+        manifest = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except SignatureInvalid as exc:
+        return exc.message
+    except yaml.YAMLError as exc:
+        return f"{path}: not valid YAML: {str(exc).splitlines()[0]}"
+    if not isinstance(manifest, dict) or manifest.get("name") != tool:
+        return f"{path}: the manifest must name the tool it describes (name: {tool})"
+    return None

@@ -62,3 +62,29 @@ def test_required_signatures_gate_runs(tmp_path: Path) -> None:
     assert good.reason == "success"
     assert bad.reason == "policyViolation"
     assert bad.details == f"role writer: {role} does not match its signature: it was altered after signing"
+
+
+def test_tool_with_altered_manifest_is_blocked_before_execution(tmp_path: Path) -> None:
+    """With require_signatures and tool manifests, an altered write_file manifest blocks the tool (the model is told)."""
+    private, public = generate_keypair(tmp_path / "keys")
+    manifests = tmp_path / "tools"
+    manifests.mkdir()
+    for name in ("read_file", "list_dir", "write_file", "spawn_run"):
+        (manifests / f"{name}.yaml").write_text(f"name: {name}\n")
+        sign_file(manifests / f"{name}.yaml", private)
+    (manifests / "write_file.yaml").write_text("name: write_file\nread_only: true\n")  # altered after signing
+    env = {"MOTHER_HARNESS__TOOL_MANIFESTS_DIR": str(manifests), "MOTHER_HARNESS__REQUIRE_SIGNATURES": "true",
+           "MOTHER_HARNESS__TRUSTED_KEYS": json.dumps([str(public)])}
+    p = start_pipeline(tmp_path, workers=1, env=env)
+    try:
+        spec = example("worker-killed", scripts={"writer": [
+            {"tool_calls": [{"name": "list_dir", "arguments": {}}, {"name": "write_file", "arguments": {"path": "a", "content": "b"}}]},
+            {"text": "done"}]})
+        run_id = p.client.submit(spec)
+        envelope = p.wait(run_id)
+        blocked = [f for _, f in p.redis.xrange("activity") if f["type"] == "tool_blocked" and f.get("run_id") == run_id]
+    finally:
+        stop_pipeline(p)
+    assert envelope.termination.reason == "success"
+    assert not (tmp_path / "workspaces" / run_id / "a").exists()
+    assert len(blocked) == 1 and "write_file.yaml does not match its signature" in blocked[0]["data"]

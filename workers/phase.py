@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from mother import keys
-from mother.roles import role_settings
+from mother.roles import role_settings, tool_manifest_error
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
 from mother.budget import Guard
@@ -116,7 +116,8 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float)
         guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, lambda: rt.clock.now_iso()[:10])
         spawner = SpawnRun(rt, state, index, guard, check_alive)
         toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id, tools=(*FILE_TOOLS, spawner),
-                          max_output_chars=rt.settings.worker.max_tool_output_chars, granted=list(state.capabilities))
+                          max_output_chars=rt.settings.worker.max_tool_output_chars, granted=list(state.capabilities),
+                          manifest_check=lambda tool: _blocked_tool(rt, state, phase.name, tool))
         harness = Harness(rt, state, index, load_hooks(rt.settings, phase.role),
                           spawn=lambda args: spawner.run(toolbox.workspace, args))
         meter = Meter(guard, rt.settings.models[phase.model], check_alive, limits=state.limits, harness=harness)
@@ -156,6 +157,13 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float)
                        output=outcome.text, confidence=outcome.confidence, evidence_count=outcome.evidence_count,
                        artifacts=[artifact_id], usage=outcome.usage, finished_at=rt.clock.now_iso(),
                        worker=_worker_name(), notices=outcome.notices)
+
+
+def _blocked_tool(rt: Runtime, state: RunState, phase: str, tool: str) -> str | None:
+    reason = tool_manifest_error(rt.settings, tool)
+    if reason:
+        rt.emit(rt.redis, "tool_blocked", run_id=state.run_id, phase=phase, tool=tool, reason=reason)
+    return reason
 
 
 def turn_limits(settings: Settings, spec: RunSpec, index: int) -> TurnLimits:

@@ -102,8 +102,9 @@ class ToolBox:
     """The tools one phase may call, bound to its workspace."""
 
     def __init__(self, workspace: Path, tools: tuple[Tool, ...] = FILE_TOOLS, max_output_chars: int = 100_000,
-                 granted: list[str] | None = None):
+                 granted: list[str] | None = None, manifest_check: Any = None):
         self.workspace = workspace
+        self.manifest_check = manifest_check  # tool name -> why it may not run (signed manifests), or None
         self.granted = granted  # the run's capability token; None: no check (library use, tests)
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.tools = {tool.name: tool for tool in tools}
@@ -126,6 +127,9 @@ class ToolBox:
         tool = self.tools.get(name)
         if tool is None:
             return ToolResult(name, False, f"error: unknown tool {name!r}; available: {', '.join(sorted(self.tools))}")
+        blocked = self.manifest_check(name) if self.manifest_check is not None else None
+        if blocked:
+            return ToolResult(name, False, f"error: tool blocked before execution: {blocked}")
         try:
             output = tool.run(self.workspace, arguments)
         except ToolError as exc:
