@@ -56,13 +56,16 @@ def test_bad_hook_files_are_refused_with_file_and_line(tmp_path: Path) -> None:
 
 
 def test_limit_hooks_retry_and_abort_change_the_outcome(tmp_path: Path) -> None:
-    """Without a hook a turns limit ends budget_exhausted (fail-safe); RETRY makes it retries_exhausted; ABORT names the hook."""
+    """Without a hook a turns limit ends budget_exhausted (fail-safe); RETRY makes it retries_exhausted; ABORT names
+    the hook; a spawn hook starts child runs."""
     hooks = tmp_path / "project-hooks.yaml"
     hooks.write_text(
         "- id: retry-on-limit\n  event: limit\n  condition: 'run.user_id == \"retry-user\"'\n"
         "  action: {type: retry, message: 'try the phase again'}\n"
         "- id: abort-on-limit\n  event: limit\n  condition: 'run.user_id == \"abort-user\"'\n"
-        "  action: {type: abort, message: 'stop everything'}\n")
+        "  action: {type: abort, message: 'stop everything'}\n"
+        "- id: spawn-helper\n  event: after_step\n  condition: 'run.user_id == \"spawn-user\"'\n"
+        "  action: {type: spawn, role: helper, task: 'tidy up', budget: '0.01'}\n")
     p = start_pipeline(tmp_path, workers=1, env={"MOTHER_HOOKS__PROJECT_FILE": str(hooks)})
     try:
         script = {"planner": [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}] * 3 + [{"text": "x"}]}
@@ -70,9 +73,17 @@ def test_limit_hooks_retry_and_abort_change_the_outcome(tmp_path: Path) -> None:
                                               pipeline=[{"name": "plan", "role": "planner", "model": "scripted",
                                                          "max_retries": 1}], scripts=script))
                 for user in ("plain-user", "retry-user", "abort-user")}
+        spawner = p.client.submit(example("three-phase", user_id="spawn-user", scripts={
+            "planner": [{"text": "p"}], "coder": [{"text": "c"}], "critic": [{"text": "r"}], "helper": [{"text": "tidied"}]}))
         plain = p.wait(runs["plain-user"]).termination
         retried = p.wait(runs["retry-user"]).termination
         aborted = p.wait(runs["abort-user"]).termination
+        assert p.wait(spawner).termination.reason == "success"
+        family = [k.split(":", 1)[1] for k in p.redis.scan_iter(match=f"run:{spawner}.c*")]
+        children = [run_id for run_id in family if run_id.count(".c") == 1]
+        assert len(children) == 3  # one per after_step (one model call in each of the three phases)
+        # the children are spawn-user's too, so they spawn in turn (until depth runs out)
+        assert {p.wait(c).termination.reason for c in children} == {"success"}
     finally:
         stop_pipeline(p)
     assert (plain.reason, plain.details) == ("budget_exhausted", "Limit exceeded: turns_exceeded (1/1)")
