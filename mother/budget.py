@@ -67,6 +67,7 @@ USER_CODES: dict[str, str] = {
 __doc__ += "\n".join(f"    {dim:<18} {code}" for dim, code in CODES.items()) + "\n"
 MAX_AMOUNT = 10**12  # larger is absurd for any dimension (10^12 tokens, $1,000,000 in micro-USD)
 MICRO = Decimal(1_000_000)
+OK_REPLY = '{"ok":true}'  # mh_guard's reply when the action was charged
 
 
 def check_amount(value: Any, what: str) -> int:
@@ -193,21 +194,27 @@ class Guard:
         self.run_id, self.user_id = run_id, user_id
         self.day = day  # a callable returning today's date (server clock) as YYYY-MM-DD
         self.maxlen = settings.service.activity_maxlen
+        self._run_key = keys.run_budget_key(run_id)
+        self._encoded: dict[str, tuple[bytes, bytes]] = {}
 
-    def _call(self, action: dict[str, Any]) -> dict[str, Any]:
-        user = bool(action.get("user_check") or action.get("user_add") or "settle" in action)
-        dims = set(action.get("check", ())) | set(action.get("add", {})) | set(action.get("settle", {}).get("add", {}))
-        static = {"codes": {d: CODES[d] for d in dims | {"duration_sec"} if d in CODES}}
-        if user:
-            static.update(user_codes=USER_CODES, **_user_args(self.settings, self.user_id))
-
-        def build(d: str) -> str:
-            payload = {"day": d, **static, **action}
-            return call(self.client, "mh_guard", [keys.run_budget_key(self.run_id),
-                                                 keys.user_daily_budget_key(self.user_id, d), keys.ACTIVITY_STREAM],
-                        [orjson.dumps(payload), self.maxlen])
-
-        reply = _with_day(self.client, self.day(), build)
+    def _call(self, action: dict[str, Any], cache_as: str | None = None) -> dict[str, Any]:
+        """One mh_guard call. ``cache_as`` names an action whose JSON never changes (but for the
+        day), so the hot path serialises it once: the per-call work is a string join."""
+        day = self.day()
+        cached = self._encoded.get(cache_as) if cache_as else None
+        if cached is None:
+            cached = self._encode(action)
+            if cache_as:
+                self._encoded[cache_as] = cached
+        keys_ = [self._run_key, keys.user_daily_budget_key(self.user_id, day), keys.ACTIVITY_STREAM]
+        raw = call(self.client, "mh_guard", keys_, [cached[0] + day.encode() + cached[1], self.maxlen])
+        if raw == OK_REPLY:
+            return {"ok": True}
+        reply = orjson.loads(raw)
+        if "retry_day" in reply:  # our idea of today differs from the server's: use its day
+            day = reply["retry_day"]
+            keys_[1] = keys.user_daily_budget_key(self.user_id, day)
+            reply = orjson.loads(call(self.client, "mh_guard", keys_, [cached[0] + day.encode() + cached[1], self.maxlen]))
         if not reply.get("ok"):
             code = reply.get("code", "budget")
             if code == "budget_stopped":
@@ -219,9 +226,20 @@ class Guard:
                                   current=reply.get("current"), max=reply.get("max"))
         return reply
 
+    def _encode(self, action: dict[str, Any]) -> tuple[bytes, bytes]:
+        """The action's JSON split around the day, which goes last: (prefix, suffix)."""
+        user = bool(action.get("user_check") or action.get("user_add") or "settle" in action)
+        dims = set(action.get("check", ())) | set(action.get("add", {})) | set(action.get("settle", {}).get("add", {}))
+        payload: dict[str, Any] = {"codes": {d: CODES[d] for d in dims | {"duration_sec"} if d in CODES}, **action}
+        if user:
+            payload.update(user_codes=USER_CODES, **_user_args(self.settings, self.user_id))
+        body = orjson.dumps(payload)
+        return body[:-1] + b',"day":"', b'"}'
+
     def charge_tool(self, *, read_only: bool) -> None:
         """Before a tool call: refuse at the tool-call limit (or when stopped, unless read-only)."""
-        self._call({"read_only": read_only, "check": ["tool_calls"], "add": {"tool_calls": 1}})
+        self._call({"read_only": read_only, "check": ["tool_calls"], "add": {"tool_calls": 1}},
+                   cache_as=f"tool:{read_only}")
 
     def charge(self, dimension: str, amount: int = 1, *, read_only: bool = False) -> None:
         """A generic counted action (retrieval_queries, spawns, parallel_agents, ...)."""

@@ -24,6 +24,7 @@ class ServerClock:
         self._client = client
         self._base_ms = 0.0
         self._base_mono = 0.0
+        self._day_number, self._day_text = -1, ""
         self.sync()
 
     def sync(self) -> None:
@@ -39,3 +40,10 @@ class ServerClock:
 
     def now_iso(self) -> str:
         return iso_from_ms(self.now_ms())
+
+    def today(self) -> str:
+        """The server's UTC date, YYYY-MM-DD (formatted once per day)."""
+        day = self.now_ms() // 86_400_000
+        if day != self._day_number:
+            self._day_number, self._day_text = day, iso_from_ms(day * 86_400_000)[:10]
+        return self._day_text

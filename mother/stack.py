@@ -1,7 +1,8 @@
 """A local stack of processes: Mother (and a standby) plus N RQ workers, as real processes.
 
 ``mother up``, ``./scripts/demo`` and the test suite use it. Each process gets its
-own session (process group), so stopping it also stops an RQ work-horse it forked.
+own session (process group), so stopping it also stops an RQ work-horse it forked,
+and is SIGTERMed by Linux if the process that started it dies (no orphans).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+from mother.server import _die_with_parent
 
 __all__ = ["LocalStack"]
 
@@ -45,6 +48,7 @@ class LocalStack:
         proc = subprocess.Popen(
             [sys.executable, "-m", "mother.cli", *args],
             env=self._env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         self.procs[name] = proc
         return proc

@@ -51,7 +51,7 @@ def _worker(url: str, kind: str, seconds: float, run_id: str) -> list[float]:
     settings = load_settings()
     settings.budget.profiles["balanced"].tool_calls = BIG
     clock = ServerClock(client)
-    guard = Guard(client, settings, run_id, "bench", lambda: clock.now_iso()[:10])
+    guard = Guard(client, settings, run_id, "bench", clock.today)
     key = keys.run_budget_key(run_id)
     if kind == "limits":
         from limits import parse

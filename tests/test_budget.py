@@ -36,7 +36,7 @@ def _open(client: redis.Redis, run_id: str, settings: Settings = SETTINGS, **kw:
     clock = ServerClock(client)
     spec = _spec(run_id, **kw)
     open_run_budget(client, settings, spec, clock.now_ms(), resolve_for_spec(settings, spec))
-    return Guard(client, settings, run_id, "u1", lambda: clock.now_iso()[:10])
+    return Guard(client, settings, run_id, "u1", clock.today)
 
 
 def _doc(client: redis.Redis, run_id: str) -> dict:
@@ -47,7 +47,7 @@ def _guard(url: str, run_id: str) -> Guard:
     """A guard of its own (a separate process's connection) for the run."""
     client = redis.Redis.from_url(url, decode_responses=True)
     clock = ServerClock(client)
-    return Guard(client, SETTINGS, run_id, "u1", lambda: clock.now_iso()[:10])
+    return Guard(client, SETTINGS, run_id, "u1", clock.today)
 
 
 def _charge_tools(url: str, run_id: str, count: int) -> int:

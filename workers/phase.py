@@ -113,7 +113,7 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float)
     try:
         provider = make_provider(phase.model, rt.settings.models[phase.model], role=phase.role,
                                  scripts=state.spec.scripts, attempt=attempt, interrupt=check_alive)
-        guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, lambda: rt.clock.now_iso()[:10])
+        guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today)
         spawner = SpawnRun(rt, state, index, guard, check_alive)
         toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id, tools=(*FILE_TOOLS, spawner),
                           max_output_chars=rt.settings.worker.max_tool_output_chars, granted=list(state.capabilities),
