@@ -17,6 +17,7 @@ unacknowledged ``acknowledge_required`` tiers log a warning.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from importlib import resources
@@ -74,7 +75,17 @@ class RiskReport:
 
 
 def load_risk_policy(path: Path | None) -> RiskPolicy:
+    """The policy file (default: the shipped one), parsed once per file version."""
     source = Path(str(resources.files("mother").joinpath("capability_risk.yaml"))) if path is None else path
+    try:
+        stamp = source.stat().st_mtime_ns
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the capability risk policy: {exc.strerror}") from None
+    return _load_risk_policy(source, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_risk_policy(source: Path, _stamp: int) -> RiskPolicy:
     try:
         data = yaml.safe_load(source.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:

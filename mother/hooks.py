@@ -21,6 +21,7 @@ A bad hook file is refused at load with the file, the line and the reason.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from enum import Enum
 from importlib import resources
@@ -134,9 +135,19 @@ def parse_hooks(items: Any, layer: str, source: str, lines: list[int] | None = N
 
 
 def load_hook_file(path: Path, layer: str) -> list[Hook]:
-    """A YAML file holding a list of hooks (or ``{hooks: [...]}``); absent files give no hooks."""
+    """A YAML file holding a list of hooks (or ``{hooks: [...]}``); absent files give no hooks.
+    Parsed and compiled once per file version (path, mtime)."""
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        return []
     if not path.is_file():
         return []
+    return list(_load_hook_file(path, layer, stamp))
+
+
+@functools.lru_cache(maxsize=64)
+def _load_hook_file(path: Path, layer: str, _stamp: int) -> tuple[Hook, ...]:
     text = path.read_text(encoding="utf-8")
     try:
         node = yaml.compose(text)
@@ -149,7 +160,7 @@ def load_hook_file(path: Path, layer: str) -> list[Hook]:
         data = data["hooks"]
         node = next((v for k, v in node.value if k.value == "hooks"), None) if node is not None else None
     lines = [item.start_mark.line + 1 for item in node.value] if node is not None and hasattr(node, "value") and isinstance(node.value, list) else None
-    return parse_hooks(data, layer, str(path), lines)
+    return tuple(parse_hooks(data, layer, str(path), lines))
 
 
 def _shipped(name: str, layer: str) -> list[Hook]:

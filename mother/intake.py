@@ -98,7 +98,7 @@ def _open_ledger(rt: Runtime, spec: RunSpec, limits: dict[str, Any]) -> str | No
     """A root registers its spend ceiling; a child without a reservation (a raw submission with
     parent_run_id, not via spawn_run) reserves its own from the parent. Returns a refusal, if any."""
     assert spec.run_id is not None
-    ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen)
+    ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)
     spend = limits.get("spend", rt.settings.budget.per_run.max_spend_usd)
     if spec.parent_run_id is None:
         ledger.register(spec.run_id, spend)

@@ -25,7 +25,7 @@ from mother import keys
 from mother.activity import emit
 from mother.clock import ServerClock
 from mother.errors import InsufficientBudget, InvalidSpec, LedgerError
-from mother.functions import call, ensure_loaded
+from mother.functions import call
 from mother.logs import get_logger
 
 __all__ = ["BudgetLedger", "to_micro", "to_usd"]
@@ -55,10 +55,9 @@ def to_usd(micro: int | float) -> Decimal:
 class BudgetLedger:
     """``BudgetLedger(redis_client)`` with the spec's method names and arguments."""
 
-    def __init__(self, redis_client: redis.Redis, activity_maxlen: int = 100_000) -> None:
-        self.redis = redis_client
-        ensure_loaded(redis_client)
-        self.clock = ServerClock(redis_client)
+    def __init__(self, redis_client: redis.Redis, activity_maxlen: int = 100_000, clock: ServerClock | None = None) -> None:
+        self.redis = redis_client  # the functions library is (re)loaded on first use if the server lacks it
+        self.clock = clock or ServerClock(redis_client)
         self.maxlen = activity_maxlen
 
     def _call(self, name: str, keys_: list[str], args: list[Any]) -> dict[str, Any]:

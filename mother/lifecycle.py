@@ -251,7 +251,7 @@ def _settle_lineage(rt: Runtime, state: RunState, reason: str) -> None:
 
     raw = rt.redis.execute_command("JSON.GET", keys.run_budget_key(state.run_id), "$.spend_micro_usd")
     own = to_usd(orjson.loads(raw)[0]) if raw else to_usd(0)
-    ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen)
+    ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)
     ledger.report_actual(state.run_id, own)
     parent = state.spec.parent_run_id
     if parent is not None:

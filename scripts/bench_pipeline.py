@@ -16,6 +16,7 @@ time Mother adds per phase over plain RQ.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -42,8 +43,6 @@ def pct(values: list[float], q: float) -> float:
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    import os
-
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -107,14 +106,25 @@ def _ms(iso: str) -> float:
     return datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp() * 1000
 
 
+# The benchmark measures throughput, not policy: lift the budget's defaults far out of the way.
+UNLIMITED = {
+    "MOTHER_BUDGET__RATE_LIMIT__MESSAGES": "100000000",
+    "MOTHER_BUDGET__PER_USER_DAILY__MAX_RUNS": "100000000",
+    "MOTHER_BUDGET__GLOBAL__MAX_CONCURRENT_RUNS": "100000000",
+    "MOTHER_BUDGET__GLOBAL__MAX_QUEUE_DEPTH": "100000000",
+}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    os.environ.update(UNLIMITED)
     with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no") as server:
         stack = LocalStack(server.url, workers=args.workers, mothers=0, log_dir=Path(tmp) / "logs",
-                           env={"MOTHER_LOG_LEVEL": "WARNING", "MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws")})
+                           env={"MOTHER_LOG_LEVEL": "WARNING", "MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws"),
+                                **UNLIMITED})
         with stack:
             time.sleep(2.0)  # workers up
             print(f"plain RQ: {args.runs} chains of 3 no-op jobs on {args.workers} workers...", file=sys.stderr)

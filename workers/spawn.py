@@ -63,7 +63,7 @@ class SpawnRun:
             self.guard.charge("parallel_agents")
         except BudgetExhausted as exc:
             raise ToolError(f"cannot spawn: {exc.message}") from None
-        ledger = BudgetLedger(self.rt.redis, self.rt.settings.service.activity_maxlen)
+        ledger = BudgetLedger(self.rt.redis, self.rt.settings.service.activity_maxlen, self.rt.clock)
         assert spec.run_id is not None
         try:
             ledger.report_actual(self.state.run_id, self._own_spend())  # so "remaining" counts what we spent
