@@ -35,7 +35,7 @@ from workers.providers import make_provider
 from workers.spawn import SpawnRun
 from workers.tools import FILE_TOOLS, ToolBox
 
-__all__ = ["execute", "runtime"]
+__all__ = ["execute", "runtime", "warm_up"]
 
 log = get_logger("phase")
 _runtime: Runtime | None = None
@@ -49,6 +49,15 @@ def runtime() -> Runtime:
         configure_logging(settings.log_level, settings.log_format)
         _runtime = Runtime.create(settings)
     return _runtime
+
+
+def warm_up(settings: Settings) -> None:
+    """Parse and compile what every phase needs once, in the worker before it forks work-horses
+    (each horse inherits the caches): the shipped and configured hook files, the risk policy."""
+    try:
+        load_hooks(settings, "")
+    except ConfigError as exc:  # a bad hook file is reported by the phase that loads it
+        log.warning("hooks_not_preloaded", error=exc.message)
 
 
 class Heartbeat(threading.Thread):

@@ -36,10 +36,11 @@ def worker(
     from rq import Worker
     from rq.serializers import JSONSerializer
 
-    from workers.phase import runtime
+    from workers.phase import runtime, warm_up
 
     cfg = settings()
     rt = runtime()
+    warm_up(cfg)
     names = [q.strip() for q in queues.split(",") if q.strip()]
     if not names:
         fail("--queues names no queue; e.g. --queues agents,tools", "usage")
