@@ -264,13 +264,14 @@ class Guard:
                                 "user_dims": {"total_tokens": tokens}}})
         return op
 
-    def settle_model_call(self, op: str, *, input_tokens: int, output_tokens: int, spend: int) -> None:
-        """After an LLM call: release the reservation and charge what it really used (never refused)."""
+    def settle_model_call(self, op: str, *, input_tokens: int, output_tokens: int, spend: int) -> dict[str, Any] | None:
+        """After an LLM call: release the reservation and charge what it really used (never refused).
+        Returns the run's counters after it (model_calls, input/output tokens, spend_micro_usd, duration_sec)."""
         used = check_amount(input_tokens, "input_tokens") + check_amount(output_tokens, "output_tokens")
-        self._call({"settle": {"op": op, "add": {"total_tokens": used, "input_tokens": input_tokens,
+        return self._call({"settle": {"op": op, "add": {"total_tokens": used, "input_tokens": input_tokens,
                                                  "output_tokens": output_tokens,
                                                  "spend_micro_usd": check_amount(spend, "spend")},
-                               "user_add": {"total_tokens": used}}})
+                               "user_add": {"total_tokens": used}}}).get("counters")
 
 
 def _state(client: redis.Redis, run_id: str, status: str, event: dict[str, Any], event_type: str, maxlen: int) -> dict[str, Any]:

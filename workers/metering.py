@@ -23,7 +23,20 @@ from mother.config import ModelConfig
 from mother.errors import BudgetStopped, LimitExceeded
 from mother.limits import check_limits, fail_safe_message
 
-__all__ = ["Meter", "estimate_prompt_tokens"]
+__all__ = ["COUNTER_PATHS", "Meter", "estimate_prompt_tokens", "read_counters"]
+
+COUNTER_PATHS = ("$.model_calls", "$.input_tokens", "$.output_tokens", "$.spend_micro_usd", "$.duration_sec")
+
+
+def read_counters(client: Any, run_id: str) -> dict[str, Any] | None:
+    """The counters the turn-start check needs, from ``budget:run:{run_id}``."""
+    return parse_counters(client.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS))
+
+
+def parse_counters(raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    return {k[2:]: v[0] for k, v in orjson.loads(raw).items()}
 
 STOP_POLL_SECONDS = 0.5
 
@@ -39,6 +52,7 @@ class Meter:
         self.guard, self.model, self.check_alive, self.harness = guard, model, check_alive, harness
         self.limits = {k: (Decimal(str(v)) if k == "spend" else v) for k, v in (limits or {}).items()}
         self._spend = Decimal(0)
+        self.counters: dict[str, Any] | None = None  # the run's counters as of the last settle (or phase start)
 
     def spend_usd(self) -> float:
         return float(self._spend)
@@ -54,12 +68,9 @@ class Meter:
         """
         if not self.limits:
             return
-        raw = self.guard.client.execute_command(
-            "JSON.GET", keys.run_budget_key(self.guard.run_id), "$.model_calls", "$.input_tokens", "$.output_tokens",
-            "$.spend_micro_usd", "$.duration_sec")
-        if raw is None:
+        got = self.counters if self.counters is not None else read_counters(self.guard.client, self.guard.run_id)
+        if got is None:
             return
-        got = {k[2:]: v[0] for k, v in orjson.loads(raw).items()}
         cost = {"turns": got["model_calls"], "input_tokens": got["input_tokens"], "output_tokens": got["output_tokens"],
                 "spend": Decimal(got["spend_micro_usd"]) / 1_000_000, "elapsed_seconds": got["duration_sec"]}
         self._spend = cost["spend"]
@@ -92,8 +103,8 @@ class Meter:
             max_tokens=most, max_spend_micro_usd=spend, cloud=self.model.cloud))
 
     def settle(self, op: str, input_tokens: int, output_tokens: int) -> None:
-        self.guard.settle_model_call(op, input_tokens=input_tokens, output_tokens=output_tokens,
-                                     spend=spend_micro_usd(self.model, input_tokens, output_tokens))
+        self.counters = self.guard.settle_model_call(op, input_tokens=input_tokens, output_tokens=output_tokens,
+                                                     spend=spend_micro_usd(self.model, input_tokens, output_tokens))
 
     def tool(self, read_only: bool) -> None:
         self._waiting_out_stops(lambda: self.guard.charge_tool(read_only=read_only))

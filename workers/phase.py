@@ -30,7 +30,7 @@ from mother.signing import SignatureInvalid
 from schemas import PhaseResult, RunSpec, RunState, Usage
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness, HookDecision
-from workers.metering import Meter
+from workers.metering import COUNTER_PATHS, Meter, parse_counters
 from workers.providers import make_provider
 from workers.spawn import SpawnRun
 from workers.tools import FILE_TOOLS, ToolBox
@@ -89,7 +89,11 @@ def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
 
 def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     rt = runtime()
-    state = rt.load_run(run_id)
+    pipe = rt.redis.pipeline(transaction=False)  # the run and its counters in one round trip
+    pipe.execute_command("JSON.GET", keys.run_key(run_id))
+    pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
+    raw_run, raw_counters = pipe.execute()
+    state = RunState.model_validate(orjson.loads(raw_run)) if raw_run else None
     if state is None or (state.status, state.phase_index, state.attempt) != ("running", phase_index, attempt):
         return {"status": "stale"}
     member = keys.heartbeat_member(run_id, phase_index, attempt)
@@ -98,7 +102,7 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     heartbeat.start()
     started = time.monotonic()
     try:
-        result = _run(rt, state, phase_index, attempt, started)
+        result = _run(rt, state, phase_index, attempt, started, parse_counters(raw_counters))
     except PhaseStale:
         return {"status": "stale"}
     finally:
@@ -110,7 +114,8 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     return {"status": result.status, "artifacts": result.artifacts}
 
 
-def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float) -> PhaseResult:
+def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
+         counters: dict[str, Any] | None = None) -> PhaseResult:
     phase = state.spec.pipeline[index]
     bound = log.bind(run_id=state.run_id, phase=phase.name, attempt=attempt)
 
@@ -130,6 +135,7 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float)
         harness = Harness(rt, state, index, load_hooks(rt.settings, phase.role),
                           spawn=lambda args: spawner.run(toolbox.workspace, args))
         meter = Meter(guard, rt.settings.models[phase.model], check_alive, limits=state.limits, harness=harness)
+        meter.counters = counters
         messages = _messages(state, index)
         extra = harness.context()
         if extra:

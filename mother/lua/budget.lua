@@ -203,6 +203,10 @@ local function mh_guard(keys, args)
   redis.call('JSON.MSET', unpack(writes))
   thresholds(keys[1], doc, touched, now, at, a.codes, act, '')
   if user then thresholds(keys[2], user, user_touched, now, at, a.user_codes, act, '') end
+  if a.settle then  -- the run's counters after the charge: the next turn's limit check needs no read
+    return cjson.encode({ok = true, counters = {model_calls = doc.model_calls, input_tokens = doc.input_tokens,
+      output_tokens = doc.output_tokens, spend_micro_usd = doc.spend_micro_usd, duration_sec = doc.duration_sec}})
+  end
   return cjson.encode({ok = true})
 end
 
