@@ -37,7 +37,7 @@ from mother.functions import call
 from mother.logs import get_logger
 from schemas import HistoryEntry, ResultEnvelope, SuggestedAction, TerminationReason, TerminationRecord
 
-__all__ = ["RULES", "Rule", "build_record", "ensure_index", "read_record", "terminate"]
+__all__ = ["RULES", "Rule", "build_record", "ensure_index", "terminate"]
 
 log = get_logger("termination")
 
@@ -121,11 +121,6 @@ def terminate(
         ],
     )
     return bool(won), TerminationRecord.model_validate(orjson.loads(stored))
-
-
-def read_record(client: redis.Redis, run_id: str) -> TerminationRecord | None:
-    raw = client.execute_command("JSON.GET", keys.termination_key(run_id))
-    return TerminationRecord.model_validate(orjson.loads(raw)) if raw else None
 
 
 def ensure_index(client: redis.Redis) -> bool:

@@ -1,4 +1,4 @@
-"""Jobs that do nothing: the plain-RQ baseline of ``scripts/bench_pipeline.py``.
+"""A job that does nothing but chain: the plain-RQ baseline of ``scripts/bench_pipeline.py``.
 
 ``chain`` mirrors a run's phases without Mother: each job enqueues the next one
 itself (RQ's own ``depends_on`` is not used: under load RQ 3 left dependents
@@ -10,11 +10,7 @@ from __future__ import annotations
 
 from rq import Queue, get_current_job
 
-__all__ = ["chain", "chain_job_id", "noop"]
-
-
-def noop(index: int) -> int:
-    return index
+__all__ = ["chain", "chain_job_id"]
 
 
 def chain_job_id(index: int, step: int) -> str:
