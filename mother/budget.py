@@ -195,6 +195,7 @@ class Guard:
         self.day = day  # a callable returning today's date (server clock) as YYYY-MM-DD
         self.maxlen = settings.service.activity_maxlen
         self._run_key = keys.run_budget_key(run_id)
+        self._day, self._user_key = "", ""
         self._encoded: dict[str, tuple[bytes, bytes]] = {}
 
     def _call(self, action: dict[str, Any], cache_as: str | None = None) -> dict[str, Any]:
@@ -206,7 +207,9 @@ class Guard:
             cached = self._encode(action)
             if cache_as:
                 self._encoded[cache_as] = cached
-        keys_ = [self._run_key, keys.user_daily_budget_key(self.user_id, day), keys.ACTIVITY_STREAM]
+        if day != self._day:  # the daily key changes once a day: build it then
+            self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
+        keys_ = [self._run_key, self._user_key, keys.ACTIVITY_STREAM]
         raw = call(self.client, "mh_guard", keys_, [cached[0] + day.encode() + cached[1], self.maxlen])
         if raw == OK_REPLY:
             return {"ok": True}

@@ -33,6 +33,29 @@ local function get_doc(key)
   return cjson.decode(raw)
 end
 
+-- only the fields an action needs (a multi-path JSON.GET decodes far less than the whole document)
+local GUARD_FIELDS = {'run_id', 'status', 'started_ms', 'warning_ratio', 'limits', 'overrides', 'reserved',
+                      'warnings_triggered', 'limits_exceeded', 'duration_sec'}
+
+local function get_fields(key, a)
+  local wanted, seen = {}, {}
+  local function want(name) if not seen[name] then seen[name] = true; wanted[#wanted + 1] = '$.' .. name end end
+  for _, f in ipairs(GUARD_FIELDS) do want(f) end
+  for _, d in ipairs(a.check or {}) do want(d) end
+  for d, _ in pairs(a.add or {}) do want(d) end
+  if a.settle then
+    want('reservations')
+    for d, _ in pairs(a.settle.add or {}) do want(d) end
+  end
+  local raw = redis.call('JSON.GET', key, unpack(wanted))
+  if not raw then return nil end
+  local doc = {}
+  for path, values in pairs(cjson.decode(raw)) do
+    if values[1] ~= nil then doc[string.sub(path, 3)] = values[1] end
+  end
+  return doc
+end
+
 local function contains(list, value)
   for _, v in ipairs(list or {}) do
     if v == value or (type(v) == 'table' and v.code == value) then return true end
@@ -129,7 +152,7 @@ local function mh_guard(keys, args)
   local a, act, now, at, retry = begin(args, keys[3])
   if retry then return retry end
   local day = a.day
-  local doc = get_doc(keys[1])
+  local doc = get_fields(keys[1], a)
   if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
   local needs_user = a.user_check or a.user_add or (settling and settling.user_dims) or (a.reserve and a.reserve.user_dims)
