@@ -43,8 +43,8 @@ local function get_fields(key, a)
   for _, f in ipairs(GUARD_FIELDS) do want(f) end
   for _, d in ipairs(a.check or {}) do want(d) end
   for d, _ in pairs(a.add or {}) do want(d) end
-  if a.settle then
-    want('reservations')
+  if a.settle then  -- the reply carries the counters the next turn-start check needs
+    for _, f in ipairs({'reservations', 'model_calls', 'input_tokens', 'output_tokens', 'spend_micro_usd'}) do want(f) end
     for d, _ in pairs(a.settle.add or {}) do want(d) end
   end
   local raw = redis.call('JSON.GET', key, unpack(wanted))
