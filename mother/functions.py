@@ -1,6 +1,7 @@
 """The ``mother`` Redis Functions library and the one Python wrapper per function.
 
-The library lives in ``mother/lua/mother.lua``. :func:`load_functions` installs it
+The libraries live in ``mother/lua/`` (mother, budget, ledger), each with the shared
+helpers of ``mother/lua/prelude.lua`` inserted after its ``#!lua`` line. :func:`load_functions` installs it
 (``FUNCTION LOAD REPLACE``); every process calls it once at start. A wrapper that
 finds the library missing (a server restarted without persistence, a flushed
 function set) loads it again and retries once.
@@ -17,8 +18,18 @@ from mother import keys
 
 __all__ = ["call", "ensure_loaded", "load_functions", "server_now_ms"]
 
+def _read(file: str) -> str:
+    return resources.files("mother").joinpath(f"lua/{file}").read_text(encoding="utf-8")
+
+
+def _with_prelude(source: str) -> str:
+    """The library with the shared helpers (lua/prelude.lua) inserted after its ``#!lua`` line."""
+    shebang, body = source.split("\n", 1)
+    return f"{shebang}\n{_read('prelude.lua')}\n{body}"
+
+
 LIBRARIES = {
-    name: resources.files("mother").joinpath(f"lua/{file}").read_text(encoding="utf-8")
+    name: _with_prelude(_read(file))
     for name, file in ((keys.FUNCTIONS_LIBRARY, "mother.lua"), (keys.BUDGET_LIBRARY, "budget.lua"),
                        (keys.LEDGER_LIBRARY, "ledger.lua"))
 }

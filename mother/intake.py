@@ -51,14 +51,16 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
     spec = spec.model_copy(update={"run_id": run_id})
     policy_error = _verify_roles(rt, spec)
     try:
-        limits = {} if policy_error else resolve_for_spec(rt.settings, spec, _parent_limits(rt, spec))
+        parent = None if policy_error else _parent(rt, spec)
+        limits = {} if policy_error else resolve_for_spec(rt.settings, spec, dict(parent.limits) if parent else None)
         depth_error = None
     except DepthExhausted as exc:
         limits, depth_error = {}, exc.message
     except InvalidSpec as exc:
         reject(rt, entry_id, fields, exc.message)
         return None
-    granted = [] if policy_error else granted_for(rt.settings, spec.pipeline[0].role, _parent_capabilities(rt, spec))
+    granted = [] if policy_error else granted_for(rt.settings, spec.pipeline[0].role,
+                                                  list(parent.capabilities) if parent else None)
     state = _create(rt, entry_id, spec, fields, limits, granted)
     if state is not None and state.status == "queued" and policy_error:
         end_run(rt, state, "policyViolation", policy_error, phase="intake", contributing_factors=[policy_error])
@@ -112,13 +114,14 @@ def _open_ledger(rt: Runtime, spec: RunSpec, limits: dict[str, Any]) -> str | No
     return None
 
 
-def _parent_limits(rt: Runtime, spec: RunSpec) -> dict[str, Any] | None:
+def _parent(rt: Runtime, spec: RunSpec) -> RunState | None:
+    """The parent run (read once: its limits cap the child's, its token bounds the child's)."""
     if spec.parent_run_id is None:
         return None
     parent = rt.load_run(spec.parent_run_id)
     if parent is None:
         raise InvalidSpec(f"parent_run_id {spec.parent_run_id!r} names no run")
-    return dict(parent.limits)
+    return parent
 
 
 def _verify_roles(rt: Runtime, spec: RunSpec) -> str | None:
@@ -129,13 +132,6 @@ def _verify_roles(rt: Runtime, spec: RunSpec) -> str | None:
         except (SignatureInvalid, ConfigError) as exc:
             return f"role {role}: {exc.message}"
     return None
-
-
-def _parent_capabilities(rt: Runtime, spec: RunSpec) -> list[str] | None:
-    if spec.parent_run_id is None:
-        return None
-    parent = rt.load_run(spec.parent_run_id)
-    return list(parent.capabilities) if parent is not None else []
 
 
 def _assess(rt: Runtime, spec: RunSpec, granted: list[str]) -> list[str]:

@@ -16,6 +16,7 @@ import orjson
 from mother import keys
 from mother.budget import budget_doc
 from mother.functions import call
+from mother.ledger import BudgetLedger, to_usd
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
 from mother.runtime import Runtime
@@ -247,8 +248,6 @@ def _settle_lineage(rt: Runtime, state: RunState, reason: str) -> None:
     and give back the parent's parallel_agents slot."""
     if not rt.redis.exists(keys.ledger_key(state.run_id)):
         return
-    from mother.ledger import BudgetLedger, to_usd
-
     raw = rt.redis.execute_command("JSON.GET", keys.run_budget_key(state.run_id), "$.spend_micro_usd")
     own = to_usd(orjson.loads(raw)[0]) if raw else to_usd(0)
     ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)

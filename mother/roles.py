@@ -8,6 +8,7 @@ signature (``mother sign``) or loading it raises ``SignatureInvalid`` naming the
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,15 @@ def role_settings(settings: Any, role: str) -> TurnLimits | None:
     path = role_file(settings, role)
     if path is None:
         return None
-    if settings.harness.require_signatures:
-        verify_file(path, list(settings.harness.trusted_keys))
+    trusted = tuple(settings.harness.trusted_keys) if settings.harness.require_signatures else None
+    return _load_role_file(path, path.stat().st_mtime_ns, trusted)
+
+
+@functools.lru_cache(maxsize=128)
+def _load_role_file(path: Path, _stamp: int, trusted: tuple[Path, ...] | None) -> TurnLimits:
+    """Parsed (and, with ``trusted``, signature-checked) once per file version; a failure is not cached."""
+    if trusted is not None:
+        verify_file(path, list(trusted))
     try:
         return TurnLimits.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
     except (yaml.YAMLError, ValidationError) as exc:

@@ -25,7 +25,7 @@ from mother.errors import BudgetExhausted, InsufficientBudget, InvalidSpec, Tool
 from mother.ledger import BudgetLedger, to_usd
 from mother.limits import DepthExhausted, resolve_limits
 from mother.runtime import Runtime
-from schemas import RunSpec, RunState
+from schemas import ResultEnvelope, RunSpec, RunState
 
 __all__ = ["SpawnRun"]
 
@@ -99,8 +99,6 @@ class SpawnRun:
         while True:
             raw = self.rt.redis.execute_command("JSON.GET", keys.result_key(child_id))
             if raw is not None:
-                from schemas import ResultEnvelope
-
                 envelope = ResultEnvelope.model_validate_json(raw)
                 if envelope.termination is not None:
                     term = envelope.termination

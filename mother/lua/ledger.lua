@@ -6,19 +6,13 @@
 -- remaining(t) = max_spend - actual - active_reserved (the reserved of t's active children).
 -- Every key is passed in KEYS; validate first, write last.
 
-local function get(key)
-  local raw = redis.call('JSON.GET', key)
-  if not raw then return nil end
-  return cjson.decode(raw)
-end
-
 local function remaining(doc) return doc.max_spend - doc.actual - doc.active_reserved end
 
 local function err(text) return cjson.encode({ok = false, error = text}) end
 
 -- ledger_register: KEYS 1 ledger:{id}. ARGV 1 id, 2 max_spend, 3 created_at
 local function ledger_register(keys, args)
-  local doc = get(keys[1])
+  local doc = get_doc(keys[1])
   if doc then
     if doc.max_spend ~= tonumber(args[2]) or doc.parent_id ~= cjson.null then
       return err('thread ' .. args[1] .. ' is already registered with another budget or as a child')
@@ -35,7 +29,7 @@ end
 -- ledger_reserve: KEYS 1 ledger:{parent}, 2 ledger:{child}, 3 ledger_children:{parent}.
 -- ARGV 1 child id, 2 amount, 3 created_at
 local function ledger_reserve(keys, args)
-  local parent = get(keys[1])
+  local parent = get_doc(keys[1])
   if not parent then return err('no parent thread in the ledger') end
   if parent.status ~= 'active' then return err('parent thread is ' .. parent.status) end
   if redis.call('EXISTS', keys[2]) == 1 then return err('thread ' .. args[1] .. ' already has a reservation') end
@@ -59,7 +53,7 @@ end
 -- ledger_report: a thread's own spend so far (set, not added). KEYS 1 ledger:{id}. ARGV 1 own spend
 -- Returns {ok, actual, overspend (actual - reserved when positive, for a child)}.
 local function ledger_report(keys, args)
-  local doc = get(keys[1])
+  local doc = get_doc(keys[1])
   if not doc then return err('thread is not in the ledger') end
   local own = tonumber(args[1])
   local actual = doc.actual - doc.own_spend + own
@@ -73,7 +67,7 @@ end
 -- ledger_cascade: add a child's spend to every ancestor's actual.
 -- KEYS 1 ledger:{child}, 2.. ledger:{ancestor} from the parent up to the root. ARGV 1 amount
 local function ledger_cascade(keys, args)
-  local child = get(keys[1])
+  local child = get_doc(keys[1])
   if not child then return err('thread is not in the ledger') end
   local chain = child.ancestors or {}
   if #keys - 1 ~= #chain then return err('ancestor keys do not match the thread\'s lineage') end
@@ -87,7 +81,7 @@ end
 -- ledger_release: on completion reserved := actual; the parent stops counting the reservation.
 -- KEYS 1 ledger:{id}, 2 ledger:{parent} (or the same key for a root). ARGV 1 final status
 local function ledger_release(keys, args)
-  local doc = get(keys[1])
+  local doc = get_doc(keys[1])
   if not doc then return err('thread is not in the ledger') end
   if doc.status ~= 'active' then return cjson.encode({ok = true, already = doc.status}) end
   redis.call('JSON.SET', keys[1], '$.status', cjson.encode(args[1]))

@@ -4,11 +4,6 @@
 -- passed in KEYS; no key is built here. Time comes from the server (TIME).
 -- Validate first, write last: a function that refuses writes nothing.
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 local function json_field(key, path)
   -- JSON.GET with a $-path returns a JSON array of matches; nil when the key is absent.
   local raw = redis.call('JSON.GET', key, path)
