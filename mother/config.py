@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -32,6 +32,7 @@ from mother.errors import ConfigError
 
 __all__ = [
     "BudgetSettings",
+    "ContextSettings",
     "ModelConfig",
     "RunDefaults",
     "ServerSettings",
@@ -207,26 +208,70 @@ class RunDefaults(_Section):
 
 
 class ModelConfig(_Section):
-    """One model of the catalogue: how to reach it."""
+    """One model of the catalogue: how to reach it, its context window, its price, where to escalate.
+
+    ``max_tokens`` is the context window; ``available_for_context`` (derived) is what Mother
+    may fill with composed sections after the system prompt and the output are reserved.
+    """
 
     provider: Literal["openai", "scripted"]
     base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1")
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
     model: str | None = Field(None, description="model name sent to the provider (default: the catalogue name)")
-    max_output_tokens: int = Field(1024, ge=1, le=1_000_000)
+    max_output_tokens: int = Field(1024, ge=1, le=1_000_000, description="max_tokens sent with each call")
     cloud: bool = Field(False, description="calls count as cloud_calls")
     input_price_per_1k_usd: Decimal = Field(Decimal(0), ge=0, le=1000)
     output_price_per_1k_usd: Decimal = Field(Decimal(0), ge=0, le=1000)
     request_timeout_seconds: float = Field(120.0, gt=0)
+    max_tokens: int = Field(32_768, ge=256, le=100_000_000, description="the context window in tokens")
+    reserved_for_system: int = Field(1_000, ge=0, description="tokens kept for the system prompt")
+    reserved_for_output: int = Field(4_000, ge=0, description="tokens kept for the model's reply")
+    escalate_to: str | None = Field(None, description="catalogue name of the larger-context model to escalate to")
+    tokenizer: Path | None = Field(None, description="the model's tokenizer.json (HF tokenizers); else the estimate")
+
+    @property
+    def available_for_context(self) -> int:
+        return self.max_tokens - self.reserved_for_system - self.reserved_for_output
+
+    @model_validator(mode="after")
+    def _room_left(self) -> ModelConfig:
+        if self.available_for_context <= 0:
+            raise ValueError(f"max_tokens {self.max_tokens} leaves no room after reserved_for_system "
+                             f"{self.reserved_for_system} + reserved_for_output {self.reserved_for_output}")
+        if self.max_output_tokens > self.reserved_for_output:
+            raise ValueError(f"max_output_tokens {self.max_output_tokens} exceeds reserved_for_output "
+                             f"{self.reserved_for_output}; raise reserved_for_output or lower max_output_tokens")
+        return self
 
 
 def _default_models() -> dict[str, ModelConfig]:
+    """The shipped catalogue: the spec's LocalModelBudget and CloudModelBudget, and two scripted
+    models (a small window that escalates to a large one) so the offline demo shows composition."""
+    ollama = "http://127.0.0.1:11434/v1"
     return {
-        "scripted": ModelConfig(provider="scripted"),
-        "ollama/qwen2.5:14b": ModelConfig(
-            provider="openai", base_url="http://127.0.0.1:11434/v1", model="qwen2.5:14b", api_key_env=None
-        ),
+        "scripted": ModelConfig(provider="scripted", max_tokens=8_192, reserved_for_system=512,
+                                reserved_for_output=1_024, escalate_to="scripted-large"),
+        "scripted-large": ModelConfig(provider="scripted", max_tokens=131_072, reserved_for_system=3_000,
+                                      reserved_for_output=15_000),
+        "ollama/qwen2.5:32b": ModelConfig(  # the spec's LocalModelBudget
+            provider="openai", base_url=ollama, model="qwen2.5:32b", max_tokens=128_000, reserved_for_system=3_000,
+            reserved_for_output=15_000, max_output_tokens=4_096, escalate_to="ollama/devstral-2:123b-cloud"),
+        "ollama/devstral-2:123b-cloud": ModelConfig(  # the spec's CloudModelBudget
+            provider="openai", base_url=ollama, model="devstral-2:123b-cloud", cloud=True, max_tokens=200_000,
+            reserved_for_system=5_000, reserved_for_output=25_000, max_output_tokens=8_192),
     }
+
+
+class ContextSettings(_Section):
+    """Context composition (seed 003 §3): how Mother fits sections into a model's window."""
+
+    summary_share: float = Field(0.15, gt=0, le=1, description="a summarized section gets at most this share "
+                                 "of available_for_context on the first pass")
+    recent_messages: int = Field(10, ge=1, le=1000, description="the last N messages make recent_messages")
+    summarizer: Literal["extractive", "llm_generated"] = "extractive"
+    summarizer_model: str | None = Field(None, description="catalogue model for llm_generated summaries")
+    calibration_min_samples: int = Field(3, ge=1, description="provider reports needed before the estimate calibrates")
+    keep_seconds: int = Field(7 * 86400, ge=60, description="composed contexts and summaries expire after this")
 
 
 class Settings(BaseSettings):
@@ -255,6 +300,21 @@ class Settings(BaseSettings):
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     harness: HarnessSettings = Field(default_factory=HarnessSettings)
     hooks: HookSettings = Field(default_factory=HookSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
+
+    @model_validator(mode="after")
+    def _catalogue_links(self) -> Settings:
+        for name, model in self.models.items():
+            if model.escalate_to is not None and model.escalate_to not in self.models:
+                raise ValueError(f"models.{name}.escalate_to: {model.escalate_to!r} is not in the catalogue")
+            if model.escalate_to is not None and self.models[model.escalate_to].available_for_context <= model.available_for_context:
+                raise ValueError(f"models.{name}.escalate_to: {model.escalate_to!r} has no larger context window")
+        summarizer = self.context.summarizer_model
+        if summarizer is not None and summarizer not in self.models:
+            raise ValueError(f"context.summarizer_model: {summarizer!r} is not in the catalogue")
+        if self.context.summarizer == "llm_generated" and summarizer is None:
+            raise ValueError("context.summarizer llm_generated needs context.summarizer_model")
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -21,6 +21,8 @@ prints ``error[code]: message`` and never a traceback for these.
     ├── OverrideRefused              override_refused
     ├── InsufficientBudget           insufficient_budget (remaining, requested)
     ├── LedgerError                  ledger_error
+    ├── ContextBudgetExceeded        context_budget_exceeded (required, available, model)
+    ├── ContextInvalid               context_invalid    (an agent refused its composed context)
     ├── RedisUnavailable             redis_unavailable
     │   └── MissingJSONModule        redis_no_json
     └── ServerError                  server_error
@@ -41,6 +43,8 @@ __all__ = [
     "BudgetExhausted",
     "BudgetStopped",
     "ConfigError",
+    "ContextBudgetExceeded",
+    "ContextInvalid",
     "OverrideRefused",
     "QueueFull",
     "RateLimited",
@@ -178,6 +182,18 @@ class LedgerError(MotherError):
     """A ledger call named a thread that is not registered, or is in the wrong state."""
 
     code = "ledger_error"
+
+
+class ContextBudgetExceeded(MotherError):
+    """The required sections of a phase's context fit no model the catalogue can escalate to."""
+
+    code = "context_budget_exceeded"
+
+
+class ContextInvalid(MotherError):
+    """A worker found its composed context missing, incomplete or altered; it does not run on it."""
+
+    code = "context_invalid"
 
 
 class RedisUnavailable(MotherError):

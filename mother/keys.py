@@ -44,7 +44,9 @@ __all__ = [
     "artifact_meta_key",
     "check_id",
     "conflict_key",
+    "context_key",
     "context_summary_key",
+    "token_calibration_key",
     "gc_report_key",
     "global_budget_key",
     "ledger_children_key",
@@ -68,6 +70,7 @@ __all__ = [
 
 ID_PATTERN = r"[A-Za-z0-9_.:-]{1,128}"
 _ID_RE = re.compile(ID_PATTERN)
+_MODEL_RE = re.compile(r"[A-Za-z0-9_.:/@-]{1,128}")
 
 # Fixed keys.
 GLOBAL_BUDGET = "budget:global"
@@ -202,9 +205,21 @@ def conflict_key(conflict_id: str) -> str:
     return f"conflict:{check_id(conflict_id, 'conflict_id')}"
 
 
-# Context summaries
+# Context summaries and composed contexts
 def context_summary_key(summary_id: str) -> str:
     return f"context_summary:{check_id(summary_id, 'summary_id')}"
+
+
+def context_key(run_id: str, phase_index: int) -> str:
+    """JSON: the ComposedContext Mother built for a phase (implied key)."""
+    return f"context:{check_id(run_id, 'run_id')}:{int(phase_index)}"
+
+
+def token_calibration_key(model: str) -> str:
+    """Hash: estimated / reported prompt tokens per model, the estimate's running ratio (implied key)."""
+    if not _MODEL_RE.fullmatch(model):
+        raise InvalidSpec(f"model name {model[:80]!r} must be 1-128 characters from A-Z a-z 0-9 _ . : / @ -")
+    return f"tokens:calibration:{model}"
 
 
 # Artifacts

@@ -14,7 +14,11 @@ from typing import Any
 import orjson
 
 from mother import keys
-from mother.budget import budget_doc
+from mother.budget import Guard, budget_doc
+from mother.capabilities import denial
+from mother.context import LLMSummarizer, compose, llm_summarizer
+from mother.context import store as store_context
+from mother.errors import ConfigError, ContextBudgetExceeded, MotherError
 from mother.functions import call
 from mother.ledger import BudgetLedger, to_usd
 from mother.limits import resolve_for_spec
@@ -25,6 +29,7 @@ from schemas import HistoryEntry, PhaseResult, ResultEnvelope, RunSpec, RunState
 
 __all__ = [
     "dispatch",
+    "outputs_of",
     "end_run",
     "on_phase_failure",
     "on_phase_result",
@@ -95,12 +100,28 @@ def _json_list(items: Iterable[str]) -> str:
 
 
 def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
-             activity: Sequence[tuple[str, dict[str, Any]]] = ()) -> str:
-    """Enqueue one RQ job for the phase attempt; the payload carries ids only.
+             activity: Sequence[tuple[str, dict[str, Any]]] = (),
+             outputs: Sequence[tuple[str, str]] | None = None) -> str | None:
+    """Compose the phase's context, then enqueue one RQ job for the attempt (the payload carries ids only).
 
-    ``activity`` entries (type, fields) go out in the same round trip, after the job
-    (RQ may WATCH inside its pipeline, which must come before any queued command).
+    The composed context, its summaries, the job and the ``activity`` entries (type, fields)
+    go out in one transaction, the job first (RQ may WATCH inside its pipeline, which must
+    come before any queued command), so a worker never sees the job without its context.
+    ``outputs`` are the earlier phases' (name, output); read from the run when not given.
+    A context that fits no model ends the run ``context_budget_exceeded`` (returns None).
     """
+    if outputs is None:
+        outputs = rt.outputs(run_id, index)
+    if outputs is None:
+        state = rt.load_run(run_id)
+        outputs = outputs_of(state) if state is not None else []
+    try:
+        comp = compose(rt.settings, run_id, spec, index, outputs[:index], now_iso=rt.clock.now_iso(),
+                       calibration=rt.calibration, llm=_llm(rt, run_id, spec, attempt),
+                       may_use=lambda model: _may_use(rt, run_id, model))
+    except (ContextBudgetExceeded, ConfigError) as exc:
+        _end_undispatchable(rt, run_id, spec, index, exc)
+        return None
     job_id = keys.phase_job_id(run_id, index, attempt)
     timeout = int(phase_timeout_seconds(rt, spec, index)) + rt.settings.worker.job_timeout_margin_seconds
     pipe = rt.rq_redis.pipeline()
@@ -114,11 +135,44 @@ def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
         description=f"{run_id} phase {spec.pipeline[index].name} attempt {attempt}",
         pipeline=pipe,
     )
+    store_context(pipe, rt.emit, comp, rt.settings.context.keep_seconds)
     for event_type, fields in activity:
         rt.emit(pipe, event_type, **fields)
     rt.emit(pipe, "phase_dispatched", run_id=run_id, phase=spec.pipeline[index].name, attempt=attempt, job_id=job_id)
     pipe.execute()
     return job_id
+
+
+def outputs_of(state: RunState) -> list[tuple[str, str]]:
+    return [(r.phase, r.output) for r in state.results]
+
+
+def _may_use(rt: Runtime, run_id: str, model: str) -> bool:
+    """Whether the run's capability token allows ``model`` (read only when an escalation is considered)."""
+    raw = rt.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.capabilities")
+    granted = orjson.loads(raw)[0] if raw else []
+    return denial(granted, [f"model.{model}"]) is None
+
+
+def _llm(rt: Runtime, run_id: str, spec: RunSpec, attempt: int) -> LLMSummarizer | None:
+    if rt.settings.context.summarizer != "llm_generated":
+        return None
+    return llm_summarizer(rt.settings, lambda: Guard(rt.redis, rt.settings, run_id, spec.user_id, rt.clock.today),
+                          spec, attempt)
+
+
+def _end_undispatchable(rt: Runtime, run_id: str, spec: RunSpec, index: int, exc: MotherError) -> None:
+    state = rt.load_run(run_id)
+    if state is None:
+        return
+    phase = spec.pipeline[index].name
+    log.warning("context_not_composed", run_id=run_id, phase=phase, error=exc.message)
+    if isinstance(exc, ContextBudgetExceeded):
+        end_run(rt, state, "context_budget_exceeded", exc.message, phase=phase,
+                contributing_factors=list(exc.data.get("factors", [])))
+    else:
+        end_run(rt, state, "catastrophic_error", exc.message, phase=phase,
+                contributing_factors=["invalid configuration while composing the context"])
 
 
 def start_run(rt: Runtime, state: RunState) -> bool:
@@ -127,7 +181,7 @@ def start_run(rt: Runtime, state: RunState) -> bool:
         return False
     if not transition(rt, state.run_id, state.spec, frm=(0, 0), to=(0, 1), event="phase_started", start=True):
         return False
-    dispatch(rt, state.run_id, state.spec, 0, 1)
+    dispatch(rt, state.run_id, state.spec, 0, 1, outputs=[])
     return True
 
 
@@ -151,11 +205,13 @@ def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
                       event="phase_completed", detail=f"confidence {result.confidence:.2f}", result=result):
         log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
         return
+    rt.remember_output(result.run_id, result.phase_index, result.phase, result.output)
     completed = ("phase_completed", {"run_id": result.run_id, "phase": result.phase, "attempt": result.attempt,
                                      "confidence": result.confidence, "artifacts": result.artifacts})
     if not last:
         dispatch(rt, result.run_id, spec, to[0], 1, activity=[completed])
         return
+    rt.forget(result.run_id)
     rt.emit(rt.redis, completed[0], **completed[1])
     done = rt.load_run(result.run_id)
     if done is None:
@@ -197,7 +253,7 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
             pipe = rt.redis.pipeline(transaction=False)
             rt.emit(pipe, "phase_retried", run_id=state.run_id, phase=phase.name, attempt=state.attempt + 1)
             pipe.execute()
-            dispatch(rt, state.run_id, state.spec, state.phase_index, state.attempt + 1)
+            dispatch(rt, state.run_id, state.spec, state.phase_index, state.attempt + 1, outputs=outputs_of(state))
         return
     end_run(rt, state, "retries_exhausted",
             f"Phase {phase.name} ({phase.role} on {phase.model}) failed on all {state.attempt} attempts; last error: {error[:500]}",

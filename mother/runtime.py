@@ -17,12 +17,14 @@ from mother.clock import ServerClock
 from mother.config import Settings
 from mother.connection import connect
 from mother.functions import ensure_loaded
+from mother.tokens import Calibration
 from schemas import ActivityEvent, RunSpec, RunState
 
 __all__ = ["AGENTS_QUEUE", "Runtime"]
 
 AGENTS_QUEUE = "agents"
 SPEC_CACHE_SIZE = 10_000
+OUTPUT_CACHE_SIZE = 1_000  # runs whose phase outputs Mother keeps for composing the next phase
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Runtime:
     redis: redis.Redis
     clock: ServerClock = field(init=False)
     _specs: OrderedDict[str, RunSpec] = field(default_factory=OrderedDict, init=False, repr=False)
+    _outputs: OrderedDict[str, list[tuple[str, str]]] = field(default_factory=OrderedDict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         ensure_loaded(self.redis)
@@ -46,6 +49,11 @@ class Runtime:
     def rq_redis(self) -> redis.Redis:
         """RQ wants a connection that returns bytes."""
         return redis.Redis.from_url(self.settings.redis_url)
+
+    @cached_property
+    def calibration(self) -> Calibration:
+        """Each model's token-estimate calibration (re-read from Redis every few seconds)."""
+        return Calibration(self.redis, self.settings.context.calibration_min_samples)
 
     @cached_property
     def agents_queue(self) -> Queue:
@@ -77,6 +85,25 @@ class Runtime:
         spec = RunSpec.model_validate(orjson.loads(raw)[0])
         self._remember(run_id, spec)
         return spec
+
+    def outputs(self, run_id: str, count: int) -> list[tuple[str, str]] | None:
+        """The first ``count`` phases' (name, output) as this process saw them accepted, if it saw all."""
+        cached = self._outputs.get(run_id)
+        return list(cached) if cached is not None and len(cached) == count else None
+
+    def remember_output(self, run_id: str, index: int, phase: str, output: str) -> None:
+        """Note an accepted phase output (kept only while this process has seen every earlier one)."""
+        cached = self._outputs.setdefault(run_id, [])
+        if len(cached) != index:
+            del self._outputs[run_id]
+            return
+        cached.append((phase, output))
+        self._outputs.move_to_end(run_id)
+        while len(self._outputs) > OUTPUT_CACHE_SIZE:
+            self._outputs.popitem(last=False)
+
+    def forget(self, run_id: str) -> None:
+        self._outputs.pop(run_id, None)
 
     def _remember(self, run_id: str, spec: RunSpec) -> None:
         self._specs[run_id] = spec

@@ -24,7 +24,7 @@ from rq.registry import FailedJobRegistry, StartedJobRegistry
 from mother import keys
 from mother.budget import budget_doc
 from mother.functions import call
-from mother.lifecycle import dispatch, end_run, on_phase_failure, phase_timeout_seconds, run_duration_seconds
+from mother.lifecycle import dispatch, end_run, on_phase_failure, outputs_of, phase_timeout_seconds, run_duration_seconds
 from mother.logs import get_logger
 from mother.runtime import Runtime
 
@@ -146,4 +146,4 @@ class Watchdog:
             job_id = keys.phase_job_id(run_id, state.phase_index, state.attempt)
             if not Job.exists(job_id, connection=self.rt.rq_redis):
                 log.warning("phase_redispatched", run_id=run_id, job_id=job_id)
-                dispatch(self.rt, run_id, state.spec, state.phase_index, state.attempt)
+                dispatch(self.rt, run_id, state.spec, state.phase_index, state.attempt, outputs=outputs_of(state))

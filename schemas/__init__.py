@@ -2,6 +2,15 @@
 
 from schemas._base import Id, Record, Timestamp, describe_validation_error, iso_from_ms
 from schemas.activity import ACTIVITY_TYPES, ActivityEvent
+from schemas.context import (
+    SECTION_ORDER,
+    ComposedContext,
+    ComposedSection,
+    ContextInput,
+    ContextManifest,
+    ContextSummary,
+    ManifestSection,
+)
 from schemas.export import MODELS, export_json_schemas
 from schemas.results import PhaseResult, ResultEnvelope, Usage
 from schemas.run import (
@@ -24,6 +33,13 @@ from schemas.termination import (
 )
 
 __all__ = [
+    "SECTION_ORDER",
+    "ComposedContext",
+    "ComposedSection",
+    "ContextInput",
+    "ContextManifest",
+    "ContextSummary",
+    "ManifestSection",
     "ACTIVITY_TYPES",
     "BUDGET_PROFILES",
     "MAX_SPEC_BYTES",

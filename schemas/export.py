@@ -8,6 +8,7 @@ import orjson
 from pydantic import BaseModel
 
 from schemas.activity import ActivityEvent
+from schemas.context import ComposedContext, ContextSummary
 from schemas.results import PhaseResult, ResultEnvelope
 from schemas.run import RunSpec, RunState
 from schemas.termination import TerminationRecord
@@ -21,6 +22,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "PhaseResult": PhaseResult,
     "ResultEnvelope": ResultEnvelope,
     "ActivityEvent": ActivityEvent,
+    "ContextSummary": ContextSummary,
+    "ComposedContext": ComposedContext,
 }
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, JsonValue, StringConstraints
+from pydantic import Field, StringConstraints
 
 from schemas._base import Id, Record, ShortText, Timestamp
+from schemas.context import ContextManifest
 from schemas.termination import TerminationRecord
 
 __all__ = ["MAX_OUTPUT_CHARS", "PhaseResult", "ResultEnvelope", "Usage"]
@@ -42,7 +43,7 @@ class PhaseResult(Record):
     worker: str | None = None
     notices: list[ShortText] = Field(default_factory=list, description="limits hit and other things the user is told")
     finished_at: Timestamp
-    manifest: dict[str, JsonValue] = Field(default_factory=dict)
+    manifest: ContextManifest | None = Field(None, description="what went into the model calls")
 
 
 class ResultEnvelope(Record):

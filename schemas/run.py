@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, JsonValue, StringConstraints, field_validator, model_validator
 
 from schemas._base import Id, ModelName, Record, ShortText, Timestamp
+from schemas.context import ContextInput
 from schemas.results import PhaseResult
 from schemas.script import ScriptedReply
 
@@ -75,6 +76,8 @@ class PhaseSpec(Record):
     timeout_seconds: float | None = Field(None, gt=0, le=86400)
     max_tool_calls: int | None = Field(None, ge=1, le=10_000, description="tool calls per turn (seed 004)")
     max_consecutive_tools: int | None = Field(None, ge=1, le=10_000, description="tool calls without text")
+    exit_criteria: Annotated[str, StringConstraints(max_length=20_000)] | None = Field(
+        None, description="what the phase must deliver (part of the current_phase section)")
 
 
 class RunSpec(Record):
@@ -91,6 +94,7 @@ class RunSpec(Record):
     max_consecutive_tools: int | None = Field(None, ge=1, le=10_000)
     libraries: list[Id] = Field(default_factory=list, max_length=64)
     metadata: dict[MetadataKey, JsonValue] = Field(default_factory=dict, max_length=64)
+    context: ContextInput = Field(default_factory=ContextInput, description="material beside the task (seed 003 §3)")
     scripts: dict[Id, list[ScriptedReply]] = Field(
         default_factory=dict, max_length=64, description="scripted model replies per role"
     )

@@ -29,6 +29,7 @@ EXPECTED = {
     "timeout": "timeout",
     "cancelled": "user_cancelled",
     "worker-killed": "success",
+    "context-summarized": "success",
 }
 
 
@@ -47,11 +48,30 @@ def main() -> int:
             ended = _wait_all(client, stack, run_ids)
         rows = client.runs(limit=len(run_ids))
         console.print(runs_table(rows, title="runs and why each stopped"))
+        _show_context(client, run_ids["context-summarized"])
     wrong = {n: r for n, r in ended.items() if r != EXPECTED[n]}
     for name, reason in wrong.items():
         console.print(f"[red]{name} ended {reason}, expected {EXPECTED[name]}[/]")
     console.print("everything stopped." if not wrong else "[red]demo finished with unexpected outcomes[/]")
     return 1 if wrong else 0
+
+
+def _show_context(client: MotherClient, run_id: str) -> None:
+    """What Mother summarized for the context-summarized run, and the note its output carries."""
+    envelope = client.result(run_id)
+    if envelope is None:
+        return
+    for phase in envelope.phases:
+        if phase.manifest is None:
+            continue
+        for section in phase.manifest.sections:
+            if section.summary_id:
+                console.print(f"context-summarized, phase {phase.phase}: {section.section} summarized "
+                              f"{section.source_tokens:,} → {section.tokens:,} tokens ({section.summary_id}) "
+                              f"to fit {phase.manifest.model}'s {phase.manifest.available_for_context:,}")
+    notes = [line for line in envelope.output.splitlines() if line.startswith("Note: Context included")]
+    for line in notes:
+        console.print(f"  output: {line}")
 
 
 def _cancel_when_running(client: MotherClient, run_id: str) -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from mother import keys
+
 from mother.config import ModelConfig
 from mother.errors import ProviderError, ScriptExhausted
 from schemas import ScriptedReply
@@ -72,10 +74,13 @@ def test_pipeline_run_on_an_openai_compatible_server(tmp_path: Path) -> None:
             run_id = client.submit({"user_id": "u1", "task": "Describe the workspace", "run_id": f"http-{uuid.uuid4().hex[:6]}",
                                     "pipeline": [{"name": "look", "role": "analyst", "model": "local-llm"}]})
             envelope = client.wait(run_id, timeout=60)
+            calibration = p.redis.hgetall(keys.token_calibration_key("local-llm"))
         finally:
             stop_pipeline(p)
     assert envelope.termination.reason == "success"
     assert envelope.output == "The workspace is empty."
+    # both calls' reported prompt_tokens (10 + 42) calibrate the model's estimate
+    assert calibration["samples"] == "2" and calibration["reported"] == "52" and int(calibration["estimated"]) > 0
     assert envelope.phases[0].usage.input_tokens == 52  # 10 default + 42
     assert chat.requests[0]["body"]["messages"][1]["content"].startswith("# Task\nDescribe the workspace")
 

@@ -22,6 +22,7 @@ from mother.budget import Guard, spend_micro_usd
 from mother.config import ModelConfig
 from mother.errors import BudgetStopped, LimitExceeded
 from mother.limits import check_limits, fail_safe_message
+from mother.tokens import Calibration, request_estimate
 
 __all__ = ["COUNTER_PATHS", "Meter", "estimate_prompt_tokens", "read_counters"]
 
@@ -48,8 +49,12 @@ def estimate_prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str,
 
 class Meter:
     def __init__(self, guard: Guard, model: ModelConfig, check_alive: Callable[[], None],
-                 limits: dict[str, Any] | None = None, harness: Any = None) -> None:
+                 limits: dict[str, Any] | None = None, harness: Any = None, model_name: str | None = None) -> None:
         self.guard, self.model, self.check_alive, self.harness = guard, model, check_alive, harness
+        # real models counted by the estimate calibrate it with what the provider reports
+        # (a scripted model's usage is made up, so it teaches nothing)
+        self.calibrate_as = model_name if model.tokenizer is None and model.provider != "scripted" else None
+        self._estimate = 0
         self.limits = {k: (Decimal(str(v)) if k == "spend" else v) for k, v in (limits or {}).items()}
         self._spend = Decimal(0)
         self.counters: dict[str, Any] | None = None  # the run's counters as of the last settle (or phase start)
@@ -97,6 +102,8 @@ class Meter:
     def reserve(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         self.check_turn()
         prompt = estimate_prompt_tokens(messages, tools)
+        if self.calibrate_as is not None:
+            self._estimate = request_estimate(messages, tools)
         most = prompt + self.model.max_output_tokens
         spend = spend_micro_usd(self.model, prompt, self.model.max_output_tokens)
         return self._waiting_out_stops(lambda: self.guard.reserve_model_call(
@@ -105,6 +112,8 @@ class Meter:
     def settle(self, op: str, input_tokens: int, output_tokens: int) -> None:
         self.counters = self.guard.settle_model_call(op, input_tokens=input_tokens, output_tokens=output_tokens,
                                                      spend=spend_micro_usd(self.model, input_tokens, output_tokens))
+        if self.calibrate_as is not None and input_tokens > 0:
+            Calibration.record(self.guard.client, self.calibrate_as, self._estimate, input_tokens)
 
     def tool(self, read_only: bool) -> None:
         self._waiting_out_stops(lambda: self.guard.charge_tool(read_only=read_only))

@@ -21,13 +21,14 @@ from mother.roles import role_settings, tool_manifest_error
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
 from mother.budget import Guard
-from mother.errors import BudgetExhausted, ConfigError, LimitExceeded, MotherError, PhaseStale
+from mother.context import load as load_context
+from mother.errors import BudgetExhausted, ConfigError, ContextInvalid, LimitExceeded, MotherError, PhaseStale
 from mother.hooks import HarnessAction, load_hooks
 from mother.functions import call
 from mother.logs import configure_logging, get_logger
 from mother.runtime import Runtime
 from mother.signing import SignatureInvalid
-from schemas import PhaseResult, RunSpec, RunState, Usage
+from schemas import ComposedContext, PhaseResult, RunSpec, RunState, Usage
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness, HookDecision
 from workers.metering import COUNTER_PATHS, Meter, parse_counters
@@ -92,7 +93,8 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     pipe = rt.redis.pipeline(transaction=False)  # the run and its counters in one round trip
     pipe.execute_command("JSON.GET", keys.run_key(run_id))
     pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
-    raw_run, raw_counters = pipe.execute()
+    pipe.execute_command("JSON.GET", keys.context_key(run_id, phase_index))
+    raw_run, raw_counters, raw_context = pipe.execute()
     state = RunState.model_validate(orjson.loads(raw_run)) if raw_run else None
     if state is None or (state.status, state.phase_index, state.attempt) != ("running", phase_index, attempt):
         return {"status": "stale"}
@@ -102,7 +104,7 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     heartbeat.start()
     started = time.monotonic()
     try:
-        result = _run(rt, state, phase_index, attempt, started, parse_counters(raw_counters))
+        result = _run(rt, state, phase_index, attempt, started, parse_counters(raw_counters), raw_context)
     except PhaseStale:
         return {"status": "stale"}
     finally:
@@ -115,9 +117,10 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
 
 
 def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
-         counters: dict[str, Any] | None = None) -> PhaseResult:
+         counters: dict[str, Any] | None, raw_context: Any) -> PhaseResult:
     phase = state.spec.pipeline[index]
     bound = log.bind(run_id=state.run_id, phase=phase.name, attempt=attempt)
+    manifest = None
 
     def check_alive() -> None:
         if not _current(rt, state.run_id, index, attempt):
@@ -125,7 +128,10 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
 
     usage = Usage()
     try:
-        provider = make_provider(phase.model, rt.settings.models[phase.model], role=phase.role,
+        context = load_context(raw_context, state.run_id, index)
+        manifest = context.manifest()
+        model = context.model  # the phase's model, or the larger one Mother escalated to
+        provider = make_provider(model, rt.settings.models[model], role=phase.role,
                                  scripts=state.spec.scripts, attempt=attempt, interrupt=check_alive)
         guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today)
         spawner = SpawnRun(rt, state, index, guard, check_alive)
@@ -134,9 +140,10 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
                           manifest_check=lambda tool: _blocked_tool(rt, state, phase.name, tool))
         harness = Harness(rt, state, index, load_hooks(rt.settings, phase.role),
                           spawn=lambda args: spawner.run(toolbox.workspace, args))
-        meter = Meter(guard, rt.settings.models[phase.model], check_alive, limits=state.limits, harness=harness)
+        meter = Meter(guard, rt.settings.models[model], check_alive, limits=state.limits, harness=harness,
+                      model_name=model)
         meter.counters = counters
-        messages = _messages(state, index)
+        messages = _messages(phase.role, context)
         extra = harness.context()
         if extra:
             messages[1]["content"] = f"{extra}\n\n{messages[1]['content']}"
@@ -157,19 +164,21 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
                 else "budget_exhausted" if isinstance(exc, BudgetExhausted)
                 else exc.error_code if isinstance(exc, HookDecision)
                 else "signature_invalid" if isinstance(exc, SignatureInvalid)
-                else "config_invalid" if isinstance(exc, ConfigError) else None)
+                else "config_invalid" if isinstance(exc, ConfigError)
+                else "context_invalid" if isinstance(exc, ContextInvalid) else None)
         bound.warning("phase_failed", error=error, error_code=code)
         usage.duration_ms = int((time.monotonic() - started) * 1000)
         return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="failed",
                            error=error[:4000], error_code=code, usage=usage, finished_at=rt.clock.now_iso(),
-                           worker=_worker_name())
+                           worker=_worker_name(), manifest=manifest)
     for notice in outcome.notices:
         bound.warning("turn_limit_hit", notice=notice)
         rt.emit(rt.redis, "turn_limit_hit", run_id=state.run_id, phase=phase.name, attempt=attempt, notice=notice)
-    artifact_id = _store_artifact(rt, state.run_id, phase.name, attempt, outcome.text)
+    text = outcome.text + summary_note(context)
+    artifact_id = _store_artifact(rt, state.run_id, phase.name, attempt, text)
     outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
     return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="completed",
-                       output=outcome.text, confidence=outcome.confidence, evidence_count=outcome.evidence_count,
+                       output=text, manifest=manifest, confidence=outcome.confidence, evidence_count=outcome.evidence_count,
                        artifacts=[artifact_id], usage=outcome.usage, finished_at=rt.clock.now_iso(),
                        worker=_worker_name(), notices=outcome.notices)
 
@@ -196,16 +205,19 @@ def turn_limits(settings: Settings, spec: RunSpec, index: int) -> TurnLimits:
     return TurnLimits(max_tool_calls=pick("max_tool_calls"), max_consecutive_tools=pick("max_consecutive_tools"))
 
 
-def _messages(state: RunState, index: int) -> list[dict[str, Any]]:
-    phase = state.spec.pipeline[index]
-    earlier = "\n\n".join(f"## Output of phase {r.phase}\n{r.output}" for r in state.results)
-    user = f"# Task\n{state.spec.task}\n\n# Current phase\n{phase.name} (you are the {phase.role})"
-    if earlier:
-        user += f"\n\n# Earlier phases\n{earlier}"
+def _messages(role: str, context: ComposedContext) -> list[dict[str, Any]]:
+    """The model's messages: a system prompt, then every composed section in priority order."""
     return [
-        {"role": "system", "content": f"You are the {phase.role} agent of a Mother-Harness run. Finish with a text answer."},
-        {"role": "user", "content": user},
+        {"role": "system", "content": f"You are the {role} agent of a Mother-Harness run. Finish with a text answer."},
+        {"role": "user", "content": "\n\n".join(s.content for s in context.sections)},
     ]
+
+
+def summary_note(context: ComposedContext) -> str:
+    """The spec's reference to the summaries the agent was given, appended to its output."""
+    notes = [f"Note: Context included summarized {s.section.replace('_', ' ')} (see {s.summary_id})"
+             for s in context.sections if s.summary_id]
+    return ("\n\n" + "\n".join(notes)) if notes else ""
 
 
 def _store_artifact(rt: Runtime, run_id: str, phase: str, attempt: int, content: str) -> str:
