@@ -41,7 +41,7 @@ from mother import keys
 from mother.config import Settings
 from mother.errors import ContextBudgetExceeded, ContextInvalid, MotherError
 from mother.logs import get_logger
-from mother.tokens import Calibration, TokenCounter, counter_for
+from mother.tokens import Calibration, TokenCounter, counter_for, raw_estimate
 from schemas import SECTION_ORDER, ComposedContext, ComposedSection, ContextSummary, RunSpec
 from schemas.context import SectionName
 
@@ -131,35 +131,37 @@ def _units(chunks: Sequence[str], counter: TokenCounter, largest: int) -> tuple[
 
 
 def _split(text: str, counter: TokenCounter, largest: int) -> list[str]:
-    if counter.count(text) <= largest:
+    """Where to cut is decided on the raw estimate (cheap, and never under a real count by much);
+    the pieces are then counted with the real counter in one batch."""
+    if raw_estimate(text) <= largest:
         return [text]
     for pattern in (_PARAGRAPH, _SENTENCE):
         parts = [p for p in pattern.split(text) if p.strip()]
         if len(parts) > 1:
             return [u for part in parts for u in _split(part, counter, largest)]
     words = text.split(" ")  # one endless sentence: pieces of whole words
-    size = max(1, len(words) * largest // max(1, counter.count(text)))
+    size = max(1, len(words) * largest // max(1, raw_estimate(text)))
     return [" ".join(words[i:i + size]) for i in range(0, len(words), size)]
 
 
 def _scores(units: Sequence[str], query: Sequence[str]) -> list[float]:
-    """BM25 (k1 1.2, b 0.75) of each unit against the query terms."""
-    bags = [Counter(_terms(u)) for u in units]
-    n = len(bags)
-    avg = sum(sum(b.values()) for b in bags) / max(1, n) or 1.0
-    wanted = set(query)
+    """BM25 (k1 1.2, b 0.75) of each unit against the query terms; a unit's length is its size in bytes."""
+    wanted = sorted(set(query))
+    if not wanted or not units:
+        return [0.0] * len(units)
+    finder = re.compile(r"(?<![a-z0-9])(?:" + "|".join(map(re.escape, wanted)) + r")(?![a-z0-9])")
+    bags = [Counter(finder.findall(u.lower())) for u in units]
+    lengths = [len(u) for u in units]
+    n = len(units)
+    avg = sum(lengths) / n or 1.0
     df: Counter[str] = Counter()
     for bag in bags:
-        df.update(wanted.intersection(bag))
+        df.update(bag.keys())
     idf = {t: math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in wanted}
     scores = []
-    for bag in bags:
-        length = sum(bag.values())
-        s = 0.0
-        for t in wanted.intersection(bag):
-            tf = bag[t]
-            s += idf[t] * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / avg))
-        scores.append(s)
+    for bag, length in zip(bags, lengths, strict=True):
+        norm = 1.2 * (0.25 + 0.75 * length / avg)
+        scores.append(sum(idf[t] * tf * 2.2 / (tf + norm) for t, tf in bag.items()))
     return scores
 
 
