@@ -25,6 +25,7 @@ class ServerClock:
         self._base_ms = 0.0
         self._base_mono = 0.0
         self._day_number, self._day_text = -1, ""
+        self._second, self._second_text = -1, ""
         self.sync()
 
     def sync(self) -> None:
@@ -39,7 +40,12 @@ class ServerClock:
         return int(self._base_ms + (time.monotonic() - self._base_mono) * 1000)
 
     def now_iso(self) -> str:
-        return iso_from_ms(self.now_ms())
+        """ISO-8601 UTC with milliseconds; the date and time of day are formatted once per second."""
+        ms = self.now_ms()
+        second = ms // 1000
+        if second != self._second:
+            self._second, self._second_text = second, iso_from_ms(second * 1000)[:-4]
+        return f"{self._second_text}{ms % 1000:03d}Z"
 
     def today(self) -> str:
         """The server's UTC date, YYYY-MM-DD (formatted once per day)."""

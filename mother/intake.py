@@ -168,6 +168,7 @@ def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], l
             reject(rt, entry_id, fields, f"run_id {spec.run_id!r} is already used by another submission")
             return None
         state = existing  # a re-delivery of the entry that created it
+    rt.remember_spec(spec.run_id, state.spec)
     score = rt.clock.now_ms()
     pipe = rt.redis.pipeline(transaction=False)
     if created and fields.get("counted"):

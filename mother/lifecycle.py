@@ -139,6 +139,7 @@ def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
     for event_type, fields in activity:
         rt.emit(pipe, event_type, **fields)
     rt.emit(pipe, "phase_dispatched", run_id=run_id, phase=spec.pipeline[index].name, attempt=attempt, job_id=job_id)
+    rt.take_ack(pipe)
     pipe.execute()
     return job_id
 
@@ -212,12 +213,11 @@ def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
         dispatch(rt, result.run_id, spec, to[0], 1, activity=[completed])
         return
     rt.forget(result.run_id)
-    rt.emit(rt.redis, completed[0], **completed[1])
     done = rt.load_run(result.run_id)
     if done is None:
         return
     n = len(spec.pipeline)
-    end_run(rt, done, "success", f"All {n} phase{'s' if n != 1 else ''} completed", phase=result.phase,
+    end_run(rt, done, "success", f"All {n} phase{'s' if n != 1 else ''} completed", phase=result.phase, activity=[completed],
             contributing_factors=[f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, "
                                   f"{r.evidence_count} evidence" for r in done.results]
             + [f"{r.phase}: {notice}" for r in done.results for notice in r.notices])
@@ -278,8 +278,10 @@ def end_run(
     *,
     phase: str | None = None,
     contributing_factors: list[str] | None = None,
+    activity: Sequence[tuple[str, dict[str, Any]]] = (),
 ) -> TerminationRecord:
-    """Write the run's one TerminationRecord and final ResultEnvelope; log ``terminated``."""
+    """Write the run's one TerminationRecord and final ResultEnvelope; log ``terminated``
+    (after the ``activity`` entries given, in the same round trip)."""
     at_ms = rt.clock.now_ms()
     at_iso = rt.clock.now_iso()
     phase_name = phase or state.phase or (state.spec.pipeline[0].name if state.status == "queued" else "intake")
@@ -290,10 +292,14 @@ def end_run(
     won, stored = terminate(rt.redis, record, envelope)
     if won:
         pipe = rt.redis.pipeline(transaction=False)
+        for event_type, fields in activity:
+            rt.emit(pipe, event_type, **fields)
         rt.emit(pipe, "terminated", run_id=state.run_id, phase=phase_name, reason=reason, details=details[:1000],
                 suggested_action=record.suggested_action)
+        rt.take_ack(pipe)
         pipe.execute()
-        _cancel_queued_job(rt, state)
+        if reason != "success":  # a successful run's last job has finished; nothing is queued
+            _cancel_queued_job(rt, state)
         _settle_lineage(rt, state, reason)
         log.info("run_terminated", run_id=state.run_id, reason=reason, phase=phase_name)
     return stored
@@ -302,9 +308,12 @@ def end_run(
 def _settle_lineage(rt: Runtime, state: RunState, reason: str) -> None:
     """Report the run's spend to the ledger (a child's cascades up), release its reservation,
     and give back the parent's parallel_agents slot."""
-    if not rt.redis.exists(keys.ledger_key(state.run_id)):
+    pipe = rt.redis.pipeline(transaction=False)
+    pipe.exists(keys.ledger_key(state.run_id))
+    pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), "$.spend_micro_usd")
+    has_ledger, raw = pipe.execute()
+    if not has_ledger:
         return
-    raw = rt.redis.execute_command("JSON.GET", keys.run_budget_key(state.run_id), "$.spend_micro_usd")
     own = to_usd(orjson.loads(raw)[0]) if raw else to_usd(0)
     ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)
     ledger.report_actual(state.run_id, own)

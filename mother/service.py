@@ -150,14 +150,17 @@ class Mother:
     # -- handling ----------------------------------------------------------
     def handle(self, stream: str, entry_id: str, fields: dict[str, Any]) -> None:
         """Handle one entry and acknowledge it; a failing run ends catastrophic_error."""
+        self.rt.pending_ack = (stream, self.cfg.consumer_group, entry_id)
         try:
             if stream == keys.SUBMISSIONS_STREAM:
                 handle_submission(self.rt, entry_id, fields)
             else:
                 self.handle_event(entry_id, fields)
         except redis.ConnectionError:
+            self.rt.pending_ack = None
             raise  # not acknowledged: handled again after reconnect / by the next leader
         except Exception as exc:
+            self.rt.pending_ack = None
             self.log.exception("entry_handling_failed", stream=stream, entry_id=entry_id)
             run_id = _run_id_of(fields)
             if stream == keys.SUBMISSIONS_STREAM and (run_id is None or self.rt.load_run(run_id) is None):
@@ -165,7 +168,9 @@ class Mother:
                 reject(self.rt, entry_id, fields, f"Mother failed to take this submission in: {type(exc).__name__}: {exc}")
             elif run_id is None or not self._end_catastrophically(run_id, exc):
                 return  # left pending: reclaimed later, dead-lettered after max_deliveries
-        self.rt.redis.xack(stream, self.cfg.consumer_group, entry_id)
+        if self.rt.pending_ack is not None:  # not already acknowledged with the handler's last write
+            self.rt.pending_ack = None
+            self.rt.redis.xack(stream, self.cfg.consumer_group, entry_id)
 
     def handle_event(self, entry_id: str, fields: dict[str, Any]) -> None:
         kind = fields.get("type")

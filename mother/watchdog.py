@@ -138,12 +138,31 @@ class Watchdog:
 
     # -- reconcile -----------------------------------------------------------
     def reconcile(self) -> None:
-        """Re-dispatch running runs whose current attempt has no job at all."""
-        for run_id in self.rt.redis.zrange(keys.PHASE_DEADLINES, 0, -1):
-            state = self.rt.load_run(run_id)
-            if state is None or state.status != "running" or state.attempt == 0:
-                continue
-            job_id = keys.phase_job_id(run_id, state.phase_index, state.attempt)
-            if not Job.exists(job_id, connection=self.rt.rq_redis):
+        """Re-dispatch running runs whose current attempt has no job at all.
+
+        Two pipelined round trips per batch (each run's status and attempt, then whether
+        its job exists); only a run that lost its job is loaded whole.
+        """
+        run_ids = self.rt.redis.zrange(keys.PHASE_DEADLINES, 0, -1)
+        for start in range(0, len(run_ids), BATCH):
+            batch = run_ids[start:start + BATCH]
+            pipe = self.rt.redis.pipeline(transaction=False)
+            for run_id in batch:
+                pipe.execute_command("JSON.GET", keys.run_key(run_id), "$.status", "$.phase_index", "$.attempt")
+            running = []
+            for run_id, raw in zip(batch, pipe.execute(), strict=True):
+                got = orjson.loads(raw) if raw else {}
+                if got.get("$.status") == ["running"] and got["$.attempt"][0] > 0:
+                    running.append((run_id, keys.phase_job_id(run_id, got["$.phase_index"][0], got["$.attempt"][0])))
+            pipe = self.rt.redis.pipeline(transaction=False)
+            for _, job_id in running:
+                pipe.exists(Job.key_for(job_id))
+            for (run_id, job_id), exists in zip(running, pipe.execute(), strict=True):
+                if exists:
+                    continue
+                state = self.rt.load_run(run_id)
+                if state is None or state.status != "running" or \
+                        keys.phase_job_id(run_id, state.phase_index, state.attempt) != job_id:
+                    continue
                 log.warning("phase_redispatched", run_id=run_id, job_id=job_id)
                 dispatch(self.rt, run_id, state.spec, state.phase_index, state.attempt, outputs=outputs_of(state))
