@@ -116,6 +116,28 @@ class BudgetLedger:
         reply = self._call("ledger_release", [keys.ledger_key(thread_id), keys.ledger_key(parent)], [final_status[:32]])
         return to_usd(reply.get("freed", 0))
 
+    def close(self, thread_id: str, actual_spend: Decimal | float | str, final_status: str,
+              node: dict[str, Any]) -> Decimal:
+        """A thread's end in one round trip: report its spend, cascade it to its ancestors (if it has
+        a parent), release its reservation. ``node`` is its ledger entry as read by the caller."""
+        micro = to_micro(actual_spend, "actual_spend")
+        chain = list(reversed(node.get("ancestors") or []))
+        parent = node.get("parent_id") or thread_id
+        pipe = self.redis.pipeline(transaction=False)
+        call(pipe, "ledger_report", [keys.ledger_key(thread_id)], [micro])
+        if chain:
+            call(pipe, "ledger_cascade", [keys.ledger_key(thread_id), *map(keys.ledger_key, chain)], [micro])
+        call(pipe, "ledger_release", [keys.ledger_key(thread_id), keys.ledger_key(parent)], [final_status[:32]])
+        replies = [orjson.loads(r) for r in pipe.execute()]
+        for reply in replies:
+            if reply.get("error"):
+                raise LedgerError(reply["error"])
+        if replies[0]["overspend"] > 0:
+            log.warning("BudgetOverspend", thread_id=thread_id, overspend_usd=str(to_usd(replies[0]["overspend"])))
+            emit(self.redis, "budget_overspend", at=self.clock.now_iso(), run_id=thread_id, maxlen=self.maxlen,
+                 overspend_usd=str(to_usd(replies[0]["overspend"])))
+        return to_usd(replies[-1].get("freed", 0))
+
     def get_remaining(self, thread_id: str) -> Decimal:
         node = self._node(thread_id)
         return to_usd(node["max_spend"] - node["actual"] - node["active_reserved"])

@@ -309,20 +309,18 @@ def _settle_lineage(rt: Runtime, state: RunState, reason: str) -> None:
     """Report the run's spend to the ledger (a child's cascades up), release its reservation,
     and give back the parent's parallel_agents slot."""
     pipe = rt.redis.pipeline(transaction=False)
-    pipe.exists(keys.ledger_key(state.run_id))
+    pipe.execute_command("JSON.GET", keys.ledger_key(state.run_id))
     pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), "$.spend_micro_usd")
-    has_ledger, raw = pipe.execute()
-    if not has_ledger:
+    node, raw = pipe.execute()
+    if node is None:
         return
     own = to_usd(orjson.loads(raw)[0]) if raw else to_usd(0)
     ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)
-    ledger.report_actual(state.run_id, own)
+    ledger.close(state.run_id, own, "completed" if reason == "success" else reason, orjson.loads(node))
     parent = state.spec.parent_run_id
-    if parent is not None:
-        ledger.cascade_spend(state.run_id, parent, own)
-        if state.spec.metadata.get("spawned_by") == "spawn_run" and rt.redis.exists(keys.run_budget_key(parent)):
-            rt.redis.execute_command("JSON.NUMINCRBY", keys.run_budget_key(parent), "$.parallel_agents", -1)
-    ledger.release(state.run_id, "completed" if reason == "success" else reason)
+    if parent is not None and state.spec.metadata.get("spawned_by") == "spawn_run" \
+            and rt.redis.exists(keys.run_budget_key(parent)):
+        rt.redis.execute_command("JSON.NUMINCRBY", keys.run_budget_key(parent), "$.parallel_agents", -1)
 
 
 def _cancel_queued_job(rt: Runtime, state: RunState) -> None:
