@@ -277,6 +277,17 @@ class Guard:
                                "user_add": {"total_tokens": used}}}).get("counters")
 
 
+    def reserve_call(self, model: ModelConfig, prompt_tokens: int) -> str:
+        """Reserve a call to ``model``: the prompt plus its max output, in tokens and at its prices."""
+        return self.reserve_model_call(max_tokens=prompt_tokens + model.max_output_tokens, cloud=model.cloud,
+                                       max_spend_micro_usd=spend_micro_usd(model, prompt_tokens, model.max_output_tokens))
+
+    def settle_call(self, op: str, model: ModelConfig, input_tokens: int, output_tokens: int) -> dict[str, Any] | None:
+        """Settle a call to ``model`` with what it used, priced."""
+        return self.settle_model_call(op, input_tokens=input_tokens, output_tokens=output_tokens,
+                                      spend=spend_micro_usd(model, input_tokens, output_tokens))
+
+
 def _state(client: redis.Redis, run_id: str, status: str, event: dict[str, Any], event_type: str, maxlen: int) -> dict[str, Any]:
     reply = call(client, "mh_budget_state", [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM],
                  [status, orjson.dumps(event), maxlen, event_type])

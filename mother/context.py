@@ -406,7 +406,6 @@ def store(pipe: Any, emit: Callable[..., Any], comp: Composition, keep_seconds: 
 def llm_summarizer(settings: Settings, guard_for: Callable[[], Any], spec: RunSpec,
                    attempt: int = 1) -> LLMSummarizer:
     """A summarizer that asks ``context.summarizer_model`` (metered against the run's budget)."""
-    from mother.budget import spend_micro_usd
     from workers.providers import make_provider  # the same providers the agents use
 
     name = settings.context.summarizer_model
@@ -414,26 +413,24 @@ def llm_summarizer(settings: Settings, guard_for: Callable[[], Any], spec: RunSp
     config = settings.models[name]
 
     def summarize(section: str, text: str, budget: int) -> tuple[str, str]:
+        counter = counter_for(settings, name)
         room = config.available_for_context - 200
-        if counter_for(settings, name).count(text) > room:  # too big for the summarizer: pre-trim
-            text = extractive_summary([text], room, [], counter_for(settings, name)).text
+        size = counter.count(text)
+        if size > room:  # too big for the summarizer: pre-trim
+            text = extractive_summary([text], room, [], counter).text
+            size = counter.count(text)
         provider = make_provider(name, config, role="summarizer", scripts=spec.scripts, attempt=attempt)
         messages = [
             {"role": "system", "content": "You summarize context for another agent. Keep every fact the task needs."},
             {"role": "user", "content": f"Summarize this {section.replace('_', ' ')} in at most {budget} tokens.\n\n{text}"},
         ]
         guard = guard_for()
-        prompt = counter_for(settings, name).count(text) + 100
-        op = guard.reserve_model_call(max_tokens=prompt + config.max_output_tokens, cloud=config.cloud,
-                                      max_spend_micro_usd=spend_micro_usd(config, prompt, config.max_output_tokens))
+        op = guard.reserve_call(config, size + 100)
         reply = None
         try:
             reply = provider.complete(messages, [])
         finally:
-            guard.settle_model_call(op, input_tokens=reply.input_tokens if reply else 0,
-                                    output_tokens=reply.output_tokens if reply else 0,
-                                    spend=spend_micro_usd(config, reply.input_tokens if reply else 0,
-                                                          reply.output_tokens if reply else 0))
+            guard.settle_call(op, config, reply.input_tokens if reply else 0, reply.output_tokens if reply else 0)
         if not reply.text:
             raise MotherError(f"summarizer {name} replied without text")
         return reply.text, name

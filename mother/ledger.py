@@ -93,16 +93,18 @@ class BudgetLedger:
     def report_actual(self, thread_id: str, actual_spend: Decimal | float | str) -> Decimal:
         """Set the thread's own spend; an overspend of its reservation is logged (``BudgetOverspend``), not raised."""
         reply = self._call("ledger_report", [keys.ledger_key(thread_id)], [to_micro(actual_spend, "actual_spend")])
-        if reply["overspend"] > 0:
-            log.warning("BudgetOverspend", thread_id=thread_id, overspend_usd=str(to_usd(reply["overspend"])))
-            emit(self.redis, "budget_overspend", at=self.clock.now_iso(), run_id=thread_id, maxlen=self.maxlen,
-                 overspend_usd=str(to_usd(reply["overspend"])))
+        self._report_overspend(thread_id, reply)
         return to_usd(reply["actual"])
+
+    def _report_overspend(self, thread_id: str, report: dict[str, Any]) -> None:
+        if report["overspend"] > 0:
+            log.warning("BudgetOverspend", thread_id=thread_id, overspend_usd=str(to_usd(report["overspend"])))
+            emit(self.redis, "budget_overspend", at=self.clock.now_iso(), run_id=thread_id, maxlen=self.maxlen,
+                 overspend_usd=str(to_usd(report["overspend"])))
 
     def cascade_spend(self, child_thread_id: str, parent_thread_id: str, actual_spend: Decimal | float | str) -> int:
         """Add the child's spend to its parent and every ancestor above it; returns how many were updated."""
-        child = self._node(child_thread_id)
-        chain = list(reversed(child.get("ancestors") or []))  # parent first, root last
+        chain = _ancestors(self._node(child_thread_id))
         if not chain or chain[0] != parent_thread_id:
             raise LedgerError(f"{parent_thread_id} is not the parent of {child_thread_id}")
         reply = self._call("ledger_cascade", [keys.ledger_key(child_thread_id), *map(keys.ledger_key, chain)],
@@ -111,8 +113,7 @@ class BudgetLedger:
 
     def release(self, thread_id: str, final_status: str) -> Decimal:
         """On completion: reserved := actual; the parent's remaining grows by what was not used. Returns that."""
-        node = self._node(thread_id)
-        parent = node.get("parent_id") or thread_id
+        parent = self._node(thread_id).get("parent_id") or thread_id
         reply = self._call("ledger_release", [keys.ledger_key(thread_id), keys.ledger_key(parent)], [final_status[:32]])
         return to_usd(reply.get("freed", 0))
 
@@ -121,7 +122,7 @@ class BudgetLedger:
         """A thread's end in one round trip: report its spend, cascade it to its ancestors (if it has
         a parent), release its reservation. ``node`` is its ledger entry as read by the caller."""
         micro = to_micro(actual_spend, "actual_spend")
-        chain = list(reversed(node.get("ancestors") or []))
+        chain = _ancestors(node)
         parent = node.get("parent_id") or thread_id
         pipe = self.redis.pipeline(transaction=False)
         call(pipe, "ledger_report", [keys.ledger_key(thread_id)], [micro])
@@ -132,10 +133,7 @@ class BudgetLedger:
         for reply in replies:
             if reply.get("error"):
                 raise LedgerError(reply["error"])
-        if replies[0]["overspend"] > 0:
-            log.warning("BudgetOverspend", thread_id=thread_id, overspend_usd=str(to_usd(replies[0]["overspend"])))
-            emit(self.redis, "budget_overspend", at=self.clock.now_iso(), run_id=thread_id, maxlen=self.maxlen,
-                 overspend_usd=str(to_usd(replies[0]["overspend"])))
+        self._report_overspend(thread_id, replies[0])
         return to_usd(replies[-1].get("freed", 0))
 
     def get_remaining(self, thread_id: str) -> Decimal:
@@ -169,3 +167,8 @@ class BudgetLedger:
             frontier = nxt
         return {"total_actual": to_usd(root["actual"]), "total_reserved": to_usd(root["reserved"]),
                 "thread_count": count, "active_count": active}
+
+
+def _ancestors(node: dict[str, Any]) -> list[str]:
+    """A ledger node's ancestors, parent first, root last."""
+    return list(reversed(node.get("ancestors") or []))

@@ -20,11 +20,22 @@ from mother.functions import ensure_loaded
 from mother.tokens import Calibration
 from schemas import ActivityEvent, RunSpec, RunState
 
-__all__ = ["AGENTS_QUEUE", "Runtime"]
+__all__ = ["AGENTS_QUEUE", "POSITION_PATHS", "Runtime", "parse_position"]
 
 AGENTS_QUEUE = "agents"
 SPEC_CACHE_SIZE = 10_000
 OUTPUT_CACHE_SIZE = 1_000  # runs whose phase outputs Mother keeps for composing the next phase
+
+
+POSITION_PATHS = ("$.status", "$.phase_index", "$.attempt")
+
+
+def parse_position(raw: Any) -> tuple[str, int, int] | None:
+    """A run's (status, phase_index, attempt) from ``JSON.GET run:{id} *POSITION_PATHS``; None if no run."""
+    if not raw:
+        return None
+    got = orjson.loads(raw)
+    return got["$.status"][0], got["$.phase_index"][0], got["$.attempt"][0]
 
 
 @dataclass

@@ -46,10 +46,13 @@ BYTES_PER_TOKEN = 3.0
 RATIO_BOUNDS = (0.2, 5.0)  # a calibration outside these is a broken report, not a tokenizer
 
 
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
 def raw_estimate(text: str) -> int:
     """The uncalibrated estimate: ceil(UTF-8 bytes / 3)."""
-    size = len(text) if text.isascii() else len(text.encode("utf-8"))
-    return math.ceil(size / BYTES_PER_TOKEN)
+    return math.ceil(_utf8_len(text) / BYTES_PER_TOKEN)
 
 
 def request_estimate(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> int:
@@ -87,10 +90,7 @@ class EstimateCounter:
         self.name = "estimate" if ratio == 1.0 else f"estimate(calibrated x{ratio:.3f})"
 
     def count(self, text: str) -> int:
-        if not text:
-            return 0
-        size = len(text) if text.isascii() else len(text.encode("utf-8"))
-        return math.ceil(size / BYTES_PER_TOKEN * self.ratio)
+        return math.ceil(_utf8_len(text) / BYTES_PER_TOKEN * self.ratio) if text else 0
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         return [self.count(t) for t in texts]

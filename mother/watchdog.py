@@ -26,7 +26,7 @@ from mother.budget import budget_doc
 from mother.functions import call
 from mother.lifecycle import dispatch, end_run, on_phase_failure, outputs_of, phase_timeout_seconds, run_duration_seconds
 from mother.logs import get_logger
-from mother.runtime import Runtime
+from mother.runtime import POSITION_PATHS, Runtime, parse_position
 
 __all__ = ["Watchdog"]
 
@@ -148,12 +148,12 @@ class Watchdog:
             batch = run_ids[start:start + BATCH]
             pipe = self.rt.redis.pipeline(transaction=False)
             for run_id in batch:
-                pipe.execute_command("JSON.GET", keys.run_key(run_id), "$.status", "$.phase_index", "$.attempt")
+                pipe.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS)
             running = []
             for run_id, raw in zip(batch, pipe.execute(), strict=True):
-                got = orjson.loads(raw) if raw else {}
-                if got.get("$.status") == ["running"] and got["$.attempt"][0] > 0:
-                    running.append((run_id, keys.phase_job_id(run_id, got["$.phase_index"][0], got["$.attempt"][0])))
+                position = parse_position(raw)
+                if position is not None and position[0] == "running" and position[2] > 0:
+                    running.append((run_id, keys.phase_job_id(run_id, position[1], position[2])))
             pipe = self.rt.redis.pipeline(transaction=False)
             for _, job_id in running:
                 pipe.exists(Job.key_for(job_id))

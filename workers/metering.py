@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from mother import keys
-from mother.budget import Guard, spend_micro_usd
+from mother.budget import Guard
 from mother.config import ModelConfig
 from mother.errors import BudgetStopped, LimitExceeded
 from mother.limits import check_limits, fail_safe_message
@@ -104,14 +104,10 @@ class Meter:
         prompt = estimate_prompt_tokens(messages, tools)
         if self.calibrate_as is not None:
             self._estimate = request_estimate(messages, tools)
-        most = prompt + self.model.max_output_tokens
-        spend = spend_micro_usd(self.model, prompt, self.model.max_output_tokens)
-        return self._waiting_out_stops(lambda: self.guard.reserve_model_call(
-            max_tokens=most, max_spend_micro_usd=spend, cloud=self.model.cloud))
+        return self._waiting_out_stops(lambda: self.guard.reserve_call(self.model, prompt))
 
     def settle(self, op: str, input_tokens: int, output_tokens: int) -> None:
-        self.counters = self.guard.settle_model_call(op, input_tokens=input_tokens, output_tokens=output_tokens,
-                                                     spend=spend_micro_usd(self.model, input_tokens, output_tokens))
+        self.counters = self.guard.settle_call(op, self.model, input_tokens, output_tokens)
         if self.calibrate_as is not None and input_tokens > 0:
             Calibration.record(self.guard.client, self.calibrate_as, self._estimate, input_tokens)
 

@@ -26,7 +26,7 @@ from mother.errors import BudgetExhausted, ConfigError, ContextInvalid, LimitExc
 from mother.hooks import HarnessAction, load_hooks
 from mother.functions import call
 from mother.logs import configure_logging, get_logger
-from mother.runtime import Runtime
+from mother.runtime import POSITION_PATHS, Runtime, parse_position
 from mother.signing import SignatureInvalid
 from schemas import ComposedContext, PhaseResult, RunSpec, RunState, Usage
 from workers.agent import LoopOutcome, TurnLimits, run_loop
@@ -81,11 +81,8 @@ class Heartbeat(threading.Thread):
 
 
 def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
-    raw = rt.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.status", "$.phase_index", "$.attempt")
-    if raw is None:
-        return False
-    got = orjson.loads(raw)
-    return got["$.status"] == ["running"] and got["$.phase_index"] == [index] and got["$.attempt"] == [attempt]
+    raw = rt.redis.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS)
+    return parse_position(raw) == ("running", index, attempt)
 
 
 def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
