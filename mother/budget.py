@@ -68,6 +68,7 @@ __doc__ += "\n".join(f"    {dim:<18} {code}" for dim, code in CODES.items()) + "
 MAX_AMOUNT = 10**12  # larger is absurd for any dimension (10^12 tokens, $1,000,000 in micro-USD)
 MICRO = Decimal(1_000_000)
 OK_REPLY = '{"ok":true}'  # mh_guard's reply when the action was charged
+GUARD_CODES = orjson.dumps({"run": CODES, "user": USER_CODES})  # mh_guard decodes it only when a threshold is reached
 
 
 def check_amount(value: Any, what: str) -> int:
@@ -210,14 +211,15 @@ class Guard:
         if day != self._day:  # the daily key changes once a day: build it then
             self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
         keys_ = [self._run_key, self._user_key, keys.ACTIVITY_STREAM]
-        raw = call(self.client, "mh_guard", keys_, [cached[0] + day.encode() + cached[1], self.maxlen])
+        raw = call(self.client, "mh_guard", keys_, [cached[0] + day.encode() + cached[1], self.maxlen, GUARD_CODES])
         if raw == OK_REPLY:
             return {"ok": True}
         reply = orjson.loads(raw)
         if "retry_day" in reply:  # our idea of today differs from the server's: use its day
             day = reply["retry_day"]
             keys_[1] = keys.user_daily_budget_key(self.user_id, day)
-            reply = orjson.loads(call(self.client, "mh_guard", keys_, [cached[0] + day.encode() + cached[1], self.maxlen]))
+            reply = orjson.loads(call(self.client, "mh_guard", keys_,
+                                      [cached[0] + day.encode() + cached[1], self.maxlen, GUARD_CODES]))
         if not reply.get("ok"):
             code = reply.get("code", "budget")
             if code == "budget_stopped":
@@ -232,10 +234,7 @@ class Guard:
     def _encode(self, action: dict[str, Any]) -> tuple[bytes, bytes]:
         """The action's JSON split around the day, which goes last: (prefix, suffix)."""
         user = bool(action.get("user_check") or action.get("user_add") or "settle" in action)
-        dims = set(action.get("check", ())) | set(action.get("add", {})) | set(action.get("settle", {}).get("add", {}))
-        payload: dict[str, Any] = {"codes": {d: CODES[d] for d in dims | {"duration_sec"} if d in CODES}, **action}
-        if user:
-            payload.update(user_codes=USER_CODES, **_user_args(self.settings, self.user_id))
+        payload = {**action, **(_user_args(self.settings, self.user_id) if user else {})}
         body = orjson.dumps(payload)
         return body[:-1] + b',"day":"', b'"}'
 

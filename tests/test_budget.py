@@ -263,3 +263,19 @@ def test_run_ends_budget_exhausted_end_to_end(tmp_path: Path) -> None:
         assert doc["exhausted"]["termination_reason"] == "budget_exhausted"
     finally:
         stop_pipeline(p)
+
+
+def test_server_time_text_matches_python_across_seconds_and_days(r: redis.Redis) -> None:
+    """The Lua formatter caches each second's text; the text must still be exact for every millisecond,
+    across second, day, month, leap-year and century boundaries."""
+    from datetime import UTC, datetime
+
+    load_functions(r)
+    points = [0, 999, 1000, 86_399_999, 86_400_000, 951_782_399_999, 951_782_400_000, 4_107_542_400_000,
+              1_795_308_086_556, 1_795_308_086_007, 1_795_308_087_050]
+    points += [1_700_000_000_000 + 137 * i for i in range(40)]
+    texts = r.fcall("mh_now", 0, *points)
+    for ms, text in zip(points, texts, strict=True):
+        want = datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+        assert (text.decode() if isinstance(text, bytes) else text) == want, ms
+    assert abs(int(r.fcall("mh_now", 0)) - ServerClock(r).now_ms()) < 5_000

@@ -4,28 +4,7 @@
 -- Validate first, write last: a refusal writes only its own refusal record.
 -- Money is integer micro-USD; amounts are validated by the Python caller too.
 
--- only the fields an action needs (a multi-path JSON.GET decodes far less than the whole document)
-local GUARD_FIELDS = {'run_id', 'status', 'started_ms', 'warning_ratio', 'limits', 'overrides', 'reserved',
-                      'warnings_triggered', 'limits_exceeded', 'duration_sec'}
-
-local function get_fields(key, a)
-  local wanted, seen = {}, {}
-  local function want(name) if not seen[name] then seen[name] = true; wanted[#wanted + 1] = '$.' .. name end end
-  for _, f in ipairs(GUARD_FIELDS) do want(f) end
-  for _, d in ipairs(a.check or {}) do want(d) end
-  for d, _ in pairs(a.add or {}) do want(d) end
-  if a.settle then  -- the reply carries the counters the next turn-start check needs
-    for _, f in ipairs({'reservations', 'model_calls', 'input_tokens', 'output_tokens', 'spend_micro_usd'}) do want(f) end
-    for d, _ in pairs(a.settle.add or {}) do want(d) end
-  end
-  local raw = redis.call('JSON.GET', key, unpack(wanted))
-  if not raw then return nil end
-  local doc = {}
-  for path, values in pairs(cjson.decode(raw)) do
-    if values[1] ~= nil then doc[string.sub(path, 3)] = values[1] end
-  end
-  return doc
-end
+local OK = '{"ok":true}'
 
 local function contains(list, value)
   for _, v in ipairs(list or {}) do
@@ -55,15 +34,16 @@ local function activity(key, maxlen, fields)
 end
 
 -- record warnings / crossings of a doc's dimensions after a charge
-local function thresholds(key, doc, dims, now, at, codes, act, prefix)
+-- (codes(dim) names a dimension's reason code; it is only asked when a threshold is reached)
+local function thresholds(key, doc, dims, now, at, codes, act)
   local ratio = doc.warning_ratio or 0.8
   for dim, _ in pairs(dims) do
     local limit = effective(doc, dim, now)
     local used = doc[dim]
-    if limit and used then
-      local code = prefix .. codes[dim]
+    if limit and used and used >= ratio * limit then
+      local code = codes(dim)
       local warning = string.gsub(code, '_exceeded$', '_warning')
-      if used >= ratio * limit and not contains(doc.warnings_triggered, warning) then
+      if not contains(doc.warnings_triggered, warning) then
         redis.call('JSON.ARRAPPEND', key, '$.warnings_triggered', cjson.encode(warning))
         doc.warnings_triggered = doc.warnings_triggered or {}
         table.insert(doc.warnings_triggered, warning)
@@ -115,15 +95,24 @@ end
 
 -- mh_guard: check and charge one action against the run's and the user's daily budget.
 -- KEYS: 1 budget:run:{id}, 2 budget:user:{user}:daily:{day}, 3 activity
--- ARGV: 1 action JSON: {day, codes{dim:code}, user_codes, read_only, check[dims], user_check[dims],
---        add{dim:n}, user_add{dim:n}, reserve{op, dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}}},
---       2 activity maxlen
+-- ARGV: 1 action JSON: {day, read_only, check[dims], user_check[dims], add{dim:n}, user_add{dim:n},
+--        reserve{op, dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}}, and for user actions user_id,
+--        user_limits, user_ttl_s, user_warning_ratio}, 2 activity maxlen,
+--       3 reason codes JSON {run{dim:code}, user{dim:code}} (decoded only when a threshold or limit is reached)
 -- Returns JSON: {ok=true, ...} | {ok=false, code, current, max} | {retry_day=<server day>}
 local function mh_guard(keys, args)
   local a, act, now, at, retry = begin(args, keys[3])
   if retry then return retry end
   local day = a.day
-  local doc = get_fields(keys[1], a)
+  local doc = get_doc(keys[1])
+  local decoded
+  local function codes(scope)
+    return function(dim)
+      decoded = decoded or cjson.decode(args[3])
+      return decoded[scope][dim]
+    end
+  end
+  local run_code, user_code = codes('run'), codes('user')
   if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
   local needs_user = a.user_check or a.user_add or (settling and settling.user_dims) or (a.reserve and a.reserve.user_dims)
@@ -132,24 +121,25 @@ local function mh_guard(keys, args)
   if doc.status == 'budget_stopped' and not a.read_only and not settling then
     return refuse(keys[1], nil, 'budget_stopped', nil, nil, at, act)
   end
+  local stored_duration = doc.duration_sec
   doc.duration_sec = math.floor((now - doc.started_ms) / 1000)
   -- checks: a dimension the action consumes must be below its (effective) limit
   if not a.read_only and not settling then
     local wall = effective(doc, 'duration_sec', now)
     if wall and doc.duration_sec >= wall then
-      return refuse(keys[1], doc, a.codes.duration_sec, doc.duration_sec, wall, at, act)
+      return refuse(keys[1], doc, run_code('duration_sec'), doc.duration_sec, wall, at, act)
     end
   end
   for _, dim in ipairs(a.check or {}) do
     local limit = effective(doc, dim, now)
     local used = (doc[dim] or 0) + ((doc.reserved or {})[dim] or 0)
-    if limit and used >= limit then return refuse(keys[1], doc, a.codes[dim], doc[dim] or 0, limit, at, act) end
+    if limit and used >= limit then return refuse(keys[1], doc, run_code(dim), doc[dim] or 0, limit, at, act) end
   end
   if user then
     for _, dim in ipairs(a.user_check or {}) do
       local limit = (user.limits or {})[dim]
       local used = (user[dim] or 0) + ((user.reserved or {})[dim] or 0)
-      if limit and used >= limit then return refuse(keys[2], user, a.user_codes[dim], user[dim] or 0, limit, at, act) end
+      if limit and used >= limit then return refuse(keys[2], user, user_code(dim), user[dim] or 0, limit, at, act) end
     end
   end
   -- charges: every counter write is buffered and sent as one JSON.MSET
@@ -191,17 +181,17 @@ local function mh_guard(keys, args)
     redis.call('JSON.SET', keys[1], '$.reservations.' .. a.reserve.op,
       cjson.encode({dims = a.reserve.dims, user_dims = a.reserve.user_dims or cjson.null, at = at}))
   end
-  put(keys[1], '$.duration_sec', doc.duration_sec)
+  if doc.duration_sec ~= stored_duration then put(keys[1], '$.duration_sec', doc.duration_sec) end
   put(keys[1], '$.last_updated', cjson.encode(at))
   if user then put(keys[2], '$.last_updated', cjson.encode(at)) end
   redis.call('JSON.MSET', unpack(writes))
-  thresholds(keys[1], doc, touched, now, at, a.codes, act, '')
-  if user then thresholds(keys[2], user, user_touched, now, at, a.user_codes, act, '') end
+  thresholds(keys[1], doc, touched, now, at, run_code, act)
+  if user then thresholds(keys[2], user, user_touched, now, at, user_code, act) end
   if a.settle then  -- the run's counters after the charge: the next turn's limit check needs no read
     return cjson.encode({ok = true, counters = {model_calls = doc.model_calls, input_tokens = doc.input_tokens,
       output_tokens = doc.output_tokens, spend_micro_usd = doc.spend_micro_usd, duration_sec = doc.duration_sec}})
   end
-  return cjson.encode({ok = true})
+  return OK  -- the constant reply mother/budget.py compares against (OK_REPLY)
 end
 
 -- mh_budget_state: set a run budget's status (budget_stopped / active / closed) with an event.
@@ -282,7 +272,7 @@ local function mh_admit(keys, args)
   user.runs = user.runs + 1
   redis.call('JSON.SET', keys[2], '$.runs', user.runs)
   redis.call('JSON.SET', keys[2], '$.last_updated', cjson.encode(at))
-  thresholds(keys[2], user, {runs = true}, now, at, {runs = 'budget_user_daily_runs_exceeded'}, act, '')
+  thresholds(keys[2], user, {runs = true}, now, at, function() return 'budget_user_daily_runs_exceeded' end, act)
   -- the gauge is derived (runs with a live deadline), so a crashed worker cannot leak it
   local gauge = concurrent + 1
   if redis.call('EXISTS', keys[1]) == 0 then

@@ -112,9 +112,13 @@ local function mh_release_lease(keys, args)
   return 0
 end
 
--- mh_now: the server's clock in milliseconds.
+-- mh_now: the server's clock in milliseconds; given times in ms as ARGV, their ISO-8601 texts as the
+-- libraries write them (`redis-cli FCALL mh_now 0 1795308086556`).
 local function mh_now(keys, args)
-  return now_ms()
+  if #args == 0 then return now_ms() end
+  local out = {}
+  for i, ms in ipairs(args) do out[i] = iso(tonumber(ms)) end
+  return out
 end
 
 redis.register_function('mh_transition', mh_transition)

@@ -6,22 +6,30 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- ISO-8601 UTC text of a time in ms, and its date. The second's text is cached (a pure function of
+-- the second, so the cache can never be stale); only the milliseconds are formatted per call.
+local iso_second, iso_prefix, iso_day = nil, nil, nil
 local function iso(ms)
   local secs = math.floor(ms / 1000)
-  local days = math.floor(secs / 86400)
-  local rem = secs % 86400
-  local z = days + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-  local y = yoe + era * 400
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local d = doy - math.floor((153 * mp + 2) / 5) + 1
-  local m = mp < 10 and mp + 3 or mp - 9
-  if m <= 2 then y = y + 1 end
-  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d,
-    math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, ms % 1000), string.format('%04d-%02d-%02d', y, m, d)
+  if secs ~= iso_second then
+    local days = math.floor(secs / 86400)
+    local rem = secs % 86400
+    local z = days + 719468
+    local era = math.floor(z / 146097)
+    local doe = z - era * 146097
+    local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+    local y = yoe + era * 400
+    local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+    local mp = math.floor((5 * doy + 2) / 153)
+    local d = doy - math.floor((153 * mp + 2) / 5) + 1
+    local m = mp < 10 and mp + 3 or mp - 9
+    if m <= 2 then y = y + 1 end
+    iso_day = string.format('%04d-%02d-%02d', y, m, d)
+    iso_prefix = string.format('%sT%02d:%02d:%02d.', iso_day, math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60)
+    iso_second = secs
+  end
+  local frac = math.floor(ms % 1000)
+  return iso_prefix .. (frac < 10 and '00' or frac < 100 and '0' or '') .. frac .. 'Z', iso_day
 end
 
 local function get_doc(key)
