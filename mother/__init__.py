@@ -2,15 +2,15 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from mother.config import Settings, load_settings
-from mother.connection import ServerInfo, connect, server_info
-from mother.errors import MotherError
-from mother.server import EmbeddedRedis
-
 try:
     __version__ = version("mother-harness")
 except PackageNotFoundError:  # running from a source tree without install
     __version__ = "0.0.0+source"
+
+from mother.config import Settings, load_settings
+from mother.connection import ServerInfo, connect, server_info
+from mother.errors import MotherError
+from mother.server import EmbeddedRedis
 
 __all__ = [
     "EmbeddedRedis",

@@ -117,7 +117,7 @@ def run_limits(settings: Settings, spec: RunSpec, resolved: dict[str, Any] | Non
     return limits, profile.warning_ratio
 
 
-def open_run_budget(client: redis.Redis, settings: Settings, spec: RunSpec, started_ms: int,
+def open_run_budget(client: redis.Redis | redis.client.Pipeline, settings: Settings, spec: RunSpec, started_ms: int,
                     resolved: dict[str, Any] | None = None) -> dict[str, Any]:
     """Create ``budget:run:{run_id}`` (NX: a re-delivered intake keeps the first)."""
     assert spec.run_id is not None
@@ -150,14 +150,6 @@ def _user_args(settings: Settings, user_id: str) -> dict[str, Any]:
     }
 
 
-def _with_day(client: redis.Redis, day: str, build: Any) -> Any:
-    """Call ``build(day)``; if the server says its UTC day differs, rebuild with its day once."""
-    reply = orjson.loads(build(day))
-    if "retry_day" in reply:
-        reply = orjson.loads(build(reply["retry_day"]))
-    return reply
-
-
 @dataclass
 class Admission:
     ok: bool
@@ -166,18 +158,29 @@ class Admission:
     factors: list[str] | None = None
 
 
-def admit(client: redis.Redis, settings: Settings, run_id: str, user_id: str, day: str, maxlen: int) -> Admission:
-    """Intake: circuit breaker (global gauges) and the user's daily run cap, in one call."""
+def admit(client: redis.Redis | redis.client.Pipeline, settings: Settings, run_id: str, user_id: str, day: str,
+          maxlen: int) -> Admission | None:
+    """Intake: circuit breaker (global gauges) and the user's daily run cap, in one call.
+
+    With a pipeline the call is queued (returns None); pass its reply to :func:`admission`."""
     g = settings.budget.global_
+    payload = {"day": day, "run_id": run_id, **_user_args(settings, user_id),
+               "global": {"max_concurrent_runs": g.max_concurrent_runs, "max_redis_memory_mb": g.max_redis_memory_mb,
+                          "max_docling_jobs": g.max_docling_jobs, "warning_ratio": g.warning_ratio}}
+    reply = call(client, "mh_admit", [keys.GLOBAL_BUDGET, keys.user_daily_budget_key(user_id, day),
+                                      keys.RUN_DEADLINES, keys.ACTIVITY_STREAM], [orjson.dumps(payload), maxlen])
+    if isinstance(client, redis.client.Pipeline):
+        return None
+    return admission(client, settings, run_id, user_id, maxlen, reply)
 
-    def build(d: str) -> str:
-        payload = {"day": d, "run_id": run_id, **_user_args(settings, user_id),
-                   "global": {"max_concurrent_runs": g.max_concurrent_runs, "max_redis_memory_mb": g.max_redis_memory_mb,
-                              "max_docling_jobs": g.max_docling_jobs, "warning_ratio": g.warning_ratio}}
-        return call(client, "mh_admit", [keys.GLOBAL_BUDGET, keys.user_daily_budget_key(user_id, d),
-                                         keys.RUN_DEADLINES, keys.ACTIVITY_STREAM], [orjson.dumps(payload), maxlen])
 
-    reply = _with_day(client, day, build)
+def admission(client: redis.Redis, settings: Settings, run_id: str, user_id: str, maxlen: int, raw: str) -> Admission:
+    """Read mh_admit's reply; when our idea of today differed from the server's, ask again with its day."""
+    reply = orjson.loads(raw)
+    if "retry_day" in reply:
+        again = admit(client, settings, run_id, user_id, reply["retry_day"], maxlen)
+        assert again is not None
+        return again
     if reply["ok"]:
         return Admission(True)
     if reply["code"] == "circuit_open":
@@ -198,10 +201,13 @@ class Guard:
         self._run_key = keys.run_budget_key(run_id)
         self._day, self._user_key = "", ""
         self._encoded: dict[str, tuple[bytes, bytes]] = {}
+        self._queued: dict[str, Any] = {}  # the last action queued on a pipeline (redone if the day differed)
 
-    def _call(self, action: dict[str, Any], cache_as: str | None = None) -> dict[str, Any]:
+    def _call(self, action: dict[str, Any], cache_as: str | None = None,
+              pipe: redis.client.Pipeline | None = None) -> dict[str, Any]:
         """One mh_guard call. ``cache_as`` names an action whose JSON never changes (but for the
-        day), so the hot path serialises it once: the per-call work is a string join."""
+        day), so the hot path serialises it once: the per-call work is a string join. With ``pipe``
+        the call is queued on it (returns {}); pass its reply to :meth:`queued_reply`."""
         day = self.day()
         cached = self._encoded.get(cache_as) if cache_as else None
         if cached is None:
@@ -211,11 +217,24 @@ class Guard:
         if day != self._day:  # the daily key changes once a day: build it then
             self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
         keys_ = [self._run_key, self._user_key, keys.ACTIVITY_STREAM]
+        if pipe is not None:
+            self._queued = action
+            call(pipe, "mh_guard", keys_, [cached[0] + day.encode() + cached[1], self.maxlen, GUARD_CODES])
+            return {}
         raw = call(self.client, "mh_guard", keys_, [cached[0] + day.encode() + cached[1], self.maxlen, GUARD_CODES])
+        return self._reply(raw, keys_, cached)
+
+    def queued_reply(self, raw: str) -> dict[str, Any]:
+        """The reply of a call queued on a pipeline; the rare retry (our day differed) is made now."""
+        if "retry_day" in raw:
+            return self._call(self._queued)
+        return self._reply(raw, None, None)
+
+    def _reply(self, raw: str, keys_: list[str] | None, cached: tuple[bytes, bytes] | None) -> dict[str, Any]:
         if raw == OK_REPLY:
             return {"ok": True}
         reply = orjson.loads(raw)
-        if "retry_day" in reply:  # our idea of today differs from the server's: use its day
+        if "retry_day" in reply and keys_ is not None and cached is not None:  # our idea of today differs: use the server's
             day = reply["retry_day"]
             keys_[1] = keys.user_daily_budget_key(self.user_id, day)
             reply = orjson.loads(call(self.client, "mh_guard", keys_,
@@ -266,14 +285,16 @@ class Guard:
                                 "user_dims": {"total_tokens": tokens}}})
         return op
 
-    def settle_model_call(self, op: str, *, input_tokens: int, output_tokens: int, spend: int) -> dict[str, Any] | None:
+    def settle_model_call(self, op: str, *, input_tokens: int, output_tokens: int, spend: int,
+                          pipe: redis.client.Pipeline | None = None) -> dict[str, Any] | None:
         """After an LLM call: release the reservation and charge what it really used (never refused).
-        Returns the run's counters after it (model_calls, input/output tokens, spend_micro_usd, duration_sec)."""
+        Returns the run's counters after it (model_calls, input/output tokens, spend_micro_usd, duration_sec);
+        with ``pipe`` the settle is queued on it (returns None)."""
         used = check_amount(input_tokens, "input_tokens") + check_amount(output_tokens, "output_tokens")
         return self._call({"settle": {"op": op, "add": {"total_tokens": used, "input_tokens": input_tokens,
                                                  "output_tokens": output_tokens,
                                                  "spend_micro_usd": check_amount(spend, "spend")},
-                               "user_add": {"total_tokens": used}}}).get("counters")
+                               "user_add": {"total_tokens": used}}}, pipe=pipe).get("counters")
 
 
     def reserve_call(self, model: ModelConfig, prompt_tokens: int) -> str:
@@ -281,10 +302,11 @@ class Guard:
         return self.reserve_model_call(max_tokens=prompt_tokens + model.max_output_tokens, cloud=model.cloud,
                                        max_spend_micro_usd=spend_micro_usd(model, prompt_tokens, model.max_output_tokens))
 
-    def settle_call(self, op: str, model: ModelConfig, input_tokens: int, output_tokens: int) -> dict[str, Any] | None:
-        """Settle a call to ``model`` with what it used, priced."""
+    def settle_call(self, op: str, model: ModelConfig, input_tokens: int, output_tokens: int,
+                    pipe: redis.client.Pipeline | None = None) -> dict[str, Any] | None:
+        """Settle a call to ``model`` with what it used, priced (queued on ``pipe`` when given)."""
         return self.settle_model_call(op, input_tokens=input_tokens, output_tokens=output_tokens,
-                                      spend=spend_micro_usd(model, input_tokens, output_tokens))
+                                      spend=spend_micro_usd(model, input_tokens, output_tokens), pipe=pipe)
 
 
 def _state(client: redis.Redis, run_id: str, status: str, event: dict[str, Any], event_type: str, maxlen: int) -> dict[str, Any]:

@@ -11,11 +11,19 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.maint_notifications import MaintNotificationsConfig
 
 from mother.errors import MissingJSONModule, RedisUnavailable
 from mother.keys import PROBE_KEY
 
-__all__ = ["ServerInfo", "connect", "redact_url", "require_json", "server_info"]
+__all__ = ["CONNECTION_OPTIONS", "ServerInfo", "connect", "redact_url", "require_json", "server_info"]
+
+# A new connection's handshake is HELLO only. redis-py would also look its own version up in the
+# package metadata and send CLIENT SETINFO twice plus CLIENT MAINT_NOTIFICATIONS (a managed-cloud
+# feature) - three more round trips for every connection, and a forked RQ work-horse makes new
+# connections for every job.
+CONNECTION_OPTIONS: dict[str, object] = {"driver_info": None,
+                                         "maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,7 @@ def require_json(info: ServerInfo) -> ServerInfo:
 def connect(url: str, *, check: bool = True, decode_responses: bool = True, **kwargs: object) -> redis.Redis:
     """A client for ``url``; with ``check`` the server must answer and have RedisJSON."""
     try:
-        client = redis.Redis.from_url(url, decode_responses=decode_responses, **kwargs)
+        client = redis.Redis.from_url(url, decode_responses=decode_responses, **{**CONNECTION_OPTIONS, **kwargs})
     except ValueError as exc:
         raise RedisUnavailable(
             f"MOTHER_REDIS_URL {redact_url(url)!r} is not a Redis URL ({exc}); use redis://host:port/db or unix:///path"

@@ -164,8 +164,13 @@ def _load_hook_file(path: Path, layer: str, _stamp: int) -> tuple[Hook, ...]:
 
 
 def _shipped(name: str, layer: str) -> list[Hook]:
-    path = resources.files("mother").joinpath(name)
-    return load_hook_file(Path(str(path)), layer)
+    return load_hook_file(_shipped_path(name), layer)
+
+
+@functools.cache
+def _shipped_path(name: str) -> Path:
+    """Where a hook file shipped in the package is (looked up once: every phase loads them)."""
+    return Path(str(resources.files("mother").joinpath(name)))
 
 
 @dataclass

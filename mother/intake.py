@@ -16,15 +16,15 @@ from mother import keys
 from mother.roles import role_settings
 from mother.client import parse_spec
 from mother.errors import ConfigError, InsufficientBudget, InvalidSpec, LedgerError
-from mother.ledger import BudgetLedger
-from mother.budget import admit, open_run_budget
+from mother.ledger import BudgetLedger, checked
+from mother.budget import admission, admit, open_run_budget
 from mother.capabilities import assess_risk, denial, granted_for, load_risk_policy
 from mother.lifecycle import end_run, start_run
 from mother.limits import DepthExhausted, resolve_for_spec
 from mother.logs import get_logger
 from mother.runtime import Runtime
 from mother.signing import SignatureInvalid
-from schemas import MAX_SPEC_BYTES, HistoryEntry, RunSpec, RunState
+from schemas import MAX_SPEC_BYTES, HistoryEntry, RunSpec, RunState, TerminationReason
 
 __all__ = ["handle_submission", "reject"]
 
@@ -61,32 +61,58 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
         return None
     granted = [] if policy_error else granted_for(rt.settings, spec.pipeline[0].role,
                                                   list(parent.capabilities) if parent else None)
-    state = _create(rt, entry_id, spec, fields, limits, granted)
-    if state is not None and state.status == "queued" and policy_error:
-        end_run(rt, state, "policyViolation", policy_error, phase="intake", contributing_factors=[policy_error])
+    verdict = _verdict(rt, spec, granted, policy_error, depth_error)
+    created_state = _create(rt, entry_id, spec, fields, limits, granted)
+    if created_state is None:
+        return None
+    state, created = created_state
+    pipe = rt.redis.pipeline(transaction=False)
+    if created:
+        _announce(rt, pipe, entry_id, spec, fields)
+    if state.status != "queued":  # a re-delivery of a run already under way
+        pipe.execute()
         return state
-    if state is not None and state.status == "queued" and depth_error:
-        end_run(rt, state, "budget_exhausted", depth_error, phase="intake",
-                contributing_factors=[f"parent run {spec.parent_run_id} has no depth left"])
+    if verdict is not None:
+        pipe.execute()
+        reason, details, factors = verdict
+        end_run(rt, state, reason, details, phase="intake", contributing_factors=factors)
         return state
-    if state is not None and state.status == "queued":
-        blocked = _assess(rt, spec, granted)
-        if blocked:
-            end_run(rt, state, "policyViolation", blocked[0], phase="intake", contributing_factors=blocked)
-            return state
-        open_run_budget(rt.redis, rt.settings, spec, rt.clock.now_ms(), limits)
-        refused = _open_ledger(rt, spec, limits)
+    # budget, ledger and admission in the round trip that announces the run (a child's ledger
+    # reservation can be refused, so it is asked before admission counts the run)
+    open_run_budget(pipe, rt.settings, spec, rt.clock.now_ms(), limits)
+    root = spec.parent_run_id is None
+    if root:
+        BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock).register(
+            run_id, limits.get("spend", rt.settings.budget.per_run.max_spend_usd), pipe=pipe)
+    else:
+        pipe.execute()
+        refused = _reserve_for_child(rt, spec, limits)
         if refused:
             end_run(rt, state, "budget_exhausted", refused, phase="intake", contributing_factors=[refused])
             return state
-        admission = admit(rt.redis, rt.settings, run_id, spec.user_id, rt.clock.now_iso()[:10],
-                          rt.settings.service.activity_maxlen)
-        if not admission.ok:
-            end_run(rt, state, "budget_exhausted", admission.details, phase="intake",
-                    contributing_factors=admission.factors)
-            return state
-        start_run(rt, state)
+        pipe = rt.redis.pipeline(transaction=False)
+    maxlen = rt.settings.service.activity_maxlen
+    admit(pipe, rt.settings, run_id, spec.user_id, rt.clock.now_iso()[:10], maxlen)
+    replies = pipe.execute()
+    if root:
+        checked(replies[-2])
+    admitted = admission(rt.redis, rt.settings, run_id, spec.user_id, maxlen, replies[-1])
+    if not admitted.ok:
+        end_run(rt, state, "budget_exhausted", admitted.details, phase="intake", contributing_factors=admitted.factors)
+        return state
+    start_run(rt, state)
     return state
+
+
+def _verdict(rt: Runtime, spec: RunSpec, granted: list[str], policy_error: str | None,
+             depth_error: str | None) -> tuple[TerminationReason, str, list[str]] | None:
+    """Why the run must end at intake (reason, details, factors), decided before it is created; None to go on."""
+    if policy_error:
+        return "policyViolation", policy_error, [policy_error]
+    if depth_error:
+        return "budget_exhausted", depth_error, [f"parent run {spec.parent_run_id} has no depth left"]
+    blocked = _assess(rt, spec, granted)
+    return ("policyViolation", blocked[0], blocked) if blocked else None
 
 
 def _check_models(rt: Runtime, spec: RunSpec) -> None:
@@ -96,19 +122,15 @@ def _check_models(rt: Runtime, spec: RunSpec) -> None:
             raise InvalidSpec(f"phase {phase.name}: model {phase.model!r} is not in the model catalogue; known: {known}")
 
 
-def _open_ledger(rt: Runtime, spec: RunSpec, limits: dict[str, Any]) -> str | None:
-    """A root registers its spend ceiling; a child without a reservation (a raw submission with
-    parent_run_id, not via spawn_run) reserves its own from the parent. Returns a refusal, if any."""
-    assert spec.run_id is not None
-    ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)
-    spend = limits.get("spend", rt.settings.budget.per_run.max_spend_usd)
-    if spec.parent_run_id is None:
-        ledger.register(spec.run_id, spend)
-        return None
+def _reserve_for_child(rt: Runtime, spec: RunSpec, limits: dict[str, Any]) -> str | None:
+    """A child without a reservation (a raw submission with parent_run_id, not via spawn_run)
+    reserves its own from the parent. Returns a refusal, if any."""
+    assert spec.run_id is not None and spec.parent_run_id is not None
     if rt.redis.exists(keys.ledger_key(spec.run_id)):
         return None
+    ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)
     try:
-        ledger.reserve(spec.run_id, spend, spec.parent_run_id)
+        ledger.reserve(spec.run_id, limits.get("spend", rt.settings.budget.per_run.max_spend_usd), spec.parent_run_id)
     except (InsufficientBudget, LedgerError) as exc:
         return exc.message
     return None
@@ -152,7 +174,9 @@ def _assess(rt: Runtime, spec: RunSpec, granted: list[str]) -> list[str]:
 
 
 def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], limits: dict[str, Any],
-            granted: list[str]) -> RunState | None:
+            granted: list[str]) -> tuple[RunState, bool] | None:
+    """Create ``run:{id}`` (NX) and index it, in one round trip. Returns (state, created), or None
+    when the run_id belongs to another submission (the entry is rejected)."""
     assert spec.run_id is not None
     at = rt.clock.now_iso()
     stored = {k: (str(v) if k == "spend" else v) for k, v in limits.items()}
@@ -161,7 +185,12 @@ def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], l
         limits=stored, capabilities=granted,
         history=[HistoryEntry(at=at, event="submitted", detail=f"entry {entry_id}")],
     )
-    created = rt.redis.execute_command("JSON.SET", keys.run_key(spec.run_id), "$", state.to_json(), "NX")
+    score = rt.clock.now_ms()
+    pipe = rt.redis.pipeline(transaction=False)
+    pipe.execute_command("JSON.SET", keys.run_key(spec.run_id), "$", state.to_json(), "NX")
+    pipe.zadd(keys.RUNS_INDEX, {spec.run_id: score}, nx=True)  # NX: another submission's run keeps its place
+    pipe.zadd(keys.user_runs_key(spec.user_id), {spec.run_id: score}, nx=True)
+    created = bool(pipe.execute()[0])
     if not created:
         existing = rt.load_run(spec.run_id)
         if existing is None or existing.entry_id != entry_id:
@@ -169,17 +198,15 @@ def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], l
             return None
         state = existing  # a re-delivery of the entry that created it
     rt.remember_spec(spec.run_id, state.spec)
-    score = rt.clock.now_ms()
-    pipe = rt.redis.pipeline(transaction=False)
-    if created and fields.get("counted"):
+    return state, created
+
+
+def _announce(rt: Runtime, pipe: Any, entry_id: str, spec: RunSpec, fields: dict[str, Any]) -> None:
+    """Queue a new run's ``run_submitted`` entry (and its leaving the counted queue) on ``pipe``."""
+    if fields.get("counted"):
         pipe.execute_command("JSON.NUMINCRBY", keys.GLOBAL_BUDGET, "$.queue_depth", -1)
-    pipe.zadd(keys.RUNS_INDEX, {spec.run_id: score}, nx=True)
-    pipe.zadd(keys.user_runs_key(spec.user_id), {spec.run_id: score}, nx=True)
-    if created:
-        rt.emit(pipe, "run_submitted", run_id=spec.run_id, user_id=spec.user_id, entry_id=entry_id,
-                phases=[p.name for p in spec.pipeline])
-    pipe.execute()
-    return state
+    rt.emit(pipe, "run_submitted", run_id=spec.run_id, user_id=spec.user_id, entry_id=entry_id,
+            phases=[p.name for p in spec.pipeline])
 
 
 def reject(rt: Runtime, entry_id: str, fields: dict[str, Any], error: str, *, drop: bool = False) -> None:

@@ -52,6 +52,14 @@ def to_usd(micro: int | float) -> Decimal:
     return (Decimal(int(micro)) / MICRO).quantize(Decimal("0.000001")).normalize() if micro else Decimal(0)
 
 
+def checked(raw: str) -> dict[str, Any]:
+    """A ledger function's reply, decoded; ``LedgerError`` when it reports an error."""
+    reply = orjson.loads(raw)
+    if reply.get("error"):
+        raise LedgerError(reply["error"])
+    return reply
+
+
 class BudgetLedger:
     """``BudgetLedger(redis_client)`` with the spec's method names and arguments."""
 
@@ -61,10 +69,7 @@ class BudgetLedger:
         self.maxlen = activity_maxlen
 
     def _call(self, name: str, keys_: list[str], args: list[Any]) -> dict[str, Any]:
-        reply = orjson.loads(call(self.redis, name, keys_, args))
-        if reply.get("error"):
-            raise LedgerError(reply["error"])
-        return reply
+        return checked(call(self.redis, name, keys_, args))
 
     def _node(self, thread_id: str) -> dict[str, Any]:
         raw = self.redis.execute_command("JSON.GET", keys.ledger_key(thread_id))
@@ -72,11 +77,13 @@ class BudgetLedger:
             raise LedgerError(f"thread {thread_id} is not in the ledger; register it or reserve for it first")
         return orjson.loads(raw)
 
-    def register(self, thread_id: str, max_spend: Decimal | float | str) -> Decimal:
-        """A root thread's ceiling. Registering again with the same ceiling is a no-op."""
-        reply = self._call("ledger_register", [keys.ledger_key(thread_id)],
-                           [thread_id, to_micro(max_spend, "max_spend"), self.clock.now_iso()])
-        return to_usd(reply["remaining"])
+    def register(self, thread_id: str, max_spend: Decimal | float | str,
+                 pipe: redis.client.Pipeline | None = None) -> Decimal | None:
+        """A root thread's ceiling. Registering again with the same ceiling is a no-op.
+        With ``pipe`` the call is queued (returns None); pass its reply to :func:`checked`."""
+        raw = call(pipe if pipe is not None else self.redis, "ledger_register", [keys.ledger_key(thread_id)],
+                   [thread_id, to_micro(max_spend, "max_spend"), self.clock.now_iso()])
+        return None if pipe is not None else to_usd(checked(raw)["remaining"])
 
     def reserve(self, child_id: str, amount: Decimal | float | str, parent_thread_id: str) -> Decimal:
         """Atomically reserve ``amount`` of the parent's remaining budget for a child; returns what the parent has left."""
@@ -118,21 +125,27 @@ class BudgetLedger:
         return to_usd(reply.get("freed", 0))
 
     def close(self, thread_id: str, actual_spend: Decimal | float | str, final_status: str,
-              node: dict[str, Any]) -> Decimal:
+              node: dict[str, Any], pipe: redis.client.Pipeline | None = None) -> Decimal | int:
         """A thread's end in one round trip: report its spend, cascade it to its ancestors (if it has
-        a parent), release its reservation. ``node`` is its ledger entry as read by the caller."""
+        a parent), release its reservation. ``node`` is its ledger entry as read by the caller.
+
+        Returns what the release freed; with ``pipe`` the calls are queued on it and the number
+        queued is returned: pass their replies to :meth:`closed`."""
         micro = to_micro(actual_spend, "actual_spend")
         chain = _ancestors(node)
         parent = node.get("parent_id") or thread_id
-        pipe = self.redis.pipeline(transaction=False)
-        call(pipe, "ledger_report", [keys.ledger_key(thread_id)], [micro])
+        target = pipe if pipe is not None else self.redis.pipeline(transaction=False)
+        call(target, "ledger_report", [keys.ledger_key(thread_id)], [micro])
         if chain:
-            call(pipe, "ledger_cascade", [keys.ledger_key(thread_id), *map(keys.ledger_key, chain)], [micro])
-        call(pipe, "ledger_release", [keys.ledger_key(thread_id), keys.ledger_key(parent)], [final_status[:32]])
-        replies = [orjson.loads(r) for r in pipe.execute()]
-        for reply in replies:
-            if reply.get("error"):
-                raise LedgerError(reply["error"])
+            call(target, "ledger_cascade", [keys.ledger_key(thread_id), *map(keys.ledger_key, chain)], [micro])
+        call(target, "ledger_release", [keys.ledger_key(thread_id), keys.ledger_key(parent)], [final_status[:32]])
+        if pipe is not None:
+            return 3 if chain else 2
+        return self.closed(thread_id, target.execute())
+
+    def closed(self, thread_id: str, raw_replies: list[str]) -> Decimal:
+        """Check :meth:`close`'s replies (LedgerError on an error), log an overspend; what was freed."""
+        replies = [checked(r) for r in raw_replies]
         self._report_overspend(thread_id, replies[0])
         return to_usd(replies[-1].get("freed", 0))
 

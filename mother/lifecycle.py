@@ -24,7 +24,7 @@ from mother.ledger import BudgetLedger, to_usd
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
 from mother.runtime import Runtime
-from mother.termination import build_record, terminate
+from mother.termination import build_record, terminate, terminated
 from schemas import HistoryEntry, PhaseResult, ResultEnvelope, RunSpec, RunState, TerminationReason, TerminationRecord
 
 __all__ = [
@@ -74,25 +74,35 @@ def transition(
     for ``phase_completed``, the one being (re)started otherwise. ``start`` also sets
     the run's deadline.
     """
+    return call(rt.redis, "mh_transition", *_transition_call(rt, run_id, spec, frm, to, event, detail, result, start)) == 1
+
+
+def transition_and_load(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to: tuple[int, int],
+                        event: str, detail: str = "", result: PhaseResult | None = None) -> RunState | None:
+    """:func:`transition`, and the run as it is after it, in one round trip; None if ``frm`` was not current."""
+    pipe = rt.redis.pipeline(transaction=False)
+    call(pipe, "mh_transition", *_transition_call(rt, run_id, spec, frm, to, event, detail, result, False))
+    pipe.execute_command("JSON.GET", keys.run_key(run_id))
+    applied, raw = pipe.execute()
+    return rt.parse_run(run_id, raw) if applied == 1 else None
+
+
+def _transition_call(rt: Runtime, run_id: str, spec: RunSpec, frm: tuple[int, int], to: tuple[int, int], event: str,
+                     detail: str, result: PhaseResult | None, start: bool) -> tuple[list[str], list[Any]]:
+    """mh_transition's keys and arguments."""
     phase = spec.pipeline[to[0]].name
     at = rt.clock.now_iso()
     about, attempt = (result.phase, result.attempt) if result is not None else (phase, to[1])
     entry = HistoryEntry(at=at, event=event, phase=about, attempt=attempt, detail=detail[:4000])
-    applied = call(
-        rt.redis,
-        "mh_transition",
-        [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES],
-        [
-            run_id, frm[0], frm[1], to[0], to[1], phase,
-            int(phase_timeout_seconds(rt, spec, to[0]) * 1000),
-            int(run_duration_seconds(rt, spec) * 1000) if start else 0,
-            at,
-            entry.to_json(),
-            result.to_json() if result is not None else "",
-            _json_list(result.artifacts if result is not None else []),
-        ],
-    )
-    return applied == 1
+    return [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES], [
+        run_id, frm[0], frm[1], to[0], to[1], phase,
+        int(phase_timeout_seconds(rt, spec, to[0]) * 1000),
+        int(run_duration_seconds(rt, spec) * 1000) if start else 0,
+        at,
+        entry.to_json(),
+        result.to_json() if result is not None else "",
+        _json_list(result.artifacts if result is not None else []),
+    ]
 
 
 def _json_list(items: Iterable[str]) -> str:
@@ -202,20 +212,22 @@ def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
         return
     last = result.phase_index + 1 >= len(spec.pipeline)
     to = (result.phase_index, result.attempt) if last else (result.phase_index + 1, 1)
-    if not transition(rt, result.run_id, spec, frm=(result.phase_index, result.attempt), to=to,
-                      event="phase_completed", detail=f"confidence {result.confidence:.2f}", result=result):
-        log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
-        return
-    rt.remember_output(result.run_id, result.phase_index, result.phase, result.output)
+    frm, detail = (result.phase_index, result.attempt), f"confidence {result.confidence:.2f}"
     completed = ("phase_completed", {"run_id": result.run_id, "phase": result.phase, "attempt": result.attempt,
                                      "confidence": result.confidence, "artifacts": result.artifacts})
     if not last:
+        if not transition(rt, result.run_id, spec, frm=frm, to=to, event="phase_completed", detail=detail, result=result):
+            log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
+            return
+        rt.remember_output(result.run_id, result.phase_index, result.phase, result.output)
         dispatch(rt, result.run_id, spec, to[0], 1, activity=[completed])
         return
-    rt.forget(result.run_id)
-    done = rt.load_run(result.run_id)
+    done = transition_and_load(rt, result.run_id, spec, frm=frm, to=to, event="phase_completed", detail=detail,
+                               result=result)
     if done is None:
+        log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
         return
+    rt.forget(result.run_id)
     n = len(spec.pipeline)
     end_run(rt, done, "success", f"All {n} phase{'s' if n != 1 else ''} completed", phase=result.phase, activity=[completed],
             contributing_factors=[f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, "
@@ -289,7 +301,12 @@ def end_run(
                           at_iso=at_iso, contributing_factors=contributing_factors, final_artifacts=state.artifacts)
     envelope = ResultEnvelope(run_id=state.run_id, user_id=state.user_id, output=state.results[-1].output if state.results else "",
                               phases=state.results, artifacts=state.artifacts, created_at=at_iso)
-    won, stored = terminate(rt.redis, record, envelope)
+    pipe = rt.redis.pipeline(transaction=False)
+    terminate(pipe, record, envelope)
+    pipe.execute_command("JSON.GET", keys.ledger_key(state.run_id))  # the lineage's end needs these two:
+    pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), "$.spend_micro_usd")  # read with the record
+    term_reply, node_raw, spend_raw = pipe.execute()
+    won, stored = terminated(term_reply)
     if won:
         pipe = rt.redis.pipeline(transaction=False)
         for event_type, fields in activity:
@@ -297,26 +314,24 @@ def end_run(
         rt.emit(pipe, "terminated", run_id=state.run_id, phase=phase_name, reason=reason, details=details[:1000],
                 suggested_action=record.suggested_action)
         rt.take_ack(pipe)
-        pipe.execute()
+        ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)
+        closing = 0
+        if node_raw is not None:  # report the run's spend (a child's cascades up), release its reservation
+            own = to_usd(orjson.loads(spend_raw)[0]) if spend_raw else to_usd(0)
+            closing = int(ledger.close(state.run_id, own, "completed" if reason == "success" else reason,
+                                       orjson.loads(node_raw), pipe=pipe))
+        replies = pipe.execute()
+        if closing:
+            ledger.closed(state.run_id, replies[-closing:])
         if reason != "success":  # a successful run's last job has finished; nothing is queued
             _cancel_queued_job(rt, state)
-        _settle_lineage(rt, state, reason)
+        _release_parent_slot(rt, state)
         log.info("run_terminated", run_id=state.run_id, reason=reason, phase=phase_name)
     return stored
 
 
-def _settle_lineage(rt: Runtime, state: RunState, reason: str) -> None:
-    """Report the run's spend to the ledger (a child's cascades up), release its reservation,
-    and give back the parent's parallel_agents slot."""
-    pipe = rt.redis.pipeline(transaction=False)
-    pipe.execute_command("JSON.GET", keys.ledger_key(state.run_id))
-    pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), "$.spend_micro_usd")
-    node, raw = pipe.execute()
-    if node is None:
-        return
-    own = to_usd(orjson.loads(raw)[0]) if raw else to_usd(0)
-    ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)
-    ledger.close(state.run_id, own, "completed" if reason == "success" else reason, orjson.loads(node))
+def _release_parent_slot(rt: Runtime, state: RunState) -> None:
+    """A spawned child gives back its parent's parallel_agents slot."""
     parent = state.spec.parent_run_id
     if parent is not None and state.spec.metadata.get("spawned_by") == "spawn_run" \
             and rt.redis.exists(keys.run_budget_key(parent)):

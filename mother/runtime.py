@@ -61,7 +61,7 @@ class Runtime:
     @cached_property
     def rq_redis(self) -> redis.Redis:
         """RQ wants a connection that returns bytes."""
-        return redis.Redis.from_url(self.settings.redis_url)
+        return connect(self.settings.redis_url, check=False, decode_responses=False)
 
     @cached_property
     def calibration(self) -> Calibration:
@@ -86,7 +86,10 @@ class Runtime:
             self.pending_ack = None
 
     def load_run(self, run_id: str) -> RunState | None:
-        raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
+        return self.parse_run(run_id, self.redis.execute_command("JSON.GET", keys.run_key(run_id)))
+
+    def parse_run(self, run_id: str, raw: str | None) -> RunState | None:
+        """``run:{id}`` as read (JSON.GET of the whole document), validated; its spec is remembered."""
         if not raw:
             return None
         state = RunState.model_validate(orjson.loads(raw))

@@ -28,6 +28,7 @@ The rule table below fills ``can_retry`` and ``suggested_action`` per reason:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import redis
@@ -37,7 +38,7 @@ from mother.functions import call
 from mother.logs import get_logger
 from schemas import HistoryEntry, ResultEnvelope, SuggestedAction, TerminationReason, TerminationRecord
 
-__all__ = ["RULES", "Rule", "build_record", "ensure_index", "terminate"]
+__all__ = ["RULES", "Rule", "build_record", "ensure_index", "terminate", "terminated"]
 
 log = get_logger("termination")
 
@@ -94,12 +95,13 @@ def build_record(
 
 
 def terminate(
-    client: redis.Redis, record: TerminationRecord, envelope: ResultEnvelope
-) -> tuple[bool, TerminationRecord]:
-    """Write the record once. Returns (won, record in force): the first record if we lost."""
+    client: redis.Redis | redis.client.Pipeline, record: TerminationRecord, envelope: ResultEnvelope
+) -> tuple[bool, TerminationRecord] | None:
+    """Write the record once. Returns (won, record in force): the first record if we lost.
+    With a pipeline the call is queued (returns None); pass its reply to :func:`terminated`."""
     history = HistoryEntry(at=record.timestamp, event="terminated", phase=record.phase_at_termination,
                            detail=f"{record.reason}: {record.details}"[:4000])
-    won, stored = call(
+    reply = call(
         client,
         "mh_terminate",
         [
@@ -120,6 +122,12 @@ def terminate(
             history.to_json(),
         ],
     )
+    return None if isinstance(client, redis.client.Pipeline) else terminated(reply)
+
+
+def terminated(reply: list[Any]) -> tuple[bool, TerminationRecord]:
+    """mh_terminate's reply: (whether this call won, the record in force)."""
+    won, stored = reply
     return bool(won), TerminationRecord.model_validate(orjson.loads(stored))
 
 

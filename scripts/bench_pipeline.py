@@ -1,6 +1,6 @@
 """Benchmark: runs through Mother + K workers vs plain RQ running the same jobs on the same workers.
 
-    .venv/bin/python scripts/bench_pipeline.py [--runs N] [--workers K]
+    .venv/bin/python scripts/bench_pipeline.py [--runs N] [--rounds R] [--workers K]
 
 One process starts an embedded Redis and K forking RQ workers, then measures, in
 one run on the same workers:
@@ -8,15 +8,19 @@ one run on the same workers:
   baseline  plain RQ: N chains of 3 no-op jobs (each job enqueues the next)
   mother    N runs of a three-phase no-op scripted pipeline through Mother
 
-and prints runs/s, phase latency p50/p99 (enqueue → end for RQ; dispatch → accepted
-result for Mother), Mother's CPU time per phase (its own process), and the wall
-time Mother adds per phase over plain RQ.
+in R alternating rounds of N/R each (baseline first in even rounds, Mother first in
+odd ones; Mother is paused with SIGSTOP while the baseline runs), so both see the
+same machine: on a small shared VM the speed drifts by more than the difference
+being measured. Prints runs/s, phase latency p50/p99 (enqueue → end for RQ;
+dispatch → accepted result for Mother), Mother's CPU time per phase (its own
+process), and the wall time Mother adds per phase over plain RQ, in all and per round.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -51,15 +55,16 @@ def _wait(what: str, deadline: float) -> None:
         raise SystemExit(f"benchmark gave up: {what} did not finish in time (see the logs printed above)")
 
 
-def baseline(url: str, runs: int) -> tuple[float, list[float]]:
+def baseline(url: str, runs: int, first: int = 0) -> tuple[float, list[float]]:
     import redis
 
     conn = redis.Redis.from_url(url)
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
+    chains = range(first, first + runs)
     started = time.perf_counter()
-    for i in range(runs):
+    for i in chains:
         queue.enqueue_call("workers.noop.chain", args=(i, 0, 3), job_id=chain_job_id(i, 0), result_ttl=600)
-    ids = [chain_job_id(i, step) for i in range(runs) for step in range(3)]
+    ids = [chain_job_id(i, step) for i in chains for step in range(3)]
     deadline = time.monotonic() + 300
     while True:
         _wait("plain RQ", deadline)
@@ -119,31 +124,54 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds the runs are split into")
     args = parser.parse_args()
+    if args.runs < args.rounds or args.rounds < 1:
+        parser.error("--runs must be at least --rounds, and --rounds at least 1")
     os.environ.update(UNLIMITED)
+    per_round = args.runs // args.rounds
+    base_s = mom_s = cpu_used = 0.0
+    base_lat: list[float] = []
+    mom_lat: list[float] = []
+    rounds: list[float] = []
     with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no") as server:
         stack = LocalStack(server.url, workers=args.workers, mothers=0, log_dir=Path(tmp) / "logs",
                            env={"MOTHER_LOG_LEVEL": "WARNING", "MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws"),
                                 **UNLIMITED})
         with stack:
-            time.sleep(2.0)  # workers up
-            print(f"plain RQ: {args.runs} chains of 3 no-op jobs on {args.workers} workers...", file=sys.stderr)
-            base_s, base_lat = baseline(server.url, args.runs)
             mother = stack.spawn("mother-0", "run")
-            time.sleep(1.5)
+            time.sleep(2.0)  # workers and Mother up
             client = MotherClient(settings=load_settings(redis_url=server.url))
-            cpu_before = cpu_seconds(mother.pid)
-            print(f"Mother: {args.runs} three-phase runs...", file=sys.stderr)
-            mom_s, mom_lat = through_mother(client, args.runs)
-            cpu_used = cpu_seconds(mother.pid) - cpu_before
-    phases = 3 * args.runs
-    print(f"runs={args.runs} phases={phases} workers={args.workers}")
+            for r in range(args.rounds):
+                took = {}
+                for kind in (("baseline", "mother") if r % 2 == 0 else ("mother", "baseline")):
+                    print(f"round {r + 1}/{args.rounds}: {kind}, {per_round} runs on {args.workers} workers...",
+                          file=sys.stderr)
+                    if kind == "baseline":
+                        os.kill(mother.pid, signal.SIGSTOP)  # Mother idle-polling must not tax the baseline
+                        try:
+                            took[kind], lat = baseline(server.url, per_round, first=r * per_round)
+                        finally:
+                            os.kill(mother.pid, signal.SIGCONT)
+                        base_lat += lat
+                    else:
+                        cpu_before = cpu_seconds(mother.pid)
+                        took[kind], lat = through_mother(client, per_round)
+                        cpu_used += cpu_seconds(mother.pid) - cpu_before
+                        mom_lat += lat
+                base_s += took["baseline"]
+                mom_s += took["mother"]
+                rounds.append((took["mother"] - took["baseline"]) / (3 * per_round) * 1000)
+    runs = per_round * args.rounds
+    phases = 3 * runs
+    print(f"runs={runs} phases={phases} workers={args.workers} rounds={args.rounds}")
     print(f"{'':<10}{'runs/s':>10}{'phases/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
     for name, secs, lat in (("plain RQ", base_s, base_lat), ("Mother", mom_s, mom_lat)):
-        print(f"{name:<10}{args.runs / secs:>10.1f}{phases / secs:>10.1f}{statistics.median(lat):>10.1f}{pct(lat, 0.99):>10.1f}")
+        print(f"{name:<10}{runs / secs:>10.1f}{phases / secs:>10.1f}{statistics.median(lat):>10.1f}{pct(lat, 0.99):>10.1f}")
     print(f"Mother CPU per phase (its own process): {cpu_used / phases * 1000:.2f} ms")
     print(f"wall time added per phase over plain RQ: {(mom_s - base_s) / phases * 1000:.2f} ms "
-          f"(ratio Mother/RQ wall time {mom_s / base_s:.2f}x)")
+          f"(ratio Mother/RQ wall time {mom_s / base_s:.2f}x); per round: "
+          + ", ".join(f"{x:.2f}" for x in rounds) + f" ms (median {statistics.median(rounds):.2f})")
     return 0
 
 

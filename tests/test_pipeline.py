@@ -55,6 +55,12 @@ def test_three_phase_run_succeeds_with_one_record(pipeline: Pipeline) -> None:
     assert meta["run_id"] == run_id and meta["created_at"].endswith("Z")
     usage = envelope.phases[1].usage
     assert (usage.model_calls, usage.tool_calls, usage.input_tokens, usage.output_tokens) == (3, 2, 2060, 130)
+    # every model call is settled (each phase's last one with the phase's final write): the run's
+    # counters are the phases' usage and no reservation is left
+    budget = orjson.loads(pipeline.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))
+    for field in ("model_calls", "input_tokens", "output_tokens", "tool_calls"):
+        assert budget[field] == sum(getattr(p.usage, field) for p in envelope.phases), field
+    assert budget["reservations"] == {} and budget["reserved"]["total_tokens"] == 0
     assert (pipeline.workspace / run_id / "CHANGELOG.md").read_text().startswith("# Changelog")
     assert termination_keys(pipeline, run_id) == [keys.termination_key(run_id)]
     assert pipeline.redis.zscore(keys.termination_reason_index_key("success"), run_id) is not None

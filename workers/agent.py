@@ -149,4 +149,5 @@ def _metered_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str,
         reply = provider.complete(messages, toolbox.specs())
         return reply
     finally:
-        meter.settle(op, reply.input_tokens if reply else 0, reply.output_tokens if reply else 0)
+        meter.settle(op, reply.input_tokens if reply else 0, reply.output_tokens if reply else 0,
+                     final=reply is not None and not reply.tool_calls and reply.text is not None)

@@ -58,6 +58,8 @@ class Meter:
         self.limits = {k: (Decimal(str(v)) if k == "spend" else v) for k, v in (limits or {}).items()}
         self._spend = Decimal(0)
         self.counters: dict[str, Any] | None = None  # the run's counters as of the last settle (or phase start)
+        self.defer_final = False  # settle the final call with the phase's last write (one round trip fewer)
+        self.pending: tuple[str, int, int] | None = None  # that deferred settle: (op, input, output tokens)
 
     def spend_usd(self) -> float:
         return float(self._spend)
@@ -106,8 +108,37 @@ class Meter:
             self._estimate = request_estimate(messages, tools)
         return self._waiting_out_stops(lambda: self.guard.reserve_call(self.model, prompt))
 
-    def settle(self, op: str, input_tokens: int, output_tokens: int) -> None:
+    def settle(self, op: str, input_tokens: int, output_tokens: int, *, final: bool = False) -> None:
+        """Settle a call now; a ``final`` one (the text reply that ends the phase) waits, when
+        ``defer_final`` is set, for :meth:`settle_pending` to put it in the phase's last write."""
+        if final and self.defer_final:
+            self.pending = (op, input_tokens, output_tokens)
+            return
         self.counters = self.guard.settle_call(op, self.model, input_tokens, output_tokens)
+        self._calibrate(input_tokens)
+
+    def settle_pending(self, pipe: Any = None) -> bool:
+        """Settle the deferred final call: queued on ``pipe`` (then pass its reply to
+        :meth:`settled`), or now. Returns whether there was one."""
+        if self.pending is None:
+            return False
+        op, input_tokens, output_tokens = self.pending
+        if pipe is None:
+            self.pending = None
+        self.counters = self.guard.settle_call(op, self.model, input_tokens, output_tokens, pipe=pipe) or self.counters
+        if pipe is None:
+            self._calibrate(input_tokens)
+        return True
+
+    def settled(self, raw: str) -> None:
+        """The queued settle's reply (a day that differed is retried now)."""
+        assert self.pending is not None
+        _op, input_tokens, _output = self.pending
+        self.pending = None
+        self.guard.queued_reply(raw)
+        self._calibrate(input_tokens)
+
+    def _calibrate(self, input_tokens: int) -> None:
         if self.calibrate_as is not None and input_tokens > 0:
             Calibration.record(self.guard.client, self.calibrate_as, self._estimate, input_tokens)
 

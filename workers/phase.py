@@ -9,6 +9,7 @@ the death of the process leaves it to Mother's watchdog.
 
 from __future__ import annotations
 
+import _thread
 import threading
 import time
 import uuid
@@ -61,16 +62,20 @@ def warm_up(settings: Settings) -> None:
         log.warning("hooks_not_preloaded", error=exc.message)
 
 
-class Heartbeat(threading.Thread):
-    """Stamps the attempt alive in ``mother:heartbeats`` every interval, at server time."""
+class Heartbeat:
+    """Stamps the attempt alive in ``mother:heartbeats`` every interval, at server time, from a
+    daemon thread. Started with ``_thread`` rather than ``threading.Thread.start``, which waits
+    until the new thread has been scheduled: on a busy machine that wait cost every phase a few ms."""
 
     def __init__(self, rt: Runtime, member: str) -> None:
-        super().__init__(daemon=True, name="phase-heartbeat")
         self.rt, self.member = rt, member
         self.stopped = threading.Event()
 
-    def beat(self) -> None:
-        call(self.rt.redis, "mh_heartbeat", [keys.HEARTBEATS], [self.member])
+    def beat(self, client: Any = None) -> None:
+        call(client if client is not None else self.rt.redis, "mh_heartbeat", [keys.HEARTBEATS], [self.member])
+
+    def start(self) -> None:
+        _thread.start_new_thread(self.run, ())
 
     def run(self) -> None:
         while not self.stopped.wait(self.rt.settings.worker.heartbeat_interval_seconds):
@@ -87,34 +92,49 @@ def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
 
 def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     rt = runtime()
-    pipe = rt.redis.pipeline(transaction=False)  # the run and its counters in one round trip
+    member = keys.heartbeat_member(run_id, phase_index, attempt)
+    pipe = rt.redis.pipeline(transaction=False)  # the first beat, the run, its counters and context: one round trip
+    heartbeat = Heartbeat(rt, member)
+    heartbeat.beat(pipe)
     pipe.execute_command("JSON.GET", keys.run_key(run_id))
     pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
     pipe.execute_command("JSON.GET", keys.context_key(run_id, phase_index))
-    raw_run, raw_counters, raw_context = pipe.execute()
+    _beat, raw_run, raw_counters, raw_context = pipe.execute()
     state = RunState.model_validate(orjson.loads(raw_run)) if raw_run else None
     if state is None or (state.status, state.phase_index, state.attempt) != ("running", phase_index, attempt):
+        rt.redis.zrem(keys.HEARTBEATS, member)  # beaten before the run was read: take it back
         return {"status": "stale"}
-    member = keys.heartbeat_member(run_id, phase_index, attempt)
-    heartbeat = Heartbeat(rt, member)
-    heartbeat.beat()
     heartbeat.start()
     started = time.monotonic()
+    meters: list[Meter] = []
     try:
-        result = _run(rt, state, phase_index, attempt, started, parse_counters(raw_counters), raw_context)
+        result = _run(rt, state, phase_index, attempt, started, parse_counters(raw_counters), raw_context, meters)
     except PhaseStale:
+        for meter in meters:
+            meter.settle_pending()
         return {"status": "stale"}
     finally:
         heartbeat.stopped.set()
-    pipe = rt.redis.pipeline(transaction=False)
+    # the final model call's settle, the output artifact, the result and the last beat's removal: one write
+    pipe = rt.redis.pipeline(transaction=True)
+    settling = meters[0].settle_pending(pipe) if meters else False
+    if result.status == "completed":
+        _store_artifact(pipe, rt, result)
     pipe.xadd(keys.EVENTS_STREAM, {"type": EVENT_PHASE_RESULT, "payload": result.to_json()})
     pipe.zrem(keys.HEARTBEATS, member)
-    pipe.execute()
+    replies = pipe.execute()
+    if settling:
+        try:
+            meters[0].settled(replies[0])
+        except MotherError as exc:  # the result is delivered; the run's counters say what was charged
+            log.warning("final_settle_refused", run_id=run_id, error=exc.message)
     return {"status": result.status, "artifacts": result.artifacts}
 
 
 def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
-         counters: dict[str, Any] | None, raw_context: Any) -> PhaseResult:
+         counters: dict[str, Any] | None, raw_context: Any, meters: list[Meter]) -> PhaseResult:
+    """The phase's agent loop; its Meter is appended to ``meters`` (its final settle is deferred
+    to the caller's last write)."""
     phase = state.spec.pipeline[index]
     bound = log.bind(run_id=state.run_id, phase=phase.name, attempt=attempt)
     manifest = None
@@ -136,10 +156,12 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
                           max_output_chars=rt.settings.worker.max_tool_output_chars, granted=list(state.capabilities),
                           manifest_check=lambda tool: _blocked_tool(rt, state, phase.name, tool))
         harness = Harness(rt, state, index, load_hooks(rt.settings, phase.role),
-                          spawn=lambda args: spawner.run(toolbox.workspace, args))
+                          spawn=lambda args: spawner.run(toolbox.ensure_workspace(), args))
         meter = Meter(guard, rt.settings.models[model], check_alive, limits=state.limits, harness=harness,
                       model_name=model)
         meter.counters = counters
+        meter.defer_final = True
+        meters.append(meter)
         messages = _messages(phase.role, context)
         extra = harness.context()
         if extra:
@@ -172,7 +194,7 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
         bound.warning("turn_limit_hit", notice=notice)
         rt.emit(rt.redis, "turn_limit_hit", run_id=state.run_id, phase=phase.name, attempt=attempt, notice=notice)
     text = outcome.text + summary_note(context)
-    artifact_id = _store_artifact(rt, state.run_id, phase.name, attempt, text)
+    artifact_id = f"art-{uuid.uuid4().hex[:20]}"  # stored by execute() with the result
     outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
     return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="completed",
                        output=text, manifest=manifest, confidence=outcome.confidence, evidence_count=outcome.evidence_count,
@@ -217,18 +239,15 @@ def summary_note(context: ComposedContext) -> str:
     return ("\n\n" + "\n".join(notes)) if notes else ""
 
 
-def _store_artifact(rt: Runtime, run_id: str, phase: str, attempt: int, content: str) -> str:
-    artifact_id = f"art-{uuid.uuid4().hex[:20]}"
-    now = rt.clock.now_iso()
-    pipe = rt.redis.pipeline(transaction=True)
+def _store_artifact(pipe: Any, rt: Runtime, result: PhaseResult) -> None:
+    """Queue the phase's output as ``artifact:{id}`` + ``artifact_meta:{id}`` on ``pipe``."""
+    artifact_id, content = result.artifacts[0], result.output
     pipe.execute_command("JSON.SET", keys.artifact_key(artifact_id), "$", orjson.dumps(
-        {"artifact_id": artifact_id, "run_id": run_id, "phase": phase, "attempt": attempt,
+        {"artifact_id": artifact_id, "run_id": result.run_id, "phase": result.phase, "attempt": result.attempt,
          "kind": "phase_output", "content": content}))
     pipe.execute_command("JSON.SET", keys.artifact_meta_key(artifact_id), "$", orjson.dumps(
-        {"artifact_id": artifact_id, "run_id": run_id, "phase": phase, "kind": "phase_output",
-         "created_at": now, "size_bytes": len(content.encode()), "content_type": "text/plain"}))
-    pipe.execute()
-    return artifact_id
+        {"artifact_id": artifact_id, "run_id": result.run_id, "phase": result.phase, "kind": "phase_output",
+         "created_at": rt.clock.now_iso(), "size_bytes": len(content.encode()), "content_type": "text/plain"}))
 
 
 def _worker_name() -> str | None:

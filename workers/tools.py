@@ -106,9 +106,16 @@ class ToolBox:
         self.workspace = workspace
         self.manifest_check = manifest_check  # tool name -> why it may not run (signed manifests), or None
         self.granted = granted  # the run's capability token; None: no check (library use, tests)
-        self.workspace.mkdir(parents=True, exist_ok=True)
+        self._made = False  # the directory is made when a tool first needs it (most phases call none)
         self.tools = {tool.name: tool for tool in tools}
         self.max_output_chars = max_output_chars
+
+    def ensure_workspace(self) -> Path:
+        """The workspace directory, created on first use."""
+        if not self._made:
+            self.workspace.mkdir(parents=True, exist_ok=True)
+            self._made = True
+        return self.workspace
 
     def check_permission(self, name: str) -> dict[str, Any] | None:
         """The permission_denied event for calling tool ``name``, or None if the token allows it."""
@@ -131,7 +138,7 @@ class ToolBox:
         if blocked:
             return ToolResult(name, False, f"error: tool blocked before execution: {blocked}")
         try:
-            output = tool.run(self.workspace, arguments)
+            output = tool.run(self.ensure_workspace(), arguments)
         except ToolError as exc:
             return ToolResult(name, False, f"error: {exc.message}")
         except OSError as exc:
