@@ -279,3 +279,28 @@ def test_server_time_text_matches_python_across_seconds_and_days(r: redis.Redis)
         want = datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
         assert (text.decode() if isinstance(text, bytes) else text) == want, ms
     assert abs(int(r.fcall("mh_now", 0)) - ServerClock(r).now_ms()) < 5_000
+
+
+def test_admission_with_a_wrong_day_counts_on_the_servers_day(r: redis.Redis) -> None:
+    """Intake's admission sent with a day that is not the server's is asked again with the server's day."""
+    load_functions(r)
+    server_day = ServerClock(r).now_iso()[:10]
+    assert admit(r, SETTINGS, "skewed-run", "u-skew", "1999-01-01", 1000).ok
+    assert budget_doc(r, keys.user_daily_budget_key("u-skew", server_day))["runs"] == 1
+    assert not r.exists(keys.user_daily_budget_key("u-skew", "1999-01-01"))
+
+
+def test_settle_queued_on_a_pipeline_with_a_wrong_day_is_redone(r: redis.Redis) -> None:
+    """The worker's last settle rides in its final transaction; if its day was not the server's,
+    the reply says so and the settle is made again with the server's day (charged exactly once)."""
+    guard = _open(r, "queued-settle")
+    server_day = ServerClock(r).now_iso()[:10]
+    op = guard.reserve_model_call(max_tokens=100, max_spend_micro_usd=0, cloud=False)
+    guard.day = lambda: "1999-01-01"
+    pipe = r.pipeline(transaction=True)
+    guard.settle_model_call(op, input_tokens=30, output_tokens=20, spend=0, pipe=pipe)
+    (raw,) = pipe.execute()
+    guard.queued_reply(raw)  # still the wrong day: the server's reply names its own
+    doc = _doc(r, "queued-settle")
+    assert (doc["total_tokens"], doc["input_tokens"], doc["reservations"]) == (50, 30, {})
+    assert budget_doc(r, keys.user_daily_budget_key("u1", server_day))["total_tokens"] == 50
