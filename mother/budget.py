@@ -201,14 +201,14 @@ class Guard:
         self._run_key = keys.run_budget_key(run_id)
         self._day, self._user_key = "", ""
         self._encoded: dict[str, tuple[bytes, bytes]] = {}
-        self._queued: dict[str, Any] = {}  # the last action queued on a pipeline (redone if the day differed)
+        self._queued: tuple[dict[str, Any], str | None] = ({}, None)  # the action last queued on a pipeline
 
     def _call(self, action: dict[str, Any], cache_as: str | None = None,
-              pipe: redis.client.Pipeline | None = None) -> dict[str, Any]:
+              pipe: redis.client.Pipeline | None = None, day: str | None = None) -> dict[str, Any]:
         """One mh_guard call. ``cache_as`` names an action whose JSON never changes (but for the
         day), so the hot path serialises it once: the per-call work is a string join. With ``pipe``
         the call is queued on it (returns {}); pass its reply to :meth:`queued_reply`."""
-        day = self.day()
+        day = day or self.day()
         cached = self._encoded.get(cache_as) if cache_as else None
         if cached is None:
             cached = self._encode(action)
@@ -216,29 +216,24 @@ class Guard:
                 self._encoded[cache_as] = cached
         if day != self._day:  # the daily key changes once a day: build it then
             self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
-        keys_ = [self._run_key, self._user_key, keys.ACTIVITY_STREAM]
+        raw = call(pipe if pipe is not None else self.client, "mh_guard",
+                   [self._run_key, self._user_key, keys.ACTIVITY_STREAM],
+                   [cached[0] + day.encode() + cached[1], self.maxlen, GUARD_CODES])
         if pipe is not None:
-            self._queued = action
-            call(pipe, "mh_guard", keys_, [cached[0] + day.encode() + cached[1], self.maxlen, GUARD_CODES])
+            self._queued = (action, cache_as)
             return {}
-        raw = call(self.client, "mh_guard", keys_, [cached[0] + day.encode() + cached[1], self.maxlen, GUARD_CODES])
-        return self._reply(raw, keys_, cached)
+        return self._reply(raw, action, cache_as)
 
     def queued_reply(self, raw: str) -> dict[str, Any]:
-        """The reply of a call queued on a pipeline; the rare retry (our day differed) is made now."""
-        if "retry_day" in raw:
-            return self._call(self._queued)
-        return self._reply(raw, None, None)
+        """The reply of the call last queued on a pipeline."""
+        return self._reply(raw, *self._queued)
 
-    def _reply(self, raw: str, keys_: list[str] | None, cached: tuple[bytes, bytes] | None) -> dict[str, Any]:
+    def _reply(self, raw: str, action: dict[str, Any], cache_as: str | None) -> dict[str, Any]:
         if raw == OK_REPLY:
             return {"ok": True}
         reply = orjson.loads(raw)
-        if "retry_day" in reply and keys_ is not None and cached is not None:  # our idea of today differs: use the server's
-            day = reply["retry_day"]
-            keys_[1] = keys.user_daily_budget_key(self.user_id, day)
-            reply = orjson.loads(call(self.client, "mh_guard", keys_,
-                                      [cached[0] + day.encode() + cached[1], self.maxlen, GUARD_CODES]))
+        if "retry_day" in reply:  # our idea of today differs from the server's: ask again with its day
+            return self._call(action, cache_as, day=reply["retry_day"])
         if not reply.get("ok"):
             code = reply.get("code", "budget")
             if code == "budget_stopped":

@@ -125,12 +125,12 @@ class BudgetLedger:
         return to_usd(reply.get("freed", 0))
 
     def close(self, thread_id: str, actual_spend: Decimal | float | str, final_status: str,
-              node: dict[str, Any], pipe: redis.client.Pipeline | None = None) -> Decimal | int:
+              node: dict[str, Any], pipe: redis.client.Pipeline | None = None) -> Decimal | None:
         """A thread's end in one round trip: report its spend, cascade it to its ancestors (if it has
         a parent), release its reservation. ``node`` is its ledger entry as read by the caller.
 
-        Returns what the release freed; with ``pipe`` the calls are queued on it and the number
-        queued is returned: pass their replies to :meth:`closed`."""
+        Returns what the release freed; with ``pipe`` the calls are queued on it, last (returns None):
+        pass the replies from there on to :meth:`closed`."""
         micro = to_micro(actual_spend, "actual_spend")
         chain = _ancestors(node)
         parent = node.get("parent_id") or thread_id
@@ -139,9 +139,7 @@ class BudgetLedger:
         if chain:
             call(target, "ledger_cascade", [keys.ledger_key(thread_id), *map(keys.ledger_key, chain)], [micro])
         call(target, "ledger_release", [keys.ledger_key(thread_id), keys.ledger_key(parent)], [final_status[:32]])
-        if pipe is not None:
-            return 3 if chain else 2
-        return self.closed(thread_id, target.execute())
+        return None if pipe is not None else self.closed(thread_id, target.execute())
 
     def closed(self, thread_id: str, raw_replies: list[str]) -> Decimal:
         """Check :meth:`close`'s replies (LedgerError on an error), log an overspend; what was freed."""

@@ -315,14 +315,14 @@ def end_run(
                 suggested_action=record.suggested_action)
         rt.take_ack(pipe)
         ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)
-        closing = 0
+        closing_from = len(pipe)  # the ledger's calls, if any, are queued last
         if node_raw is not None:  # report the run's spend (a child's cascades up), release its reservation
             own = to_usd(orjson.loads(spend_raw)[0]) if spend_raw else to_usd(0)
-            closing = int(ledger.close(state.run_id, own, "completed" if reason == "success" else reason,
-                                       orjson.loads(node_raw), pipe=pipe))
+            ledger.close(state.run_id, own, "completed" if reason == "success" else reason, orjson.loads(node_raw),
+                         pipe=pipe)
         replies = pipe.execute()
-        if closing:
-            ledger.closed(state.run_id, replies[-closing:])
+        if node_raw is not None:
+            ledger.closed(state.run_id, replies[closing_from:])
         if reason != "success":  # a successful run's last job has finished; nothing is queued
             _cancel_queued_job(rt, state)
         _release_parent_slot(rt, state)

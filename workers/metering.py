@@ -123,11 +123,12 @@ class Meter:
         if self.pending is None:
             return False
         op, input_tokens, output_tokens = self.pending
-        if pipe is None:
-            self.pending = None
-        self.counters = self.guard.settle_call(op, self.model, input_tokens, output_tokens, pipe=pipe) or self.counters
-        if pipe is None:
-            self._calibrate(input_tokens)
+        if pipe is not None:
+            self.guard.settle_call(op, self.model, input_tokens, output_tokens, pipe=pipe)
+            return True
+        self.pending = None
+        self.counters = self.guard.settle_call(op, self.model, input_tokens, output_tokens)
+        self._calibrate(input_tokens)
         return True
 
     def settled(self, raw: str) -> None:
