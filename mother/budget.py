@@ -68,7 +68,6 @@ __doc__ += "\n".join(f"    {dim:<18} {code}" for dim, code in CODES.items()) + "
 MAX_AMOUNT = 10**12  # larger is absurd for any dimension (10^12 tokens, $1,000,000 in micro-USD)
 MICRO = Decimal(1_000_000)
 OK_REPLY = '{"ok":true}'  # mh_guard's reply when the action was charged
-GUARD_CODES = orjson.dumps({"run": CODES, "user": USER_CODES})  # mh_guard decodes it only when a threshold is reached
 
 
 def check_amount(value: Any, what: str) -> int:
@@ -216,9 +215,11 @@ class Guard:
                 self._encoded[cache_as] = cached
         if day != self._day:  # the daily key changes once a day: build it then
             self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
+        args = [cached[0] + day.encode() + cached[1], self.maxlen]
+        if cache_as:
+            args.append(b"1")  # the text repeats call after call: the server keeps its decoding
         raw = call(pipe if pipe is not None else self.client, "mh_guard",
-                   [self._run_key, self._user_key, keys.ACTIVITY_STREAM],
-                   [cached[0] + day.encode() + cached[1], self.maxlen, GUARD_CODES])
+                   [self._run_key, self._user_key, keys.ACTIVITY_STREAM], args)
         if pipe is not None:
             self._queued = (action, cache_as)
             return {}

@@ -1,7 +1,8 @@
 """The ``mother`` Redis Functions library and the one Python wrapper per function.
 
 The libraries live in ``mother/lua/`` (mother, budget, ledger), each with the shared
-helpers of ``mother/lua/prelude.lua`` inserted after its ``#!lua`` line. :func:`load_functions` installs it
+helpers of ``mother/lua/prelude.lua`` inserted after its ``#!lua`` line (and the budget
+library's reason codes rendered from ``mother.budget``). :func:`load_functions` installs it
 (``FUNCTION LOAD REPLACE``); every process calls it once at start. A wrapper that
 finds the library missing (a server restarted without persistence, a flushed
 function set) loads it again and retries once.
@@ -9,9 +10,11 @@ function set) loads it again and retries once.
 
 from __future__ import annotations
 
+from functools import cache
 from importlib import resources
 from typing import Any
 
+import orjson
 import redis
 
 from mother import keys
@@ -28,16 +31,29 @@ def _with_prelude(source: str) -> str:
     return f"{shebang}\n{_read('prelude.lua')}\n{body}"
 
 
-LIBRARIES = {
-    name: _with_prelude(_read(file))
-    for name, file in ((keys.FUNCTIONS_LIBRARY, "mother.lua"), (keys.BUDGET_LIBRARY, "budget.lua"),
-                       (keys.LEDGER_LIBRARY, "ledger.lua"))
-}
+def _guard_codes() -> str:
+    """mh_guard's reason codes as the JSON text the budget library decodes (one source: mother.budget)."""
+    from mother.budget import CODES, USER_CODES  # here, not at the top: mother.budget imports this module
+
+    text = orjson.dumps({"run": CODES, "user": USER_CODES}).decode()
+    if "'" in text or "\\" in text:
+        raise ValueError("reason codes must not contain quotes or backslashes (they are rendered into a Lua string)")
+    return text
+
+
+@cache
+def libraries() -> dict[str, str]:
+    """Each library's source as loaded: the prelude inserted, the budget library's reason codes rendered."""
+    return {
+        keys.FUNCTIONS_LIBRARY: _with_prelude(_read("mother.lua")),
+        keys.BUDGET_LIBRARY: _with_prelude(_read("budget.lua")).replace("__GUARD_CODES__", _guard_codes()),
+        keys.LEDGER_LIBRARY: _with_prelude(_read("ledger.lua")),
+    }
 
 
 def load_functions(client: redis.Redis) -> None:
     """Install (or replace) the libraries on the server."""
-    for source in LIBRARIES.values():
+    for source in libraries().values():
         client.execute_command("FUNCTION", "LOAD", "REPLACE", source)
 
 
@@ -63,7 +79,7 @@ def server_now_ms(client: redis.Redis) -> int:
 
 def ensure_loaded(client: redis.Redis) -> None:
     """Load each library unless the server already has exactly this code."""
-    for name, source in LIBRARIES.items():
+    for name, source in libraries().items():
         listed = client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", name, "WITHCODE")
         codes = []
         for lib in listed or []:

@@ -304,3 +304,44 @@ def test_settle_queued_on_a_pipeline_with_a_wrong_day_is_redone(r: redis.Redis) 
     doc = _doc(r, "queued-settle")
     assert (doc["total_tokens"], doc["input_tokens"], doc["reservations"]) == (50, 30, {})
     assert budget_doc(r, keys.user_daily_budget_key("u1", server_day))["total_tokens"] == 50
+
+
+def test_repeated_action_texts_are_charged_as_written_past_the_servers_cache(r: redis.Redis) -> None:
+    """mh_guard keeps the decoding of actions marked as repeating (the tool charge). Each text must
+    still charge exactly what it says, past the cache's bound (64 texts) and after it starts over."""
+    roomy = load_settings()
+    roomy.budget.profiles["balanced"].tool_calls = 10**9
+    _open(r, "repeats", roomy)
+    day = ServerClock(r).now_iso()[:10]
+    amounts = list(range(1, 71)) + [3, 70, 1]  # 70 distinct texts, then three seen before the cache restarted
+    for n in amounts:
+        action = orjson.dumps({"read_only": False, "check": ["tool_calls"], "add": {"tool_calls": n}, "day": day})
+        reply = r.fcall("mh_guard", 3, keys.run_budget_key("repeats"), keys.user_daily_budget_key("u1", day),
+                        keys.ACTIVITY_STREAM, action, 1000, "1")
+        assert reply == '{"ok":true}', reply
+    assert _doc(r, "repeats")["tool_calls"] == sum(amounts)
+    guard = Guard(r, SETTINGS, "repeats", "u1", lambda: day)
+    guard.charge_tool(read_only=True)
+    guard.charge_tool(read_only=False)  # same run, the other cached text: both charge one
+    assert _doc(r, "repeats")["tool_calls"] == sum(amounts) + 2
+
+
+def test_budget_library_loaded_without_its_codes_says_how_to_load_it(r: redis.Redis) -> None:
+    """The reason codes are rendered into the library by load_functions; the raw file loaded by hand
+    must refuse every charge with a message naming the fix (before writing anything), not fail with
+    a decode error at the first threshold after charging."""
+    from mother.functions import _read, _with_prelude
+
+    tight = load_settings()
+    tight.budget.profiles["balanced"].tool_calls = 1
+    guard = _open(r, "raw-library", tight)
+    r.execute_command("FUNCTION", "LOAD", "REPLACE", _with_prelude(_read("budget.lua")))
+    try:
+        with pytest.raises(redis.ResponseError, match="load_functions"):
+            guard.charge_tool(read_only=False)
+    finally:
+        load_functions(r)
+    assert _doc(r, "raw-library")["tool_calls"] == 0
+    guard.charge_tool(read_only=False)
+    with pytest.raises(BudgetExhausted, match="budget_tool_call_exceeded"):
+        guard.charge_tool(read_only=False)

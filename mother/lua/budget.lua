@@ -5,6 +5,15 @@
 -- Money is integer micro-USD; amounts are validated by the Python caller too.
 
 local OK = '{"ok":true}'
+-- {run{dim:code}, user{dim:code}}: mother/functions.py renders it from mother.budget.CODES / USER_CODES;
+-- decoded on the first threshold or refusal that needs a reason code
+local CODES_JSON = '__GUARD_CODES__'
+local UNRENDERED = CODES_JSON == '__GUARD' .. '_CODES__'  -- the file loaded as is, not through Python
+local codes_table = nil
+local function code_of(scope, dim)
+  codes_table = codes_table or cjson.decode(CODES_JSON)
+  return codes_table[scope][dim]
+end
 
 local function contains(list, value)
   for _, v in ipairs(list or {}) do
@@ -17,8 +26,10 @@ end
 local function effective(doc, dim, now)
   local base = (doc.limits or {})[dim]
   if base == nil then return nil end
+  local overrides = doc.overrides
+  if overrides == nil or overrides[1] == nil then return base end
   local total = base
-  for _, o in ipairs(doc.overrides or {}) do
+  for _, o in ipairs(overrides) do
     if o.dimension == dim and o.expires_at_ms > now then total = total + o.delta end
   end
   return total
@@ -33,15 +44,15 @@ local function activity(key, maxlen, fields)
   redis.call('XADD', unpack(args))
 end
 
--- record warnings / crossings of a doc's dimensions after a charge
--- (codes(dim) names a dimension's reason code; it is only asked when a threshold is reached)
-local function thresholds(key, doc, dims, now, at, codes, act)
+-- record warnings / crossings of a doc's dimensions after a charge; ``scope`` ('run' or 'user')
+-- names the reason codes, which are only looked up when a threshold is reached
+local function thresholds(key, doc, dims, now, at, scope, act)
   local ratio = doc.warning_ratio or 0.8
   for dim, _ in pairs(dims) do
     local limit = effective(doc, dim, now)
     local used = doc[dim]
     if limit and used and used >= ratio * limit then
-      local code = codes(dim)
+      local code = code_of(scope, dim)
       local warning = string.gsub(code, '_exceeded$', '_warning')
       if not contains(doc.warnings_triggered, warning) then
         redis.call('JSON.ARRAPPEND', key, '$.warnings_triggered', cjson.encode(warning))
@@ -57,6 +68,32 @@ local function thresholds(key, doc, dims, now, at, codes, act)
         table.insert(doc.limits_exceeded, entry)
       end
     end
+  end
+end
+
+-- counter writes are buffered in ``writes`` (key, path, value triples) and sent as one JSON.MSET
+local function put(writes, key, path, value)
+  local n = #writes
+  writes[n + 1], writes[n + 2], writes[n + 3] = key, path, value
+end
+
+local function add(writes, key, target, adds, mark)
+  if adds == nil then return end
+  for dim, n in pairs(adds) do
+    if n ~= 0 then
+      target[dim] = (target[dim] or 0) + n
+      put(writes, key, '$.' .. dim, target[dim])
+      mark[dim] = true
+    end
+  end
+end
+
+local function reserve(writes, key, target, dims, sign)
+  if dims == nil then return end
+  target.reserved = target.reserved or {}
+  for dim, n in pairs(dims) do
+    target.reserved[dim] = (target.reserved[dim] or 0) + sign * n
+    put(writes, key, '$.reserved.' .. dim, target.reserved[dim])
   end
 end
 
@@ -84,9 +121,26 @@ local function refuse(key, doc, code, used, limit, at, act)
   return cjson.encode({ok = false, code = code, current = used, max = limit})
 end
 
+-- Actions the caller marks as repeating (ARGV[3] == '1': the same text on every call, like a tool charge)
+-- are decoded once; the decoded table is a pure function of the text and is never written to.
+local repeated, repeated_count = {}, 0
+local function decode_action(text, repeats)
+  if repeats ~= '1' then return cjson.decode(text) end
+  local a = repeated[text]
+  if a == nil then
+    if repeated_count >= 64 then repeated, repeated_count = {}, 0 end  -- a new day's texts replace the old
+    a = cjson.decode(text)
+    repeated[text], repeated_count = a, repeated_count + 1
+  end
+  return a
+end
+
 -- decode the action, stamp server time, and compare the caller's idea of today with the server's
 local function begin(args, activity_key)
-  local a = cjson.decode(args[1])
+  if UNRENDERED then
+    error('the budget library was loaded without its reason codes: load it with mother.functions.load_functions')
+  end
+  local a = decode_action(args[1], args[3])
   local now = now_ms()
   local at, day = iso(now)
   local retry = (a.day ~= day) and cjson.encode({retry_day = day}) or nil
@@ -97,22 +151,14 @@ end
 -- KEYS: 1 budget:run:{id}, 2 budget:user:{user}:daily:{day}, 3 activity
 -- ARGV: 1 action JSON: {day, read_only, check[dims], user_check[dims], add{dim:n}, user_add{dim:n},
 --        reserve{op, dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}}, and for user actions user_id,
---        user_limits, user_ttl_s, user_warning_ratio}, 2 activity maxlen,
---       3 reason codes JSON {run{dim:code}, user{dim:code}} (decoded only when a threshold or limit is reached)
+--        user_limits, user_ttl_s, user_warning_ratio}, 2 activity maxlen, 3 '1' when the action's text
+--        repeats call after call (its decoding is kept), else absent
 -- Returns JSON: {ok=true, ...} | {ok=false, code, current, max} | {retry_day=<server day>}
 local function mh_guard(keys, args)
   local a, act, now, at, retry = begin(args, keys[3])
   if retry then return retry end
   local day = a.day
   local doc = get_doc(keys[1])
-  local decoded
-  local function codes(scope)
-    return function(dim)
-      decoded = decoded or cjson.decode(args[3])
-      return decoded[scope][dim]
-    end
-  end
-  local run_code, user_code = codes('run'), codes('user')
   if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
   local needs_user = a.user_check or a.user_add or (settling and settling.user_dims) or (a.reserve and a.reserve.user_dims)
@@ -127,66 +173,49 @@ local function mh_guard(keys, args)
   if not a.read_only and not settling then
     local wall = effective(doc, 'duration_sec', now)
     if wall and doc.duration_sec >= wall then
-      return refuse(keys[1], doc, run_code('duration_sec'), doc.duration_sec, wall, at, act)
+      return refuse(keys[1], doc, code_of('run', 'duration_sec'), doc.duration_sec, wall, at, act)
     end
   end
-  for _, dim in ipairs(a.check or {}) do
-    local limit = effective(doc, dim, now)
-    local used = (doc[dim] or 0) + ((doc.reserved or {})[dim] or 0)
-    if limit and used >= limit then return refuse(keys[1], doc, run_code(dim), doc[dim] or 0, limit, at, act) end
+  if a.check then
+    local reserved = doc.reserved or {}
+    for _, dim in ipairs(a.check) do
+      local limit = effective(doc, dim, now)
+      local used = (doc[dim] or 0) + (reserved[dim] or 0)
+      if limit and used >= limit then return refuse(keys[1], doc, code_of('run', dim), doc[dim] or 0, limit, at, act) end
+    end
   end
-  if user then
-    for _, dim in ipairs(a.user_check or {}) do
+  if user and a.user_check then
+    for _, dim in ipairs(a.user_check) do
       local limit = (user.limits or {})[dim]
       local used = (user[dim] or 0) + ((user.reserved or {})[dim] or 0)
-      if limit and used >= limit then return refuse(keys[2], user, user_code(dim), user[dim] or 0, limit, at, act) end
+      if limit and used >= limit then return refuse(keys[2], user, code_of('user', dim), user[dim] or 0, limit, at, act) end
     end
   end
-  -- charges: every counter write is buffered and sent as one JSON.MSET
+  -- charges
   local touched, user_touched, writes = {}, {}, {}
-  local function put(key, path, value)
-    writes[#writes + 1] = key
-    writes[#writes + 1] = path
-    writes[#writes + 1] = value
-  end
-  local function add(key, target, adds, mark)
-    for dim, n in pairs(adds or {}) do
-      if n ~= 0 then
-        target[dim] = (target[dim] or 0) + n
-        put(key, '$.' .. dim, target[dim])
-        mark[dim] = true
-      end
-    end
-  end
-  local function reserve(key, target, op, dims, sign)
-    target.reserved = target.reserved or {}
-    for dim, n in pairs(dims or {}) do
-      target.reserved[dim] = (target.reserved[dim] or 0) + sign * n
-      put(key, '$.reserved.' .. dim, target.reserved[dim])
-    end
-  end
   if a.settle then
     if not settling then return cjson.encode({ok = true, settled = false}) end  -- settled before: idempotent
-    reserve(keys[1], doc, a.settle.op, settling.dims, -1)
+    reserve(writes, keys[1], doc, settling.dims, -1)
     redis.call('JSON.DEL', keys[1], '$.reservations.' .. a.settle.op)
-    if user and settling.user_dims then reserve(keys[2], user, a.settle.op, settling.user_dims, -1) end
-    add(keys[1], doc, a.settle.add, touched)
-    if user then add(keys[2], user, a.settle.user_add, user_touched) end
+    if user and settling.user_dims then reserve(writes, keys[2], user, settling.user_dims, -1) end
+    add(writes, keys[1], doc, a.settle.add, touched)
+    if user then add(writes, keys[2], user, a.settle.user_add, user_touched) end
   end
-  add(keys[1], doc, a.add, touched)
-  if user then add(keys[2], user, a.user_add, user_touched) end
+  add(writes, keys[1], doc, a.add, touched)
+  if user then add(writes, keys[2], user, a.user_add, user_touched) end
   if a.reserve then
-    reserve(keys[1], doc, a.reserve.op, a.reserve.dims, 1)
-    if user then reserve(keys[2], user, a.reserve.op, a.reserve.user_dims, 1) end
+    reserve(writes, keys[1], doc, a.reserve.dims, 1)
+    if user then reserve(writes, keys[2], user, a.reserve.user_dims, 1) end
     redis.call('JSON.SET', keys[1], '$.reservations.' .. a.reserve.op,
       cjson.encode({dims = a.reserve.dims, user_dims = a.reserve.user_dims or cjson.null, at = at}))
   end
-  if doc.duration_sec ~= stored_duration then put(keys[1], '$.duration_sec', doc.duration_sec) end
-  put(keys[1], '$.last_updated', cjson.encode(at))
-  if user then put(keys[2], '$.last_updated', cjson.encode(at)) end
+  if doc.duration_sec ~= stored_duration then put(writes, keys[1], '$.duration_sec', doc.duration_sec) end
+  local stamp = '"' .. at .. '"'  -- an ISO text: nothing in it needs escaping
+  put(writes, keys[1], '$.last_updated', stamp)
+  if user then put(writes, keys[2], '$.last_updated', stamp) end
   redis.call('JSON.MSET', unpack(writes))
-  thresholds(keys[1], doc, touched, now, at, run_code, act)
-  if user then thresholds(keys[2], user, user_touched, now, at, user_code, act) end
+  thresholds(keys[1], doc, touched, now, at, 'run', act)
+  if user then thresholds(keys[2], user, user_touched, now, at, 'user', act) end
   if a.settle then  -- the run's counters after the charge: the next turn's limit check needs no read
     return cjson.encode({ok = true, counters = {model_calls = doc.model_calls, input_tokens = doc.input_tokens,
       output_tokens = doc.output_tokens, spend_micro_usd = doc.spend_micro_usd, duration_sec = doc.duration_sec}})
@@ -272,7 +301,7 @@ local function mh_admit(keys, args)
   user.runs = user.runs + 1
   redis.call('JSON.SET', keys[2], '$.runs', user.runs)
   redis.call('JSON.SET', keys[2], '$.last_updated', cjson.encode(at))
-  thresholds(keys[2], user, {runs = true}, now, at, function() return 'budget_user_daily_runs_exceeded' end, act)
+  thresholds(keys[2], user, {runs = true}, now, at, 'user', act)
   -- the gauge is derived (runs with a live deadline), so a crashed worker cannot leak it
   local gauge = concurrent + 1
   if redis.call('EXISTS', keys[1]) == 0 then
