@@ -18,11 +18,12 @@ from mother.keys import PROBE_KEY
 
 __all__ = ["CONNECTION_OPTIONS", "ServerInfo", "connect", "redact_url", "require_json", "server_info"]
 
-# A new connection's handshake is HELLO only. redis-py would also look its own version up in the
-# package metadata and send CLIENT SETINFO twice plus CLIENT MAINT_NOTIFICATIONS (a managed-cloud
-# feature) - three more round trips for every connection, and a forked RQ work-horse makes new
-# connections for every job.
-CONNECTION_OPTIONS: dict[str, object] = {"driver_info": None,
+# A new connection needs no handshake round trip at all: RESP2 (no HELLO), and none of what
+# redis-py would otherwise add - looking its own version up in the package metadata, CLIENT SETINFO
+# twice and CLIENT MAINT_NOTIFICATIONS (a managed-cloud feature). A forked RQ work-horse makes new
+# connections for every job, so each of those round trips was paid per phase. (RESP2 also means
+# FT.SEARCH replies come as [total, id, ...], not redis-py's RESP3 mapping.)
+CONNECTION_OPTIONS: dict[str, object] = {"protocol": 2, "driver_info": None,
                                          "maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
 

@@ -110,7 +110,7 @@ def test_search_index_finds_records_by_reason(pipeline: Pipeline) -> None:
     pipeline.wait(run_id)
     found = wait_until(lambda: pipeline.redis.execute_command(
         "FT.SEARCH", keys.TERMINATION_INDEX, "@reason:{timeout}", "NOCONTENT", "LIMIT", "0", "1000"))
-    ids = [row["id"] for row in found["results"]]  # redis-py parses FT.SEARCH into a mapping
+    ids = found[1:]  # RESP2 (our connections' protocol): [total, id, id, ...]
     assert keys.termination_key(run_id) in ids
 
 
