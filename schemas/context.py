@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, PrivateAttr, StringConstraints
 
 from schemas._base import Id, ModelName, Record, Timestamp
 
@@ -110,9 +110,13 @@ class ComposedContext(ContextManifest):
     """``context:{run_id}:{phase_index}``: the manifest plus the text of every section."""
 
     sections: list[ComposedSection]  # type: ignore[assignment]
+    _manifest: ContextManifest | None = PrivateAttr(default=None)
 
     def manifest(self) -> ContextManifest:
-        data = self.model_dump(mode="json")
-        for section in data["sections"]:
-            section.pop("content")
-        return ContextManifest.model_validate(data)
+        """The context without its texts (made once: a worker makes it before forking, see workers.phase.prefetch)."""
+        if self._manifest is None:
+            data = self.model_dump(mode="json")
+            for section in data["sections"]:
+                section.pop("content")
+            self._manifest = ContextManifest.model_validate(data)
+        return self._manifest

@@ -173,6 +173,41 @@ def test_job_for_terminated_run_does_nothing(pipeline: Pipeline) -> None:
     assert pipeline.redis.xlen(keys.EVENTS_STREAM) == before
 
 
+def test_prefetched_job_for_terminated_run_does_nothing_and_takes_its_beat_back(pipeline: Pipeline) -> None:
+    """The worker makes a phase job's first read before forking (PhaseWorker → prefetch): the horse
+    uses it only for that very attempt, a stale attempt still does nothing, and the heartbeat the
+    read wrote is taken back."""
+    import os
+
+    from workers import phase
+
+    run_id = pipeline.client.submit(example("three-phase"))
+    pipeline.wait(run_id)
+    before = pipeline.redis.xlen(keys.EVENTS_STREAM)
+    member = keys.heartbeat_member(run_id, 0, 1)
+    phase._runtime = None
+    os.environ["MOTHER_REDIS_URL"] = pipeline.url
+    try:
+        phase.prefetch(run_id, 0, 1)
+        assert phase._prefetched is not None and phase._prefetched[0] == (run_id, 0, 1)
+        state, _counters, context = phase._prefetched[1]
+        assert state is not None and state.status == "terminated"
+        assert context.run_id == run_id and context.manifest().content_hash == context.content_hash  # checked
+        assert pipeline.redis.zscore(keys.HEARTBEATS, member) is not None
+        assert phase.execute(run_id, 0, 1) == {"status": "stale"}
+        assert pipeline.redis.zscore(keys.HEARTBEATS, member) is None
+        phase.prefetch("run-nope", 0, 1)  # an unknown run: nothing to inherit but the verdict
+        assert phase._prefetched is not None and phase._prefetched[1][0] is None
+        assert phase.execute("run-nope", 0, 1) == {"status": "stale"}
+    finally:
+        phase.clear_prefetch()
+        del os.environ["MOTHER_REDIS_URL"]
+        phase._runtime = None
+    assert phase._prefetched is None
+    assert pipeline.redis.xlen(keys.EVENTS_STREAM) == before
+    assert pipeline.redis.zscore(keys.HEARTBEATS, keys.heartbeat_member("run-nope", 0, 1)) is None
+
+
 def test_unexpected_error_ends_only_that_run(pipeline: Pipeline) -> None:
     """An exception in Mother's handling of one run ends it catastrophic_error; other runs go on."""
     run_id = pipeline.client.submit(example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 2}]}))

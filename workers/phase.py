@@ -16,6 +16,8 @@ import uuid
 from typing import Any
 
 import orjson
+from rq import Queue, Worker
+from rq.job import Job
 
 from mother import keys
 from mother.roles import role_settings, tool_manifest_error
@@ -25,6 +27,7 @@ from mother.budget import Guard
 from mother.context import load as load_context
 from mother.errors import BudgetExhausted, ConfigError, ContextInvalid, LimitExceeded, MotherError, PhaseStale
 from mother.hooks import HarnessAction, load_hooks
+from mother.lifecycle import JOB_FUNCTION
 from mother.functions import call
 from mother.logs import configure_logging, get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
@@ -37,7 +40,7 @@ from workers.providers import make_provider
 from workers.spawn import SpawnRun
 from workers.tools import FILE_TOOLS, ToolBox
 
-__all__ = ["execute", "runtime", "warm_up"]
+__all__ = ["PhaseWorker", "clear_prefetch", "execute", "prefetch", "runtime", "warm_up"]
 
 log = get_logger("phase")
 _runtime: Runtime | None = None
@@ -90,17 +93,54 @@ def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
     return parse_position(raw) == ("running", index, attempt)
 
 
-def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
-    rt = runtime()
-    member = keys.heartbeat_member(run_id, phase_index, attempt)
-    pipe = rt.redis.pipeline(transaction=False)  # the first beat, the run, its counters and context: one round trip
-    heartbeat = Heartbeat(rt, member)
-    heartbeat.beat(pipe)
+FirstRead = tuple[RunState | None, Any, Any]  # the run, its counters (raw), the phase's context (raw or checked)
+_prefetched: tuple[tuple[str, int, int], FirstRead] | None = None
+
+
+def _first_read(rt: Runtime, run_id: str, phase_index: int, attempt: int) -> FirstRead:
+    """The attempt's first heartbeat with the run, its counters and context: one round trip."""
+    pipe = rt.redis.pipeline(transaction=False)
+    Heartbeat(rt, keys.heartbeat_member(run_id, phase_index, attempt)).beat(pipe)
     pipe.execute_command("JSON.GET", keys.run_key(run_id))
     pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
     pipe.execute_command("JSON.GET", keys.context_key(run_id, phase_index))
     _beat, raw_run, raw_counters, raw_context = pipe.execute()
-    state = RunState.model_validate(orjson.loads(raw_run)) if raw_run else None
+    return (RunState.model_validate(orjson.loads(raw_run)) if raw_run else None), raw_counters, raw_context
+
+
+def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
+    """Make the first read in the worker, just before it forks the work-horse for this attempt: the
+    horse inherits the run already parsed, on warm memory and a live connection. In a fresh fork,
+    parsing the run cost ~2.5 ms (hundreds of copy-on-write page faults) and the read its own round
+    trip; here it is a fraction of that. If it fails, the horse reads for itself."""
+    global _prefetched
+    _prefetched = None
+    try:
+        state, raw_counters, context = _first_read(runtime(), run_id, phase_index, attempt)
+        try:  # the context is checked here too; when it is not valid the horse checks it again and reports why
+            context = load_context(context, run_id, phase_index)
+            context.manifest()  # made once, inherited by the horse
+        except ContextInvalid:
+            pass
+        _prefetched = ((run_id, phase_index, attempt), (state, raw_counters, context))
+    except Exception as exc:  # the horse makes the same read and reports what is wrong
+        log.warning("prefetch_failed", run_id=run_id, phase_index=phase_index, attempt=attempt, error=str(exc))
+
+
+def clear_prefetch() -> None:
+    global _prefetched
+    _prefetched = None
+
+
+def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
+    rt = runtime()
+    member = keys.heartbeat_member(run_id, phase_index, attempt)
+    heartbeat = Heartbeat(rt, member)
+    got = _prefetched
+    if got is not None and got[0] == (run_id, phase_index, attempt):
+        state, raw_counters, raw_context = got[1]
+    else:
+        state, raw_counters, raw_context = _first_read(rt, run_id, phase_index, attempt)
     if state is None or (state.status, state.phase_index, state.attempt) != ("running", phase_index, attempt):
         rt.redis.zrem(keys.HEARTBEATS, member)  # beaten before the run was read: take it back
         return {"status": "stale"}
@@ -131,6 +171,21 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     return {"status": result.status, "artifacts": result.artifacts}
 
 
+class PhaseWorker(Worker):
+    """RQ's forking worker (one work-horse per job, heartbeats and all) that makes a phase job's
+    first read just before it forks (:func:`prefetch`), and forgets it once the horse is done."""
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        if job.func_name == JOB_FUNCTION:
+            args = job.args
+            if len(args) == 3:  # a malformed job fails in the horse, with RQ's own error
+                prefetch(*args)
+        try:
+            super().execute_job(job, queue)
+        finally:
+            clear_prefetch()
+
+
 def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
          counters: dict[str, Any] | None, raw_context: Any, meters: list[Meter]) -> PhaseResult:
     """The phase's agent loop; its Meter is appended to ``meters`` (its final settle is deferred
@@ -145,7 +200,8 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
 
     usage = Usage()
     try:
-        context = load_context(raw_context, state.run_id, index)
+        context = (raw_context if isinstance(raw_context, ComposedContext)  # checked by prefetch()
+                   else load_context(raw_context, state.run_id, index))
         manifest = context.manifest()
         model = context.model  # the phase's model, or the larger one Mother escalated to
         provider = make_provider(model, rt.settings.models[model], role=phase.role,

@@ -33,10 +33,9 @@ def worker(
     name: Annotated[str | None, typer.Option(help="worker name (default: RQ's)")] = None,
 ) -> None:
     """Run an RQ worker (forking: each job in a work-horse, with heartbeats)."""
-    from rq import Worker
     from rq.serializers import JSONSerializer
 
-    from workers.phase import runtime, warm_up
+    from workers.phase import PhaseWorker, runtime, warm_up
 
     cfg = settings()
     rt = runtime()
@@ -44,7 +43,7 @@ def worker(
     names = [q.strip() for q in queues.split(",") if q.strip()]
     if not names:
         fail("--queues names no queue; e.g. --queues agents,tools", "usage")
-    Worker(names, connection=rt.rq_redis, serializer=JSONSerializer, name=name).work(
+    PhaseWorker(names, connection=rt.rq_redis, serializer=JSONSerializer, name=name).work(
         burst=burst, logging_level=cfg.log_level
     )
 
