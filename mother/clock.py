@@ -40,8 +40,10 @@ class ServerClock:
         return int(self._base_ms + (time.monotonic() - self._base_mono) * 1000)
 
     def now_iso(self) -> str:
-        """ISO-8601 UTC with milliseconds; the date and time of day are formatted once per second."""
-        ms = self.now_ms()
+        return self.iso(self.now_ms())
+
+    def iso(self, ms: int) -> str:
+        """ISO-8601 UTC with milliseconds of a server time; the date and time of day are formatted once per second."""
         second = ms // 1000
         if second != self._second:
             self._second, self._second_text = second, iso_from_ms(second * 1000)[:-4]

@@ -16,7 +16,7 @@ from mother import keys
 from mother.roles import role_settings
 from mother.client import parse_spec
 from mother.errors import ConfigError, InsufficientBudget, InvalidSpec, LedgerError
-from mother.ledger import BudgetLedger, checked
+from mother.ledger import checked
 from mother.budget import admission, admit, open_run_budget
 from mother.capabilities import assess_risk, denial, granted_for, load_risk_policy
 from mother.lifecycle import end_run, start_run
@@ -82,7 +82,7 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
     open_run_budget(pipe, rt.settings, spec, rt.clock.now_ms(), limits)
     root = spec.parent_run_id is None
     if root:
-        BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock).register(
+        rt.ledger.register(
             run_id, limits.get("spend", rt.settings.budget.per_run.max_spend_usd), pipe=pipe)
     else:
         pipe.execute()
@@ -92,7 +92,7 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
             return state
         pipe = rt.redis.pipeline(transaction=False)
     maxlen = rt.settings.service.activity_maxlen
-    admit(pipe, rt.settings, run_id, spec.user_id, rt.clock.now_iso()[:10], maxlen)
+    admit(pipe, rt.settings, run_id, spec.user_id, rt.clock.today(), maxlen)
     replies = pipe.execute()
     if root:
         checked(replies[-2])
@@ -128,9 +128,8 @@ def _reserve_for_child(rt: Runtime, spec: RunSpec, limits: dict[str, Any]) -> st
     assert spec.run_id is not None and spec.parent_run_id is not None
     if rt.redis.exists(keys.ledger_key(spec.run_id)):
         return None
-    ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)
     try:
-        ledger.reserve(spec.run_id, limits.get("spend", rt.settings.budget.per_run.max_spend_usd), spec.parent_run_id)
+        rt.ledger.reserve(spec.run_id, limits.get("spend", rt.settings.budget.per_run.max_spend_usd), spec.parent_run_id)
     except (InsufficientBudget, LedgerError) as exc:
         return exc.message
     return None
@@ -178,14 +177,14 @@ def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], l
     """Create ``run:{id}`` (NX) and index it, in one round trip. Returns (state, created), or None
     when the run_id belongs to another submission (the entry is rejected)."""
     assert spec.run_id is not None
-    at = rt.clock.now_iso()
+    score = rt.clock.now_ms()
+    at = rt.clock.iso(score)
     stored = {k: (str(v) if k == "spend" else v) for k, v in limits.items()}
     state = RunState(
         run_id=spec.run_id, user_id=spec.user_id, spec=spec, created_at=at, updated_at=at, entry_id=entry_id,
         limits=stored, capabilities=granted,
         history=[HistoryEntry(at=at, event="submitted", detail=f"entry {entry_id}")],
     )
-    score = rt.clock.now_ms()
     pipe = rt.redis.pipeline(transaction=False)
     pipe.execute_command("JSON.SET", keys.run_key(spec.run_id), "$", state.to_json(), "NX")
     pipe.zadd(keys.RUNS_INDEX, {spec.run_id: score}, nx=True)  # NX: another submission's run keeps its place
@@ -213,18 +212,19 @@ def reject(rt: Runtime, entry_id: str, fields: dict[str, Any], error: str, *, dr
     """Record why the entry was refused; with ``drop`` also delete its (oversized) payload."""
     raw = str(fields.get("spec", ""))
     guess = _guess_ids(raw)
+    at_ms = rt.clock.now_ms()
     record = {
         "entry_id": entry_id,
         "error": error,
         "code": "invalid_spec",
-        "at": rt.clock.now_iso(),
+        "at": rt.clock.iso(at_ms),
         "size_bytes": len(raw),
         "preview": raw[:PREVIEW_CHARS],
         **guess,
     }
     pipe = rt.redis.pipeline(transaction=False)
     pipe.execute_command("JSON.SET", keys.rejection_key(entry_id), "$", orjson.dumps(record))
-    pipe.zadd(keys.REJECTIONS_INDEX, {entry_id: rt.clock.now_ms()})
+    pipe.zadd(keys.REJECTIONS_INDEX, {entry_id: at_ms})
     rt.emit(pipe, "run_rejected", run_id=guess.get("run_id"), entry_id=entry_id, error=error[:1000])
     if drop:
         pipe.xdel(keys.SUBMISSIONS_STREAM, entry_id)

@@ -52,6 +52,14 @@ def to_usd(micro: int | float) -> Decimal:
     return (Decimal(int(micro)) / MICRO).quantize(Decimal("0.000001")).normalize() if micro else Decimal(0)
 
 
+OWN_SPEND_PATH = "$.spend_micro_usd"  # read from budget:run:{id}: the run's own spend
+
+
+def own_spend(raw: str | None) -> Decimal:
+    """A run's own spend in USD from ``JSON.GET budget:run:{id} $.spend_micro_usd`` (0 without a budget)."""
+    return to_usd(orjson.loads(raw)[0]) if raw else Decimal(0)
+
+
 def checked(raw: str) -> dict[str, Any]:
     """A ledger function's reply, decoded; ``LedgerError`` when it reports an error."""
     reply = orjson.loads(raw)

@@ -20,7 +20,7 @@ from mother.context import LLMSummarizer, compose, llm_summarizer
 from mother.context import store as store_context
 from mother.errors import ConfigError, ContextBudgetExceeded, MotherError
 from mother.functions import call
-from mother.ledger import BudgetLedger, to_usd
+from mother.ledger import OWN_SPEND_PATH, own_spend
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
 from mother.runtime import Runtime
@@ -255,16 +255,12 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
     if code == "config_invalid":
         end_run(rt, state, "catastrophic_error", error, phase=phase.name, contributing_factors=["invalid configuration"])
         return
-    pipe = rt.redis.pipeline(transaction=False)
-    rt.emit(pipe, "phase_failed", run_id=state.run_id, phase=phase.name, attempt=state.attempt, error=error[:1000])
-    pipe.execute()
+    rt.emit(rt.redis, "phase_failed", run_id=state.run_id, phase=phase.name, attempt=state.attempt, error=error[:1000])
     failures = _failures(state) + [f"attempt {state.attempt}: {error[:300]}"]
     if state.attempt <= phase.max_retries:
         if transition(rt, state.run_id, state.spec, frm=(state.phase_index, state.attempt),
                       to=(state.phase_index, state.attempt + 1), event="phase_retried", detail=error):
-            pipe = rt.redis.pipeline(transaction=False)
-            rt.emit(pipe, "phase_retried", run_id=state.run_id, phase=phase.name, attempt=state.attempt + 1)
-            pipe.execute()
+            rt.emit(rt.redis, "phase_retried", run_id=state.run_id, phase=phase.name, attempt=state.attempt + 1)
             dispatch(rt, state.run_id, state.spec, state.phase_index, state.attempt + 1, outputs=outputs_of(state))
         return
     end_run(rt, state, "retries_exhausted",
@@ -295,7 +291,7 @@ def end_run(
     """Write the run's one TerminationRecord and final ResultEnvelope; log ``terminated``
     (after the ``activity`` entries given, in the same round trip)."""
     at_ms = rt.clock.now_ms()
-    at_iso = rt.clock.now_iso()
+    at_iso = rt.clock.iso(at_ms)
     phase_name = phase or state.phase or (state.spec.pipeline[0].name if state.status == "queued" else "intake")
     record = build_record(run_id=state.run_id, reason=reason, phase=phase_name, details=details, at_ms=at_ms,
                           at_iso=at_iso, contributing_factors=contributing_factors, final_artifacts=state.artifacts)
@@ -304,7 +300,7 @@ def end_run(
     pipe = rt.redis.pipeline(transaction=False)
     terminate(pipe, record, envelope)
     pipe.execute_command("JSON.GET", keys.ledger_key(state.run_id))  # the lineage's end needs these two:
-    pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), "$.spend_micro_usd")  # read with the record
+    pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), OWN_SPEND_PATH)  # read with the record
     term_reply, node_raw, spend_raw = pipe.execute()
     won, stored = terminated(term_reply)
     if won:
@@ -314,11 +310,10 @@ def end_run(
         rt.emit(pipe, "terminated", run_id=state.run_id, phase=phase_name, reason=reason, details=details[:1000],
                 suggested_action=record.suggested_action)
         rt.take_ack(pipe)
-        ledger = BudgetLedger(rt.redis, rt.settings.service.activity_maxlen, rt.clock)
+        ledger = rt.ledger
         closing_from = len(pipe)  # the ledger's calls, if any, are queued last
         if node_raw is not None:  # report the run's spend (a child's cascades up), release its reservation
-            own = to_usd(orjson.loads(spend_raw)[0]) if spend_raw else to_usd(0)
-            ledger.close(state.run_id, own, "completed" if reason == "success" else reason, orjson.loads(node_raw),
+            ledger.close(state.run_id, own_spend(spend_raw), "completed" if reason == "success" else reason, orjson.loads(node_raw),
                          pipe=pipe)
         replies = pipe.execute()
         if node_raw is not None:

@@ -17,6 +17,7 @@ from mother.clock import ServerClock
 from mother.config import Settings
 from mother.connection import connect
 from mother.functions import ensure_loaded
+from mother.ledger import BudgetLedger
 from mother.tokens import Calibration
 from schemas import ActivityEvent, RunSpec, RunState
 
@@ -67,6 +68,11 @@ class Runtime:
     def calibration(self) -> Calibration:
         """Each model's token-estimate calibration (re-read from Redis every few seconds)."""
         return Calibration(self.redis, self.settings.context.calibration_min_samples)
+
+    @cached_property
+    def ledger(self) -> BudgetLedger:
+        """The budget ledger (seed 001) on this process's connection and clock."""
+        return BudgetLedger(self.redis, self.settings.service.activity_maxlen, self.clock)
 
     @cached_property
     def agents_queue(self) -> Queue:

@@ -60,8 +60,10 @@ class Watchdog:
     def _timeout(self, run_id: str, what: str) -> None:
         state = self.rt.load_run(run_id)
         if state is None or state.status == "terminated":
-            self.rt.redis.zrem(keys.RUN_DEADLINES, run_id)
-            self.rt.redis.zrem(keys.PHASE_DEADLINES, run_id)
+            pipe = self.rt.redis.pipeline(transaction=False)
+            pipe.zrem(keys.RUN_DEADLINES, run_id)
+            pipe.zrem(keys.PHASE_DEADLINES, run_id)
+            pipe.execute()
             return
         budget = budget_doc(self.rt.redis, keys.run_budget_key(run_id)) or {}
         if budget.get("status") == "budget_stopped":
@@ -127,10 +129,9 @@ class Watchdog:
                 depth = int(info.get("pending") or 0) + int(info.get("lag") or 0)
         memory_mb = int(r.info("memory")["used_memory"]) // (1024 * 1024)
         concurrent = r.zcard(keys.RUN_DEADLINES)
-        if not r.exists(keys.GLOBAL_BUDGET):
-            r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$", orjson.dumps(
-                {"concurrent_runs": 0, "queue_depth": 0, "redis_memory_mb": 0, "docling_jobs": 0}), "NX")
         pipe = r.pipeline(transaction=True)
+        pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$", orjson.dumps(  # NX: only when there is none
+            {"concurrent_runs": 0, "queue_depth": 0, "redis_memory_mb": 0, "docling_jobs": 0}), "NX")
         pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.concurrent_runs", concurrent)
         pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.queue_depth", depth)
         pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.redis_memory_mb", memory_mb)

@@ -70,8 +70,8 @@ class Meter:
     def check_turn(self) -> None:
         """Seed 000: at the start of every turn, the run's limits against its counters.
 
-        An exceeded limit is a ``limit`` event; no hook handles it yet (hooks are not
-        built), so the fail-safe applies: ``LimitExceeded("Limit exceeded: turns_exceeded (10/10)")``.
+        An exceeded limit is a ``limit`` event for the run's hooks; unless one says continue,
+        the fail-safe applies: ``LimitExceeded("Limit exceeded: turns_exceeded (10/10)")``.
         """
         if not self.limits:
             return
@@ -114,6 +114,9 @@ class Meter:
         if final and self.defer_final:
             self.pending = (op, input_tokens, output_tokens)
             return
+        self._settle_now(op, input_tokens, output_tokens)
+
+    def _settle_now(self, op: str, input_tokens: int, output_tokens: int) -> None:
         self.counters = self.guard.settle_call(op, self.model, input_tokens, output_tokens)
         self._calibrate(input_tokens)
 
@@ -127,8 +130,7 @@ class Meter:
             self.guard.settle_call(op, self.model, input_tokens, output_tokens, pipe=pipe)
             return True
         self.pending = None
-        self.counters = self.guard.settle_call(op, self.model, input_tokens, output_tokens)
-        self._calibrate(input_tokens)
+        self._settle_now(op, input_tokens, output_tokens)
         return True
 
     def settled(self, raw: str) -> None:

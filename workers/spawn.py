@@ -17,12 +17,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from mother import keys
 from mother.budget import Guard, submit_with_backpressure
 from mother.errors import BudgetExhausted, InsufficientBudget, InvalidSpec, ToolError
-from mother.ledger import BudgetLedger, to_usd
+from mother.ledger import OWN_SPEND_PATH, own_spend
 from mother.limits import DepthExhausted, resolve_limits
 from mother.runtime import Runtime
 from schemas import ResultEnvelope, RunSpec, RunState
@@ -63,7 +61,7 @@ class SpawnRun:
             self.guard.charge("parallel_agents")
         except BudgetExhausted as exc:
             raise ToolError(f"cannot spawn: {exc.message}") from None
-        ledger = BudgetLedger(self.rt.redis, self.rt.settings.service.activity_maxlen, self.rt.clock)
+        ledger = self.rt.ledger
         assert spec.run_id is not None
         try:
             ledger.report_actual(self.state.run_id, self._own_spend())  # so "remaining" counts what we spent
@@ -107,5 +105,4 @@ class SpawnRun:
             self.check_alive()  # the parent ending (deadline, cancel) stops the wait
 
     def _own_spend(self) -> Decimal:
-        raw = self.rt.redis.execute_command("JSON.GET", keys.run_budget_key(self.state.run_id), "$.spend_micro_usd")
-        return to_usd(orjson.loads(raw)[0]) if raw else Decimal(0)
+        return own_spend(self.rt.redis.execute_command("JSON.GET", keys.run_budget_key(self.state.run_id), OWN_SPEND_PATH))

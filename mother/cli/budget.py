@@ -66,7 +66,7 @@ def show(
         return
     if user is not None:
         rt = Runtime(settings=cfg, redis=client)
-        key = keys.user_daily_budget_key(user, rt.clock.now_iso()[:10])
+        key = keys.user_daily_budget_key(user, rt.clock.today())
         doc = budget_doc(client, key)
         if doc is None:
             raise NotFound(f"no counters for user {user} today ({key})")
