@@ -242,13 +242,16 @@ class Guard:
                                     limit_code=code)
             if code == "run_terminated":
                 raise BudgetExhausted(f"run {self.run_id} has ended", limit_code=code)
+            if code == "invalid_action":
+                raise InvalidSpec(f"budget guard refused the call: {reply.get('error')}")
             raise BudgetExhausted(f"{code} ({reply.get('current')}/{reply.get('max')})", limit_code=code,
                                   current=reply.get("current"), max=reply.get("max"))
         return reply
 
     def _encode(self, action: dict[str, Any]) -> tuple[bytes, bytes]:
         """The action's JSON split around the day, which goes last: (prefix, suffix)."""
-        user = bool(action.get("user_check") or action.get("user_add") or "settle" in action)
+        user = bool(action.get("user_check") or action.get("user_add") or "settle" in action
+                    or action.get("reserve", {}).get("user_dims"))
         payload = {**action, **(_user_args(self.settings, self.user_id) if user else {})}
         body = orjson.dumps(payload)
         return body[:-1] + b',"day":"', b'"}'

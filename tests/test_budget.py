@@ -345,3 +345,18 @@ def test_budget_library_loaded_without_its_codes_says_how_to_load_it(r: redis.Re
     guard.charge_tool(read_only=False)
     with pytest.raises(BudgetExhausted, match="budget_tool_call_exceeded"):
         guard.charge_tool(read_only=False)
+
+
+def test_reservation_id_that_is_not_a_plain_name_is_refused_and_writes_nothing(r: redis.Redis) -> None:
+    """A reservation's id becomes a member name in the guard's JSON.MERGE; one with JSON syntax in it
+    (a raw FCALL could send one) must be refused before any write, not merged into the counters."""
+    guard = _open(r, "bad-op")
+    before = _doc(r, "bad-op")
+    evil = 'x":{},"model_calls":-100,"y'
+    with pytest.raises(InvalidSpec, match="reserve.op"):
+        guard._call({"check": ["model_calls"], "add": {"model_calls": 1},
+                     "reserve": {"op": evil, "dims": {"total_tokens": 5}, "user_dims": {"total_tokens": 5}}})
+    after = _doc(r, "bad-op")
+    assert (after["model_calls"], after["reserved"], after["reservations"]) == (0, before["reserved"], {})
+    op = guard.reserve_model_call(max_tokens=10, max_spend_micro_usd=10, cloud=False)
+    assert list(_doc(r, "bad-op")["reservations"]) == [op]

@@ -71,29 +71,43 @@ local function thresholds(key, doc, dims, now, at, scope, act)
   end
 end
 
--- counter writes are buffered in ``writes`` (key, path, value triples) and sent as one JSON.MSET
-local function put(writes, key, path, value)
-  local n = #writes
-  writes[n + 1], writes[n + 2], writes[n + 3] = key, path, value
+-- A call's writes to one document are gathered in a table of top-level fields (a nested table for
+-- ``reserved`` and ``reservations``) holding value texts, and sent as one JSON.MERGE (RFC 7396: a
+-- nested object merges into the stored one, null deletes a member): one path and one value to parse,
+-- where a path per field costs more. Counters are integers; '%.0f' writes every one exactly (< 2^53).
+local function int_text(n) return string.format('%.0f', n) end
+
+local function merge_text(fields)
+  local parts, n = {}, 0
+  for name, value in pairs(fields) do
+    n = n + 1
+    parts[n] = '"' .. name .. '":' .. (type(value) == 'table' and merge_text(value) or value)
+  end
+  return '{' .. table.concat(parts, ',') .. '}'
 end
 
-local function add(writes, key, target, adds, mark)
+local function merge(key, fields)
+  if next(fields) ~= nil then redis.call('JSON.MERGE', key, '$', merge_text(fields)) end
+end
+
+local function add(fields, target, adds, mark)
   if adds == nil then return end
   for dim, n in pairs(adds) do
     if n ~= 0 then
       target[dim] = (target[dim] or 0) + n
-      put(writes, key, '$.' .. dim, target[dim])
+      fields[dim] = int_text(target[dim])
       mark[dim] = true
     end
   end
 end
 
-local function reserve(writes, key, target, dims, sign)
+local function reserve(fields, target, dims, sign)
   if dims == nil then return end
   target.reserved = target.reserved or {}
+  fields.reserved = fields.reserved or {}
   for dim, n in pairs(dims) do
     target.reserved[dim] = (target.reserved[dim] or 0) + sign * n
-    put(writes, key, '$.reserved.' .. dim, target.reserved[dim])
+    fields.reserved[dim] = int_text(target.reserved[dim])
   end
 end
 
@@ -192,28 +206,33 @@ local function mh_guard(keys, args)
     end
   end
   -- charges
-  local touched, user_touched, writes = {}, {}, {}
+  local touched, user_touched, run_w, user_w = {}, {}, {}, {}
   if a.settle then
     if not settling then return cjson.encode({ok = true, settled = false}) end  -- settled before: idempotent
-    reserve(writes, keys[1], doc, settling.dims, -1)
-    redis.call('JSON.DEL', keys[1], '$.reservations.' .. a.settle.op)
-    if user and settling.user_dims then reserve(writes, keys[2], user, settling.user_dims, -1) end
-    add(writes, keys[1], doc, a.settle.add, touched)
-    if user then add(writes, keys[2], user, a.settle.user_add, user_touched) end
+    reserve(run_w, doc, settling.dims, -1)
+    run_w.reservations = {[a.settle.op] = 'null'}
+    if user and settling.user_dims then reserve(user_w, user, settling.user_dims, -1) end
+    add(run_w, doc, a.settle.add, touched)
+    if user then add(user_w, user, a.settle.user_add, user_touched) end
   end
-  add(writes, keys[1], doc, a.add, touched)
-  if user then add(writes, keys[2], user, a.user_add, user_touched) end
+  add(run_w, doc, a.add, touched)
+  if user then add(user_w, user, a.user_add, user_touched) end
   if a.reserve then
-    reserve(writes, keys[1], doc, a.reserve.dims, 1)
-    if user then reserve(writes, keys[2], user, a.reserve.user_dims, 1) end
-    redis.call('JSON.SET', keys[1], '$.reservations.' .. a.reserve.op,
-      cjson.encode({dims = a.reserve.dims, user_dims = a.reserve.user_dims or cjson.null, at = at}))
+    if type(a.reserve.op) ~= 'string' or not string.find(a.reserve.op, '^[%w_-]+$') then
+      return cjson.encode({ok = false, code = 'invalid_action', error = 'reserve.op must be letters, digits, _ or -'})
+    end
+    reserve(run_w, doc, a.reserve.dims, 1)
+    if user then reserve(user_w, user, a.reserve.user_dims, 1) end
+    run_w.reservations = {[a.reserve.op] = cjson.encode({dims = a.reserve.dims, user_dims = a.reserve.user_dims, at = at})}
   end
-  if doc.duration_sec ~= stored_duration then put(writes, keys[1], '$.duration_sec', doc.duration_sec) end
+  if doc.duration_sec ~= stored_duration then run_w.duration_sec = int_text(doc.duration_sec) end
   local stamp = '"' .. at .. '"'  -- an ISO text: nothing in it needs escaping
-  put(writes, keys[1], '$.last_updated', stamp)
-  if user then put(writes, keys[2], '$.last_updated', stamp) end
-  redis.call('JSON.MSET', unpack(writes))
+  run_w.last_updated = stamp
+  merge(keys[1], run_w)
+  if user then
+    user_w.last_updated = stamp
+    merge(keys[2], user_w)
+  end
   thresholds(keys[1], doc, touched, now, at, 'run', act)
   if user then thresholds(keys[2], user, user_touched, now, at, 'user', act) end
   if a.settle then  -- the run's counters after the charge: the next turn's limit check needs no read
