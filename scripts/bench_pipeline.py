@@ -11,9 +11,11 @@ one run on the same workers:
 in R alternating rounds of N/R each (baseline first in even rounds, Mother first in
 odd ones; Mother is paused with SIGSTOP while the baseline runs), so both see the
 same machine: on a small shared VM the speed drifts by more than the difference
-being measured. Prints runs/s, phase latency p50/p99 (enqueue → end for RQ;
-dispatch → accepted result for Mother), Mother's CPU time per phase (its own
-process), and the wall time Mother adds per phase over plain RQ, in all and per round.
+being measured. Both are watched the same cheap way (one small read per unfinished
+run or chain every 50 ms). Prints runs/s, phase latency p50/p99 (enqueue → end for RQ;
+dispatch → accepted result for Mother), the CPU time per phase of every process
+taking part (Redis, Mother, the workers, their work-horses, this script), and the
+wall time Mother adds per phase over plain RQ, in all and per round.
 """
 
 from __future__ import annotations
@@ -45,9 +47,20 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """CPU time (user + system) of a process, or of its reaped children (a worker's work-horses)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    first = 13 if children else 11
+    return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(server: EmbeddedRedis, stack: LocalStack, mother_pid: int) -> dict[str, float]:
+    """CPU seconds so far of every process taking part, by role."""
+    workers = [p.pid for n, p in stack.procs.items() if n.startswith("worker-")]
+    return {"Redis server": cpu_seconds(server.pid), "Mother": cpu_seconds(mother_pid),
+            "workers (own)": sum(cpu_seconds(pid) for pid in workers),
+            "work-horses": sum(cpu_seconds(pid, children=True) for pid in workers),
+            "this script (watching)": cpu_seconds(os.getpid())}
 
 
 def _wait(what: str, deadline: float) -> None:
@@ -65,12 +78,16 @@ def baseline(url: str, runs: int, first: int = 0) -> tuple[float, list[float]]:
     for i in chains:
         queue.enqueue_call("workers.noop.chain", args=(i, 0, 3), job_id=chain_job_id(i, 0), result_ttl=600)
     ids = [chain_job_id(i, step) for i in chains for step in range(3)]
+    # watched as cheaply as Mother's runs are (one small read per unfinished chain every 50 ms): a
+    # costlier watch would slow the baseline on this shared machine and flatter Mother
+    pending = {Job.key_for(chain_job_id(i, 2)) for i in chains}
     deadline = time.monotonic() + 300
-    while True:
-        _wait("plain RQ", deadline)
-        jobs = Job.fetch_many(ids, connection=conn, serializer=JSONSerializer)
-        if all(j is not None and j.get_status() == JobStatus.FINISHED for j in jobs):
-            break
+    while pending:
+        _wait(f"plain RQ ({len(pending)} chains left)", deadline)
+        pipe = conn.pipeline(transaction=False)
+        for key in pending:
+            pipe.hget(key, "status")
+        pending -= {key for key, status in zip(list(pending), pipe.execute()) if status == JobStatus.FINISHED.value.encode()}
         time.sleep(0.05)
     elapsed = time.perf_counter() - started
     time.sleep(0.5)  # RQ may mark a job finished a moment before it stores ended_at
@@ -130,7 +147,8 @@ def main() -> int:
         parser.error("--runs must be at least --rounds, and --rounds at least 1")
     os.environ.update(UNLIMITED)
     per_round = args.runs // args.rounds
-    base_s = mom_s = cpu_used = 0.0
+    base_s = mom_s = 0.0
+    cpu: dict[str, dict[str, float]] = {"baseline": {}, "mother": {}}
     base_lat: list[float] = []
     mom_lat: list[float] = []
     rounds: list[float] = []
@@ -147,6 +165,7 @@ def main() -> int:
                 for kind in (("baseline", "mother") if r % 2 == 0 else ("mother", "baseline")):
                     print(f"round {r + 1}/{args.rounds}: {kind}, {per_round} runs on {args.workers} workers...",
                           file=sys.stderr)
+                    before = cpu_snapshot(server, stack, mother.pid)
                     if kind == "baseline":
                         os.kill(mother.pid, signal.SIGSTOP)  # Mother idle-polling must not tax the baseline
                         try:
@@ -155,10 +174,10 @@ def main() -> int:
                             os.kill(mother.pid, signal.SIGCONT)
                         base_lat += lat
                     else:
-                        cpu_before = cpu_seconds(mother.pid)
                         took[kind], lat = through_mother(client, per_round)
-                        cpu_used += cpu_seconds(mother.pid) - cpu_before
                         mom_lat += lat
+                    for role, secs in cpu_snapshot(server, stack, mother.pid).items():
+                        cpu[kind][role] = cpu[kind].get(role, 0.0) + secs - before[role]
                 base_s += took["baseline"]
                 mom_s += took["mother"]
                 rounds.append((took["mother"] - took["baseline"]) / (3 * per_round) * 1000)
@@ -168,7 +187,12 @@ def main() -> int:
     print(f"{'':<10}{'runs/s':>10}{'phases/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
     for name, secs, lat in (("plain RQ", base_s, base_lat), ("Mother", mom_s, mom_lat)):
         print(f"{name:<10}{runs / secs:>10.1f}{phases / secs:>10.1f}{statistics.median(lat):>10.1f}{pct(lat, 0.99):>10.1f}")
-    print(f"Mother CPU per phase (its own process): {cpu_used / phases * 1000:.2f} ms")
+    print(f"CPU per phase (ms)        {'plain RQ':>10}{'Mother':>10}{'added':>10}")
+    for role in cpu["mother"]:
+        b, m = (cpu[k][role] / phases * 1000 for k in ("baseline", "mother"))
+        print(f"  {role:<24}{b:>10.2f}{m:>10.2f}{m - b:>+10.2f}")
+    b, m = (sum(cpu[k].values()) / phases * 1000 for k in ("baseline", "mother"))
+    print(f"  {'all':<24}{b:>10.2f}{m:>10.2f}{m - b:>+10.2f}   (the machine has {os.cpu_count()} cores)")
     print(f"wall time added per phase over plain RQ: {(mom_s - base_s) / phases * 1000:.2f} ms "
           f"(ratio Mother/RQ wall time {mom_s / base_s:.2f}x); per round: "
           + ", ".join(f"{x:.2f}" for x in rounds) + f" ms (median {statistics.median(rounds):.2f})")

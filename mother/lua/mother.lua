@@ -4,14 +4,6 @@
 -- passed in KEYS; no key is built here. Time comes from the server (TIME).
 -- Validate first, write last: a function that refuses writes nothing.
 
-local function json_field(key, path)
-  -- JSON.GET with a $-path returns a JSON array of matches; nil when the key is absent.
-  local raw = redis.call('JSON.GET', key, path)
-  if not raw then return nil end
-  local arr = cjson.decode(raw)
-  return arr[1]
-end
-
 -- mh_transition: move a run to a phase attempt, fenced by the attempt the caller saw.
 -- KEYS: 1 run:{id}, 2 phase deadlines zset, 3 run deadlines zset
 -- ARGV: 1 run_id, 2 expected phase_index, 3 expected attempt, 4 new phase_index,
@@ -20,23 +12,27 @@ end
 --       12 artifact ids JSON array
 -- Returns 1 when applied, 0 when the run is terminated or the attempt is not current.
 local function mh_transition(keys, args)
-  local status = json_field(keys[1], '$.status')
+  -- the fence (status, phase_index, attempt) in one read; a missing field matches nothing
+  local raw = redis.call('JSON.GET', keys[1], '$.status', '$.phase_index', '$.attempt')
+  if not raw then return 0 end
+  local seen = cjson.decode(raw)
+  local status = seen['$.status'][1]
   if status == nil or status == 'terminated' then return 0 end
-  if json_field(keys[1], '$.phase_index') ~= tonumber(args[2]) then return 0 end
-  if json_field(keys[1], '$.attempt') ~= tonumber(args[3]) then return 0 end
+  if seen['$.phase_index'][1] ~= tonumber(args[2]) or seen['$.attempt'][1] ~= tonumber(args[3]) then return 0 end
   local now = now_ms()
-  local ts = cjson.encode(args[9])
   if args[11] ~= '' then
     redis.call('JSON.ARRAPPEND', keys[1], '$.results', args[11])
   end
-  for _, artifact in ipairs(cjson.decode(args[12])) do
-    redis.call('JSON.ARRAPPEND', keys[1], '$.artifacts', cjson.encode(artifact))
+  local artifacts = cjson.decode(args[12])
+  if #artifacts > 0 then
+    local values = {}
+    for i, artifact in ipairs(artifacts) do values[i] = cjson.encode(artifact) end
+    redis.call('JSON.ARRAPPEND', keys[1], '$.artifacts', unpack(values))
   end
-  redis.call('JSON.SET', keys[1], '$.status', '"running"')
-  redis.call('JSON.SET', keys[1], '$.phase_index', args[4])
-  redis.call('JSON.SET', keys[1], '$.attempt', args[5])
-  redis.call('JSON.SET', keys[1], '$.phase', cjson.encode(args[6]))
-  redis.call('JSON.SET', keys[1], '$.updated_at', ts)
+  -- the position fields in one JSON.MERGE (a path per field costs a command each)
+  redis.call('JSON.MERGE', keys[1], '$', '{"status":"running","phase_index":' .. string.format('%d', tonumber(args[4]))
+    .. ',"attempt":' .. string.format('%d', tonumber(args[5])) .. ',"phase":' .. cjson.encode(args[6])
+    .. ',"updated_at":' .. cjson.encode(args[9]) .. '}')
   redis.call('JSON.ARRAPPEND', keys[1], '$.history', args[10])
   redis.call('ZADD', keys[2], now + tonumber(args[7]), args[1])
   if tonumber(args[8]) > 0 then
