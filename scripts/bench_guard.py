@@ -14,7 +14,8 @@ machine slows them alike and the ratios compare like with like:
 With one client, PING and the guard are also measured alternating call by call (each guard call
 paired with a round trip made just before it), which cancels drift at the finest grain.
 
-Prints ops/s, p50/p99 latency (µs) and ratios: guard vs PING (1 client, both ways) and guard vs naive (8 clients).
+Also prints the server's own time per PING and per guard call (INFO commandstats), which the
+network and the VM's scheduling do not blur. Prints ops/s, p50/p99 latency (µs) and ratios: guard vs PING (1 client, both ways) and guard vs naive (8 clients).
 """
 
 from __future__ import annotations
@@ -153,11 +154,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, EmbeddedRedis(dir=Path(tmp), appendfsync="no") as server:
         _setup(server.url, "bench-run")
         table: dict[tuple[str, int], tuple[float, float, float]] = {}
+        stats = redis.Redis.from_url(server.url)
         for procs in (int(p) for p in args.procs.split(",")):
             kinds = ["ping", "guard", "naive", "limits"]
+            stats.config_resetstat()
             for kind, (ops, p50, p99) in measure(server.url, kinds, procs, args.seconds, args.rounds).items():
                 table[(kind, procs)] = (ops, p50, p99)
                 print(f"{kind:<7} procs={procs:<2} {ops:>10.0f} ops/s   p50 {p50:>8.1f} µs   p99 {p99:>8.1f} µs", flush=True)
+            # the server's own time per call (INFO commandstats; the guard is the only FCALL here), free
+            # of the network and the VM's scheduling noise that the client-side figures carry
+            used = stats.info("commandstats")
+            print(f"server time per call (procs={procs}): PING {used['cmdstat_ping']['usec_per_call']:.1f} µs, "
+                  f"guard (FCALL) {used['cmdstat_fcall']['usec_per_call']:.1f} µs", flush=True)
         if 1 in {int(p) for p in args.procs.split(",")}:
             with ProcessPoolExecutor(1) as pool:
                 alt = pool.submit(_alternating, server.url, args.seconds, "bench-run").result()
