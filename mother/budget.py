@@ -249,11 +249,9 @@ class Guard:
         return reply
 
     def _encode(self, action: dict[str, Any]) -> tuple[bytes, bytes]:
-        """The action's JSON split around the day, which goes last: (prefix, suffix)."""
-        user = bool(action.get("user_check") or action.get("user_add") or "settle" in action
-                    or action.get("reserve", {}).get("user_dims"))
-        payload = {**action, **(_user_args(self.settings, self.user_id) if user else {})}
-        body = orjson.dumps(payload)
+        """The action's JSON with the user's daily limits (mh_guard reads them whenever the action
+        touches the user's document; it decides that), split around the day, which goes last."""
+        body = orjson.dumps({**action, **_user_args(self.settings, self.user_id)})
         return body[:-1] + b',"day":"', b'"}'
 
     def charge_tool(self, *, read_only: bool) -> None:
@@ -294,7 +292,6 @@ class Guard:
                                                  "output_tokens": output_tokens,
                                                  "spend_micro_usd": check_amount(spend, "spend")},
                                "user_add": {"total_tokens": used}}}, pipe=pipe).get("counters")
-
 
     def reserve_call(self, model: ModelConfig, prompt_tokens: int) -> str:
         """Reserve a call to ``model``: the prompt plus its max output, in tokens and at its prices."""

@@ -132,9 +132,8 @@ class Watchdog:
         pipe = r.pipeline(transaction=True)
         pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$", orjson.dumps(  # NX: only when there is none
             {"concurrent_runs": 0, "queue_depth": 0, "redis_memory_mb": 0, "docling_jobs": 0}), "NX")
-        pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.concurrent_runs", concurrent)
-        pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.queue_depth", depth)
-        pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.redis_memory_mb", memory_mb)
+        pipe.execute_command("JSON.MERGE", keys.GLOBAL_BUDGET, "$", orjson.dumps(
+            {"concurrent_runs": concurrent, "queue_depth": depth, "redis_memory_mb": memory_mb}))
         pipe.execute()
 
     # -- reconcile -----------------------------------------------------------

@@ -74,8 +74,7 @@ end
 -- A call's writes to one document are gathered in a table of top-level fields (a nested table for
 -- ``reserved`` and ``reservations``) holding value texts, and sent as one JSON.MERGE (RFC 7396: a
 -- nested object merges into the stored one, null deletes a member): one path and one value to parse,
--- where a path per field costs more. Counters are integers; '%.0f' writes every one exactly (< 2^53).
-local function int_text(n) return string.format('%.0f', n) end
+-- where a path per field costs more. Counters are integers, written with int_text (prelude).
 
 local function merge_text(fields)
   local parts, n = {}, 0
@@ -318,8 +317,7 @@ local function mh_admit(keys, args)
     return refuse(keys[2], user, 'budget_user_daily_runs_exceeded', user.runs, user.limits.runs, at, act)
   end
   user.runs = user.runs + 1
-  redis.call('JSON.SET', keys[2], '$.runs', user.runs)
-  redis.call('JSON.SET', keys[2], '$.last_updated', cjson.encode(at))
+  merge(keys[2], {runs = int_text(user.runs), last_updated = cjson.encode(at)})
   thresholds(keys[2], user, {runs = true}, now, at, 'user', act)
   -- the gauge is derived (runs with a live deadline), so a crashed worker cannot leak it
   local gauge = concurrent + 1

@@ -32,6 +32,9 @@ local function iso(ms)
   return iso_prefix .. (frac < 10 and '00' or frac < 100 and '0' or '') .. frac .. 'Z', iso_day
 end
 
+-- an integer's exact JSON text (Lua numbers are doubles, exact below 2^53; '%.0f' never writes an exponent)
+local function int_text(n) return string.format('%.0f', n) end
+
 local function get_doc(key)
   local raw = redis.call('JSON.GET', key)
   if not raw then return nil end
