@@ -62,13 +62,14 @@ def call(client: redis.Redis | redis.client.Pipeline, name: str, keys_: list[str
 
     With a pipeline the call is queued and its reply comes from ``execute()``.
     """
+    command = ("FCALL", name, len(keys_), *keys_, *args)  # execute_command itself: fcall() only adds two calls
     try:
-        return client.fcall(name, len(keys_), *keys_, *args)
+        return client.execute_command(*command)
     except redis.ResponseError as exc:
         if "function not found" not in str(exc).lower() or isinstance(client, redis.client.Pipeline):
             raise
         load_functions(client)
-        return client.fcall(name, len(keys_), *keys_, *args)
+        return client.execute_command(*command)
 
 
 def server_now_ms(client: redis.Redis) -> int:

@@ -173,12 +173,13 @@ def test_job_for_terminated_run_does_nothing(pipeline: Pipeline) -> None:
     assert pipeline.redis.xlen(keys.EVENTS_STREAM) == before
 
 
-def test_prefetched_job_for_terminated_run_does_nothing_and_takes_its_beat_back(pipeline: Pipeline) -> None:
+def test_prefetched_job_for_terminated_run_does_nothing_and_takes_its_beat_back(pipeline: Pipeline, tmp_path: Path) -> None:
     """The worker makes a phase job's first read before forking (PhaseWorker → prefetch): the horse
     uses it only for that very attempt, a stale attempt still does nothing, and the heartbeat the
     read wrote is taken back."""
     import os
 
+    from mother.hooks import load_hooks
     from workers import phase
 
     run_id = pipeline.client.submit(example("three-phase"))
@@ -193,15 +194,27 @@ def test_prefetched_job_for_terminated_run_does_nothing_and_takes_its_beat_back(
         state, _counters, context = phase._prefetched[1]
         assert state is not None and state.status == "terminated"
         assert context.run_id == run_id and context.manifest().content_hash == context.content_hash  # checked
+        hooks = phase._prefetched[2]  # the phase role's hooks, gathered before the fork
+        expected = [h.spec.id for h in load_hooks(phase.runtime().settings, state.spec.pipeline[0].role).hooks]
+        assert hooks is not None and expected and [h.spec.id for h in hooks.hooks] == expected
         assert pipeline.redis.zscore(keys.HEARTBEATS, member) is not None
         assert phase.execute(run_id, 0, 1) == {"status": "stale"}
         assert pipeline.redis.zscore(keys.HEARTBEATS, member) is None
         phase.prefetch("run-nope", 0, 1)  # an unknown run: nothing to inherit but the verdict
-        assert phase._prefetched is not None and phase._prefetched[1][0] is None
+        assert phase._prefetched is not None and phase._prefetched[1][0] is None and phase._prefetched[2] is None
         assert phase.execute("run-nope", 0, 1) == {"status": "stale"}
+        # a broken hook file: the read is still inherited, the hooks are left for the horse to load and report
+        bad = tmp_path / "bad-hooks.yaml"
+        bad.write_text("- id: x\n  event: [unclosed\n")
+        os.environ["MOTHER_HOOKS__PROJECT_FILE"] = str(bad)
+        phase._runtime = None
+        phase.prefetch(run_id, 0, 1)
+        assert phase._prefetched is not None and phase._prefetched[1][0] is not None and phase._prefetched[2] is None
+        assert phase.execute(run_id, 0, 1) == {"status": "stale"}
     finally:
         phase.clear_prefetch()
         del os.environ["MOTHER_REDIS_URL"]
+        os.environ.pop("MOTHER_HOOKS__PROJECT_FILE", None)
         phase._runtime = None
     assert phase._prefetched is None
     assert pipeline.redis.xlen(keys.EVENTS_STREAM) == before
