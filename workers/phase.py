@@ -74,8 +74,8 @@ class Heartbeat:
         self.rt, self.member = rt, member
         self.stopped = threading.Event()
 
-    def beat(self, client: Any = None) -> None:
-        call(client if client is not None else self.rt.redis, "mh_heartbeat", [keys.HEARTBEATS], [self.member])
+    def beat(self) -> None:
+        beat(self.rt.redis, self.member)
 
     def start(self) -> None:
         _thread.start_new_thread(self.run, ())
@@ -86,6 +86,11 @@ class Heartbeat:
                 self.beat()
             except Exception as exc:  # a missed beat is retried next interval; Mother tolerates a few
                 log.warning("heartbeat_failed", error=str(exc))
+
+
+def beat(client: Any, member: str) -> None:
+    """Stamp ``member`` alive in ``mother:heartbeats`` at server time (queued when ``client`` is a pipeline)."""
+    call(client, "mh_heartbeat", [keys.HEARTBEATS], [member])
 
 
 def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
@@ -101,7 +106,7 @@ _prefetched: tuple[tuple[str, int, int], FirstRead, HookSet | None] | None = Non
 def _first_read(rt: Runtime, run_id: str, phase_index: int, attempt: int) -> FirstRead:
     """The attempt's first heartbeat with the run, its counters and context: one round trip."""
     pipe = rt.redis.pipeline(transaction=False)
-    Heartbeat(rt, keys.heartbeat_member(run_id, phase_index, attempt)).beat(pipe)
+    beat(pipe, keys.heartbeat_member(run_id, phase_index, attempt))
     pipe.execute_command("JSON.GET", keys.run_key(run_id))
     pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
     pipe.execute_command("JSON.GET", keys.context_key(run_id, phase_index))
