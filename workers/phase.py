@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 import orjson
+import redis
 from rq import Queue, Worker
 from rq.job import Job
 
@@ -23,6 +24,7 @@ from mother import keys
 from mother.roles import role_settings, tool_manifest_error
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
+from mother.connection import ForkHandoffPool
 from mother.budget import Guard
 from mother.context import load as load_context
 from mother.errors import BudgetExhausted, ConfigError, ContextInvalid, LimitExceeded, MotherError, PhaseStale
@@ -188,17 +190,29 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
 
 class PhaseWorker(Worker):
     """RQ's forking worker (one work-horse per job, heartbeats and all) that makes a phase job's
-    first read just before it forks (:func:`prefetch`), and forgets it once the horse is done."""
+    first read just before it forks (:func:`prefetch`), and forgets it once the horse is done.
+    It also connects the horse's connections before the fork (:class:`ForkHandoffPool`): RQ's for
+    every job, and for a phase job the one the phase itself uses."""
 
     def execute_job(self, job: Job, queue: Queue) -> None:
+        pools = [self.connection.connection_pool]
         if job.func_name == JOB_FUNCTION:
             args = job.args
             if len(args) == 3:  # a malformed job fails in the horse, with RQ's own error
                 prefetch(*args)
+            pools.append(runtime().redis.connection_pool)
+        handoffs = [pool for pool in pools if isinstance(pool, ForkHandoffPool)]
+        for pool in handoffs:
+            try:
+                pool.open_for_child()
+            except redis.RedisError as exc:  # the horse connects for itself, and reports what is wrong
+                log.warning("horse_connection_not_opened", job_id=job.id, error=str(exc))
         try:
             super().execute_job(job, queue)
         finally:
             clear_prefetch()
+            for pool in handoffs:
+                pool.close_handoff()
 
 
 def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,

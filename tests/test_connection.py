@@ -1,0 +1,84 @@
+"""ForkHandoffPool: a forked child starts on the connection its parent opened for it, and only it does."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+
+from mother.connection import ForkHandoffPool, connect
+from tests.conftest import Pipeline
+from tests.test_pipeline import example
+
+
+def _ids(client: redis.Redis) -> set[int]:
+    return {int(c["id"]) for c in client.client_list()}
+
+
+def _in_child(client: redis.Redis) -> tuple[int, int]:
+    """Fork; the child reports the CLIENT ID of its first command and of a pipeline's, then exits."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        try:
+            first = client.client_id()
+            pipe = client.pipeline(transaction=False)
+            pipe.client_id()
+            os.write(write, f"{first} {pipe.execute()[0]}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    first, piped = os.read(read, 100).decode().split()
+    os.close(read)
+    return int(first), int(piped)
+
+
+def test_forked_child_starts_on_the_connection_its_parent_opened(redis_url: str) -> None:
+    """open_for_child connects one connection that the next forked child uses as its own (commands and
+    pipelines alike), the parent never uses it, close_handoff closes it, and a later child connects anew."""
+    client = connect(redis_url)
+    pool = client.connection_pool
+    assert isinstance(pool, ForkHandoffPool)
+    own = client.client_id()
+    before = _ids(client)
+    pool.open_for_child()
+    handoff = _ids(client) - before
+    assert len(handoff) == 1
+    (handoff_id,) = handoff
+    assert client.client_id() == own  # the parent keeps its own connection
+    held = pool.get_connection()  # its own, taken: the next one the pool gives is new
+    spare = pool.get_connection()  # and not the child's
+    try:
+        spare.send_command("CLIENT", "ID")
+        assert spare.read_response() not in (handoff_id, own)
+    finally:
+        pool.release(spare)
+        pool.release(held)
+    assert _in_child(client) == (handoff_id, handoff_id)
+    pool.close_handoff()
+    deadline = time.monotonic() + 5
+    while handoff_id in _ids(client) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert handoff_id not in _ids(client)
+    first, _ = _in_child(client)  # nothing handed off: the child connects for itself
+    assert first not in (handoff_id, own)
+    pool.close_handoff()  # closing twice, or with nothing open, is harmless
+    client.close()
+
+
+def test_worker_closes_the_connections_it_opened_for_its_horses(pipeline: Pipeline) -> None:
+    """Across runs, the workers' per-job horse connections are all closed again: the server's client
+    count returns to where it was (no connection leaks per phase)."""
+    warm = pipeline.client.submit(example("three-phase"))
+    pipeline.wait(warm)
+    before = len(pipeline.redis.client_list())
+    run_ids = [pipeline.client.submit(example("three-phase")) for _ in range(4)]
+    for run_id in run_ids:
+        assert pipeline.wait(run_id).termination.reason == "success"
+    deadline = time.monotonic() + 10
+    while len(pipeline.redis.client_list()) > before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(pipeline.redis.client_list()) <= before
