@@ -61,10 +61,16 @@ def granted_for(settings: Any, role: str, parent: list[str] | None = None) -> li
     return attenuate(parent, own) if parent is not None else sorted(set(own))
 
 
+CLASSIFIED_CACHE_SIZE = 1024
+
+
 @dataclass
 class RiskPolicy:
     tiers: dict[str, str]
     classifications: list[dict[str, str]]
+    # capability -> its classification: a pure function of the (immutable, per file version) policy,
+    # worked out once instead of matching every pattern for every run
+    classified: dict[str, dict[str, str]] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
@@ -109,10 +115,18 @@ def _specificity(pattern: str) -> tuple[int, int]:
 
 
 def _classify(policy: RiskPolicy, capability: str) -> dict[str, str]:
+    known = policy.classified.get(capability)
+    if known is not None:
+        return known
     matches = [e for e in policy.classifications if fnmatchcase(capability, e["pattern"])]
-    if not matches:
-        return {"pattern": "*", "tier": "unrestricted", "note": "no classification matched"}
-    return max(matches, key=lambda e: _specificity(e["pattern"]))
+    if matches:
+        entry = max(matches, key=lambda e: _specificity(e["pattern"]))
+    else:
+        entry = {"pattern": "*", "tier": "unrestricted", "note": "no classification matched"}
+    if len(policy.classified) >= CLASSIFIED_CACHE_SIZE:
+        policy.classified.clear()
+    policy.classified[capability] = entry
+    return entry
 
 
 def assess_risk(policy: RiskPolicy, granted: list[str], acknowledged: list[str], run_id: str) -> RiskReport:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import orjson
@@ -36,6 +38,21 @@ def test_risk_tiers_block_warn_and_acknowledge() -> None:
     assert report.blocked == ["capability '*' is classified 'unrestricted' (policy block); acknowledge 'unrestricted' in the role to allow it"]
     assert any("capability 'tool.*' classified as 'elevated' — Broad tool grant" in w for w in report.warnings)
     assert assess_risk(policy, ["*"], ["unrestricted"], "r1").blocked == []
+    again = assess_risk(policy, ["tool.read_file", "tool.*", "*"], [], "r2")  # classifications remembered per policy
+    assert again.tiers == report.tiers and again.blocked == report.blocked
+
+
+def test_risk_policy_file_edit_reclassifies(tmp_path: Path) -> None:
+    """A new version of the policy file is read again: what a capability was classified as before is not kept."""
+    path = tmp_path / "risk.yaml"
+    path.write_text("tiers: {safe: allow, write: acknowledge_required}\n"
+                    "classifications: [{pattern: 'tool.*', tier: safe}]\n")
+    assert assess_risk(load_risk_policy(path), ["tool.write_file"], [], "r1").tiers == {"tool.write_file": "safe"}
+    path.write_text("tiers: {safe: allow, write: acknowledge_required}\n"
+                    "classifications: [{pattern: 'tool.*', tier: safe}, {pattern: 'tool.write_file', tier: write}]\n")
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000_000))  # a new version even on a coarse clock
+    report = assess_risk(load_risk_policy(path), ["tool.write_file"], [], "r1")
+    assert report.tiers == {"tool.write_file": "write"} and "needs acknowledgement" in report.warnings[0]
 
 
 def test_tokens_enforced_end_to_end(tmp_path: Path) -> None:
