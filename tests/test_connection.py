@@ -70,8 +70,9 @@ def test_forked_child_starts_on_the_connection_its_parent_opened(redis_url: str)
 
 
 def test_worker_closes_the_connections_it_opened_for_its_horses(pipeline: Pipeline) -> None:
-    """Across runs, the workers' per-job horse connections are all closed again: the server's client
-    count returns to where it was (no connection leaks per phase)."""
+    """Across runs, the connections the workers open for their horses (two per phase) are all closed
+    again: a leak would add 2 × 12 clients over these 12 phases; only a few may come and go with the
+    processes' threads."""
     warm = pipeline.client.submit(example("three-phase"))
     pipeline.wait(warm)
     before = len(pipeline.redis.client_list())
@@ -79,6 +80,6 @@ def test_worker_closes_the_connections_it_opened_for_its_horses(pipeline: Pipeli
     for run_id in run_ids:
         assert pipeline.wait(run_id).termination.reason == "success"
     deadline = time.monotonic() + 10
-    while len(pipeline.redis.client_list()) > before and time.monotonic() < deadline:
+    while len(pipeline.redis.client_list()) > before + 4 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert len(pipeline.redis.client_list()) <= before
+    assert len(pipeline.redis.client_list()) <= before + 4
