@@ -39,8 +39,10 @@ def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
     run_id = fresh.client.submit(_slow(60, attempts=[1]))
     hb = wait_until(lambda: fresh.redis.zrange(keys.HEARTBEATS, 0, -1), timeout=20)
     assert hb == [keys.heartbeat_member(run_id, 0, 1)]
-    # the worker running the job is the one with a work-horse child
-    victims = [n for n, proc in fresh.stack.procs.items() if n.startswith("worker-") and _children(proc.pid)]
+    # the worker running the job is the one with a work-horse child (the first heartbeat is written by
+    # the worker just before it forks, so the horse may be a moment behind it)
+    victims = wait_until(lambda: [n for n, proc in fresh.stack.procs.items() if n.startswith("worker-") and _children(proc.pid)],
+                         timeout=10)
     assert len(victims) == 1
     proc = fresh.stack.procs[victims[0]]
     horse = _children(proc.pid)
