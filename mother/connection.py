@@ -21,9 +21,10 @@ __all__ = ["CONNECTION_OPTIONS", "ForkHandoffPool", "ServerInfo", "connect", "re
 
 # A new connection needs no handshake round trip at all: RESP2 (no HELLO), and none of what
 # redis-py would otherwise add - looking its own version up in the package metadata, CLIENT SETINFO
-# twice and CLIENT MAINT_NOTIFICATIONS (a managed-cloud feature). A forked RQ work-horse makes new
-# connections for every job, so each of those round trips was paid per phase. (RESP2 also means
-# FT.SEARCH replies come as [total, id, ...], not redis-py's RESP3 mapping.)
+# twice and CLIENT MAINT_NOTIFICATIONS (a managed-cloud feature). Every RQ job runs on new
+# connections (the worker opens them for its work-horse, see ForkHandoffPool), so each of those
+# round trips would be paid per phase. (RESP2 also means FT.SEARCH replies come as [total, id, ...],
+# not redis-py's RESP3 mapping.)
 CONNECTION_OPTIONS: dict[str, object] = {"protocol": 2, "driver_info": None,
                                          "maint_notifications_config": MaintNotificationsConfig(enabled=False)}
 
