@@ -28,7 +28,7 @@ import redis
 from mother import keys
 from mother.config import ModelConfig, Settings
 from mother.errors import BudgetExhausted, BudgetStopped, InvalidSpec, OverrideRefused, QueueFull, RateLimited
-from mother.functions import call
+from mother.functions import call, fcall_command, run
 from schemas import RunSpec, iso_from_ms
 
 __all__ = [
@@ -68,6 +68,8 @@ __doc__ += "\n".join(f"    {dim:<18} {code}" for dim, code in CODES.items()) + "
 MAX_AMOUNT = 10**12  # larger is absurd for any dimension (10^12 tokens, $1,000,000 in micro-USD)
 MICRO = Decimal(1_000_000)
 OK_REPLY = '{"ok":true}'  # mh_guard's reply when the action was charged
+TOOL_ACTIONS = {ro: {"read_only": ro, "check": ["tool_calls"], "add": {"tool_calls": 1}} for ro in (False, True)}
+TOOL_ACTION_NAMES = {False: "tool", True: "tool:read_only"}
 
 
 def check_amount(value: Any, what: str) -> int:
@@ -199,31 +201,36 @@ class Guard:
         self.maxlen = settings.service.activity_maxlen
         self._run_key = keys.run_budget_key(run_id)
         self._day, self._user_key = "", ""
-        self._encoded: dict[str, tuple[bytes, bytes]] = {}
+        self._repeating: dict[str, tuple[str, tuple[Any, ...]]] = {}  # name → (day, its whole FCALL command)
         self._queued: tuple[dict[str, Any], str | None] = ({}, None)  # the action last queued on a pipeline
 
     def _call(self, action: dict[str, Any], cache_as: str | None = None,
               pipe: redis.client.Pipeline | None = None, day: str | None = None) -> dict[str, Any]:
         """One mh_guard call. ``cache_as`` names an action whose JSON never changes (but for the
-        day), so the hot path serialises it once: the per-call work is a string join. With ``pipe``
+        day), so the hot path builds its command once a day and sends it as it is. With ``pipe``
         the call is queued on it (returns {}); pass its reply to :meth:`queued_reply`."""
         day = day or self.day()
-        cached = self._encoded.get(cache_as) if cache_as else None
-        if cached is None:
-            cached = self._encode(action)
+        kept = self._repeating.get(cache_as) if cache_as else None
+        if kept is not None and kept[0] == day:
+            command = kept[1]
+        else:
+            command = self._command(action, day, repeats=cache_as is not None)
             if cache_as:
-                self._encoded[cache_as] = cached
-        if day != self._day:  # the daily key changes once a day: build it then
-            self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
-        args = [cached[0] + day.encode() + cached[1], self.maxlen]
-        if cache_as:
-            args.append(b"1")  # the text repeats call after call: the server keeps its decoding
-        raw = call(pipe if pipe is not None else self.client, "mh_guard",
-                   [self._run_key, self._user_key, keys.ACTIVITY_STREAM], args)
+                self._repeating[cache_as] = (day, command)
+        raw = run(pipe if pipe is not None else self.client, command)
         if pipe is not None:
             self._queued = (action, cache_as)
             return {}
         return self._reply(raw, action, cache_as)
+
+    def _command(self, action: dict[str, Any], day: str, *, repeats: bool) -> tuple[Any, ...]:
+        """mh_guard's command for ``action`` on ``day``: the action's JSON with the user's daily limits
+        (mh_guard reads them whenever the action touches the user's document; it decides that) and the day."""
+        if day != self._day:  # the daily key changes once a day: build it then
+            self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
+        body = orjson.dumps({**action, **_user_args(self.settings, self.user_id), "day": day})
+        args = [body, self.maxlen] + ([b"1"] if repeats else [])  # "1": the text repeats, the server keeps its decoding
+        return fcall_command("mh_guard", [self._run_key, self._user_key, keys.ACTIVITY_STREAM], args)
 
     def queued_reply(self, raw: str) -> dict[str, Any]:
         """The reply of the call last queued on a pipeline."""
@@ -248,16 +255,9 @@ class Guard:
                                   current=reply.get("current"), max=reply.get("max"))
         return reply
 
-    def _encode(self, action: dict[str, Any]) -> tuple[bytes, bytes]:
-        """The action's JSON with the user's daily limits (mh_guard reads them whenever the action
-        touches the user's document; it decides that), split around the day, which goes last."""
-        body = orjson.dumps({**action, **_user_args(self.settings, self.user_id)})
-        return body[:-1] + b',"day":"', b'"}'
-
     def charge_tool(self, *, read_only: bool) -> None:
         """Before a tool call: refuse at the tool-call limit (or when stopped, unless read-only)."""
-        self._call({"read_only": read_only, "check": ["tool_calls"], "add": {"tool_calls": 1}},
-                   cache_as=f"tool:{read_only}")
+        self._call(TOOL_ACTIONS[read_only], cache_as=TOOL_ACTION_NAMES[read_only])
 
     def charge(self, dimension: str, amount: int = 1, *, read_only: bool = False) -> None:
         """A generic counted action (retrieval_queries, spawns, parallel_agents, ...)."""

@@ -197,6 +197,34 @@ def test_client_clock_skew_changes_no_decision(r: redis.Redis, skew_ms: int) -> 
     assert (user["cloud_calls"], user["total_tokens"]) == (1, 100)
 
 
+def test_repeated_tool_charges_follow_the_server_day(r: redis.Redis) -> None:
+    """A tool charge's command is built once per day: a guard whose day is wrong is told the server's
+    and charges under it, and the command kept for one day is never sent for another."""
+    guard = _open(r, "day-tools")
+    clock = ServerClock(r)
+    days = iter(["1999-01-01", "1999-01-01", clock.today(), "2099-12-31"])
+    guard.day = lambda: next(days, clock.today())
+    for _ in range(5):
+        guard.charge_tool(read_only=False)
+    assert _doc(r, "day-tools")["tool_calls"] == 5
+    sent = []
+    guard.client = _Recorder(r, sent)
+    guard.charge_tool(read_only=False)
+    assert _doc(r, "day-tools")["tool_calls"] == 6
+    assert sent[0][-1] == b"1" and orjson.loads(sent[0][-3])["day"] == clock.today()
+
+
+class _Recorder:
+    """A client that records the commands it sends (and sends them)."""
+
+    def __init__(self, client: redis.Redis, sent: list[tuple[object, ...]]) -> None:
+        self.client, self.sent = client, sent
+
+    def execute_command(self, *command: object) -> object:
+        self.sent.append(command)
+        return self.client.execute_command(*command)
+
+
 def _day_at(ms: int) -> str:
     from schemas import iso_from_ms
 
