@@ -15,12 +15,15 @@ With one client, PING and the guard are also measured alternating call by call (
 paired with a round trip made just before it), which cancels drift at the finest grain.
 
 Also prints the server's own time per PING and per guard call (INFO commandstats), which the
-network and the VM's scheduling do not blur. Prints ops/s, p50/p99 latency (µs) and ratios: guard vs PING (1 client, both ways) and guard vs naive (8 clients).
+network and the VM's scheduling do not blur. Prints ops/s, p50/p99 latency (µs) and ratios: guard vs
+PING with 1 client (pooled over all turns; round by round, each round's two p50s taken a quarter round
+apart, whose median a drifting machine does not sway; and alternating call by call) and guard vs naive.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
@@ -95,17 +98,18 @@ def _worker(url: str, run_id: str, peers: list[str]) -> dict[str, Any]:
     return ops
 
 
-def _interleaved(url: str, kinds: list[str], start: float, block: float, rounds: int, run_id: str) -> dict[str, list[float]]:
+def _interleaved(url: str, kinds: list[str], start: float, block: float, rounds: int, run_id: str) -> dict[str, list[list[float]]]:
     """Run the methods in turns of ``block`` seconds, ``rounds`` times each, switching at the same
     wall-clock instants in every process: all methods see the same machine noise, and under
-    contention all processes run the same method at once."""
+    contention all processes run the same method at once. Latencies per method, per round."""
     ops = _worker(url, run_id, [k for k in kinds if k == "limits"])
-    latencies: dict[str, list[float]] = {k: [] for k in kinds}
+    latencies: dict[str, list[list[float]]] = {k: [] for k in kinds}
     while time.time() < start:
         time.sleep(0.001)
     for turn in range(rounds * len(kinds)):
         kind = kinds[turn % len(kinds)]
-        op, out = ops[kind], latencies[kind]
+        op, out = ops[kind], []
+        latencies[kind].append(out)
         end = start + (turn + 1) * block
         perf = time.perf_counter
         while time.time() < end:
@@ -131,18 +135,21 @@ def _alternating(url: str, seconds: float, run_id: str) -> dict[str, list[float]
     return latencies
 
 
-def measure(url: str, kinds: list[str], procs: int, seconds: float, rounds: int) -> dict[str, tuple[float, float, float]]:
-    """ops/s, p50 µs, p99 µs per method, each method given ``seconds`` in ``rounds`` turns."""
+def measure(url: str, kinds: list[str], procs: int, seconds: float,
+            rounds: int) -> tuple[dict[str, tuple[float, float, float]], dict[str, list[float]]]:
+    """ops/s, p50 µs, p99 µs per method, each method given ``seconds`` in ``rounds`` turns; and each
+    method's p50 per round (all processes pooled), to compare methods round by round."""
     block = seconds / rounds
     start = time.time() + 1.5  # time for the processes to start and connect
     with ProcessPoolExecutor(procs) as pool:
         results = list(pool.map(_interleaved, [url] * procs, [kinds] * procs, [start] * procs, [block] * procs,
                                 [rounds] * procs, ["bench-run"] * procs))
-    table = {}
+    table, per_round = {}, {}
     for kind in kinds:
-        lat = sorted(x for r in results for x in r[kind])
+        lat = sorted(x for r in results for turn in r[kind] for x in turn)
         table[kind] = (len(lat) / seconds, statistics.median(lat) * 1e6, lat[int(0.99 * (len(lat) - 1))] * 1e6)
-    return table
+        per_round[kind] = [statistics.median([x for r in results for x in r[kind][i]] or [math.nan]) for i in range(rounds)]
+    return table, per_round
 
 
 def main() -> int:
@@ -158,7 +165,10 @@ def main() -> int:
         for procs in (int(p) for p in args.procs.split(",")):
             kinds = ["ping", "guard", "naive", "limits"]
             stats.config_resetstat()
-            for kind, (ops, p50, p99) in measure(server.url, kinds, procs, args.seconds, args.rounds).items():
+            measured, per_round = measure(server.url, kinds, procs, args.seconds, args.rounds)
+            if procs == 1:  # the guard's p50 over PING's in each round: the two turns are 1/4 round apart
+                round_ratios = [g / p for g, p in zip(per_round["guard"], per_round["ping"]) if g == g and p == p]
+            for kind, (ops, p50, p99) in measured.items():
                 table[(kind, procs)] = (ops, p50, p99)
                 print(f"{kind:<7} procs={procs:<2} {ops:>10.0f} ops/s   p50 {p50:>8.1f} µs   p99 {p99:>8.1f} µs", flush=True)
             # the server's own time per call (INFO commandstats; the guard is the only FCALL here), free
@@ -176,7 +186,8 @@ def main() -> int:
             alt_ratio = statistics.median(alt["guard"]) / statistics.median(alt["ping"])
     if ("guard", 1) in table:
         print(f"guard p50 / PING p50 (1 client): {table[('guard', 1)][1] / table[('ping', 1)][1]:.2f}x in "
-              f"{args.seconds / args.rounds:.2f} s turns, {alt_ratio:.2f}x alternating call by call  (target ≤ 1.5x)")
+              f"{args.seconds / args.rounds:.2f} s turns (median of the {len(round_ratios)} rounds' ratios "
+              f"{statistics.median(round_ratios):.2f}x), {alt_ratio:.2f}x alternating call by call  (target ≤ 1.5x)")
     for procs in sorted({p for _, p in table}):
         print(f"guard / naive throughput ({procs} clients): {table[('guard', procs)][0] / table[('naive', procs)][0]:.2f}x"
               f"   guard / limits: {table[('guard', procs)][0] / table[('limits', procs)][0]:.2f}x")
