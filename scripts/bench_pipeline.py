@@ -1,6 +1,6 @@
 """Benchmark: runs through Mother + K workers vs plain RQ running the same jobs on the same workers.
 
-    .venv/bin/python scripts/bench_pipeline.py [--runs N] [--rounds R] [--workers K]
+    .venv/bin/python scripts/bench_pipeline.py [--runs N] [--rounds R] [--workers K] [--serial M]
 
 One process starts an embedded Redis and K forking RQ workers, then measures, in
 one run on the same workers:
@@ -16,6 +16,10 @@ run or chain every 50 ms). Prints runs/s, phase latency p50/p99 (enqueue → end
 dispatch → accepted result for Mother), the CPU time per phase of every process
 taking part (Redis, Mother, the workers, their work-horses, this script), and the
 wall time Mother adds per phase over plain RQ, in all and per round.
+
+Then (--serial M, default 30) M runs one at a time, each after a single plain-RQ chain,
+both watched every 2 ms: the latency Mother adds to a run that waits behind no other,
+per phase (a busy machine's figure above is throughput: CPU cost per phase).
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ def _wait(what: str, deadline: float) -> None:
         raise SystemExit(f"benchmark gave up: {what} did not finish in time (see the logs printed above)")
 
 
-def baseline(url: str, runs: int, first: int = 0) -> tuple[float, list[float]]:
+def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05, latencies: bool = True) -> tuple[float, list[float]]:
     import redis
 
     conn = redis.Redis.from_url(url)
@@ -78,7 +82,7 @@ def baseline(url: str, runs: int, first: int = 0) -> tuple[float, list[float]]:
     for i in chains:
         queue.enqueue_call("workers.noop.chain", args=(i, 0, 3), job_id=chain_job_id(i, 0), result_ttl=600)
     ids = [chain_job_id(i, step) for i in chains for step in range(3)]
-    # watched as cheaply as Mother's runs are (one small read per unfinished chain every 50 ms): a
+    # watched as cheaply as Mother's runs are (one small read per unfinished chain every ``poll`` s): a
     # costlier watch would slow the baseline on this shared machine and flatter Mother
     pending = {Job.key_for(chain_job_id(i, 2)) for i in chains}
     deadline = time.monotonic() + 300
@@ -88,15 +92,18 @@ def baseline(url: str, runs: int, first: int = 0) -> tuple[float, list[float]]:
         for key in pending:
             pipe.hget(key, "status")
         pending -= {key for key, status in zip(list(pending), pipe.execute()) if status == JobStatus.FINISHED.value.encode()}
-        time.sleep(0.05)
+        if pending:
+            time.sleep(poll)
     elapsed = time.perf_counter() - started
+    if not latencies:
+        return elapsed, []
     time.sleep(0.5)  # RQ may mark a job finished a moment before it stores ended_at
     jobs = Job.fetch_many(ids, connection=conn, serializer=JSONSerializer)
     latencies = [(j.ended_at - j.enqueued_at).total_seconds() * 1000 for j in jobs if j.ended_at and j.enqueued_at]
     return elapsed, latencies
 
 
-def through_mother(client: MotherClient, runs: int) -> tuple[float, list[float]]:
+def through_mother(client: MotherClient, runs: int, poll: float = 0.05) -> tuple[float, list[float]]:
     spec = {"user_id": "bench", "task": "no-op", "pipeline": [
         {"name": n, "role": "noop", "model": "scripted"} for n in ("plan", "execute", "review")],
         "scripts": {"noop": [{"text": "ok"}]}}
@@ -111,7 +118,8 @@ def through_mother(client: MotherClient, runs: int) -> tuple[float, list[float]]
             pipe.exists(keys.termination_key(run_id))
         done = {run_id for run_id, ok in zip(list(pending), pipe.execute()) if ok}
         pending -= done
-        time.sleep(0.05)
+        if pending:
+            time.sleep(poll)
     elapsed = time.perf_counter() - started
     latencies = []
     for run_id in ids:
@@ -142,11 +150,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds the runs are split into")
+    parser.add_argument("--serial", type=int, default=30,
+                        help="then this many runs one at a time, alternating with single plain-RQ chains (0: skip)")
     args = parser.parse_args()
     if args.runs < args.rounds or args.rounds < 1:
         parser.error("--runs must be at least --rounds, and --rounds at least 1")
     os.environ.update(UNLIMITED)
     per_round = args.runs // args.rounds
+    runs_total = per_round * args.rounds
     base_s = mom_s = 0.0
     cpu: dict[str, dict[str, float]] = {"baseline": {}, "mother": {}}
     base_lat: list[float] = []
@@ -181,6 +192,14 @@ def main() -> int:
                 base_s += took["baseline"]
                 mom_s += took["mother"]
                 rounds.append((took["mother"] - took["baseline"]) / (3 * per_round) * 1000)
+            serial = {"baseline": [], "mother": []}
+            for i in range(args.serial):  # one run at a time: the latency Mother adds to a run nobody queues behind
+                os.kill(mother.pid, signal.SIGSTOP)
+                try:
+                    serial["baseline"].append(baseline(server.url, 1, first=runs_total + i, poll=0.002, latencies=False)[0])
+                finally:
+                    os.kill(mother.pid, signal.SIGCONT)
+                serial["mother"].append(through_mother(client, 1, poll=0.002)[0])
     runs = per_round * args.rounds
     phases = 3 * runs
     print(f"runs={runs} phases={phases} workers={args.workers} rounds={args.rounds}")
@@ -196,6 +215,11 @@ def main() -> int:
     print(f"wall time added per phase over plain RQ: {(mom_s - base_s) / phases * 1000:.2f} ms "
           f"(ratio Mother/RQ wall time {mom_s / base_s:.2f}x); per round: "
           + ", ".join(f"{x:.2f}" for x in rounds) + f" ms (median {statistics.median(rounds):.2f})")
+    if args.serial:
+        b, m = (statistics.median(serial[k]) * 1000 for k in ("baseline", "mother"))
+        print(f"one run at a time ({args.serial} each, watched every 2 ms): plain RQ chain p50 {b:.1f} ms "
+              f"(p99 {pct(serial['baseline'], 0.99) * 1000:.1f}), Mother run p50 {m:.1f} ms "
+              f"(p99 {pct(serial['mother'], 0.99) * 1000:.1f}): Mother adds {(m - b) / 3:.2f} ms per phase to a run's latency")
     return 0
 
 
