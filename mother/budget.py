@@ -28,7 +28,7 @@ import redis
 from mother import keys
 from mother.config import ModelConfig, Settings
 from mother.errors import BudgetExhausted, BudgetStopped, InvalidSpec, OverrideRefused, QueueFull, RateLimited
-from mother.functions import call, fcall_command, run
+from mother.functions import call, fcall_command, send
 from schemas import RunSpec, iso_from_ms
 
 __all__ = [
@@ -217,7 +217,7 @@ class Guard:
             command = self._command(action, day, repeats=cache_as is not None)
             if cache_as:
                 self._repeating[cache_as] = (day, command)
-        raw = run(pipe if pipe is not None else self.client, command)
+        raw = send(pipe if pipe is not None else self.client, command)
         if pipe is not None:
             self._queued = (action, cache_as)
             return {}

@@ -19,7 +19,7 @@ import redis
 
 from mother import keys
 
-__all__ = ["call", "ensure_loaded", "fcall_command", "load_functions", "run", "server_now_ms"]
+__all__ = ["call", "ensure_loaded", "fcall_command", "load_functions", "send", "server_now_ms"]
 
 def _read(file: str) -> str:
     return resources.files("mother").joinpath(f"lua/{file}").read_text(encoding="utf-8")
@@ -62,15 +62,15 @@ def call(client: redis.Redis | redis.client.Pipeline, name: str, keys_: list[str
 
     With a pipeline the call is queued and its reply comes from ``execute()``.
     """
-    return run(client, fcall_command(name, keys_, args))
+    return send(client, fcall_command(name, keys_, args))
 
 
 def fcall_command(name: str, keys_: list[str], args: list[Any]) -> tuple[Any, ...]:
-    """The FCALL command's words, for :func:`run` (a caller that repeats a call can keep them)."""
+    """The FCALL command's words, for :func:`send` (a caller that repeats a call can keep them)."""
     return ("FCALL", name, len(keys_), *keys_, *args)
 
 
-def run(client: redis.Redis | redis.client.Pipeline, command: tuple[Any, ...]) -> Any:
+def send(client: redis.Redis | redis.client.Pipeline, command: tuple[Any, ...]) -> Any:
     """Send an FCALL built by :func:`fcall_command`; reload the library once if it is missing."""
     try:  # execute_command itself: fcall() only adds two calls
         return client.execute_command(*command)
