@@ -111,12 +111,16 @@ def _interleaved(url: str, kinds: list[str], start: float, block: float, rounds:
         op, out = ops[kind], []
         latencies[kind].append(out)
         end = start + (turn + 1) * block
-        perf = time.perf_counter
         while time.time() < end:
-            t0 = perf()
-            op()
-            out.append(perf() - t0)
+            _timed(op, out)
     return latencies
+
+
+def _timed(op: Any, out: list[float]) -> None:
+    """Call ``op`` once and append how long it took."""
+    t0 = time.perf_counter()
+    op()
+    out.append(time.perf_counter() - t0)
 
 
 def _alternating(url: str, seconds: float, run_id: str) -> dict[str, list[float]]:
@@ -125,13 +129,10 @@ def _alternating(url: str, seconds: float, run_id: str) -> dict[str, list[float]
     ops = _worker(url, run_id, [])
     pairs = [("ping", ops["ping"]), ("guard", ops["guard"])]
     latencies: dict[str, list[float]] = {"ping": [], "guard": []}
-    perf = time.perf_counter
     end = time.time() + seconds
     while time.time() < end:
         for kind, op in pairs:
-            t0 = perf()
-            op()
-            latencies[kind].append(perf() - t0)
+            _timed(op, latencies[kind])
     return latencies
 
 
@@ -167,7 +168,8 @@ def main() -> int:
             stats.config_resetstat()
             measured, per_round = measure(server.url, kinds, procs, args.seconds, args.rounds)
             if procs == 1:  # the guard's p50 over PING's in each round: the two turns are 1/4 round apart
-                round_ratios = [g / p for g, p in zip(per_round["guard"], per_round["ping"]) if g == g and p == p]
+                round_ratios = [g / p for g, p in zip(per_round["guard"], per_round["ping"])
+                                if not (math.isnan(g) or math.isnan(p))]
             for kind, (ops, p50, p99) in measured.items():
                 table[(kind, procs)] = (ops, p50, p99)
                 print(f"{kind:<7} procs={procs:<2} {ops:>10.0f} ops/s   p50 {p50:>8.1f} µs   p99 {p99:>8.1f} µs", flush=True)

@@ -72,7 +72,8 @@ def _wait(what: str, deadline: float) -> None:
         raise SystemExit(f"benchmark gave up: {what} did not finish in time (see the logs printed above)")
 
 
-def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05, latencies: bool = True) -> tuple[float, list[float]]:
+def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
+             with_latencies: bool = True) -> tuple[float, list[float]]:
     import redis
 
     conn = redis.Redis.from_url(url)
@@ -95,7 +96,7 @@ def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05, latencies:
         if pending:
             time.sleep(poll)
     elapsed = time.perf_counter() - started
-    if not latencies:
+    if not with_latencies:
         return elapsed, []
     time.sleep(0.5)  # RQ may mark a job finished a moment before it stores ended_at
     jobs = Job.fetch_many(ids, connection=conn, serializer=JSONSerializer)
@@ -157,7 +158,7 @@ def main() -> int:
         parser.error("--runs must be at least --rounds, and --rounds at least 1")
     os.environ.update(UNLIMITED)
     per_round = args.runs // args.rounds
-    runs_total = per_round * args.rounds
+    runs = per_round * args.rounds
     base_s = mom_s = 0.0
     cpu: dict[str, dict[str, float]] = {"baseline": {}, "mother": {}}
     base_lat: list[float] = []
@@ -196,11 +197,10 @@ def main() -> int:
             for i in range(args.serial):  # one run at a time: the latency Mother adds to a run nobody queues behind
                 os.kill(mother.pid, signal.SIGSTOP)
                 try:
-                    serial["baseline"].append(baseline(server.url, 1, first=runs_total + i, poll=0.002, latencies=False)[0])
+                    serial["baseline"].append(baseline(server.url, 1, first=runs + i, poll=0.002, with_latencies=False)[0])
                 finally:
                     os.kill(mother.pid, signal.SIGCONT)
                 serial["mother"].append(through_mother(client, 1, poll=0.002)[0])
-    runs = per_round * args.rounds
     phases = 3 * runs
     print(f"runs={runs} phases={phases} workers={args.workers} rounds={args.rounds}")
     print(f"{'':<10}{'runs/s':>10}{'phases/s':>10}{'p50 ms':>10}{'p99 ms':>10}")

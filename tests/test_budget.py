@@ -340,7 +340,7 @@ def test_repeated_action_texts_are_charged_as_written_past_the_servers_cache(r: 
     roomy = load_settings()
     roomy.budget.profiles["balanced"].tool_calls = 10**9
     _open(r, "repeats", roomy)
-    day = ServerClock(r).now_iso()[:10]
+    day = ServerClock(r).today()
     amounts = list(range(1, 71)) + [3, 70, 1]  # 70 distinct texts, then three seen before the cache restarted
     for n in amounts:
         action = orjson.dumps({"read_only": False, "check": ["tool_calls"], "add": {"tool_calls": n}, "day": day})

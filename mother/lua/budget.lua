@@ -204,6 +204,10 @@ local function mh_guard(keys, args)
       if limit and used >= limit then return refuse(keys[2], user, code_of('user', dim), user[dim] or 0, limit, at, act) end
     end
   end
+  -- a reservation's id becomes a member name in the JSON.MERGE below: a plain name only
+  if a.reserve and (type(a.reserve.op) ~= 'string' or not string.find(a.reserve.op, '^[%w_-]+$')) then
+    return cjson.encode({ok = false, code = 'invalid_action', error = 'reserve.op must be letters, digits, _ or -'})
+  end
   -- charges
   local touched, user_touched, run_w, user_w = {}, {}, {}, {}
   if a.settle then
@@ -217,9 +221,6 @@ local function mh_guard(keys, args)
   add(run_w, doc, a.add, touched)
   if user then add(user_w, user, a.user_add, user_touched) end
   if a.reserve then
-    if type(a.reserve.op) ~= 'string' or not string.find(a.reserve.op, '^[%w_-]+$') then
-      return cjson.encode({ok = false, code = 'invalid_action', error = 'reserve.op must be letters, digits, _ or -'})
-    end
     reserve(run_w, doc, a.reserve.dims, 1)
     if user then reserve(user_w, user, a.reserve.user_dims, 1) end
     run_w.reservations = {[a.reserve.op] = cjson.encode({dims = a.reserve.dims, user_dims = a.reserve.user_dims, at = at})}
@@ -314,7 +315,7 @@ local function mh_admit(keys, args)
   end
   local user = ensure_user(keys[2], a, day, at)
   if user.runs >= user.limits.runs then
-    return refuse(keys[2], user, 'budget_user_daily_runs_exceeded', user.runs, user.limits.runs, at, act)
+    return refuse(keys[2], user, code_of('user', 'runs'), user.runs, user.limits.runs, at, act)
   end
   user.runs = user.runs + 1
   merge(keys[2], {runs = int_text(user.runs), last_updated = cjson.encode(at)})
