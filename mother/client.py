@@ -23,7 +23,7 @@ from mother.budget import rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect
 from mother.errors import InvalidSpec, NotFound, WaitTimeout
-from schemas import MAX_SPEC_BYTES, ResultEnvelope, RunSpec, RunState, describe_validation_error
+from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error
 
 __all__ = ["MotherClient", "load_spec_file", "parse_spec"]
 
@@ -136,14 +136,16 @@ class MotherClient:
         """Block until the run has its final ResultEnvelope; ``WaitTimeout`` after ``timeout`` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         seen: tuple[Any, ...] | None = None
+        unknown: NotFound | None = None
         while True:
             envelope = self.result(run_id)
             if envelope is not None and envelope.termination is not None:
                 return envelope
             try:
-                state = self.status(run_id) if on_progress or seen is None else None
-            except NotFound:
-                state = None  # submitted but not taken in yet: keep waiting (a rejection raises InvalidSpec)
+                state = self.status(run_id) if on_progress or seen is None or unknown is not None else None
+                unknown = None
+            except NotFound as exc:
+                state, unknown = None, exc  # submitted but not taken in yet: keep waiting (a rejection raises InvalidSpec)
             if state is not None and on_progress is not None:
                 marker = (state.status, state.phase, state.attempt)
                 if marker != seen:
@@ -152,6 +154,8 @@ class MotherClient:
             elif seen is None:
                 seen = ()
             if deadline is not None and time.monotonic() >= deadline:
+                if unknown is not None:  # never taken in: say so, not that it "goes on"
+                    raise NotFound(f"{unknown.message} (waited {timeout:g}s)")
                 raise WaitTimeout(f"run {run_id} has not ended after {timeout:g}s; it goes on (`mother status {run_id}`)")
             time.sleep(poll)
 
@@ -167,6 +171,9 @@ class MotherClient:
 
     def runs(self, *, reason: str | None = None, user: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         """Newest runs first: run_id, user, status, phase, reason, details, suggested_action."""
+        if reason is not None and reason not in TERMINATION_REASONS:
+            raise InvalidSpec(f"unknown termination reason {reason!r}; use one of: {', '.join(TERMINATION_REASONS)}",
+                              field="reason")
         if reason is not None:
             ids = self.redis.zrevrange(keys.termination_reason_index_key(reason), 0, limit - 1)
         elif user is not None:

@@ -50,7 +50,10 @@ def test_inspect_pretty_prints_json_and_reports_missing(r: redis.Redis, redis_ur
     assert '\n  "reason": "timeout"' in result.stdout
     missing = run_cli("inspect", "nope", env={"MOTHER_REDIS_URL": redis_url})
     assert missing.returncode == 2
-    assert missing.stderr.startswith("error[not_found]: key 'nope' does not exist")
+    assert missing.stderr.startswith("error[not_found]: no run and no key 'nope'; list runs with `mother runs`")
+    not_an_id = run_cli("inspect", "no such key", env={"MOTHER_REDIS_URL": redis_url})
+    assert not_an_id.returncode == 2
+    assert not_an_id.stderr.startswith("error[not_found]: key 'no such key' does not exist")
 
 
 def test_schema_export_writes_one_file_per_model(tmp_path: Path) -> None:

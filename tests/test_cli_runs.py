@@ -57,6 +57,12 @@ def test_runs_status_cancel_and_errors(pipeline: Pipeline, tmp_path: Path) -> No
     assert inspected["termination"]["reason"] == "user_cancelled" and inspected["run"]["status"] == "terminated"
     missing = run_cli("status", "no-such-run", env=env)
     assert missing.returncode == 2 and missing.stderr.startswith("error[not_found]: no run 'no-such-run'")
+    never = run_cli("wait", "no-such-run", "--timeout", "0.5", env=env)  # not "it goes on": it never was
+    assert never.returncode == 2 and never.stderr.startswith("error[not_found]: no run 'no-such-run'")
+    assert never.stderr.rstrip().endswith("(waited 0.5s)")
+    unknown_reason = run_cli("runs", "--reason", "timed_out", env=env)
+    assert unknown_reason.returncode == 2
+    assert unknown_reason.stderr.startswith("error[invalid_spec]: unknown termination reason 'timed_out'; use one of: success,")
     bad = tmp_path / "bad.yaml"
     bad.write_text("user_id: 'a b'\ntask: t\npipeline: []\n")
     refused = run_cli("submit", str(bad), env=env)
@@ -101,6 +107,9 @@ def test_up_starts_everything_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, out
     assert "stopped." in out
+    logs = tmp_path / "redis" / "logs"  # beside the server's own log, in the --dir given
+    assert f"logs in {logs}" in out
+    assert (logs / "mother-0.log").is_file() and (logs / "worker-0.log").is_file()
     leftover = subprocess.run(["pgrep", "-f", f"(--port {port}|{tmp_path})"], capture_output=True, text=True).stdout.split()
     assert [pid for pid in leftover if int(pid) != os.getpid()] == []
 

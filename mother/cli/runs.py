@@ -150,9 +150,12 @@ def resolve_inspect(client: MotherClient, target: str) -> Any:
     try:
         return read_key(client.redis, target)
     except NotFound:
-        if client.redis.exists(keys.run_key(target)) if _is_id(target) else False:
+        if not _is_id(target):
+            raise
+        if client.redis.exists(keys.run_key(target)):
             return inspect_run(client, target)
-        raise
+        raise NotFound(f"no run and no key {target!r}; list runs with `mother runs`, "
+                       "keys with `redis-cli --scan --pattern 'run:*'`") from None
 
 
 def _is_id(value: str) -> bool:

@@ -64,13 +64,15 @@ def up(
         stopping.append(signum)
 
     with server:
-        stack = LocalStack(server.url, workers=workers, log_dir=server.dir.parent / "logs")
+        stack = LocalStack(server.url, workers=workers, log_dir=server.dir / "logs")
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
         try:
             stack.start()
-            console.print(f"up: Redis {server.url}, Mother, {workers} worker(s); logs in {stack.log_dir}", highlight=False)
-            console.print(f"export MOTHER_REDIS_URL={server.url}", highlight=False)
+            # soft_wrap: a path or the export line folded at the terminal's width could not be pasted
+            console.print(f"up: Redis {server.url}, Mother, {workers} worker(s); logs in {stack.log_dir}",
+                          highlight=False, soft_wrap=True)
+            console.print(f"export MOTHER_REDIS_URL={server.url}", highlight=False, soft_wrap=True)
             console.print("Ctrl-C stops everything.", style="dim")
             while not stopping:
                 for name in stack.respawn_dead_workers():
