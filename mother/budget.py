@@ -305,6 +305,14 @@ class Guard:
                                       spend=spend_micro_usd(model, input_tokens, output_tokens), pipe=pipe)
 
 
+def audit_fields(actor: str, reason: str) -> dict[str, str]:
+    """The who and why an audited budget action records: both required, neither blank."""
+    for what, value in (("actor", actor), ("reason", reason)):
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidSpec(f"{what} must say {'who acts' if what == 'actor' else 'why'}; it is empty", field=what)
+    return {"actor": actor[:128], "reason": reason[:1000]}
+
+
 def _state(client: redis.Redis, run_id: str, status: str, event: dict[str, Any], event_type: str, maxlen: int) -> dict[str, Any]:
     reply = call(client, "mh_budget_state", [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM],
                  [status, orjson.dumps(event), maxlen, event_type])
@@ -315,11 +323,11 @@ def _state(client: redis.Redis, run_id: str, status: str, event: dict[str, Any],
 
 def emergency_stop(client: redis.Redis, run_id: str, actor: str, reason: str, maxlen: int) -> dict[str, Any]:
     """Set the run ``budget_stopped`` now; the event carries actor, reason, at and the counters."""
-    return _state(client, run_id, "budget_stopped", {"actor": actor, "reason": reason}, "budget_stopped", maxlen)
+    return _state(client, run_id, "budget_stopped", audit_fields(actor, reason), "budget_stopped", maxlen)
 
 
 def reset_stop(client: redis.Redis, run_id: str, actor: str, reason: str, maxlen: int) -> dict[str, Any]:
-    return _state(client, run_id, "active", {"actor": actor, "reason": reason}, "budget_reset", maxlen)
+    return _state(client, run_id, "active", audit_fields(actor, reason), "budget_reset", maxlen)
 
 
 def override(client: redis.Redis, run_id: str, *, dimension: str, delta: int, expires_in_s: float, actor: str,
@@ -328,11 +336,10 @@ def override(client: redis.Redis, run_id: str, *, dimension: str, delta: int, ex
     if dimension not in CODES:
         raise OverrideRefused(f"unknown dimension {dimension!r}; one of {', '.join(sorted(CODES))}")
     if isinstance(delta, bool) or not isinstance(delta, int) or abs(delta) > MAX_AMOUNT:
-        raise OverrideRefused(f"delta must be a whole number, got {delta!r}")
+        raise OverrideRefused(f"delta must be a whole number from -{MAX_AMOUNT} to {MAX_AMOUNT}, got {delta!r}")
     if not (isinstance(expires_in_s, int | float) and math.isfinite(expires_in_s) and 0 < expires_in_s <= 30 * 86400):
         raise OverrideRefused("expires-in must be between 1 second and 30 days")
-    payload = {"dimension": dimension, "delta": delta, "actor": actor[:128], "reason": reason[:1000],
-               "expires_in_ms": int(expires_in_s * 1000)}
+    payload = {"dimension": dimension, "delta": delta, **audit_fields(actor, reason), "expires_in_ms": int(expires_in_s * 1000)}
     reply = call(client, "mh_override", [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM], [orjson.dumps(payload), maxlen])
     if isinstance(reply, str) and reply.startswith("ERR"):
         raise OverrideRefused(f"override refused for run {run_id}: {reply[4:]}")

@@ -19,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from mother import keys
-from mother.budget import rate_check, submit_with_backpressure
+from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect
 from mother.errors import InvalidSpec, NotFound, WaitTimeout
@@ -162,9 +162,10 @@ class MotherClient:
     # -- act -------------------------------------------------------------
     def cancel(self, run_id: str, actor: str = "user", reason: str = "cancelled by user") -> None:
         """Ask Mother to end the run ``user_cancelled`` (a no-op if it already ended)."""
+        audit = audit_fields(actor, reason)
         state = self.status(run_id)  # NotFound for an unknown id
         rate_check(self.redis, self.settings, state.user_id)
-        self.send_event(EVENT_CANCEL, {"run_id": run_id, "actor": actor, "reason": reason[:1000]})
+        self.send_event(EVENT_CANCEL, {"run_id": run_id, **audit})
 
     def send_event(self, event_type: str, payload: dict[str, Any]) -> str:
         return self.redis.xadd(keys.EVENTS_STREAM, {"type": event_type, "payload": orjson.dumps(payload)})

@@ -49,7 +49,8 @@ DEFAULT_CONFIG_FILE = "mother.yaml"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    # a NaN or infinite setting (a ratio, a timeout, a factor) would pass every bound check unnoticed
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False)
 
 
 class ServerSettings(_Section):
@@ -71,7 +72,7 @@ class ServiceSettings(_Section):
     batch: int = Field(100, ge=1, le=10_000, description="entries read per stream per loop")
     watchdog_interval_seconds: float = Field(1.0, gt=0, le=60)
     heartbeat_timeout_seconds: float = Field(10.0, gt=0, le=600, description="a started phase silent this long is lost")
-    claim_idle_seconds: float = Field(30.0, gt=0, description="reclaim stream entries pending this long")
+    claim_idle_seconds: float = Field(30.0, gt=0, le=86400, description="reclaim stream entries pending this long")
     max_deliveries: int = Field(5, ge=1, le=100, description="after this many failed handlings an entry is dead-lettered")
     activity_maxlen: int = Field(100_000, ge=100, description="approximate cap of the activity stream")
     consumer_group: str = "mother"
@@ -150,7 +151,7 @@ class BudgetSettings(_Section):
     per_user_daily: PerUserDailyBudget = Field(default_factory=PerUserDailyBudget)
     global_: GlobalBudget = Field(default_factory=GlobalBudget, alias="global")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
-    max_override_factor: float = Field(2.0, description="an override never takes a limit past this x the profile default")
+    max_override_factor: float = Field(2.0, ge=1, le=100, description="an override never takes a limit past this x the profile default")
 
 
 class LimitValues(_Section):
@@ -282,6 +283,7 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         validate_assignment=True,
+        allow_inf_nan=False,
     )
 
     redis_url: str = Field(

@@ -39,7 +39,9 @@ def iso_from_ms(ms: int) -> str:
 class Record(BaseModel):
     """Base of every stored or exchanged record: strict, orjson in and out."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False, validate_default=True)
+    # allow_inf_nan=False: NaN and infinities are refused everywhere (JSON has no such numbers, and
+    # a NaN limit or amount would compare false with everything)
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False, validate_default=True, allow_inf_nan=False)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -6,7 +6,7 @@ import math
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import Field, JsonValue, StringConstraints, field_validator, model_validator
+from pydantic import Field, JsonValue, StrictInt, StringConstraints, field_validator, model_validator
 
 from schemas._base import Id, ModelName, Record, ShortText, Timestamp
 from schemas.context import ContextInput
@@ -39,15 +39,15 @@ class LimitOverrides(Record):
     """Per-run limits a submitter (or a spawning parent) asks for; seed 000's limit types.
 
     ``spend`` is USD as a decimal (never a float inside the system); every value
-    must be finite and non-negative.
+    must be finite and non-negative; counts are integers, never booleans or numeric strings.
     """
 
-    turns: int | None = Field(None, ge=0, le=100_000)
-    tokens: int | None = Field(None, ge=0, le=10**12)
+    turns: StrictInt | None = Field(None, ge=0, le=100_000)
+    tokens: StrictInt | None = Field(None, ge=0, le=10**12)
     spend: Decimal | None = Field(None, ge=0, le=1_000_000, decimal_places=6)
     duration_seconds: float | None = Field(None, ge=0, le=30 * 86400)
-    spawns: int | None = Field(None, ge=0, le=10_000)
-    depth: int | None = Field(None, ge=0, le=100)
+    spawns: StrictInt | None = Field(None, ge=0, le=10_000)
+    depth: StrictInt | None = Field(None, ge=0, le=100)
 
     @field_validator("spend", mode="before")
     @classmethod
@@ -58,13 +58,6 @@ class LimitOverrides(Record):
             return Decimal(repr(value))
         return value
 
-    @field_validator("duration_seconds")
-    @classmethod
-    def _finite(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError("must be a finite number of seconds")
-        return value
-
 
 class PhaseSpec(Record):
     """One phase of a run's pipeline: which role does it, on which model."""
@@ -72,10 +65,10 @@ class PhaseSpec(Record):
     name: Id
     role: Id
     model: ModelName
-    max_retries: int = Field(2, ge=0, le=10)
+    max_retries: StrictInt = Field(2, ge=0, le=10)
     timeout_seconds: float | None = Field(None, gt=0, le=86400)
-    max_tool_calls: int | None = Field(None, ge=1, le=10_000, description="tool calls per turn (seed 004)")
-    max_consecutive_tools: int | None = Field(None, ge=1, le=10_000, description="tool calls without text")
+    max_tool_calls: StrictInt | None = Field(None, ge=1, le=10_000, description="tool calls per turn (seed 004)")
+    max_consecutive_tools: StrictInt | None = Field(None, ge=1, le=10_000, description="tool calls without text")
     exit_criteria: Annotated[str, StringConstraints(max_length=20_000)] | None = Field(
         None, description="what the phase must deliver (part of the current_phase section)")
 
@@ -90,8 +83,8 @@ class RunSpec(Record):
     budget_profile: Literal["conservative", "balanced", "extended"] = "balanced"
     limit_overrides: LimitOverrides = Field(default_factory=LimitOverrides)
     parent_run_id: Id | None = None
-    max_tool_calls: int | None = Field(None, ge=1, le=10_000, description="per turn, for every phase of the run")
-    max_consecutive_tools: int | None = Field(None, ge=1, le=10_000)
+    max_tool_calls: StrictInt | None = Field(None, ge=1, le=10_000, description="per turn, for every phase of the run")
+    max_consecutive_tools: StrictInt | None = Field(None, ge=1, le=10_000)
     libraries: list[Id] = Field(default_factory=list, max_length=64)
     metadata: dict[MetadataKey, JsonValue] = Field(default_factory=dict, max_length=64)
     context: ContextInput = Field(default_factory=ContextInput, description="material beside the task (seed 003 §3)")

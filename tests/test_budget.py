@@ -139,6 +139,21 @@ def test_overrides_capped_at_2x_and_expire(r: redis.Redis) -> None:
     assert len(audit) == 1 and orjson.loads(audit[0]["data"])["effective"] == 160
 
 
+def test_audited_actions_need_an_actor_and_a_reason_and_sane_deltas(r: redis.Redis) -> None:
+    """A blank actor or reason is refused before anything is written; so is a delta past MAX_AMOUNT."""
+    _open(r, "audit-1")
+    before = _doc(r, "audit-1")
+    with pytest.raises(InvalidSpec, match="actor must say who acts; it is empty"):
+        override(r, "audit-1", dimension="tool_calls", delta=5, expires_in_s=60, actor=" ", reason="x", maxlen=1000)
+    with pytest.raises(InvalidSpec, match="reason must say why; it is empty"):
+        emergency_stop(r, "audit-1", "ops", "", 1000)
+    with pytest.raises(InvalidSpec, match="actor must say who acts"):
+        reset_stop(r, "audit-1", "", "fixed", 1000)
+    with pytest.raises(OverrideRefused, match=r"delta must be a whole number from -1000000000000 to 1000000000000, got 10000000000000"):
+        override(r, "audit-1", dimension="tool_calls", delta=10**13, expires_in_s=60, actor="ops", reason="x", maxlen=1000)
+    assert _doc(r, "audit-1") == before
+
+
 def test_emergency_stop_refuses_mutations_allows_reads_and_reset_resumes(r: redis.Redis) -> None:
     """After stop: a model call and a write tool are refused, a read-only tool runs; reset lifts it."""
     guard = _open(r, "stop-1")

@@ -48,6 +48,8 @@ def test_runs_status_cancel_and_errors(pipeline: Pipeline, tmp_path: Path) -> No
     deadline = time.monotonic() + 20
     while "running" not in run_cli("status", run_id, env=env).stdout and time.monotonic() < deadline:
         time.sleep(0.2)
+    blank = run_cli("cancel", run_id, "--actor", "ops", "--reason", "  ", env=env)
+    assert (blank.returncode, blank.stderr.strip()) == (2, "error[invalid_spec]: reason must say why; it is empty")
     assert run_cli("cancel", run_id, "--actor", "ops", "--reason", "wrong task", env=env).returncode == 0
     waited = run_cli("wait", run_id, "--json", env=env)
     assert json.loads(waited.stdout)["termination"]["details"] == "Cancelled by ops: wrong task"
