@@ -116,8 +116,8 @@ class Mother:
     def serve_once(self) -> int:
         """Read and handle one batch from both streams; run the watchdog when due."""
         handled = 0
-        try:
-            batches = self.rt.redis.xreadgroup(
+        try:  # read as bytes: an entry that is not UTF-8 must be refused on its own, not break the batch
+            batches = self.rt.rq_redis.xreadgroup(
                 self.cfg.consumer_group, self.instance, {s: ">" for s in STREAMS},
                 count=self.cfg.batch, block=self.cfg.block_ms,
             )
@@ -127,8 +127,8 @@ class Mother:
             self.ensure_groups()
             return 0
         for stream, entries in _as_pairs(batches):
-            for entry_id, fields in entries:
-                self.handle(stream, entry_id, fields)
+            for raw_id, raw_fields in entries:
+                self.handle(stream, *as_text(raw_id, raw_fields))
                 handled += 1
         now = time.monotonic()
         if now - self._watchdog_at >= self.cfg.watchdog_interval_seconds:
@@ -148,11 +148,20 @@ class Mother:
             self.log.exception("periodic_task_failed", task=what, error=str(exc))
 
     # -- handling ----------------------------------------------------------
-    def handle(self, stream: str, entry_id: str, fields: dict[str, Any]) -> None:
-        """Handle one entry and acknowledge it; a failing run ends catastrophic_error."""
+    def handle(self, stream: str, entry_id: str, fields: dict[str, Any], not_text: str | None = None) -> None:
+        """Handle one entry and acknowledge it; a failing run ends catastrophic_error.
+
+        ``not_text`` says why an entry read as bytes is not UTF-8 (:func:`as_text`): a submission
+        is then rejected with that error, an event ignored (both acknowledged).
+        """
         self.rt.pending_ack = (stream, self.cfg.consumer_group, entry_id)
         try:
-            if stream == keys.SUBMISSIONS_STREAM:
+            if not_text is not None:
+                if stream == keys.SUBMISSIONS_STREAM:
+                    reject(self.rt, entry_id, fields, not_text)
+                else:
+                    self.log.warning("event_ignored", entry_id=entry_id, why=not_text)
+            elif stream == keys.SUBMISSIONS_STREAM:
                 handle_submission(self.rt, entry_id, fields)
             else:
                 self.handle_event(entry_id, fields)
@@ -219,17 +228,18 @@ class Mother:
         for stream in STREAMS:
             start = "0-0"
             while True:
-                reply = self.rt.redis.xautoclaim(stream, self.cfg.consumer_group, self.instance,
-                                                 min_idle_time=min_idle_ms, start_id=start, count=100)
+                reply = self.rt.rq_redis.xautoclaim(stream, self.cfg.consumer_group, self.instance,
+                                                    min_idle_time=min_idle_ms, start_id=start, count=100)
                 start, entries = reply[0], reply[1]
-                for entry_id, fields in entries:
-                    if fields is None:
+                for raw_id, raw_fields in entries:
+                    if raw_fields is None:
                         continue
+                    entry_id, fields, not_text = as_text(raw_id, raw_fields)
                     if self._deliveries(stream, entry_id) > self.cfg.max_deliveries:
                         self._dead_letter(stream, entry_id, fields)
                     else:
-                        self.handle(stream, entry_id, fields)
-                if start in ("0-0", b"0-0") or not entries:
+                        self.handle(stream, entry_id, fields, not_text)
+                if start == b"0-0" or not entries:
                     break
 
     def _deliveries(self, stream: str, entry_id: str) -> int:
@@ -246,9 +256,30 @@ class Mother:
         self.log.error("entry_dead_lettered", stream=stream, entry_id=entry_id)
 
 
-def _as_pairs(batches: Any) -> list[tuple[str, list[tuple[str, dict[str, Any]]]]]:
-    """XREADGROUP's reply (RESP2: a list of [stream, entries]) as pairs; None when it timed out."""
-    return [(stream, entries) for stream, entries in batches or []]
+def _as_pairs(batches: Any) -> list[tuple[str, list[tuple[bytes, dict[bytes, bytes]]]]]:
+    """XREADGROUP's reply read as bytes (RESP2: a list of [stream, entries]) as pairs; None when it timed out."""
+    return [(stream.decode(), entries) for stream, entries in batches or []]
+
+
+def as_text(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[str, dict[str, str], str | None]:
+    """A stream entry read as bytes, as text: (entry id, fields, None), or, when a field is not
+    UTF-8, the fields with each bad byte as U+FFFD (for the record) and an error naming the first."""
+    decoded: dict[str, str] = {}
+    error = None
+    for raw_name, raw_value in fields.items():
+        name, bad = _text(raw_name, "a field name")
+        value, bad_value = _text(raw_value, f"field {name!r}")
+        decoded[name] = value
+        error = error or bad or bad_value
+    return entry_id.decode(), decoded, error
+
+
+def _text(raw: bytes, what: str) -> tuple[str, str | None]:
+    try:
+        return raw.decode(), None
+    except UnicodeDecodeError as exc:
+        return raw.decode(errors="replace"), (
+            f"{what} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); stream entries must be UTF-8")
 
 
 def _run_id_of(fields: dict[str, Any]) -> str | None:

@@ -126,6 +126,9 @@ def test_search_index_finds_records_by_reason(pipeline: Pipeline) -> None:
         ({"spec": orjson.dumps({"user_id": "u", "task": "t", "pipeline": [{"name": "a", "role": "r", "model": "gpt-9"}]})},
          "model 'gpt-9' is not in the model catalogue"),
         ({"payload": "x"}, "the entry has no 'spec' field"),
+        ({"spec": b'\xff\xfe{"user_id": "u"}'}, "field 'spec' is not UTF-8 text (byte 0xff at offset 0)"),
+        ({"spec": orjson.dumps({"user_id": "u", "task": "t", "pipeline": [{"name": "a", "role": "r", "model": "scripted"}]}),
+          b"note\xc3": "x"}, "a field name is not UTF-8 text (byte 0xc3 at offset 4)"),
     ],
 )
 def test_invalid_entries_are_rejected_and_mother_keeps_serving(pipeline: Pipeline, fields: dict, error: str) -> None:
@@ -139,6 +142,15 @@ def test_invalid_entries_are_rejected_and_mother_keeps_serving(pipeline: Pipelin
         assert pipeline.redis.xrange(keys.SUBMISSIONS_STREAM, entry_id, entry_id) == []  # oversized payload dropped
     run_id = pipeline.client.submit(example("three-phase"))
     assert pipeline.wait(run_id).termination.reason == "success"
+
+
+def test_event_that_is_not_utf8_is_ignored_and_mother_keeps_serving(pipeline: Pipeline) -> None:
+    """Raw bytes on mother:events (anyone can XADD there) are acknowledged and ignored, not fatal to Mother."""
+    entry_id = pipeline.redis.xadd(keys.EVENTS_STREAM, {"type": "phase_result", "payload": b"\x80\x81"})
+    run_id = pipeline.client.submit(example("three-phase"))
+    assert pipeline.wait(run_id).termination.reason == "success"
+    pending = pipeline.redis.xpending_range(keys.EVENTS_STREAM, "mother", min=entry_id, max=entry_id, count=1)
+    assert pending == []  # acknowledged: never reclaimed, never dead-lettered
 
 
 def test_duplicate_run_id_is_rejected(pipeline: Pipeline) -> None:
