@@ -43,6 +43,7 @@ __all__ = [
     "artifact_key",
     "artifact_meta_key",
     "check_id",
+    "is_id",
     "conflict_key",
     "context_key",
     "context_summary_key",
@@ -94,9 +95,14 @@ LEDGER_LIBRARY = "mother_ledger"
 PROBE_KEY = "mother:probe"  # never written: JSON.TYPE of it tells whether RedisJSON is loaded
 
 
+def is_id(value: object) -> bool:
+    """Whether ``value`` is a valid id (:func:`check_id` without the error)."""
+    return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
+
+
 def check_id(value: str, what: str = "id") -> str:
     """Return ``value`` if it is a valid id, else raise ``InvalidSpec``."""
-    if not isinstance(value, str) or _ID_RE.fullmatch(value) is None:
+    if not is_id(value):
         raise InvalidSpec(
             f"{what} {value!r} is not a valid id: use 1-128 characters from A-Z a-z 0-9 _ . : -",
             field=what,

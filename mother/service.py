@@ -188,6 +188,9 @@ class Mother:
         except orjson.JSONDecodeError:
             self.log.warning("event_ignored", entry_id=entry_id, why="payload is not JSON")
             return
+        if not isinstance(payload, dict):
+            self.log.warning("event_ignored", entry_id=entry_id, why=f"payload is a JSON {type(payload).__name__}, not an object")
+            return
         if kind == EVENT_PHASE_RESULT:
             try:
                 result = PhaseResult.model_validate(payload)
@@ -196,6 +199,10 @@ class Mother:
                 return
             on_phase_result(self.rt, result)
         elif kind == EVENT_CANCEL:
+            run_id = payload.get("run_id")
+            if not keys.is_id(run_id):
+                self.log.warning("event_ignored", entry_id=entry_id, why=f"cancel names no valid run_id: {run_id!r}"[:300])
+                return
             self._cancel(payload)
         else:
             self.log.warning("event_ignored", entry_id=entry_id, why=f"unknown event type {kind!r}")

@@ -144,9 +144,20 @@ def test_invalid_entries_are_rejected_and_mother_keeps_serving(pipeline: Pipelin
     assert pipeline.wait(run_id).termination.reason == "success"
 
 
-def test_event_that_is_not_utf8_is_ignored_and_mother_keeps_serving(pipeline: Pipeline) -> None:
-    """Raw bytes on mother:events (anyone can XADD there) are acknowledged and ignored, not fatal to Mother."""
-    entry_id = pipeline.redis.xadd(keys.EVENTS_STREAM, {"type": "phase_result", "payload": b"\x80\x81"})
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"type": "phase_result", "payload": b"\x80\x81"},  # not UTF-8
+        {"type": "cancel", "payload": "[1, 2]"},  # JSON, not an object
+        {"type": "cancel", "payload": '"run-1"'},
+        {"type": "cancel", "payload": '{"run_id": 5}'},
+        {"type": "cancel", "payload": '{"run_id": "bad id!"}'},
+    ],
+)
+def test_bad_event_is_ignored_and_mother_keeps_serving(pipeline: Pipeline, fields: dict) -> None:
+    """A malformed entry on mother:events (anyone can XADD there) is acknowledged and ignored: not fatal
+    to Mother, and not left pending to be reclaimed and dead-lettered with a traceback each time."""
+    entry_id = pipeline.redis.xadd(keys.EVENTS_STREAM, fields)
     run_id = pipeline.client.submit(example("three-phase"))
     assert pipeline.wait(run_id).termination.reason == "success"
     pending = pipeline.redis.xpending_range(keys.EVENTS_STREAM, "mother", min=entry_id, max=entry_id, count=1)

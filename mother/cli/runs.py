@@ -150,17 +150,10 @@ def resolve_inspect(client: MotherClient, target: str) -> Any:
     try:
         return read_key(client.redis, target)
     except NotFound:
-        if not _is_id(target):
+        if not keys.is_id(target):
             raise
         if client.redis.exists(keys.run_key(target)):
             return inspect_run(client, target)
         raise NotFound(f"no run and no key {target!r}; list runs with `mother runs`, "
                        "keys with `redis-cli --scan --pattern 'run:*'`") from None
 
-
-def _is_id(value: str) -> bool:
-    try:
-        keys.check_id(value)
-    except Exception:
-        return False
-    return True
