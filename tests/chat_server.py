@@ -35,7 +35,8 @@ class ChatServer:
                 if reply.get("tool_calls"):
                     message["tool_calls"] = [
                         {"id": f"call_{i}", "type": "function",
-                         "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+                         "function": {"name": c["name"],  # arguments_text: sent as is (a model's broken JSON)
+                                      "arguments": c.get("arguments_text") or json.dumps(c["arguments"])}}
                         for i, c in enumerate(reply["tool_calls"])
                     ]
                 usage = reply.get("usage", {"prompt_tokens": 10, "completion_tokens": 5})

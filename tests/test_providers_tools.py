@@ -47,6 +47,27 @@ def test_openai_provider_runs_the_tool_loop(tmp_path: Path, monkeypatch: pytest.
     assert tool_msg == {"role": "tool", "tool_call_id": "call_0", "content": "alpha"}
 
 
+def test_tool_call_with_broken_arguments_is_answered_not_fatal(tmp_path: Path) -> None:
+    """Arguments that are not JSON, or JSON but not an object, get an error the model can act on;
+    the assistant message echoes the model's own text; the loop goes on to the final reply."""
+    replies = [
+        {"tool_calls": [{"name": "read_file", "arguments_text": '{"path": "a.txt"'},
+                        {"name": "read_file", "arguments_text": '["a.txt"]'}]},
+        {"text": "gave up"},
+    ]
+    with ChatServer(replies) as chat:
+        provider = OpenAIProvider("local", ModelConfig(provider="openai", base_url=chat.url))
+        outcome = run_loop(provider, ToolBox(tmp_path), [{"role": "user", "content": "read"}],
+                           max_calls=5, check_alive=lambda: None)
+    assert outcome.text == "gave up"
+    messages = chat.requests[1]["body"]["messages"]
+    assert [c["function"]["arguments"] for c in messages[-3]["tool_calls"]] == ['{"path": "a.txt"', '["a.txt"]']
+    assert [m["content"] for m in messages[-2:]] == [
+        "error: the arguments must be a JSON object, got not JSON: '{\"path\": \"a.txt\"'",
+        "error: the arguments must be a JSON object, got a JSON list",
+    ]
+
+
 def test_openai_provider_errors_are_one_line(tmp_path: Path) -> None:
     """An HTTP error or a missing API key becomes a ProviderError naming the model."""
     with ChatServer([]) as chat:

@@ -83,7 +83,7 @@ def run_loop(
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": orjson.dumps(c.arguments).decode()}}
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c.arguments)}}
                 for c in reply.tool_calls
             ],
         })
@@ -112,6 +112,11 @@ def run_loop(
                 text = f"{hit}; stopped.\n{last_text}".rstrip()
                 return LoopOutcome(text=text, confidence=confidence, evidence_count=evidence, usage=usage, notices=[hit])
     raise ProviderError(f"the model made {max_calls} calls without a final text reply (worker.max_model_calls_per_phase)")
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A call's arguments as the model sent them: JSON text, or its own text when that was not JSON."""
+    return arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
 
 
 def refused_text(event: dict[str, Any]) -> str:

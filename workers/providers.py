@@ -30,7 +30,7 @@ __all__ = ["ModelReply", "OpenAIProvider", "Provider", "ScriptedProvider", "Tool
 class ToolCall:
     id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: Any  # a JSON object when the model got it right; ToolBox.run refuses anything else
 
 
 @dataclass
@@ -127,8 +127,8 @@ class OpenAIProvider:
             try:
                 arguments = orjson.loads(call.function.arguments or "{}")
             except orjson.JSONDecodeError:
-                arguments = {"_unparsed": call.function.arguments}
-            calls.append(ToolCall(call.id, call.function.name, arguments if isinstance(arguments, dict) else {}))
+                arguments = call.function.arguments  # the tool says so to the model (ToolBox.run)
+            calls.append(ToolCall(call.id, call.function.name, arguments))
         usage = response.usage
         return ModelReply(
             text=message.content or None,

@@ -130,10 +130,13 @@ class ToolBox:
             for t in self.tools.values()
         ]
 
-    def run(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+    def run(self, name: str, arguments: Any) -> ToolResult:
         tool = self.tools.get(name)
         if tool is None:
             return ToolResult(name, False, f"error: unknown tool {name!r}; available: {', '.join(sorted(self.tools))}")
+        if not isinstance(arguments, dict):
+            got = f"not JSON: {arguments[:200]!r}" if isinstance(arguments, str) else f"a JSON {type(arguments).__name__}"
+            return ToolResult(name, False, f"error: the arguments must be a JSON object, got {got}")
         blocked = self.manifest_check(name) if self.manifest_check is not None else None
         if blocked:
             return ToolResult(name, False, f"error: tool blocked before execution: {blocked}")
