@@ -22,7 +22,7 @@ from mother import keys
 from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect
-from mother.errors import InvalidSpec, NotFound, WaitTimeout
+from mother.errors import InvalidSpec, NotFound, RedisUnavailable, WaitTimeout
 from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error
 
 __all__ = ["MotherClient", "load_spec_file", "parse_spec"]
@@ -132,20 +132,37 @@ class MotherClient:
         *,
         poll: float = 0.1,
         on_progress: Callable[[RunState], None] | None = None,
+        on_outage: Callable[[Exception], None] | None = None,
     ) -> ResultEnvelope:
-        """Block until the run has its final ResultEnvelope; ``WaitTimeout`` after ``timeout`` s."""
+        """Block until the run has its final ResultEnvelope; ``WaitTimeout`` after ``timeout`` s.
+
+        A Redis outage while waiting (a restart, a failover) is waited out: ``on_outage`` hears of
+        it once, and the wait goes on until Redis is back or the timeout passes.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         seen: tuple[Any, ...] | None = None
         unknown: NotFound | None = None
+        outage: Exception | None = None
         while True:
-            envelope = self.result(run_id)
-            if envelope is not None and envelope.termination is not None:
-                return envelope
             try:
-                state = self.status(run_id) if on_progress or seen is None or unknown is not None else None
-                unknown = None
-            except NotFound as exc:
-                state, unknown = None, exc  # submitted but not taken in yet: keep waiting (a rejection raises InvalidSpec)
+                envelope = self.result(run_id)
+                if envelope is not None and envelope.termination is not None:
+                    return envelope
+                try:
+                    state = self.status(run_id) if on_progress or seen is None or unknown is not None else None
+                    unknown = None
+                except NotFound as exc:
+                    state, unknown = None, exc  # submitted but not taken in yet: keep waiting (a rejection raises InvalidSpec)
+                outage = None
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if outage is None and on_outage is not None:
+                    on_outage(exc)
+                outage, state = exc, None
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise RedisUnavailable(f"Redis went away while waiting for run {run_id} and is not back after "
+                                           f"{timeout:g}s ({exc})") from None
+                time.sleep(max(poll, 0.5))
+                continue
             if state is not None and on_progress is not None:
                 marker = (state.status, state.phase, state.attempt)
                 if marker != seen:

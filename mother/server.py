@@ -79,7 +79,10 @@ def free_port() -> int:
 
 
 def _port_taken(port: int) -> bool:
+    """Whether something listens on ``port``. SO_REUSEADDR, as the server itself sets: the TIME_WAIT
+    sockets a just-stopped server leaves behind must not make a restart on its port fail."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from mother import keys
 from mother.client import EVENT_CANCEL, EVENT_PHASE_RESULT
 from mother.config import Settings
-from mother.functions import call
+from mother.functions import call, ensure_loaded
 from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run, on_phase_result
 from mother.logs import get_logger
@@ -69,14 +69,46 @@ class Mother:
         self.log.info("mother_started")
         try:
             while not self.stopping:
-                if not self._hold_lease():
-                    time.sleep(min(0.5, self.cfg.lease_seconds / 4))
-                    continue
-                self.serve_once()
+                try:
+                    if not self._hold_lease():
+                        time.sleep(min(0.5, self.cfg.lease_seconds / 4))
+                        continue
+                    self.serve_once()
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    self._wait_for_redis(exc)
         finally:
-            if self.leader:
-                call(self.rt.redis, "mh_release_lease", [keys.LEADER_LEASE], [self.instance])
+            self._release_lease()
             self.log.info("mother_stopped")
+
+    def _wait_for_redis(self, exc: Exception) -> None:
+        """Redis is unreachable (restarting, loading, network): stop leading and retry with backoff
+        (0.2 s doubling to 5 s, progress logged every 30 s) until it answers or Mother is asked to stop.
+        Whatever was being handled is unacknowledged, so it is reclaimed once a leader is back."""
+        self.leader = False
+        self.rt.pending_ack = None
+        since = reported = time.monotonic()
+        delay = 0.2
+        self.log.warning("redis_unavailable", error=str(exc), retrying=True)
+        while not self.stopping:
+            _sleep_unless(lambda: self.stopping, delay)
+            try:
+                ensure_loaded(self.rt.redis)  # a server that came back empty has no functions
+            except (redis.ConnectionError, redis.TimeoutError) as again:
+                delay = min(delay * 2, 5.0)
+                if time.monotonic() - reported >= 30:
+                    reported = time.monotonic()
+                    self.log.warning("redis_still_unavailable", seconds=round(reported - since), error=str(again))
+                continue
+            self.log.info("redis_back", after_seconds=round(time.monotonic() - since, 1))
+            return
+
+    def _release_lease(self) -> None:
+        if not self.leader:
+            return
+        try:
+            call(self.rt.redis, "mh_release_lease", [keys.LEADER_LEASE], [self.instance])
+        except (redis.ConnectionError, redis.TimeoutError) as exc:  # it expires on its own within lease_seconds
+            self.log.warning("lease_not_released", error=str(exc), expires_in_seconds=self.cfg.lease_seconds)
 
     def _hold_lease(self) -> bool:
         now = time.monotonic()
@@ -261,6 +293,13 @@ class Mother:
         self.rt.emit(pipe, "dead_lettered", run_id=_run_id_of(fields), stream=stream, entry_id=entry_id)
         pipe.execute()
         self.log.error("entry_dead_lettered", stream=stream, entry_id=entry_id)
+
+
+def _sleep_unless(stop: Any, seconds: float) -> None:
+    """Sleep ``seconds`` in short steps, returning early once ``stop()`` is true."""
+    end = time.monotonic() + seconds
+    while not stop() and (left := end - time.monotonic()) > 0:
+        time.sleep(min(left, 0.1))
 
 
 def _as_pairs(batches: Any) -> list[tuple[str, list[tuple[bytes, dict[bytes, bytes]]]]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -150,3 +151,37 @@ def test_poison_entry_is_dead_lettered(fresh: Pipeline) -> None:
     assert fresh.redis.xpending(keys.EVENTS_STREAM, "mother")["pending"] == 0
     healthy = fresh.client.submit(example("three-phase"))
     assert fresh.wait(healthy).termination.reason == "success"
+
+
+def test_redis_restart_mid_run_is_outlived(tmp_path: Path) -> None:
+    """Redis stops while a phase runs and comes back on the same port and data: Mother, the worker and a
+    client waiting on the run all outlive it; the run ends success with exactly one record."""
+    from mother.server import EmbeddedRedis
+
+    p = start_pipeline(tmp_path, mothers=1, workers=1)
+    try:
+        run_id = p.client.submit(example("three-phase", scripts={
+            "planner": [{"text": "plan", "delay_seconds": 1.5}],
+            "coder": [{"text": "code"}],
+            "critic": [{"text": "ok"}],
+        }))
+        wait_until(lambda: p.redis.zrange(keys.HEARTBEATS, 0, -1), timeout=20)  # the first phase is running
+        outages: list[Exception] = []
+        waited: dict[str, ResultEnvelope] = {}
+        waiter = threading.Thread(target=lambda: waited.update(
+            envelope=p.client.wait(run_id, timeout=90, on_outage=outages.append)))
+        waiter.start()
+        port, data_dir = p.server.port, p.server.dir
+        p.server.stop()
+        time.sleep(3)  # the phase's reply comes while Redis is away
+        alive_during = p.stack.alive()
+        p.server = EmbeddedRedis(port=port, dir=data_dir, appendfsync="no").start()
+        waiter.join(timeout=90)
+        assert alive_during == p.stack.alive() == {"mother-0": True, "worker-0": True}
+        assert len(outages) == 1 and isinstance(outages[0], redis.ConnectionError)
+        assert waited["envelope"].termination.reason == "success"
+        assert termination_keys(p, run_id) == [keys.termination_key(run_id)]
+        completed = [h.phase for h in p.client.status(run_id).history if h.event == "phase_completed"]
+        assert completed == ["plan", "execute", "review"]
+    finally:
+        stop_pipeline(p)

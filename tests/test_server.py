@@ -44,6 +44,17 @@ def test_port_in_use() -> None:
     assert result.stderr.strip() == f"error[server_port_in_use]: port {port} on 127.0.0.1 is already in use; pick another with --port"
 
 
+def test_restart_on_the_same_port_right_after_a_stop(tmp_path: Path) -> None:
+    """A stopped server's TIME_WAIT sockets (it closed its clients' connections) do not make the
+    next start on its port fail with PortInUse."""
+    port = free_port()
+    with EmbeddedRedis(port=port, dir=tmp_path) as server:
+        client = server.client()
+        assert client.set("k", "v")
+    with EmbeddedRedis(port=port, dir=tmp_path) as again:
+        assert again.client().get("k") == b"v"
+
+
 def test_missing_binary(tmp_path: Path) -> None:
     """A binary that is not there is named in the error."""
     with pytest.raises(ServerBinaryMissing, match="missing or not executable"):

@@ -10,6 +10,7 @@ the death of the process leaves it to Mother's watchdog.
 from __future__ import annotations
 
 import _thread
+import os
 import threading
 import time
 import uuid
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 import redis
 from rq import Queue, Worker
+from rq.worker import WorkerStatus
 from rq.job import Job
 
 from mother import keys
@@ -45,6 +47,7 @@ from workers.tools import FILE_TOOLS, ToolBox
 __all__ = ["PhaseWorker", "clear_prefetch", "execute", "prefetch", "runtime", "warm_up"]
 
 log = get_logger("phase")
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)  # BusyLoadingError (a restart loading its data) is one
 _runtime: Runtime | None = None
 
 
@@ -194,6 +197,10 @@ class PhaseWorker(Worker):
     It also connects the horse's connections before the fork (:class:`ForkHandoffPool`): RQ's for
     every job, and for a phase job the one the phase itself uses."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._parent_pid = os.getpid()  # the worker; a horse is a fork of it
+
     def execute_job(self, job: Job, queue: Queue) -> None:
         pools = [self.connection.connection_pool]
         if job.func_name == JOB_FUNCTION:
@@ -209,10 +216,79 @@ class PhaseWorker(Worker):
                 log.warning("horse_connection_not_opened", job_id=job.id, error=str(exc))
         try:
             super().execute_job(job, queue)
+        except REDIS_DOWN as exc:
+            self._lost_redis_during(job, exc)
         finally:
             clear_prefetch()
             for pool in handoffs:
                 pool.close_handoff()
+
+    # -- outliving a Redis outage ---------------------------------------------------------------
+    # RQ retries its blocking dequeue while Redis is away, but quits on a connection error anywhere
+    # else in its loop (watching the horse, heartbeats, the suspension check, maintenance). A worker
+    # outlives the outage instead: it waits for Redis with backoff and carries on. A phase caught by
+    # the outage ends as a lost phase: its heartbeat stops, and Mother retries it once Redis is back.
+
+    def _lost_redis_during(self, job: Job, exc: Exception) -> None:
+        """Redis went away while the horse ran: let the horse finish (it keeps its own timeout; past
+        it and a margin it is killed), then wait for Redis. RQ's record of the job is left for the
+        started-job cleanup, which Mother's watchdog runs."""
+        log.warning("redis_lost_during_job", job_id=job.id, error=str(exc))
+        pid = self.horse_pid
+        deadline = time.monotonic() + (job.timeout if job.timeout and job.timeout > 0 else 600) + 60
+        while pid:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done:
+                break
+            if time.monotonic() > deadline:
+                self.kill_horse()
+                self.wait_for_horse()
+                break
+            time.sleep(0.2)
+        self._horse_pid = 0
+        self.executions.clear()  # what RQ's monitor would have dropped once the horse ended
+        self._wait_for_redis("job", exc)
+        self._outliving("job", self.set_state, WorkerStatus.IDLE)
+
+    def _wait_for_redis(self, during: str, exc: Exception) -> None:
+        """Block until Redis answers (0.2 s doubling to 5 s; a log line every 30 s); only the worker
+        itself waits: a horse that loses Redis fails its job as it would anyway."""
+        if os.getpid() != self._parent_pid:
+            raise exc
+        since = reported = time.monotonic()
+        delay = 0.2
+        log.warning("redis_unavailable", during=during, error=str(exc), retrying=True)
+        while True:
+            time.sleep(delay)
+            try:
+                self.connection.ping()
+            except REDIS_DOWN as again:
+                delay = min(delay * 2, 5.0)
+                if time.monotonic() - reported >= 30:
+                    reported = time.monotonic()
+                    log.warning("redis_still_unavailable", during=during, seconds=round(reported - since), error=str(again))
+                continue
+            log.info("redis_back", during=during, after_seconds=round(time.monotonic() - since, 1))
+            return
+
+    def _outliving(self, during: str, func: Any, *args: Any) -> Any:
+        while True:
+            try:
+                return func(*args)
+            except REDIS_DOWN as exc:
+                self._wait_for_redis(during, exc)
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> None:
+        self._outliving("heartbeat", lambda: super(PhaseWorker, self).heartbeat(*args, **kwargs))
+
+    def check_for_suspension(self, burst: bool) -> None:
+        self._outliving("suspension check", super().check_for_suspension, burst)
+
+    def run_maintenance_tasks(self) -> None:
+        self._outliving("maintenance", super().run_maintenance_tasks)
 
 
 def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,

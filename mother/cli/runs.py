@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import orjson
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from mother import keys
@@ -63,8 +64,13 @@ def submit(
     _finish(client, run_id, as_json, timeout)
 
 
+def _outage(exc: Exception) -> None:
+    err_console.print(f"[yellow]Redis is unreachable[/] ({escape(str(exc))}); still waiting for it to come back",
+                      highlight=False)
+
+
 def _finish(client: MotherClient, run_id: str, as_json: bool, timeout: float | None) -> None:
-    envelope = client.wait(run_id, timeout, on_progress=None if as_json else _progress)
+    envelope = client.wait(run_id, timeout, on_progress=None if as_json else _progress, on_outage=_outage)
     _print_envelope(envelope, as_json)
     raise typer.Exit(0 if envelope.termination and envelope.termination.reason == "success" else 1)
 
