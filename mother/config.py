@@ -15,6 +15,7 @@ names no setting, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import os
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +26,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
@@ -389,3 +391,8 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
+    except SettingsError as exc:  # a MOTHER_* variable holding a section or list that is not JSON
+        field = re.search(r'field "([^"]+)"', str(exc))
+        name = f"{ENV_PREFIX}{field.group(1).upper()}" if field else "a MOTHER_* variable"
+        raise ConfigError(f"{name} is not valid JSON ({exc.__cause__ or exc}); give the whole value as JSON, "
+                          f"or set one key with {ENV_PREFIX}SECTION__KEY") from None

@@ -68,3 +68,14 @@ def test_unknown_environment_variable_is_refused(clean_env: Path, monkeypatch: p
     monkeypatch.setenv("MOTHER_REDIS_ULR", "redis://x")
     with pytest.raises(ConfigError, match="MOTHER_REDIS_ULR names no setting"):
         load_settings()
+
+
+@pytest.mark.parametrize("name", ["MOTHER_MODELS", "MOTHER_SERVICE"])
+def test_environment_json_that_does_not_parse_names_the_variable(clean_env: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  name: str) -> None:
+    """A section or map given whole in one variable must be JSON; the error names the variable."""
+    monkeypatch.setenv(name, "{bad")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert info.value.message.startswith(f"{name} is not valid JSON (Expecting property name")
+    assert "\n" not in info.value.message
