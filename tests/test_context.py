@@ -304,8 +304,7 @@ def test_estimate_calibrates_to_reported_usage(r: redis.Redis, corpus_tokenizer:
 def _llm_setup(r: redis.Redis, replies: list[dict[str, Any]]) -> tuple[Settings, RunSpec, Any]:
     settings = Settings(models={"m": model(100_000), "writer": model(100_000)},
                         context={"summarizer": "llm_generated", "summarizer_model": "writer"})
-    spec = scenario_spec().model_copy(update={"run_id": "run-llm1", "scripts": {"summarizer": replies}})
-    spec = RunSpec.model_validate(spec.model_dump())
+    spec = RunSpec.model_validate({**scenario_spec().model_dump(), "run_id": "run-llm1", "scripts": {"summarizer": replies}})
     open_run_budget(r, settings, spec, ServerClock(r).now_ms())
     from mother.budget import Guard
 
