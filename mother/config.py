@@ -18,10 +18,10 @@ import os
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -80,10 +80,24 @@ class ServiceSettings(_Section):
     consumer_group: str = "mother"
 
 
+QUEUES = ("agents", "tools", "maintenance")  # the RQ queues Mother-Harness enqueues on
+
+
+def check_queues(names: list[str]) -> list[str]:
+    """Queue names a worker listens on: at least one, each one Mother-Harness enqueues on (a typo
+    would leave the worker idle while the runs it should serve time out)."""
+    if not names:
+        raise ValueError(f"name at least one queue of {', '.join(QUEUES)}")
+    unknown = [n for n in names if n not in QUEUES]
+    if unknown:
+        raise ValueError(f"unknown queue {unknown[0]!r}; Mother-Harness enqueues on {', '.join(QUEUES)}")
+    return names
+
+
 class WorkerSettings(_Section):
     """RQ workers and what they run."""
 
-    queues: list[str] = Field(default_factory=lambda: ["agents", "tools", "maintenance"])
+    queues: Annotated[list[str], AfterValidator(check_queues)] = Field(default_factory=lambda: list(QUEUES))
     heartbeat_interval_seconds: float = Field(2.0, gt=0, le=60)
     workspace_root: Path = Field(Path(".mother/workspaces"), description="per-run tool workspaces")
     max_model_calls_per_phase: int = Field(50, ge=1, le=10_000)

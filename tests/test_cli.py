@@ -81,3 +81,10 @@ def test_version() -> None:
     assert result.returncode == 0
     assert result.stdout.startswith("mother-harness ")
     assert "\nrq " in result.stdout
+
+
+def test_worker_refuses_a_queue_nothing_is_enqueued_on() -> None:
+    """A typo in --queues is refused at once (the worker would idle while runs time out)."""
+    result = run_cli("worker", "--queues", "agent,tools", env={"MOTHER_REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error[usage]: --queues: unknown queue 'agent'; Mother-Harness enqueues on agents, tools, maintenance"

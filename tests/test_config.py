@@ -52,6 +52,7 @@ def test_mother_config_names_the_file(clean_env: Path, monkeypatch: pytest.Monke
         ("redis_url: [unclosed\n", "cannot read YAML config"),
         ("service:\n  claim_idle_seconds: .inf\n", "service.claim_idle_seconds: Input should be a finite number"),
         ("budget:\n  max_override_factor: .nan\n", "budget.max_override_factor: Input should be a finite number"),
+        ("worker:\n  queues: [agents, tool]\n", "worker.queues: Value error, unknown queue 'tool'; Mother-Harness enqueues on agents, tools, maintenance"),
     ],
 )
 def test_bad_yaml_is_refused(clean_env: Path, text: str, expected: str) -> None:

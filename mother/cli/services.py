@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from mother.cli._common import console, fail, handle_errors, settings
+from mother.config import check_queues
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 
@@ -28,7 +29,8 @@ def run() -> None:
 
 @handle_errors
 def worker(
-    queues: Annotated[str, typer.Option(help="comma-separated RQ queues, in priority order")] = "agents,tools,maintenance",
+    queues: Annotated[str | None, typer.Option(help="comma-separated RQ queues, in priority order "
+                                                    "(default: worker.queues, i.e. agents,tools,maintenance)")] = None,
     burst: Annotated[bool, typer.Option(help="exit when the queues are empty")] = False,
     name: Annotated[str | None, typer.Option(help="worker name (default: RQ's)")] = None,
 ) -> None:
@@ -38,11 +40,15 @@ def worker(
     from workers.phase import PhaseWorker, runtime, warm_up
 
     cfg = settings()
+    if queues is None:
+        names = cfg.worker.queues
+    else:
+        try:
+            names = check_queues([q.strip() for q in queues.split(",") if q.strip()])
+        except ValueError as exc:
+            fail(f"--queues: {exc}", "usage")
     rt = runtime()
     warm_up(cfg)
-    names = [q.strip() for q in queues.split(",") if q.strip()]
-    if not names:
-        fail("--queues names no queue; e.g. --queues agents,tools", "usage")
     PhaseWorker(names, connection=rt.rq_redis, serializer=JSONSerializer, name=name).work(
         burst=burst, logging_level=cfg.log_level
     )
