@@ -27,6 +27,7 @@ from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec
 
 __all__ = ["MotherClient", "load_spec_file", "parse_spec"]
 
+INTAKE_NOTICE_SECONDS = 3.0  # wait() says when Mother has not taken a run in after this long
 EVENT_CANCEL = "cancel"
 EVENT_PHASE_RESULT = "phase_result"
 
@@ -132,17 +133,25 @@ class MotherClient:
         *,
         poll: float = 0.1,
         on_progress: Callable[[RunState], None] | None = None,
-        on_outage: Callable[[Exception], None] | None = None,
+        on_notice: Callable[[str], None] | None = None,
     ) -> ResultEnvelope:
         """Block until the run has its final ResultEnvelope; ``WaitTimeout`` after ``timeout`` s.
 
-        A Redis outage while waiting (a restart, a failover) is waited out: ``on_outage`` hears of
-        it once, and the wait goes on until Redis is back or the timeout passes.
+        ``on_notice`` hears, once each, of a wait that is not the run's doing: Redis unreachable
+        (a restart, a failover: waited out until it is back or the timeout passes), or a run not
+        taken in by Mother after ``INTAKE_NOTICE_SECONDS`` (is ``mother run`` running?).
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
         seen: tuple[Any, ...] | None = None
         unknown: NotFound | None = None
-        outage: Exception | None = None
+        noticed: set[str] = set()
+
+        def notice(kind: str, text: str) -> None:
+            if kind not in noticed and on_notice is not None:
+                on_notice(text)
+            noticed.add(kind)
+
         while True:
             try:
                 envelope = self.result(run_id)
@@ -153,11 +162,11 @@ class MotherClient:
                     unknown = None
                 except NotFound as exc:
                     state, unknown = None, exc  # submitted but not taken in yet: keep waiting (a rejection raises InvalidSpec)
-                outage = None
+                    if time.monotonic() - started >= INTAKE_NOTICE_SECONDS:
+                        notice("intake", f"run {run_id} is not taken in after {INTAKE_NOTICE_SECONDS:g}s; "
+                                         "still waiting (is `mother run` running?)")
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if outage is None and on_outage is not None:
-                    on_outage(exc)
-                outage, state = exc, None
+                notice("outage", f"Redis is unreachable ({exc}); still waiting for it to come back")
                 if deadline is not None and time.monotonic() >= deadline:
                     raise RedisUnavailable(f"Redis went away while waiting for run {run_id} and is not back after "
                                            f"{timeout:g}s ({exc})") from None

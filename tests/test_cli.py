@@ -88,3 +88,19 @@ def test_worker_refuses_a_queue_nothing_is_enqueued_on() -> None:
     result = run_cli("worker", "--queues", "agent,tools", env={"MOTHER_REDIS_URL": "redis://127.0.0.1:1/0"})
     assert result.returncode == 2
     assert result.stderr.strip() == "error[usage]: --queues: unknown queue 'agent'; Mother-Harness enqueues on agents, tools, maintenance"
+
+
+def test_wait_says_once_when_no_mother_takes_the_run_in(r: redis.Redis, redis_url: str, tmp_path: Path) -> None:
+    """submit --wait with no Mother running: one notice after a few seconds, then not_found at the timeout."""
+    from mother.functions import load_functions
+
+    load_functions(r)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("user_id: u\ntask: t\npipeline: [{name: a, role: r, model: scripted}]\n")
+    result = run_cli("submit", str(spec), "--wait", "--timeout", "4", env={"MOTHER_REDIS_URL": redis_url, "COLUMNS": "60"})
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("submitted run-")
+    assert lines[1].endswith("is not taken in after 3s; still waiting (is `mother run` running?)")  # not folded
+    assert lines[2].startswith("error[not_found]: no run ") and lines[2].endswith("(waited 4s)")
+    assert len(lines) == 3

@@ -64,13 +64,12 @@ def submit(
     _finish(client, run_id, as_json, timeout)
 
 
-def _outage(exc: Exception) -> None:
-    err_console.print(f"[yellow]Redis is unreachable[/] ({escape(str(exc))}); still waiting for it to come back",
-                      highlight=False)
+def _notice(text: str) -> None:
+    err_console.print(f"[yellow]{escape(text)}[/]", highlight=False, soft_wrap=True)
 
 
 def _finish(client: MotherClient, run_id: str, as_json: bool, timeout: float | None) -> None:
-    envelope = client.wait(run_id, timeout, on_progress=None if as_json else _progress, on_outage=_outage)
+    envelope = client.wait(run_id, timeout, on_progress=None if as_json else _progress, on_notice=_notice)
     _print_envelope(envelope, as_json)
     raise typer.Exit(0 if envelope.termination and envelope.termination.reason == "success" else 1)
 
