@@ -186,12 +186,16 @@ class MotherClient:
             time.sleep(poll)
 
     # -- act -------------------------------------------------------------
-    def cancel(self, run_id: str, actor: str = "user", reason: str = "cancelled by user") -> None:
-        """Ask Mother to end the run ``user_cancelled`` (a no-op if it already ended)."""
+    def cancel(self, run_id: str, actor: str = "user", reason: str = "cancelled by user") -> RunState:
+        """Ask Mother to end the run ``user_cancelled``; returns the run as it was. A run that has
+        already ended is left as it is (no request is sent): check the returned ``status``."""
         audit = audit_fields(actor, reason)
         state = self.status(run_id)  # NotFound for an unknown id
+        if state.status == "terminated":
+            return state
         rate_check(self.redis, self.settings, state.user_id)
         self.send_event(EVENT_CANCEL, {"run_id": run_id, **audit})
+        return state
 
     def send_event(self, event_type: str, payload: dict[str, Any]) -> str:
         return self.redis.xadd(keys.EVENTS_STREAM, {"type": event_type, "payload": orjson.dumps(payload)})

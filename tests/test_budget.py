@@ -166,7 +166,13 @@ def test_emergency_stop_refuses_mutations_allows_reads_and_reset_resumes(r: redi
         guard.charge_tool(read_only=False)
     guard.charge_tool(read_only=True)
     assert _doc(r, "stop-1")["status"] == "budget_stopped"
+    again = emergency_stop(r, "stop-1", "oncall", "second stop", 1000)  # changes nothing: the first stop stands
+    assert (again["already"], again["actor"], again["reason"]) == (True, "ops", "runaway loop")
+    assert _doc(r, "stop-1")["stop"]["actor"] == "ops"
     reset_stop(r, "stop-1", "ops", "fixed", 1000)
+    with pytest.raises(OverrideRefused, match=r"the run is not emergency-stopped \(its budget is active\); nothing to reset"):
+        reset_stop(r, "stop-1", "ops", "twice", 1000)
+    assert sum(1 for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "budget_reset" and f.get("run_id") == "stop-1") == 1
     op = guard.reserve_model_call(max_tokens=10, max_spend_micro_usd=0, cloud=False)
     guard.settle_model_call(op, input_tokens=5, output_tokens=5, spend=0)
     assert _doc(r, "stop-1")["tool_calls"] == 2 and _doc(r, "stop-1")["stop"] is None

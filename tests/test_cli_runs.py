@@ -53,6 +53,8 @@ def test_runs_status_cancel_and_errors(pipeline: Pipeline, tmp_path: Path) -> No
     assert run_cli("cancel", run_id, "--actor", "ops", "--reason", "wrong task", env=env).returncode == 0
     waited = run_cli("wait", run_id, "--json", env=env)
     assert json.loads(waited.stdout)["termination"]["details"] == "Cancelled by ops: wrong task"
+    late = run_cli("cancel", run_id, env=env)  # ended: nothing is sent, and it says so
+    assert (late.returncode, late.stdout.strip()) == (0, f"{run_id} already ended (user_cancelled); nothing to cancel")
     listed = run_cli("runs", "--reason", "user_cancelled", env=env)
     assert run_id in listed.stdout and "user_cancelled" in listed.stdout
     inspected = json.loads(run_cli("inspect", run_id, env=env).stdout)

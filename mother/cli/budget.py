@@ -117,7 +117,11 @@ def stop_cmd(run_id: Annotated[str, typer.Argument()], actor: Annotated[str, typ
     """Emergency stop: mutating actions are refused at once until `mother budget reset`."""
     cfg = settings()
     event = emergency_stop(redis_client(cfg), run_id, actor, reason, cfg.service.activity_maxlen)
-    console.print(f"run {run_id} is budget_stopped (at {event['at']})", highlight=False)
+    if event.get("already"):
+        console.print(f"run {run_id} was already budget_stopped (at {event['at']} by {event['actor']}: "
+                      f"{event['reason']}); nothing changed", highlight=False)
+    else:
+        console.print(f"run {run_id} is budget_stopped (at {event['at']})", highlight=False)
 
 
 @app.command("reset")

@@ -105,8 +105,11 @@ def cancel(
     reason: Annotated[str, typer.Option(help="why")] = "cancelled from the CLI",
 ) -> None:
     """End a run as user_cancelled (Mother writes the record)."""
-    _client().cancel(run_id, actor, reason)
-    console.print(f"cancel requested for {run_id}", highlight=False)
+    state = _client().cancel(run_id, actor, reason)
+    if state.status == "terminated":
+        console.print(f"{run_id} already ended ({state.reason}); nothing to cancel", highlight=False)
+    else:
+        console.print(f"cancel requested for {run_id}", highlight=False)
 
 
 @handle_errors

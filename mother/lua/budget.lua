@@ -244,11 +244,19 @@ end
 
 -- mh_budget_state: set a run budget's status (budget_stopped / active / closed) with an event.
 -- KEYS: 1 budget:run:{id}, 2 activity.  ARGV: 1 status, 2 event JSON (actor, reason), 3 maxlen, 4 event type
--- Returns the stop event JSON, or an error text prefixed 'ERR'.
+-- Returns the stop event JSON (a repeated stop: the standing one, with already=true), or an error text
+-- prefixed 'ERR' (a reset of a run that is not stopped, a change to an ended run).
 local function mh_budget_state(keys, args)
   local doc = get_doc(keys[1])
   if not doc then return 'ERR no budget for this run' end
   if doc.status == 'closed' and args[1] ~= 'closed' then return 'ERR the run has ended' end
+  if args[1] == 'budget_stopped' and doc.status == 'budget_stopped' and type(doc.stop) == 'table' then
+    doc.stop.already = true  -- a second stop changes nothing: the first one's record stands
+    return cjson.encode(doc.stop)
+  end
+  if args[1] == 'active' and doc.status ~= 'budget_stopped' then
+    return 'ERR the run is not emergency-stopped (its budget is ' .. tostring(doc.status) .. '); nothing to reset'
+  end
   local at = iso(now_ms())
   local ev = cjson.decode(args[2])
   ev.at = at
