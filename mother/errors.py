@@ -29,7 +29,8 @@ prints ``error[code]: message`` and never a traceback for these.
         ├── ServerBinaryMissing      server_binary_missing
         ├── PortInUse                server_port_in_use
         ├── ModuleLoadFailed         server_module_load_failed
-        └── DataDirNotWritable       server_dir_not_writable
+        ├── DataDirNotWritable       server_dir_not_writable
+        └── DataDirInUse             server_dir_in_use
 
 Later parts of the system add their own branches (budget, rate limits,
 policies) under ``MotherError`` in this module and redraw the tree.
@@ -53,6 +54,7 @@ __all__ = [
     "ScriptExhausted",
     "ToolError",
     "WaitTimeout",
+    "DataDirInUse",
     "DataDirNotWritable",
     "InsufficientBudget",
     "InvalidSpec",
@@ -222,3 +224,7 @@ class ModuleLoadFailed(ServerError):
 
 class DataDirNotWritable(ServerError):
     code = "server_dir_not_writable"
+
+
+class DataDirInUse(ServerError):
+    code = "server_dir_in_use"

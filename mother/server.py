@@ -11,6 +11,7 @@ says what to do.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
@@ -23,6 +24,7 @@ from pathlib import Path
 import redis
 
 from mother.errors import (
+    DataDirInUse,
     DataDirNotWritable,
     ModuleLoadFailed,
     PortInUse,
@@ -32,6 +34,7 @@ from mother.errors import (
 
 __all__ = ["EmbeddedRedis", "free_port", "module_paths", "valkey_binary"]
 
+LOCK_FILE = ".mother-server.lock"  # held while a server uses the data dir
 LOG_FILE = "valkey.log"
 MODULE_FILES = ("rejson.so", "redisearch.so")
 
@@ -113,6 +116,7 @@ class EmbeddedRedis:
     die_with_parent: bool = True
     extra_args: list[str] = field(default_factory=list)
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _lock: int | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir)
@@ -170,6 +174,15 @@ class EmbeddedRedis:
             elif _port_taken(self.port):
                 raise PortInUse(f"port {self.port} on 127.0.0.1 is already in use; pick another with --port")
         self._prepare_dir()
+        self._lock_dir()
+        try:
+            self._launch()
+        except BaseException:
+            self._unlock_dir()
+            raise
+        return self
+
+    def _launch(self) -> None:
         args = self.command()
         log = self.dir / LOG_FILE
         offset = log.stat().st_size if log.exists() else 0
@@ -179,9 +192,9 @@ class EmbeddedRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             preexec_fn=_die_with_parent if self.die_with_parent and sys.platform == "linux" else None,
+            pass_fds=(self._lock,) if self._lock is not None else (),  # the lock lives as long as the server
         )
         self._wait_ready(log, offset)
-        return self
 
     def _wait_ready(self, log: Path, offset: int) -> None:
         assert self._proc is not None
@@ -208,6 +221,27 @@ class EmbeddedRedis:
             f"embedded server did not answer within {self.start_timeout:g}s; see {log}"
         )
 
+    def _lock_dir(self) -> None:
+        """Hold ``LOCK_FILE`` in the data dir (flock, shared with the server process): two servers on
+        one dir would write the same AOF and snapshot over each other."""
+        path = self.dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise DataDirInUse(f"data dir {self.dir} is in use by {holder}; stop that server or choose another with --dir"
+                               ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"the server of pid {os.getpid()} ({self.url})".encode())
+        self._lock = fd
+
+    def _unlock_dir(self) -> None:
+        fd, self._lock = self._lock, None
+        if fd is not None:
+            os.close(fd)
+
     def _classify_failure(self, text: str) -> ServerError:
         lowered = text.lower()
         if "address already in use" in lowered:
@@ -225,6 +259,12 @@ class EmbeddedRedis:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (the server flushes its AOF and exits), then SIGKILL after ``timeout``."""
         proc, self._proc = self._proc, None
+        try:
+            self._stop(proc, timeout)
+        finally:
+            self._unlock_dir()
+
+    def _stop(self, proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
         if proc is None or proc.poll() is not None:
             return
         proc.terminate()

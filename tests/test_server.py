@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from mother.errors import DataDirNotWritable, ModuleLoadFailed, PortInUse, ServerBinaryMissing
+from mother.errors import DataDirInUse, DataDirNotWritable, ModuleLoadFailed, PortInUse, ServerBinaryMissing
 from mother.server import EmbeddedRedis, free_port
 from tests.conftest import run_cli
 
@@ -53,6 +53,20 @@ def test_restart_on_the_same_port_right_after_a_stop(tmp_path: Path) -> None:
         assert client.set("k", "v")
     with EmbeddedRedis(port=port, dir=tmp_path) as again:
         assert again.client().get("k") == b"v"
+
+
+def test_one_server_per_data_dir(tmp_path: Path) -> None:
+    """A second server on a data dir in use is refused (they would overwrite each other's AOF); the
+    dir is free again once the first stops, and the CLI says so in one line."""
+    with EmbeddedRedis(dir=tmp_path) as first:
+        with pytest.raises(DataDirInUse, match=rf"data dir {tmp_path} is in use by the server of pid \d+ "
+                                               rf"\(redis://127\.0\.0\.1:{first.port}/0\); stop that server"):
+            EmbeddedRedis(dir=tmp_path).start()
+        result = run_cli("server", "--port", str(free_port()), "--dir", str(tmp_path))
+        assert result.returncode == 2 and result.stderr.startswith("error[server_dir_in_use]: data dir ")
+        assert first.client().ping()  # the first one is untouched
+    with EmbeddedRedis(dir=tmp_path) as again:
+        assert again.client().ping()
 
 
 def test_missing_binary(tmp_path: Path) -> None:
