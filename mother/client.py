@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from mother import keys
 from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
-from mother.connection import connect
+from mother.connection import connect, redis_down
 from mother.errors import InvalidSpec, NotFound, RedisUnavailable, WaitTimeout
 from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error
 
@@ -165,8 +165,10 @@ class MotherClient:
                     if time.monotonic() - started >= INTAKE_NOTICE_SECONDS:
                         notice("intake", f"run {run_id} is not taken in after {INTAKE_NOTICE_SECONDS:g}s; "
                                          "still waiting (is `mother run` running?)")
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                notice("outage", f"Redis is unreachable ({exc}); still waiting for it to come back")
+            except redis.RedisError as exc:
+                if not redis_down(exc):
+                    raise
+                notice("outage", f"Redis cannot serve ({exc}); still waiting for it to come back")
                 if deadline is not None and time.monotonic() >= deadline:
                     raise RedisUnavailable(f"Redis went away while waiting for run {run_id} and is not back after "
                                            f"{timeout:g}s ({exc})") from None

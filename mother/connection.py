@@ -8,7 +8,10 @@ optional: :func:`server_info` detects it and ``mother doctor`` reports it.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -17,7 +20,8 @@ from redis.maint_notifications import MaintNotificationsConfig
 from mother.errors import MissingJSONModule, RedisUnavailable
 from mother.keys import PROBE_KEY
 
-__all__ = ["CONNECTION_OPTIONS", "ForkHandoffPool", "ServerInfo", "connect", "redact_url", "require_json", "server_info"]
+__all__ = ["CONNECTION_OPTIONS", "REDIS_DOWN", "ForkHandoffPool", "Outage", "ServerInfo", "connect", "redact_url",
+           "redis_down", "require_json", "server_info"]
 
 # A new connection needs no handshake round trip at all: RESP2 (no HELLO), and none of what
 # redis-py would otherwise add - looking its own version up in the package metadata, CLIENT SETINFO
@@ -27,6 +31,56 @@ __all__ = ["CONNECTION_OPTIONS", "ForkHandoffPool", "ServerInfo", "connect", "re
 # not redis-py's RESP3 mapping.)
 CONNECTION_OPTIONS: dict[str, object] = {"protocol": 2, "driver_info": None,
                                          "maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+
+
+# Redis cannot serve us now, and will again without us doing anything: it is restarting or loading
+# (ConnectionError, BusyLoadingError), unreachable (TimeoutError), at maxmemory with noeviction
+# (OutOfMemoryError), or a replica after a failover (ReadOnlyError, MasterDownError). Long-running
+# processes wait such a state out (:class:`Outage`) instead of exiting.
+REDIS_DOWN: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError,
+                                           redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError)
+# the same states, as errors redis-py gives no class of their own: a blocking read cut short by the
+# switch to replica, and writes refused while snapshots or the AOF cannot be written
+_DOWN_REPLIES = ("UNBLOCKED", "MISCONF")
+
+
+def redis_down(exc: BaseException) -> bool:
+    """Whether ``exc`` says Redis cannot serve for now (see :data:`REDIS_DOWN`), not that a request was wrong."""
+    return isinstance(exc, REDIS_DOWN) or (isinstance(exc, redis.ResponseError) and str(exc).startswith(_DOWN_REPLIES))
+
+
+class Outage:
+    """Waiting out a Redis that cannot serve (:data:`REDIS_DOWN`): call :meth:`failed` after each failed
+    try (it logs the first, then every 30 s, and sleeps 0.2 s doubling to 5 s, cut short when ``stop()``
+    turns true) and :meth:`recovered` after a try that worked (it logs ``redis_back`` once)."""
+
+    def __init__(self, log: Any, during: str, stop: Callable[[], bool] = lambda: False) -> None:
+        self.log, self.during, self.stop = log, during, stop
+        self.since: float | None = None
+        self._reported = 0.0
+        self._delay = 0.2
+
+    @property
+    def active(self) -> bool:
+        return self.since is not None
+
+    def failed(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if self.since is None:
+            self.since = self._reported = now
+            self.log.warning("redis_unavailable", during=self.during, error=str(exc), retrying=True)
+        elif now - self._reported >= 30:
+            self._reported = now
+            self.log.warning("redis_still_unavailable", during=self.during, seconds=round(now - self.since), error=str(exc))
+        end = now + self._delay
+        while not self.stop() and (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
+        self._delay = min(self._delay * 2, 5.0)
+
+    def recovered(self) -> None:
+        if self.since is not None:
+            self.log.info("redis_back", during=self.during, after_seconds=round(time.monotonic() - self.since, 1))
+            self.since, self._delay = None, 0.2
 
 
 class ForkHandoffPool(redis.ConnectionPool):

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from mother import keys
 from mother.client import EVENT_CANCEL, EVENT_PHASE_RESULT
 from mother.config import Settings
+from mother.connection import Outage, redis_down
 from mother.functions import call, ensure_loaded
 from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run, on_phase_result
@@ -66,48 +67,43 @@ class Mother:
         signal.signal(signal.SIGINT, _stop)
 
     def run_forever(self) -> None:
+        """Lead (or stand by) until asked to stop. Redis unable to serve (a restart, a failover, maxmemory)
+        is waited out with backoff: leadership is dropped, and on recovery the lease is taken again, the
+        server functions reloaded if the server came back empty, and unacknowledged entries reclaimed.
+        Any other failure of a loop is logged with its traceback and retried a second later."""
         self.log.info("mother_started")
+        outage = Outage(self.log, "serve", stop=lambda: self.stopping)
         try:
             while not self.stopping:
                 try:
+                    if outage.active:
+                        ensure_loaded(self.rt.redis)  # a server that came back empty has no functions
                     if not self._hold_lease():
+                        outage.recovered()
                         time.sleep(min(0.5, self.cfg.lease_seconds / 4))
                         continue
                     self.serve_once()
-                except (redis.ConnectionError, redis.TimeoutError) as exc:
-                    self._wait_for_redis(exc)
+                    outage.recovered()
+                except Exception as exc:
+                    self.rt.pending_ack = None  # whatever was being handled is unacknowledged: reclaimed later
+                    if redis_down(exc):
+                        self.leader = False
+                        outage.failed(exc)
+                    else:
+                        self.log.exception("serve_failed", error=str(exc), retry_in_seconds=1)
+                        _sleep_unless(lambda: self.stopping, 1.0)
         finally:
             self._release_lease()
             self.log.info("mother_stopped")
-
-    def _wait_for_redis(self, exc: Exception) -> None:
-        """Redis is unreachable (restarting, loading, network): stop leading and retry with backoff
-        (0.2 s doubling to 5 s, progress logged every 30 s) until it answers or Mother is asked to stop.
-        Whatever was being handled is unacknowledged, so it is reclaimed once a leader is back."""
-        self.leader = False
-        self.rt.pending_ack = None
-        since = reported = time.monotonic()
-        delay = 0.2
-        self.log.warning("redis_unavailable", error=str(exc), retrying=True)
-        while not self.stopping:
-            _sleep_unless(lambda: self.stopping, delay)
-            try:
-                ensure_loaded(self.rt.redis)  # a server that came back empty has no functions
-            except (redis.ConnectionError, redis.TimeoutError) as again:
-                delay = min(delay * 2, 5.0)
-                if time.monotonic() - reported >= 30:
-                    reported = time.monotonic()
-                    self.log.warning("redis_still_unavailable", seconds=round(reported - since), error=str(again))
-                continue
-            self.log.info("redis_back", after_seconds=round(time.monotonic() - since, 1))
-            return
 
     def _release_lease(self) -> None:
         if not self.leader:
             return
         try:
             call(self.rt.redis, "mh_release_lease", [keys.LEADER_LEASE], [self.instance])
-        except (redis.ConnectionError, redis.TimeoutError) as exc:  # it expires on its own within lease_seconds
+        except Exception as exc:  # if Redis cannot take it, it expires on its own within lease_seconds
+            if not redis_down(exc):
+                raise
             self.log.warning("lease_not_released", error=str(exc), expires_in_seconds=self.cfg.lease_seconds)
 
     def _hold_lease(self) -> bool:
@@ -174,9 +170,9 @@ class Mother:
     def _guarded(self, what: str, func: Any) -> None:
         try:
             func()
-        except redis.ConnectionError:
-            raise
         except Exception as exc:  # a bad record must not stop the loop; it is logged with its traceback
+            if redis_down(exc):
+                raise
             self.log.exception("periodic_task_failed", task=what, error=str(exc))
 
     # -- handling ----------------------------------------------------------
@@ -197,11 +193,10 @@ class Mother:
                 handle_submission(self.rt, entry_id, fields)
             else:
                 self.handle_event(entry_id, fields)
-        except redis.ConnectionError:
-            self.rt.pending_ack = None
-            raise  # not acknowledged: handled again after reconnect / by the next leader
         except Exception as exc:
             self.rt.pending_ack = None
+            if redis_down(exc):
+                raise  # not acknowledged: handled again once Redis serves again / by the next leader
             self.log.exception("entry_handling_failed", stream=stream, entry_id=entry_id)
             run_id = _run_id_of(fields)
             if stream == keys.SUBMISSIONS_STREAM and (run_id is None or self.rt.load_run(run_id) is None):

@@ -178,10 +178,32 @@ def test_redis_restart_mid_run_is_outlived(tmp_path: Path) -> None:
         p.server = EmbeddedRedis(port=port, dir=data_dir, appendfsync="no").start()
         waiter.join(timeout=90)
         assert alive_during == p.stack.alive() == {"mother-0": True, "worker-0": True}
-        assert len(notices) == 1 and notices[0].startswith("Redis is unreachable (")
+        assert len(notices) == 1 and notices[0].startswith("Redis cannot serve (")
         assert waited["envelope"].termination.reason == "success"
         assert termination_keys(p, run_id) == [keys.termination_key(run_id)]
         completed = [h.phase for h in p.client.status(run_id).history if h.event == "phase_completed"]
         assert completed == ["plan", "execute", "review"]
+    finally:
+        stop_pipeline(p)
+
+
+@pytest.mark.parametrize(("refuse", "restore"), [
+    (("CONFIG", "SET", "maxmemory", "1"), ("CONFIG", "SET", "maxmemory", "0")),  # at maxmemory, noeviction
+    (("REPLICAOF", "127.0.0.1", "1"), ("REPLICAOF", "NO", "ONE")),  # a replica after a failover: READONLY
+], ids=["maxmemory", "readonly"])
+def test_redis_refusing_writes_is_outlived(tmp_path: Path, refuse: tuple[str, ...], restore: tuple[str, ...]) -> None:
+    """While Redis refuses every write for a few seconds, Mother and the worker stay up (they used to
+    exit on the first refused write); once it takes writes again, a run goes through as before."""
+    p = start_pipeline(tmp_path, mothers=1, workers=1)
+    try:
+        assert p.wait(p.client.submit(example("three-phase"))).termination.reason == "success"  # all up
+        p.redis.execute_command(*refuse)
+        time.sleep(3)  # several lease renewals, heartbeats and watchdog ticks are refused
+        alive_during = p.stack.alive()
+        p.redis.execute_command(*restore)
+        assert alive_during == p.stack.alive() == {"mother-0": True, "worker-0": True}
+        assert p.wait(p.client.submit(example("three-phase")), timeout=60).termination.reason == "success"
+        log = (tmp_path / "logs" / "mother-0.log").read_text()
+        assert '"event":"redis_unavailable"' in log and '"event":"redis_back"' in log
     finally:
         stop_pipeline(p)

@@ -26,7 +26,7 @@ from mother import keys
 from mother.roles import role_settings, tool_manifest_error
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
-from mother.connection import ForkHandoffPool
+from mother.connection import ForkHandoffPool, Outage, redis_down
 from mother.budget import Guard
 from mother.context import load as load_context
 from mother.errors import BudgetExhausted, ConfigError, ContextInvalid, LimitExceeded, MotherError, PhaseStale
@@ -47,7 +47,6 @@ from workers.tools import FILE_TOOLS, ToolBox
 __all__ = ["PhaseWorker", "clear_prefetch", "execute", "prefetch", "runtime", "warm_up"]
 
 log = get_logger("phase")
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)  # BusyLoadingError (a restart loading its data) is one
 _runtime: Runtime | None = None
 
 
@@ -216,7 +215,9 @@ class PhaseWorker(Worker):
                 log.warning("horse_connection_not_opened", job_id=job.id, error=str(exc))
         try:
             super().execute_job(job, queue)
-        except REDIS_DOWN as exc:
+        except Exception as exc:
+            if not redis_down(exc):
+                raise
             self._lost_redis_during(job, exc)
         finally:
             clear_prefetch()
@@ -226,13 +227,14 @@ class PhaseWorker(Worker):
     # -- outliving a Redis outage ---------------------------------------------------------------
     # RQ retries its blocking dequeue while Redis is away, but quits on a connection error anywhere
     # else in its loop (watching the horse, heartbeats, the suspension check, maintenance). A worker
-    # outlives the outage instead: it waits for Redis with backoff and carries on. A phase caught by
-    # the outage ends as a lost phase: its heartbeat stops, and Mother retries it once Redis is back.
+    # outlives the outage instead (REDIS_DOWN: a restart, a failover, maxmemory): it retries with
+    # backoff and carries on. A phase caught by the outage ends as a lost phase: its heartbeat stops,
+    # and Mother retries it once Redis serves again.
 
     def _lost_redis_during(self, job: Job, exc: Exception) -> None:
-        """Redis went away while the horse ran: let the horse finish (it keeps its own timeout; past
-        it and a margin it is killed), then wait for Redis. RQ's record of the job is left for the
-        started-job cleanup, which Mother's watchdog runs."""
+        """Redis failed while the horse ran: let the horse finish (it keeps its own timeout; past it
+        and a margin it is killed), then wait until Redis takes the worker's state again. RQ's record
+        of the job is left for the started-job cleanup, which Mother's watchdog runs."""
         log.warning("redis_lost_during_job", job_id=job.id, error=str(exc))
         pid = self.horse_pid
         deadline = time.monotonic() + (job.timeout if job.timeout and job.timeout > 0 else 600) + 60
@@ -250,36 +252,26 @@ class PhaseWorker(Worker):
             time.sleep(0.2)
         self._horse_pid = 0
         self.executions.clear()  # what RQ's monitor would have dropped once the horse ended
-        self._wait_for_redis("job", exc)
         self._outliving("job", self.set_state, WorkerStatus.IDLE)
 
-    def _wait_for_redis(self, during: str, exc: Exception) -> None:
-        """Block until Redis answers (0.2 s doubling to 5 s; a log line every 30 s); only the worker
-        itself waits: a horse that loses Redis fails its job as it would anyway."""
-        if os.getpid() != self._parent_pid:
-            raise exc
-        since = reported = time.monotonic()
-        delay = 0.2
-        log.warning("redis_unavailable", during=during, error=str(exc), retrying=True)
-        while True:
-            time.sleep(delay)
-            try:
-                self.connection.ping()
-            except REDIS_DOWN as again:
-                delay = min(delay * 2, 5.0)
-                if time.monotonic() - reported >= 30:
-                    reported = time.monotonic()
-                    log.warning("redis_still_unavailable", during=during, seconds=round(reported - since), error=str(again))
-                continue
-            log.info("redis_back", during=during, after_seconds=round(time.monotonic() - since, 1))
-            return
-
     def _outliving(self, during: str, func: Any, *args: Any) -> Any:
+        """``func(*args)``, retried while Redis cannot serve; only the worker waits: a horse that loses
+        Redis fails its job as it would anyway."""
+        outage = Outage(log, during)
         while True:
             try:
-                return func(*args)
-            except REDIS_DOWN as exc:
-                self._wait_for_redis(during, exc)
+                result = func(*args)
+            except Exception as exc:
+                if not redis_down(exc) or os.getpid() != self._parent_pid:
+                    raise
+                outage.failed(exc)
+                continue
+            outage.recovered()
+            return result
+
+    def dequeue_job_and_maintain_ttl(self, *args: Any) -> Any:
+        # RQ retries its own connection errors here; a read cut short by a failover is retried too
+        return self._outliving("dequeue", super().dequeue_job_and_maintain_ttl, *args)
 
     def heartbeat(self, *args: Any, **kwargs: Any) -> None:
         self._outliving("heartbeat", lambda: super(PhaseWorker, self).heartbeat(*args, **kwargs))
