@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+from pathlib import Path
 
 import orjson
+import pytest
+import redis
 
 from mother import keys
+from mother.budget import Guard
+from mother.client import MotherClient
+from mother.config import load_settings
+from mother.errors import ToolError
+from mother.intake import handle_submission
 from mother.ledger import BudgetLedger
+from mother.runtime import Runtime
+from schemas import RunState
 from tests.conftest import Pipeline
 from tests.test_pipeline import example
+from workers.spawn import SpawnRun
 
 
 def _spawn(role: str, budget: str = "0.10") -> dict:
@@ -56,3 +68,52 @@ def test_spawn_beyond_the_parents_budget_is_refused(pipeline: Pipeline) -> None:
     assert list(pipeline.redis.scan_iter(match=f"run:{run_id}.c*")) == []
     budget = orjson.loads(pipeline.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))
     assert (budget["spawns"], budget["parallel_agents"]) == (1, 0)
+
+
+def _parent(r: redis.Redis, redis_url: str, max_queue_depth: int = 100) -> tuple[Runtime, RunState]:
+    """A parent run taken in by Mother's own intake (no Mother process: nothing reconciles the gauges)."""
+    settings = load_settings(redis_url=redis_url, budget={"global": {"max_queue_depth": max_queue_depth}})
+    rt = Runtime.create(settings)
+    client = MotherClient(settings=settings)
+    run_id = client.submit(example("three-phase", limit_overrides={"spend": "1.00"}))
+    [(entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
+    state = handle_submission(rt, entry_id, fields)
+    assert state is not None and state.run_id == run_id
+    return rt, rt.load_run(run_id)
+
+
+def test_spawn_refused_by_a_full_queue_gives_back_what_it_took(r: redis.Redis, redis_url: str) -> None:
+    """QueueFull at the child's submission: the model gets a tool error, the parallel_agents slot and the
+    ledger reservation are given back (they used to stay taken for a child that never ran)."""
+    rt, state = _parent(r, redis_url, max_queue_depth=1)
+    r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.queue_depth", 1)  # one submission waiting: full
+    guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today)
+    tool = SpawnRun(rt, state, 0, guard, check_alive=lambda: None)
+    with pytest.raises(ToolError, match=r"^cannot spawn: the submission queue is full \(1/1\); try again later$"):
+        tool.run(Path("."), {"role": "helper", "task": "sub-task", "budget": "0.40"})
+    budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key(state.run_id)))
+    assert (budget["spawns"], budget["parallel_agents"]) == (1, 0)
+    ledger = BudgetLedger(r)
+    assert ledger.get_remaining(state.run_id) == Decimal("1.00")
+    assert ledger.get_tree_spend(state.run_id)["active_count"] == 0
+    assert list(r.scan_iter(match=f"run:{state.run_id}.c*")) == []
+
+
+@pytest.mark.parametrize(("arguments", "error"), [
+    ({"role": "helper", "task": "t", "budget": "0.1", "limit_overrides": [1]},
+     "spawn_run's limit_overrides must be an object"),
+    ({"role": "helper", "task": "t", "budget": "-1"},
+     "spawn_run arguments are invalid: limit_overrides.spend: Input should be greater than or equal to 0"),
+    ({"role": "helper", "task": "t"}, "spawn_run needs role (string), task (string) and budget (USD)"),
+])
+def test_spawn_with_bad_arguments_is_a_tool_error_naming_the_field(r: redis.Redis, redis_url: str,
+                                                                   arguments: dict, error: str) -> None:
+    """Bad arguments are refused to the model with what to fix, before anything is charged."""
+    rt, state = _parent(r, redis_url)
+    tool = SpawnRun(rt, state, 0, Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today),
+                    check_alive=lambda: None)
+    with pytest.raises(ToolError) as info:
+        tool.run(Path("."), arguments)
+    assert info.value.message.startswith(error)
+    budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key(state.run_id)))
+    assert (budget["spawns"], budget["parallel_agents"]) == (0, 0)

@@ -17,13 +17,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from mother import keys
 from mother.budget import Guard, submit_with_backpressure
-from mother.errors import BudgetExhausted, InsufficientBudget, InvalidSpec, ToolError
+from mother.errors import BudgetExhausted, InsufficientBudget, InvalidSpec, QueueFull, ToolError
 from mother.ledger import OWN_SPEND_PATH, own_spend
 from mother.limits import DepthExhausted, resolve_limits
 from mother.runtime import Runtime
-from schemas import ResultEnvelope, RunSpec, RunState
+from schemas import ResultEnvelope, RunSpec, RunState, describe_validation_error
 
 __all__ = ["SpawnRun"]
 
@@ -69,7 +71,12 @@ class SpawnRun:
         except (InsufficientBudget, InvalidSpec) as exc:
             self.guard.release("parallel_agents")
             raise ToolError(f"cannot spawn: {exc.message}") from None
-        submit_with_backpressure(self.rt.redis, self.rt.settings, spec.to_json())
+        try:
+            submit_with_backpressure(self.rt.redis, self.rt.settings, spec.to_json())
+        except QueueFull as exc:  # give back what was taken for a child that will not run
+            self.guard.release("parallel_agents")
+            ledger.release(spec.run_id, "not_submitted")
+            raise ToolError(f"cannot spawn: {exc.message}") from None
         self.rt.emit(self.rt.redis, "run_spawned", run_id=self.state.run_id, phase=self.phase.name,
                      child_run_id=spec.run_id, role=spec.pipeline[0].role, budget=str(arguments["budget"]))
         if arguments.get("wait", True) is False:
@@ -77,21 +84,23 @@ class SpawnRun:
         return self._wait(spec.run_id)
 
     def _child_spec(self, arguments: dict[str, Any]) -> RunSpec:
-        role, task = arguments.get("role"), arguments.get("task")
+        role, task, overrides = arguments.get("role"), arguments.get("task"), arguments.get("limit_overrides", {})
         if not isinstance(role, str) or not isinstance(task, str) or "budget" not in arguments:
             raise ToolError("spawn_run needs role (string), task (string) and budget (USD)")
+        if not isinstance(overrides, dict):
+            raise ToolError("spawn_run's limit_overrides must be an object, e.g. {\"turns\": 10}")
         child_id = f"{self.state.run_id[:100]}.c{uuid.uuid4().hex[:8]}"
         try:
             return RunSpec.model_validate({
                 "run_id": child_id, "user_id": self.state.user_id, "task": task,
                 "pipeline": [{"name": "execute", "role": role, "model": arguments.get("model") or self.phase.model}],
                 "budget_profile": self.state.spec.budget_profile,
-                "limit_overrides": {**arguments.get("limit_overrides", {}), "spend": str(arguments["budget"])},
+                "limit_overrides": {**overrides, "spend": str(arguments["budget"])},
                 "parent_run_id": self.state.run_id, "scripts": self.state.spec.model_dump(mode="json")["scripts"],
                 "metadata": {SPAWNED_BY: self.name},
             })
-        except ValueError as exc:
-            raise ToolError(f"spawn_run arguments are invalid: {str(exc).splitlines()[0]}") from None
+        except ValidationError as exc:
+            raise ToolError(f"spawn_run arguments are invalid: {describe_validation_error(exc)}") from None
 
     def _wait(self, child_id: str) -> str:
         while True:
