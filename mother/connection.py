@@ -21,7 +21,7 @@ from mother.errors import MissingJSONModule, RedisUnavailable
 from mother.keys import PROBE_KEY
 
 __all__ = ["CONNECTION_OPTIONS", "REDIS_DOWN", "ForkHandoffPool", "Outage", "ServerInfo", "connect", "redact_url",
-           "redis_down", "require_json", "server_info"]
+           "redis_down", "require_json", "server_info", "sleep_unless"]
 
 # A new connection needs no handshake round trip at all: RESP2 (no HELLO), and none of what
 # redis-py would otherwise add - looking its own version up in the package metadata, CLIENT SETINFO
@@ -49,6 +49,13 @@ def redis_down(exc: BaseException) -> bool:
     return isinstance(exc, REDIS_DOWN) or (isinstance(exc, redis.ResponseError) and str(exc).startswith(_DOWN_REPLIES))
 
 
+def sleep_unless(stop: Callable[[], bool], seconds: float) -> None:
+    """Sleep ``seconds`` in short steps, returning early once ``stop()`` is true."""
+    end = time.monotonic() + seconds
+    while not stop() and (left := end - time.monotonic()) > 0:
+        time.sleep(min(left, 0.1))
+
+
 class Outage:
     """Waiting out a Redis that cannot serve (:data:`REDIS_DOWN`): call :meth:`failed` after each failed
     try (it logs the first, then every 30 s, and sleeps 0.2 s doubling to 5 s, cut short when ``stop()``
@@ -72,9 +79,7 @@ class Outage:
         elif now - self._reported >= 30:
             self._reported = now
             self.log.warning("redis_still_unavailable", during=self.during, seconds=round(now - self.since), error=str(exc))
-        end = now + self._delay
-        while not self.stop() and (left := end - time.monotonic()) > 0:
-            time.sleep(min(left, 0.1))
+        sleep_unless(self.stop, self._delay)
         self._delay = min(self._delay * 2, 5.0)
 
     def recovered(self) -> None:

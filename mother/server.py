@@ -260,21 +260,18 @@ class EmbeddedRedis:
         """SIGTERM (the server flushes its AOF and exits), then SIGKILL after ``timeout``."""
         proc, self._proc = self._proc, None
         try:
-            self._stop(proc, timeout)
+            if proc is None or proc.poll() is not None:
+                return
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            if proc.stderr:
+                proc.stderr.close()
         finally:
             self._unlock_dir()
-
-    def _stop(self, proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        if proc.stderr:
-            proc.stderr.close()
 
     def wait(self) -> int:
         """Block until the server exits; return its exit code."""

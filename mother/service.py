@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from mother import keys
 from mother.client import EVENT_CANCEL, EVENT_PHASE_RESULT
 from mother.config import Settings
-from mother.connection import Outage, redis_down
+from mother.connection import Outage, redis_down, sleep_unless
 from mother.functions import call, ensure_loaded
 from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run, on_phase_result
@@ -91,7 +91,7 @@ class Mother:
                         outage.failed(exc)
                     else:
                         self.log.exception("serve_failed", error=str(exc), retry_in_seconds=1)
-                        _sleep_unless(lambda: self.stopping, 1.0)
+                        sleep_unless(lambda: self.stopping, 1.0)
         finally:
             self._release_lease()
             self.log.info("mother_stopped")
@@ -230,13 +230,12 @@ class Mother:
             if not keys.is_id(run_id):
                 self.log.warning("event_ignored", entry_id=entry_id, why=f"cancel names no valid run_id: {run_id!r}"[:300])
                 return
-            self._cancel(payload)
+            self._cancel(run_id, payload)
         else:
             self.log.warning("event_ignored", entry_id=entry_id, why=f"unknown event type {kind!r}")
 
-    def _cancel(self, payload: dict[str, Any]) -> None:
-        run_id = str(payload.get("run_id", ""))
-        state = self.rt.load_run(run_id) if run_id else None
+    def _cancel(self, run_id: str, payload: dict[str, Any]) -> None:
+        state = self.rt.load_run(run_id)
         if state is None or state.status == "terminated":
             return
         actor = str(payload.get("actor", "user"))[:128]
@@ -288,13 +287,6 @@ class Mother:
         self.rt.emit(pipe, "dead_lettered", run_id=_run_id_of(fields), stream=stream, entry_id=entry_id)
         pipe.execute()
         self.log.error("entry_dead_lettered", stream=stream, entry_id=entry_id)
-
-
-def _sleep_unless(stop: Any, seconds: float) -> None:
-    """Sleep ``seconds`` in short steps, returning early once ``stop()`` is true."""
-    end = time.monotonic() + seconds
-    while not stop() and (left := end - time.monotonic()) > 0:
-        time.sleep(min(left, 0.1))
 
 
 def _as_pairs(batches: Any) -> list[tuple[str, list[tuple[bytes, dict[bytes, bytes]]]]]:

@@ -254,13 +254,13 @@ class PhaseWorker(Worker):
         self.executions.clear()  # what RQ's monitor would have dropped once the horse ended
         self._outliving("job", self.set_state, WorkerStatus.IDLE)
 
-    def _outliving(self, during: str, func: Any, *args: Any) -> Any:
-        """``func(*args)``, retried while Redis cannot serve; only the worker waits: a horse that loses
+    def _outliving(self, during: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """``func(*args, **kwargs)``, retried while Redis cannot serve; only the worker waits: a horse that loses
         Redis fails its job as it would anyway."""
         outage = Outage(log, during)
         while True:
             try:
-                result = func(*args)
+                result = func(*args, **kwargs)
             except Exception as exc:
                 if not redis_down(exc) or os.getpid() != self._parent_pid:
                     raise
@@ -274,7 +274,7 @@ class PhaseWorker(Worker):
         return self._outliving("dequeue", super().dequeue_job_and_maintain_ttl, *args)
 
     def heartbeat(self, *args: Any, **kwargs: Any) -> None:
-        self._outliving("heartbeat", lambda: super(PhaseWorker, self).heartbeat(*args, **kwargs))
+        self._outliving("heartbeat", super().heartbeat, *args, **kwargs)
 
     def check_for_suspension(self, burst: bool) -> None:
         self._outliving("suspension check", super().check_for_suspension, burst)

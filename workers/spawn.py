@@ -65,17 +65,16 @@ class SpawnRun:
             raise ToolError(f"cannot spawn: {exc.message}") from None
         ledger = self.rt.ledger
         assert spec.run_id is not None
+        reserved = False
         try:
             ledger.report_actual(self.state.run_id, self._own_spend())  # so "remaining" counts what we spent
             ledger.reserve(spec.run_id, Decimal(str(arguments["budget"])), self.state.run_id)
-        except (InsufficientBudget, InvalidSpec) as exc:
-            self.guard.release("parallel_agents")
-            raise ToolError(f"cannot spawn: {exc.message}") from None
-        try:
+            reserved = True
             submit_with_backpressure(self.rt.redis, self.rt.settings, spec.to_json())
-        except QueueFull as exc:  # give back what was taken for a child that will not run
+        except (InsufficientBudget, InvalidSpec, QueueFull) as exc:  # give back what a child that will not run took
             self.guard.release("parallel_agents")
-            ledger.release(spec.run_id, "not_submitted")
+            if reserved:
+                ledger.release(spec.run_id, "not_submitted")
             raise ToolError(f"cannot spawn: {exc.message}") from None
         self.rt.emit(self.rt.redis, "run_spawned", run_id=self.state.run_id, phase=self.phase.name,
                      child_run_id=spec.run_id, role=spec.pipeline[0].role, budget=str(arguments["budget"]))
