@@ -31,6 +31,9 @@ class ChatServer:
                     self.wfile.write(b'{"error": {"message": "no reply scripted"}}')
                     return
                 reply = server.replies.pop(0)
+                if "body" in reply:  # a reply sent exactly as given (a server that gets the protocol wrong)
+                    self._send(reply["body"] if isinstance(reply["body"], bytes) else json.dumps(reply["body"]).encode())
+                    return
                 message: dict[str, Any] = {"role": "assistant", "content": reply.get("text")}
                 if reply.get("tool_calls"):
                     message["tool_calls"] = [
@@ -44,9 +47,13 @@ class ChatServer:
                     "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "message": message,
                                  "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop"}],
-                    "usage": {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]},
                 }
-                raw = json.dumps(data).encode()
+                if usage is not None:  # "usage": None: a server that reports none
+                    counts = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
+                    data["usage"] = {**usage, "total_tokens": sum(counts) if all(type(c) is int for c in counts) else None}
+                self._send(json.dumps(data).encode())
+
+            def _send(self, raw: bytes) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(raw)))

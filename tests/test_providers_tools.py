@@ -78,6 +78,84 @@ def test_openai_provider_errors_are_one_line(tmp_path: Path) -> None:
         OpenAIProvider("cloud", ModelConfig(provider="openai", base_url="http://127.0.0.1:1/v1", api_key_env="NO_SUCH_KEY_VAR"))
 
 
+@pytest.mark.parametrize("body,error", [
+    (b"<html>bad gateway</html>", "the reply is not JSON"),
+    ([1, 2], "the reply is not a chat completion"),
+    ({"choices": []}, "reply has no choices"),
+    ({"choices": [{"index": 0, "finish_reason": "stop"}]}, "the reply's first choice has no message"),
+])
+def test_openai_provider_refuses_a_malformed_reply_in_one_line(body: object, error: str) -> None:
+    """A 200 whose body is not a chat completion is a ProviderError naming the model (it was an
+    AttributeError or a JSONDecodeError from deep in the SDK)."""
+    with ChatServer([{"body": body}]) as chat:
+        provider = OpenAIProvider("local", ModelConfig(provider="openai", base_url=chat.url))
+        with pytest.raises(ProviderError, match=f"^model local: {error}") as caught:
+            provider.complete([{"role": "user", "content": "hi"}], [])
+    assert "\n" not in caught.value.message
+
+
+def test_openai_provider_takes_what_servers_send_loosely() -> None:
+    """Arguments sent as an object (not its JSON text), a call without a name, text beside tool calls, and
+    usage that is missing or not counts (negative, text, null) are kept as what they are: the usage is
+    marked for the meter to estimate, never charged as 0 or as garbage."""
+    call = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": {"path": "a.txt"}}}
+    nameless = {"id": None, "type": "function", "function": {"name": None, "arguments": "{}"}}
+    message = {"role": "assistant", "content": "let me look", "tool_calls": [call, nameless]}
+    replies = [{"body": {"choices": [{"index": 0, "message": message}], "usage": usage}}
+               for usage in (None, {"prompt_tokens": -5, "completion_tokens": 3},
+                             {"prompt_tokens": "12", "completion_tokens": 3}, {"prompt_tokens": 12, "completion_tokens": 3})]
+    with ChatServer(replies) as chat:
+        provider = OpenAIProvider("local", ModelConfig(provider="openai", base_url=chat.url))
+        got = [provider.complete([{"role": "user", "content": "hi"}], []) for _ in replies]
+    first = got[0]
+    assert first.text == "let me look"
+    assert [(c.name, c.arguments) for c in first.tool_calls] == [("read_file", {"path": "a.txt"}), ("", {})]
+    assert first.tool_calls[1].id  # an id the tool result can answer to
+    assert [(r.input_tokens, r.output_tokens) for r in got] == [(0, 0), (0, 0), (0, 0), (12, 3)]
+    assert got[0].usage_note == "the server reported no usage"
+    assert got[1].usage_note == "the server reported unusable usage: prompt_tokens must not be negative, got -5"
+    assert got[2].usage_note.startswith("the server reported unusable usage: prompt_tokens must be a whole number")
+    assert got[3].usage_note is None
+
+
+def test_a_model_that_reports_no_usage_is_charged_an_estimate(tmp_path: Path) -> None:
+    """Through Mother and a worker: calls whose server reports no usable usage are charged the
+    conservative estimate (never 0), each says so as a ``usage_estimated`` activity entry, the reported
+    call is charged as reported, and what the model said beside its tool call stays in the conversation."""
+    replies = [
+        {"text": "Let me look first.", "tool_calls": [{"name": "list_dir", "arguments": {}}], "usage": None},
+        {"text": "Still looking.", "tool_calls": [{"name": "list_dir", "arguments": {}}],
+         "usage": {"prompt_tokens": 40, "completion_tokens": 2}},
+        {"text": "The workspace is empty.", "usage": {"prompt_tokens": -1, "completion_tokens": 9}},
+    ]
+    with ChatServer(replies) as chat:
+        models = {"scripted": {"provider": "scripted"}, "local-llm": {"provider": "openai", "base_url": chat.url}}
+        p = start_pipeline(tmp_path, workers=1, env={"MOTHER_MODELS": json.dumps(models)})
+        try:
+            from mother.activity import recent
+            from mother.client import MotherClient
+            from mother.config import load_settings
+
+            client = MotherClient(settings=load_settings(redis_url=p.url, models=models))
+            run_id = client.submit({"user_id": "u1", "task": "Describe the workspace", "run_id": f"nousage-{uuid.uuid4().hex[:6]}",
+                                    "pipeline": [{"name": "look", "role": "analyst", "model": "local-llm"}]})
+            envelope = client.wait(run_id, timeout=60)
+            counters = json.loads(p.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))
+            estimated = [e for e in recent(p.redis, 200, run_id=run_id) if e.type == "usage_estimated"]
+        finally:
+            stop_pipeline(p)
+    assert envelope.termination.reason == "success"
+    assert [e.data["why"] for e in estimated] == [
+        "the server reported no usage", "the server reported unusable usage: prompt_tokens must not be negative, got -1"]
+    charged = [(e.data["input_tokens"], e.data["output_tokens"]) for e in estimated]
+    assert all(i > 20 and o > 0 for i, o in charged)  # the request's size in tokens, and the reply's
+    assert counters["input_tokens"] == charged[0][0] + 40 + charged[1][0]
+    assert counters["output_tokens"] == charged[0][1] + 2 + charged[1][1]
+    assert counters["reserved"]["total_tokens"] == 0  # every reservation settled
+    assistant = [m for m in chat.requests[1]["body"]["messages"] if m["role"] == "assistant"]
+    assert assistant[0]["content"] == "Let me look first." and assistant[0]["tool_calls"]
+
+
 def test_pipeline_run_on_an_openai_compatible_server(tmp_path: Path) -> None:
     """A run whose model is served over HTTP (as Ollama/vLLM would) succeeds through Mother and a worker."""
     replies = [

@@ -81,7 +81,7 @@ def run_loop(
             )
         messages.append({
             "role": "assistant",
-            "content": None,
+            "content": reply.text,  # what the model said beside its calls stays in the conversation
             "tool_calls": [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c.arguments)}}
                 for c in reply.tool_calls
@@ -152,6 +152,8 @@ def _metered_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str,
     reply = None
     try:
         reply = provider.complete(messages, toolbox.specs())
+        if reply.usage_note is not None:
+            meter.estimate_usage(reply)
         return reply
     finally:
         meter.settle(op, reply.input_tokens if reply else 0, reply.output_tokens if reply else 0,

@@ -65,18 +65,20 @@ class Harness:
                            + (f": {decision.message}" if decision.message else ""),
                            action=decision.action.value, event=name, hook=decision.hook)
 
+    def record(self, event_type: str, **data: Any) -> None:
+        """An activity entry for this run and phase."""
+        self.rt.emit(self.rt.redis, event_type, run_id=self.state.run_id,
+                     phase=self.state.spec.pipeline[self.phase_index].name, **data)
+
     def permission_denied(self, event: dict[str, Any]) -> None:
         """Record seed 001's permission_denied event and give the error hooks their say."""
-        phase = self.state.spec.pipeline[self.phase_index].name
-        self.rt.emit(self.rt.redis, "permission_denied", run_id=self.state.run_id, phase=phase, **event["detail"])
+        self.record("permission_denied", **event["detail"])
         self.control("error", error={"type": "permission_denied", "message": "permission denied", **event["detail"]})
 
     def _side_effects(self, event: str, decision: Decision) -> None:
-        phase = self.state.spec.pipeline[self.phase_index].name
         for hook, action in decision.side_effects:
             if action.type == "notice":
-                self.rt.emit(self.rt.redis, "hook_notice", run_id=self.state.run_id, phase=phase, hook=hook.spec.id,
-                             layer=hook.layer, hook_event=event, message=action.message)
+                self.record("hook_notice", hook=hook.spec.id, layer=hook.layer, hook_event=event, message=action.message)
             elif action.type == "spawn" and self.spawn is not None:
                 self.spawn({"role": action.role, "task": action.task or action.message, "budget": action.budget or "0",
                             "wait": False})

@@ -22,9 +22,12 @@ from mother.budget import Guard
 from mother.config import ModelConfig
 from mother.errors import BudgetStopped, LimitExceeded
 from mother.limits import check_limits, fail_safe_message
+from mother.logs import get_logger
 from mother.tokens import Calibration, request_estimate
 
-__all__ = ["COUNTER_PATHS", "Meter", "estimate_prompt_tokens", "read_counters"]
+__all__ = ["COUNTER_PATHS", "Meter", "estimate_prompt_tokens", "estimate_tokens", "read_counters"]
+
+log = get_logger("metering")
 
 COUNTER_PATHS = ("$.model_calls", "$.input_tokens", "$.output_tokens", "$.spend_micro_usd", "$.duration_sec")
 
@@ -42,19 +45,25 @@ def parse_counters(raw: Any) -> dict[str, Any] | None:
 STOP_POLL_SECONDS = 0.5
 
 
+def estimate_tokens(value: Any) -> int:
+    """A conservative estimate: one token per 3 bytes of the value serialised as JSON."""
+    return math.ceil(len(orjson.dumps(value)) / 3)
+
+
 def estimate_prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-    """A conservative estimate: one token per 3 bytes of the serialised request."""
-    return math.ceil(len(orjson.dumps(messages)) / 3) + math.ceil(len(orjson.dumps(tools)) / 3)
+    return estimate_tokens(messages) + estimate_tokens(tools)
 
 
 class Meter:
     def __init__(self, guard: Guard, model: ModelConfig, check_alive: Callable[[], None],
                  limits: dict[str, Any] | None = None, harness: Any = None, model_name: str | None = None) -> None:
         self.guard, self.model, self.check_alive, self.harness = guard, model, check_alive, harness
+        self.model_name = model_name
         # real models counted by the estimate calibrate it with what the provider reports
         # (a scripted model's usage is made up, so it teaches nothing)
         self.calibrate_as = model_name if model.tokenizer is None and model.provider != "scripted" else None
-        self._estimate = 0
+        self._estimate = 0  # the calibrated request estimate of the call in flight (0: nothing to calibrate)
+        self._prompt = 0  # the conservative prompt estimate of the call in flight (what its reservation holds)
         self.limits = {k: (Decimal(str(v)) if k == "spend" else v) for k, v in (limits or {}).items()}
         self._spend = Decimal(0)
         self.counters: dict[str, Any] | None = None  # the run's counters as of the last settle (or phase start)
@@ -103,10 +112,23 @@ class Meter:
 
     def reserve(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         self.check_turn()
-        prompt = estimate_prompt_tokens(messages, tools)
+        prompt = self._prompt = estimate_prompt_tokens(messages, tools)
         if self.calibrate_as is not None:
             self._estimate = request_estimate(messages, tools)
         return self._waiting_out_stops(lambda: self.guard.reserve_call(self.model, prompt))
+
+    def estimate_usage(self, reply: Any) -> None:
+        """A reply without usable token counts (``reply.usage_note`` says why) is charged an estimate instead
+        of nothing: the prompt's conservative estimate its reservation was made with, and its output's by
+        the same rule. Logged, and recorded in the activity stream as ``usage_estimated``."""
+        reply.input_tokens = self._prompt
+        reply.output_tokens = estimate_tokens([reply.text, [[c.name, c.arguments] for c in reply.tool_calls]])
+        self._estimate = 0  # an estimate teaches the calibration nothing
+        log.warning("usage_estimated", run_id=self.guard.run_id, model=self.model_name, why=reply.usage_note,
+                    input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
+        if self.harness is not None:
+            self.harness.record("usage_estimated", model=self.model_name, why=reply.usage_note,
+                                input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
 
     def settle(self, op: str, input_tokens: int, output_tokens: int, *, final: bool = False) -> None:
         """Settle a call now; a ``final`` one (the text reply that ends the phase) waits, when
@@ -142,7 +164,7 @@ class Meter:
         self._calibrate(input_tokens)
 
     def _calibrate(self, input_tokens: int) -> None:
-        if self.calibrate_as is not None and input_tokens > 0:
+        if self.calibrate_as is not None and self._estimate > 0 and input_tokens > 0:
             Calibration.record(self.guard.client, self.calibrate_as, self._estimate, input_tokens)
 
     def tool(self, read_only: bool) -> None:

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 import orjson
 
 from mother.config import ModelConfig
-from mother.errors import ProviderError, ScriptExhausted
+from mother.budget import check_amount
+from mother.errors import InvalidSpec, ProviderError, ScriptExhausted
 from schemas import ScriptedReply
 
 __all__ = ["ModelReply", "OpenAIProvider", "Provider", "ScriptedProvider", "ToolCall", "make_provider"]
@@ -41,6 +42,9 @@ class ModelReply:
     output_tokens: int = 0
     confidence: float | None = None
     evidence_count: int | None = None
+    # why the token counts are not the provider's (it reported none, or numbers that cannot be counts):
+    # the meter then charges its own estimate (workers.metering.Meter.estimate_usage)
+    usage_note: str | None = None
 
 
 class Provider(Protocol):
@@ -119,24 +123,46 @@ class OpenAIProvider:
             )
         except self._errors as exc:
             raise ProviderError(f"model {self.model}: {type(exc).__name__}: {str(exc)[:300]}") from None
+        except ValueError as exc:  # the SDK's JSON decoding of a body that is not JSON
+            raise ProviderError(f"model {self.model}: the reply is not JSON: {str(exc)[:300]}") from None
+        try:
+            return self._reply(response)
+        except (AttributeError, TypeError, IndexError, KeyError) as exc:  # a body of the wrong shape
+            raise ProviderError(f"model {self.model}: the reply is not a chat completion ({type(exc).__name__}: "
+                                f"{str(exc)[:200]})") from None
+
+    def _reply(self, response: Any) -> ModelReply:
+        """The SDK's response (built from the server's JSON without validation) as a ModelReply."""
         if not response.choices:
             raise ProviderError(f"model {self.model}: reply has no choices")
         message = response.choices[0].message
+        if message is None:
+            raise ProviderError(f"model {self.model}: the reply's first choice has no message")
         calls = []
         for call in message.tool_calls or []:
-            try:
-                arguments = orjson.loads(call.function.arguments or "{}")
-            except orjson.JSONDecodeError:
-                arguments = call.function.arguments  # the tool says so to the model (ToolBox.run)
-            calls.append(ToolCall(call.id, call.function.name, arguments))
-        usage = response.usage
-        return ModelReply(
-            text=message.content or None,
-            tool_calls=calls,
-            input_tokens=usage.prompt_tokens if usage else 0,
-            output_tokens=usage.completion_tokens if usage else 0,
-        )
+            raw = call.function.arguments
+            if raw is None or isinstance(raw, str):
+                try:
+                    arguments = orjson.loads(raw or "{}")
+                except orjson.JSONDecodeError:
+                    arguments = raw  # the tool says so to the model (ToolBox.run)
+            else:  # some servers send the arguments as an object rather than its JSON text
+                arguments = raw
+            calls.append(ToolCall(call.id or f"call-{len(calls)}", call.function.name or "", arguments))
+        input_tokens, output_tokens, note = _usage(response.usage)
+        return ModelReply(text=message.content or None, tool_calls=calls, input_tokens=input_tokens,
+                          output_tokens=output_tokens, usage_note=note)
 
+
+def _usage(usage: Any) -> tuple[int, int, str | None]:
+    """(input, output tokens, None) as the server reported them, or (0, 0, why they cannot be used)."""
+    if usage is None:
+        return 0, 0, "the server reported no usage"
+    counts = (getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None))
+    try:
+        return check_amount(counts[0], "prompt_tokens"), check_amount(counts[1], "completion_tokens"), None
+    except InvalidSpec as exc:
+        return 0, 0, f"the server reported unusable usage: {exc.message}"
 
 def make_provider(
     name: str,
