@@ -139,4 +139,8 @@ def test_budget_cli_stop_show_reset_and_stopped_at_deadline(pipeline: Pipeline, 
     assert record.details == "Run still emergency-stopped at its phase deadline (stopped by ops: runaway)"
     reset = run_cli("budget", "reset", run_id, "--actor", "ops", "--reason", "late", env=env)
     assert reset.returncode == 2 and "the run has ended" in reset.stderr
+    late = run_cli("budget", "override", run_id, "--dimension", "tool_calls", "--delta", "5", "--expires-in", "5m",
+                   "--actor", "ops", "--reason", "late", env=env)  # an ended run's limits change nothing
+    assert late.returncode == 2 and "the run has ended" in late.stderr
+    assert json.loads(pipeline.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))["overrides"] == []
     assert run_cli("budget", "show", "--global", env=env).returncode == 0

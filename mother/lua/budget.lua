@@ -278,6 +278,7 @@ end
 local function mh_override(keys, args)
   local doc = get_doc(keys[1])
   if not doc then return 'ERR no budget for this run' end
+  if doc.status == 'closed' then return 'ERR the run has ended' end  -- as stop and reset say
   local o = cjson.decode(args[1])
   local now = now_ms()
   local base = (doc.limits or {})[o.dimension]
