@@ -24,10 +24,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from mother.roles import role_settings
 from mother.errors import ConfigError
+from mother.yamlfile import YamlProblem, read_yaml
 
 __all__ = ["RiskReport", "assess_risk", "attenuate", "denial", "granted_for", "load_risk_policy", "permits"]
 
@@ -93,9 +93,9 @@ def load_risk_policy(path: Path | None) -> RiskPolicy:
 @functools.lru_cache(maxsize=16)
 def _load_risk_policy(source: Path, _stamp: int) -> RiskPolicy:
     try:
-        data = yaml.safe_load(source.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{source}: cannot read the capability risk policy: {exc}") from None
+        data = read_yaml(source)
+    except YamlProblem as exc:
+        raise ConfigError(f"cannot read the capability risk policy {exc}") from None
     tiers = data.get("tiers") if isinstance(data, dict) else None
     entries = data.get("classifications") if isinstance(data, dict) else None
     if not isinstance(tiers, dict) or not isinstance(entries, list):

@@ -15,7 +15,6 @@ from typing import Any
 
 import orjson
 import redis
-import yaml
 from pydantic import ValidationError
 
 from mother import keys
@@ -23,6 +22,7 @@ from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect, redis_down
 from mother.errors import InvalidSpec, NotFound, RedisUnavailable, WaitTimeout
+from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
 from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error
 
 __all__ = ["MotherClient", "load_spec_file", "parse_spec"]
@@ -53,20 +53,30 @@ def parse_spec(spec: RunSpec | dict[str, Any] | str | bytes) -> RunSpec:
 def load_spec_file(path: Path) -> dict[str, Any]:
     """Read a YAML or JSON spec file; a ``script_file`` key is inlined as ``scripts``."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InvalidSpec(f"cannot read spec file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise InvalidSpec(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        text = file_text(path)
+    except YamlProblem as exc:
+        raise InvalidSpec(f"spec file {exc}") from None
+    return load_spec_text(text, str(path), path.parent)
+
+
+def load_spec_text(text: str | bytes, source: str, base: Path) -> dict[str, Any]:
+    """A YAML or JSON spec read from ``source`` (a file, or standard input); a ``script_file`` key,
+    relative to ``base``, is inlined as ``scripts``."""
+    try:
+        data = parse_yaml(text, source)
+    except YamlProblem as exc:
+        raise InvalidSpec(str(exc)) from None
+    if data is None:
+        raise InvalidSpec(f"{source} is empty; it must hold a RunSpec")
     if not isinstance(data, dict):
-        raise InvalidSpec(f"{path} must hold a mapping (a RunSpec), not {type(data).__name__}")
+        raise InvalidSpec(f"{source} must hold a mapping (a RunSpec), not {type(data).__name__}")
     script_file = data.pop("script_file", None)
     if script_file is not None:
-        script_path = (path.parent / str(script_file)).resolve()
+        script_path = (base / str(script_file)).resolve()
         try:
-            scripts = yaml.safe_load(script_path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise InvalidSpec(f"script_file {script_path}: {exc}") from None
+            scripts = read_yaml(script_path)
+        except YamlProblem as exc:
+            raise InvalidSpec(f"script_file {exc}") from None
         if not isinstance(scripts, dict):
             raise InvalidSpec(f"script_file {script_path} must map role -> list of replies")
         data["scripts"] = {**scripts, **data.get("scripts", {})}

@@ -20,7 +20,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -31,6 +30,7 @@ from pydantic_settings import (
 )
 
 from mother.errors import ConfigError
+from mother.yamlfile import YamlProblem, read_yaml
 
 __all__ = [
     "BudgetSettings",
@@ -377,10 +377,9 @@ def _check_env_names() -> None:
 
 def _check_yaml(path: Path) -> None:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        reason = str(exc).replace("\n", " ")
-        raise ConfigError(f"{path}: cannot read YAML config: {reason}") from None
+        data = read_yaml(path)
+    except YamlProblem as exc:
+        raise ConfigError(f"cannot read YAML config {exc}") from None
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{path}: the config file must be a mapping of setting: value")
 

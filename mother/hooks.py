@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mother.roles import role_settings
 from mother.errors import ConfigError
+from mother.yamlfile import YamlProblem, describe, file_text
 from mother.logs import get_logger
 
 __all__ = ["EVENTS", "HarnessAction", "Hook", "HookSet", "load_hook_file", "load_hooks", "parse_hooks"]
@@ -148,14 +149,14 @@ def load_hook_file(path: Path, layer: str) -> list[Hook]:
 
 @functools.lru_cache(maxsize=64)
 def _load_hook_file(path: Path, layer: str, _stamp: int) -> tuple[Hook, ...]:
-    text = path.read_text(encoding="utf-8")
     try:
+        text = file_text(path)
         node = yaml.compose(text)
         data = yaml.safe_load(text)
+    except YamlProblem as exc:
+        raise ConfigError(str(exc)) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        raise ConfigError(f"{path}: not valid YAML: {describe(exc)}") from None
     if isinstance(data, dict) and "hooks" in data:
         data = data["hooks"]
         node = next((v for k, v in node.value if k.value == "hooks"), None) if node is not None else None

@@ -12,11 +12,11 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from mother.config import TurnLimits
 from mother.errors import ConfigError
+from mother.yamlfile import YamlProblem, read_yaml
 from mother.signing import SignatureInvalid, verify_file
 
 __all__ = ["role_file", "role_settings", "tool_manifest_error"]
@@ -48,8 +48,10 @@ def _load_role_file(path: Path, _stamp: int, trusted: tuple[Path, ...] | None) -
     if trusted is not None:
         verify_file(path, list(trusted))
     try:
-        return TurnLimits.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
-    except (yaml.YAMLError, ValidationError) as exc:
+        return TurnLimits.model_validate(read_yaml(path) or {})
+    except YamlProblem as exc:
+        raise ConfigError(f"invalid role file {exc}") from None
+    except ValidationError as exc:
         raise ConfigError(f"{path}: invalid role file: {str(exc).splitlines()[0]}") from None
 
 
@@ -66,11 +68,11 @@ def tool_manifest_error(settings: Any, tool: str) -> str | None:
         return f"tool {tool} has no manifest ({path}); add and sign one"
     try:
         verify_file(path, list(settings.harness.trusted_keys))
-        manifest = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        manifest = read_yaml(path) or {}
     except SignatureInvalid as exc:
         return exc.message
-    except yaml.YAMLError as exc:
-        return f"{path}: not valid YAML: {str(exc).splitlines()[0]}"
+    except YamlProblem as exc:
+        return str(exc)
     if not isinstance(manifest, dict) or manifest.get("name") != tool:
         return f"{path}: the manifest must name the tool it describes (name: {tool})"
     return None

@@ -39,6 +39,34 @@ def test_submit_wait_exit_codes_and_json(pipeline: Pipeline, tmp_path: Path) -> 
     assert "suggested action: escalate_model (can retry: True)" in bad.stdout
 
 
+def test_submit_reads_yaml_files_and_stdin_and_says_what_is_wrong(pipeline: Pipeline, tmp_path: Path) -> None:
+    """`mother submit -` takes YAML (as its help says; it took JSON only); a spec file that is not UTF-8,
+    empty, not YAML, or names a missing script_file is one line naming the file and what is wrong (a
+    non-UTF-8 file was a bare UnicodeDecodeError)."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MOTHER_")}, "MOTHER_REDIS_URL": pipeline.url}
+    spec = "user_id: u\ntask: t\npipeline: [{name: a, role: r, model: scripted}]\nscripts: {r: [{text: from stdin}]}\n"
+    piped = subprocess.run([str(MOTHER_BIN), "submit", "-", "--wait", "--json"], input=spec.encode(), env=env,
+                           capture_output=True, timeout=60)
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["output"] == "from stdin"
+    garbled = subprocess.run([str(MOTHER_BIN), "submit", "-"], input=b"user_id: \xff\n", env=env, capture_output=True, timeout=60)
+    assert garbled.stderr.decode().strip() == (
+        "error[invalid_spec]: standard input: not UTF-8 text (byte 0xff at offset 9); save it as UTF-8")
+    files = {"latin1.yaml": b"task: caf\xe9\n", "empty.yaml": b"", "broken.yaml": b"user_id: [unclosed\n",
+             "scripted.yaml": spec.replace("scripts: {r: [{text: from stdin}]}", "script_file: replies.yaml").encode()}
+    for name, raw in files.items():
+        (tmp_path / name).write_bytes(raw)
+    expected = {
+        "latin1.yaml": f"spec file {tmp_path / 'latin1.yaml'}: not UTF-8 text (byte 0xe9 at offset 9); save it as UTF-8",
+        "empty.yaml": f"{tmp_path / 'empty.yaml'} is empty; it must hold a RunSpec",
+        "broken.yaml": f"{tmp_path / 'broken.yaml'}: not valid YAML: line 2, column 1: expected ',' or ']', but got '<stream end>'",
+        "scripted.yaml": f"script_file {(tmp_path / 'replies.yaml').resolve()}: cannot read it: No such file or directory",
+    }
+    for name, message in expected.items():
+        got = run_cli("submit", str(tmp_path / name), env={"MOTHER_REDIS_URL": pipeline.url})
+        assert (got.returncode, got.stderr.strip()) == (2, f"error[invalid_spec]: {message}"), name
+
+
 def test_runs_status_cancel_and_errors(pipeline: Pipeline, tmp_path: Path) -> None:
     """submit prints the id; cancel ends it user_cancelled; runs filters by reason; bad input is one line."""
     env = {"MOTHER_REDIS_URL": pipeline.url, "COLUMNS": "250"}

@@ -49,7 +49,8 @@ def test_mother_config_names_the_file(clean_env: Path, monkeypatch: pytest.Monke
         ("server:\n  port: 70000\n", "server.port: Input should be less than or equal to 65535"),
         ("log_level: LOUD\n", "log_level: Input should be"),
         ("- a\n- b\n", "must be a mapping"),
-        ("redis_url: [unclosed\n", "cannot read YAML config"),
+        ("redis_url: [unclosed\n", "not valid YAML: line 2, column 1: expected ',' or ']', but got '<stream end>'"),
+        ("redis_url: caf\udce9\n", "not UTF-8 text (byte 0xe9 at offset 14); save it as UTF-8"),
         ("service:\n  claim_idle_seconds: .inf\n", "service.claim_idle_seconds: Input should be a finite number"),
         ("budget:\n  max_override_factor: .nan\n", "budget.max_override_factor: Input should be a finite number"),
         ("worker:\n  queues: [agents, tool]\n", "worker.queues: Value error, unknown queue 'tool'; Mother-Harness enqueues on agents, tools, maintenance"),
@@ -57,7 +58,7 @@ def test_mother_config_names_the_file(clean_env: Path, monkeypatch: pytest.Monke
 )
 def test_bad_yaml_is_refused(clean_env: Path, text: str, expected: str) -> None:
     """Unknown keys, wrong types and broken YAML each give one line naming the problem."""
-    (clean_env / "mother.yaml").write_text(text)
+    (clean_env / "mother.yaml").write_bytes(text.encode("utf-8", "surrogateescape"))  # \udce9: a raw byte 0xe9
     with pytest.raises(ConfigError) as info:
         load_settings()
     assert expected in info.value.message

@@ -51,7 +51,10 @@ def test_bad_hook_files_are_refused_with_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=rf"^{path}:2: event: Input should be"):
         load_hook_file(path, "project")
     path.write_text("- id: x\n  event: [unclosed\n")
-    with pytest.raises(ConfigError, match=rf"^{path}:\d+: not valid YAML"):
+    with pytest.raises(ConfigError, match=rf"^{path}: not valid YAML: line 3, column 1: expected ',' or ']'"):
+        load_hook_file(path, "project")
+    path.write_bytes(b"- id: caf\xe9\n")  # not UTF-8: one line, not a UnicodeDecodeError
+    with pytest.raises(ConfigError, match=rf"^{path}: not UTF-8 text \(byte 0xe9 at offset 9\); save it as UTF-8$"):
         load_hook_file(path, "project")
 
 

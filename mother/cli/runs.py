@@ -14,7 +14,7 @@ from rich.table import Table
 from mother import keys
 from mother.activity import recent
 from mother.cli._common import console, err_console, handle_errors, settings
-from mother.client import MotherClient, load_spec_file
+from mother.client import MotherClient, load_spec_file, load_spec_text
 from mother.errors import NotFound
 from schemas import ResultEnvelope, RunState
 
@@ -55,7 +55,8 @@ def submit(
 ) -> None:
     """Submit a run; print its run_id. With --wait exit 0 only if it ends in success."""
     client = _client()
-    data: Any = sys.stdin.read() if str(spec) == "-" else load_spec_file(spec)
+    data: Any = (load_spec_text(sys.stdin.buffer.read(), "standard input", Path.cwd()) if str(spec) == "-"
+                 else load_spec_file(spec))
     run_id = client.submit(data)
     if not wait_:
         console.print(orjson.dumps({"run_id": run_id}).decode() if as_json else run_id, highlight=False)
