@@ -7,6 +7,7 @@ and picks a run_id when the spec has none.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -83,6 +84,13 @@ def load_spec_text(text: str | bytes, source: str, base: Path) -> dict[str, Any]
     return data
 
 
+def check_timeout(timeout: Any) -> None:
+    """A wait's timeout: None (wait for good) or a finite number of seconds, 0 or more."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                or not math.isfinite(timeout) or timeout < 0):
+        raise InvalidSpec(f"timeout must be a finite number of seconds, 0 or more (omit it to wait until the run ends), got {timeout!r}")
+
+
 class MotherClient:
     """Talks to Mother through Redis only; safe to use from many processes."""
 
@@ -151,6 +159,7 @@ class MotherClient:
         (a restart, a failover: waited out until it is back or the timeout passes), or a run not
         taken in by Mother after ``INTAKE_NOTICE_SECONDS`` (is ``mother run`` running?).
         """
+        check_timeout(timeout)
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         seen: tuple[Any, ...] | None = None

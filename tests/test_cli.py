@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import redis
 
+from mother import keys
 from mother.server import EmbeddedRedis
 from schemas import MODELS
 from tests.conftest import run_cli
@@ -104,3 +106,25 @@ def test_wait_says_once_when_no_mother_takes_the_run_in(r: redis.Redis, redis_ur
     assert lines[1].endswith("is not taken in after 3s; still waiting (is `mother run` running?)")  # not folded
     assert lines[2].startswith("error[not_found]: no run ") and lines[2].endswith("(waited 4s)")
     assert len(lines) == 3
+
+
+@pytest.mark.parametrize("timeout", ["-1", "nan", "inf"])
+def test_a_wait_timeout_that_is_no_number_of_seconds_is_refused_before_anything_is_sent(
+        r: redis.Redis, redis_url: str, tmp_path: Path, timeout: str) -> None:
+    """`wait --timeout nan` waited for good and `-1` reported '(waited -1s)'; `submit --wait --timeout -1`
+    submitted the run, then failed. Both are refused first; so is MotherClient.wait's."""
+    from mother.client import MotherClient
+    from mother.config import load_settings
+    from mother.errors import InvalidSpec
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("user_id: u\ntask: t\npipeline: [{name: a, role: r, model: scripted}]\n")
+    env = {"MOTHER_REDIS_URL": redis_url}
+    message = f"error[invalid_spec]: timeout must be a finite number of seconds, 0 or more (omit it to wait until the run ends), got {float(timeout)!r}"
+    before = r.xlen(keys.SUBMISSIONS_STREAM) if r.exists(keys.SUBMISSIONS_STREAM) else 0
+    for args in (("wait", "run-x", "--timeout", timeout), ("submit", str(spec), "--wait", "--timeout", timeout)):
+        result = run_cli(*args, env=env, timeout=20)
+        assert (result.returncode, result.stderr.strip()) == (2, message), args
+    assert (r.xlen(keys.SUBMISSIONS_STREAM) if r.exists(keys.SUBMISSIONS_STREAM) else 0) == before
+    with pytest.raises(InvalidSpec, match="^timeout must be a finite number of seconds"):
+        MotherClient(settings=load_settings(redis_url=redis_url)).wait("run-x", float(timeout))

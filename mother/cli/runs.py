@@ -14,7 +14,7 @@ from rich.table import Table
 from mother import keys
 from mother.activity import recent
 from mother.cli._common import console, err_console, handle_errors, settings
-from mother.client import MotherClient, load_spec_file, load_spec_text
+from mother.client import MotherClient, check_timeout, load_spec_file, load_spec_text
 from mother.errors import NotFound
 from schemas import ResultEnvelope, RunState
 
@@ -54,6 +54,7 @@ def submit(
     timeout: Annotated[float | None, typer.Option(help="with --wait: give up waiting after this many seconds")] = None,
 ) -> None:
     """Submit a run; print its run_id. With --wait exit 0 only if it ends in success."""
+    check_timeout(timeout)  # before anything is submitted
     client = _client()
     data: Any = (load_spec_text(sys.stdin.buffer.read(), "standard input", Path.cwd()) if str(spec) == "-"
                  else load_spec_file(spec))
