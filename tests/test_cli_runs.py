@@ -149,19 +149,20 @@ def test_up_starts_everything_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
 def test_budget_cli_stop_show_reset_and_stopped_at_deadline(pipeline: Pipeline, tmp_path: Path) -> None:
     """`mother budget stop/show/override/reset` work on a live run; a run still stopped at its deadline ends budget_exhausted."""
     env = {"MOTHER_REDIS_URL": pipeline.url, "COLUMNS": "200"}
-    spec = example("cancelled", pipeline=[{"name": "execute", "role": "crawler", "model": "scripted", "timeout_seconds": 3}],
+    spec = example("cancelled", pipeline=[{"name": "execute", "role": "crawler", "model": "scripted", "timeout_seconds": 8}],
                    scripts={"crawler": [{"text": "never", "delay_seconds": 30}]})
     run_id = pipeline.client.submit(spec)
     deadline = time.monotonic() + 20
     while not pipeline.redis.exists(keys.run_budget_key(run_id)) and time.monotonic() < deadline:
         time.sleep(0.1)
+    # all before the phase's 8 s deadline, which ends the run (an ended run's limits can no longer change)
+    refused = run_cli("budget", "override", run_id, "--dimension", "tool_calls", "--delta", "999", "--expires-in", "5m",
+                      "--actor", "ops", "--reason", "x", env=env)
+    assert refused.returncode == 2 and "would exceed 2x the profile default (360)" in refused.stderr
     stop = run_cli("budget", "stop", run_id, "--actor", "ops", "--reason", "runaway", env=env)
     assert stop.returncode == 0, stop.stderr
     shown = run_cli("budget", "show", run_id, env=env)
     assert "budget_stopped)" in shown.stdout and "emergency stop by ops" in shown.stdout
-    refused = run_cli("budget", "override", run_id, "--dimension", "tool_calls", "--delta", "999", "--expires-in", "5m",
-                      "--actor", "ops", "--reason", "x", env=env)
-    assert refused.returncode == 2 and "would exceed 2x the profile default (360)" in refused.stderr
     record = pipeline.wait(run_id, timeout=30).termination
     assert record.reason == "budget_exhausted"
     assert record.details == "Run still emergency-stopped at its phase deadline (stopped by ops: runaway)"
