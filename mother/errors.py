@@ -68,6 +68,7 @@ __all__ = [
     "RedisUnavailable",
     "ServerBinaryMissing",
     "ServerError",
+    "not_utf8",
 ]
 
 
@@ -228,3 +229,8 @@ class DataDirNotWritable(ServerError):
 
 class DataDirInUse(ServerError):
     code = "server_dir_in_use"
+
+
+def not_utf8(raw: bytes, exc: UnicodeDecodeError) -> str:
+    """Where bytes that should be UTF-8 are not: 'not UTF-8 text (byte 0xNN at offset N)'."""
+    return f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"

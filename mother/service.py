@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from mother import keys
 from mother.client import EVENT_CANCEL, EVENT_PHASE_RESULT
 from mother.config import Settings
+from mother.errors import not_utf8
 from mother.connection import Outage, redis_down, sleep_unless
 from mother.functions import call, ensure_loaded
 from mother.intake import handle_submission, reject
@@ -312,7 +313,7 @@ def _text(raw: bytes, what: str) -> tuple[str, str | None]:
         return raw.decode(), None
     except UnicodeDecodeError as exc:
         return raw.decode(errors="replace"), (
-            f"{what} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); stream entries must be UTF-8")
+            f"{what} is {not_utf8(raw, exc)}; stream entries must be UTF-8")
 
 
 def _run_id_of(fields: dict[str, Any]) -> str | None:

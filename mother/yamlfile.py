@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from mother.errors import not_utf8
+
 __all__ = ["YamlProblem", "describe", "file_text", "parse_yaml", "read_yaml"]
 
 
@@ -27,8 +29,7 @@ def _decoded(raw: bytes, source: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise YamlProblem(f"{source}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
-                          "save it as UTF-8") from None
+        raise YamlProblem(f"{source}: {not_utf8(raw, exc)}; save it as UTF-8") from None
 
 
 def file_text(path: Path) -> str:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -118,6 +120,25 @@ def test_openai_provider_takes_what_servers_send_loosely() -> None:
     assert got[3].usage_note is None
 
 
+def _run_on_chat_server(tmp_path: Path, replies: list[dict[str, Any]],
+                        collect: Callable[[Any, str], Any]) -> tuple[Any, Any, ChatServer]:
+    """One run of one phase on model ``local-llm``, served by a ChatServer replaying ``replies``, through
+    Mother and a worker: (its ResultEnvelope, ``collect(redis, run_id)`` read before the stack stops, the server)."""
+    from mother.client import MotherClient
+    from mother.config import load_settings
+
+    with ChatServer(replies) as chat:
+        models = {"scripted": {"provider": "scripted"}, "local-llm": {"provider": "openai", "base_url": chat.url}}
+        p = start_pipeline(tmp_path, workers=1, env={"MOTHER_MODELS": json.dumps(models)})
+        try:
+            client = MotherClient(settings=load_settings(redis_url=p.url, models=models))
+            run_id = client.submit({"user_id": "u1", "task": "Describe the workspace", "run_id": f"http-{uuid.uuid4().hex[:6]}",
+                                    "pipeline": [{"name": "look", "role": "analyst", "model": "local-llm"}]})
+            return client.wait(run_id, timeout=60), collect(p.redis, run_id), chat
+        finally:
+            stop_pipeline(p)
+
+
 def test_a_model_that_reports_no_usage_is_charged_an_estimate(tmp_path: Path) -> None:
     """Through Mother and a worker: calls whose server reports no usable usage are charged the
     conservative estimate (never 0), each says so as a ``usage_estimated`` activity entry, the reported
@@ -128,22 +149,13 @@ def test_a_model_that_reports_no_usage_is_charged_an_estimate(tmp_path: Path) ->
          "usage": {"prompt_tokens": 40, "completion_tokens": 2}},
         {"text": "The workspace is empty.", "usage": {"prompt_tokens": -1, "completion_tokens": 9}},
     ]
-    with ChatServer(replies) as chat:
-        models = {"scripted": {"provider": "scripted"}, "local-llm": {"provider": "openai", "base_url": chat.url}}
-        p = start_pipeline(tmp_path, workers=1, env={"MOTHER_MODELS": json.dumps(models)})
-        try:
-            from mother.activity import recent
-            from mother.client import MotherClient
-            from mother.config import load_settings
+    from mother.activity import recent
 
-            client = MotherClient(settings=load_settings(redis_url=p.url, models=models))
-            run_id = client.submit({"user_id": "u1", "task": "Describe the workspace", "run_id": f"nousage-{uuid.uuid4().hex[:6]}",
-                                    "pipeline": [{"name": "look", "role": "analyst", "model": "local-llm"}]})
-            envelope = client.wait(run_id, timeout=60)
-            counters = json.loads(p.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))
-            estimated = [e for e in recent(p.redis, 200, run_id=run_id) if e.type == "usage_estimated"]
-        finally:
-            stop_pipeline(p)
+    def collect(r: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
+        return (json.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id))),
+                [e for e in recent(r, 200, run_id=run_id) if e.type == "usage_estimated"])
+
+    envelope, (counters, estimated), chat = _run_on_chat_server(tmp_path, replies, collect)
     assert envelope.termination.reason == "success"
     assert [e.data["why"] for e in estimated] == [
         "the server reported no usage", "the server reported unusable usage: prompt_tokens must not be negative, got -1"]
@@ -162,20 +174,8 @@ def test_pipeline_run_on_an_openai_compatible_server(tmp_path: Path) -> None:
         {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
         {"text": "The workspace is empty.", "usage": {"prompt_tokens": 42, "completion_tokens": 9}},
     ]
-    with ChatServer(replies) as chat:
-        models = {"scripted": {"provider": "scripted"}, "local-llm": {"provider": "openai", "base_url": chat.url}}
-        p = start_pipeline(tmp_path, workers=1, env={"MOTHER_MODELS": json.dumps(models)})
-        try:
-            from mother.client import MotherClient
-            from mother.config import load_settings
-
-            client = MotherClient(settings=load_settings(redis_url=p.url, models=models))
-            run_id = client.submit({"user_id": "u1", "task": "Describe the workspace", "run_id": f"http-{uuid.uuid4().hex[:6]}",
-                                    "pipeline": [{"name": "look", "role": "analyst", "model": "local-llm"}]})
-            envelope = client.wait(run_id, timeout=60)
-            calibration = p.redis.hgetall(keys.token_calibration_key("local-llm"))
-        finally:
-            stop_pipeline(p)
+    envelope, calibration, chat = _run_on_chat_server(
+        tmp_path, replies, lambda r, _run_id: r.hgetall(keys.token_calibration_key("local-llm")))
     assert envelope.termination.reason == "success"
     assert envelope.output == "The workspace is empty."
     # both calls' reported prompt_tokens (10 + 42) calibrate the model's estimate

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -140,14 +141,12 @@ class OpenAIProvider:
             raise ProviderError(f"model {self.model}: the reply's first choice has no message")
         calls = []
         for call in message.tool_calls or []:
-            raw = call.function.arguments
+            # an object as it came (some servers send one, not its JSON text); text that is not JSON too:
+            # ToolBox.run tells the model
+            arguments = raw = call.function.arguments
             if raw is None or isinstance(raw, str):
-                try:
+                with contextlib.suppress(orjson.JSONDecodeError):
                     arguments = orjson.loads(raw or "{}")
-                except orjson.JSONDecodeError:
-                    arguments = raw  # the tool says so to the model (ToolBox.run)
-            else:  # some servers send the arguments as an object rather than its JSON text
-                arguments = raw
             calls.append(ToolCall(call.id or f"call-{len(calls)}", call.function.name or "", arguments))
         input_tokens, output_tokens, note = _usage(response.usage)
         return ModelReply(text=message.content or None, tool_calls=calls, input_tokens=input_tokens,
@@ -163,6 +162,7 @@ def _usage(usage: Any) -> tuple[int, int, str | None]:
         return check_amount(counts[0], "prompt_tokens"), check_amount(counts[1], "completion_tokens"), None
     except InvalidSpec as exc:
         return 0, 0, f"the server reported unusable usage: {exc.message}"
+
 
 def make_provider(
     name: str,
