@@ -232,12 +232,13 @@ class MotherClient:
             ids = self.redis.zrevrange(keys.user_runs_key(user), 0, limit - 1)
         else:
             ids = self.redis.zrevrange(keys.RUNS_INDEX, 0, limit - 1)
-        rows = []
+        pipe = self.redis.pipeline(transaction=False)  # every run's two reads in one round trip
         for run_id in ids:
-            pipe = self.redis.pipeline(transaction=False)
             pipe.execute_command("JSON.GET", keys.run_key(run_id), "$.user_id", "$.status", "$.phase", "$.created_at")
             pipe.execute_command("JSON.GET", keys.termination_key(run_id))
-            run_raw, term_raw = pipe.execute()
+        replies = pipe.execute() if ids else []
+        rows = []
+        for run_id, run_raw, term_raw in zip(ids, replies[::2], replies[1::2]):
             run = {k.lstrip("$."): (v[0] if v else None) for k, v in orjson.loads(run_raw).items()} if run_raw else {}
             term = orjson.loads(term_raw) if term_raw else {}
             if user is not None and run.get("user_id") != user:

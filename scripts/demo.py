@@ -22,7 +22,7 @@ from mother.stack import LocalStack
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-console = Console(width=None if sys.stdout.isatty() else 200)
+console = Console(width=None if sys.stdout.isatty() else 200, markup=False, highlight=False)  # data, not markup
 EXPECTED = {
     "three-phase": "success",
     "retries-exhausted": "retries_exhausted",
@@ -51,8 +51,8 @@ def main() -> int:
         _show_context(client, run_ids["context-summarized"])
     wrong = {n: r for n, r in ended.items() if r != EXPECTED[n]}
     for name, reason in wrong.items():
-        console.print(f"[red]{name} ended {reason}, expected {EXPECTED[name]}[/]")
-    console.print("everything stopped." if not wrong else "[red]demo finished with unexpected outcomes[/]")
+        console.print(f"{name} ended {reason}, expected {EXPECTED[name]}", style="red")
+    console.print("everything stopped." if not wrong else "demo finished with unexpected outcomes", style="red" if wrong else None)
     return 1 if wrong else 0
 
 

@@ -17,7 +17,7 @@ import yaml
 from mother import keys
 from mother.server import free_port
 from tests.conftest import MOTHER_BIN, Pipeline, run_cli
-from tests.test_pipeline import EXAMPLES, example
+from tests.test_pipeline import EXAMPLES, example, wait_until
 
 
 def _spec_file(tmp_path: Path, name: str, **changes: object) -> Path:
@@ -173,3 +173,44 @@ def test_budget_cli_stop_show_reset_and_stopped_at_deadline(pipeline: Pipeline, 
     assert late.returncode == 2 and "the run has ended" in late.stderr
     assert json.loads(pipeline.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))["overrides"] == []
     assert run_cli("budget", "show", "--global", env=env).returncode == 0
+
+
+def test_cli_prints_brackets_in_data_as_they_are(pipeline: Pipeline, tmp_path: Path) -> None:
+    """Model output, details and an operator's reason holding '[/i]' or '[bold]' are printed verbatim by
+    wait, status, runs and budget show (rich read them as markup: '[/i]' crashed the command with a
+    traceback after the run had ended, '[bold]' vanished from the text)."""
+    env = {"MOTHER_REDIS_URL": pipeline.url}
+    text = "Result: a[/i] b [bold]c[/]] [/] [link=x]y"
+    spec = example("three-phase", pipeline=[{"name": "plan", "role": "planner", "model": "scripted"}],
+                   scripts={"planner": [{"text": text}]})
+    done = run_cli("submit", str(_write(tmp_path, spec)), "--wait", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith(text)
+    assert "Traceback" not in done.stderr
+    listed = run_cli("runs", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert {"run_id": spec["run_id"], "reason": "success", "user_id": spec["user_id"]}.items() <= rows[0].items()
+
+    slow = example("cancelled", pipeline=[{"name": "execute", "role": "crawler", "model": "scripted"}],
+                   scripts={"crawler": [{"text": "never", "delay_seconds": 30}]})
+    run_id = pipeline.client.submit(slow)
+    wait_until(lambda: pipeline.redis.exists(keys.run_budget_key(run_id)))
+    why = "runaway [/x] loop [bold]now[/bold]"
+    assert run_cli("budget", "stop", run_id, "--actor", "ops[/]", "--reason", why, env=env).returncode == 0
+    shown = run_cli("budget", "show", run_id, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "emergency stop by ops[/] at " in shown.stdout and shown.stdout.rstrip().endswith(why)
+    cancelled = run_cli("cancel", run_id, "--reason", "stop [/it]", env=env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert pipeline.wait(run_id, timeout=30).termination.reason == "user_cancelled"
+    for args in (("status", run_id), ("wait", run_id), ("runs",)):
+        got = run_cli(*args, env=env)
+        assert got.returncode in (0, 1) and "Traceback" not in got.stderr, (args, got.stderr)
+    assert "stop [/it]" in run_cli("status", run_id, env=env).stdout
+
+
+def _write(tmp_path: Path, spec: dict) -> Path:
+    path = tmp_path / f"{spec['run_id']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path

@@ -9,7 +9,7 @@ from typing import Any, NoReturn, TypeVar
 
 import redis
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from mother.config import Settings, load_settings
 from mother.connection import connect, redact_url
@@ -18,14 +18,16 @@ from mother.logs import configure_logging
 
 __all__ = ["console", "err_console", "fail", "handle_errors", "redis_client", "settings"]
 
-console = Console()
-err_console = Console(stderr=True)
+# markup off: what the CLI prints is mostly data (model output, details, actors' reasons, paths), and
+# rich read '[/x]' in it as a tag, crashing or eating text; our own styling goes in style= or Text
+console = Console(markup=False, highlight=False)
+err_console = Console(stderr=True, markup=False, highlight=False)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(message: str, code: str = "error", exit_code: int = 2) -> NoReturn:
     """Print ``error[code]: message`` on stderr (one line, no traceback) and exit."""
-    err_console.print(f"[bold red]error[/]\\[{escape(code)}]: {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(Text.assemble(("error", "bold red"), f"[{code}]: {message}"), soft_wrap=True)
     sys.exit(exit_code)
 
 

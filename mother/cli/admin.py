@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import orjson
 import redis
 import typer
+from rich.text import Text
 
 from mother.cli._common import console, describe_url, fail, handle_errors, redis_client, settings
 from mother.config import config_path
@@ -92,8 +93,7 @@ def doctor() -> None:
 
 
 def _row(ok: bool, what: str, detail: str) -> None:
-    mark = "[green]ok[/]  " if ok else "[red]FAIL[/]"
-    console.print(f"{mark} {what:<16} {detail}", highlight=False)
+    console.print(Text.assemble(("ok  ", "green") if ok else ("FAIL", "red"), f" {what:<16} {detail}"))
 
 
 @handle_errors

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from mother import keys
 from mother.budget import CODES, USER_CODES, budget_doc, emergency_stop, override, reset_stop
@@ -83,7 +84,7 @@ def show(
                       highlight=False)
     if doc.get("stop"):
         stop = doc["stop"]
-        console.print(f"[red]emergency stop[/] by {stop['actor']} at {stop['at']}: {stop['reason']}", highlight=False)
+        console.print(Text.assemble(("emergency stop", "red"), f" by {stop['actor']} at {stop['at']}: {stop['reason']}"))
 
 
 def _effective(doc: dict[str, Any]) -> dict[str, Any]:

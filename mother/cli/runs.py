@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 import orjson
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from mother import keys
 from mother.activity import recent
@@ -28,7 +28,7 @@ def _client() -> MotherClient:
 
 def _progress(state: RunState) -> None:
     where = f"phase {state.phase} attempt {state.attempt}" if state.phase else "queued"
-    err_console.print(f"[dim]{state.run_id}: {state.status}, {where}[/]", highlight=False)
+    err_console.print(f"{state.run_id}: {state.status}, {where}", style="dim")
 
 
 def _print_envelope(envelope: ResultEnvelope, as_json: bool) -> None:
@@ -38,12 +38,12 @@ def _print_envelope(envelope: ResultEnvelope, as_json: bool) -> None:
     term = envelope.termination
     assert term is not None
     colour = "green" if term.reason == "success" else "red"
-    console.print(f"[bold {colour}]{term.reason}[/] at phase {term.phase_at_termination}: {term.details}", highlight=False)
+    console.print(Text.assemble((term.reason, f"bold {colour}"), f" at phase {term.phase_at_termination}: {term.details}"))
     for factor in term.contributing_factors:
-        console.print(f"  - {factor}", highlight=False)
-    console.print(f"suggested action: {term.suggested_action} (can retry: {term.can_retry})", highlight=False)
+        console.print(f"  - {factor}")
+    console.print(f"suggested action: {term.suggested_action} (can retry: {term.can_retry})")
     if envelope.output:
-        console.print(f"\n{envelope.output}", highlight=False)
+        console.print(f"\n{envelope.output}")
 
 
 @handle_errors
@@ -67,7 +67,7 @@ def submit(
 
 
 def _notice(text: str) -> None:
-    err_console.print(f"[yellow]{escape(text)}[/]", highlight=False, soft_wrap=True)
+    err_console.print(text, style="yellow", soft_wrap=True)
 
 
 def _finish(client: MotherClient, run_id: str, as_json: bool, timeout: float | None) -> None:
@@ -119,9 +119,13 @@ def runs(
     reason: Annotated[str | None, typer.Option(help="only runs that ended with this reason")] = None,
     user: Annotated[str | None, typer.Option(help="only this user's runs")] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line, for scripts")] = False,
 ) -> None:
     """A table of the newest runs and why each stopped."""
     rows = _client().runs(reason=reason, user=user, limit=limit)
+    if as_json:
+        sys.stdout.write("".join(orjson.dumps(row).decode() + "\n" for row in rows))
+        return
     console.print(runs_table(rows))
 
 

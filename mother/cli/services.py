@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from mother.cli._common import console, fail, handle_errors, settings
 from mother.config import check_queues
@@ -82,9 +83,9 @@ def up(
             console.print("Ctrl-C stops everything.", style="dim")
             while not stopping:
                 for name in stack.respawn_dead_workers():
-                    console.print(f"[yellow]{name} exited; started a new one[/]", highlight=False)
+                    console.print(f"{name} exited; started a new one", style="yellow")
                 if any(not ok for n, ok in stack.alive().items() if n.startswith("mother")):
-                    console.print(f"[red]Mother exited[/]; see {stack.log_dir}; stopping")
+                    console.print(Text.assemble(("Mother exited", "red"), f"; see {stack.log_dir}; stopping"))
                     break
                 time.sleep(0.5)
         finally:
