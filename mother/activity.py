@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import redis
+from pydantic import ValidationError
+from redis.client import NEVER_DECODE
 
 from mother import keys
-from schemas import ActivityEvent, Id
+from mother.streams import as_text
+from schemas import ActivityEvent, Id, describe_validation_error, iso_from_ms
 
 __all__ = ["DEFAULT_MAXLEN", "emit", "recent"]
 
@@ -31,9 +35,28 @@ def emit(
 
 
 def recent(client: redis.Redis, count: int = 100, run_id: str | None = None) -> list[ActivityEvent]:
-    """The newest entries, oldest first; with ``run_id`` only that run's (from the last ``count``*10)."""
-    rows = client.xrevrange(keys.ACTIVITY_STREAM, count=count * 10 if run_id else count)
-    events = [ActivityEvent.from_fields(fields) for _id, fields in rows]
+    """The newest entries, oldest first; with ``run_id`` only that run's (from the last ``count``*10).
+
+    Anyone can XADD to the stream, so an entry that is not one of ours (not UTF-8, data that is not
+    JSON, a field out of shape) is shown as an ``unreadable_entry`` holding its id, what is wrong and
+    its fields, instead of failing the whole listing."""
+    rows = client.execute_command("XREVRANGE", keys.ACTIVITY_STREAM, "+", "-", "COUNT", count * 10 if run_id else count,
+                                  **{NEVER_DECODE: True})
+    events = [_event(*as_text(raw_id, raw_fields)) for raw_id, raw_fields in rows]
     if run_id is not None:
         events = [e for e in events if e.run_id == run_id][:count]
     return list(reversed(events))
+
+
+def _event(entry_id: str, fields: dict[str, str], not_text: str | None) -> ActivityEvent:
+    try:
+        if not_text:
+            raise ValueError(not_text)
+        return ActivityEvent.from_fields(fields)
+    except ValueError as exc:  # pydantic's ValidationError and orjson's JSONDecodeError are ValueErrors
+        error = (describe_validation_error(exc) if isinstance(exc, ValidationError)
+                 else f"field 'data' is not JSON: {exc}" if isinstance(exc, orjson.JSONDecodeError) else str(exc))
+        run_id = fields.get("run_id")
+        return ActivityEvent(type="unreadable_entry", at=iso_from_ms(int(entry_id.split("-")[0])),
+                             run_id=run_id if keys.is_id(run_id) else None,
+                             data={"entry_id": entry_id, "error": error, "fields": fields})

@@ -28,13 +28,13 @@ from pydantic import ValidationError
 from mother import keys
 from mother.client import EVENT_CANCEL, EVENT_PHASE_RESULT
 from mother.config import Settings
-from mother.errors import not_utf8
 from mother.connection import Outage, redis_down, sleep_unless
 from mother.functions import call, ensure_loaded
 from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run, on_phase_result
 from mother.logs import get_logger
 from mother.runtime import Runtime
+from mother.streams import as_text
 from mother.termination import ensure_index
 from mother.watchdog import Watchdog
 from schemas import PhaseResult, describe_validation_error
@@ -293,27 +293,6 @@ class Mother:
 def _as_pairs(batches: Any) -> list[tuple[str, list[tuple[bytes, dict[bytes, bytes]]]]]:
     """XREADGROUP's reply read as bytes (RESP2: a list of [stream, entries]) as pairs; None when it timed out."""
     return [(stream.decode(), entries) for stream, entries in batches or []]
-
-
-def as_text(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[str, dict[str, str], str | None]:
-    """A stream entry read as bytes, as text: (entry id, fields, None), or, when a field is not
-    UTF-8, the fields with each bad byte as U+FFFD (for the record) and an error naming the first."""
-    decoded: dict[str, str] = {}
-    error = None
-    for raw_name, raw_value in fields.items():
-        name, bad = _text(raw_name, "a field name")
-        value, bad_value = _text(raw_value, f"field {name!r}")
-        decoded[name] = value
-        error = error or bad or bad_value
-    return entry_id.decode(), decoded, error
-
-
-def _text(raw: bytes, what: str) -> tuple[str, str | None]:
-    try:
-        return raw.decode(), None
-    except UnicodeDecodeError as exc:
-        return raw.decode(errors="replace"), (
-            f"{what} is {not_utf8(raw, exc)}; stream entries must be UTF-8")
 
 
 def _run_id_of(fields: dict[str, Any]) -> str | None:

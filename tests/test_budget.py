@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from mother import keys
+from mother.activity import recent
 from mother.budget import Guard, admit, budget_doc, emergency_stop, open_run_budget, override, rate_check, reset_stop
 from mother.budget import submit_with_backpressure
 from mother.clock import ServerClock
@@ -166,6 +167,9 @@ def test_emergency_stop_refuses_mutations_allows_reads_and_reset_resumes(r: redi
         guard.charge_tool(read_only=False)
     guard.charge_tool(read_only=True)
     assert _doc(r, "stop-1")["status"] == "budget_stopped"
+    # the refusals name the run (they were written with run_id '', which no listing of activity could read)
+    refusals = [e.data for e in recent(r, 50, run_id="stop-1") if e.type == "budget_refused"]
+    assert refusals[-2:] == [{"code": "budget_stopped", "current": 0, "max": 0}] * 2
     again = emergency_stop(r, "stop-1", "oncall", "second stop", 1000)  # changes nothing: the first stop stands
     assert (again["already"], again["actor"], again["reason"]) == (True, "ops", "runaway loop")
     assert _doc(r, "stop-1")["stop"]["actor"] == "ops"
@@ -281,6 +285,10 @@ def test_circuit_breaker_and_daily_run_cap(r: redis.Redis) -> None:
         assert admit(r, settings, "ok", "u2", day, 1000).ok
     capped = admit(r, settings, "51st", "u2", day, 1000)
     assert (capped.ok, capped.details) == (False, "Daily run limit reached for user u2 (50/50)")
+    # the user's warning and refusal name the run that crossed the line ('' before: unreadable in any listing)
+    named = {e.type: e for e in recent(r, 20) if e.type in ("budget_warning", "budget_refused")
+             and e.data.get("code", "").startswith("budget_user_daily_runs")}
+    assert (named["budget_warning"].run_id, named["budget_refused"].run_id) == ("ok", "51st")
 
 
 def test_queue_full_refuses_and_enqueues_nothing(r: redis.Redis) -> None:

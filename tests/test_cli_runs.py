@@ -214,3 +214,24 @@ def _write(tmp_path: Path, spec: dict) -> Path:
     path = tmp_path / f"{spec['run_id']}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
+
+
+def test_inspect_shows_foreign_activity_entries_as_unreadable(pipeline: Pipeline) -> None:
+    """Entries someone else XADDed to `activity` (not UTF-8, data that is not JSON, no time) are listed as
+    unreadable_entry with what is wrong; `mother inspect` failed on any of them, for every run."""
+    run_id = pipeline.client.submit(example("three-phase"))
+    assert pipeline.wait(run_id).termination.reason == "success"
+    stream = keys.ACTIVITY_STREAM
+    bad = {
+        pipeline.redis.xadd(stream, {"type": b"note\xff", "at": "2026-01-01T00:00:00.000Z", "run_id": run_id}): "field 'type' is not UTF-8",
+        pipeline.redis.xadd(stream, {"type": "note", "at": "2026-01-01T00:00:00.000Z", "run_id": run_id, "data": "{oops"}): "field 'data' is not JSON: unexpected character",
+        pipeline.redis.xadd(stream, {"type": "note", "run_id": run_id}): "at: required field is missing",
+    }
+    got = run_cli("inspect", run_id, env={"MOTHER_REDIS_URL": pipeline.url})
+    assert got.returncode == 0, got.stderr
+    activity = json.loads(got.stdout)["activity"]
+    assert [e["type"] for e in activity if e["type"] != "unreadable_entry"][:1] == ["run_submitted"]
+    unreadable = {e["data"]["entry_id"]: e["data"]["error"] for e in activity if e["type"] == "unreadable_entry"}
+    assert unreadable.keys() == bad.keys()
+    for entry_id, error in bad.items():
+        assert error in unreadable[entry_id], unreadable[entry_id]

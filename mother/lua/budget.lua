@@ -58,7 +58,7 @@ local function thresholds(key, doc, dims, now, at, scope, act)
         redis.call('JSON.ARRAPPEND', key, '$.warnings_triggered', cjson.encode(warning))
         doc.warnings_triggered = doc.warnings_triggered or {}
         table.insert(doc.warnings_triggered, warning)
-        activity(act.key, act.maxlen, {type = 'budget_warning', at = at, run_id = doc.run_id or '',
+        activity(act.key, act.maxlen, {type = 'budget_warning', at = at, run_id = act.run_id,
           data = {code = warning, current = used, max = limit, ratio = ratio}})
       end
       if used >= limit and not contains(doc.limits_exceeded, code) then
@@ -129,7 +129,7 @@ local function refuse(key, doc, code, used, limit, at, act)
   if doc and not contains(doc.limits_exceeded, code) and limit then
     redis.call('JSON.ARRAPPEND', key, '$.limits_exceeded', cjson.encode({code = code, current = used, max = limit, at = at}))
   end
-  activity(act.key, act.maxlen, {type = 'budget_refused', at = at, run_id = (doc and doc.run_id) or '',
+  activity(act.key, act.maxlen, {type = 'budget_refused', at = at, run_id = act.run_id,
     data = {code = code, current = used or 0, max = limit or 0}})
   return cjson.encode({ok = false, code = code, current = used, max = limit})
 end
@@ -148,7 +148,8 @@ local function decode_action(text, repeats)
   return a
 end
 
--- decode the action, stamp server time, and compare the caller's idea of today with the server's
+-- decode the action, stamp server time, and compare the caller's idea of today with the server's;
+-- ``act`` says where activity entries go and (set by the caller once known) the run they name
 local function begin(args, activity_key)
   if UNRENDERED then
     error('the budget library was loaded without its reason codes: load it with mother.functions.load_functions')
@@ -173,6 +174,7 @@ local function mh_guard(keys, args)
   local day = a.day
   local doc = get_doc(keys[1])
   if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
+  act.run_id = doc.run_id  -- the run its activity entries name, for the user's document too
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
   local needs_user = a.user_check or a.user_add or (settling and settling.user_dims) or (a.reserve and a.reserve.user_dims)
   local user = needs_user and ensure_user(keys[2], a, day, at) or nil
@@ -308,6 +310,7 @@ local function mh_admit(keys, args)
   local a, act, now, at, retry = begin(args, keys[4])
   if retry then return retry end
   local day = a.day
+  act.run_id = a.run_id
   local g = get_doc(keys[1]) or {}
   local concurrent = redis.call('ZCARD', keys[3])
   local checks = {
