@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,28 @@ def test_inspect_pretty_prints_json_and_reports_missing(r: redis.Redis, redis_ur
     not_an_id = run_cli("inspect", "no such key", env={"MOTHER_REDIS_URL": redis_url})
     assert not_an_id.returncode == 2
     assert not_an_id.stderr.startswith("error[not_found]: key 'no such key' does not exist")
+
+
+def test_inspect_shows_every_type_and_bytes_that_are_not_utf8(r: redis.Redis, redis_url: str) -> None:
+    """Any key someone wrote, of any type, is shown; bytes that are not UTF-8 appear as \\xNN escapes
+    (inspect failed with a bare UnicodeDecodeError on them)."""
+    prefix = f"inspect-{uuid.uuid4().hex[:6]}"
+    r.set(f"{prefix}:blob", b"ok\xff")
+    r.set(f"{prefix}:json", '{"a": [1, 2]}')
+    r.hset(f"{prefix}:hash", mapping={b"k\xfe": b"v\xff", "plain": "text"})
+    r.rpush(f"{prefix}:list", b"a\xff", "b")
+    r.sadd(f"{prefix}:set", b"\xff", "b")
+    r.zadd(f"{prefix}:zset", {b"m\xff": 2.5})
+    entry = r.xadd(f"{prefix}:stream", {b"type\xff": b"x\xfe"})
+    expected = {
+        "blob": "ok\\xff", "json": {"a": [1, 2]}, "hash": {"k\\xfe": "v\\xff", "plain": "text"},
+        "list": ["a\\xff", "b"], "set": ["\\xff", "b"], "zset": [{"member": "m\\xff", "score": 2.5}],
+        "stream": [{"id": entry, "type\\xff": "x\\xfe"}],
+    }
+    for kind, value in expected.items():
+        shown = run_cli("inspect", f"{prefix}:{kind}", env={"MOTHER_REDIS_URL": redis_url})
+        assert shown.returncode == 0, (kind, shown.stderr)
+        assert json.loads(shown.stdout) == value, kind
 
 
 def test_schema_export_writes_one_file_per_model(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import signal
 import time
+from itertools import islice
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -107,29 +108,44 @@ def inspect_key(target: Annotated[str, typer.Argument(help="a run id, or a Redis
 
 
 def read_key(client: redis.Redis, key: str) -> Any:
-    """A key's value as plain JSON-ready data, whatever its type."""
+    """A key's value as plain JSON-ready data, whatever its type (the first 1000 items of a collection,
+    the newest 100 entries of a stream). Read as bytes: what is not UTF-8 is shown as \\xNN escapes."""
     kind = client.type(key)
     if kind == "none":
         raise NotFound(f"key {key!r} does not exist; list keys with `redis-cli --scan --pattern 'run:*'`")
     if kind == "ReJSON-RL":
         return orjson.loads(client.execute_command("JSON.GET", key))
-    if kind == "string":
-        raw = client.get(key)
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return raw
-    if kind == "hash":
-        return client.hgetall(key)
-    if kind == "list":
-        return client.lrange(key, 0, 999)
-    if kind == "set":
-        return sorted(client.smembers(key))
-    if kind == "zset":
-        return [{"member": m, "score": s} for m, s in client.zrange(key, 0, 999, withscores=True)]
-    if kind == "stream":
-        return [{"id": i, **f} for i, f in client.xrevrange(key, count=100)]
+    raw = redis.Redis(connection_pool=redis.ConnectionPool(
+        **{**client.connection_pool.connection_kwargs, "decode_responses": False}))
+    with raw:
+        if kind == "string":
+            value = raw.get(key)
+            try:
+                return orjson.loads(value)
+            except orjson.JSONDecodeError:
+                return _readable(value)
+        if kind == "hash":
+            return _readable(dict(islice(raw.hscan_iter(key), 1000)))
+        if kind == "list":
+            return _readable(raw.lrange(key, 0, 999))
+        if kind == "set":
+            return sorted(_readable(list(islice(raw.sscan_iter(key), 1000))))
+        if kind == "zset":
+            return [{"member": _readable(m), "score": s} for m, s in raw.zrange(key, 0, 999, withscores=True)]
+        if kind == "stream":
+            return [{"id": _readable(i), **_readable(f)} for i, f in raw.xrevrange(key, count=100)]
     return {"type": kind, "note": "not rendered"}
+
+
+def _readable(value: Any) -> Any:
+    """Bytes as text, with what is not UTF-8 as \\xNN escapes, through dicts and lists."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if isinstance(value, dict):
+        return {_readable(k): _readable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_readable(v) for v in value]
+    return value
 
 
 @handle_errors
