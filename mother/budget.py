@@ -337,8 +337,10 @@ def override(client: redis.Redis, run_id: str, *, dimension: str, delta: int, ex
         raise OverrideRefused(f"unknown dimension {dimension!r}; one of {', '.join(sorted(CODES))}")
     if isinstance(delta, bool) or not isinstance(delta, int) or abs(delta) > MAX_AMOUNT:
         raise OverrideRefused(f"delta must be a whole number from -{MAX_AMOUNT} to {MAX_AMOUNT}, got {delta!r}")
-    if not (isinstance(expires_in_s, int | float) and math.isfinite(expires_in_s) and 0 < expires_in_s <= 30 * 86400):
-        raise OverrideRefused("expires-in must be between 1 second and 30 days")
+    if delta == 0:
+        raise OverrideRefused("delta must not be 0: such an override changes no limit")
+    if not (isinstance(expires_in_s, int | float) and math.isfinite(expires_in_s) and 1 <= expires_in_s <= 30 * 86400):
+        raise OverrideRefused(f"expires-in must be between 1 second and 30 days, got {expires_in_s!r} s")
     payload = {"dimension": dimension, "delta": delta, **audit_fields(actor, reason), "expires_in_ms": int(expires_in_s * 1000)}
     reply = call(client, "mh_override", [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM], [orjson.dumps(payload), maxlen])
     if isinstance(reply, str) and reply.startswith("ERR"):

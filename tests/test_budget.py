@@ -141,7 +141,8 @@ def test_overrides_capped_at_2x_and_expire(r: redis.Redis) -> None:
 
 
 def test_audited_actions_need_an_actor_and_a_reason_and_sane_deltas(r: redis.Redis) -> None:
-    """A blank actor or reason is refused before anything is written; so is a delta past MAX_AMOUNT."""
+    """A blank actor or reason is refused before anything is written; so is a delta of 0 or past MAX_AMOUNT, and
+    an expiry under 1 s (0.5 s was taken, though the message says 1 s) or over 30 days."""
     _open(r, "audit-1")
     before = _doc(r, "audit-1")
     with pytest.raises(InvalidSpec, match="actor must say who acts; it is empty"):
@@ -152,6 +153,11 @@ def test_audited_actions_need_an_actor_and_a_reason_and_sane_deltas(r: redis.Red
         reset_stop(r, "audit-1", "", "fixed", 1000)
     with pytest.raises(OverrideRefused, match=r"delta must be a whole number from -1000000000000 to 1000000000000, got 10000000000000"):
         override(r, "audit-1", dimension="tool_calls", delta=10**13, expires_in_s=60, actor="ops", reason="x", maxlen=1000)
+    with pytest.raises(OverrideRefused, match="delta must not be 0: such an override changes no limit"):
+        override(r, "audit-1", dimension="tool_calls", delta=0, expires_in_s=60, actor="ops", reason="x", maxlen=1000)
+    for seconds in (0.5, 0, -5, math.nan, 31 * 86400):
+        with pytest.raises(OverrideRefused, match="expires-in must be between 1 second and 30 days"):
+            override(r, "audit-1", dimension="tool_calls", delta=5, expires_in_s=seconds, actor="ops", reason="x", maxlen=1000)
     assert _doc(r, "audit-1") == before
 
 

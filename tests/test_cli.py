@@ -100,6 +100,28 @@ def test_bad_config_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.strip().startswith("error[config_invalid]: invalid configuration: redis_urll: unknown setting")
 
 
+def test_usage_mistakes_are_one_line_naming_the_help() -> None:
+    """An unknown option or command, a value of the wrong type, a missing argument: one line, exit 2
+    (click drew a box of several lines, unlike every other error); help itself is unchanged."""
+    cases = {
+        ("runs", "--limit", "0"): "error[usage]: Invalid value for '--limit': Input should be greater than or equal to 1; "
+                                  "see `mother runs --help`",
+        ("runs", "--jsn"): "error[usage]: No such option: --jsn (Possible options: --json, --reason); see `mother runs --help`",
+        ("status",): "error[usage]: Missing argument 'run_id'; see `mother status --help`",
+        ("nosuch",): "error[usage]: No such command 'nosuch'; see `mother --help`",
+        ("budget", "override", "r1", "--dimension", "tool_calls", "--delta", "x", "--expires-in", "5m", "--actor", "a",
+         "--reason", "b"): "error[usage]: Invalid value for '--delta': Input should be a valid integer, unable to parse "
+                           "string as an integer; see `mother budget override --help`",
+    }
+    for args, line in cases.items():
+        result = run_cli(*args, env={"MOTHER_REDIS_URL": "redis://127.0.0.1:1/0"})
+        assert (result.returncode, result.stderr.strip(), result.stdout) == (2, line, ""), args
+    helped = run_cli("runs", "--help")
+    assert helped.returncode == 0 and "--reason" in helped.stdout
+    bare = run_cli("budget")
+    assert bare.returncode == 2 and "override" in bare.stdout + bare.stderr
+
+
 def test_version() -> None:
     """version names the package and its key dependencies."""
     result = run_cli("version")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from mother.cli import admin, budget, runs, services, signing
+from mother.cli._common import fail
 
 __all__ = ["app", "main"]
 
@@ -38,4 +41,17 @@ app.command()(signing.verify)
 
 
 def main() -> None:
-    app()
+    """Run the CLI. A usage mistake (an unknown option or command, a bad value, a missing argument) is
+    one line on stderr naming the --help to read, exit 2, like every other error (click drew a box)."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:  # typer's click exceptions: UsageError, BadParameter, NoSuchOption...
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `mother` or `mother budget` alone: show the help
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(exc.exit_code)
+        ctx = getattr(exc, "ctx", None)
+        hint = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
+        fail(" ".join(exc.format_message().split()).rstrip(".") + hint, "usage", exc.exit_code)
+    except typer.Abort:
+        fail("aborted", "interrupted", 1)
+    sys.exit(code if isinstance(code, int) else 0)
