@@ -1,6 +1,6 @@
 """A local HTTP server that speaks the chat-completions protocol (the one allowed model double).
 
-It replays a list of canned responses (text or tool calls, with usage) and records
+It replays a list of canned responses (text or tool calls, with usage; a raw body; a delay) and records
 every request body, so tests can check what the provider sent.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -31,6 +32,8 @@ class ChatServer:
                     self.wfile.write(b'{"error": {"message": "no reply scripted"}}')
                     return
                 reply = server.replies.pop(0)
+                if reply.get("delay"):  # a slow server: the client may time out first
+                    time.sleep(reply["delay"])
                 if "body" in reply:  # a reply sent exactly as given (a server that gets the protocol wrong)
                     self._send(reply["body"] if isinstance(reply["body"], bytes) else json.dumps(reply["body"]).encode())
                     return

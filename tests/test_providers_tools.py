@@ -120,15 +120,16 @@ def test_openai_provider_takes_what_servers_send_loosely() -> None:
     assert got[3].usage_note is None
 
 
-def _run_on_chat_server(tmp_path: Path, replies: list[dict[str, Any]],
-                        collect: Callable[[Any, str], Any]) -> tuple[Any, Any, ChatServer]:
-    """One run of one phase on model ``local-llm``, served by a ChatServer replaying ``replies``, through
-    Mother and a worker: (its ResultEnvelope, ``collect(redis, run_id)`` read before the stack stops, the server)."""
+def _run_on_chat_server(tmp_path: Path, replies: list[dict[str, Any]], collect: Callable[[Any, str], Any],
+                        **model: Any) -> tuple[Any, Any, ChatServer]:
+    """One run of one phase on model ``local-llm`` (``model``: more of its settings), served by a ChatServer
+    replaying ``replies``, through Mother and a worker: (its ResultEnvelope, ``collect(redis, run_id)`` read
+    before the stack stops, the server)."""
     from mother.client import MotherClient
     from mother.config import load_settings
 
     with ChatServer(replies) as chat:
-        models = {"scripted": {"provider": "scripted"}, "local-llm": {"provider": "openai", "base_url": chat.url}}
+        models = {"scripted": {"provider": "scripted"}, "local-llm": {"provider": "openai", "base_url": chat.url, **model}}
         p = start_pipeline(tmp_path, workers=1, env={"MOTHER_MODELS": json.dumps(models)})
         try:
             client = MotherClient(settings=load_settings(redis_url=p.url, models=models))
@@ -166,6 +167,30 @@ def test_a_model_that_reports_no_usage_is_charged_an_estimate(tmp_path: Path) ->
     assert counters["reserved"]["total_tokens"] == 0  # every reservation settled
     assistant = [m for m in chat.requests[1]["body"]["messages"] if m["role"] == "assistant"]
     assert assistant[0]["content"] == "Let me look first." and assistant[0]["tool_calls"]
+
+
+def test_a_call_that_fails_after_reaching_the_server_is_charged_its_prompt(tmp_path: Path) -> None:
+    """A 2xx reply that is not a chat completion, and a timeout (the request was sent; the server may be
+    working on it), are charged the prompt's estimate with a ``usage_estimated`` entry saying why; both were
+    charged 0 tokens. The phase's retry then succeeds and is charged as reported."""
+    replies = [{"body": {"choices": []}},
+               {"delay": 3, "text": "too late"}, {"delay": 3, "text": "too late"},  # the SDK retries a timeout once
+               {"text": "The workspace is empty.", "usage": {"prompt_tokens": 40, "completion_tokens": 6}}]
+    from mother.activity import recent
+
+    def collect(r: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
+        return (json.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id))),
+                [e for e in recent(r, 200, run_id=run_id) if e.type == "usage_estimated"])
+
+    envelope, (counters, estimated), _ = _run_on_chat_server(tmp_path, replies, collect, request_timeout_seconds=1)
+    assert envelope.termination.reason == "success"
+    whys = [e.data["why"] for e in estimated]
+    assert whys[0] == "the call failed after reaching the server: model local-llm: reply has no choices"
+    assert whys[1].startswith("the call failed after reaching the server: model local-llm: APITimeoutError")
+    charged = [e.data["input_tokens"] for e in estimated]
+    assert len(charged) == 2 and all(i > 20 for i in charged)
+    assert (counters["input_tokens"], counters["output_tokens"]) == (sum(charged) + 40, 6)
+    assert counters["reserved"]["total_tokens"] == 0
 
 
 def test_pipeline_run_on_an_openai_compatible_server(tmp_path: Path) -> None:

@@ -149,12 +149,16 @@ def _metered_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str,
     if meter is None:
         return provider.complete(messages, toolbox.specs())
     op = meter.reserve(messages, toolbox.specs())
-    reply = None
+    reply, used = None, (0, 0)
     try:
         reply = provider.complete(messages, toolbox.specs())
         if reply.usage_note is not None:
             meter.estimate_usage(reply)
+        used = (reply.input_tokens, reply.output_tokens)
         return reply
+    except ProviderError as exc:
+        if exc.data.get("may_have_used"):  # the server may have billed it: the prompt's estimate, not nothing
+            used = (meter.estimate_failed(exc.message), 0)
+        raise
     finally:
-        meter.settle(op, reply.input_tokens if reply else 0, reply.output_tokens if reply else 0,
-                     final=reply is not None and not reply.tool_calls and reply.text is not None)
+        meter.settle(op, *used, final=reply is not None and not reply.tool_calls and reply.text is not None)

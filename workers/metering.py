@@ -123,12 +123,21 @@ class Meter:
         the same rule. Logged, and recorded in the activity stream as ``usage_estimated``."""
         reply.input_tokens = self._prompt
         reply.output_tokens = estimate_tokens([reply.text, [[c.name, c.arguments] for c in reply.tool_calls]])
+        self._estimated(reply.usage_note, reply.input_tokens, reply.output_tokens)
+
+    def estimate_failed(self, why: str) -> int:
+        """A call that failed after the server may have worked on it (a timeout, a reply that is not a
+        chat completion) is charged its prompt's estimate; returns those input tokens."""
+        self._estimated(f"the call failed after reaching the server: {why}", self._prompt, 0)
+        return self._prompt
+
+    def _estimated(self, why: str | None, input_tokens: int, output_tokens: int) -> None:
         self._estimate = 0  # an estimate teaches the calibration nothing
-        log.warning("usage_estimated", run_id=self.guard.run_id, model=self.model_name, why=reply.usage_note,
-                    input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
+        log.warning("usage_estimated", run_id=self.guard.run_id, model=self.model_name, why=why,
+                    input_tokens=input_tokens, output_tokens=output_tokens)
         if self.harness is not None:
-            self.harness.record("usage_estimated", model=self.model_name, why=reply.usage_note,
-                                input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
+            self.harness.record("usage_estimated", model=self.model_name, why=why,
+                                input_tokens=input_tokens, output_tokens=output_tokens)
 
     def settle(self, op: str, input_tokens: int, output_tokens: int, *, final: bool = False) -> None:
         """Settle a call now; a ``final`` one (the text reply that ends the phase) waits, when

@@ -116,29 +116,34 @@ class OpenAIProvider:
             base_url=config.base_url, api_key=api_key or "not-needed", timeout=config.request_timeout_seconds, max_retries=1
         )
         self._errors = (openai.OpenAIError,)
+        self._timeout = openai.APITimeoutError
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        """One chat completion. A failure the server may have worked on, and billed, before it went wrong
+        (a timeout: the request was sent; a 2xx reply that is not a chat completion) is a ProviderError
+        with ``may_have_used``: the agent loop charges the prompt's estimate for it rather than nothing."""
         try:
             response = self._client.chat.completions.create(
                 model=self.model, messages=messages, tools=tools or None, max_tokens=self.max_tokens  # type: ignore[arg-type]
             )
         except self._errors as exc:
-            raise ProviderError(f"model {self.model}: {type(exc).__name__}: {str(exc)[:300]}") from None
-        except ValueError as exc:  # the SDK's JSON decoding of a body that is not JSON
-            raise ProviderError(f"model {self.model}: the reply is not JSON: {str(exc)[:300]}") from None
+            raise ProviderError(f"model {self.model}: {type(exc).__name__}: {str(exc)[:300]}",
+                                may_have_used=isinstance(exc, self._timeout)) from None
+        except ValueError as exc:  # the SDK's JSON decoding of a 2xx body that is not JSON
+            raise ProviderError(f"model {self.model}: the reply is not JSON: {str(exc)[:300]}", may_have_used=True) from None
         try:
             return self._reply(response)
         except (AttributeError, TypeError, IndexError, KeyError) as exc:  # a body of the wrong shape
             raise ProviderError(f"model {self.model}: the reply is not a chat completion ({type(exc).__name__}: "
-                                f"{str(exc)[:200]})") from None
+                                f"{str(exc)[:200]})", may_have_used=True) from None
 
     def _reply(self, response: Any) -> ModelReply:
         """The SDK's response (built from the server's JSON without validation) as a ModelReply."""
         if not response.choices:
-            raise ProviderError(f"model {self.model}: reply has no choices")
+            raise ProviderError(f"model {self.model}: reply has no choices", may_have_used=True)
         message = response.choices[0].message
         if message is None:
-            raise ProviderError(f"model {self.model}: the reply's first choice has no message")
+            raise ProviderError(f"model {self.model}: the reply's first choice has no message", may_have_used=True)
         calls = []
         for call in message.tool_calls or []:
             # an object as it came (some servers send one, not its JSON text); text that is not JSON too:
