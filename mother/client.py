@@ -226,7 +226,12 @@ class MotherClient:
         if reason is not None and reason not in TERMINATION_REASONS:
             raise InvalidSpec(f"unknown termination reason {reason!r}; use one of: {', '.join(TERMINATION_REASONS)}",
                               field="reason")
-        if reason is not None:
+        if reason is not None and user is not None:  # the user's runs that ended so (the newest end first), however
+            # many others ended so since: scanning the reason's newest ``limit`` missed them
+            ended = self.redis.zinter({keys.termination_reason_index_key(reason): 1, keys.user_runs_key(user): 0},
+                                      withscores=True)
+            ids = [run_id for run_id, _ in sorted(ended, key=lambda pair: pair[1], reverse=True)[:limit]]
+        elif reason is not None:
             ids = self.redis.zrevrange(keys.termination_reason_index_key(reason), 0, limit - 1)
         elif user is not None:
             ids = self.redis.zrevrange(keys.user_runs_key(user), 0, limit - 1)

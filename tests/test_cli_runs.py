@@ -235,3 +235,18 @@ def test_inspect_shows_foreign_activity_entries_as_unreadable(pipeline: Pipeline
     assert unreadable.keys() == bad.keys()
     for entry_id, error in bad.items():
         assert error in unreadable[entry_id], unreadable[entry_id]
+
+
+def test_runs_by_reason_and_user_finds_the_users_older_runs(pipeline: Pipeline) -> None:
+    """--reason R --user U lists U's runs that ended R even when more than --limit runs of others ended R
+    since (it scanned only the reason's newest --limit runs and showed none)."""
+    user = f"solo-{uuid.uuid4().hex[:6]}"
+    one_phase = {"pipeline": [{"name": "a", "role": "planner", "model": "scripted"}], "scripts": {"planner": [{"text": "ok"}]}}
+    mine = pipeline.client.submit(example("three-phase", user_id=user, **one_phase))
+    assert pipeline.wait(mine).termination.reason == "success"
+    others = [pipeline.client.submit(example("three-phase", **one_phase)) for _ in range(3)]
+    assert all(pipeline.wait(run_id).termination.reason == "success" for run_id in others)
+    assert [row["run_id"] for row in pipeline.client.runs(reason="success", user=user, limit=2)] == [mine]
+    got = run_cli("runs", "--reason", "success", "--user", user, "--limit", "1", "--json", env={"MOTHER_REDIS_URL": pipeline.url})
+    assert [json.loads(line)["run_id"] for line in got.stdout.splitlines()] == [mine]
+    assert pipeline.client.runs(reason="timeout", user=user) == []
