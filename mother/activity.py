@@ -49,14 +49,15 @@ def recent(client: redis.Redis, count: int = 100, run_id: str | None = None) -> 
 
 
 def _event(entry_id: str, fields: dict[str, str], not_text: str | None) -> ActivityEvent:
-    try:
-        if not_text:
-            raise ValueError(not_text)
-        return ActivityEvent.from_fields(fields)
-    except ValueError as exc:  # pydantic's ValidationError and orjson's JSONDecodeError are ValueErrors
-        error = (describe_validation_error(exc) if isinstance(exc, ValidationError)
-                 else f"field 'data' is not JSON: {exc}" if isinstance(exc, orjson.JSONDecodeError) else str(exc))
-        run_id = fields.get("run_id")
-        return ActivityEvent(type="unreadable_entry", at=iso_from_ms(int(entry_id.split("-")[0])),
-                             run_id=run_id if keys.is_id(run_id) else None,
-                             data={"entry_id": entry_id, "error": error, "fields": fields})
+    error = not_text
+    if error is None:
+        try:
+            return ActivityEvent.from_fields(fields)
+        except ValidationError as exc:
+            error = describe_validation_error(exc)
+        except orjson.JSONDecodeError as exc:
+            error = f"field 'data' is not JSON: {exc}"
+    run_id = fields.get("run_id")
+    return ActivityEvent(type="unreadable_entry", at=iso_from_ms(int(entry_id.split("-")[0])),
+                         run_id=run_id if keys.is_id(run_id) else None,
+                         data={"entry_id": entry_id, "error": error, "fields": fields})

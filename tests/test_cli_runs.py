@@ -21,9 +21,7 @@ from tests.test_pipeline import EXAMPLES, example, wait_until
 
 
 def _spec_file(tmp_path: Path, name: str, **changes: object) -> Path:
-    path = tmp_path / f"{name}-{uuid.uuid4().hex[:6]}.yaml"
-    path.write_text(yaml.safe_dump(example(name, **changes)))
-    return path
+    return _write(tmp_path, example(name, **changes))
 
 
 def test_submit_wait_exit_codes_and_json(pipeline: Pipeline, tmp_path: Path) -> None:

@@ -133,17 +133,19 @@ class OpenAIProvider:
             raise ProviderError(f"model {self.model}: the reply is not JSON: {str(exc)[:300]}", may_have_used=True) from None
         try:
             return self._reply(response)
+        except _NotACompletion as exc:
+            problem = str(exc)
         except (AttributeError, TypeError, IndexError, KeyError) as exc:  # a body of the wrong shape
-            raise ProviderError(f"model {self.model}: the reply is not a chat completion ({type(exc).__name__}: "
-                                f"{str(exc)[:200]})", may_have_used=True) from None
+            problem = f"the reply is not a chat completion ({type(exc).__name__}: {str(exc)[:200]})"
+        raise ProviderError(f"model {self.model}: {problem}", may_have_used=True) from None
 
     def _reply(self, response: Any) -> ModelReply:
         """The SDK's response (built from the server's JSON without validation) as a ModelReply."""
         if not response.choices:
-            raise ProviderError(f"model {self.model}: reply has no choices", may_have_used=True)
+            raise _NotACompletion("reply has no choices")
         message = response.choices[0].message
         if message is None:
-            raise ProviderError(f"model {self.model}: the reply's first choice has no message", may_have_used=True)
+            raise _NotACompletion("the reply's first choice has no message")
         calls = []
         for call in message.tool_calls or []:
             # an object as it came (some servers send one, not its JSON text); text that is not JSON too:
@@ -156,6 +158,10 @@ class OpenAIProvider:
         input_tokens, output_tokens, note = _usage(response.usage)
         return ModelReply(text=message.content or None, tool_calls=calls, input_tokens=input_tokens,
                           output_tokens=output_tokens, usage_note=note)
+
+
+class _NotACompletion(Exception):
+    """A 2xx reply whose body is JSON but not a chat completion (OpenAIProvider makes it a ProviderError)."""
 
 
 def _usage(usage: Any) -> tuple[int, int, str | None]:

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from mother.cli._common import console, describe_url, fail, handle_errors, redis_client, settings
 from mother.config import config_path
-from mother.connection import server_info
+from mother.connection import connect, server_info
 from mother.errors import MotherError, NotFound
 from mother.server import EmbeddedRedis
 
@@ -103,11 +103,12 @@ def inspect_key(target: Annotated[str, typer.Argument(help="a run id, or a Redis
     from mother.cli.runs import resolve_inspect
     from mother.client import MotherClient
 
-    client = MotherClient(settings=settings(), client=redis_client(settings()))
+    cfg = settings()
+    client = MotherClient(settings=cfg, client=redis_client(cfg))
     console.print_json(orjson.dumps(resolve_inspect(client, target)).decode())
 
 
-def read_key(client: redis.Redis, key: str) -> Any:
+def read_key(client: redis.Redis, url: str, key: str) -> Any:
     """A key's value as plain JSON-ready data, whatever its type (the first 1000 items of a collection,
     the newest 100 entries of a stream). Read as bytes: what is not UTF-8 is shown as \\xNN escapes."""
     kind = client.type(key)
@@ -115,9 +116,7 @@ def read_key(client: redis.Redis, key: str) -> Any:
         raise NotFound(f"key {key!r} does not exist; list keys with `redis-cli --scan --pattern 'run:*'`")
     if kind == "ReJSON-RL":
         return orjson.loads(client.execute_command("JSON.GET", key))
-    raw = redis.Redis(connection_pool=redis.ConnectionPool(
-        **{**client.connection_pool.connection_kwargs, "decode_responses": False}))
-    with raw:
+    with connect(url, check=False, decode_responses=False) as raw:
         if kind == "string":
             value = raw.get(key)
             try:

@@ -162,7 +162,7 @@ def resolve_inspect(client: MotherClient, target: str) -> Any:
     from mother.cli.admin import read_key
 
     try:
-        return read_key(client.redis, target)
+        return read_key(client.redis, client.settings.redis_url, target)
     except NotFound:
         if not keys.is_id(target):
             raise
