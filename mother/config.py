@@ -240,6 +240,9 @@ class ModelConfig(_Section):
     input_price_per_1k_usd: Decimal = Field(Decimal(0), ge=0, le=1000)
     output_price_per_1k_usd: Decimal = Field(Decimal(0), ge=0, le=1000)
     request_timeout_seconds: float = Field(120.0, gt=0)
+    call_retries: int = Field(1, ge=0, le=10, description=(
+        "times a call that failed transiently (no connection, a timeout, HTTP 408/409/429/5xx) is sent again; "
+        "each attempt is reserved and charged on its own"))
     max_tokens: int = Field(32_768, ge=256, le=100_000_000, description="the context window in tokens")
     reserved_for_system: int = Field(1_000, ge=0, description="tokens kept for the system prompt")
     reserved_for_output: int = Field(4_000, ge=0, description="tokens kept for the model's reply")

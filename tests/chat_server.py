@@ -1,6 +1,7 @@
 """A local HTTP server that speaks the chat-completions protocol (the one allowed model double).
 
-It replays a list of canned responses (text or tool calls, with usage; a raw body; a delay) and records
+It replays a list of canned responses (text or tool calls, with usage; a raw body; an HTTP error status
+with headers; a delay) and records
 every request body, so tests can check what the provider sent.
 """
 
@@ -34,6 +35,13 @@ class ChatServer:
                 reply = server.replies.pop(0)
                 if reply.get("delay"):  # a slow server: the client may time out first
                     time.sleep(reply["delay"])
+                if "status" in reply:  # an error status (e.g. 503 with a retry-after header)
+                    self.send_response(reply["status"])
+                    for name, value in reply.get("headers", {}).items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(b'{"error": {"message": "scripted error status"}}')
+                    return
                 if "body" in reply:  # a reply sent exactly as given (a server that gets the protocol wrong)
                     self._send(reply["body"] if isinstance(reply["body"], bytes) else json.dumps(reply["body"]).encode())
                     return

@@ -172,25 +172,56 @@ def test_a_model_that_reports_no_usage_is_charged_an_estimate(tmp_path: Path) ->
 def test_a_call_that_fails_after_reaching_the_server_is_charged_its_prompt(tmp_path: Path) -> None:
     """A 2xx reply that is not a chat completion, and a timeout (the request was sent; the server may be
     working on it), are charged the prompt's estimate with a ``usage_estimated`` entry saying why; both were
-    charged 0 tokens. The phase's retry then succeeds and is charged as reported."""
+    charged 0 tokens. A timeout is sent again (``call_retries``: 1) inside its own reservation, so both
+    timed-out attempts are charged (the SDK's hidden retry charged them once). The phase's retry then
+    succeeds and is charged as reported."""
     replies = [{"body": {"choices": []}},
-               {"delay": 3, "text": "too late"}, {"delay": 3, "text": "too late"},  # the SDK retries a timeout once
+               {"delay": 3, "text": "too late"}, {"delay": 3, "text": "too late"},
                {"text": "The workspace is empty.", "usage": {"prompt_tokens": 40, "completion_tokens": 6}}]
     from mother.activity import recent
 
     def collect(r: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
         return (json.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id))),
-                [e for e in recent(r, 200, run_id=run_id) if e.type == "usage_estimated"])
+                [e for e in recent(r, 200, run_id=run_id) if e.type in ("usage_estimated", "model_call_retried")])
 
-    envelope, (counters, estimated), _ = _run_on_chat_server(tmp_path, replies, collect, request_timeout_seconds=1)
+    envelope, (counters, entries), chat = _run_on_chat_server(tmp_path, replies, collect, request_timeout_seconds=1)
     assert envelope.termination.reason == "success"
+    estimated = [e for e in entries if e.type == "usage_estimated"]
     whys = [e.data["why"] for e in estimated]
     assert whys[0] == "the call failed after reaching the server: model local-llm: reply has no choices"
-    assert whys[1].startswith("the call failed after reaching the server: model local-llm: APITimeoutError")
+    assert all(w.startswith("the call failed after reaching the server: model local-llm: APITimeoutError") for w in whys[1:])
     charged = [e.data["input_tokens"] for e in estimated]
-    assert len(charged) == 2 and all(i > 20 for i in charged)
+    assert len(charged) == 3 and all(i > 20 for i in charged)
     assert (counters["input_tokens"], counters["output_tokens"]) == (sum(charged) + 40, 6)
     assert counters["reserved"]["total_tokens"] == 0
+    assert counters["model_calls"] == len(chat.requests) == 4  # every request sent went through the guard
+    retried = [e.data for e in entries if e.type == "model_call_retried"]
+    assert [(r["retry"], r["wait_seconds"]) for r in retried] == [(1, 0.5)]
+    assert "APITimeoutError" in retried[0]["error"]
+
+
+def test_a_transient_error_status_is_sent_again_after_the_servers_wait(tmp_path: Path) -> None:
+    """HTTP 503 with ``retry-after`` and 429 with ``retry-after-ms`` are sent again after the wait the server
+    asked for (``call_retries``: 2), in the same phase attempt; a refused request is charged no tokens, and
+    a 400 is not sent again (the phase's retry is)."""
+    replies = [{"status": 503, "headers": {"retry-after": "0.2"}},
+               {"status": 429, "headers": {"retry-after-ms": "300"}},
+               {"status": 400},
+               {"text": "The workspace is empty.", "usage": {"prompt_tokens": 40, "completion_tokens": 6}}]
+    from mother.activity import recent
+
+    def collect(r: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
+        return (json.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id))),
+                [e for e in recent(r, 200, run_id=run_id) if e.type in ("model_call_retried", "phase_failed")])
+
+    envelope, (counters, entries), chat = _run_on_chat_server(tmp_path, replies, collect, call_retries=2)
+    assert envelope.termination.reason == "success"
+    assert [e.type for e in entries] == ["model_call_retried", "model_call_retried", "phase_failed"]
+    assert [(e.data["retry"], e.data["wait_seconds"]) for e in entries[:2]] == [(1, 0.2), (2, 0.3)]
+    assert "InternalServerError" in entries[0].data["error"] and "RateLimitError" in entries[1].data["error"]
+    assert "BadRequestError" in entries[2].data["error"]
+    assert (counters["input_tokens"], counters["output_tokens"]) == (40, 6)
+    assert counters["model_calls"] == len(chat.requests) == 4
 
 
 def test_pipeline_run_on_an_openai_compatible_server(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,11 +10,18 @@ from typing import Any
 import orjson
 
 from mother.errors import ProviderError
+from mother.logs import get_logger
 from schemas import Usage
 from workers.harness import Harness
 from workers.metering import Meter
 from workers.providers import ModelReply, Provider
 from workers.tools import ToolBox
+
+log = get_logger("agent")
+
+# the wait before sending a transiently failed model call again, when the server asked for none
+RETRY_BACKOFF_SECONDS = 0.5
+RETRY_BACKOFF_CAP_SECONDS = 8.0
 
 __all__ = ["LoopOutcome", "TurnLimits", "run_loop"]
 
@@ -60,7 +68,7 @@ def run_loop(
     for call_number in range(max_calls):
         if call_number:  # the caller checked before the first call
             check_alive()
-        reply = _model_call(provider, toolbox, messages, meter, harness)
+        reply = _model_call(provider, toolbox, messages, meter, harness, check_alive)
         usage.model_calls += 1
         usage.input_tokens += reply.input_tokens
         usage.output_tokens += reply.output_tokens
@@ -133,12 +141,27 @@ def _turn_limit_hit(limits: TurnLimits, tool_calls: int, consecutive: int) -> st
 
 
 def _model_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str, Any]], meter: Meter | None,
-                harness: Harness | None = None) -> ModelReply:
-    """One model call inside a reservation; an error event lets hooks retry it."""
+                harness: Harness | None = None, check_alive: Callable[[], None] | None = None) -> ModelReply:
+    """One model call inside a reservation. A transient failure (no connection, a timeout, HTTP
+    408/409/429/5xx) is sent again up to ``provider.call_retries`` times, after the server's
+    ``retry_after`` or a doubling backoff, each attempt reserved and charged on its own; any other
+    failure (or the last) is an error event that lets hooks retry it."""
+    retries = 0
     while True:
         try:
             return _metered_call(provider, toolbox, messages, meter)
         except ProviderError as exc:
+            if exc.data.get("transient") and retries < getattr(provider, "call_retries", 0):
+                retries += 1
+                wait = exc.data.get("retry_after")
+                wait = min(RETRY_BACKOFF_CAP_SECONDS, RETRY_BACKOFF_SECONDS * 2 ** (retries - 1)) if wait is None else wait
+                log.warning("model_call_retried", retry=retries, wait_seconds=wait, error=exc.message)
+                if harness is not None:
+                    harness.record("model_call_retried", retry=retries, wait_seconds=wait, error=exc.message)
+                time.sleep(wait)
+                if check_alive is not None:
+                    check_alive()  # a run that ended during the wait stops here
+                continue
             if harness is None or harness.control("error", error={"type": exc.code, "message": exc.message}) is None:
                 raise
             # a hook said continue: call the model again (bounded by the hooks' conditions)

@@ -49,11 +49,21 @@ class ModelReply:
 
 
 class Provider(Protocol):
+    # how many times the agent loop sends a call again after a ProviderError marked ``transient``
+    call_retries: int
+
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply: ...
+
+
+# HTTP statuses worth sending again (the SDK's own rule); its retries are off so each attempt is metered
+_TRANSIENT_STATUSES = frozenset({408, 409, 429})
+RETRY_AFTER_CAP_SECONDS = 30.0
 
 
 class ScriptedProvider:
     """Replies from a script, in order; replies limited to other attempts are skipped."""
+
+    call_retries = 0  # a scripted failure fails its attempt
 
     def __init__(
         self, role: str, replies: list[ScriptedReply], attempt: int, interrupt: Callable[[], None] | None = None
@@ -112,11 +122,16 @@ class OpenAIProvider:
             raise ProviderError(f"model {name!r}: environment variable {config.api_key_env} (its API key) is not set")
         self.model = config.model or name
         self.max_tokens = config.max_output_tokens
+        self.call_retries = config.call_retries
+        # the SDK's retries are off: the agent loop sends a transient failure again, each attempt inside its
+        # own reservation, so an attempt the provider may have billed is never hidden inside another
         self._client = openai.OpenAI(
-            base_url=config.base_url, api_key=api_key or "not-needed", timeout=config.request_timeout_seconds, max_retries=1
+            base_url=config.base_url, api_key=api_key or "not-needed", timeout=config.request_timeout_seconds, max_retries=0
         )
         self._errors = (openai.OpenAIError,)
         self._timeout = openai.APITimeoutError
+        self._no_connection = openai.APIConnectionError
+        self._status = openai.APIStatusError
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         """One chat completion. A failure the server may have worked on, and billed, before it went wrong
@@ -128,7 +143,7 @@ class OpenAIProvider:
             )
         except self._errors as exc:
             raise ProviderError(f"model {self.model}: {type(exc).__name__}: {str(exc)[:300]}",
-                                may_have_used=isinstance(exc, self._timeout)) from None
+                                may_have_used=isinstance(exc, self._timeout), **self._transient(exc)) from None
         except ValueError as exc:  # the SDK's JSON decoding of a 2xx body that is not JSON
             raise ProviderError(f"model {self.model}: the reply is not JSON: {str(exc)[:300]}", may_have_used=True) from None
         try:
@@ -138,6 +153,15 @@ class OpenAIProvider:
         except (AttributeError, TypeError, IndexError, KeyError) as exc:  # a body of the wrong shape
             problem = f"the reply is not a chat completion ({type(exc).__name__}: {str(exc)[:200]})"
         raise ProviderError(f"model {self.model}: {problem}", may_have_used=True) from None
+
+    def _transient(self, exc: Exception) -> dict[str, Any]:
+        """``transient=True`` (and the server's ``retry_after`` seconds, if it sent one) for a failure worth
+        sending again: no connection, a timeout, HTTP 408/409/429/5xx."""
+        if isinstance(exc, self._no_connection):  # APITimeoutError is one too
+            return {"transient": True}
+        if isinstance(exc, self._status) and (exc.status_code in _TRANSIENT_STATUSES or exc.status_code >= 500):
+            return {"transient": True, "retry_after": _retry_after(exc.response.headers)}
+        return {}
 
     def _reply(self, response: Any) -> ModelReply:
         """The SDK's response (built from the server's JSON without validation) as a ModelReply."""
@@ -162,6 +186,19 @@ class OpenAIProvider:
 
 class _NotACompletion(Exception):
     """A 2xx reply whose body is JSON but not a chat completion (OpenAIProvider makes it a ProviderError)."""
+
+
+def _retry_after(headers: Any) -> float | None:
+    """The wait a ``retry-after-ms`` or ``retry-after`` (seconds) header asks for, if it is a usable
+    number of seconds; an HTTP date or nonsense is ignored (the loop's own backoff applies)."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            seconds = float(headers.get(name)) / scale
+        except (TypeError, ValueError):
+            continue
+        if 0 <= seconds < float("inf"):
+            return min(seconds, RETRY_AFTER_CAP_SECONDS)
+    return None
 
 
 def _usage(usage: Any) -> tuple[int, int, str | None]:
