@@ -11,8 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rich.console import Console
-
+from mother.cli._common import data_console
 from mother.cli.runs import runs_table
 from mother.client import MotherClient, load_spec_file
 from mother.config import load_settings
@@ -22,7 +21,7 @@ from mother.stack import LocalStack
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-console = Console(width=None if sys.stdout.isatty() else 200, markup=False, highlight=False)  # data, not markup
+console = data_console()
 EXPECTED = {
     "three-phase": "success",
     "retries-exhausted": "retries_exhausted",

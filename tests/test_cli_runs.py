@@ -83,6 +83,12 @@ def test_runs_status_cancel_and_errors(pipeline: Pipeline, tmp_path: Path) -> No
     assert (late.returncode, late.stdout.strip()) == (0, f"{run_id} already ended (user_cancelled); nothing to cancel")
     listed = run_cli("runs", "--reason", "user_cancelled", env=env)
     assert run_id in listed.stdout and "user_cancelled" in listed.stdout
+    # into a pipe with no COLUMNS: one line per run (rich's default 80 columns folded every cell)
+    piped_env = {k: v for k, v in os.environ.items() if not k.startswith("MOTHER_") and k != "COLUMNS"}
+    piped = subprocess.run([str(MOTHER_BIN), "runs", "--reason", "user_cancelled"], env={**piped_env, "MOTHER_REDIS_URL": pipeline.url},
+                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    row = next(line for line in piped.stdout.splitlines() if run_id in line)
+    assert "user_cancelled" in row and "Cancelled by ops: wrong task" in row
     inspected = json.loads(run_cli("inspect", run_id, env=env).stdout)
     assert inspected["termination"]["reason"] == "user_cancelled" and inspected["run"]["status"] == "terminated"
     missing = run_cli("status", "no-such-run", env=env)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -16,11 +17,22 @@ from mother.connection import connect, redact_url
 from mother.errors import MotherError
 from mother.logs import configure_logging
 
-__all__ = ["console", "err_console", "fail", "handle_errors", "redis_client", "settings"]
+__all__ = ["console", "data_console", "err_console", "fail", "handle_errors", "redis_client", "settings"]
 
-# markup off: what the CLI prints is mostly data (model output, details, actors' reasons, paths), and
-# rich read '[/x]' in it as a tag, crashing or eating text; our own styling goes in style= or Text
-console = Console(markup=False, highlight=False)
+# a table sent to a file or a pipe (no terminal, no COLUMNS) is this wide, not rich's 80 columns, which
+# folded every cell of `mother runs > runs.txt` over several lines
+PIPED_WIDTH = 200
+
+
+def data_console() -> Console:
+    """A console for stdout. Markup is off: what the CLI prints is mostly data (model output, details,
+    actors' reasons, paths), and rich read '[/x]' in it as a tag, crashing or eating text; our own
+    styling goes in style= or Text."""
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(width=PIPED_WIDTH if piped else None, markup=False, highlight=False)
+
+
+console = data_console()
 err_console = Console(stderr=True, markup=False, highlight=False)
 F = TypeVar("F", bound=Callable[..., Any])
 
