@@ -171,6 +171,8 @@ class EmbeddedRedis:
         if self.unix_socket is None:
             if self.port is None:
                 self.port = free_port()
+            elif not 1 <= self.port <= 65535:
+                raise ServerError(f"port {self.port} is not a TCP port; pick one from 1 to 65535 with --port")
             elif _port_taken(self.port):
                 raise PortInUse(f"port {self.port} on 127.0.0.1 is already in use; pick another with --port")
         self._prepare_dir()

@@ -112,6 +112,11 @@ def test_usage_mistakes_are_one_line_naming_the_help() -> None:
         ("budget", "override", "r1", "--dimension", "tool_calls", "--delta", "x", "--expires-in", "5m", "--actor", "a",
          "--reason", "b"): "error[usage]: Invalid value for '--delta': Input should be a valid integer, unable to parse "
                            "string as an integer; see `mother budget override --help`",
+        # a port past 65535 was an OverflowError traceback from bind()
+        ("up", "--port", "99999"): "error[usage]: Invalid value for '--port': Input should be less than or equal to "
+                                   "65535; see `mother up --help`",
+        ("server", "--port", "0"): "error[usage]: Invalid value for '--port': Input should be greater than or equal to 1; "
+                                   "see `mother server --help`",
     }
     for args, line in cases.items():
         result = run_cli(*args, env={"MOTHER_REDIS_URL": "redis://127.0.0.1:1/0"})

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from mother.errors import DataDirInUse, DataDirNotWritable, ModuleLoadFailed, PortInUse, ServerBinaryMissing
+from mother.errors import DataDirInUse, DataDirNotWritable, ModuleLoadFailed, PortInUse, ServerBinaryMissing, ServerError
 from mother.server import EmbeddedRedis, free_port
 from tests.conftest import run_cli
 
@@ -40,6 +40,9 @@ def test_port_in_use() -> None:
         with pytest.raises(PortInUse, match=f"port {port} on 127.0.0.1 is already in use"):
             EmbeddedRedis(port=port, dir=Path("/tmp")).start()
         result = run_cli("server", "--port", str(port), "--dir", "/tmp/mother-port-test")
+    for bad in (0, 70000):  # not a TCP port: an OverflowError from bind() (70000) or a random port (0)
+        with pytest.raises(ServerError, match=f"port {bad} is not a TCP port; pick one from 1 to 65535"):
+            EmbeddedRedis(port=bad, dir=Path("/tmp")).start()
     assert result.returncode == 2
     assert result.stderr.strip() == f"error[server_port_in_use]: port {port} on 127.0.0.1 is already in use; pick another with --port"
 

@@ -25,7 +25,7 @@ __all__ = ["doctor", "inspect_key", "schema_export", "server", "version"]
 
 @handle_errors
 def server(
-    port: Annotated[int | None, typer.Option(help="TCP port on 127.0.0.1 (default from config: 6379)")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="TCP port on 127.0.0.1 (default from config: 6379)")] = None,
     unix_socket: Annotated[Path | None, typer.Option("--unix-socket", help="listen on a unix socket instead")] = None,
     dir: Annotated[Path | None, typer.Option("--dir", help="data directory (default .mother/redis)")] = None,
     modules: Annotated[bool, typer.Option("--modules/--no-modules", help="load RedisJSON and RediSearch")] = True,

@@ -57,7 +57,7 @@ def worker(
 
 @handle_errors
 def up(
-    port: Annotated[int | None, typer.Option(help="embedded Redis port (default from config)")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="embedded Redis port (default from config)")] = None,
     dir: Annotated[Path | None, typer.Option("--dir", help="embedded Redis data dir")] = None,
     workers: Annotated[int, typer.Option(min=0, max=64, help="number of RQ workers")] = 2,
 ) -> None:
