@@ -359,9 +359,12 @@ def config_path() -> Path | None:
     if named:
         path = Path(named)
         if not path.is_file():
-            raise ConfigError(f"{CONFIG_ENV}={named}: no such file; fix the path or unset it")
+            what = "a directory, not a file" if path.is_dir() else "no such file"
+            raise ConfigError(f"{CONFIG_ENV}={named}: {what}; fix the path or unset it")
         return path
     default = Path(DEFAULT_CONFIG_FILE)
+    if default.exists() and not default.is_file():  # was skipped without a word
+        raise ConfigError(f"./{DEFAULT_CONFIG_FILE} is not a file; remove it, or name the config with {CONFIG_ENV}")
     return default if default.is_file() else None
 
 

@@ -39,6 +39,13 @@ def test_mother_config_names_the_file(clean_env: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("MOTHER_CONFIG", str(clean_env / "missing.yaml"))
     with pytest.raises(ConfigError, match="no such file"):
         load_settings()
+    monkeypatch.setenv("MOTHER_CONFIG", str(clean_env))
+    with pytest.raises(ConfigError, match="a directory, not a file; fix the path or unset it"):
+        load_settings()
+    monkeypatch.delenv("MOTHER_CONFIG")
+    (clean_env / "mother.yaml").mkdir()  # was skipped without a word: the defaults ran instead
+    with pytest.raises(ConfigError, match=r"^\./mother.yaml is not a file; remove it, or name the config with MOTHER_CONFIG$"):
+        load_settings()
 
 
 @pytest.mark.parametrize(
