@@ -102,7 +102,7 @@ class WorkerSettings(_Section):
     workspace_root: Path = Field(Path(".mother/workspaces"), description="per-run tool workspaces")
     max_model_calls_per_phase: int = Field(50, ge=1, le=10_000)
     job_timeout_margin_seconds: int = Field(30, ge=0, le=3600)
-    max_tool_output_chars: int = Field(100_000, ge=100)
+    max_tool_output_chars: int = Field(100_000, ge=100, le=1_000_000)
 
 
 class ProfileLimits(_Section):

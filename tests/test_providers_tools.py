@@ -251,6 +251,24 @@ def test_scripted_provider_follows_attempts_and_runs_out() -> None:
         provider.complete([], [])
 
 
+def test_read_file_reads_a_huge_file_only_in_part(tmp_path: Path) -> None:
+    """A file past MAX_READ_BYTES is read in part (it was read whole into the work-horse's memory, to show
+    the model 100,000 characters of it), and the model is told first how big it is."""
+    from workers.tools import MAX_READ_BYTES
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with (workspace / "huge.log").open("wb") as f:  # sparse: 64 MiB of zero bytes on no disk
+        f.truncate(64 << 20)
+    (workspace / "small.txt").write_text("hello")
+    box = ToolBox(workspace, max_output_chars=1000)
+    result = box.run("read_file", {"path": "huge.log"})
+    assert result.ok
+    assert result.output.startswith(f"[the file is {64 << 20} bytes; read_file read the first {MAX_READ_BYTES}]\n\x00")
+    assert result.output.endswith(f"\n[truncated: {MAX_READ_BYTES + len(result.output.split(chr(10))[0]) + 1} characters in all]")
+    assert box.run("read_file", {"path": "small.txt"}).output == "hello"
+
+
 @pytest.mark.parametrize("path", ["../escape.txt", "/etc/passwd", "a/../../x", "link/inside.txt"])
 def test_tools_refuse_paths_outside_the_workspace(tmp_path: Path, path: str) -> None:
     """read/write outside the run's workspace (.., absolute, via a symlink) is refused to the model."""

@@ -18,6 +18,9 @@ from mother.errors import ToolError
 __all__ = ["FILE_TOOLS", "Tool", "ToolBox", "ToolResult"]
 
 MAX_WRITE_BYTES = 5 * 1024 * 1024
+# read_file reads no more than this (a file in the workspace may be huge; the model sees at most
+# worker.max_tool_output_chars, at most 1,000,000 characters, of it anyway)
+MAX_READ_BYTES = 8 * 1024 * 1024
 
 
 class Tool(Protocol):
@@ -56,7 +59,13 @@ class ReadFile:
         path = _inside(workspace, arguments.get("path"))
         if not path.is_file():
             raise ToolError(f"no file {arguments.get('path')!r} in the workspace")
-        return path.read_text(encoding="utf-8", errors="replace")
+        with path.open("rb") as f:
+            data = f.read(MAX_READ_BYTES + 1)
+        if len(data) <= MAX_READ_BYTES:
+            return data.decode("utf-8", errors="replace")
+        # said first: the tool box cuts the end off what is longer than max_tool_output_chars
+        return (f"[the file is {path.stat().st_size} bytes; read_file read the first {MAX_READ_BYTES}]\n"
+                + data[:MAX_READ_BYTES].decode("utf-8", errors="replace"))
 
 
 class ListDir:
