@@ -12,7 +12,7 @@ from schemas.context import (
     ManifestSection,
 )
 from schemas.export import MODELS, export_json_schemas
-from schemas.results import PhaseResult, ResultEnvelope, Usage
+from schemas.results import MAX_OUTPUT_CHARS, PhaseResult, ResultEnvelope, Usage
 from schemas.run import (
     BUDGET_PROFILES,
     MAX_SPEC_BYTES,
@@ -42,6 +42,7 @@ __all__ = [
     "ManifestSection",
     "ACTIVITY_TYPES",
     "BUDGET_PROFILES",
+    "MAX_OUTPUT_CHARS",
     "MAX_SPEC_BYTES",
     "MODELS",
     "SUGGESTED_ACTIONS",

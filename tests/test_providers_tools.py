@@ -224,6 +224,18 @@ def test_a_transient_error_status_is_sent_again_after_the_servers_wait(tmp_path:
     assert counters["model_calls"] == len(chat.requests) == 4
 
 
+def test_a_reply_longer_than_a_phase_result_holds_is_cut_and_said(tmp_path: Path) -> None:
+    """A final reply past MAX_OUTPUT_CHARS is cut to it with a notice; it failed every attempt (each one
+    charged) on the PhaseResult's validation, and the run ended retries_exhausted with pydantic's text."""
+    from schemas import MAX_OUTPUT_CHARS
+
+    envelope, _, chat = _run_on_chat_server(tmp_path, [{"text": "x" * (MAX_OUTPUT_CHARS + 5)}] * 3, lambda r, run_id: None)
+    assert envelope.termination.reason == "success" and len(chat.requests) == 1
+    assert envelope.output == "x" * MAX_OUTPUT_CHARS
+    assert envelope.phases[0].notices == [
+        f"output cut to its first {MAX_OUTPUT_CHARS} characters; the reply had {MAX_OUTPUT_CHARS + 5}"]
+
+
 def test_pipeline_run_on_an_openai_compatible_server(tmp_path: Path) -> None:
     """A run whose model is served over HTTP (as Ollama/vLLM would) succeeds through Mother and a worker."""
     replies = [

@@ -36,7 +36,7 @@ from mother.functions import call
 from mother.logs import configure_logging, get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
 from mother.signing import SignatureInvalid
-from schemas import ComposedContext, PhaseResult, RunSpec, RunState, Usage
+from schemas import MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, RunState, Usage
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness, HookDecision
 from workers.metering import COUNTER_PATHS, Meter, parse_counters
@@ -347,6 +347,11 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
         bound.warning("turn_limit_hit", notice=notice)
         rt.emit(rt.redis, "turn_limit_hit", run_id=state.run_id, phase=phase.name, attempt=attempt, notice=notice)
     text = outcome.text + summary_note(context)
+    if len(text) > MAX_OUTPUT_CHARS:  # a PhaseResult holds no more: the attempt failed on it, every time
+        notice = f"output cut to its first {MAX_OUTPUT_CHARS} characters; the reply had {len(text)}"
+        bound.warning("output_cut", notice=notice)
+        outcome.notices.append(notice)
+        text = text[:MAX_OUTPUT_CHARS]
     artifact_id = f"art-{uuid.uuid4().hex[:20]}"  # stored by execute() with the result
     outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
     return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="completed",
