@@ -22,7 +22,7 @@ from mother import keys
 from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect, redis_down
-from mother.errors import InvalidSpec, NotFound, RedisUnavailable, WaitTimeout
+from mother.errors import InvalidSpec, NotFound, RedisUnavailable, WaitTimeout, not_utf8
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
 from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error
 
@@ -39,9 +39,14 @@ def parse_spec(spec: RunSpec | dict[str, Any] | str | bytes) -> RunSpec:
         return spec
     try:
         if isinstance(spec, str | bytes):
-            if len(spec) > MAX_SPEC_BYTES:
-                raise InvalidSpec(f"spec is {len(spec)} bytes; the limit is {MAX_SPEC_BYTES} bytes")
-            return RunSpec.from_json(spec)
+            raw = spec.encode(errors="surrogatepass") if isinstance(spec, str) else spec
+            if len(raw) > MAX_SPEC_BYTES:
+                raise InvalidSpec(f"spec is {len(raw)} bytes; the limit is {MAX_SPEC_BYTES} bytes")
+            try:
+                raw.decode()
+            except UnicodeDecodeError as exc:  # orjson said 'str is not valid UTF-8: surrogates not allowed'
+                raise InvalidSpec(f"invalid RunSpec: {not_utf8(raw, exc)}; send UTF-8 JSON") from None
+            return RunSpec.from_json(raw)
         if isinstance(spec, dict):
             return RunSpec.model_validate(spec)
     except ValidationError as exc:

@@ -100,11 +100,17 @@ def is_id(value: object) -> bool:
     return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
 
 
+def _shown(value: object, most: int = 60) -> str:
+    """``repr(value)``, or its start and length if it is long (an error line stays one short line)."""
+    text = repr(value)
+    return text if len(text) <= most else f"{text[:most]}… ({len(value) if isinstance(value, str) else len(text)} characters)"
+
+
 def check_id(value: str, what: str = "id") -> str:
     """Return ``value`` if it is a valid id, else raise ``InvalidSpec``."""
     if not is_id(value):
         raise InvalidSpec(
-            f"{what} {value!r} is not a valid id: use 1-128 characters from A-Z a-z 0-9 _ . : -",
+            f"{what} {_shown(value)} is not a valid id: use 1-128 characters from A-Z a-z 0-9 _ . : -",
             field=what,
         )
     return value

@@ -44,6 +44,29 @@ def test_bad_ids_are_refused(bad: object) -> None:
         keys.termination_key(bad)  # type: ignore[arg-type]
 
 
+def test_a_long_bad_id_is_shown_in_part() -> None:
+    """The error for a 1,000-character id shows its start and length, not all of it."""
+    with pytest.raises(InvalidSpec) as caught:
+        keys.check_id("x" * 999 + " ", "run_id")
+    assert caught.value.message == (f"run_id '{'x' * 59}… (1000 characters) is not a valid id: "
+                                    "use 1-128 characters from A-Z a-z 0-9 _ . : -")
+
+
+def test_a_spec_that_is_not_utf8_is_named_so() -> None:
+    """Bytes or a str that are not UTF-8 are refused naming the byte (orjson said 'str is not valid UTF-8:
+    surrogates not allowed' for bytes); the size limit counts bytes, not characters."""
+    from mother.client import parse_spec
+    from schemas import MAX_SPEC_BYTES
+
+    for spec, byte in ((b'{"task": "caf\xe9"}', "0xe9 at offset 13"), ("\ud800", "0xed at offset 0")):
+        with pytest.raises(InvalidSpec) as caught:
+            parse_spec(spec)
+        assert caught.value.message == f"invalid RunSpec: not UTF-8 text (byte {byte}); send UTF-8 JSON"
+    wide = "é" * (MAX_SPEC_BYTES // 2 + 1)  # under the limit in characters, over it in bytes
+    with pytest.raises(InvalidSpec, match=f"spec is {len(wide.encode())} bytes; the limit is {MAX_SPEC_BYTES} bytes"):
+        parse_spec(wide)
+
+
 def test_bad_day_is_refused() -> None:
     """The daily key wants a real date."""
     with pytest.raises(InvalidSpec, match="YYYY-MM-DD"):
