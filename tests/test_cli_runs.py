@@ -108,6 +108,24 @@ def test_runs_status_cancel_and_errors(pipeline: Pipeline, tmp_path: Path) -> No
         "pipeline: List should have at least 1 item after validation, not 0")
 
 
+def test_ctrl_c_while_waiting_stops_the_wait_not_the_run(pipeline: Pipeline, tmp_path: Path) -> None:
+    """Ctrl-C during `submit --wait` says the run goes on and how to wait again or cancel it (it said only
+    'interrupted'), exit 130; the run is still running."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MOTHER_")}, "MOTHER_REDIS_URL": pipeline.url}
+    proc = subprocess.Popen([str(MOTHER_BIN), "submit", str(_spec_file(tmp_path, "cancelled")), "--wait"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    assert proc.stderr is not None
+    run_id = proc.stderr.readline().split()[-1]  # "submitted RUN"
+    assert "running" in proc.stderr.readline()  # the progress line: the phase has started
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.strip() == (f"error[interrupted]: stopped waiting; {run_id} goes on: `mother wait {run_id}` to wait again, "
+                           f"`mother cancel {run_id}` to end it")
+    assert "running" in run_cli("status", run_id, env={"MOTHER_REDIS_URL": pipeline.url}).stdout
+    run_cli("cancel", run_id, env={"MOTHER_REDIS_URL": pipeline.url})
+
+
 @pytest.mark.skipif(shutil.which("redis-cli") is None, reason="no redis-cli on this machine (raw XADD is also tested via redis-py)")
 def test_redis_cli_xadd_submission(pipeline: Pipeline) -> None:
     """The literal `redis-cli XADD mother:submissions '*' spec '<json>'` starts a run that succeeds."""

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from mother import keys
 from mother.activity import recent
-from mother.cli._common import console, err_console, handle_errors, settings
+from mother.cli._common import console, err_console, fail, handle_errors, settings
 from mother.client import MotherClient, check_timeout, load_spec_file, load_spec_text
 from mother.errors import NotFound
 from schemas import ResultEnvelope, RunState
@@ -71,7 +71,11 @@ def _notice(text: str) -> None:
 
 
 def _finish(client: MotherClient, run_id: str, as_json: bool, timeout: float | None) -> None:
-    envelope = client.wait(run_id, timeout, on_progress=None if as_json else _progress, on_notice=_notice)
+    try:
+        envelope = client.wait(run_id, timeout, on_progress=None if as_json else _progress, on_notice=_notice)
+    except KeyboardInterrupt:  # Ctrl-C stops the waiting, not the run: say so, and how to go on
+        fail(f"stopped waiting; {run_id} goes on: `mother wait {run_id}` to wait again, "
+             f"`mother cancel {run_id}` to end it", "interrupted", 130)
     _print_envelope(envelope, as_json)
     raise typer.Exit(0 if envelope.termination and envelope.termination.reason == "success" else 1)
 
