@@ -199,6 +199,9 @@ class TurnLimits(_Section):
 class HarnessSettings(_Section):
     max_tool_calls: int = Field(20, ge=1, le=10_000, description="tool calls per turn (one message's handling)")
     max_consecutive_tools: int = Field(10, ge=1, le=10_000, description="tool calls without a text reply")
+    context_limit_ratio: float = Field(0.9, gt=0, le=1, description=(
+        "a phase's conversation this full (its prompt estimate over the model's window less reserved_for_output) "
+        "fires context_limit_reached, once per attempt"))
     roles: dict[str, TurnLimits] = Field(default_factory=dict, description="per-role declarations")
     limits: LimitValues = Field(default_factory=_resilience_defaults, description="layer 1: resilience defaults")
     default_permissions: list[str] = Field(

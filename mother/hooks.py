@@ -11,8 +11,9 @@ Sources, in layer order:
 Events: ``run_started`` (context hooks: every match's ``context`` text is joined into
 the first message), ``limit``, ``error``, ``after_step`` (control hooks: the first
 hook of layers 0-3 whose condition holds decides; infra hooks always run, for their
-notices, and never decide), ``context_limit_reached`` (accepted; nothing fires it
-until context composition exists). Conditions are CEL expressions (cel-python), e.g.
+notices, and never decide), ``context_limit_reached`` (control: fired once per attempt
+when the conversation fills ``harness.context_limit_ratio`` of the model's window; an
+``abort`` ends the run ``context_budget_exceeded``). Conditions are CEL expressions (cel-python), e.g.
 ``cost.current > cost.limit * 0.9``; numbers are doubles. Actions: ``continue``,
 ``retry``, ``skip``, ``fail``, ``abort`` (seed 001's HarnessAction), ``notice`` (an
 activity entry, no decision) and ``spawn`` (start a child run, no decision).

@@ -246,7 +246,9 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
         end_for_budget(rt, state, error, fail_safe=code == "limit_exceeded")
         return
     if code is not None and code.startswith("hook_abort:"):
-        reason: TerminationReason = "budget_exhausted" if code.endswith(":limit") else "catastrophic_error"
+        reason: TerminationReason = ("budget_exhausted" if code.endswith(":limit")
+                                     else "context_budget_exceeded" if code.endswith(":context_limit_reached")
+                                     else "catastrophic_error")
         end_run(rt, state, reason, error, phase=phase.name, contributing_factors=[f"{code}: {error[:300]}"])
         return
     if code == "signature_invalid":

@@ -93,3 +93,31 @@ def test_limit_hooks_retry_and_abort_change_the_outcome(tmp_path: Path) -> None:
     assert retried.reason == "retries_exhausted"
     assert "hook retry-on-limit decided retry on limit: try the phase again" in retried.details
     assert (aborted.reason, aborted.details) == ("budget_exhausted", "hook abort-on-limit decided abort on limit: stop everything")
+
+
+def test_context_limit_reached_fires_once_and_abort_ends_context_budget_exceeded(tmp_path: Path) -> None:
+    """A conversation filling harness.context_limit_ratio (0.9) of the model's window less reserved_for_output
+    fires context_limit_reached (nothing fired it): one activity entry per attempt, the run goes on without a
+    deciding hook, and a hook's abort ends the run context_budget_exceeded; CEL sees ``context``."""
+    from mother.activity import recent
+
+    hooks = tmp_path / "project-hooks.yaml"
+    hooks.write_text("- id: hand-off\n  event: context_limit_reached\n"
+                     "  condition: 'run.user_id == \"abort-user\" && context.ratio >= 0.9'\n"
+                     "  action: {type: abort, message: 'hand off to a larger model'}\n")
+    p = start_pipeline(tmp_path, workers=1, env={"MOTHER_HOOKS__PROJECT_FILE": str(hooks)})
+    try:  # the scripted model's window: 8,192 less 1,024 for output; 24,000 bytes estimate at 8,000 tokens
+        script = {"planner": [{"tool_calls": [{"name": "write_file", "arguments": {"path": "big.txt", "content": "x" * 24_000}}]},
+                              {"tool_calls": [{"name": "list_dir", "arguments": {}}]}, {"text": "done"}]}
+        runs = {user: p.client.submit(example("three-phase", user_id=user, scripts=script,
+                                              pipeline=[{"name": "plan", "role": "planner", "model": "scripted"}]))
+                for user in ("plain-user", "abort-user")}
+        plain, aborted = (p.wait(runs[u]).termination for u in ("plain-user", "abort-user"))
+        fired = [e.data for e in recent(p.redis, 500, run_id=runs["plain-user"]) if e.type == "context_limit_reached"]
+    finally:
+        stop_pipeline(p)
+    assert plain.reason == "success"
+    assert len(fired) == 1  # before the second call, not again before the third
+    assert fired[0]["window"] == 7168 and fired[0]["tokens"] >= 0.9 * 7168 and fired[0]["model"] == "scripted"
+    assert (aborted.reason, aborted.details) == (
+        "context_budget_exceeded", "hook hand-off decided abort on context_limit_reached: hand off to a larger model")

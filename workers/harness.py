@@ -1,9 +1,10 @@
-"""The SafetyHarness around a phase: hooks at run_started, limit, error and after_step.
+"""The SafetyHarness around a phase: hooks at run_started, limit, error, after_step and context_limit_reached.
 
 A control hook's decision becomes a ``HookDecision`` exception that the phase turns
 into its outcome: ``retry`` and ``fail`` fail the attempt (Mother retries it while
 it has retries), ``skip`` completes the phase now, ``abort`` ends the run
-(``budget_exhausted`` for a limit event, ``catastrophic_error`` otherwise),
+(``budget_exhausted`` for a limit event, ``context_budget_exceeded`` for
+``context_limit_reached``, ``catastrophic_error`` otherwise),
 ``continue`` carries on. Notices become ``hook_notice`` activity entries; ``spawn``
 starts a child run through the ``spawn_run`` tool without waiting.
 """

@@ -56,9 +56,13 @@ def estimate_prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str,
 
 class Meter:
     def __init__(self, guard: Guard, model: ModelConfig, check_alive: Callable[[], None],
-                 limits: dict[str, Any] | None = None, harness: Any = None, model_name: str | None = None) -> None:
+                 limits: dict[str, Any] | None = None, harness: Any = None, model_name: str | None = None,
+                 context_limit_ratio: float = 0.9) -> None:
         self.guard, self.model, self.check_alive, self.harness = guard, model, check_alive, harness
         self.model_name = model_name
+        # seed 000's context_limit_reached: fired once, when a prompt fills this much of the model's window
+        self.context_limit = math.ceil(context_limit_ratio * (model.max_tokens - model.reserved_for_output))
+        self.context_fired = False
         # real models counted by the estimate calibrate it with what the provider reports
         # (a scripted model's usage is made up, so it teaches nothing)
         self.calibrate_as = model_name if model.tokenizer is None and model.provider != "scripted" else None
@@ -113,9 +117,25 @@ class Meter:
     def reserve(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         self.check_turn()
         prompt = self._prompt = estimate_prompt_tokens(messages, tools)
+        self.check_context(prompt)
         if self.calibrate_as is not None:
             self._estimate = request_estimate(messages, tools)
         return self._waiting_out_stops(lambda: self.guard.reserve_call(self.model, prompt))
+
+    def check_context(self, prompt: int) -> None:
+        """Seed 000's ``context_limit_reached``, before a call whose prompt (the conservative estimate its
+        reservation is made with) fills ``harness.context_limit_ratio`` of the model's window less
+        ``reserved_for_output``: an activity entry, then the event for the hooks (once per attempt). No
+        decision carries on; ``abort`` ends the run ``context_budget_exceeded``, ``skip``/``retry``/``fail``
+        as for any event."""
+        if self.context_fired or prompt < self.context_limit or self.harness is None:
+            return
+        self.context_fired = True
+        window = self.model.max_tokens - self.model.reserved_for_output
+        detail = {"tokens": prompt, "window": window, "ratio": round(prompt / window, 4), "model": self.model_name}
+        log.warning("context_limit_reached", run_id=self.guard.run_id, **detail)
+        self.harness.record("context_limit_reached", **detail)
+        self.harness.control("context_limit_reached", event=detail, context=detail)
 
     def estimate_usage(self, reply: Any) -> None:
         """A reply without usable token counts (``reply.usage_note`` says why) is charged an estimate instead

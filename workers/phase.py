@@ -311,7 +311,7 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
         harness = Harness(rt, state, index, hooks if hooks is not None else load_hooks(rt.settings, phase.role),
                           spawn=lambda args: spawner.run(toolbox.ensure_workspace(), args))
         meter = Meter(guard, rt.settings.models[model], check_alive, limits=state.limits, harness=harness,
-                      model_name=model)
+                      model_name=model, context_limit_ratio=rt.settings.harness.context_limit_ratio)
         meter.counters = counters
         meter.defer_final = True
         meters.append(meter)
