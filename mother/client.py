@@ -37,23 +37,28 @@ def parse_spec(spec: RunSpec | dict[str, Any] | str | bytes) -> RunSpec:
     """Validate a spec given as a model, a mapping, or JSON text; one-line ``InvalidSpec`` otherwise."""
     if isinstance(spec, RunSpec):
         return spec
+    raw = spec.encode(errors="surrogatepass") if isinstance(spec, str) else spec
+    if isinstance(raw, bytes) and len(raw) > MAX_SPEC_BYTES:
+        raise InvalidSpec(f"spec is {len(raw)} bytes; the limit is {MAX_SPEC_BYTES} bytes")
     try:
-        if isinstance(spec, str | bytes):
-            raw = spec.encode(errors="surrogatepass") if isinstance(spec, str) else spec
-            if len(raw) > MAX_SPEC_BYTES:
-                raise InvalidSpec(f"spec is {len(raw)} bytes; the limit is {MAX_SPEC_BYTES} bytes")
-            try:
-                raw.decode()
-            except UnicodeDecodeError as exc:  # orjson said 'str is not valid UTF-8: surrogates not allowed'
-                raise InvalidSpec(f"invalid RunSpec: {not_utf8(raw, exc)}; send UTF-8 JSON") from None
+        if isinstance(raw, bytes):
             return RunSpec.from_json(raw)
         if isinstance(spec, dict):
             return RunSpec.model_validate(spec)
     except ValidationError as exc:
         raise InvalidSpec(f"invalid RunSpec: {describe_validation_error(exc)}") from None
-    except ValueError as exc:
-        raise InvalidSpec(f"invalid RunSpec: {exc}") from None
+    except ValueError as exc:  # from_json's "not valid JSON": text that is not UTF-8 is named as such
+        raise InvalidSpec(f"invalid RunSpec: {_not_text(raw) or exc}") from None  # (orjson: 'str is not valid UTF-8')
     raise InvalidSpec(f"a spec must be a RunSpec, a mapping or JSON text, not {type(spec).__name__}")
+
+
+def _not_text(raw: bytes) -> str | None:
+    """Where text that failed to parse is not UTF-8, if it is not (looked for only after a failure)."""
+    try:
+        raw.decode()
+    except UnicodeDecodeError as exc:
+        return f"{not_utf8(raw, exc)}; send UTF-8 JSON"
+    return None
 
 
 def load_spec_file(path: Path) -> dict[str, Any]:

@@ -28,19 +28,13 @@ class ChatServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
                 if not self.path.endswith("/chat/completions") or not server.replies:
-                    self.send_response(500)
-                    self.end_headers()
-                    self.wfile.write(b'{"error": {"message": "no reply scripted"}}')
+                    self._error(500, {}, "no reply scripted")
                     return
                 reply = server.replies.pop(0)
                 if reply.get("delay"):  # a slow server: the client may time out first
                     time.sleep(reply["delay"])
                 if "status" in reply:  # an error status (e.g. 503 with a retry-after header)
-                    self.send_response(reply["status"])
-                    for name, value in reply.get("headers", {}).items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(b'{"error": {"message": "scripted error status"}}')
+                    self._error(reply["status"], reply.get("headers", {}), "scripted error status")
                     return
                 if "body" in reply:  # a reply sent exactly as given (a server that gets the protocol wrong)
                     self._send(reply["body"] if isinstance(reply["body"], bytes) else json.dumps(reply["body"]).encode())
@@ -63,6 +57,13 @@ class ChatServer:
                     counts = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
                     data["usage"] = {**usage, "total_tokens": sum(counts) if all(type(c) is int for c in counts) else None}
                 self._send(json.dumps(data).encode())
+
+            def _error(self, status: int, headers: dict[str, str], message: str) -> None:
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(json.dumps({"error": {"message": message}}).encode())
 
             def _send(self, raw: bytes) -> None:
                 self.send_response(200)

@@ -53,10 +53,14 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path
 
 
+def cli_env(env: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """This process's environment for a ``mother`` command: MOTHER_* (and ``drop``) left out, ``env`` added."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("MOTHER_") and k not in drop}, **(env or {})}
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run the installed ``mother`` command; MOTHER_* from the parent are dropped unless given."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MOTHER_")}
-    base.update(env or {})
+    base = cli_env(env)
     base.setdefault("COLUMNS", "200")
     return subprocess.run(
         [str(MOTHER_BIN), *args],

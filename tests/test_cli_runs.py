@@ -16,7 +16,7 @@ import yaml
 
 from mother import keys
 from mother.server import free_port
-from tests.conftest import MOTHER_BIN, Pipeline, run_cli
+from tests.conftest import MOTHER_BIN, Pipeline, cli_env, run_cli
 from tests.test_pipeline import EXAMPLES, example, wait_until
 
 
@@ -41,7 +41,7 @@ def test_submit_reads_yaml_files_and_stdin_and_says_what_is_wrong(pipeline: Pipe
     """`mother submit -` takes YAML (as its help says; it took JSON only); a spec file that is not UTF-8,
     empty, not YAML, or names a missing script_file is one line naming the file and what is wrong (a
     non-UTF-8 file was a bare UnicodeDecodeError)."""
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MOTHER_")}, "MOTHER_REDIS_URL": pipeline.url}
+    env = cli_env({"MOTHER_REDIS_URL": pipeline.url})
     spec = "user_id: u\ntask: t\npipeline: [{name: a, role: r, model: scripted}]\nscripts: {r: [{text: from stdin}]}\n"
     piped = subprocess.run([str(MOTHER_BIN), "submit", "-", "--wait", "--json"], input=spec.encode(), env=env,
                            capture_output=True, timeout=60)
@@ -84,8 +84,8 @@ def test_runs_status_cancel_and_errors(pipeline: Pipeline, tmp_path: Path) -> No
     listed = run_cli("runs", "--reason", "user_cancelled", env=env)
     assert run_id in listed.stdout and "user_cancelled" in listed.stdout
     # into a pipe with no COLUMNS: one line per run (rich's default 80 columns folded every cell)
-    piped_env = {k: v for k, v in os.environ.items() if not k.startswith("MOTHER_") and k != "COLUMNS"}
-    piped = subprocess.run([str(MOTHER_BIN), "runs", "--reason", "user_cancelled"], env={**piped_env, "MOTHER_REDIS_URL": pipeline.url},
+    piped = subprocess.run([str(MOTHER_BIN), "runs", "--reason", "user_cancelled"],
+                           env=cli_env({"MOTHER_REDIS_URL": pipeline.url}, drop=("COLUMNS",)),
                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     row = next(line for line in piped.stdout.splitlines() if run_id in line)
     assert "user_cancelled" in row and "Cancelled by ops: wrong task" in row
@@ -111,7 +111,7 @@ def test_runs_status_cancel_and_errors(pipeline: Pipeline, tmp_path: Path) -> No
 def test_ctrl_c_while_waiting_stops_the_wait_not_the_run(pipeline: Pipeline, tmp_path: Path) -> None:
     """Ctrl-C during `submit --wait` says the run goes on and how to wait again or cancel it (it said only
     'interrupted'), exit 130; the run is still running."""
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MOTHER_")}, "MOTHER_REDIS_URL": pipeline.url}
+    env = cli_env({"MOTHER_REDIS_URL": pipeline.url})
     proc = subprocess.Popen([str(MOTHER_BIN), "submit", str(_spec_file(tmp_path, "cancelled")), "--wait"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     assert proc.stderr is not None
@@ -141,8 +141,7 @@ def test_up_starts_everything_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
     """`mother up` serves a run; SIGINT stops Redis, Mother and workers with no process left behind."""
     port = free_port()
     proc = subprocess.Popen([str(MOTHER_BIN), "up", "--port", str(port), "--dir", str(tmp_path / "redis"), "--workers", "1"],
-                            env={**{k: v for k, v in os.environ.items() if not k.startswith("MOTHER_")},
-                                 "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp_path / "ws")},
+                            env=cli_env({"MOTHER_WORKER__WORKSPACE_ROOT": str(tmp_path / "ws")}),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         url = f"redis://127.0.0.1:{port}/0"

@@ -140,6 +140,16 @@ def _run_on_chat_server(tmp_path: Path, replies: list[dict[str, Any]], collect: 
             stop_pipeline(p)
 
 
+def _counters_and(*types: str) -> Callable[[Any, str], tuple[dict[str, Any], list[Any]]]:
+    """A ``collect`` for :func:`_run_on_chat_server`: the run's budget counters and its activity entries of ``types``."""
+    from mother.activity import recent
+
+    def collect(r: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
+        return (json.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id))),
+                [e for e in recent(r, 200, run_id=run_id) if e.type in types])
+    return collect
+
+
 def test_a_model_that_reports_no_usage_is_charged_an_estimate(tmp_path: Path) -> None:
     """Through Mother and a worker: calls whose server reports no usable usage are charged the
     conservative estimate (never 0), each says so as a ``usage_estimated`` activity entry, the reported
@@ -150,13 +160,7 @@ def test_a_model_that_reports_no_usage_is_charged_an_estimate(tmp_path: Path) ->
          "usage": {"prompt_tokens": 40, "completion_tokens": 2}},
         {"text": "The workspace is empty.", "usage": {"prompt_tokens": -1, "completion_tokens": 9}},
     ]
-    from mother.activity import recent
-
-    def collect(r: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
-        return (json.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id))),
-                [e for e in recent(r, 200, run_id=run_id) if e.type == "usage_estimated"])
-
-    envelope, (counters, estimated), chat = _run_on_chat_server(tmp_path, replies, collect)
+    envelope, (counters, estimated), chat = _run_on_chat_server(tmp_path, replies, _counters_and("usage_estimated"))
     assert envelope.termination.reason == "success"
     assert [e.data["why"] for e in estimated] == [
         "the server reported no usage", "the server reported unusable usage: prompt_tokens must not be negative, got -1"]
@@ -178,13 +182,8 @@ def test_a_call_that_fails_after_reaching_the_server_is_charged_its_prompt(tmp_p
     replies = [{"body": {"choices": []}},
                {"delay": 3, "text": "too late"}, {"delay": 3, "text": "too late"},
                {"text": "The workspace is empty.", "usage": {"prompt_tokens": 40, "completion_tokens": 6}}]
-    from mother.activity import recent
-
-    def collect(r: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
-        return (json.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id))),
-                [e for e in recent(r, 200, run_id=run_id) if e.type in ("usage_estimated", "model_call_retried")])
-
-    envelope, (counters, entries), chat = _run_on_chat_server(tmp_path, replies, collect, request_timeout_seconds=1)
+    envelope, (counters, entries), chat = _run_on_chat_server(
+        tmp_path, replies, _counters_and("usage_estimated", "model_call_retried"), request_timeout_seconds=1)
     assert envelope.termination.reason == "success"
     estimated = [e for e in entries if e.type == "usage_estimated"]
     whys = [e.data["why"] for e in estimated]
@@ -208,13 +207,8 @@ def test_a_transient_error_status_is_sent_again_after_the_servers_wait(tmp_path:
                {"status": 429, "headers": {"retry-after-ms": "300"}},
                {"status": 400},
                {"text": "The workspace is empty.", "usage": {"prompt_tokens": 40, "completion_tokens": 6}}]
-    from mother.activity import recent
-
-    def collect(r: Any, run_id: str) -> tuple[dict[str, Any], list[Any]]:
-        return (json.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id))),
-                [e for e in recent(r, 200, run_id=run_id) if e.type in ("model_call_retried", "phase_failed")])
-
-    envelope, (counters, entries), chat = _run_on_chat_server(tmp_path, replies, collect, call_retries=2)
+    envelope, (counters, entries), chat = _run_on_chat_server(
+        tmp_path, replies, _counters_and("model_call_retried", "phase_failed"), call_retries=2)
     assert envelope.termination.reason == "success"
     assert [e.type for e in entries] == ["model_call_retried", "model_call_retried", "phase_failed"]
     assert [(e.data["retry"], e.data["wait_seconds"]) for e in entries[:2]] == [(1, 0.2), (2, 0.3)]

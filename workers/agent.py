@@ -151,10 +151,11 @@ def _model_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str, A
         try:
             return _metered_call(provider, toolbox, messages, meter)
         except ProviderError as exc:
-            if exc.data.get("transient") and retries < getattr(provider, "call_retries", 0):
+            if exc.data.get("transient") and retries < provider.call_retries:
                 retries += 1
                 wait = exc.data.get("retry_after")
-                wait = min(RETRY_BACKOFF_CAP_SECONDS, RETRY_BACKOFF_SECONDS * 2 ** (retries - 1)) if wait is None else wait
+                if wait is None:
+                    wait = min(RETRY_BACKOFF_CAP_SECONDS, RETRY_BACKOFF_SECONDS * 2 ** (retries - 1))
                 log.warning("model_call_retried", retry=retries, wait_seconds=wait, error=exc.message)
                 if harness is not None:
                     harness.record("model_call_retried", retry=retries, wait_seconds=wait, error=exc.message)

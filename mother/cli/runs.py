@@ -60,9 +60,9 @@ def submit(
                  else load_spec_file(spec))
     run_id = client.submit(data)
     if not wait_:
-        console.print(orjson.dumps({"run_id": run_id}).decode() if as_json else run_id, highlight=False)
+        console.print(orjson.dumps({"run_id": run_id}).decode() if as_json else run_id)
         return
-    err_console.print(f"submitted {run_id}", highlight=False)
+    err_console.print(f"submitted {run_id}")
     _finish(client, run_id, as_json, timeout)
 
 
@@ -99,9 +99,9 @@ def status(run_id: Annotated[str, typer.Argument()], as_json: Annotated[bool, ty
         return
     console.print(f"{state.run_id} ({state.user_id}): {state.status}"
                   + (f", phase {state.phase} attempt {state.attempt}" if state.phase else "")
-                  + (f", reason {state.reason}" if state.reason else ""), highlight=False)
+                  + (f", reason {state.reason}" if state.reason else ""))
     for entry in state.history[-20:]:
-        console.print(f"  {entry.at}  {entry.event:<16} {entry.phase or '':<12} {entry.detail[:100]}", highlight=False)
+        console.print(f"  {entry.at}  {entry.event:<16} {entry.phase or '':<12} {entry.detail[:100]}")
 
 
 @handle_errors
@@ -113,9 +113,9 @@ def cancel(
     """End a run as user_cancelled (Mother writes the record)."""
     state = _client().cancel(run_id, actor, reason)
     if state.status == "terminated":
-        console.print(f"{run_id} already ended ({state.reason}); nothing to cancel", highlight=False)
+        console.print(f"{run_id} already ended ({state.reason}); nothing to cancel")
     else:
-        console.print(f"cancel requested for {run_id}", highlight=False)
+        console.print(f"cancel requested for {run_id}")
 
 
 @handle_errors

@@ -78,8 +78,8 @@ def up(
             stack.start()
             # soft_wrap: a path or the export line folded at the terminal's width could not be pasted
             console.print(f"up: Redis {server.url}, Mother, {workers} worker(s); logs in {stack.log_dir}",
-                          highlight=False, soft_wrap=True)
-            console.print(f"export MOTHER_REDIS_URL={server.url}", highlight=False, soft_wrap=True)
+                          soft_wrap=True)
+            console.print(f"export MOTHER_REDIS_URL={server.url}", soft_wrap=True)
             console.print("Ctrl-C stops everything.", style="dim")
             while not stopping:
                 for name in stack.respawn_dead_workers():
