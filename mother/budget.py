@@ -130,7 +130,7 @@ def open_run_budget(client: redis.Redis | redis.client.Pipeline, settings: Setti
         **{dim: 0 for dim in CODES}, "input_tokens": 0, "output_tokens": 0, "error_burst_count": 0,
         "reserved": {"total_tokens": 0, "spend_micro_usd": 0, "cloud_calls": 0, "model_calls": 0},
         "reservations": {}, "limits": limits, "overrides": [], "warnings_triggered": [], "limits_exceeded": [],
-        "stop": None, "exhausted": None,
+        "limit_crossings": [], "stop": None, "exhausted": None,
     }
     client.execute_command("JSON.SET", keys.run_budget_key(spec.run_id), "$", orjson.dumps(doc), "NX")
     return doc

@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -30,6 +30,7 @@ from pydantic_settings import (
 )
 
 from mother.errors import ConfigError
+from schemas import describe_validation_error
 from mother.yamlfile import YamlProblem, read_yaml
 
 __all__ = [
@@ -162,12 +163,28 @@ def _profiles() -> dict[str, ProfileLimits]:
 class BudgetSettings(_Section):
     """Resource budget guards (seed 003 §5, seed 002 profiles, seed 004 rate limit)."""
 
-    profiles: dict[str, ProfileLimits] = Field(default_factory=_profiles)
+    profiles: dict[str, ProfileLimits] = Field(default_factory=_profiles, description="per profile, the settings "
+                                               "given replace the shipped ones; the rest keep theirs")
     per_run: PerRunBudget = Field(default_factory=PerRunBudget)
     per_user_daily: PerUserDailyBudget = Field(default_factory=PerUserDailyBudget)
     global_: GlobalBudget = Field(default_factory=GlobalBudget, alias="global")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     max_override_factor: float = Field(2.0, ge=1, le=100, description="an override never takes a limit past this x the profile default")
+
+    @field_validator("profiles", mode="before")
+    @classmethod
+    def _over_shipped_profiles(cls, value: Any) -> Any:
+        """A profile given in part (``MOTHER_BUDGET__PROFILES__BALANCED__TOOL_CALLS=3``) keeps its
+        other shipped settings, and the profiles not named stay: a RunSpec may choose any of the three."""
+        if not isinstance(value, dict):
+            return value
+        shipped = {name: limits.model_dump() for name, limits in _profiles().items()}
+        unknown = sorted(set(value) - set(shipped))
+        if unknown:
+            raise ValueError(f"unknown profile {', '.join(map(repr, unknown))}; the profiles are {', '.join(shipped)}")
+        for name, given in value.items():
+            shipped[name] = {**shipped[name], **given} if isinstance(given, dict) else given
+        return shipped
 
 
 class LimitValues(_Section):
@@ -395,12 +412,7 @@ def _check_yaml(path: Path) -> None:
 
 def _describe(exc: ValidationError, path: Path | None) -> str:
     where = f" (sources: {path}, MOTHER_* environment)" if path else " (source: MOTHER_* environment)"
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "config"
-        msg = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
-        parts.append(f"{loc}: {msg}")
-    return "invalid configuration: " + "; ".join(parts) + where
+    return "invalid configuration: " + describe_validation_error(exc, limit=20, unknown="unknown setting") + where
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -37,6 +37,7 @@ from mother.roles import role_settings
 from mother.errors import ConfigError
 from mother.yamlfile import YamlProblem, describe, file_text
 from mother.logs import get_logger
+from schemas import describe_validation_error
 
 __all__ = ["EVENTS", "HarnessAction", "Hook", "HookSet", "load_hook_file", "load_hooks", "parse_hooks"]
 
@@ -126,9 +127,7 @@ def parse_hooks(items: Any, layer: str, source: str, lines: list[int] | None = N
         try:
             spec = HookSpec.model_validate(item)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"]) or "hook"
-            raise ConfigError(f"{where}: {loc}: {err['msg']}") from None
+            raise ConfigError(f"{where}: {describe_validation_error(exc, limit=1)}") from None
         if spec.action is None and spec.context is None:
             raise ConfigError(f"{where}: hook {spec.id} needs an action or a context")
         program = _compile(spec.condition, where) if spec.condition else None

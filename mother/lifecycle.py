@@ -351,7 +351,7 @@ def end_for_budget(rt: Runtime, state: RunState, error: str, *, fail_safe: bool 
     the spec's BudgetExhausted record in ``budget:run:{run_id}`` at ``$.exhausted``.
     """
     doc = budget_doc(rt.redis, keys.run_budget_key(state.run_id)) or {}
-    crossed = doc.get("limits_exceeded") or []
+    crossed = doc.get("limit_crossings") or []  # limits_exceeded has the codes alone
     factors = [f"{c['code']} ({c['current']}/{c['max']})" for c in crossed]
     if crossed and not fail_safe:
         first = crossed[0]

@@ -61,13 +61,13 @@ class Record(BaseModel):
 
 _FRIENDLY = {
     "string_pattern_mismatch": None,  # filled per pattern below
-    "extra_forbidden": "unknown field; remove it",
     "missing": "required field is missing",
 }
 
 
-def describe_validation_error(exc: ValidationError, limit: int = 5) -> str:
-    """A pydantic error as one readable line: ``field.path: what is wrong; ...``."""
+def describe_validation_error(exc: ValidationError, limit: int = 5, unknown: str = "unknown field; remove it") -> str:
+    """A pydantic error as one readable line: ``field.path: what is wrong; ...`` (``unknown``: what an
+    unknown key is called)."""
     parts: list[str] = []
     errors = exc.errors(include_url=False)
     for err in errors[:limit]:
@@ -77,7 +77,7 @@ def describe_validation_error(exc: ValidationError, limit: int = 5) -> str:
             pattern = str(err.get("ctx", {}).get("pattern", ""))
             msg = f"must be {ID_ALPHABET}" if "{1,128}" in pattern else f"must match {pattern}"
         else:
-            msg = _FRIENDLY.get(kind) or err["msg"]
+            msg = unknown if kind == "extra_forbidden" else _FRIENDLY.get(kind) or err["msg"].removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}")
     if len(errors) > limit:
         parts.append(f"and {len(errors) - limit} more")

@@ -73,7 +73,8 @@ def test_200_concurrent_tool_charges_from_8_processes_accept_exactly_100(r: redi
     assert accepted == 100
     doc = _doc(r, "tools-1")
     assert doc["tool_calls"] == 100
-    assert [c["code"] for c in doc["limits_exceeded"]] == ["budget_tool_call_exceeded"]
+    assert doc["limits_exceeded"] == ["budget_tool_call_exceeded"]  # the spec's string[]
+    assert [(c["code"], c["current"], c["max"]) for c in doc["limit_crossings"]] == [("budget_tool_call_exceeded", 100, 100)]
 
 
 def _reserve_settle(url: str, run_id: str, calls: int) -> int:
@@ -295,6 +296,26 @@ def test_circuit_breaker_and_daily_run_cap(r: redis.Redis) -> None:
     named = {e.type: e for e in recent(r, 20) if e.type in ("budget_warning", "budget_refused")
              and e.data.get("code", "").startswith("budget_user_daily_runs")}
     assert (named["budget_warning"].run_id, named["budget_refused"].run_id) == ("ok", "51st")
+
+
+def test_a_crossed_run_limit_is_the_records_primary_code(tmp_path: Path) -> None:
+    """A profile's tool-call limit set in part from the environment: the third tool call is refused, the run ends
+    budget_exhausted naming the first crossed code with current/max, and the budget document keeps the spec's
+    string[] limits_exceeded beside the crossings' figures."""
+    p = start_pipeline(tmp_path, workers=1, env={"MOTHER_BUDGET__PROFILES__BALANCED__TOOL_CALLS": "2"})
+    try:
+        tools = [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}] * 4 + [{"text": "done"}]
+        spec = example("three-phase", scripts={"planner": tools, "coder": [{"text": "x"}], "critic": [{"text": "y"}]})
+        record = p.wait(p.client.submit(spec)).termination
+        assert (record.reason, record.details) == ("budget_exhausted", "Limit exceeded: budget_tool_call_exceeded (2/2)")
+        assert record.contributing_factors == ["budget_tool_call_exceeded (2/2)"]
+        doc = budget_doc(p.redis, keys.run_budget_key(record.run_id))
+        assert (doc["tool_calls"], doc["limits"]["tool_calls"], doc["warning_ratio"]) == (2, 2, 0.8)  # the rest stays
+        assert doc["limits_exceeded"] == ["budget_tool_call_exceeded"]
+        assert [(c["code"], c["current"], c["max"]) for c in doc["limit_crossings"]] == [("budget_tool_call_exceeded", 2, 2)]
+        assert doc["exhausted"]["resource"] == "tools"
+    finally:
+        stop_pipeline(p)
 
 
 def test_queue_full_refuses_and_enqueues_nothing(r: redis.Redis) -> None:

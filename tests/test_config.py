@@ -60,7 +60,10 @@ def test_mother_config_names_the_file(clean_env: Path, monkeypatch: pytest.Monke
         ("redis_url: caf\udce9\n", "not UTF-8 text (byte 0xe9 at offset 14); save it as UTF-8"),
         ("service:\n  claim_idle_seconds: .inf\n", "service.claim_idle_seconds: Input should be a finite number"),
         ("budget:\n  max_override_factor: .nan\n", "budget.max_override_factor: Input should be a finite number"),
-        ("worker:\n  queues: [agents, tool]\n", "worker.queues: Value error, unknown queue 'tool'; Mother-Harness enqueues on agents, tools, maintenance"),
+        ("worker:\n  queues: [agents, tool]\n", "worker.queues: unknown queue 'tool'; Mother-Harness enqueues on agents, tools, maintenance"),
+        ("budget:\n  profiles:\n    turbo: {tool_calls: 5}\n",
+         "budget.profiles: unknown profile 'turbo'; the profiles are conservative, balanced, extended"),
+        ("budget:\n  profiles:\n    balanced: {tool_calls: -1}\n", "budget.profiles.balanced.tool_calls: Input should be greater than 0"),
     ],
 )
 def test_bad_yaml_is_refused(clean_env: Path, text: str, expected: str) -> None:
@@ -88,3 +91,14 @@ def test_environment_json_that_does_not_parse_names_the_variable(clean_env: Path
         load_settings()
     assert info.value.message.startswith(f"{name} is not valid JSON (Expecting property name")
     assert "\n" not in info.value.message
+
+
+def test_a_profile_given_in_part_keeps_its_other_settings(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One profile setting from YAML, another from MOTHER_*: that profile's others and the other profiles stay
+    shipped (a partial profile was refused as missing fields; a whole one dropped the other two profiles)."""
+    (clean_env / "mother.yaml").write_text("budget:\n  profiles:\n    balanced:\n      tool_calls: 3\n")
+    monkeypatch.setenv("MOTHER_BUDGET__PROFILES__BALANCED__WARNING_RATIO", "0.5")
+    profiles = load_settings().budget.profiles
+    assert profiles["balanced"].model_dump() == {"wall_clock_seconds": 1800, "tool_calls": 3, "token_estimate": 180_000,
+                                                 "warning_ratio": 0.5}
+    assert (profiles["conservative"].tool_calls, profiles["extended"].tool_calls) == (80, 360)

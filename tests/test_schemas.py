@@ -102,7 +102,7 @@ def test_other_records_round_trip() -> None:
         ({"pipeline": []}, "pipeline: List should have at least 1 item"),
         ({"budget_profile": "lavish"}, "budget_profile: Input should be 'conservative', 'balanced' or 'extended'"),
         ({"limit_overrides": {"spend": -1}}, "limit_overrides.spend: Input should be greater than or equal to 0"),
-        ({"limit_overrides": {"spend": math.inf}}, "limit_overrides.spend: Value error, must be a finite number of USD"),
+        ({"limit_overrides": {"spend": math.inf}}, "limit_overrides.spend: must be a finite number of USD"),
         ({"limit_overrides": {"duration_seconds": math.nan}}, "limit_overrides.duration_seconds"),
         ({"limit_overrides": {"turns": 1.5}}, "limit_overrides.turns: Input should be a valid integer"),
         ({"limit_overrides": {"turns": "many"}}, "limit_overrides.turns: Input should be a valid integer"),

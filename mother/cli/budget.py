@@ -35,7 +35,7 @@ def _table(title: str, doc: dict[str, Any], dims: dict[str, str], limits: dict[s
     for col in ("dimension", "used", "reserved", "limit", "%", "state"):
         table.add_column(col, justify="right" if col in ("used", "reserved", "limit", "%") else "left")
     warnings = set(doc.get("warnings_triggered") or [])
-    exceeded = {c["code"] for c in doc.get("limits_exceeded") or []}
+    exceeded = set(doc.get("limits_exceeded") or [])
     for dim, code in dims.items():
         limit = limits.get(dim)
         used = doc.get(dim, 0) or 0

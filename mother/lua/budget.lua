@@ -17,9 +17,20 @@ end
 
 local function contains(list, value)
   for _, v in ipairs(list or {}) do
-    if v == value or (type(v) == 'table' and v.code == value) then return true end
+    if v == value then return true end
   end
   return false
+end
+
+-- a crossed hard limit: its code into limits_exceeded (the spec's string[], in crossing order) and
+-- its figures into limit_crossings (same order); once per code
+local function exceeded(key, doc, code, used, limit, at)
+  if contains(doc.limits_exceeded, code) then return end
+  local entry = {code = code, current = used, max = limit, at = at}
+  redis.call('JSON.ARRAPPEND', key, '$.limits_exceeded', cjson.encode(code))
+  redis.call('JSON.ARRAPPEND', key, '$.limit_crossings', cjson.encode(entry))
+  doc.limits_exceeded = doc.limits_exceeded or {}
+  table.insert(doc.limits_exceeded, code)
 end
 
 -- effective limit: base + deltas of overrides that have not expired (server time)
@@ -61,12 +72,7 @@ local function thresholds(key, doc, dims, now, at, scope, act)
         activity(act.key, act.maxlen, {type = 'budget_warning', at = at, run_id = act.run_id,
           data = {code = warning, current = used, max = limit, ratio = ratio}})
       end
-      if used >= limit and not contains(doc.limits_exceeded, code) then
-        local entry = {code = code, current = used, max = limit, at = at}
-        redis.call('JSON.ARRAPPEND', key, '$.limits_exceeded', cjson.encode(entry))
-        doc.limits_exceeded = doc.limits_exceeded or {}
-        table.insert(doc.limits_exceeded, entry)
-      end
+      if used >= limit then exceeded(key, doc, code, used, limit, at) end
     end
   end
 end
@@ -120,15 +126,14 @@ local function ensure_user(key, a, day, at)
   redis.call('JSON.SET', key, '$', cjson.encode(user))
   redis.call('JSON.SET', key, '$.warnings_triggered', '[]')
   redis.call('JSON.SET', key, '$.limits_exceeded', '[]')
+  redis.call('JSON.SET', key, '$.limit_crossings', '[]')
   redis.call('EXPIRE', key, tonumber(a.user_ttl_s))
   user.warnings_triggered, user.limits_exceeded = {}, {}
   return user
 end
 
 local function refuse(key, doc, code, used, limit, at, act)
-  if doc and not contains(doc.limits_exceeded, code) and limit then
-    redis.call('JSON.ARRAPPEND', key, '$.limits_exceeded', cjson.encode({code = code, current = used, max = limit, at = at}))
-  end
+  if doc and limit then exceeded(key, doc, code, used, limit, at) end
   activity(act.key, act.maxlen, {type = 'budget_refused', at = at, run_id = act.run_id,
     data = {code = code, current = used or 0, max = limit or 0}})
   return cjson.encode({ok = false, code = code, current = used, max = limit})
