@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mother.roles import role_settings
 from mother.errors import ConfigError
-from mother.yamlfile import YamlProblem, describe, file_text
+from mother.yamlfile import YamlProblem, describe, file_text, parse_yaml
 from mother.logs import get_logger
 from schemas import describe_validation_error
 
@@ -152,7 +152,7 @@ def _load_hook_file(path: Path, layer: str, _stamp: int) -> tuple[Hook, ...]:
     try:
         text = file_text(path)
         node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        data = parse_yaml(text, str(path))
     except YamlProblem as exc:
         raise ConfigError(str(exc)) from None
     except yaml.YAMLError as exc:

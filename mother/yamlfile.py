@@ -11,7 +11,12 @@ import yaml
 
 from mother.errors import not_utf8
 
-__all__ = ["YamlProblem", "describe", "file_text", "parse_yaml", "read_yaml"]
+__all__ = ["MAX_YAML_DEPTH", "MAX_YAML_VALUES", "YamlProblem", "describe", "file_text", "parse_yaml", "read_yaml"]
+
+# A document's values counted with every alias (*name) written out, as JSON will write them: 400 bytes
+# of nested aliases can stand for 10^9 strings, which hung the CLI while it built the JSON.
+MAX_YAML_VALUES = 1_000_000
+MAX_YAML_DEPTH = 200  # nesting levels; JSON encoders stop near 1,000 and nothing we read nests past a dozen
 
 
 class YamlProblem(ValueError):
@@ -46,9 +51,42 @@ def parse_yaml(text: str | bytes, source: str) -> Any:
     if isinstance(text, bytes):
         text = _decoded(text, source)
     try:
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise YamlProblem(f"{source}: not valid YAML: {describe(exc)}") from None
+    except RecursionError:
+        raise YamlProblem(f"{source}: nested too deeply to read (more than {MAX_YAML_DEPTH} levels); flatten it") from None
+    _check_expansion(data, source)
+    return data
+
+
+def _check_expansion(data: Any, source: str) -> None:
+    """Refuse a document that refers to itself, nests past MAX_YAML_DEPTH, or whose aliases expand past
+    MAX_YAML_VALUES values. Each shared list or mapping is sized once, so this costs what was parsed."""
+    _expanded(data, source, {}, set(), 0)
+
+
+def _expanded(node: Any, source: str, sizes: dict[int, int], open_: set[int], depth: int) -> int:
+    if not isinstance(node, dict | list):
+        return 1
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    if id(node) in open_:
+        raise YamlProblem(f"{source}: an alias (*name) refers to a value that contains it; "
+                          "a document that contains itself cannot be sent as JSON")
+    if depth >= MAX_YAML_DEPTH:
+        raise YamlProblem(f"{source}: nested too deeply (more than {MAX_YAML_DEPTH} levels); flatten it")
+    open_.add(id(node))
+    total = 1
+    for child in node.values() if isinstance(node, dict) else node:
+        total += _expanded(child, source, sizes, open_, depth + 1)
+        if total > MAX_YAML_VALUES:
+            raise YamlProblem(f"{source}: its aliases (*name) expand to more than {MAX_YAML_VALUES:,} values; "
+                              "write the values out, or use fewer aliases")
+    open_.discard(id(node))
+    sizes[id(node)] = total
+    return total
 
 
 def read_yaml(path: Path) -> Any:

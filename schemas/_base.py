@@ -10,13 +10,15 @@ import datetime as _dt
 from typing import Annotated, Any, Self
 
 import orjson
-from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, ValidationError
 
 __all__ = [
     "ID_ALPHABET",
+    "MAX_JSON_DEPTH",
     "Id",
     "ModelName",
     "Record",
+    "Shallow",
     "ShortText",
     "Timestamp",
     "describe_validation_error",
@@ -28,6 +30,22 @@ Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
 ModelName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:/@-]{1,128}$")]
 ShortText = Annotated[str, StringConstraints(max_length=4000)]
 Timestamp = Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")]
+
+# Free-form JSON (metadata, tool arguments) nests at most this deep: the records that carry it sit a few
+# levels down in RedisJSON documents, and RedisJSON refuses a document nested past 128 levels, which
+# Mother only learnt when it stored the run.
+MAX_JSON_DEPTH = 32
+
+
+def _within_depth(value: Any, depth: int = 0) -> Any:
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep; flatten it")
+    for child in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+        _within_depth(child, depth + 1)
+    return value
+
+
+Shallow = AfterValidator(_within_depth)  # Annotated[dict[...], Shallow]: free-form JSON of bounded depth
 
 
 def iso_from_ms(ms: int) -> str:
@@ -62,6 +80,7 @@ class Record(BaseModel):
 _FRIENDLY = {
     "string_pattern_mismatch": None,  # filled per pattern below
     "missing": "required field is missing",
+    "recursion_depth_exceeded": "nested too deeply; flatten it",
 }
 
 
@@ -71,7 +90,9 @@ def describe_validation_error(exc: ValidationError, limit: int = 5, unknown: str
     parts: list[str] = []
     errors = exc.errors(include_url=False)
     for err in errors[:limit]:
-        loc = ".".join(str(p) for p in err["loc"]) or "(whole record)"
+        path = [str(p) for p in err["loc"]]
+        loc = ".".join(path) if len(path) <= 12 else ".".join(path[:6]) + f"… ({len(path)} levels down)"
+        loc = loc or "(whole record)"
         kind = err["type"]
         if kind == "string_pattern_mismatch":
             pattern = str(err.get("ctx", {}).get("pattern", ""))

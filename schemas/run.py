@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, JsonValue, StrictInt, StringConstraints, field_validator, model_validator
 
-from schemas._base import Id, ModelName, Record, ShortText, Timestamp
+from schemas._base import Id, ModelName, Record, Shallow, ShortText, Timestamp
 from schemas.context import ContextInput
 from schemas.results import PhaseResult
 from schemas.script import ScriptedReply
@@ -86,7 +86,7 @@ class RunSpec(Record):
     max_tool_calls: StrictInt | None = Field(None, ge=1, le=10_000, description="per turn, for every phase of the run")
     max_consecutive_tools: StrictInt | None = Field(None, ge=1, le=10_000)
     libraries: list[Id] = Field(default_factory=list, max_length=64)
-    metadata: dict[MetadataKey, JsonValue] = Field(default_factory=dict, max_length=64)
+    metadata: Annotated[dict[MetadataKey, JsonValue], Shallow] = Field(default_factory=dict, max_length=64)
     context: ContextInput = Field(default_factory=ContextInput, description="material beside the task (seed 003 §3)")
     scripts: dict[Id, list[ScriptedReply]] = Field(
         default_factory=dict, max_length=64, description="scripted model replies per role"

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, JsonValue, StringConstraints, model_validator
 
-from schemas._base import Id, Record
+from schemas._base import Id, Record, Shallow
 
 __all__ = ["ScriptedReply", "ScriptedToolCall", "ScriptedUsage"]
 
@@ -15,7 +15,7 @@ class ScriptedToolCall(Record):
     """A tool the scripted model asks for."""
 
     name: Id
-    arguments: dict[str, JsonValue] = Field(default_factory=dict)
+    arguments: Annotated[dict[str, JsonValue], Shallow] = Field(default_factory=dict)
 
 
 class ScriptedUsage(Record):

@@ -50,8 +50,13 @@ def test_submit_reads_yaml_files_and_stdin_and_says_what_is_wrong(pipeline: Pipe
     garbled = subprocess.run([str(MOTHER_BIN), "submit", "-"], input=b"user_id: \xff\n", env=env, capture_output=True, timeout=60)
     assert garbled.stderr.decode().strip() == (
         "error[invalid_spec]: standard input: not UTF-8 text (byte 0xff at offset 9); save it as UTF-8")
+    # 400 bytes of nested aliases stand for 10^9 strings: the CLI hung building their JSON
+    bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)) + spec + "metadata: {boom: *a8}\n"
     files = {"latin1.yaml": b"task: caf\xe9\n", "empty.yaml": b"", "broken.yaml": b"user_id: [unclosed\n",
-             "scripted.yaml": spec.replace("scripts: {r: [{text: from stdin}]}", "script_file: replies.yaml").encode()}
+             "scripted.yaml": spec.replace("scripts: {r: [{text: from stdin}]}", "script_file: replies.yaml").encode(),
+             "bomb.yaml": bomb.encode(), "loop.yaml": (spec + "metadata: {m: &m [1, *m]}\n").encode(),
+             "deep.json": ("[" * 5000 + "]" * 5000).encode(), "nested.yaml": (spec + "metadata: {m: " + "[" * 40 + "]" * 40 + "}\n").encode()}
     for name, raw in files.items():
         (tmp_path / name).write_bytes(raw)
     expected = {
@@ -59,6 +64,12 @@ def test_submit_reads_yaml_files_and_stdin_and_says_what_is_wrong(pipeline: Pipe
         "empty.yaml": f"{tmp_path / 'empty.yaml'} is empty; it must hold a RunSpec",
         "broken.yaml": f"{tmp_path / 'broken.yaml'}: not valid YAML: line 2, column 1: expected ',' or ']', but got '<stream end>'",
         "scripted.yaml": f"script_file {(tmp_path / 'replies.yaml').resolve()}: cannot read it: No such file or directory",
+        "bomb.yaml": f"{tmp_path / 'bomb.yaml'}: its aliases (*name) expand to more than 1,000,000 values; "
+                     "write the values out, or use fewer aliases",
+        "loop.yaml": f"{tmp_path / 'loop.yaml'}: an alias (*name) refers to a value that contains it; "
+                     "a document that contains itself cannot be sent as JSON",
+        "deep.json": f"{tmp_path / 'deep.json'}: nested too deeply to read (more than 200 levels); flatten it",
+        "nested.yaml": "invalid RunSpec: metadata: nested more than 32 levels deep; flatten it",
     }
     for name, message in expected.items():
         got = run_cli("submit", str(tmp_path / name), env={"MOTHER_REDIS_URL": pipeline.url})

@@ -114,6 +114,13 @@ def test_search_index_finds_records_by_reason(pipeline: Pipeline) -> None:
     assert keys.termination_key(run_id) in ids
 
 
+def _nested(levels: int) -> object:
+    value: object = "x"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("fields", "error"),
     [
@@ -126,6 +133,10 @@ def test_search_index_finds_records_by_reason(pipeline: Pipeline) -> None:
         ({"spec": orjson.dumps({"user_id": "u", "task": "t", "pipeline": [{"name": "a", "role": "r", "model": "gpt-9"}]})},
          "model 'gpt-9' is not in the model catalogue"),
         ({"payload": "x"}, "the entry has no 'spec' field"),
+        # nested past RedisJSON's 128 levels once inside the run document: JSON.SET failed inside Mother
+        ({"spec": orjson.dumps({"user_id": "u", "task": "t", "metadata": {"d": _nested(200)},
+                                "pipeline": [{"name": "a", "role": "r", "model": "scripted"}]})},
+         "invalid RunSpec: metadata: nested more than 32 levels deep; flatten it"),
         ({"spec": b'\xff\xfe{"user_id": "u"}'}, "field 'spec' is not UTF-8 text (byte 0xff at offset 0)"),
         ({"spec": orjson.dumps({"user_id": "u", "task": "t", "pipeline": [{"name": "a", "role": "r", "model": "scripted"}]}),
           b"note\xc3": "x"}, "a field name is not UTF-8 text (byte 0xc3 at offset 4)"),
