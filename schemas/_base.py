@@ -23,6 +23,7 @@ __all__ = [
     "Timestamp",
     "describe_validation_error",
     "iso_from_ms",
+    "within_depth",
 ]
 
 ID_ALPHABET = "1-128 characters from A-Z a-z 0-9 _ . : -"
@@ -37,15 +38,16 @@ Timestamp = Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:
 MAX_JSON_DEPTH = 32
 
 
-def _within_depth(value: Any, depth: int = 0) -> Any:
+def within_depth(value: Any, depth: int = 0) -> Any:
+    """``value`` itself, or ValueError when a list or mapping in it nests past MAX_JSON_DEPTH."""
     if depth > MAX_JSON_DEPTH:
         raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep; flatten it")
     for child in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
-        _within_depth(child, depth + 1)
+        within_depth(child, depth + 1)
     return value
 
 
-Shallow = AfterValidator(_within_depth)  # Annotated[dict[...], Shallow]: free-form JSON of bounded depth
+Shallow = AfterValidator(within_depth)  # Annotated[dict[...], Shallow]: free-form JSON of bounded depth
 
 
 def iso_from_ms(ms: int) -> str:

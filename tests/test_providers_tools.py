@@ -50,11 +50,13 @@ def test_openai_provider_runs_the_tool_loop(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_tool_call_with_broken_arguments_is_answered_not_fatal(tmp_path: Path) -> None:
-    """Arguments that are not JSON, or JSON but not an object, get an error the model can act on;
-    the assistant message echoes the model's own text; the loop goes on to the final reply."""
+    """Arguments that are not JSON, JSON but not an object, or nested past 32 levels get an error the model
+    can act on; the assistant message echoes the model's own text; the loop goes on to the final reply."""
+    deep = '{"path": ' + "[" * 300 + "]" * 300 + "}"
     replies = [
         {"tool_calls": [{"name": "read_file", "arguments_text": '{"path": "a.txt"'},
-                        {"name": "read_file", "arguments_text": '["a.txt"]'}]},
+                        {"name": "read_file", "arguments_text": '["a.txt"]'},
+                        {"name": "read_file", "arguments_text": deep}]},  # orjson wrote it back: TypeError
         {"text": "gave up"},
     ]
     with ChatServer(replies) as chat:
@@ -63,10 +65,11 @@ def test_tool_call_with_broken_arguments_is_answered_not_fatal(tmp_path: Path) -
                            max_calls=5, check_alive=lambda: None)
     assert outcome.text == "gave up"
     messages = chat.requests[1]["body"]["messages"]
-    assert [c["function"]["arguments"] for c in messages[-3]["tool_calls"]] == ['{"path": "a.txt"', '["a.txt"]']
-    assert [m["content"] for m in messages[-2:]] == [
+    assert [c["function"]["arguments"] for c in messages[-4]["tool_calls"]] == ['{"path": "a.txt"', '["a.txt"]', deep]
+    assert [m["content"] for m in messages[-3:]] == [
         "error: the arguments must be a JSON object, got not JSON: '{\"path\": \"a.txt\"'",
         "error: the arguments must be a JSON object, got a JSON list",
+        "error: the arguments are nested more than 32 levels deep; flatten it",
     ]
 
 

@@ -14,7 +14,7 @@ from mother.logs import get_logger
 from schemas import Usage
 from workers.harness import Harness
 from workers.metering import Meter
-from workers.providers import ModelReply, Provider
+from workers.providers import ModelReply, Provider, ToolCall
 from workers.tools import ToolBox
 
 log = get_logger("agent")
@@ -91,7 +91,7 @@ def run_loop(
             "role": "assistant",
             "content": reply.text,  # what the model said beside its calls stays in the conversation
             "tool_calls": [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c.arguments)}}
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c)}}
                 for c in reply.tool_calls
             ],
         })
@@ -122,9 +122,11 @@ def run_loop(
     raise ProviderError(f"the model made {max_calls} calls without a final text reply (worker.max_model_calls_per_phase)")
 
 
-def _arguments_text(arguments: Any) -> str:
-    """A call's arguments as the model sent them: JSON text, or its own text when that was not JSON."""
-    return arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+def _arguments_text(call: ToolCall) -> str:
+    """A call's arguments as the model sent them: its own text (JSON or not), else the object as JSON."""
+    if call.text is not None:
+        return call.text
+    return call.arguments if isinstance(call.arguments, str) else orjson.dumps(call.arguments).decode()
 
 
 def refused_text(event: dict[str, Any]) -> str:

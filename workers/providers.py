@@ -33,6 +33,7 @@ class ToolCall:
     id: str
     name: str
     arguments: Any  # a JSON object when the model got it right; ToolBox.run refuses anything else
+    text: str | None = None  # the arguments as the model wrote them, when it wrote text: echoed back as they came
 
 
 @dataclass
@@ -178,7 +179,8 @@ class OpenAIProvider:
             if raw is None or isinstance(raw, str):
                 with contextlib.suppress(orjson.JSONDecodeError):
                     arguments = orjson.loads(raw or "{}")
-            calls.append(ToolCall(call.id or f"call-{len(calls)}", call.function.name or "", arguments))
+            calls.append(ToolCall(call.id or f"call-{len(calls)}", call.function.name or "", arguments,
+                                  raw if isinstance(raw, str) else None))
         input_tokens, output_tokens, note = _usage(response.usage)
         return ModelReply(text=message.content or None, tool_calls=calls, input_tokens=input_tokens,
                           output_tokens=output_tokens, usage_note=note)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from mother.capabilities import denial
 from mother.errors import ToolError
+from schemas import within_depth
 
 __all__ = ["FILE_TOOLS", "Tool", "ToolBox", "ToolResult"]
 
@@ -146,6 +147,10 @@ class ToolBox:
         if not isinstance(arguments, dict):
             got = f"not JSON: {arguments[:200]!r}" if isinstance(arguments, str) else f"a JSON {type(arguments).__name__}"
             return ToolResult(name, False, f"error: the arguments must be a JSON object, got {got}")
+        try:
+            within_depth(arguments)
+        except ValueError as exc:  # parsed, but past what JSON tools and RedisJSON documents take
+            return ToolResult(name, False, f"error: the arguments are {exc}")
         blocked = self.manifest_check(name) if self.manifest_check is not None else None
         if blocked:
             return ToolResult(name, False, f"error: tool blocked before execution: {blocked}")
