@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mother.roles import role_settings
 from mother.errors import ConfigError
-from mother.yamlfile import YamlProblem, describe, file_text, parse_yaml
+from mother.yamlfile import YamlProblem, file_text, parse_yaml
 from mother.logs import get_logger
 from schemas import describe_validation_error
 
@@ -151,12 +151,10 @@ def load_hook_file(path: Path, layer: str) -> list[Hook]:
 def _load_hook_file(path: Path, layer: str, _stamp: int) -> tuple[Hook, ...]:
     try:
         text = file_text(path)
-        node = yaml.compose(text)
         data = parse_yaml(text, str(path))
     except YamlProblem as exc:
         raise ConfigError(str(exc)) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {describe(exc)}") from None
+    node = yaml.compose(text)  # the same text parsed above: only for the hooks' line numbers
     if isinstance(data, dict) and "hooks" in data:
         data = data["hooks"]
         node = next((v for k, v in node.value if k.value == "hooks"), None) if node is not None else None

@@ -123,10 +123,9 @@ def run_loop(
 
 
 def _arguments_text(call: ToolCall) -> str:
-    """A call's arguments as the model sent them: its own text (JSON or not), else the object as JSON."""
-    if call.text is not None:
-        return call.text
-    return call.arguments if isinstance(call.arguments, str) else orjson.dumps(call.arguments).decode()
+    """A call's arguments as the model sent them: its own text (JSON or not), else the object as JSON
+    (arguments that are a string always came as text)."""
+    return call.text if call.text is not None else orjson.dumps(call.arguments).decode()
 
 
 def refused_text(event: dict[str, Any]) -> str:

@@ -123,10 +123,9 @@ local function ensure_user(key, a, day, at)
   user = {user_id = a.user_id, day = day, runs = 0, cloud_calls = 0, total_tokens = 0,
           reserved = {cloud_calls = 0, total_tokens = 0}, limits = a.user_limits,
           warning_ratio = a.user_warning_ratio, last_updated = at}
-  redis.call('JSON.SET', key, '$', cjson.encode(user))
-  redis.call('JSON.SET', key, '$.warnings_triggered', '[]')
-  redis.call('JSON.SET', key, '$.limits_exceeded', '[]')
-  redis.call('JSON.SET', key, '$.limit_crossings', '[]')
+  -- one write: cjson writes an empty table as {}, so the empty lists go into the text as []
+  local text = cjson.encode(user)
+  redis.call('JSON.SET', key, '$', string.sub(text, 1, -2) .. ',"warnings_triggered":[],"limits_exceeded":[],"limit_crossings":[]}')
   redis.call('EXPIRE', key, tonumber(a.user_ttl_s))
   user.warnings_triggered, user.limits_exceeded = {}, {}
   return user
