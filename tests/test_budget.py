@@ -189,6 +189,39 @@ def test_emergency_stop_refuses_mutations_allows_reads_and_reset_resumes(r: redi
     assert _doc(r, "stop-1")["tool_calls"] == 2 and _doc(r, "stop-1")["stop"] is None
 
 
+def test_hand_edits_between_tool_charges_are_honoured(r: redis.Redis) -> None:
+    """A charge keeps the run's decoded document for the next one only while the stored text is exactly
+    what it left: edits made by hand with JSON.SET between charges (a limit, a counter of the same width,
+    the status, a field the charge never writes) all take effect at once."""
+    guard = _open(r, "hand-1")
+    key = keys.run_budget_key("hand-1")
+    for _ in range(3):  # from the second charge on, each reads the text the one before it left
+        guard.charge_tool(read_only=False)
+    r.execute_command("JSON.SET", key, "$.limits.tool_calls", 3)
+    with pytest.raises(BudgetExhausted, match=r"budget_tool_call_exceeded \(3/3\)"):
+        guard.charge_tool(read_only=False)
+    r.execute_command("JSON.SET", key, "$.limits.tool_calls", 9)
+    guard.charge_tool(read_only=False)  # 4
+    guard.charge_tool(read_only=False)  # 5: kept for the next charge
+    r.execute_command("JSON.SET", key, "$.tool_calls", 8)  # one digit, as the 5 it replaces
+    guard.charge_tool(read_only=False)  # 9: at the limit
+    with pytest.raises(BudgetExhausted, match=r"budget_tool_call_exceeded \(9/9\)"):
+        guard.charge_tool(read_only=False)
+    r.execute_command("JSON.SET", key, "$.limits.tool_calls", 20)
+    guard.charge_tool(read_only=False)  # 10
+    r.execute_command("JSON.SET", key, "$.status", '"budget_stopped"')
+    with pytest.raises(BudgetStopped):
+        guard.charge_tool(read_only=False)
+    r.execute_command("JSON.SET", key, "$.status", '"active"')
+    guard.charge_tool(read_only=False)  # 11
+    r.execute_command("JSON.SET", key, "$.started_ms", _doc(r, "hand-1")["started_ms"] - 3_600_000)  # an hour ago
+    with pytest.raises(BudgetExhausted, match="budget_wall_clock_exceeded"):
+        guard.charge_tool(read_only=False)
+    doc = _doc(r, "hand-1")
+    assert doc["tool_calls"] == 11 and doc["limit_crossings"][-1]["current"] >= 3600
+    assert doc["limits_exceeded"] == ["budget_tool_call_exceeded", "budget_wall_clock_exceeded"]
+
+
 def test_101st_message_in_an_hour_is_429_and_connections_share_the_window(r: redis.Redis, redis_url: str) -> None:
     """100 messages pass, the 101st (from a second connection) is RateLimited 429 with retry_after."""
     load_functions(r)

@@ -24,8 +24,10 @@ end
 
 -- a crossed hard limit: its code into limits_exceeded (the spec's string[], in crossing order) and
 -- its figures into limit_crossings (same order); once per code
+local array_writes = 0  -- appends to a document's lists so far: a call that made any keeps no document (keep_doc)
 local function exceeded(key, doc, code, used, limit, at)
   if contains(doc.limits_exceeded, code) then return end
+  array_writes = array_writes + 1
   local entry = {code = code, current = used, max = limit, at = at}
   redis.call('JSON.ARRAPPEND', key, '$.limits_exceeded', cjson.encode(code))
   redis.call('JSON.ARRAPPEND', key, '$.limit_crossings', cjson.encode(entry))
@@ -66,6 +68,7 @@ local function thresholds(key, doc, dims, now, at, scope, act)
       local code = code_of(scope, dim)
       local warning = string.gsub(code, '_exceeded$', '_warning')
       if not contains(doc.warnings_triggered, warning) then
+        array_writes = array_writes + 1
         redis.call('JSON.ARRAPPEND', key, '$.warnings_triggered', cjson.encode(warning))
         doc.warnings_triggered = doc.warnings_triggered or {}
         table.insert(doc.warnings_triggered, warning)
@@ -114,6 +117,66 @@ local function reserve(fields, target, dims, sign)
     target.reserved[dim] = (target.reserved[dim] or 0) + sign * n
     fields.reserved[dim] = int_text(target.reserved[dim])
   end
+end
+
+-- The run document kept from the call before. Decoding it is a third of a tool charge's server time,
+-- and a charge changes only a few top-level numbers and a time stamp: the call that makes such a merge
+-- keeps its table with the text the merge leaves (keep_doc), and the next call that reads exactly that
+-- text takes the table instead of decoding it. Any other write (mh_budget_state, mh_override, a hand
+-- edit, the run's end, a list append) leaves another text: that call decodes. The table is a pure
+-- function of the text, so what the guard decides never depends on the keeping.
+local kept, kept_count = {}, 0
+local KEEP_MAX = 256
+
+-- the run document and its text; the caller owns the table (it leaves the keeping)
+local function run_doc(key)
+  local raw = redis.call('JSON.GET', key)
+  local k = kept[key]
+  if k then kept[key], kept_count = nil, kept_count - 1 end
+  if not raw then return nil end
+  if k and k.text == raw then return k.doc, raw end
+  return cjson.decode(raw), raw
+end
+
+-- The text JSON.MERGE leaves when it sets top-level members (``fields``: name -> value text) that hold a
+-- number or a plain string: each is found as ,"name": or {"name": before the text's first nested object
+-- or array, where it can only be the top-level member itself (inside a string every quote is escaped),
+-- and its value's text replaced. nil when a member is not found so: the next call decodes.
+local function merged_text(raw, fields)
+  -- plain finds and one concatenation: a pattern scan of the text, or a new string per member, cost more than the decoding
+  local nested = math.min(string.find(raw, '{', 2, true) or #raw, string.find(raw, '[', 2, true) or #raw)
+  local spans, n = {}, 0
+  for name, value in pairs(fields) do
+    if type(value) ~= 'string' then return nil end
+    local s, e = string.find(raw, '"' .. name .. '":', 2, true)
+    if s == nil or e >= nested then return nil end
+    local before = string.byte(raw, s - 1)
+    if before ~= 44 and before ~= 123 then return nil end  -- ',' or '{'
+    local _, last = string.find(raw, '^%-?[%d%.eE+-]+', e + 1)
+    if last == nil then _, last = string.find(raw, '^"[^"\\]*"', e + 1) end
+    if last == nil or last >= nested then return nil end
+    local after = string.byte(raw, last + 1)
+    if after ~= 44 and after ~= 125 then return nil end  -- ',' or '}'
+    n = n + 1
+    spans[n] = {e, last, value}
+  end
+  table.sort(spans, function(x, y) return x[1] < y[1] end)
+  local parts, from = {}, 1
+  for _, span in ipairs(spans) do
+    parts[#parts + 1] = string.sub(raw, from, span[1])
+    parts[#parts + 1] = span[3]
+    from = span[2] + 1
+  end
+  parts[#parts + 1] = string.sub(raw, from)
+  return table.concat(parts)
+end
+
+-- keep ``doc``, the table of ``raw`` with the values of this call's merge of ``fields`` already in it
+local function keep_doc(key, raw, fields, doc)
+  local text = merged_text(raw, fields)
+  if text == nil then return end
+  if kept_count >= KEEP_MAX then kept, kept_count = {}, 0 end
+  kept[key], kept_count = {text = text, doc = doc}, kept_count + 1
 end
 
 -- the user's daily document, created on first use with the limits the caller passes
@@ -176,7 +239,7 @@ local function mh_guard(keys, args)
   local a, act, now, at, retry = begin(args, keys[3])
   if retry then return retry end
   local day = a.day
-  local doc = get_doc(keys[1])
+  local doc, raw = run_doc(keys[1])
   if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
   act.run_id = doc.run_id  -- the run its activity entries name, for the user's document too
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
@@ -234,12 +297,15 @@ local function mh_guard(keys, args)
   if doc.duration_sec ~= stored_duration then run_w.duration_sec = int_text(doc.duration_sec) end
   local stamp = '"' .. at .. '"'  -- an ISO text: nothing in it needs escaping
   run_w.last_updated = stamp
+  doc.last_updated = at
   merge(keys[1], run_w)
   if user then
     user_w.last_updated = stamp
     merge(keys[2], user_w)
   end
+  local appended = array_writes
   thresholds(keys[1], doc, touched, now, at, 'run', act)
+  if array_writes == appended then keep_doc(keys[1], raw, run_w, doc) end
   if user then thresholds(keys[2], user, user_touched, now, at, 'user', act) end
   if a.settle then  -- the run's counters after the charge: the next turn's limit check needs no read
     return cjson.encode({ok = true, counters = {model_calls = doc.model_calls, input_tokens = doc.input_tokens,
