@@ -104,7 +104,7 @@ def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
     return elapsed, latencies
 
 
-def through_mother(client: MotherClient, runs: int, poll: float = 0.05) -> tuple[float, list[float]]:
+def through_mother(client: MotherClient, runs: int, poll: float = 0.05) -> tuple[float, list[float], list[str]]:
     spec = {"user_id": "bench", "task": "no-op", "pipeline": [
         {"name": n, "role": "noop", "model": "scripted"} for n in ("plan", "execute", "review")],
         "scripts": {"noop": [{"text": "ok"}]}}
@@ -128,7 +128,28 @@ def through_mother(client: MotherClient, runs: int, poll: float = 0.05) -> tuple
         marks = [h for h in history if h["event"] in ("phase_started", "phase_completed")]
         stamps = [_ms(h["at"]) for h in marks]
         latencies += [b - a for a, b in zip(stamps, stamps[1:])]
-    return elapsed, latencies
+    return elapsed, latencies, ids
+
+
+def mother_steps(client: MotherClient, run_id: str) -> tuple[float, list[float], float]:
+    """A finished run's time line in ms, from its own records (server time): intake (submission entry →
+    first phase dispatched), each phase (dispatched → its result accepted and the next one dispatched)
+    and the close (last result accepted → termination record)."""
+    run = orjson.loads(client.redis.execute_command("JSON.GET", keys.run_key(run_id)))
+    marks = [_ms(h["at"]) for h in run["history"] if h["event"] in ("phase_started", "phase_completed")]
+    submitted = int(run["entry_id"].split("-")[0])
+    return marks[0] - submitted, [b - a for a, b in zip(marks, marks[1:])], _ms(run["terminated_at"]) - marks[-1]
+
+
+def chain_steps(url: str, chain: int) -> list[float]:
+    """A plain-RQ chain's steps in ms: the first job's enqueue → its end, then each end → the next end
+    (each job enqueues the next before it ends)."""
+    import redis
+
+    jobs = Job.fetch_many([chain_job_id(chain, step) for step in range(3)], connection=redis.Redis.from_url(url),
+                          serializer=JSONSerializer)
+    ends = [jobs[0].enqueued_at] + [j.ended_at for j in jobs]
+    return [(b - a).total_seconds() * 1000 for a, b in zip(ends, ends[1:])]
 
 
 def _ms(iso: str) -> float:
@@ -186,7 +207,7 @@ def main() -> int:
                             os.kill(mother.pid, signal.SIGCONT)
                         base_lat += lat
                     else:
-                        took[kind], lat = through_mother(client, per_round)
+                        took[kind], lat, _ = through_mother(client, per_round)
                         mom_lat += lat
                     for role, secs in cpu_snapshot(server, stack, mother.pid).items():
                         cpu[kind][role] = cpu[kind].get(role, 0.0) + secs - before[role]
@@ -194,13 +215,25 @@ def main() -> int:
                 mom_s += took["mother"]
                 rounds.append((took["mother"] - took["baseline"]) / (3 * per_round) * 1000)
             serial = {"baseline": [], "mother": []}
+            steps: dict[str, list[float]] = {"baseline": [], "mother": [], "intake": [], "close": []}
+            serial_ids: list[str] = []
             for i in range(args.serial):  # one run at a time: the latency Mother adds to a run nobody queues behind
                 os.kill(mother.pid, signal.SIGSTOP)
                 try:
                     serial["baseline"].append(baseline(server.url, 1, first=runs + i, poll=0.002, with_latencies=False)[0])
                 finally:
                     os.kill(mother.pid, signal.SIGCONT)
-                serial["mother"].append(through_mother(client, 1, poll=0.002)[0])
+                took_s, _, ids = through_mother(client, 1, poll=0.002)
+                serial["mother"].append(took_s)
+                serial_ids += ids
+            time.sleep(0.5)  # RQ may mark a job finished a moment before it stores ended_at
+            for i in range(args.serial):
+                steps["baseline"] += chain_steps(server.url, runs + i)
+            for run_id in serial_ids:
+                intake, phase_steps, close = mother_steps(client, run_id)
+                steps["intake"].append(intake)
+                steps["mother"] += phase_steps
+                steps["close"].append(close)
     phases = 3 * runs
     print(f"runs={runs} phases={phases} workers={args.workers} rounds={args.rounds}")
     print(f"{'':<10}{'runs/s':>10}{'phases/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
@@ -220,6 +253,11 @@ def main() -> int:
         print(f"one run at a time ({args.serial} each, watched every 2 ms): plain RQ chain p50 {b:.1f} ms "
               f"(p99 {pct(serial['baseline'], 0.99) * 1000:.1f}), Mother run p50 {m:.1f} ms "
               f"(p99 {pct(serial['mother'], 0.99) * 1000:.1f}): Mother adds {(m - b) / 3:.2f} ms per phase to a run's latency")
+        med = {k: statistics.median(v) for k, v in steps.items()}
+        print(f"  of which, per run (p50): intake {med['intake']:.2f} ms (submission entry -> first phase dispatched), "
+              f"close {med['close']:.2f} ms (last result -> termination record); per phase (p50): plain RQ step "
+              f"{med['baseline']:.2f} ms, Mother phase {med['mother']:.2f} ms (dispatched -> result accepted and "
+              f"next dispatched): {med['mother'] - med['baseline']:.2f} ms added between phases")
     return 0
 
 

@@ -142,6 +142,8 @@ end
 -- number or a plain string: each is found as ,"name": or {"name": before the text's first nested object
 -- or array, where it can only be the top-level member itself (inside a string every quote is escaped),
 -- and its value's text replaced. nil when a member is not found so: the next call decodes.
+local function by_position(x, y) return x[1] < y[1] end
+
 local function merged_text(raw, fields)
   -- plain finds and one concatenation: a pattern scan of the text, or a new string per member, cost more than the decoding
   local nested = math.min(string.find(raw, '{', 2, true) or #raw, string.find(raw, '[', 2, true) or #raw)
@@ -160,7 +162,7 @@ local function merged_text(raw, fields)
     n = n + 1
     spans[n] = {e, last, value}
   end
-  table.sort(spans, function(x, y) return x[1] < y[1] end)
+  table.sort(spans, by_position)
   local parts, from = {}, 1
   for _, span in ipairs(spans) do
     parts[#parts + 1] = string.sub(raw, from, span[1])
