@@ -119,8 +119,8 @@ local function reserve(fields, target, dims, sign)
   end
 end
 
--- The run document kept from the call before. Decoding it is a third of a tool charge's server time,
--- and a charge changes only a few top-level numbers and a time stamp: the call that makes such a merge
+-- The run document kept from the call before. Decoding it costs a tool charge a large share of its server
+-- work, and a charge changes only a few top-level numbers and a time stamp: the call that makes such a merge
 -- keeps its table with the text the merge leaves (keep_doc), and the next call that reads exactly that
 -- text takes the table instead of decoding it. Any other write (mh_budget_state, mh_override, a hand
 -- edit, the run's end, a list append) leaves another text: that call decodes. The table is a pure
