@@ -192,7 +192,7 @@ def test_emergency_stop_refuses_mutations_allows_reads_and_reset_resumes(r: redi
 def test_hand_edits_between_tool_charges_are_honoured(r: redis.Redis) -> None:
     """A charge keeps the run's decoded document for the next one only while the stored text is exactly
     what it left: edits made by hand with JSON.SET between charges (a limit, a counter of the same width,
-    the status, a field the charge never writes) all take effect at once."""
+    the status, a field the charge never writes, one between the values it writes) all take effect at once."""
     guard = _open(r, "hand-1")
     key = keys.run_budget_key("hand-1")
     for _ in range(3):  # from the second charge on, each reads the text the one before it left
@@ -214,11 +214,14 @@ def test_hand_edits_between_tool_charges_are_honoured(r: redis.Redis) -> None:
         guard.charge_tool(read_only=False)
     r.execute_command("JSON.SET", key, "$.status", '"active"')
     guard.charge_tool(read_only=False)  # 11
+    r.execute_command("JSON.SET", key, "$.duration_sec", 7)  # one digit, as the 0 it replaces, between the counts
+    guard.charge_tool(read_only=False)  # 12: its own count of seconds is written over the 7
+    assert _doc(r, "hand-1")["duration_sec"] < 7
     r.execute_command("JSON.SET", key, "$.started_ms", _doc(r, "hand-1")["started_ms"] - 3_600_000)  # an hour ago
     with pytest.raises(BudgetExhausted, match="budget_wall_clock_exceeded"):
         guard.charge_tool(read_only=False)
     doc = _doc(r, "hand-1")
-    assert doc["tool_calls"] == 11 and doc["limit_crossings"][-1]["current"] >= 3600
+    assert doc["tool_calls"] == 12 and doc["limit_crossings"][-1]["current"] >= 3600
     assert doc["limits_exceeded"] == ["budget_tool_call_exceeded", "budget_wall_clock_exceeded"]
 
 

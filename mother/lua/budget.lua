@@ -121,35 +121,50 @@ end
 
 -- The run document kept from the call before. Decoding it costs a tool charge a large share of its server
 -- work, and a charge changes only a few top-level numbers and a time stamp: the call that makes such a merge
--- keeps its table with the text the merge leaves (keep_doc), and the next call that reads exactly that
--- text takes the table instead of decoding it. Any other write (mh_budget_state, mh_override, a hand
--- edit, the run's end, a list append) leaves another text: that call decodes. The table is a pure
--- function of the text, so what the guard decides never depends on the keeping.
+-- keeps its table with the text the merge leaves, as that text's fixed pieces and the value texts between
+-- them (keep_doc). The next call reads the document; when its text is exactly those pieces and values, it
+-- takes the table instead of decoding, and a charge that writes only those values again keeps the same
+-- pieces with its new values, building no string. Any other write (mh_budget_state, mh_override, a hand
+-- edit, the run's end, a list append) leaves another text: that call decodes. The table is a pure function
+-- of the text, so what the guard decides never depends on the keeping.
 local kept, kept_count = {}, 0
 local KEEP_MAX = 256
 
--- the run document and its text; the caller owns the table (it leaves the keeping)
+-- whether ``raw`` is exactly k's text: pieces[1] values[1] pieces[2] ... pieces[n+1], each found where the
+-- one before ends (a plain find that matches at its start position compares once)
+local function is_kept_text(raw, k)
+  local pieces, values, pos = k.pieces, k.values, 1
+  for i = 1, #values do
+    if string.find(raw, pieces[i], pos, true) ~= pos then return false end
+    pos = pos + #pieces[i]
+    if string.find(raw, values[i], pos, true) ~= pos then return false end
+    pos = pos + #values[i]
+  end
+  local last = pieces[#values + 1]
+  return pos + #last == #raw + 1 and string.find(raw, last, pos, true) == pos
+end
+
+-- the run document, its text and its kept pieces (nil when it was decoded); the caller owns the table
+-- and the pieces (they leave the keeping)
 local function run_doc(key)
   local raw = redis.call('JSON.GET', key)
   local k = kept[key]
   if k then kept[key], kept_count = nil, kept_count - 1 end
   if not raw then return nil end
-  if k and k.text == raw then return k.doc, raw end
-  return cjson.decode(raw), raw
+  if k and is_kept_text(raw, k) then return k.doc, raw, k end
+  return cjson.decode(raw), raw, nil
 end
 
--- The text JSON.MERGE leaves when it sets top-level members (``fields``: name -> value text) that hold a
--- number or a plain string: each is found as ,"name": or {"name": before the text's first nested object
--- or array, where it can only be the top-level member itself (inside a string every quote is escaped),
--- and its value's text replaced. nil when a member is not found so: the next call decodes.
+-- ``raw`` split around the values of the top-level members ``names`` (name -> true) that hold a number or a
+-- plain string: each is found as ,"name": or {"name": before the text's first nested object or array,
+-- where it can only be the top-level member itself (inside a string every quote is escaped). Returns
+-- {pieces, values (their texts in raw), index (name -> position)}, or nil when a member is not found so.
 local function by_position(x, y) return x[1] < y[1] end
 
-local function merged_text(raw, fields)
-  -- plain finds and one concatenation: a pattern scan of the text, or a new string per member, cost more than the decoding
+local function split_text(raw, names)
   local nested = math.min(string.find(raw, '{', 2, true) or #raw, string.find(raw, '[', 2, true) or #raw)
   local spans, n = {}, 0
-  for name, value in pairs(fields) do
-    if type(value) ~= 'string' then return nil end
+  for name, _ in pairs(names) do
     local s, e = string.find(raw, '"' .. name .. '":', 2, true)
     if s == nil or e >= nested then return nil end
     local before = string.byte(raw, s - 1)
@@ -160,25 +175,42 @@ local function merged_text(raw, fields)
     local after = string.byte(raw, last + 1)
     if after ~= 44 and after ~= 125 then return nil end  -- ',' or '}'
     n = n + 1
-    spans[n] = {e, last, value}
+    spans[n] = {e, last, name}
   end
   table.sort(spans, by_position)
-  local parts, from = {}, 1
-  for _, span in ipairs(spans) do
-    parts[#parts + 1] = string.sub(raw, from, span[1])
-    parts[#parts + 1] = span[3]
+  local k, from = {pieces = {}, values = {}, index = {}}, 1
+  for i, span in ipairs(spans) do
+    k.pieces[i] = string.sub(raw, from, span[1])
+    k.values[i] = string.sub(raw, span[1] + 1, span[2])
+    k.index[span[3]] = i
     from = span[2] + 1
   end
-  parts[#parts + 1] = string.sub(raw, from)
-  return table.concat(parts)
+  k.pieces[n + 1] = string.sub(raw, from)
+  return k
 end
 
--- keep ``doc``, the table of ``raw`` with the values of this call's merge of ``fields`` already in it
-local function keep_doc(key, raw, fields, doc)
-  local text = merged_text(raw, fields)
-  if text == nil then return end
+-- keep ``doc``, the table of ``raw`` with this call's merge of ``fields`` (name -> value text) already in
+-- it. ``k``: the pieces ``raw`` was read through, or nil; they serve again when the merge writes only
+-- members they leave open, else ``raw`` is split around this merge's members and theirs.
+local function keep_doc(key, raw, fields, doc, k)
+  if k then
+    for name, value in pairs(fields) do
+      if k.index[name] == nil or type(value) ~= 'string' then k = nil break end
+    end
+  end
+  if k == nil then
+    local names = {}
+    for name, value in pairs(fields) do
+      if type(value) ~= 'string' then return end  -- a nested write (reserved, reservations): not kept
+      names[name] = true
+    end
+    k = split_text(raw, names)
+    if k == nil then return end
+  end
+  for name, value in pairs(fields) do k.values[k.index[name]] = value end
+  k.doc = doc
   if kept_count >= KEEP_MAX then kept, kept_count = {}, 0 end
-  kept[key], kept_count = {text = text, doc = doc}, kept_count + 1
+  kept[key], kept_count = k, kept_count + 1
 end
 
 -- the user's daily document, created on first use with the limits the caller passes
@@ -241,7 +273,7 @@ local function mh_guard(keys, args)
   local a, act, now, at, retry = begin(args, keys[3])
   if retry then return retry end
   local day = a.day
-  local doc, raw = run_doc(keys[1])
+  local doc, raw, pieces = run_doc(keys[1])
   if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
   act.run_id = doc.run_id  -- the run its activity entries name, for the user's document too
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
@@ -307,7 +339,7 @@ local function mh_guard(keys, args)
   end
   local appended = array_writes
   thresholds(keys[1], doc, touched, now, at, 'run', act)
-  if array_writes == appended then keep_doc(keys[1], raw, run_w, doc) end
+  if array_writes == appended then keep_doc(keys[1], raw, run_w, doc, pieces) end
   if user then thresholds(keys[2], user, user_touched, now, at, 'user', act) end
   if a.settle then  -- the run's counters after the charge: the next turn's limit check needs no read
     return cjson.encode({ok = true, counters = {model_calls = doc.model_calls, input_tokens = doc.input_tokens,

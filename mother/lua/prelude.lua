@@ -7,8 +7,9 @@ local function now_ms()
 end
 
 -- ISO-8601 UTC text of a time in ms, and its date. The second's text is cached (a pure function of
--- the second, so the cache can never be stale); only the milliseconds are formatted per call.
+-- the second, so the cache can never be stale), as is each millisecond's; a call only joins the two.
 local iso_second, iso_prefix, iso_day = nil, nil, nil
+local ms_tails = {}  -- milliseconds -> their text and the 'Z', made once each
 local function iso(ms)
   local secs = math.floor(ms / 1000)
   if secs ~= iso_second then
@@ -29,11 +30,20 @@ local function iso(ms)
     iso_second = secs
   end
   local frac = math.floor(ms % 1000)
-  return iso_prefix .. (frac < 10 and '00' or frac < 100 and '0' or '') .. frac .. 'Z', iso_day
+  local tail = ms_tails[frac]
+  if tail == nil then
+    tail = string.format('%03dZ', frac)
+    ms_tails[frac] = tail
+  end
+  return iso_prefix .. tail, iso_day
 end
 
--- an integer's exact JSON text (Lua numbers are doubles, exact below 2^53; '%.0f' never writes an exponent)
-local function int_text(n) return string.format('%.0f', n) end
+-- an integer's exact JSON text (Lua numbers are doubles, exact below 2^53): '%d' within that range (it
+-- formats faster), '%.0f' beyond (it never writes an exponent)
+local function int_text(n)
+  if n > -9007199254740992 and n < 9007199254740992 then return string.format('%d', n) end
+  return string.format('%.0f', n)
+end
 
 local function get_doc(key)
   local raw = redis.call('JSON.GET', key)
