@@ -24,7 +24,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-
 from mother.roles import role_settings
 from mother.errors import ConfigError
 from mother.yamlfile import YamlProblem, read_yaml

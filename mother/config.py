@@ -30,8 +30,8 @@ from pydantic_settings import (
 )
 
 from mother.errors import ConfigError
-from schemas import describe_validation_error
 from mother.yamlfile import YamlProblem, read_yaml
+from schemas import describe_validation_error
 
 __all__ = [
     "BudgetSettings",

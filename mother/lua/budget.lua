@@ -155,16 +155,16 @@ local function run_doc(key)
   return cjson.decode(raw), raw, nil
 end
 
--- ``raw`` split around the values of the top-level members ``names`` (name -> true) that hold a number or a
--- plain string: each is found as ,"name": or {"name": before the text's first nested object or array,
--- where it can only be the top-level member itself (inside a string every quote is escaped). Returns
+-- ``raw`` split around the values of the top-level members named in ``fields`` (name -> value text) that hold
+-- a number or a plain string: each is found as ,"name": or {"name": before the text's first nested object or
+-- array, where it can only be the top-level member itself (inside a string every quote is escaped). Returns
 -- {pieces, values (their texts in raw), index (name -> position)}, or nil when a member is not found so.
 local function by_position(x, y) return x[1] < y[1] end
 
-local function split_text(raw, names)
+local function split_text(raw, fields)
   local nested = math.min(string.find(raw, '{', 2, true) or #raw, string.find(raw, '[', 2, true) or #raw)
   local spans, n = {}, 0
-  for name, _ in pairs(names) do
+  for name, _ in pairs(fields) do
     local s, e = string.find(raw, '"' .. name .. '":', 2, true)
     if s == nil or e >= nested then return nil end
     local before = string.byte(raw, s - 1)
@@ -191,22 +191,14 @@ end
 
 -- keep ``doc``, the table of ``raw`` with this call's merge of ``fields`` (name -> value text) already in
 -- it. ``k``: the pieces ``raw`` was read through, or nil; they serve again when the merge writes only
--- members they leave open, else ``raw`` is split around this merge's members and theirs.
+-- members they leave open, else ``raw`` is split around this merge's members.
 local function keep_doc(key, raw, fields, doc, k)
-  if k then
-    for name, value in pairs(fields) do
-      if k.index[name] == nil or type(value) ~= 'string' then k = nil break end
-    end
+  for name, value in pairs(fields) do
+    if type(value) ~= 'string' then return end  -- a nested write (reserved, reservations): not kept
+    if k and k.index[name] == nil then k = nil end
   end
-  if k == nil then
-    local names = {}
-    for name, value in pairs(fields) do
-      if type(value) ~= 'string' then return end  -- a nested write (reserved, reservations): not kept
-      names[name] = true
-    end
-    k = split_text(raw, names)
-    if k == nil then return end
-  end
+  k = k or split_text(raw, fields)
+  if k == nil then return end
   for name, value in pairs(fields) do k.values[k.index[name]] = value end
   k.doc = doc
   if kept_count >= KEEP_MAX then kept, kept_count = {}, 0 end
