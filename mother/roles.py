@@ -18,6 +18,7 @@ from mother.config import TurnLimits
 from mother.errors import ConfigError
 from mother.yamlfile import YamlProblem, read_yaml
 from mother.signing import SignatureInvalid, verify_file
+from schemas import describe_validation_error
 
 __all__ = ["role_file", "role_settings", "tool_manifest_error"]
 
@@ -52,7 +53,7 @@ def _load_role_file(path: Path, _stamp: int, trusted: tuple[Path, ...] | None) -
     except YamlProblem as exc:
         raise ConfigError(f"invalid role file {exc}") from None
     except ValidationError as exc:
-        raise ConfigError(f"{path}: invalid role file: {str(exc).splitlines()[0]}") from None
+        raise ConfigError(f"{path}: invalid role file: {describe_validation_error(exc, unknown='unknown setting')}") from None
 
 
 def tool_manifest_error(settings: Any, tool: str) -> str | None:

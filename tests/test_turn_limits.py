@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from mother.config import load_settings
+from mother.errors import ConfigError
+from mother.roles import role_settings
 from schemas import ScriptedReply
 from tests.conftest import Pipeline
 from tests.test_pipeline import example
@@ -50,3 +55,14 @@ def test_turn_limit_reaches_the_user(pipeline: Pipeline) -> None:
     assert "plan: Limit reached: max_tool_calls per turn (3/3)" in envelope.termination.contributing_factors
     events = [f for _, f in pipeline.redis.xrange("activity") if f["type"] == "turn_limit_hit" and f.get("run_id") == run_id]
     assert len(events) == 1
+
+
+def test_a_bad_role_file_says_what_is_wrong(tmp_path: Path) -> None:
+    """A role file's bad settings are named one by one (it said only '2 validation errors for TurnLimits')."""
+    (tmp_path / "coder.yaml").write_text("max_tool_calls: 0\nbogus: 1\n")
+    settings = load_settings()
+    settings.harness.roles_dir = tmp_path
+    with pytest.raises(ConfigError) as caught:
+        role_settings(settings, "coder")
+    assert caught.value.message == (f"{tmp_path / 'coder.yaml'}: invalid role file: max_tool_calls: Input should be "
+                                    "greater than or equal to 1; bogus: unknown setting")
