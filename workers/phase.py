@@ -10,7 +10,9 @@ the death of the process leaves it to Mother's watchdog.
 from __future__ import annotations
 
 import _thread
+import importlib
 import os
+import sys
 import threading
 import time
 import uuid
@@ -44,7 +46,7 @@ from workers.providers import make_provider
 from workers.spawn import SpawnRun
 from workers.tools import FILE_TOOLS, ToolBox
 
-__all__ = ["PhaseWorker", "clear_prefetch", "execute", "prefetch", "runtime", "warm_up"]
+__all__ = ["PhaseWorker", "clear_prefetch", "execute", "prefetch", "preload_module", "runtime", "warm_up"]
 
 log = get_logger("phase")
 _runtime: Runtime | None = None
@@ -145,6 +147,26 @@ def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
         log.warning("prefetch_failed", run_id=run_id, phase_index=phase_index, attempt=attempt, error=str(exc))
 
 
+OWN_JOB_PACKAGE = "workers."
+
+
+def preload_module(func_name: str | None) -> None:
+    """Import the module of a job function from the project's own ``workers`` package in the worker,
+    before it forks the work-horse: each horse then finds it loaded, where RQ would import it again in
+    every horse (and, without cached bytecode, compile it: ~1.5 ms a job). Other packages' jobs are
+    left to the horse, as RQ does: their import-time effects stay out of the long-lived worker. An
+    import that fails here is left to the horse too, which reports it as the job's failure."""
+    if not func_name or not func_name.startswith(OWN_JOB_PACKAGE):
+        return
+    module = func_name.rpartition(".")[0]
+    if module in sys.modules:
+        return
+    try:
+        importlib.import_module(module)
+    except Exception as exc:
+        log.warning("job_module_not_preloaded", module=module, error=str(exc))
+
+
 def clear_prefetch() -> None:
     global _prefetched
     _prefetched = None
@@ -202,6 +224,7 @@ class PhaseWorker(Worker):
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         pools = [self.connection.connection_pool]
+        preload_module(job.func_name)
         if job.func_name == JOB_FUNCTION:
             args = job.args
             if len(args) == 3:  # a malformed job fails in the horse, with RQ's own error
