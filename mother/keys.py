@@ -18,6 +18,7 @@ from mother.errors import InvalidSpec
 
 __all__ = [
     "ACTIVITY_STREAM",
+    "BENCH_HOPS_STREAM",
     "DEAD_LETTER_STREAM",
     "BUDGET_LIBRARY",
     "LEDGER_LIBRARY",
@@ -92,6 +93,7 @@ REJECTIONS_INDEX = "rejections"  # zset: submission entry id scored by rejection
 FUNCTIONS_LIBRARY = "mother"  # names of the Redis Functions libraries (not keys)
 BUDGET_LIBRARY = "mother_budget"
 LEDGER_LIBRARY = "mother_ledger"
+BENCH_HOPS_STREAM = "mother:bench:hops"  # scripts/bench_pipeline.py: the bare-hop jobs report here to its relay
 PROBE_KEY = "mother:probe"  # never written: JSON.TYPE of it tells whether RedisJSON is loaded
 
 

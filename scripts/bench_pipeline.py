@@ -6,19 +6,23 @@ One process starts an embedded Redis and K forking RQ workers, then measures, in
 one run on the same workers:
 
   baseline  plain RQ: N chains of 3 no-op jobs (each job enqueues the next)
+  relay     the bare hop: N chains of 3 no-op jobs, each reporting to a stream that one
+            central process (workers.noop.relay) reads, enqueueing the next job: Mother's
+            shape with none of its work, the least a central dispatcher can add
   mother    N runs of a three-phase no-op scripted pipeline through Mother
 
-in R alternating rounds of N/R each (baseline first in even rounds, Mother first in
-odd ones; Mother is paused with SIGSTOP while the baseline runs), so both see the
+in R alternating rounds of N/R each (baseline, relay, Mother in even rounds, the reverse in
+odd ones; the dispatchers not taking their turn are paused with SIGSTOP), so all see the
 same machine: on a small shared VM the speed drifts by more than the difference
-being measured. Both are watched the same cheap way (one small read per unfinished
+being measured. All are watched the same cheap way (one small read per unfinished
 run or chain every 50 ms). Prints runs/s, phase latency p50/p99 (enqueue → end for RQ;
 dispatch → accepted result for Mother), the CPU time per phase of every process
-taking part (Redis, Mother, the workers, their work-horses, this script), and the
-wall time Mother adds per phase over plain RQ, in all and per round.
+taking part (Redis, Mother, the relay, the workers, their work-horses, this script), and the
+wall time Mother adds per phase over plain RQ, in all and per round, split into the bare
+hop's share and Mother's own work.
 
-Then (--serial M, default 30) M runs one at a time, each after a single plain-RQ chain,
-both watched every 2 ms: the latency Mother adds to a run that waits behind no other,
+Then (--serial M, default 30) M runs one at a time, each after a single plain-RQ chain and
+a single bare-hop chain, all watched every 2 ms: the latency Mother adds to a run that waits behind no other,
 per phase (a busy machine's figure above is throughput: CPU cost per phase).
 """
 
@@ -28,9 +32,12 @@ import argparse
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -43,7 +50,7 @@ from mother.client import MotherClient
 from mother.config import load_settings
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
-from workers.noop import chain_job_id
+from workers.noop import chain_job_id, hop_job_id
 
 
 def pct(values: list[float], q: float) -> float:
@@ -58,10 +65,10 @@ def cpu_seconds(pid: int, children: bool = False) -> float:
     return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_snapshot(server: EmbeddedRedis, stack: LocalStack, mother_pid: int) -> dict[str, float]:
+def cpu_snapshot(server: EmbeddedRedis, stack: LocalStack, mother_pid: int, relay_pid: int) -> dict[str, float]:
     """CPU seconds so far of every process taking part, by role."""
     workers = [p.pid for n, p in stack.procs.items() if n.startswith("worker-")]
-    return {"Redis server": cpu_seconds(server.pid), "Mother": cpu_seconds(mother_pid),
+    return {"Redis server": cpu_seconds(server.pid), "Mother": cpu_seconds(mother_pid), "relay": cpu_seconds(relay_pid),
             "workers (own)": sum(cpu_seconds(pid) for pid in workers),
             "work-horses": sum(cpu_seconds(pid, children=True) for pid in workers),
             "this script (watching)": cpu_seconds(os.getpid())}
@@ -73,22 +80,25 @@ def _wait(what: str, deadline: float) -> None:
 
 
 def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
-             with_latencies: bool = True) -> tuple[float, list[float]]:
+             with_latencies: bool = True, relayed: bool = False) -> tuple[float, list[float]]:
+    """N chains of 3 no-op jobs: each job enqueues the next (plain RQ), or reports to the relay,
+    which enqueues it (``relayed``: the bare hop through a central process)."""
     import redis
 
     conn = redis.Redis.from_url(url)
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
     chains = range(first, first + runs)
+    func, job_id = ("workers.noop.hop", hop_job_id) if relayed else ("workers.noop.chain", chain_job_id)
     started = time.perf_counter()
     for i in chains:
-        queue.enqueue_call("workers.noop.chain", args=(i, 0, 3), job_id=chain_job_id(i, 0), result_ttl=600)
-    ids = [chain_job_id(i, step) for i in chains for step in range(3)]
+        queue.enqueue_call(func, args=(i, 0, 3), job_id=job_id(i, 0), result_ttl=600)
+    ids = [job_id(i, step) for i in chains for step in range(3)]
     # watched as cheaply as Mother's runs are (one small read per unfinished chain every ``poll`` s): a
     # costlier watch would slow the baseline on this shared machine and flatter Mother
-    pending = {Job.key_for(chain_job_id(i, 2)) for i in chains}
+    pending = {Job.key_for(job_id(i, 2)) for i in chains}
     deadline = time.monotonic() + 300
     while pending:
-        _wait(f"plain RQ ({len(pending)} chains left)", deadline)
+        _wait(f"{'bare-hop' if relayed else 'plain RQ'} ({len(pending)} chains left)", deadline)
         pipe = conn.pipeline(transaction=False)
         for key in pending:
             pipe.hget(key, "status")
@@ -141,12 +151,13 @@ def mother_steps(client: MotherClient, run_id: str) -> tuple[float, list[float],
     return marks[0] - submitted, [b - a for a, b in zip(marks, marks[1:])], _ms(run["terminated_at"]) - marks[-1]
 
 
-def chain_steps(url: str, chain: int) -> list[float]:
-    """A plain-RQ chain's steps in ms: the first job's enqueue → its end, then each end → the next end
-    (each job enqueues the next before it ends)."""
+def chain_steps(url: str, chain: int, relayed: bool = False) -> list[float]:
+    """A chain's steps in ms: the first job's enqueue → its end, then each end → the next end (a plain-RQ
+    job enqueues the next before it ends; a relayed one reports to the relay, which enqueues it)."""
     import redis
 
-    jobs = Job.fetch_many([chain_job_id(chain, step) for step in range(3)], connection=redis.Redis.from_url(url),
+    job_id = hop_job_id if relayed else chain_job_id
+    jobs = Job.fetch_many([job_id(chain, step) for step in range(3)], connection=redis.Redis.from_url(url),
                           serializer=JSONSerializer)
     ends = [jobs[0].enqueued_at] + [j.ended_at for j in jobs]
     return [(b - a).total_seconds() * 1000 for a, b in zip(ends, ends[1:])]
@@ -167,6 +178,22 @@ UNLIMITED = {
 }
 
 
+KINDS = ("baseline", "relay", "mother")  # plain RQ chains, the bare hop through a relay, Mother
+LABELS = {"baseline": "plain RQ", "relay": "bare hop", "mother": "Mother"}
+
+
+@contextmanager
+def paused(pids: list[int]) -> Iterator[None]:
+    """SIGSTOP these processes for the block: a dispatcher idle-polling must not tax another's turn."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
@@ -180,85 +207,102 @@ def main() -> int:
     os.environ.update(UNLIMITED)
     per_round = args.runs // args.rounds
     runs = per_round * args.rounds
-    base_s = mom_s = 0.0
-    cpu: dict[str, dict[str, float]] = {"baseline": {}, "mother": {}}
-    base_lat: list[float] = []
-    mom_lat: list[float] = []
-    rounds: list[float] = []
+    secs = dict.fromkeys(KINDS, 0.0)
+    cpu: dict[str, dict[str, float]] = {kind: {} for kind in KINDS}
+    lat: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    rounds: dict[str, list[float]] = {"relay": [], "mother": []}  # ms added per phase over plain RQ, per round
     with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no") as server:
         stack = LocalStack(server.url, workers=args.workers, mothers=0, log_dir=Path(tmp) / "logs",
                            env={"MOTHER_LOG_LEVEL": "WARNING", "MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws"),
                                 **UNLIMITED})
         with stack:
             mother = stack.spawn("mother-0", "run")
-            time.sleep(2.0)  # workers and Mother up
-            client = MotherClient(settings=load_settings(redis_url=server.url))
-            for r in range(args.rounds):
-                took = {}
-                for kind in (("baseline", "mother") if r % 2 == 0 else ("mother", "baseline")):
-                    print(f"round {r + 1}/{args.rounds}: {kind}, {per_round} runs on {args.workers} workers...",
-                          file=sys.stderr)
-                    before = cpu_snapshot(server, stack, mother.pid)
-                    if kind == "baseline":
-                        os.kill(mother.pid, signal.SIGSTOP)  # Mother idle-polling must not tax the baseline
-                        try:
-                            took[kind], lat = baseline(server.url, per_round, first=r * per_round)
-                        finally:
-                            os.kill(mother.pid, signal.SIGCONT)
-                        base_lat += lat
-                    else:
-                        took[kind], lat, _ = through_mother(client, per_round)
-                        mom_lat += lat
-                    for role, secs in cpu_snapshot(server, stack, mother.pid).items():
-                        cpu[kind][role] = cpu[kind].get(role, 0.0) + secs - before[role]
-                base_s += took["baseline"]
-                mom_s += took["mother"]
-                rounds.append((took["mother"] - took["baseline"]) / (3 * per_round) * 1000)
-            serial = {"baseline": [], "mother": []}
-            steps: dict[str, list[float]] = {"baseline": [], "mother": [], "intake": [], "close": []}
-            serial_ids: list[str] = []
-            for i in range(args.serial):  # one run at a time: the latency Mother adds to a run nobody queues behind
-                os.kill(mother.pid, signal.SIGSTOP)
-                try:
-                    serial["baseline"].append(baseline(server.url, 1, first=runs + i, poll=0.002, with_latencies=False)[0])
-                finally:
-                    os.kill(mother.pid, signal.SIGCONT)
-                took_s, _, ids = through_mother(client, 1, poll=0.002)
-                serial["mother"].append(took_s)
-                serial_ids += ids
-            time.sleep(0.5)  # RQ may mark a job finished a moment before it stores ended_at
-            for i in range(args.serial):
-                steps["baseline"] += chain_steps(server.url, runs + i)
-            for run_id in serial_ids:
-                intake, phase_steps, close = mother_steps(client, run_id)
-                steps["intake"].append(intake)
-                steps["mother"] += phase_steps
-                steps["close"].append(close)
+            relay = subprocess.Popen([sys.executable, "-c", "import sys; from workers.noop import relay; relay(sys.argv[1])",
+                                      server.url])
+            try:
+                time.sleep(2.0)  # workers, Mother and the relay up
+                client = MotherClient(settings=load_settings(redis_url=server.url))
+                dispatchers = {"baseline": [], "relay": [relay.pid], "mother": [mother.pid]}
+                for r in range(args.rounds):
+                    took = {}
+                    for kind in KINDS if r % 2 == 0 else KINDS[::-1]:
+                        print(f"round {r + 1}/{args.rounds}: {LABELS[kind]}, {per_round} runs on {args.workers} workers...",
+                              file=sys.stderr)
+                        before = cpu_snapshot(server, stack, mother.pid, relay.pid)
+                        idle = [pid for other in KINDS if other != kind for pid in dispatchers[other]]
+                        with paused(idle):
+                            if kind == "mother":
+                                took[kind], got, _ = through_mother(client, per_round)
+                            else:
+                                took[kind], got = baseline(server.url, per_round, first=r * per_round, relayed=kind == "relay")
+                        lat[kind] += got
+                        for role, used in cpu_snapshot(server, stack, mother.pid, relay.pid).items():
+                            cpu[kind][role] = cpu[kind].get(role, 0.0) + used - before[role]
+                    for kind in KINDS:
+                        secs[kind] += took[kind]
+                    for kind in rounds:
+                        rounds[kind].append((took[kind] - took["baseline"]) / (3 * per_round) * 1000)
+                serial: dict[str, list[float]] = {kind: [] for kind in KINDS}
+                steps: dict[str, list[float]] = {"baseline": [], "relay": [], "mother": [], "intake": [], "close": []}
+                serial_ids: list[str] = []
+                for i in range(args.serial):  # one run at a time: the latency Mother adds to a run nobody queues behind
+                    for kind in ("baseline", "relay"):
+                        with paused([pid for other in ("relay", "mother") if other != kind for pid in dispatchers[other]]):
+                            serial[kind].append(baseline(server.url, 1, first=runs + i, poll=0.002, with_latencies=False,
+                                                         relayed=kind == "relay")[0])
+                    with paused([relay.pid]):
+                        took_s, _, ids = through_mother(client, 1, poll=0.002)
+                    serial["mother"].append(took_s)
+                    serial_ids += ids
+                time.sleep(0.5)  # RQ may mark a job finished a moment before it stores ended_at
+                for i in range(args.serial):
+                    steps["baseline"] += chain_steps(server.url, runs + i)
+                    steps["relay"] += chain_steps(server.url, runs + i, relayed=True)
+                for run_id in serial_ids:
+                    intake, phase_steps, close = mother_steps(client, run_id)
+                    steps["intake"].append(intake)
+                    steps["mother"] += phase_steps
+                    steps["close"].append(close)
+            finally:
+                relay.kill()
+                relay.wait()
+    report(args, runs, secs, cpu, lat, rounds, serial if args.serial else None, steps if args.serial else None)
+    return 0
+
+
+def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dict[str, dict[str, float]],
+           lat: dict[str, list[float]], rounds: dict[str, list[float]], serial: dict[str, list[float]] | None,
+           steps: dict[str, list[float]] | None) -> None:
     phases = 3 * runs
     print(f"runs={runs} phases={phases} workers={args.workers} rounds={args.rounds}")
     print(f"{'':<10}{'runs/s':>10}{'phases/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
-    for name, secs, lat in (("plain RQ", base_s, base_lat), ("Mother", mom_s, mom_lat)):
-        print(f"{name:<10}{runs / secs:>10.1f}{phases / secs:>10.1f}{statistics.median(lat):>10.1f}{pct(lat, 0.99):>10.1f}")
-    print(f"CPU per phase (ms)        {'plain RQ':>10}{'Mother':>10}{'added':>10}")
-    for role in cpu["mother"]:
-        b, m = (cpu[k][role] / phases * 1000 for k in ("baseline", "mother"))
-        print(f"  {role:<24}{b:>10.2f}{m:>10.2f}{m - b:>+10.2f}")
-    b, m = (sum(cpu[k].values()) / phases * 1000 for k in ("baseline", "mother"))
-    print(f"  {'all':<24}{b:>10.2f}{m:>10.2f}{m - b:>+10.2f}   (the machine has {os.cpu_count()} cores)")
-    print(f"wall time added per phase over plain RQ: {(mom_s - base_s) / phases * 1000:.2f} ms "
-          f"(ratio Mother/RQ wall time {mom_s / base_s:.2f}x); per round: "
-          + ", ".join(f"{x:.2f}" for x in rounds) + f" ms (median {statistics.median(rounds):.2f})")
-    if args.serial:
-        b, m = (statistics.median(serial[k]) * 1000 for k in ("baseline", "mother"))
-        print(f"one run at a time ({args.serial} each, watched every 2 ms): plain RQ chain p50 {b:.1f} ms "
-              f"(p99 {pct(serial['baseline'], 0.99) * 1000:.1f}), Mother run p50 {m:.1f} ms "
-              f"(p99 {pct(serial['mother'], 0.99) * 1000:.1f}): Mother adds {(m - b) / 3:.2f} ms per phase to a run's latency")
-        med = {k: statistics.median(v) for k, v in steps.items()}
-        print(f"  of which, per run (p50): intake {med['intake']:.2f} ms (submission entry -> first phase dispatched), "
-              f"close {med['close']:.2f} ms (last result -> termination record); per phase (p50): plain RQ step "
-              f"{med['baseline']:.2f} ms, Mother phase {med['mother']:.2f} ms (dispatched -> result accepted and "
-              f"next dispatched): {med['mother'] - med['baseline']:.2f} ms added between phases")
-    return 0
+    for kind in KINDS:
+        print(f"{LABELS[kind]:<10}{runs / secs[kind]:>10.1f}{phases / secs[kind]:>10.1f}"
+              f"{statistics.median(lat[kind]):>10.1f}{pct(lat[kind], 0.99):>10.1f}")
+    print(f"CPU per phase (ms)        {'plain RQ':>10}{'bare hop':>10}{'Mother':>10}{'hop added':>10}{'M. added':>10}")
+    roles = list(cpu["mother"]) + ["all"]
+    for role in roles:
+        b, h, m = ((sum(cpu[k].values()) if role == "all" else cpu[k][role]) / phases * 1000 for k in KINDS)
+        print(f"  {role:<24}{b:>10.2f}{h:>10.2f}{m:>10.2f}{h - b:>+10.2f}{m - b:>+10.2f}"
+              + (f"   (the machine has {os.cpu_count()} cores)" if role == "all" else ""))
+    added = {kind: (secs[kind] - secs["baseline"]) / phases * 1000 for kind in rounds}
+    print(f"wall time added per phase over plain RQ: Mother {added['mother']:.2f} ms (ratio Mother/RQ wall time "
+          f"{secs['mother'] / secs['baseline']:.2f}x); per round: " + ", ".join(f"{x:.2f}" for x in rounds["mother"])
+          + f" ms (median {statistics.median(rounds['mother']):.2f})")
+    print(f"  of which the bare hop through a central process {added['relay']:.2f} ms (per round: "
+          + ", ".join(f"{x:.2f}" for x in rounds["relay"]) + f"), and Mother's own work {added['mother'] - added['relay']:.2f} ms")
+    if serial is None or steps is None:
+        return
+    b, h, m = (statistics.median(serial[k]) * 1000 for k in KINDS)
+    print(f"one run at a time ({args.serial} each, watched every 2 ms): plain RQ chain p50 {b:.1f} ms "
+          f"(p99 {pct(serial['baseline'], 0.99) * 1000:.1f}), bare-hop chain p50 {h:.1f} ms, Mother run p50 {m:.1f} ms "
+          f"(p99 {pct(serial['mother'], 0.99) * 1000:.1f}): Mother adds {(m - b) / 3:.2f} ms per phase to a run's latency "
+          f"(the bare hop {(h - b) / 3:.2f})")
+    med = {k: statistics.median(v) for k, v in steps.items()}
+    print(f"  of which, per run (p50): intake {med['intake']:.2f} ms (submission entry -> first phase dispatched), "
+          f"close {med['close']:.2f} ms (last result -> termination record); per phase (p50): plain RQ step "
+          f"{med['baseline']:.2f} ms, bare-hop step {med['relay']:.2f} ms, Mother phase {med['mother']:.2f} ms "
+          f"(dispatched -> result accepted and next dispatched): {med['mother'] - med['baseline']:.2f} ms added between phases")
 
 
 if __name__ == "__main__":

@@ -269,3 +269,48 @@ def test_unexpected_error_ends_only_that_run(pipeline: Pipeline) -> None:
     assert record.details.startswith("Mother failed while handling this run: IndexError")
     other = pipeline.client.submit(example("three-phase"))
     assert pipeline.wait(other).termination.reason == "success"
+
+
+def test_worker_imports_its_own_packages_job_module_before_forking(pipeline: Pipeline) -> None:
+    """A job from the project's ``workers`` package finds its module imported by the worker (each
+    work-horse inherits it), not by the horse: RQ would import it again in every horse."""
+    import redis
+    from rq import Queue
+    from rq.job import JobStatus
+    from rq.serializers import JSONSerializer
+
+    queue = Queue("agents", connection=redis.Redis.from_url(pipeline.url), serializer=JSONSerializer)  # RQ reads bytes
+    worker_pids = {proc.pid for name, proc in pipeline.stack.procs.items() if name.startswith("worker-")}
+    for _ in range(2):
+        job = queue.enqueue_call("workers.noop.imported_in", result_ttl=60)
+        wait_until(lambda: job.get_status(refresh=True) in (JobStatus.FINISHED, JobStatus.FAILED), timeout=30)
+        assert job.get_status() == JobStatus.FINISHED, job.latest_result()
+        imported_by, ran_in = job.return_value()
+        assert imported_by in worker_pids and ran_in != imported_by
+
+
+def test_the_benchmarks_bare_hop_chain_completes_through_its_relay(pipeline: Pipeline) -> None:
+    """bench_pipeline's bare hop: each no-op job reports to a stream, the relay enqueues the next step."""
+    import subprocess
+    import sys
+
+    import redis
+    from rq import Queue
+    from rq.job import Job, JobStatus
+    from rq.serializers import JSONSerializer
+
+    from workers.noop import hop_job_id
+
+    conn = redis.Redis.from_url(pipeline.url)
+    relay = subprocess.Popen([sys.executable, "-c", "import sys; from workers.noop import relay; relay(sys.argv[1])",
+                              pipeline.url])
+    try:
+        Queue("agents", connection=conn, serializer=JSONSerializer).enqueue_call(
+            "workers.noop.hop", args=(7, 0, 3), job_id=hop_job_id(7, 0), result_ttl=60)
+        last = Job.key_for(hop_job_id(7, 2))
+        wait_until(lambda: conn.hget(last, "status") == JobStatus.FINISHED.value.encode(), timeout=30)
+        assert relay.poll() is None  # still serving
+        assert conn.xpending(keys.BENCH_HOPS_STREAM, "relay")["pending"] == 0  # every step acknowledged
+    finally:
+        relay.kill()
+        relay.wait()

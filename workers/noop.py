@@ -1,20 +1,40 @@
-"""A job that does nothing but chain: the plain-RQ baseline of ``scripts/bench_pipeline.py``.
+"""Jobs that do nothing but chain: the plain-RQ baselines of ``scripts/bench_pipeline.py``.
 
 ``chain`` mirrors a run's phases without Mother: each job enqueues the next one
 itself (RQ's own ``depends_on`` is not used: under load RQ 3 left dependents
 stuck in READY_TO_ENQUEUE until a registry cleanup, which would measure that
 instead of the queue).
+
+``hop`` and ``relay`` are the least a central dispatcher can do, Mother's shape with
+none of its work: each job appends its step to a stream (as a phase appends its
+PhaseResult to ``mother:events``), and the relay, one process reading the stream with
+a consumer group, enqueues the next step and acknowledges the entry in one
+transaction (as Mother's dispatch does). No run state, budget, context or record.
 """
 
 from __future__ import annotations
 
-from rq import Queue, get_current_job
+import os
 
-__all__ = ["chain", "chain_job_id"]
+import redis
+from rq import Queue, get_current_job
+from rq.serializers import JSONSerializer
+
+from mother import keys
+
+__all__ = ["chain", "chain_job_id", "hop", "hop_job_id", "imported_in", "relay"]
+
+RELAY_GROUP = "relay"
+
+IMPORTED_IN = os.getpid()  # the process that imported this module: the worker, when it preloads it
 
 
 def chain_job_id(index: int, step: int) -> str:
     return f"bench-{index}-{step}"
+
+
+def hop_job_id(index: int, step: int) -> str:
+    return f"hop-{index}-{step}"
 
 
 def chain(index: int, step: int, steps: int) -> int:
@@ -26,3 +46,40 @@ def chain(index: int, step: int, steps: int) -> int:
         queue.enqueue_call("workers.noop.chain", args=(index, step + 1, steps), job_id=chain_job_id(index, step + 1),
                            result_ttl=600)
     return step
+
+
+def imported_in() -> list[int]:
+    """[the pid of the process that imported this module, the pid running the job]: a worker that
+    preloads its own package's job modules shows its own pid first, the work-horse's second."""
+    return [IMPORTED_IN, os.getpid()]
+
+
+def hop(index: int, step: int, steps: int) -> int:
+    """Finish step ``step`` of relayed chain ``index``: report it to the relay, which enqueues the next."""
+    job = get_current_job()
+    assert job is not None
+    job.connection.xadd(keys.BENCH_HOPS_STREAM, {"chain": index, "step": step, "steps": steps},
+                        maxlen=100_000, approximate=True)
+    return step
+
+
+def relay(url: str) -> None:
+    """Serve ``hop`` chains until killed: read each reported step, enqueue the next one with the ack."""
+    conn = redis.Redis.from_url(url)
+    queue = Queue("agents", connection=conn, serializer=JSONSerializer)
+    try:
+        conn.xgroup_create(keys.BENCH_HOPS_STREAM, RELAY_GROUP, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+    while True:
+        for _stream, entries in conn.xreadgroup(RELAY_GROUP, "relay", {keys.BENCH_HOPS_STREAM: ">"},
+                                                count=16, block=1000) or []:
+            for entry_id, fields in entries:
+                index, step, steps = (int(fields[name]) for name in (b"chain", b"step", b"steps"))
+                pipe = conn.pipeline()
+                if step + 1 < steps:
+                    queue.enqueue_call("workers.noop.hop", args=(index, step + 1, steps),
+                                       job_id=hop_job_id(index, step + 1), result_ttl=600, pipeline=pipe)
+                pipe.xack(keys.BENCH_HOPS_STREAM, RELAY_GROUP, entry_id)
+                pipe.execute()
