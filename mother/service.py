@@ -34,7 +34,7 @@ from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run, on_phase_result
 from mother.logs import get_logger
 from mother.runtime import Runtime
-from mother.streams import as_text
+from mother.streams import as_text, ensure_group
 from mother.termination import ensure_index
 from mother.watchdog import Watchdog
 from schemas import PhaseResult, describe_validation_error
@@ -135,11 +135,7 @@ class Mother:
 
     def ensure_groups(self) -> None:
         for stream in STREAMS:
-            try:
-                self.rt.redis.xgroup_create(stream, self.cfg.consumer_group, id="0", mkstream=True)
-            except redis.ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+            ensure_group(self.rt.redis, stream, self.cfg.consumer_group)
 
     # -- one loop ----------------------------------------------------------
     def serve_once(self) -> int:

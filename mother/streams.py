@@ -1,11 +1,25 @@
-"""Stream entries as text: anyone with a Redis client can XADD to our streams, so an entry is read
-as bytes and decoded field by field, and one that is not UTF-8 is named, never a crash."""
+"""Our streams' consumer groups, and their entries as text: anyone with a Redis client can XADD to
+our streams, so an entry is read as bytes and decoded field by field, and one that is not UTF-8 is
+named, never a crash."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import redis
+
 from mother.errors import not_utf8
 
-__all__ = ["as_text"]
+__all__ = ["as_text", "ensure_group"]
+
+
+def ensure_group(client: Any, stream: str, group: str) -> None:
+    """Create consumer group ``group`` on ``stream`` (and the stream) from its start, unless it exists."""
+    try:
+        client.xgroup_create(stream, group, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
 
 
 def as_text(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[str, dict[str, str], str | None]:

@@ -79,6 +79,10 @@ def _wait(what: str, deadline: float) -> None:
         raise SystemExit(f"benchmark gave up: {what} did not finish in time (see the logs printed above)")
 
 
+# a chain's job function and job ids: plain RQ (each job enqueues the next) or relayed (the bare hop)
+CHAIN_JOBS = {False: ("workers.noop.chain", chain_job_id), True: ("workers.noop.hop", hop_job_id)}
+
+
 def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
              with_latencies: bool = True, relayed: bool = False) -> tuple[float, list[float]]:
     """N chains of 3 no-op jobs: each job enqueues the next (plain RQ), or reports to the relay,
@@ -88,7 +92,7 @@ def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
     conn = redis.Redis.from_url(url)
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
     chains = range(first, first + runs)
-    func, job_id = ("workers.noop.hop", hop_job_id) if relayed else ("workers.noop.chain", chain_job_id)
+    func, job_id = CHAIN_JOBS[relayed]
     started = time.perf_counter()
     for i in chains:
         queue.enqueue_call(func, args=(i, 0, 3), job_id=job_id(i, 0), result_ttl=600)
@@ -156,7 +160,7 @@ def chain_steps(url: str, chain: int, relayed: bool = False) -> list[float]:
     job enqueues the next before it ends; a relayed one reports to the relay, which enqueues it)."""
     import redis
 
-    job_id = hop_job_id if relayed else chain_job_id
+    job_id = CHAIN_JOBS[relayed][1]
     jobs = Job.fetch_many([job_id(chain, step) for step in range(3)], connection=redis.Redis.from_url(url),
                           serializer=JSONSerializer)
     ends = [jobs[0].enqueued_at] + [j.ended_at for j in jobs]
@@ -223,14 +227,18 @@ def main() -> int:
                 time.sleep(2.0)  # workers, Mother and the relay up
                 client = MotherClient(settings=load_settings(redis_url=server.url))
                 dispatchers = {"baseline": [], "relay": [relay.pid], "mother": [mother.pid]}
+
+                def others(kind: str) -> list[int]:
+                    """The dispatchers that are not ``kind``'s: paused during its turn."""
+                    return [pid for other in KINDS if other != kind for pid in dispatchers[other]]
+
                 for r in range(args.rounds):
                     took = {}
                     for kind in KINDS if r % 2 == 0 else KINDS[::-1]:
                         print(f"round {r + 1}/{args.rounds}: {LABELS[kind]}, {per_round} runs on {args.workers} workers...",
                               file=sys.stderr)
                         before = cpu_snapshot(server, stack, mother.pid, relay.pid)
-                        idle = [pid for other in KINDS if other != kind for pid in dispatchers[other]]
-                        with paused(idle):
+                        with paused(others(kind)):
                             if kind == "mother":
                                 took[kind], got, _ = through_mother(client, per_round)
                             else:
@@ -247,10 +255,10 @@ def main() -> int:
                 serial_ids: list[str] = []
                 for i in range(args.serial):  # one run at a time: the latency Mother adds to a run nobody queues behind
                     for kind in ("baseline", "relay"):
-                        with paused([pid for other in ("relay", "mother") if other != kind for pid in dispatchers[other]]):
+                        with paused(others(kind)):
                             serial[kind].append(baseline(server.url, 1, first=runs + i, poll=0.002, with_latencies=False,
                                                          relayed=kind == "relay")[0])
-                    with paused([relay.pid]):
+                    with paused(others("mother")):
                         took_s, _, ids = through_mother(client, 1, poll=0.002)
                     serial["mother"].append(took_s)
                     serial_ids += ids

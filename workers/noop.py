@@ -21,6 +21,7 @@ from rq import Queue, get_current_job
 from rq.serializers import JSONSerializer
 
 from mother import keys
+from mother.streams import ensure_group
 
 __all__ = ["chain", "chain_job_id", "hop", "hop_job_id", "imported_in", "relay"]
 
@@ -67,11 +68,7 @@ def relay(url: str) -> None:
     """Serve ``hop`` chains until killed: read each reported step, enqueue the next one with the ack."""
     conn = redis.Redis.from_url(url)
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
-    try:
-        conn.xgroup_create(keys.BENCH_HOPS_STREAM, RELAY_GROUP, id="0", mkstream=True)
-    except redis.ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
+    ensure_group(conn, keys.BENCH_HOPS_STREAM, RELAY_GROUP)
     while True:
         for _stream, entries in conn.xreadgroup(RELAY_GROUP, "relay", {keys.BENCH_HOPS_STREAM: ">"},
                                                 count=16, block=1000) or []:

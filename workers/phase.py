@@ -12,7 +12,6 @@ from __future__ import annotations
 import _thread
 import importlib
 import os
-import sys
 import threading
 import time
 import uuid
@@ -159,9 +158,7 @@ def preload_module(func_name: str | None) -> None:
     if not func_name or not func_name.startswith(OWN_JOB_PACKAGE):
         return
     module = func_name.rpartition(".")[0]
-    if module in sys.modules:
-        return
-    try:
+    try:  # a module already loaded is only looked up
         importlib.import_module(module)
     except Exception as exc:
         log.warning("job_module_not_preloaded", module=module, error=str(exc))
