@@ -227,6 +227,8 @@ class PhaseWorker(Worker):
             if len(args) == 3:  # a malformed job fails in the horse, with RQ's own error
                 prefetch(*args)
             pools.append(runtime().redis.connection_pool)
+        if _runtime is not None:  # the horses inherit a clock measured within RESYNC_AFTER_MS
+            _runtime.clock.refresh()
         handoffs = [pool for pool in pools if isinstance(pool, ForkHandoffPool)]
         for pool in handoffs:
             try:
