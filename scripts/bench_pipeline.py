@@ -145,6 +145,21 @@ def through_mother(client: MotherClient, runs: int, poll: float = 0.05) -> tuple
     return elapsed, latencies, ids
 
 
+def ping_p50_ms(url: str, count: int = 2000) -> float:
+    """A bare Redis round trip (PING from one client, the dispatchers paused) on this machine, in ms: the
+    unit the per-phase figures can be read in on another machine."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        client.ping()
+        times.append(time.perf_counter() - start)
+    client.close()
+    return statistics.median(times) * 1000
+
+
 def mother_steps(client: MotherClient, run_id: str) -> tuple[float, list[float], float]:
     """A finished run's time line in ms, from its own records (server time): intake (submission entry →
     first phase dispatched), each phase (dispatched → its result accepted and the next one dispatched)
@@ -262,6 +277,8 @@ def main() -> int:
                         took_s, _, ids = through_mother(client, 1, poll=0.002)
                     serial["mother"].append(took_s)
                     serial_ids += ids
+                with paused(others("baseline")):
+                    ping = ping_p50_ms(server.url)
                 time.sleep(0.5)  # RQ may mark a job finished a moment before it stores ended_at
                 for i in range(args.serial):
                     steps["baseline"] += chain_steps(server.url, runs + i)
@@ -274,13 +291,13 @@ def main() -> int:
             finally:
                 relay.kill()
                 relay.wait()
-    report(args, runs, secs, cpu, lat, rounds, serial if args.serial else None, steps if args.serial else None)
+    report(args, runs, secs, cpu, lat, rounds, ping, serial if args.serial else None, steps if args.serial else None)
     return 0
 
 
 def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dict[str, dict[str, float]],
-           lat: dict[str, list[float]], rounds: dict[str, list[float]], serial: dict[str, list[float]] | None,
-           steps: dict[str, list[float]] | None) -> None:
+           lat: dict[str, list[float]], rounds: dict[str, list[float]], ping: float,
+           serial: dict[str, list[float]] | None, steps: dict[str, list[float]] | None) -> None:
     phases = 3 * runs
     print(f"runs={runs} phases={phases} workers={args.workers} rounds={args.rounds}")
     print(f"{'':<10}{'runs/s':>10}{'phases/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
@@ -299,13 +316,15 @@ def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dic
           + f" ms (median {statistics.median(rounds['mother']):.2f})")
     print(f"  of which the bare hop through a central process {added['relay']:.2f} ms (per round: "
           + ", ".join(f"{x:.2f}" for x in rounds["relay"]) + f"), and Mother's own work {added['mother'] - added['relay']:.2f} ms")
+    print(f"a bare Redis round trip here (PING p50, one client, dispatchers paused): {ping * 1000:.0f} µs, so Mother "
+          f"adds {added['mother'] / ping:.1f} round trips' worth per phase (the 2 ms target: {2 / ping:.1f})")
     if serial is None or steps is None:
         return
     b, h, m = (statistics.median(serial[k]) * 1000 for k in KINDS)
     print(f"one run at a time ({args.serial} each, watched every 2 ms): plain RQ chain p50 {b:.1f} ms "
           f"(p99 {pct(serial['baseline'], 0.99) * 1000:.1f}), bare-hop chain p50 {h:.1f} ms, Mother run p50 {m:.1f} ms "
           f"(p99 {pct(serial['mother'], 0.99) * 1000:.1f}): Mother adds {(m - b) / 3:.2f} ms per phase to a run's latency "
-          f"(the bare hop {(h - b) / 3:.2f})")
+          f"(the bare hop {(h - b) / 3:.2f}; {(m - b) / 3 / ping:.1f} round trips' worth)")
     med = {k: statistics.median(v) for k, v in steps.items()}
     print(f"  of which, per run (p50): intake {med['intake']:.2f} ms (submission entry -> first phase dispatched), "
           f"close {med['close']:.2f} ms (last result -> termination record); per phase (p50): plain RQ step "
