@@ -56,6 +56,7 @@ def test_a_stall_during_a_sync_does_not_move_the_clock(redis_url: str) -> None:
         if child.poll() is None:
             os.kill(child.pid, signal.SIGCONT)
             child.kill()
+    assert child.returncode == 0 and out.strip().lstrip("-").isdigit(), f"the syncing process failed: {out!r}"
     worst = int(out.strip())
     assert worst <= 50, f"the clock ran {worst} ms off the server's after a stalled sync"
 
