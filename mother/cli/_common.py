@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from typing import Any, NoReturn, TypeVar
 
@@ -35,6 +37,17 @@ def data_console() -> Console:
 console = data_console()
 err_console = Console(stderr=True, markup=False, highlight=False)
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+@contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Hold Ctrl-C back for the block; it is raised as it ends. For a print that a Ctrl-C may cut: rich
+    clears what it printed only after writing it, so an interrupt in between made the next print repeat it."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def fail(message: str, code: str = "error", exit_code: int = 2) -> NoReturn:

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from mother import keys
 from mother.activity import recent
-from mother.cli._common import console, err_console, fail, handle_errors, settings
+from mother.cli._common import console, ctrl_c_held, err_console, fail, handle_errors, settings
 from mother.client import MotherClient, check_timeout, load_spec_file, load_spec_text
 from mother.errors import NotFound
 from schemas import ResultEnvelope, RunState
@@ -28,7 +28,8 @@ def _client() -> MotherClient:
 
 def _progress(state: RunState) -> None:
     where = f"phase {state.phase} attempt {state.attempt}" if state.phase else "queued"
-    err_console.print(f"{state.run_id}: {state.status}, {where}", style="dim")
+    with ctrl_c_held():
+        err_console.print(f"{state.run_id}: {state.status}, {where}", style="dim")
 
 
 def _print_envelope(envelope: ResultEnvelope, as_json: bool) -> None:
@@ -67,7 +68,8 @@ def submit(
 
 
 def _notice(text: str) -> None:
-    err_console.print(text, style="yellow", soft_wrap=True)
+    with ctrl_c_held():
+        err_console.print(text, style="yellow", soft_wrap=True)
 
 
 def _finish(client: MotherClient, run_id: str, as_json: bool, timeout: float | None) -> None:
