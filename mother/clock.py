@@ -67,14 +67,11 @@ class ServerClock:
     def sync(self) -> None:
         """Measure the server clock again (one round trip, up to SYNC_TRIES while they are slow) and
         narrow the offset with it."""
-        best: tuple[float, float] | None = None
-        for _ in range(SYNC_TRIES):
-            sample = self._sample()
-            if best is None or sample[1] < best[1]:
-                best = sample
-            if sample[1] <= GOOD_HALF_WIDTH_MS:
+        best = self._sample()
+        for _ in range(SYNC_TRIES - 1):
+            if best[1] <= GOOD_HALF_WIDTH_MS:
                 break
-        assert best is not None
+            best = min(best, self._sample(), key=lambda sample: sample[1])
         self._narrow(*best)
 
     def _sample(self) -> tuple[float, float]:

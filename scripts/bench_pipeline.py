@@ -50,7 +50,7 @@ from mother.client import MotherClient
 from mother.config import load_settings
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
-from workers.noop import chain_job_id, hop_job_id
+from workers.noop import chain_job_id, hop_job_id, relay_command
 
 
 def pct(values: list[float], q: float) -> float:
@@ -138,10 +138,8 @@ def through_mother(client: MotherClient, runs: int, poll: float = 0.05) -> tuple
     elapsed = time.perf_counter() - started
     latencies = []
     for run_id in ids:
-        history = orjson.loads(client.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.history"))[0]
-        marks = [h for h in history if h["event"] in ("phase_started", "phase_completed")]
-        stamps = [_ms(h["at"]) for h in marks]
-        latencies += [b - a for a, b in zip(stamps, stamps[1:])]
+        marks = phase_marks(orjson.loads(client.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.history"))[0])
+        latencies += [b - a for a, b in zip(marks, marks[1:])]
     return elapsed, latencies, ids
 
 
@@ -160,12 +158,17 @@ def ping_p50_ms(url: str, count: int = 2000) -> float:
     return statistics.median(times) * 1000
 
 
+def phase_marks(history: list[dict[str, str]]) -> list[float]:
+    """A run's phase_started and phase_completed times in ms (server time), in order."""
+    return [_ms(h["at"]) for h in history if h["event"] in ("phase_started", "phase_completed")]
+
+
 def mother_steps(client: MotherClient, run_id: str) -> tuple[float, list[float], float]:
     """A finished run's time line in ms, from its own records (server time): intake (submission entry →
     first phase dispatched), each phase (dispatched → its result accepted and the next one dispatched)
     and the close (last result accepted → termination record)."""
     run = orjson.loads(client.redis.execute_command("JSON.GET", keys.run_key(run_id)))
-    marks = [_ms(h["at"]) for h in run["history"] if h["event"] in ("phase_started", "phase_completed")]
+    marks = phase_marks(run["history"])
     submitted = int(run["entry_id"].split("-")[0])
     return marks[0] - submitted, [b - a for a, b in zip(marks, marks[1:])], _ms(run["terminated_at"]) - marks[-1]
 
@@ -236,8 +239,7 @@ def main() -> int:
                                 **UNLIMITED})
         with stack:
             mother = stack.spawn("mother-0", "run")
-            relay = subprocess.Popen([sys.executable, "-c", "import sys; from workers.noop import relay; relay(sys.argv[1])",
-                                      server.url])
+            relay = subprocess.Popen(relay_command(server.url))
             try:
                 time.sleep(2.0)  # workers, Mother and the relay up
                 client = MotherClient(settings=load_settings(redis_url=server.url))

@@ -292,18 +292,16 @@ def test_worker_imports_its_own_packages_job_module_before_forking(pipeline: Pip
 def test_the_benchmarks_bare_hop_chain_completes_through_its_relay(pipeline: Pipeline) -> None:
     """bench_pipeline's bare hop: each no-op job reports to a stream, the relay enqueues the next step."""
     import subprocess
-    import sys
 
     import redis
     from rq import Queue
     from rq.job import Job, JobStatus
     from rq.serializers import JSONSerializer
 
-    from workers.noop import hop_job_id
+    from workers.noop import hop_job_id, relay_command
 
     conn = redis.Redis.from_url(pipeline.url)
-    relay = subprocess.Popen([sys.executable, "-c", "import sys; from workers.noop import relay; relay(sys.argv[1])",
-                              pipeline.url])
+    relay = subprocess.Popen(relay_command(pipeline.url))
     try:
         Queue("agents", connection=conn, serializer=JSONSerializer).enqueue_call(
             "workers.noop.hop", args=(7, 0, 3), job_id=hop_job_id(7, 0), result_ttl=60)

@@ -15,6 +15,7 @@ transaction (as Mother's dispatch does). No run state, budget, context or record
 from __future__ import annotations
 
 import os
+import sys
 
 import redis
 from rq import Queue, get_current_job
@@ -23,7 +24,7 @@ from rq.serializers import JSONSerializer
 from mother import keys
 from mother.streams import ensure_group
 
-__all__ = ["chain", "chain_job_id", "hop", "hop_job_id", "imported_in", "relay"]
+__all__ = ["chain", "chain_job_id", "hop", "hop_job_id", "imported_in", "relay", "relay_command"]
 
 RELAY_GROUP = "relay"
 
@@ -80,3 +81,12 @@ def relay(url: str) -> None:
                                        job_id=hop_job_id(index, step + 1), result_ttl=600, pipeline=pipe)
                 pipe.xack(keys.BENCH_HOPS_STREAM, RELAY_GROUP, entry_id)
                 pipe.execute()
+
+
+def relay_command(url: str) -> list[str]:
+    """The command that runs :func:`relay` on ``url`` in a process of its own."""
+    return [sys.executable, "-m", "workers.noop", url]
+
+
+if __name__ == "__main__":
+    relay(sys.argv[1])
