@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -58,20 +58,27 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def cpu_seconds(pid: int, children: bool = False) -> float:
-    """CPU time (user + system) of a process, or of its reaped children (a worker's work-horses)."""
+def cpu_seconds(pid: int, children: bool = False) -> tuple[float, float, int]:
+    """CPU time of a process, or of its reaped children (a worker's work-horses): (user s, system s, minor
+    page faults). System time and faults are what a VM makes dear; user time travels between machines."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    first = 13 if children else 11
-    return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
+    first, faults = (13, 8) if children else (11, 7)
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[first]) / tick, int(fields[first + 1]) / tick, int(fields[faults])
 
 
-def cpu_snapshot(server: EmbeddedRedis, stack: LocalStack, mother_pid: int, relay_pid: int) -> dict[str, float]:
-    """CPU seconds so far of every process taking part, by role."""
+def cpu_snapshot(server: EmbeddedRedis, stack: LocalStack, mother_pid: int, relay_pid: int) -> dict[str, tuple[float, float, int]]:
+    """CPU (user s, system s, minor faults) so far of every process taking part, by role."""
     workers = [p.pid for n, p in stack.procs.items() if n.startswith("worker-")]
     return {"Redis server": cpu_seconds(server.pid), "Mother": cpu_seconds(mother_pid), "relay": cpu_seconds(relay_pid),
-            "workers (own)": sum(cpu_seconds(pid) for pid in workers),
-            "work-horses": sum(cpu_seconds(pid, children=True) for pid in workers),
+            "workers (own)": _sum(cpu_seconds(pid) for pid in workers),
+            "work-horses": _sum(cpu_seconds(pid, children=True) for pid in workers),
             "this script (watching)": cpu_seconds(os.getpid())}
+
+
+def _sum(stats: Iterable[tuple[float, float, int]]) -> tuple[float, float, int]:
+    user, system, faults = zip(*stats, strict=True)
+    return sum(user), sum(system), sum(faults)
 
 
 def _wait(what: str, deadline: float) -> None:
@@ -200,6 +207,7 @@ UNLIMITED = {
 }
 
 
+USER, SYSTEM, CPU, FAULTS = slice(0, 1), slice(1, 2), slice(0, 2), slice(2, 3)  # of a role's [user s, system s, faults]
 KINDS = ("baseline", "relay", "mother")  # plain RQ chains, the bare hop through a relay, Mother
 LABELS = {"baseline": "plain RQ", "relay": "bare hop", "mother": "Mother"}
 
@@ -230,7 +238,7 @@ def main() -> int:
     per_round = args.runs // args.rounds
     runs = per_round * args.rounds
     secs = dict.fromkeys(KINDS, 0.0)
-    cpu: dict[str, dict[str, float]] = {kind: {} for kind in KINDS}
+    cpu: dict[str, dict[str, list[float]]] = {kind: {} for kind in KINDS}  # role: [user s, system s, faults]
     lat: dict[str, list[float]] = {kind: [] for kind in KINDS}
     rounds: dict[str, list[float]] = {"relay": [], "mother": []}  # ms added per phase over plain RQ, per round
     with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no") as server:
@@ -262,7 +270,9 @@ def main() -> int:
                                 took[kind], got = baseline(server.url, per_round, first=r * per_round, relayed=kind == "relay")
                         lat[kind] += got
                         for role, used in cpu_snapshot(server, stack, mother.pid, relay.pid).items():
-                            cpu[kind][role] = cpu[kind].get(role, 0.0) + used - before[role]
+                            total = cpu[kind].setdefault(role, [0.0, 0.0, 0.0])
+                            for i, (now, then) in enumerate(zip(used, before[role], strict=True)):
+                                total[i] += now - then
                     for kind in KINDS:
                         secs[kind] += took[kind]
                     for kind in rounds:
@@ -297,7 +307,7 @@ def main() -> int:
     return 0
 
 
-def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dict[str, dict[str, float]],
+def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dict[str, dict[str, list[float]]],
            lat: dict[str, list[float]], rounds: dict[str, list[float]], ping: float,
            serial: dict[str, list[float]] | None, steps: dict[str, list[float]] | None) -> None:
     phases = 3 * runs
@@ -308,10 +318,21 @@ def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dic
               f"{statistics.median(lat[kind]):>10.1f}{pct(lat[kind], 0.99):>10.1f}")
     print(f"CPU per phase (ms)        {'plain RQ':>10}{'bare hop':>10}{'Mother':>10}{'hop added':>10}{'M. added':>10}")
     roles = list(cpu["mother"]) + ["all"]
+
+    def per_phase(kind: str, role: str, field: slice) -> float:
+        """A role's (or all roles') user and/or system ms or faults per phase."""
+        rows = cpu[kind].values() if role == "all" else [cpu[kind][role]]
+        return sum(sum(row[field]) for row in rows) / phases * (1000 if field != FAULTS else 1)
+
     for role in roles:
-        b, h, m = ((sum(cpu[k].values()) if role == "all" else cpu[k][role]) / phases * 1000 for k in KINDS)
+        b, h, m = (per_phase(k, role, CPU) for k in KINDS)
         print(f"  {role:<24}{b:>10.2f}{h:>10.2f}{m:>10.2f}{h - b:>+10.2f}{m - b:>+10.2f}"
               + (f"   (the machine has {os.cpu_count()} cores)" if role == "all" else ""))
+    print(f"Mother's added CPU per phase, split   {'user ms':>10}{'system ms':>10}{'faults':>10}   (system time and page "
+          "faults are what a VM makes dear)")
+    for role in roles:
+        print(f"  {role:<36}" + "".join(f"{per_phase('mother', role, f) - per_phase('baseline', role, f):>+10.2f}"
+                                          for f in (USER, SYSTEM)) + f"{per_phase('mother', role, FAULTS) - per_phase('baseline', role, FAULTS):>+10.0f}")
     added = {kind: (secs[kind] - secs["baseline"]) / phases * 1000 for kind in rounds}
     print(f"wall time added per phase over plain RQ: Mother {added['mother']:.2f} ms (ratio Mother/RQ wall time "
           f"{secs['mother'] / secs['baseline']:.2f}x); per round: " + ", ".join(f"{x:.2f}" for x in rounds["mother"])

@@ -13,7 +13,7 @@ from mother import keys
 from mother.activity import recent
 from mother.client import load_spec_file
 from mother.errors import InvalidSpec
-from tests.conftest import Pipeline
+from tests.conftest import Pipeline, start_pipeline, stop_pipeline
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -207,52 +207,81 @@ def test_job_for_terminated_run_does_nothing(pipeline: Pipeline) -> None:
     assert pipeline.redis.xlen(keys.EVENTS_STREAM) == before
 
 
-def test_prefetched_job_for_terminated_run_does_nothing_and_takes_its_beat_back(pipeline: Pipeline, tmp_path: Path) -> None:
-    """The worker makes a phase job's first read before forking (PhaseWorker → prefetch): the horse
-    uses it only for that very attempt, a stale attempt still does nothing, and the heartbeat the
-    read wrote is taken back."""
+def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(pipeline: Pipeline, tmp_path: Path) -> None:
+    """The worker makes a phase job's first read before forking (PhaseWorker → prefetch) and, for the
+    current attempt, sets the phase up (context, provider, hooks, meter, messages) without writing
+    anything: the horse uses it only for that very attempt. A stale attempt gets no setup and does
+    nothing, and the heartbeat the read wrote is taken back. A setup that fails is left to the horse."""
     import os
 
     from mother.hooks import load_hooks
     from workers import phase
 
-    run_id = pipeline.client.submit(example("three-phase"))
-    pipeline.wait(run_id)
-    before = pipeline.redis.xlen(keys.EVENTS_STREAM)
+    run_id = pipeline.client.submit(example("cancelled"))  # one slow phase
+    wait_until(lambda: pipeline.redis.exists(keys.run_key(run_id)) and pipeline.client.status(run_id).status == "running")
+    last = pipeline.server.client(decode_responses=False).xrevrange(keys.EVENTS_STREAM, count=1)  # not all UTF-8
+    after = f"({last[0][0].decode()}" if last else "-"
     member = keys.heartbeat_member(run_id, 0, 1)
     phase._runtime = None
     os.environ["MOTHER_REDIS_URL"] = pipeline.url
     try:
-        phase.prefetch(run_id, 0, 1)
+        phase.prefetch(run_id, 0, 1)  # the attempt a worker is running now: current
         assert phase._prefetched is not None and phase._prefetched[0] == (run_id, 0, 1)
         state, _counters, context = phase._prefetched[1]
-        assert state is not None and state.status == "terminated"
+        assert state is not None and (state.status, state.phase_index, state.attempt) == ("running", 0, 1)
         assert context.run_id == run_id and context.manifest().content_hash == context.content_hash  # checked
-        hooks = phase._prefetched[2]  # the phase role's hooks, gathered before the fork
-        expected = [h.spec.id for h in load_hooks(phase.runtime().settings, state.spec.pipeline[0].role).hooks]
-        assert hooks is not None and expected and [h.spec.id for h in hooks.hooks] == expected
-        assert pipeline.redis.zscore(keys.HEARTBEATS, member) is not None
-        assert phase.execute(run_id, 0, 1) == {"status": "stale"}
-        assert pipeline.redis.zscore(keys.HEARTBEATS, member) is None
-        phase.prefetch("run-nope", 0, 1)  # an unknown run: nothing to inherit but the verdict
-        assert phase._prefetched is not None and phase._prefetched[1][0] is None and phase._prefetched[2] is None
-        assert phase.execute("run-nope", 0, 1) == {"status": "stale"}
-        # a broken hook file: the read is still inherited, the hooks are left for the horse to load and report
+        setup = phase._prefetched[2]
+        assert setup is not None and setup.context is context and setup.manifest is context.manifest()
+        role = state.spec.pipeline[0].role
+        expected = [h.spec.id for h in load_hooks(phase.runtime().settings, role).hooks]
+        assert expected and [h.spec.id for h in setup.harness.hooks.hooks] == expected
+        assert setup.meter.defer_final and isinstance((setup.meter.counters or {}).get("model_calls"), int)  # the run's, read
+        assert [m["role"] for m in setup.messages] == ["system", "user"] and role in setup.messages[0]["content"]
+        assert not setup.toolbox.workspace.exists()  # nothing written before the horse runs
+        # a broken hook file: the read is still inherited, the setup is left for the horse to make and report
         bad = tmp_path / "bad-hooks.yaml"
         bad.write_text("- id: x\n  event: [unclosed\n")
         os.environ["MOTHER_HOOKS__PROJECT_FILE"] = str(bad)
         phase._runtime = None
         phase.prefetch(run_id, 0, 1)
         assert phase._prefetched is not None and phase._prefetched[1][0] is not None and phase._prefetched[2] is None
+        del os.environ["MOTHER_HOOKS__PROJECT_FILE"]
+        phase._runtime = None
+        pipeline.client.cancel(run_id)
+        assert pipeline.wait(run_id).termination.reason == "user_cancelled"
+        pipeline.redis.zrem(keys.HEARTBEATS, member)
+        phase.prefetch(run_id, 0, 1)  # the run ended: stale, so no setup
+        assert phase._prefetched is not None and phase._prefetched[1][0].status == "terminated"
+        assert phase._prefetched[2] is None
+        assert pipeline.redis.zscore(keys.HEARTBEATS, member) is not None
         assert phase.execute(run_id, 0, 1) == {"status": "stale"}
+        assert pipeline.redis.zscore(keys.HEARTBEATS, member) is None
+        phase.prefetch("run-nope", 0, 1)  # an unknown run: nothing to inherit but the verdict
+        assert phase._prefetched is not None and phase._prefetched[1][0] is None and phase._prefetched[2] is None
+        assert phase.execute("run-nope", 0, 1) == {"status": "stale"}
     finally:
         phase.clear_prefetch()
         del os.environ["MOTHER_REDIS_URL"]
         os.environ.pop("MOTHER_HOOKS__PROJECT_FILE", None)
         phase._runtime = None
     assert phase._prefetched is None
-    assert pipeline.redis.xlen(keys.EVENTS_STREAM) == before
+    assert [e[1]["type"] for e in pipeline.redis.xrange(keys.EVENTS_STREAM, after, "+")] == ["cancel"]  # no result
     assert pipeline.redis.zscore(keys.HEARTBEATS, keys.heartbeat_member("run-nope", 0, 1)) is None
+
+
+def test_phase_the_worker_cannot_set_up_fails_in_the_horse_with_the_reason(tmp_path: Path) -> None:
+    """A setup that fails before the fork (here: a broken hook file in the workers' config) is made again
+    by the work-horse, whose failed PhaseResult carries the error: the run ends catastrophic_error naming
+    the file, not as a lost phase."""
+    bad = tmp_path / "bad-hooks.yaml"
+    bad.write_text("- id: x\n  event: [unclosed\n")
+    p = start_pipeline(tmp_path, workers=1, env={"MOTHER_HOOKS__PROJECT_FILE": str(bad)})
+    try:
+        record = p.wait(p.client.submit(example("three-phase"))).termination
+    finally:
+        stop_pipeline(p)
+    assert record.reason == "catastrophic_error"
+    assert "bad-hooks.yaml" in record.details and record.contributing_factors == ["invalid configuration"]
 
 
 def test_unexpected_error_ends_only_that_run(pipeline: Pipeline) -> None:

@@ -49,6 +49,31 @@ def test_openai_provider_runs_the_tool_loop(tmp_path: Path, monkeypatch: pytest.
     assert tool_msg == {"role": "tool", "tool_call_id": "call_0", "content": "alpha"}
 
 
+def test_sdk_client_is_made_once_per_endpoint_and_serves_forked_horses() -> None:
+    """Providers for the same endpoint share one SDK client (making one loads the TLS trust store): a worker
+    makes it before forking, and each forked work-horse sends its requests on its own connections. The
+    first client warmed the SDK up with a call to an in-memory transport, which reached no server."""
+    import os
+
+    from workers import providers
+
+    with ChatServer([{"text": "one"}, {"text": "two"}]) as chat:
+        config = ModelConfig(provider="openai", base_url=chat.url)
+        first, second = OpenAIProvider("local", config), OpenAIProvider("local", config)
+        assert first._client is second._client
+        assert providers.sdk_warmed is True
+        assert OpenAIProvider("other", ModelConfig(provider="openai", base_url=chat.url + "/"))._client is not first._client
+        for expected in ("one", "two"):  # a horse per phase, each on the client the parent made
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os._exit(0 if first.complete([{"role": "user", "content": "hi"}], []).text == expected else 3)
+                except BaseException:
+                    os._exit(4)
+            assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert len(chat.requests) == 2
+
+
 def test_tool_call_with_broken_arguments_is_answered_not_fatal(tmp_path: Path) -> None:
     """Arguments that are not JSON, JSON but not an object, or nested past 32 levels get an error the model
     can act on; the assistant message echoes the model's own text; the loop goes on to the final reply."""

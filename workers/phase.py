@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -31,17 +32,17 @@ from mother.connection import ForkHandoffPool, Outage, redis_down
 from mother.budget import Guard
 from mother.context import load as load_context
 from mother.errors import BudgetExhausted, ConfigError, ContextInvalid, LimitExceeded, MotherError, PhaseStale
-from mother.hooks import HarnessAction, HookSet, load_hooks
+from mother.hooks import HarnessAction, load_hooks
 from mother.lifecycle import JOB_FUNCTION
 from mother.functions import call
 from mother.logs import configure_logging, get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
 from mother.signing import SignatureInvalid
-from schemas import MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, RunState, Usage
+from schemas import MAX_OUTPUT_CHARS, ComposedContext, ContextManifest, PhaseResult, RunSpec, RunState, Usage
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness, HookDecision
 from workers.metering import COUNTER_PATHS, Meter, parse_counters
-from workers.providers import make_provider
+from workers.providers import Provider, make_provider
 from workers.spawn import SpawnRun
 from workers.tools import FILE_TOOLS, ToolBox
 
@@ -104,8 +105,23 @@ def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
 
 
 FirstRead = tuple[RunState | None, Any, Any]  # the run, its counters (raw), the phase's context (raw or checked)
-# what prefetch() read for an attempt, and the hooks of its phase's role (None: the horse loads them)
-_prefetched: tuple[tuple[str, int, int], FirstRead, HookSet | None] | None = None
+
+
+@dataclass
+class PhaseSetup:
+    """What a phase attempt's agent loop runs with, made before its first model call (:func:`_prepare`)."""
+
+    manifest: ContextManifest
+    context: ComposedContext
+    provider: Provider
+    toolbox: ToolBox
+    harness: Harness
+    meter: Meter
+    messages: list[dict[str, Any]]
+
+
+# what prefetch() read for an attempt, and the phase set up from it (None: the horse sets it up)
+_prefetched: tuple[tuple[str, int, int], FirstRead, PhaseSetup | None] | None = None
 
 
 def _first_read(rt: Runtime, run_id: str, phase_index: int, attempt: int) -> FirstRead:
@@ -120,11 +136,11 @@ def _first_read(rt: Runtime, run_id: str, phase_index: int, attempt: int) -> Fir
 
 
 def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
-    """Make the first read in the worker, just before it forks the work-horse for this attempt: the
-    horse inherits the run already parsed, on warm memory and a live connection. In a fresh fork,
-    parsing the run cost ~2.5 ms (hundreds of copy-on-write page faults) and the read its own round
-    trip; here it is a fraction of that. The phase role's hooks are gathered here too (checking the
-    hook files' versions cost the horse ~0.6 ms). If anything fails, the horse does it for itself."""
+    """Make the first read in the worker, just before it forks the work-horse for this attempt, and set
+    the phase up (:func:`_prepare`): the horse inherits the run already parsed and its agent loop ready,
+    on warm memory and a live connection. In a fresh fork each object made costs copy-on-write page
+    faults (on this project's VM ~2.5 ms to parse the run, ~2 ms for the setup) and the read its own
+    round trip; here they cost a fraction of that. If anything fails, the horse does it for itself."""
     global _prefetched
     _prefetched = None
     try:
@@ -135,13 +151,13 @@ def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
             context.manifest()  # made once, inherited by the horse
         except ContextInvalid:
             pass
-        hooks = None
-        if state is not None and 0 <= phase_index < len(state.spec.pipeline):
-            try:  # a bad hook file is reported by the horse, which loads them again
-                hooks = load_hooks(rt.settings, state.spec.pipeline[phase_index].role)
-            except ConfigError:
-                pass
-        _prefetched = ((run_id, phase_index, attempt), (state, raw_counters, context), hooks)
+        setup = None
+        if state is not None and (state.status, state.phase_index, state.attempt) == ("running", phase_index, attempt):
+            try:
+                setup = _prepare(rt, state, phase_index, attempt, parse_counters(raw_counters), context)
+            except Exception as exc:  # the horse sets it up again, and its result says what is wrong
+                log.debug("phase_setup_left_to_horse", run_id=run_id, phase_index=phase_index, error=str(exc))
+        _prefetched = ((run_id, phase_index, attempt), (state, raw_counters, context), setup)
     except Exception as exc:  # the horse makes the same read and reports what is wrong
         log.warning("prefetch_failed", run_id=run_id, phase_index=phase_index, attempt=attempt, error=str(exc))
 
@@ -174,9 +190,9 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     member = keys.heartbeat_member(run_id, phase_index, attempt)
     heartbeat = Heartbeat(rt, member)
     got = _prefetched
-    hooks = None
+    prepared = None
     if got is not None and got[0] == (run_id, phase_index, attempt):
-        (state, raw_counters, raw_context), hooks = got[1], got[2]
+        (state, raw_counters, raw_context), prepared = got[1], got[2]
     else:
         state, raw_counters, raw_context = _first_read(rt, run_id, phase_index, attempt)
     if state is None or (state.status, state.phase_index, state.attempt) != ("running", phase_index, attempt):
@@ -186,7 +202,7 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     started = time.monotonic()
     meters: list[Meter] = []
     try:
-        result = _run(rt, state, phase_index, attempt, started, parse_counters(raw_counters), raw_context, meters, hooks)
+        result = _run(rt, state, phase_index, attempt, started, parse_counters(raw_counters), raw_context, meters, prepared)
     except PhaseStale:
         for meter in meters:
             meter.settle_pending()
@@ -305,44 +321,54 @@ class PhaseWorker(Worker):
         self._outliving("maintenance", super().run_maintenance_tasks)
 
 
-def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
-         counters: dict[str, Any] | None, raw_context: Any, meters: list[Meter], hooks: HookSet | None = None) -> PhaseResult:
-    """The phase's agent loop; its Meter is appended to ``meters`` (its final settle is deferred
-    to the caller's last write). ``hooks``: the role's, gathered by prefetch(); loaded here when None."""
+def _prepare(rt: Runtime, state: RunState, index: int, attempt: int, counters: dict[str, Any] | None,
+             raw_context: Any) -> PhaseSetup:
+    """Everything the phase's agent loop runs with, up to its first model call: nothing here writes to
+    Redis or the workspace, so a worker makes it before forking (:func:`prefetch`) and the horse
+    uses it; the horse makes it for itself when that failed. Raises what keeps the phase from running."""
     phase = state.spec.pipeline[index]
-    bound = log.bind(run_id=state.run_id, phase=phase.name, attempt=attempt)
-    manifest = None
 
     def check_alive() -> None:
         if not _current(rt, state.run_id, index, attempt):
             raise PhaseStale(f"run {state.run_id} moved on; stopping phase {phase.name} attempt {attempt}")
 
-    usage = Usage()
+    context = (raw_context if isinstance(raw_context, ComposedContext)  # checked by prefetch()
+               else load_context(raw_context, state.run_id, index))
+    manifest = context.manifest()
+    model = context.model  # the phase's model, or the larger one Mother escalated to
+    provider = make_provider(model, rt.settings.models[model], role=phase.role,
+                             scripts=state.spec.scripts, attempt=attempt, interrupt=check_alive)
+    guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today)
+    spawner = SpawnRun(rt, state, index, guard, check_alive)
+    toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id, tools=(*FILE_TOOLS, spawner),
+                      max_output_chars=rt.settings.worker.max_tool_output_chars, granted=list(state.capabilities),
+                      manifest_check=lambda tool: _blocked_tool(rt, state, phase.name, tool))
+    harness = Harness(rt, state, index, load_hooks(rt.settings, phase.role),
+                      spawn=lambda args: spawner.run(toolbox.ensure_workspace(), args))
+    meter = Meter(guard, rt.settings.models[model], check_alive, limits=state.limits, harness=harness,
+                  model_name=model, context_limit_ratio=rt.settings.harness.context_limit_ratio)
+    meter.counters = counters
+    meter.defer_final = True
+    messages = _messages(phase.role, context)
+    extra = harness.context()
+    if extra:
+        messages[1]["content"] = f"{extra}\n\n{messages[1]['content']}"
+    return PhaseSetup(manifest, context, provider, toolbox, harness, meter, messages)
+
+
+def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
+         counters: dict[str, Any] | None, raw_context: Any, meters: list[Meter], prepared: PhaseSetup | None = None) -> PhaseResult:
+    """The phase's agent loop; its Meter is appended to ``meters`` (its final settle is deferred
+    to the caller's last write). ``prepared``: the setup prefetch() made; made here when None."""
+    phase = state.spec.pipeline[index]
+    bound = log.bind(run_id=state.run_id, phase=phase.name, attempt=attempt)
+    manifest = None
     try:
-        context = (raw_context if isinstance(raw_context, ComposedContext)  # checked by prefetch()
-                   else load_context(raw_context, state.run_id, index))
-        manifest = context.manifest()
-        model = context.model  # the phase's model, or the larger one Mother escalated to
-        provider = make_provider(model, rt.settings.models[model], role=phase.role,
-                                 scripts=state.spec.scripts, attempt=attempt, interrupt=check_alive)
-        guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today)
-        spawner = SpawnRun(rt, state, index, guard, check_alive)
-        toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id, tools=(*FILE_TOOLS, spawner),
-                          max_output_chars=rt.settings.worker.max_tool_output_chars, granted=list(state.capabilities),
-                          manifest_check=lambda tool: _blocked_tool(rt, state, phase.name, tool))
-        harness = Harness(rt, state, index, hooks if hooks is not None else load_hooks(rt.settings, phase.role),
-                          spawn=lambda args: spawner.run(toolbox.ensure_workspace(), args))
-        meter = Meter(guard, rt.settings.models[model], check_alive, limits=state.limits, harness=harness,
-                      model_name=model, context_limit_ratio=rt.settings.harness.context_limit_ratio)
-        meter.counters = counters
-        meter.defer_final = True
+        setup = prepared if prepared is not None else _prepare(rt, state, index, attempt, counters, raw_context)
+        manifest, context, meter, harness = setup.manifest, setup.context, setup.meter, setup.harness
         meters.append(meter)
-        messages = _messages(phase.role, context)
-        extra = harness.context()
-        if extra:
-            messages[1]["content"] = f"{extra}\n\n{messages[1]['content']}"
         try:
-            outcome = run_loop(provider, toolbox, messages, check_alive=check_alive,
+            outcome = run_loop(setup.provider, setup.toolbox, setup.messages, check_alive=meter.check_alive,
                                max_calls=rt.settings.worker.max_model_calls_per_phase, meter=meter,
                                limits=turn_limits(rt.settings, state.spec, index), harness=harness)
         except HookDecision as decision:
@@ -361,7 +387,7 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
                 else "config_invalid" if isinstance(exc, ConfigError)
                 else "context_invalid" if isinstance(exc, ContextInvalid) else None)
         bound.warning("phase_failed", error=error, error_code=code)
-        usage.duration_ms = int((time.monotonic() - started) * 1000)
+        usage = Usage(duration_ms=int((time.monotonic() - started) * 1000))
         return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="failed",
                            error=error[:4000], error_code=code, usage=usage, finished_at=rt.clock.now_iso(),
                            worker=_worker_name(), manifest=manifest)
