@@ -31,6 +31,7 @@ __all__ = [
     "dispatch",
     "outputs_of",
     "end_run",
+    "is_current",
     "on_phase_failure",
     "on_phase_result",
     "phase_timeout_seconds",
@@ -207,7 +208,7 @@ def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
         return
     if result.status == "failed":
         state = rt.load_run(result.run_id)
-        if state is not None and _is_current(state, result.phase_index, result.attempt):
+        if state is not None and is_current(state, result.phase_index, result.attempt):
             on_phase_failure(rt, state, result.error or "phase failed", result=result)
         return
     last = result.phase_index + 1 >= len(spec.pipeline)
@@ -276,7 +277,8 @@ def _failures(state: RunState) -> list[str]:
             if h.event == "phase_retried" and h.phase == state.phase and h.attempt][:20]
 
 
-def _is_current(state: RunState, index: int, attempt: int) -> bool:
+def is_current(state: RunState, index: int, attempt: int) -> bool:
+    """Whether the run is running this attempt (Mother's check of a result; a worker's of its job)."""
     return state.status == "running" and state.phase_index == index and state.attempt == attempt
 
 

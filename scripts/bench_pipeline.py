@@ -331,8 +331,8 @@ def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dic
     print(f"Mother's added CPU per phase, split   {'user ms':>10}{'system ms':>10}{'faults':>10}   (system time and page "
           "faults are what a VM makes dear)")
     for role in roles:
-        print(f"  {role:<36}" + "".join(f"{per_phase('mother', role, f) - per_phase('baseline', role, f):>+10.2f}"
-                                          for f in (USER, SYSTEM)) + f"{per_phase('mother', role, FAULTS) - per_phase('baseline', role, FAULTS):>+10.0f}")
+        user, system, faults = (per_phase("mother", role, f) - per_phase("baseline", role, f) for f in (USER, SYSTEM, FAULTS))
+        print(f"  {role:<36}{user:>+10.2f}{system:>+10.2f}{faults:>+10.0f}")
     added = {kind: (secs[kind] - secs["baseline"]) / phases * 1000 for kind in rounds}
     print(f"wall time added per phase over plain RQ: Mother {added['mother']:.2f} ms (ratio Mother/RQ wall time "
           f"{secs['mother'] / secs['baseline']:.2f}x); per round: " + ", ".join(f"{x:.2f}" for x in rounds["mother"])

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,7 @@ from mother.budget import Guard
 from mother.context import load as load_context
 from mother.errors import BudgetExhausted, ConfigError, ContextInvalid, LimitExceeded, MotherError, PhaseStale
 from mother.hooks import HarnessAction, load_hooks
-from mother.lifecycle import JOB_FUNCTION
+from mother.lifecycle import JOB_FUNCTION, is_current
 from mother.functions import call
 from mother.logs import configure_logging, get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
@@ -148,11 +149,10 @@ def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
         state, raw_counters, context = _first_read(rt, run_id, phase_index, attempt)
         try:  # the context is checked here too; when it is not valid the horse checks it again and reports why
             context = load_context(context, run_id, phase_index)
-            context.manifest()  # made once, inherited by the horse
         except ContextInvalid:
             pass
         setup = None
-        if state is not None and (state.status, state.phase_index, state.attempt) == ("running", phase_index, attempt):
+        if state is not None and is_current(state, phase_index, attempt):
             try:
                 setup = _prepare(rt, state, phase_index, attempt, parse_counters(raw_counters), context)
             except Exception as exc:  # the horse sets it up again, and its result says what is wrong
@@ -195,14 +195,18 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
         (state, raw_counters, raw_context), prepared = got[1], got[2]
     else:
         state, raw_counters, raw_context = _first_read(rt, run_id, phase_index, attempt)
-    if state is None or (state.status, state.phase_index, state.attempt) != ("running", phase_index, attempt):
+    if state is None or not is_current(state, phase_index, attempt):
         rt.redis.zrem(keys.HEARTBEATS, member)  # beaten before the run was read: take it back
         return {"status": "stale"}
     heartbeat.start()
     started = time.monotonic()
     meters: list[Meter] = []
+
+    def setup() -> PhaseSetup:  # prefetch()'s, else made here
+        return prepared or _prepare(rt, state, phase_index, attempt, parse_counters(raw_counters), raw_context)
+
     try:
-        result = _run(rt, state, phase_index, attempt, started, parse_counters(raw_counters), raw_context, meters, prepared)
+        result = _run(rt, state, phase_index, attempt, started, setup, meters)
     except PhaseStale:
         for meter in meters:
             meter.settle_pending()
@@ -357,18 +361,18 @@ def _prepare(rt: Runtime, state: RunState, index: int, attempt: int, counters: d
 
 
 def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
-         counters: dict[str, Any] | None, raw_context: Any, meters: list[Meter], prepared: PhaseSetup | None = None) -> PhaseResult:
-    """The phase's agent loop; its Meter is appended to ``meters`` (its final settle is deferred
-    to the caller's last write). ``prepared``: the setup prefetch() made; made here when None."""
+         setup: Callable[[], PhaseSetup], meters: list[Meter]) -> PhaseResult:
+    """The phase's agent loop on ``setup()`` (what it raises fails the phase like the loop's errors);
+    its Meter is appended to ``meters`` (its final settle is deferred to the caller's last write)."""
     phase = state.spec.pipeline[index]
     bound = log.bind(run_id=state.run_id, phase=phase.name, attempt=attempt)
     manifest = None
     try:
-        setup = prepared if prepared is not None else _prepare(rt, state, index, attempt, counters, raw_context)
-        manifest, context, meter, harness = setup.manifest, setup.context, setup.meter, setup.harness
+        ready = setup()
+        manifest, context, meter, harness = ready.manifest, ready.context, ready.meter, ready.harness
         meters.append(meter)
         try:
-            outcome = run_loop(setup.provider, setup.toolbox, setup.messages, check_alive=meter.check_alive,
+            outcome = run_loop(ready.provider, ready.toolbox, ready.messages, check_alive=meter.check_alive,
                                max_calls=rt.settings.worker.max_model_calls_per_phase, meter=meter,
                                limits=turn_limits(rt.settings, state.spec, index), harness=harness)
         except HookDecision as decision:

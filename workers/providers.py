@@ -122,6 +122,7 @@ class ScriptedProvider:
 # request on it, so its connection pool is empty at every fork: a horse's connections are its own.
 _SDK_CLIENTS: dict[tuple[str | None, str, float], Any] = {}
 SDK_CLIENTS_MAX = 64
+sdk_warmed: bool | None = None  # None: not tried in this process; False: the warm-up failed (logged)
 
 
 def sdk_client(base_url: str | None, api_key: str, timeout: float) -> Any:
@@ -142,7 +143,6 @@ def sdk_client(base_url: str | None, api_key: str, timeout: float) -> Any:
     return client
 
 
-sdk_warmed: bool | None = None  # None: not tried in this process; False: the warm-up failed (logged)
 _WARM_REPLY = {"id": "warm-up", "object": "chat.completion", "created": 0, "model": "warm-up",
                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
