@@ -201,6 +201,7 @@ class Guard:
         self.maxlen = settings.service.activity_maxlen
         self._run_key = keys.run_budget_key(run_id)
         self._day, self._user_key = "", ""
+        self._user = _user_args(settings, user_id)  # what mh_guard needs to make the user's daily document
         self._repeating: dict[str, tuple[str, tuple[Any, ...]]] = {}  # name → (day, its whole FCALL command)
         self._queued: tuple[dict[str, Any], str | None] = ({}, None)  # the action last queued on a pipeline
 
@@ -228,7 +229,7 @@ class Guard:
         (mh_guard reads them whenever the action touches the user's document; it decides that) and the day."""
         if day != self._day:  # the daily key changes once a day: build it then
             self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
-        body = orjson.dumps({**action, **_user_args(self.settings, self.user_id), "day": day})
+        body = orjson.dumps({**action, **self._user, "day": day})
         args = [body, self.maxlen] + ([b"1"] if repeats else [])  # "1": the text repeats, the server keeps its decoding
         return fcall_command("mh_guard", [self._run_key, self._user_key, keys.ACTIVITY_STREAM], args)
 

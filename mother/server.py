@@ -10,7 +10,6 @@ says what to do.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import signal
@@ -32,7 +31,7 @@ from mother.errors import (
     ServerError,
 )
 
-__all__ = ["EmbeddedRedis", "free_port", "module_paths", "valkey_binary"]
+__all__ = ["EmbeddedRedis", "free_port", "module_paths", "parent_death_signal", "valkey_binary"]
 
 LOCK_FILE = ".mother-server.lock"  # held while a server uses the data dir
 LOG_FILE = "valkey.log"
@@ -93,12 +92,22 @@ def _port_taken(port: int) -> bool:
     return False
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Ask Linux to SIGTERM the server if the process that started it dies."""
-    with contextlib.suppress(Exception):
+def parent_death_signal(sig: int) -> bool:
+    """Ask Linux to send this process ``sig`` when the process that started it dies (PR_SET_PDEATHSIG).
+    Returns whether it was set (False elsewhere than Linux, or when the call failed)."""
+    if sys.platform != "linux":
+        return False
+    try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Ask Linux to SIGTERM the server if the process that started it dies."""
+    parent_death_signal(signal.SIGTERM)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,12 @@ def test_worker_acl(tmp_path: Path) -> None:
         worker = connect(pass_url.format("worker:CHANGE-ME-worker"))  # includes the JSON-module check
         assert worker.execute_command("JSON.GET", keys.run_key("r1"), "$.status") == '["running"]'
         assert call(worker, "mh_heartbeat", [keys.HEARTBEATS], ["r1 0 1"]) == 1
+        stamped = mother.zscore(keys.HEARTBEATS, "r1 0 1")
+        time.sleep(0.01)
+        assert call(worker, "mh_heartbeat", [keys.HEARTBEATS], ["r1 0 1", "XX"]) == 1  # still there: stamped again
+        assert mother.zscore(keys.HEARTBEATS, "r1 0 1") > stamped
+        assert call(worker, "mh_heartbeat", [keys.HEARTBEATS], ["r9 0 1", "XX"]) == 0  # taken away: not brought back
+        assert mother.zscore(keys.HEARTBEATS, "r9 0 1") is None
         worker.xadd(keys.EVENTS_STREAM, {"type": "phase_result", "payload": "{}"})
         worker.execute_command("JSON.SET", keys.artifact_key("a1"), "$", '{"x":1}')
         for command in (

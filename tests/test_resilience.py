@@ -62,6 +62,41 @@ def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
     assert termination_keys(fresh, run_id) == [keys.termination_key(run_id)]
 
 
+def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itself(fresh: Pipeline) -> None:
+    """While a work-horse runs a phase, its worker keeps the attempt's heartbeat (the horse starts no
+    heartbeat thread: it has one thread). kill -9 of the worker alone: the horse gets the parent-death
+    signal, beats for itself past the heartbeat timeout, and its result ends the run: no retry."""
+    run_id = fresh.client.submit(_slow(8, attempts=[1]))
+    member = keys.heartbeat_member(run_id, 0, 1)
+    wait_until(lambda: fresh.redis.zscore(keys.HEARTBEATS, member), timeout=20)
+    victims = wait_until(lambda: [n for n, proc in fresh.stack.procs.items() if n.startswith("worker-") and _children(proc.pid)],
+                         timeout=10)
+    worker = fresh.stack.procs[victims[0]]
+    (horse,) = _children(worker.pid)
+    first = fresh.redis.zscore(keys.HEARTBEATS, member)
+    time.sleep(2.5)  # workers beat every 1 s here (0.5 s rounded up to whole seconds)
+    assert fresh.redis.zscore(keys.HEARTBEATS, member) > first  # stamped by the worker...
+    assert _threads(horse) == 1  # ...not by a thread in the horse
+    os.kill(worker.pid, signal.SIGKILL)
+    wait_until(lambda: _threads(horse) == 2, timeout=5)  # the orphaned horse started its own heartbeat
+    orphaned = fresh.redis.zscore(keys.HEARTBEATS, member)
+    time.sleep(4)  # longer than the heartbeat timeout (3 s here)
+    assert fresh.redis.zscore(keys.HEARTBEATS, member) > orphaned
+    envelope = fresh.wait(run_id, timeout=30)
+    assert envelope.termination.reason == "success"
+    assert envelope.output == "finished"  # the orphaned horse's reply, not a retry's
+    state = fresh.client.status(run_id)
+    assert state.attempt == 1 and not [h for h in state.history if h.event == "phase_retried"]
+    assert fresh.redis.zscore(keys.HEARTBEATS, member) is None  # its last write took the member away
+
+
+def _threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
 def _children(pid: int) -> list[int]:
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import _thread
 import importlib
+import math
 import os
+import signal
 import threading
 import time
 import uuid
@@ -30,6 +32,7 @@ from mother.roles import role_settings, tool_manifest_error
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
 from mother.connection import ForkHandoffPool, Outage, redis_down
+from mother.server import parent_death_signal
 from mother.budget import Guard
 from mother.context import load as load_context
 from mother.errors import BudgetExhausted, ConfigError, ContextInvalid, LimitExceeded, MotherError, PhaseStale
@@ -47,7 +50,8 @@ from workers.providers import Provider, make_provider
 from workers.spawn import SpawnRun
 from workers.tools import FILE_TOOLS, ToolBox
 
-__all__ = ["PhaseWorker", "clear_prefetch", "execute", "prefetch", "preload_module", "runtime", "warm_up"]
+__all__ = ["ORPHAN_SIGNAL", "PhaseWorker", "beat", "clear_prefetch", "execute", "prefetch", "preload_module", "runtime",
+           "warm_up", "watch_worker"]
 
 log = get_logger("phase")
 _runtime: Runtime | None = None
@@ -65,7 +69,9 @@ def runtime() -> Runtime:
 
 def warm_up(settings: Settings) -> None:
     """Parse and compile what every phase needs once, in the worker before it forks work-horses
-    (each horse inherits the caches): the shipped and configured hook files, the risk policy."""
+    (each horse inherits the caches): the shipped and configured hook files, the risk policy, and
+    this module's logger (structlog builds a lazy logger on its first use: ~0.3 ms in every horse)."""
+    log.bind()
     try:
         load_hooks(settings, "")
     except ConfigError as exc:  # a bad hook file is reported by the phase that loads it
@@ -74,30 +80,69 @@ def warm_up(settings: Settings) -> None:
 
 class Heartbeat:
     """Stamps the attempt alive in ``mother:heartbeats`` every interval, at server time, from a
-    daemon thread. Started with ``_thread`` rather than ``threading.Thread.start``, which waits
-    until the new thread has been scheduled: on a busy machine that wait cost every phase a few ms."""
+    daemon thread: for a phase run outside :class:`PhaseWorker` (which beats for its work-horse), or
+    by a horse whose worker died. Started with ``_thread`` rather than ``threading.Thread.start``,
+    which waits until the new thread has been scheduled. Its beats only stamp a member that is still
+    there: one that comes after the phase's last write took the member away does not bring it back."""
 
     def __init__(self, rt: Runtime, member: str) -> None:
         self.rt, self.member = rt, member
-        self.stopped = threading.Event()
+        self.stopped: threading.Event | None = None  # made by start(): most phases never need one
 
     def beat(self) -> None:
-        beat(self.rt.redis, self.member)
+        beat(self.rt.redis, self.member, existing=True)
 
     def start(self) -> None:
-        _thread.start_new_thread(self.run, ())
+        if self.stopped is None:  # idempotent: the orphan signal and execute() may both start it
+            self.stopped = threading.Event()
+            _thread.start_new_thread(self.run, (self.stopped,))
 
-    def run(self) -> None:
-        while not self.stopped.wait(self.rt.settings.worker.heartbeat_interval_seconds):
+    def stop(self) -> None:
+        if self.stopped is not None:
+            self.stopped.set()
+
+    def run(self, stopped: threading.Event) -> None:
+        while not stopped.wait(self.rt.settings.worker.heartbeat_interval_seconds):
             try:
                 self.beat()
             except Exception as exc:  # a missed beat is retried next interval; Mother tolerates a few
                 log.warning("heartbeat_failed", error=str(exc))
 
 
-def beat(client: Any, member: str) -> None:
-    """Stamp ``member`` alive in ``mother:heartbeats`` at server time (queued when ``client`` is a pipeline)."""
-    call(client, "mh_heartbeat", [keys.HEARTBEATS], [member])
+def beat(client: Any, member: str, *, existing: bool = False) -> Any:
+    """Stamp ``member`` alive in ``mother:heartbeats`` at server time (queued when ``client`` is a
+    pipeline). ``existing``: only if it is still there (returns 0 when it is not)."""
+    return call(client, "mh_heartbeat", [keys.HEARTBEATS], [member, "XX"] if existing else [member])
+
+
+# -- who beats for a phase attempt ------------------------------------------------------------------
+# A work-horse's own heartbeat thread cost each phase ~0.7 ms (p50, measured inside the horse): starting
+# it, and waking it at the end, hands the GIL between threads while the horse waits on Redis. So the
+# PhaseWorker beats for the attempt its horse runs (from RQ's monitor loop), and the horse starts its
+# own thread only when that worker dies first: Linux sends it ORPHAN_SIGNAL then (PR_SET_PDEATHSIG).
+ORPHAN_SIGNAL = signal.SIGUSR2
+_beaten_by_worker: str | None = None  # the attempt (its member) the worker that forked this horse beats for
+_orphaned = False  # this horse's worker died: the horse beats for itself
+_running: Heartbeat | None = None  # the heartbeat of the attempt this process runs now
+
+
+def _on_orphaned(_signum: int = 0, _frame: Any = None) -> None:
+    global _orphaned
+    _orphaned = True
+    if _running is not None:
+        _running.start()
+
+
+def watch_worker(worker_pid: int) -> bool:
+    """In a work-horse: take over the attempt's heartbeat if the worker that forked it dies. Returns
+    whether the worker can be relied on (False: no parent-death signal here, or it is gone already)."""
+    signal.signal(ORPHAN_SIGNAL, _on_orphaned)
+    if not parent_death_signal(ORPHAN_SIGNAL):
+        return False
+    if os.getppid() != worker_pid:  # it died before the signal was armed
+        _on_orphaned()
+        return False
+    return True
 
 
 def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
@@ -119,6 +164,7 @@ class PhaseSetup:
     harness: Harness
     meter: Meter
     messages: list[dict[str, Any]]
+    limits: TurnLimits
 
 
 # what prefetch() read for an attempt, and the phase set up from it (None: the horse sets it up)
@@ -180,12 +226,22 @@ def preload_module(func_name: str | None) -> None:
         log.warning("job_module_not_preloaded", module=module, error=str(exc))
 
 
+def _member_of(args: Any) -> str | None:
+    """The heartbeat member of a phase job's (run_id, phase_index, attempt); None when they are not that
+    (the horse fails the job with RQ's own error)."""
+    try:
+        return keys.heartbeat_member(*args)
+    except (MotherError, TypeError, ValueError):
+        return None
+
+
 def clear_prefetch() -> None:
     global _prefetched
     _prefetched = None
 
 
 def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
+    global _running
     rt = runtime()
     member = keys.heartbeat_member(run_id, phase_index, attempt)
     heartbeat = Heartbeat(rt, member)
@@ -198,7 +254,9 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     if state is None or not is_current(state, phase_index, attempt):
         rt.redis.zrem(keys.HEARTBEATS, member)  # beaten before the run was read: take it back
         return {"status": "stale"}
-    heartbeat.start()
+    _running = heartbeat
+    if _orphaned or _beaten_by_worker != member:
+        heartbeat.start()
     started = time.monotonic()
     meters: list[Meter] = []
 
@@ -212,7 +270,8 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
             meter.settle_pending()
         return {"status": "stale"}
     finally:
-        heartbeat.stopped.set()
+        _running = None
+        heartbeat.stop()
     # the final model call's settle, the output artifact, the result and the last beat's removal: one write
     pipe = rt.redis.pipeline(transaction=True)
     settling = meters[0].settle_pending(pipe) if meters else False
@@ -233,19 +292,25 @@ class PhaseWorker(Worker):
     """RQ's forking worker (one work-horse per job, heartbeats and all) that makes a phase job's
     first read just before it forks (:func:`prefetch`), and forgets it once the horse is done.
     It also connects the horse's connections before the fork (:class:`ForkHandoffPool`): RQ's for
-    every job, and for a phase job the one the phase itself uses."""
+    every job, and for a phase job the one the phase itself uses. While a horse runs a phase, the
+    worker beats for the attempt (RQ's monitor loop wakes every ``worker.heartbeat_interval_seconds``,
+    rounded up to whole seconds: RQ's timer counts seconds); a horse whose worker dies beats for itself."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        every = max(1, math.ceil(runtime().settings.worker.heartbeat_interval_seconds))
+        kwargs["job_monitoring_interval"] = min(kwargs.get("job_monitoring_interval") or every, every)
         super().__init__(*args, **kwargs)
         self._parent_pid = os.getpid()  # the worker; a horse is a fork of it
 
     def execute_job(self, job: Job, queue: Queue) -> None:
+        global _beaten_by_worker
         pools = [self.connection.connection_pool]
         preload_module(job.func_name)
         if job.func_name == JOB_FUNCTION:
             args = job.args
             if len(args) == 3:  # a malformed job fails in the horse, with RQ's own error
                 prefetch(*args)
+                _beaten_by_worker = _member_of(args)
             pools.append(runtime().redis.connection_pool)
         if _runtime is not None:  # the horses inherit a clock measured within RESYNC_AFTER_MS
             _runtime.clock.refresh()
@@ -263,8 +328,29 @@ class PhaseWorker(Worker):
             self._lost_redis_during(job, exc)
         finally:
             clear_prefetch()
+            _beaten_by_worker = None
             for pool in handoffs:
                 pool.close_handoff()
+
+    def main_work_horse(self, job: Job, queue: Queue) -> None:
+        if _beaten_by_worker is not None:  # in the horse: if the worker dies first, beat for the attempt
+            watch_worker(self._parent_pid)
+        super().main_work_horse(job, queue)
+
+    def maintain_heartbeats(self, job: Job, execution: Any) -> None:
+        super().maintain_heartbeats(job, execution)
+        self._beat_for_horse()
+
+    def _beat_for_horse(self, *, outage: bool = False) -> None:
+        """Stamp the attempt the horse runs alive (only while its member is there: the horse's last
+        write takes it away). A failed beat is logged (at debug level during an outage the worker
+        is already reporting); Mother tolerates a few missed ones."""
+        if _beaten_by_worker is None:
+            return
+        try:
+            beat(self.connection, _beaten_by_worker, existing=True)
+        except redis.RedisError as exc:
+            (log.debug if outage else log.warning)("heartbeat_failed", error=str(exc))
 
     # -- outliving a Redis outage ---------------------------------------------------------------
     # RQ retries its blocking dequeue while Redis is away, but quits on a connection error anywhere
@@ -280,7 +366,11 @@ class PhaseWorker(Worker):
         log.warning("redis_lost_during_job", job_id=job.id, error=str(exc))
         pid = self.horse_pid
         deadline = time.monotonic() + (job.timeout if job.timeout and job.timeout > 0 else 600) + 60
+        next_beat = time.monotonic() + self.job_monitoring_interval
         while pid:
+            if time.monotonic() >= next_beat:  # the horse's phase stays alive once Redis is back
+                next_beat = time.monotonic() + self.job_monitoring_interval
+                self._beat_for_horse(outage=True)
             try:
                 done, _ = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
@@ -357,7 +447,7 @@ def _prepare(rt: Runtime, state: RunState, index: int, attempt: int, counters: d
     extra = harness.context()
     if extra:
         messages[1]["content"] = f"{extra}\n\n{messages[1]['content']}"
-    return PhaseSetup(manifest, context, provider, toolbox, harness, meter, messages)
+    return PhaseSetup(manifest, context, provider, toolbox, harness, meter, messages, turn_limits(rt.settings, state.spec, index))
 
 
 def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
@@ -374,7 +464,7 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
         try:
             outcome = run_loop(ready.provider, ready.toolbox, ready.messages, check_alive=meter.check_alive,
                                max_calls=rt.settings.worker.max_model_calls_per_phase, meter=meter,
-                               limits=turn_limits(rt.settings, state.spec, index), harness=harness)
+                               limits=ready.limits, harness=harness)
         except HookDecision as decision:
             if decision.action != HarnessAction.SKIP:
                 raise

@@ -79,8 +79,11 @@ local function mh_due(keys, args)
 end
 
 -- mh_heartbeat: stamp a phase job as alive at server time.
--- KEYS: 1 heartbeats zset.  ARGV: 1 job id.
+-- KEYS: 1 heartbeats zset.  ARGV: 1 member (run phase attempt), 2 'XX': only a member still there
+-- (a beat that comes after the phase's last write, or the watchdog, took it away does not bring it back).
+-- Returns 1 when stamped, 0 when XX found no member.
 local function mh_heartbeat(keys, args)
+  if args[2] == 'XX' and not redis.call('ZSCORE', keys[1], args[1]) then return 0 end
   redis.call('ZADD', keys[1], now_ms(), args[1])
   return 1
 end
