@@ -116,13 +116,14 @@ def beat(client: Any, member: str, *, existing: bool = False) -> Any:
 
 
 # -- who beats for a phase attempt ------------------------------------------------------------------
-# A work-horse's own heartbeat thread cost each phase ~0.7 ms (p50, measured inside the horse): starting
-# it, and waking it at the end, hands the GIL between threads while the horse waits on Redis. So the
-# PhaseWorker beats for the attempt its horse runs (from RQ's monitor loop), and the horse starts its
-# own thread only when that worker dies first: Linux sends it ORPHAN_SIGNAL then (PR_SET_PDEATHSIG).
+# A work-horse's own heartbeat thread cost each phase 0.7-1.3 ms of the horse's time (p50; horses with and
+# without it, drawn at random in the same run): starting it, and waking it at the end, hands the GIL between
+# threads while the horse waits on Redis. So the PhaseWorker beats for the attempt its horse runs (from RQ's
+# monitor loop), and the horse starts its own thread only when that worker dies first: Linux sends it
+# ORPHAN_SIGNAL then (PR_SET_PDEATHSIG). Where that signal cannot be armed, the horse beats for itself.
 ORPHAN_SIGNAL = signal.SIGUSR2
 _beaten_by_worker: str | None = None  # the attempt (its member) the worker that forked this horse beats for
-_orphaned = False  # this horse's worker died: the horse beats for itself
+_orphaned = False  # this horse's worker died (or cannot tell it would): the horse beats for itself
 _running: Heartbeat | None = None  # the heartbeat of the attempt this process runs now
 
 
@@ -133,16 +134,12 @@ def _on_orphaned(_signum: int = 0, _frame: Any = None) -> None:
         _running.start()
 
 
-def watch_worker(worker_pid: int) -> bool:
-    """In a work-horse: take over the attempt's heartbeat if the worker that forked it dies. Returns
-    whether the worker can be relied on (False: no parent-death signal here, or it is gone already)."""
+def watch_worker(worker_pid: int) -> None:
+    """In a work-horse: take over the attempt's heartbeat if the worker that forked it dies (at once
+    when no parent-death signal can be armed here, or the worker is gone already)."""
     signal.signal(ORPHAN_SIGNAL, _on_orphaned)
-    if not parent_death_signal(ORPHAN_SIGNAL):
-        return False
-    if os.getppid() != worker_pid:  # it died before the signal was armed
+    if not parent_death_signal(ORPHAN_SIGNAL) or os.getppid() != worker_pid:
         _on_orphaned()
-        return False
-    return True
 
 
 def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
