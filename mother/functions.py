@@ -19,7 +19,7 @@ import redis
 
 from mother import keys
 
-__all__ = ["call", "ensure_loaded", "fcall_command", "load_functions", "send", "server_now_ms"]
+__all__ = ["call", "ensure_loaded", "fcall_command", "follow_ups", "load_functions", "send", "server_now_ms"]
 
 def _read(file: str) -> str:
     return resources.files("mother").joinpath(f"lua/{file}").read_text(encoding="utf-8")
@@ -79,6 +79,28 @@ def send(client: redis.Redis | redis.client.Pipeline, command: tuple[Any, ...]) 
             raise
         load_functions(client)
         return client.execute_command(*command)
+
+
+# commands whose one key is their first word after the name: what a follow-up may be
+KEY_FIRST = frozenset({"SADD", "HSET", "HDEL", "RPUSH", "LPUSH", "EXPIRE", "PEXPIRE", "PERSIST", "XADD", "XACK", "ZADD",
+                       "ZREM", "SET", "JSON.SET", "JSON.MERGE", "JSON.NUMINCRBY"})
+
+
+def follow_ups(pipe: redis.client.Pipeline) -> tuple[list[Any], list[Any]]:
+    """The commands queued on ``pipe`` (never executed) as a function's follow-up writes: their keys
+    (one each, for KEYS) and their words (for ARGV: each as its word count n, its name, its n - 1
+    words after the key). This is how a library such as RQ builds the writes (RQ's own enqueue,
+    into a pipeline) and the server makes them only if a check passes (``mh_transition``)."""
+    keys_: list[Any] = []
+    words: list[Any] = []
+    for args, _options in pipe.command_stack:
+        name = str(args[0]).upper()
+        if name not in KEY_FIRST or len(args) < 2:
+            raise RuntimeError(f"{name} cannot be a follow-up write: only commands whose one key comes first "
+                               f"({', '.join(sorted(KEY_FIRST))})")
+        keys_.append(args[1])
+        words += [len(args) - 1, args[0], *args[2:]]
+    return keys_, words
 
 
 def server_now_ms(client: redis.Redis) -> int:

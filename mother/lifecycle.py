@@ -16,10 +16,10 @@ import orjson
 from mother import keys
 from mother.budget import Guard, budget_doc
 from mother.capabilities import denial
-from mother.context import LLMSummarizer, compose, llm_summarizer
+from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
 from mother.context import store as store_context
 from mother.errors import ConfigError, ContextBudgetExceeded, MotherError
-from mother.functions import call
+from mother.functions import call, follow_ups
 from mother.ledger import OWN_SPEND_PATH, own_spend
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
@@ -28,6 +28,7 @@ from mother.termination import build_record, terminate, terminated
 from schemas import HistoryEntry, PhaseResult, ResultEnvelope, RunSpec, RunState, TerminationReason, TerminationRecord
 
 __all__ = [
+    "advance",
     "dispatch",
     "outputs_of",
     "end_run",
@@ -116,26 +117,78 @@ def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
     """Compose the phase's context, then enqueue one RQ job for the attempt (the payload carries ids only).
 
     The composed context, its summaries, the job and the ``activity`` entries (type, fields)
-    go out in one transaction, the job first (RQ may WATCH inside its pipeline, which must
-    come before any queued command), so a worker never sees the job without its context.
-    ``outputs`` are the earlier phases' (name, output); read from the run when not given.
+    go out in one transaction (:func:`_queue_dispatch`), so a worker never sees the job without
+    its context. ``outputs`` are the earlier phases' (name, output); read from the run when not given.
     A context that fits no model ends the run ``context_budget_exceeded`` (returns None).
     """
+    try:
+        comp = _compose(rt, run_id, spec, index, attempt, outputs)
+    except (ContextBudgetExceeded, ConfigError) as exc:
+        _end_undispatchable(rt, run_id, spec, index, exc)
+        return None
+    pipe = rt.rq_redis.pipeline()
+    job_id = _queue_dispatch(rt, pipe, run_id, spec, index, attempt, comp, activity)
+    rt.take_ack(pipe)
+    pipe.execute()
+    return job_id
+
+
+def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to: tuple[int, int], event: str,
+            outputs: Sequence[tuple[str, str]] | None, detail: str = "", result: PhaseResult | None = None,
+            start: bool = False, activity: Sequence[tuple[str, dict[str, Any]]] = ()) -> bool:
+    """:func:`transition` to ``to`` and :func:`dispatch` it in one server call: the dispatch's writes
+    (RQ's own enqueue, the context, the activity entries, the handled entry's XACK) are queued on a
+    pipeline that is never executed and ride with ``mh_transition`` as its follow-ups, made only if
+    ``frm`` is still current. Returns whether it was.
+
+    A context that fits no model still moves the run (so its end names the phase and keeps the
+    accepted result), then ends it. An LLM summarizer composes only after the move: it may call a model.
+    """
+    index, attempt = to
+    if rt.settings.context.summarizer == "llm_generated":
+        if not transition(rt, run_id, spec, frm=frm, to=to, event=event, detail=detail, result=result, start=start):
+            return False
+        dispatch(rt, run_id, spec, index, attempt, activity=activity, outputs=outputs)
+        return True
+    try:
+        comp = _compose(rt, run_id, spec, index, attempt, outputs)
+    except (ContextBudgetExceeded, ConfigError) as exc:
+        if not transition(rt, run_id, spec, frm=frm, to=to, event=event, detail=detail, result=result, start=start):
+            return False
+        _end_undispatchable(rt, run_id, spec, index, exc)
+        return True
+    pipe = rt.rq_redis.pipeline()
+    _queue_dispatch(rt, pipe, run_id, spec, index, attempt, comp, activity)
+    ack = rt.pending_ack
+    rt.take_ack(pipe)
+    keys_, args = _transition_call(rt, run_id, spec, frm, to, event, detail, result, start)
+    more_keys, words = follow_ups(pipe)
+    pipe.reset()
+    applied = call(rt.redis, "mh_transition", keys_ + more_keys, args + words) == 1
+    if not applied:
+        rt.pending_ack = ack  # the XACK rode with the dispatch: the caller acknowledges the entry
+    return applied
+
+
+def _compose(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
+             outputs: Sequence[tuple[str, str]] | None) -> Composition:
+    """The phase's context; ``outputs`` (the earlier phases' (name, output)) read from the run when not given."""
     if outputs is None:
         outputs = rt.outputs(run_id, index)
     if outputs is None:
         state = rt.load_run(run_id)
         outputs = outputs_of(state) if state is not None else []
-    try:
-        comp = compose(rt.settings, run_id, spec, index, outputs[:index], now_iso=rt.clock.now_iso(),
-                       calibration=rt.calibration, llm=_llm(rt, run_id, spec, attempt),
-                       may_use=lambda model: _may_use(rt, run_id, model))
-    except (ContextBudgetExceeded, ConfigError) as exc:
-        _end_undispatchable(rt, run_id, spec, index, exc)
-        return None
+    return compose(rt.settings, run_id, spec, index, outputs[:index], now_iso=rt.clock.now_iso(),
+                   calibration=rt.calibration, llm=_llm(rt, run_id, spec, attempt),
+                   may_use=lambda model: _may_use(rt, run_id, model))
+
+
+def _queue_dispatch(rt: Runtime, pipe: Any, run_id: str, spec: RunSpec, index: int, attempt: int, comp: Composition,
+                    activity: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """Queue the attempt's RQ job, its context and the activity entries on ``pipe``, the job first (RQ may
+    WATCH inside its pipeline, which must come before any queued command). Returns the job id."""
     job_id = keys.phase_job_id(run_id, index, attempt)
     timeout = int(phase_timeout_seconds(rt, spec, index)) + rt.settings.worker.job_timeout_margin_seconds
-    pipe = rt.rq_redis.pipeline()
     rt.agents_queue.enqueue_call(
         JOB_FUNCTION,
         args=(run_id, index, attempt),
@@ -150,8 +203,6 @@ def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
     for event_type, fields in activity:
         rt.emit(pipe, event_type, **fields)
     rt.emit(pipe, "phase_dispatched", run_id=run_id, phase=spec.pipeline[index].name, attempt=attempt, job_id=job_id)
-    rt.take_ack(pipe)
-    pipe.execute()
     return job_id
 
 
@@ -191,10 +242,7 @@ def start_run(rt: Runtime, state: RunState) -> bool:
     """Dispatch the first phase of a queued run (no-op if it already started)."""
     if state.status != "queued":
         return False
-    if not transition(rt, state.run_id, state.spec, frm=(0, 0), to=(0, 1), event="phase_started", start=True):
-        return False
-    dispatch(rt, state.run_id, state.spec, 0, 1, outputs=[])
-    return True
+    return advance(rt, state.run_id, state.spec, frm=(0, 0), to=(0, 1), event="phase_started", start=True, outputs=[])
 
 
 def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
@@ -217,11 +265,15 @@ def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
     completed = ("phase_completed", {"run_id": result.run_id, "phase": result.phase, "attempt": result.attempt,
                                      "confidence": result.confidence, "artifacts": result.artifacts})
     if not last:
-        if not transition(rt, result.run_id, spec, frm=frm, to=to, event="phase_completed", detail=detail, result=result):
+        earlier = rt.outputs(result.run_id, result.phase_index)
+        if earlier is None:
+            state = rt.load_run(result.run_id)
+            earlier = outputs_of(state)[:result.phase_index] if state is not None else []
+        if not advance(rt, result.run_id, spec, frm=frm, to=to, event="phase_completed", detail=detail, result=result,
+                       outputs=[*earlier, (result.phase, result.output)], activity=[completed]):
             log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
             return
         rt.remember_output(result.run_id, result.phase_index, result.phase, result.output)
-        dispatch(rt, result.run_id, spec, to[0], 1, activity=[completed])
         return
     done = transition_and_load(rt, result.run_id, spec, frm=frm, to=to, event="phase_completed", detail=detail,
                                result=result)
@@ -261,10 +313,9 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
     rt.emit(rt.redis, "phase_failed", run_id=state.run_id, phase=phase.name, attempt=state.attempt, error=error[:1000])
     failures = _failures(state) + [f"attempt {state.attempt}: {error[:300]}"]
     if state.attempt <= phase.max_retries:
-        if transition(rt, state.run_id, state.spec, frm=(state.phase_index, state.attempt),
-                      to=(state.phase_index, state.attempt + 1), event="phase_retried", detail=error):
-            rt.emit(rt.redis, "phase_retried", run_id=state.run_id, phase=phase.name, attempt=state.attempt + 1)
-            dispatch(rt, state.run_id, state.spec, state.phase_index, state.attempt + 1, outputs=outputs_of(state))
+        advance(rt, state.run_id, state.spec, frm=(state.phase_index, state.attempt),
+                to=(state.phase_index, state.attempt + 1), event="phase_retried", detail=error, outputs=outputs_of(state),
+                activity=[("phase_retried", {"run_id": state.run_id, "phase": phase.name, "attempt": state.attempt + 1})])
         return
     end_run(rt, state, "retries_exhausted",
             f"Phase {phase.name} ({phase.role} on {phase.model}) failed on all {state.attempt} attempts; last error: {error[:500]}",

@@ -4,13 +4,17 @@
 -- passed in KEYS; no key is built here. Time comes from the server (TIME).
 -- Validate first, write last: a function that refuses writes nothing.
 
--- mh_transition: move a run to a phase attempt, fenced by the attempt the caller saw.
--- KEYS: 1 run:{id}, 2 phase deadlines zset, 3 run deadlines zset
+-- mh_transition: move a run to a phase attempt, fenced by the attempt the caller saw, and make the
+-- follow-up writes that belong to the move (the new attempt's RQ job, its context, activity entries:
+-- its dispatch) in the same call, only if it was applied.
+-- KEYS: 1 run:{id}, 2 phase deadlines zset, 3 run deadlines zset, 4.. one per follow-up command, its key
 -- ARGV: 1 run_id, 2 expected phase_index, 3 expected attempt, 4 new phase_index,
 --       5 new attempt, 6 new phase name, 7 phase timeout ms, 8 run duration ms (0: keep),
 --       9 timestamp (ISO), 10 history entry JSON, 11 accepted PhaseResult JSON or '',
---       12 artifact ids JSON array
--- Returns 1 when applied, 0 when the run is terminated or the attempt is not current.
+--       12 artifact ids JSON array,
+--       13.. the follow-up commands (mother.functions.follow_ups), each as: n, the command's name, then
+--       its n - 1 words after its key (the key is the next of KEYS 4..)
+-- Returns 1 when applied, 0 when the run is terminated or the attempt is not current (nothing written).
 local function mh_transition(keys, args)
   -- the fence (status, phase_index, attempt) in one read; a missing field matches nothing
   local raw = redis.call('JSON.GET', keys[1], '$.status', '$.phase_index', '$.attempt')
@@ -37,6 +41,12 @@ local function mh_transition(keys, args)
   redis.call('ZADD', keys[2], now + tonumber(args[7]), args[1])
   if tonumber(args[8]) > 0 then
     redis.call('ZADD', keys[3], 'NX', now + tonumber(args[8]), args[1])
+  end
+  local i, k = 13, 4
+  while i <= #args do
+    local n = tonumber(args[i])
+    redis.call(args[i + 1], keys[k], unpack(args, i + 2, i + n))
+    i, k = i + n + 1, k + 1
   end
   return 1
 end

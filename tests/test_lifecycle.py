@@ -1,0 +1,89 @@
+"""A phase's move and its dispatch in one server call, fenced by the attempt: Mother's intake and
+lifecycle called in this process against the real server (no Mother process, no workers)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from rq.job import Job
+
+from mother import keys
+from mother.client import EVENT_PHASE_RESULT, MotherClient
+from mother.config import load_settings
+from mother.functions import follow_ups
+from mother.intake import handle_submission
+from mother.lifecycle import on_phase_result
+from mother.runtime import Runtime
+from mother.streams import ensure_group
+from schemas import PhaseResult
+from tests.test_pipeline import example
+
+GROUP = "mother"
+
+
+def _started(r: redis.Redis, redis_url: str) -> tuple[Runtime, str]:
+    """A three-phase run taken in and started by Mother's own intake: phase 0, attempt 1 dispatched."""
+    rt = Runtime.create(load_settings(redis_url=redis_url))
+    run_id = MotherClient(settings=rt.settings).submit(example("three-phase"))
+    [(entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
+    assert handle_submission(rt, entry_id, fields) is not None
+    ensure_group(r, keys.EVENTS_STREAM, GROUP)
+    return rt, run_id
+
+
+def _delivered(r: redis.Redis, rt: Runtime, result: PhaseResult) -> str:
+    """Append ``result`` to the events stream, read it as Mother's group does, and make it the entry being handled."""
+    r.xadd(keys.EVENTS_STREAM, {"type": EVENT_PHASE_RESULT, "payload": result.to_json()})
+    [(_, [(entry_id, _)])] = r.xreadgroup(GROUP, "test", {keys.EVENTS_STREAM: ">"}, count=1)
+    rt.pending_ack = (keys.EVENTS_STREAM, GROUP, entry_id)
+    return entry_id
+
+
+def _calls(r: redis.Redis) -> dict[str, int]:
+    return {name: int(stats["calls"]) for name, stats in r.info("commandstats").items()}
+
+
+def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_duplicate_writes_nothing(
+        r: redis.Redis, redis_url: str) -> None:
+    """The accepted result, the next attempt's RQ job, its context, the activity entries and the entry's XACK
+    are made by the one mh_transition call (no MULTI/EXEC of their own); a re-delivered copy of the same
+    result finds the attempt no longer current and writes nothing at all, its entry left to the caller to ack."""
+    rt, run_id = _started(r, redis_url)
+    result = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="completed", output="the plan",
+                         confidence=0.9, finished_at="2026-11-22T00:00:00.000Z")
+    entry_id = _delivered(r, rt, result)
+    job_key = Job.key_for(keys.phase_job_id(run_id, 1, 1))
+    activity_before, queued_before = r.xlen(keys.ACTIVITY_STREAM), r.llen("rq:queue:agents")
+    before = _calls(r)
+    on_phase_result(rt, result)
+    after = _calls(r)
+    assert after.get("cmdstat_exec", 0) == before.get("cmdstat_exec", 0)  # the dispatch rode with the transition
+    assert after["cmdstat_fcall"] - before["cmdstat_fcall"] == 1
+    run = rt.load_run(run_id)
+    assert (run.status, run.phase_index, run.attempt, run.phase) == ("running", 1, 1, "execute")
+    assert [p.output for p in run.results] == ["the plan"]
+    assert r.hget(job_key, "status") == "queued" and r.llen("rq:queue:agents") == queued_before + 1
+    assert "the plan" in r.execute_command("JSON.GET", keys.context_key(run_id, 1))
+    types = [fields["type"] for _, fields in r.xrange(keys.ACTIVITY_STREAM)][activity_before:]
+    assert types == ["phase_completed", "phase_dispatched"]
+    assert rt.pending_ack is None and r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 0
+
+    duplicate = _delivered(r, rt, result)
+    r.delete(job_key)  # so a job written again would show
+    state_before, activity_before = r.execute_command("JSON.GET", keys.run_key(run_id)), r.xlen(keys.ACTIVITY_STREAM)
+    on_phase_result(rt, result)
+    assert r.execute_command("JSON.GET", keys.run_key(run_id)) == state_before
+    assert not r.exists(job_key) and r.llen("rq:queue:agents") == queued_before + 1
+    assert r.xlen(keys.ACTIVITY_STREAM) == activity_before
+    assert rt.pending_ack == (keys.EVENTS_STREAM, GROUP, duplicate) != (keys.EVENTS_STREAM, GROUP, entry_id)
+    assert r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 1
+
+
+def test_a_follow_up_whose_keys_are_not_known_is_refused(r: redis.Redis) -> None:
+    """Only commands whose one key comes first can ride with a server function (their key goes in KEYS)."""
+    pipe = r.pipeline()
+    pipe.hset("h", mapping={"a": 1})
+    assert follow_ups(pipe) == (["h"], [3, "HSET", "a", 1])
+    pipe.delete("a", "b")
+    with pytest.raises(RuntimeError, match=r"^DEL cannot be a follow-up write: only commands whose one key comes first"):
+        follow_ups(pipe)
