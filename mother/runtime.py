@@ -117,6 +117,8 @@ class Runtime:
 
     def outputs(self, run_id: str, count: int) -> list[tuple[str, str]] | None:
         """The first ``count`` phases' (name, output) as this process saw them accepted, if it saw all."""
+        if count == 0:
+            return []
         cached = self._outputs.get(run_id)
         return list(cached) if cached is not None and len(cached) == count else None
 

@@ -46,7 +46,7 @@ def _calls(r: redis.Redis) -> dict[str, int]:
 def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_duplicate_writes_nothing(
         r: redis.Redis, redis_url: str) -> None:
     """The accepted result, the next attempt's RQ job, its context, the activity entries and the entry's XACK
-    are made by the one mh_transition call (no MULTI/EXEC of their own); a re-delivered copy of the same
+    are made by the one mh_transition call (no MULTI/EXEC of their own, no read of the run); a re-delivered copy of the same
     result finds the attempt no longer current and writes nothing at all, its entry left to the caller to ack."""
     rt, run_id = _started(r, redis_url)
     result = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="completed", output="the plan",
@@ -59,6 +59,7 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
     after = _calls(r)
     assert after.get("cmdstat_exec", 0) == before.get("cmdstat_exec", 0)  # the dispatch rode with the transition
     assert after["cmdstat_fcall"] - before["cmdstat_fcall"] == 1
+    assert after["cmdstat_json.get"] - before["cmdstat_json.get"] == 1  # the fence's, in mh_transition: Mother reads nothing
     run = rt.load_run(run_id)
     assert (run.status, run.phase_index, run.attempt, run.phase) == ("running", 1, 1, "execute")
     assert [p.output for p in run.results] == ["the plan"]
