@@ -172,15 +172,21 @@ def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to
 
 def _compose(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
              outputs: Sequence[tuple[str, str]] | None) -> Composition:
-    """The phase's context; ``outputs`` (the earlier phases' (name, output)) read from the run when not given."""
+    """The phase's context; ``outputs`` (the earlier phases' (name, output)) found when not given."""
     if outputs is None:
-        outputs = rt.outputs(run_id, index)
-    if outputs is None:
-        state = rt.load_run(run_id)
-        outputs = outputs_of(state) if state is not None else []
+        outputs = _earlier_outputs(rt, run_id, index)
     return compose(rt.settings, run_id, spec, index, outputs[:index], now_iso=rt.clock.now_iso(),
                    calibration=rt.calibration, llm=_llm(rt, run_id, spec, attempt),
                    may_use=lambda model: _may_use(rt, run_id, model))
+
+
+def _earlier_outputs(rt: Runtime, run_id: str, index: int) -> list[tuple[str, str]]:
+    """The first ``index`` phases' (name, output): from Mother's cache, else read from the run."""
+    outputs = rt.outputs(run_id, index)
+    if outputs is None:
+        state = rt.load_run(run_id)
+        outputs = outputs_of(state)[:index] if state is not None else []
+    return outputs
 
 
 def _queue_dispatch(rt: Runtime, pipe: Any, run_id: str, spec: RunSpec, index: int, attempt: int, comp: Composition,
@@ -248,8 +254,9 @@ def start_run(rt: Runtime, state: RunState) -> bool:
 def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
     """Accept a worker's PhaseResult if it is for the current attempt; advance or retry.
 
-    The hot path makes two round trips: the fenced transition, then one pipeline
-    with the next job and the activity entries. The spec comes from Mother's cache.
+    The hot path makes one round trip (:func:`advance`: the fenced transition with the next
+    job, its context and the activity entries). The spec and the earlier outputs come from
+    Mother's cache.
     """
     spec = rt.spec(result.run_id)
     if spec is None:
@@ -265,10 +272,7 @@ def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
     completed = ("phase_completed", {"run_id": result.run_id, "phase": result.phase, "attempt": result.attempt,
                                      "confidence": result.confidence, "artifacts": result.artifacts})
     if not last:
-        earlier = rt.outputs(result.run_id, result.phase_index)
-        if earlier is None:
-            state = rt.load_run(result.run_id)
-            earlier = outputs_of(state)[:result.phase_index] if state is not None else []
+        earlier = _earlier_outputs(rt, result.run_id, result.phase_index)
         if not advance(rt, result.run_id, spec, frm=frm, to=to, event="phase_completed", detail=detail, result=result,
                        outputs=[*earlier, (result.phase, result.output)], activity=[completed]):
             log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)

@@ -10,9 +10,9 @@ from rq.job import Job
 from mother import keys
 from mother.client import EVENT_PHASE_RESULT, MotherClient
 from mother.config import load_settings
-from mother.functions import follow_ups
+from mother.functions import call, follow_ups
 from mother.intake import handle_submission
-from mother.lifecycle import on_phase_result
+from mother.lifecycle import _transition_call, on_phase_result
 from mother.runtime import Runtime
 from mother.streams import ensure_group
 from schemas import PhaseResult
@@ -88,3 +88,19 @@ def test_a_follow_up_whose_keys_are_not_known_is_refused(r: redis.Redis) -> None
     pipe.delete("a", "b")
     with pytest.raises(RuntimeError, match=r"^DEL cannot be a follow-up write: only commands whose one key comes first"):
         follow_ups(pipe)
+
+
+@pytest.mark.parametrize(("more_keys", "words", "error"), [
+    (["h"], [5, "HSET", "a"], "malformed follow-up command at ARGV 13"),
+    (["h"], [], r"follow-up keys \(1\) do not match the commands \(0\)"),
+    ([], [3, "HSET", "a", "1"], "malformed follow-up command at ARGV 13"),
+])
+def test_malformed_follow_ups_are_refused_before_anything_is_written(r: redis.Redis, redis_url: str, more_keys: list,
+                                                                    words: list, error: str) -> None:
+    """A hand-made mh_transition call whose follow-ups do not match their keys is an error and moves nothing."""
+    rt, run_id = _started(r, redis_url)
+    before = r.execute_command("JSON.GET", keys.run_key(run_id))
+    keys_, args = _transition_call(rt, run_id, rt.spec(run_id), (0, 1), (1, 1), "phase_completed", "", None, False)
+    with pytest.raises(redis.ResponseError, match=error):
+        call(r, "mh_transition", keys_ + more_keys, args + words)
+    assert r.execute_command("JSON.GET", keys.run_key(run_id)) == before and not r.exists("h")

@@ -14,8 +14,16 @@
 --       12 artifact ids JSON array,
 --       13.. the follow-up commands (mother.functions.follow_ups), each as: n, the command's name, then
 --       its n - 1 words after its key (the key is the next of KEYS 4..)
--- Returns 1 when applied, 0 when the run is terminated or the attempt is not current (nothing written).
+-- Returns 1 when applied, 0 when the run is terminated or the attempt is not current (nothing written);
+-- an error, writing nothing, when the follow-ups do not match their keys.
 local function mh_transition(keys, args)
+  local i, k = 13, 4  -- the follow-ups' shape is checked before anything is written
+  while i <= #args do
+    local n = tonumber(args[i])
+    if n == nil or n < 1 or i + n > #args or keys[k] == nil then error('malformed follow-up command at ARGV ' .. i) end
+    i, k = i + n + 1, k + 1
+  end
+  if k ~= #keys + 1 then error('follow-up keys (' .. (#keys - 3) .. ') do not match the commands (' .. (k - 4) .. ')') end
   -- the fence (status, phase_index, attempt) in one read; a missing field matches nothing
   local raw = redis.call('JSON.GET', keys[1], '$.status', '$.phase_index', '$.attempt')
   if not raw then return 0 end
