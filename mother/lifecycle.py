@@ -145,17 +145,19 @@ def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to
     accepted result), then ends it. An LLM summarizer composes only after the move: it may call a model.
     """
     index, attempt = to
-    if rt.settings.context.summarizer == "llm_generated":
+    comp, unfit = None, None
+    if rt.settings.context.summarizer != "llm_generated":
+        try:
+            comp = _compose(rt, run_id, spec, index, attempt, outputs)
+        except (ContextBudgetExceeded, ConfigError) as exc:
+            unfit = exc
+    if comp is None:  # the move on its own first; then the dispatch (composing after it), or the end
         if not transition(rt, run_id, spec, frm=frm, to=to, event=event, detail=detail, result=result, start=start):
             return False
-        dispatch(rt, run_id, spec, index, attempt, activity=activity, outputs=outputs)
-        return True
-    try:
-        comp = _compose(rt, run_id, spec, index, attempt, outputs)
-    except (ContextBudgetExceeded, ConfigError) as exc:
-        if not transition(rt, run_id, spec, frm=frm, to=to, event=event, detail=detail, result=result, start=start):
-            return False
-        _end_undispatchable(rt, run_id, spec, index, exc)
+        if unfit is not None:
+            _end_undispatchable(rt, run_id, spec, index, unfit)
+        else:
+            dispatch(rt, run_id, spec, index, attempt, activity=activity, outputs=outputs)
         return True
     pipe = rt.rq_redis.pipeline()
     _queue_dispatch(rt, pipe, run_id, spec, index, attempt, comp, activity)

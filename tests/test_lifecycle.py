@@ -21,9 +21,9 @@ from tests.test_pipeline import example
 GROUP = "mother"
 
 
-def _started(r: redis.Redis, redis_url: str) -> tuple[Runtime, str]:
+def _started(r: redis.Redis, redis_url: str, **settings: object) -> tuple[Runtime, str]:
     """A three-phase run taken in and started by Mother's own intake: phase 0, attempt 1 dispatched."""
-    rt = Runtime.create(load_settings(redis_url=redis_url))
+    rt = Runtime.create(load_settings(redis_url=redis_url, **settings))
     run_id = MotherClient(settings=rt.settings).submit(example("three-phase"))
     [(entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
     assert handle_submission(rt, entry_id, fields) is not None
@@ -78,6 +78,28 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
     assert r.xlen(keys.ACTIVITY_STREAM) == activity_before
     assert rt.pending_ack == (keys.EVENTS_STREAM, GROUP, duplicate) != (keys.EVENTS_STREAM, GROUP, entry_id)
     assert r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 1
+
+
+def test_with_an_llm_summarizer_the_move_comes_first_and_the_dispatch_after_it(r: redis.Redis, redis_url: str) -> None:
+    """Composing may call a model, so it waits for the fence: the move is one call, the dispatch its own
+    transaction after it; a duplicate is refused by the move and composes and dispatches nothing."""
+    rt, run_id = _started(r, redis_url, context={"summarizer": "llm_generated", "summarizer_model": "scripted"})
+    result = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="completed", output="the plan",
+                         finished_at="2026-11-22T00:00:00.000Z")
+    _delivered(r, rt, result)
+    before = _calls(r)
+    on_phase_result(rt, result)
+    after = _calls(r)
+    assert (after["cmdstat_fcall"] - before["cmdstat_fcall"], after["cmdstat_exec"] - before["cmdstat_exec"]) == (1, 1)
+    run = rt.load_run(run_id)
+    assert (run.phase_index, run.attempt) == (1, 1) and r.exists(Job.key_for(keys.phase_job_id(run_id, 1, 1)))
+    assert rt.pending_ack is None and r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 0
+
+    _delivered(r, rt, result)
+    queued, activity = r.llen("rq:queue:agents"), r.xlen(keys.ACTIVITY_STREAM)
+    on_phase_result(rt, result)
+    assert (r.llen("rq:queue:agents"), r.xlen(keys.ACTIVITY_STREAM)) == (queued, activity)
+    assert rt.pending_ack is not None
 
 
 def test_a_follow_up_whose_keys_are_not_known_is_refused(r: redis.Redis) -> None:
