@@ -329,6 +329,11 @@ class Settings(BaseSettings):
         "redis://127.0.0.1:6379/0",
         description="redis:// or unix:// URL of a Redis with the JSON module",
     )
+    redis_wait_seconds: float = Field(
+        60.0, ge=0, le=86_400,
+        description="how long `mother run` and `mother worker` wait at startup for a Redis that cannot be "
+                    "reached yet (starting, restarting, loading its data), logging the wait; 0: stop at once",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["auto", "json", "console"] = Field(
         "auto", description="auto: console on a terminal, JSON lines otherwise"

@@ -20,7 +20,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from mother.errors import MissingJSONModule, RedisUnavailable
 from mother.keys import PROBE_KEY
 
-__all__ = ["CONNECTION_OPTIONS", "REDIS_DOWN", "ForkHandoffPool", "Outage", "ServerInfo", "connect", "redact_url",
+__all__ = ["CONNECTION_OPTIONS", "REDIS_DOWN", "ForkHandoffPool", "Outage", "ServerInfo", "connect", "connect_waiting", "redact_url",
            "redis_down", "require_json", "server_info", "sleep_unless"]
 
 # A new connection needs no handshake round trip at all: RESP2 (no HELLO), and none of what
@@ -58,11 +58,14 @@ def sleep_unless(stop: Callable[[], bool], seconds: float) -> None:
 
 class Outage:
     """Waiting out a Redis that cannot serve (:data:`REDIS_DOWN`): call :meth:`failed` after each failed
-    try (it logs the first, then every 30 s, and sleeps 0.2 s doubling to 5 s, cut short when ``stop()``
-    turns true) and :meth:`recovered` after a try that worked (it logs ``redis_back`` once)."""
+    try (it logs the first, then every ``every`` seconds, and sleeps 0.2 s doubling to 5 s, cut short when
+    ``stop()`` turns true) and :meth:`recovered` after a try that worked (it logs ``redis_back`` once).
+    ``context``: more fields for those log lines."""
 
-    def __init__(self, log: Any, during: str, stop: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, log: Any, during: str, stop: Callable[[], bool] = lambda: False, *, every: float = 30,
+                 **context: Any) -> None:
         self.log, self.during, self.stop = log, during, stop
+        self.every, self.context = every, context
         self.since: float | None = None
         self._reported = 0.0
         self._delay = 0.2
@@ -75,16 +78,17 @@ class Outage:
         now = time.monotonic()
         if self.since is None:
             self.since = self._reported = now
-            self.log.warning("redis_unavailable", during=self.during, error=str(exc), retrying=True)
-        elif now - self._reported >= 30:
+            self.log.warning("redis_unavailable", during=self.during, error=str(exc), retrying=True, **self.context)
+        elif now - self._reported >= self.every:
             self._reported = now
-            self.log.warning("redis_still_unavailable", during=self.during, seconds=round(now - self.since), error=str(exc))
+            self.log.warning("redis_still_unavailable", during=self.during, seconds=round(now - self.since), error=str(exc),
+                             **self.context)
         sleep_unless(self.stop, self._delay)
         self._delay = min(self._delay * 2, 5.0)
 
     def recovered(self) -> None:
         if self.since is not None:
-            self.log.info("redis_back", during=self.during, after_seconds=round(time.monotonic() - self.since, 1))
+            self.log.info("redis_back", during=self.during, after_seconds=round(time.monotonic() - self.since, 1), **self.context)
             self.since, self._delay = None, 0.2
 
 
@@ -166,14 +170,15 @@ def server_info(client: redis.Redis, url: str) -> ServerInfo:
         probe.execute_command("JSON.TYPE", PROBE_KEY)  # nil when the module is there
         probe.execute_command("FT._LIST")
         found = probe.execute(raise_on_error=False)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except redis.AuthenticationError as exc:  # a ConnectionError to redis-py: it must come first
+        raise RedisUnavailable(f"Redis at {redact_url(url)} refused our credentials ({exc}); fix the URL",
+                               url=redact_url(url)) from None
+    except (redis.ConnectionError, redis.TimeoutError) as exc:  # refused, timed out, or loading its data
         raise RedisUnavailable(
             f"cannot reach Redis at {redact_url(url)} ({exc}); start one with `mother server` "
             "or set MOTHER_REDIS_URL",
-            url=redact_url(url),
+            url=redact_url(url), unreachable=True,
         ) from None
-    except redis.AuthenticationError as exc:
-        raise RedisUnavailable(f"Redis at {redact_url(url)} refused our credentials ({exc}); fix the URL") from None
     modules: dict[str, str] = {}
     try:
         for mod in client.execute_command("MODULE", "LIST") or []:
@@ -207,6 +212,30 @@ def require_json(info: ServerInfo) -> ServerInfo:
             url=info.url,
         )
     return info
+
+
+def connect_waiting(url: str, wait_seconds: float, log: Any) -> redis.Redis:
+    """:func:`connect` for a long-running process that is starting (Mother, a worker): a server that
+    cannot be reached yet (starting, restarting, loading its data) is waited for up to ``wait_seconds``,
+    trying again 0.2 s doubling to 5 s apart and logging the first failed try, then every 5 s. A server
+    that answers but is refused (no JSON module, wrong credentials) and a URL that is not one stop at
+    once; so does a wait that runs out, with the last error and how long it waited."""
+    deadline = time.monotonic() + wait_seconds
+    outage = Outage(log, "startup", lambda: time.monotonic() >= deadline, every=5,
+                    url=redact_url(url), waiting_up_to_seconds=wait_seconds)
+    while True:
+        try:
+            client = connect(url)
+        except RedisUnavailable as exc:
+            if not exc.data.get("unreachable") or time.monotonic() >= deadline:
+                if outage.active:
+                    raise RedisUnavailable(f"{exc.message} (waited {wait_seconds:g} s; MOTHER_REDIS_WAIT_SECONDS sets how long)",
+                                           **exc.data) from None
+                raise
+            outage.failed(exc)
+            continue
+        outage.recovered()
+        return client
 
 
 def connect(url: str, *, check: bool = True, decode_responses: bool = True, **kwargs: object) -> redis.Redis:

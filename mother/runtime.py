@@ -15,9 +15,10 @@ from rq.serializers import JSONSerializer
 from mother import activity, keys
 from mother.clock import ServerClock
 from mother.config import Settings
-from mother.connection import connect
+from mother.connection import connect, connect_waiting
 from mother.functions import ensure_loaded
 from mother.ledger import BudgetLedger
+from mother.logs import get_logger
 from mother.tokens import Calibration
 from schemas import ActivityEvent, RunSpec, RunState
 
@@ -57,7 +58,10 @@ class Runtime:
 
     @classmethod
     def create(cls, settings: Settings) -> Runtime:
-        return cls(settings=settings, redis=connect(settings.redis_url))
+        """A long-running process's runtime (Mother, a worker): it waits up to ``redis_wait_seconds`` for
+        a Redis that cannot be reached yet, as when it starts alongside it."""
+        return cls(settings=settings, redis=connect_waiting(settings.redis_url, settings.redis_wait_seconds,
+                                                            get_logger("runtime")))
 
     @cached_property
     def rq_redis(self) -> redis.Redis:

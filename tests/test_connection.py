@@ -1,4 +1,5 @@
-"""ForkHandoffPool: a forked child starts on the connection its parent opened for it, and only it does."""
+"""Connecting: a forked child starts on the connection its parent opened for it (ForkHandoffPool), and a
+starting Mother or worker waits for its Redis as long as it is told to (connect_waiting)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 import redis
 
 from mother.connection import ForkHandoffPool, connect
+from mother.server import free_port
 from tests.conftest import Pipeline
 from tests.test_pipeline import example
 
@@ -83,3 +85,54 @@ def test_worker_closes_the_connections_it_opened_for_its_horses(pipeline: Pipeli
     while len(pipeline.redis.client_list()) > before + 4 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(pipeline.redis.client_list()) <= before + 4
+
+
+def test_a_long_running_process_waits_for_redis_only_as_long_as_told(tmp_path) -> None:
+    """`mother run` / `mother worker` against a Redis that never comes: with MOTHER_REDIS_WAIT_SECONDS=0 one
+    line at once; with 1, the wait is logged and the same line says how long it waited."""
+    from tests.conftest import run_cli
+
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    for command in ("run", "worker"):
+        at_once = run_cli(command, env={"MOTHER_REDIS_URL": url, "MOTHER_REDIS_WAIT_SECONDS": "0"})
+        assert at_once.returncode == 2
+        assert at_once.stderr.strip().splitlines() == [at_once.stderr.strip()]  # one line: no wait was logged
+        assert at_once.stderr.startswith(f"error[redis_unavailable]: cannot reach Redis at {url}")
+        waited = run_cli(command, env={"MOTHER_REDIS_URL": url, "MOTHER_REDIS_WAIT_SECONDS": "1",
+                                       "MOTHER_LOG_FORMAT": "json"})
+        assert waited.returncode == 2
+        lines = waited.stderr.strip().splitlines()
+        assert '"event":"redis_unavailable"' in lines[0] and '"during":"startup"' in lines[0]
+        assert lines[-1].startswith(f"error[redis_unavailable]: cannot reach Redis at {url}")
+        assert lines[-1].endswith("(waited 1 s; MOTHER_REDIS_WAIT_SECONDS sets how long)")
+
+
+def test_wrong_credentials_are_said_so_and_not_waited_for(tmp_path) -> None:
+    """A server that refuses our password is not 'unreachable': the error says to fix the URL, and a
+    starting process does not wait for it (redis-py's AuthenticationError is a ConnectionError)."""
+    from mother.connection import connect_waiting
+    from mother.errors import RedisUnavailable
+    from mother.server import EmbeddedRedis
+
+    class Log:
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def warning(self, event: str, **_: object) -> None:
+            self.lines.append(event)
+
+        info = warning
+
+    with EmbeddedRedis(dir=tmp_path / "r", appendfsync="no") as server:
+        redis.Redis.from_url(server.url).config_set("requirepass", "right")
+        url = server.url.replace("redis://", "redis://:wrong@")
+        log = Log()
+        try:
+            connect_waiting(url, 30, log)
+        except RedisUnavailable as exc:
+            assert exc.message.startswith(f"Redis at {url.replace(':wrong@', ':***@')} refused our credentials")
+            assert exc.message.endswith("; fix the URL")
+        else:
+            raise AssertionError("a wrong password was accepted")
+        assert log.lines == []
+        assert connect_waiting(server.url.replace("redis://", "redis://:right@"), 30, log).ping()

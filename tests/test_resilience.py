@@ -242,3 +242,34 @@ def test_redis_refusing_writes_is_outlived(tmp_path: Path, refuse: tuple[str, ..
         assert '"event":"redis_unavailable"' in log and '"event":"redis_back"' in log
     finally:
         stop_pipeline(p)
+
+
+def test_mother_and_a_worker_started_before_their_redis_wait_for_it(tmp_path: Path) -> None:
+    """Started before their Redis is up (compose, boot order), Mother and a worker wait for it, saying
+    so in their logs, and serve a run once it is up. They used to exit at once, and stayed down."""
+    from mother.server import EmbeddedRedis, free_port
+    from mother.stack import LocalStack
+    from tests.conftest import FAST_ENV
+
+    port = free_port()
+    workspace = tmp_path / "workspaces"
+    stack = LocalStack(f"redis://127.0.0.1:{port}/0", workers=1, mothers=1, log_dir=tmp_path / "logs",
+                       env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(workspace),
+                            "MOTHER_REDIS_WAIT_SECONDS": "60"}).start()
+    server = None
+    try:
+        logs = {name: tmp_path / "logs" / f"{name}.log" for name in ("mother-0", "worker-0")}
+        wait_until(lambda: all(path.is_file() and '"event":"redis_unavailable"' in path.read_text()
+                               for path in logs.values()), timeout=30)
+        assert stack.alive() == {"mother-0": True, "worker-0": True}
+        server = EmbeddedRedis(port=port, dir=tmp_path / "redis", appendfsync="no").start()
+        p = Pipeline(server, stack, workspace)
+        assert p.wait(p.client.submit(example("three-phase")), timeout=60).termination.reason == "success"
+        for path in logs.values():
+            waited = [orjson.loads(line) for line in path.read_text().splitlines() if '"during":"startup"' in line]
+            assert [w["event"] for w in waited][0] == "redis_unavailable" and waited[-1]["event"] == "redis_back"
+            assert waited[0]["url"] == f"redis://127.0.0.1:{port}/0" and waited[0]["waiting_up_to_seconds"] == 60
+    finally:
+        stack.stop()
+        if server is not None:
+            server.stop()
