@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
+import redis
 from rq import Queue
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
@@ -94,8 +95,6 @@ def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
              with_latencies: bool = True, relayed: bool = False) -> tuple[float, list[float]]:
     """N chains of 3 no-op jobs: each job enqueues the next (plain RQ), or reports to the relay,
     which enqueues it (``relayed``: the bare hop through a central process)."""
-    import redis
-
     conn = redis.Redis.from_url(url)
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
     chains = range(first, first + runs)
@@ -153,8 +152,6 @@ def through_mother(client: MotherClient, runs: int, poll: float = 0.05) -> tuple
 def ping_p50_ms(url: str, count: int = 2000) -> float:
     """A bare Redis round trip (PING from one client, the dispatchers paused) on this machine, in ms: the
     unit the per-phase figures can be read in on another machine."""
-    import redis
-
     client = redis.Redis.from_url(url)
     times = []
     for _ in range(count):
@@ -183,8 +180,6 @@ def mother_steps(client: MotherClient, run_id: str) -> tuple[float, list[float],
 def chain_steps(url: str, chain: int, relayed: bool = False) -> list[float]:
     """A chain's steps in ms: the first job's enqueue → its end, then each end → the next end (a plain-RQ
     job enqueues the next before it ends; a relayed one reports to the relay, which enqueues it)."""
-    import redis
-
     job_id = CHAIN_JOBS[relayed][1]
     jobs = Job.fetch_many([job_id(chain, step) for step in range(3)], connection=redis.Redis.from_url(url),
                           serializer=JSONSerializer)

@@ -229,9 +229,10 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(pipelin
         assert phase._prefetched is not None and phase._prefetched[0] == (run_id, 0, 1)
         state, _counters, context = phase._prefetched[1]
         assert state is not None and (state.status, state.phase_index, state.attempt) == ("running", 0, 1)
+        made = context._manifest  # made by the setup, before the fork (before this test asks for it)
         assert context.run_id == run_id and context.manifest().content_hash == context.content_hash  # checked
         setup = phase._prefetched[2]
-        assert setup is not None and setup.context is context and setup.manifest is context.manifest()
+        assert setup is not None and setup.context is context and made is not None and made is context.manifest()
         role = state.spec.pipeline[0].role
         expected = [h.spec.id for h in load_hooks(phase.runtime().settings, role).hooks]
         assert expected and [h.spec.id for h in setup.harness.hooks.hooks] == expected

@@ -42,7 +42,7 @@ from mother.functions import call
 from mother.logs import configure_logging, get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
 from mother.signing import SignatureInvalid
-from schemas import MAX_OUTPUT_CHARS, ComposedContext, ContextManifest, PhaseResult, RunSpec, RunState, Usage
+from schemas import MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, RunState, Usage
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness, HookDecision
 from workers.metering import COUNTER_PATHS, Meter, parse_counters
@@ -154,8 +154,7 @@ FirstRead = tuple[RunState | None, Any, Any]  # the run, its counters (raw), the
 class PhaseSetup:
     """What a phase attempt's agent loop runs with, made before its first model call (:func:`_prepare`)."""
 
-    manifest: ContextManifest
-    context: ComposedContext
+    context: ComposedContext  # its manifest() is made by _prepare too, and kept with it
     provider: Provider
     toolbox: ToolBox
     harness: Harness
@@ -425,7 +424,7 @@ def _prepare(rt: Runtime, state: RunState, index: int, attempt: int, counters: d
 
     context = (raw_context if isinstance(raw_context, ComposedContext)  # checked by prefetch()
                else load_context(raw_context, state.run_id, index))
-    manifest = context.manifest()
+    context.manifest()  # made once, here: a worker makes it before forking
     model = context.model  # the phase's model, or the larger one Mother escalated to
     provider = make_provider(model, rt.settings.models[model], role=phase.role,
                              scripts=state.spec.scripts, attempt=attempt, interrupt=check_alive)
@@ -444,7 +443,7 @@ def _prepare(rt: Runtime, state: RunState, index: int, attempt: int, counters: d
     extra = harness.context()
     if extra:
         messages[1]["content"] = f"{extra}\n\n{messages[1]['content']}"
-    return PhaseSetup(manifest, context, provider, toolbox, harness, meter, messages, turn_limits(rt.settings, state.spec, index))
+    return PhaseSetup(context, provider, toolbox, harness, meter, messages, turn_limits(rt.settings, state.spec, index))
 
 
 def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
@@ -456,7 +455,8 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
     manifest = None
     try:
         ready = setup()
-        manifest, context, meter, harness = ready.manifest, ready.context, ready.meter, ready.harness
+        context, meter, harness = ready.context, ready.meter, ready.harness
+        manifest = context.manifest()
         meters.append(meter)
         try:
             outcome = run_loop(ready.provider, ready.toolbox, ready.messages, check_alive=meter.check_alive,

@@ -17,13 +17,15 @@
 -- Returns 1 when applied, 0 when the run is terminated or the attempt is not current (nothing written);
 -- an error, writing nothing, when the follow-ups do not match their keys.
 local function mh_transition(keys, args)
-  local i, k = 13, 4  -- the follow-ups' shape is checked before anything is written
+  -- the follow-ups, read (and their shape checked) before anything is written: {first ARGV, word count, key}
+  local ops, i = {}, 13
   while i <= #args do
-    local n = tonumber(args[i])
-    if n == nil or n < 1 or i + n > #args or keys[k] == nil then error('malformed follow-up command at ARGV ' .. i) end
-    i, k = i + n + 1, k + 1
+    local n, key = tonumber(args[i]), keys[#ops + 4]
+    if n == nil or n < 1 or i + n > #args or key == nil then error('malformed follow-up command at ARGV ' .. i) end
+    ops[#ops + 1] = {i, n, key}
+    i = i + n + 1
   end
-  if k ~= #keys + 1 then error('follow-up keys (' .. (#keys - 3) .. ') do not match the commands (' .. (k - 4) .. ')') end
+  if #ops ~= #keys - 3 then error('follow-up keys (' .. (#keys - 3) .. ') do not match the commands (' .. #ops .. ')') end
   -- the fence (status, phase_index, attempt) in one read; a missing field matches nothing
   local raw = redis.call('JSON.GET', keys[1], '$.status', '$.phase_index', '$.attempt')
   if not raw then return 0 end
@@ -50,11 +52,9 @@ local function mh_transition(keys, args)
   if tonumber(args[8]) > 0 then
     redis.call('ZADD', keys[3], 'NX', now + tonumber(args[8]), args[1])
   end
-  local i, k = 13, 4
-  while i <= #args do
-    local n = tonumber(args[i])
-    redis.call(args[i + 1], keys[k], unpack(args, i + 2, i + n))
-    i, k = i + n + 1, k + 1
+  for _, op in ipairs(ops) do
+    local at, n = op[1], op[2]
+    redis.call(args[at + 1], op[3], unpack(args, at + 2, at + n))
   end
   return 1
 end
