@@ -22,7 +22,8 @@ from mother import keys
 from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect, redis_down
-from mother.errors import InvalidSpec, NotFound, RedisUnavailable, WaitTimeout, not_utf8
+from mother.errors import InvalidSpec, NoSuchRun, NotFound, RedisUnavailable, WaitTimeout, not_utf8
+from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
 from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error
 
@@ -131,15 +132,35 @@ class MotherClient:
 
     # -- read ------------------------------------------------------------
     def status(self, run_id: str) -> RunState:
-        raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
-        if raw is None:
-            rejected = self.rejection_for(run_id)
-            if rejected:
-                raise InvalidSpec(f"run {run_id} was rejected at intake: {rejected['error']}")
-            raise NotFound(
-                f"no run {run_id!r}: not submitted, or not taken in yet (is `mother run` running?); list runs with `mother runs`"
-            )
-        return RunState.model_validate(orjson.loads(raw))
+        while True:
+            raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
+            if raw is not None:
+                return RunState.model_validate(orjson.loads(raw))
+            missing = self._missing(run_id)
+            if missing is not None:
+                raise missing
+
+    def _missing(self, run_id: str) -> NotFound | None:
+        """Why there is no run ``run_id`` (InvalidSpec raised when it was rejected at intake); None when
+        it has been taken in since the caller looked. :class:`NoSuchRun` when Mother has taken in every
+        submission (none pending or undelivered: each one has its run or its rejection by then) and
+        this one is not among them; a plain NotFound while it may still be waiting to be taken in."""
+        idle = self._intake_idle()
+        if idle and self.redis.exists(keys.run_key(run_id)):
+            return None
+        rejected = self.rejection_for(run_id)
+        if rejected:
+            raise InvalidSpec(f"run {run_id} was rejected at intake: {rejected['error']}")
+        if idle:
+            return NoSuchRun(f"no run {run_id!r}: Mother has taken in every submission and none is this run "
+                             "(never submitted, or its records are gone); list runs with `mother runs`")
+        return NotFound(f"no run {run_id!r}: not submitted, or not taken in yet (is `mother run` running?); "
+                        "list runs with `mother runs`")
+
+    def _intake_idle(self) -> bool:
+        """Whether Mother's consumer group has acknowledged every submission (none pending, none
+        undelivered); False when that cannot be told (no group yet, lag unknown)."""
+        return group_backlog(self.redis, keys.SUBMISSIONS_STREAM, self.settings.service.consumer_group) == (0, 0)
 
     def result(self, run_id: str) -> ResultEnvelope | None:
         raw = self.redis.execute_command("JSON.GET", keys.result_key(run_id))
@@ -189,8 +210,10 @@ class MotherClient:
                 try:
                     state = self.status(run_id) if on_progress or seen is None or unknown is not None else None
                     unknown = None
+                except NoSuchRun:
+                    raise  # nothing is waiting to be taken in: it never will be (a rejection raises InvalidSpec)
                 except NotFound as exc:
-                    state, unknown = None, exc  # submitted but not taken in yet: keep waiting (a rejection raises InvalidSpec)
+                    state, unknown = None, exc  # submitted but not taken in yet: keep waiting
                     if time.monotonic() - started >= INTAKE_NOTICE_SECONDS:
                         notice("intake", f"run {run_id} is not taken in after {INTAKE_NOTICE_SECONDS:g}s; "
                                          "still waiting (is `mother run` running?)")

@@ -63,6 +63,7 @@ __all__ = [
     "MissingJSONModule",
     "ModuleLoadFailed",
     "MotherError",
+    "NoSuchRun",
     "NotFound",
     "PortInUse",
     "RedisUnavailable",
@@ -100,6 +101,10 @@ class InvalidSpec(MotherError):
 
 class NotFound(MotherError):
     code = "not_found"
+
+
+class NoSuchRun(NotFound):
+    """No run has this id and no submission is waiting to be taken in: waiting for it is pointless."""
 
 
 class WaitTimeout(MotherError):

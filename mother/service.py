@@ -277,11 +277,16 @@ class Mother:
         return int(info[0]["times_delivered"]) if info else 0
 
     def _dead_letter(self, stream: str, entry_id: str, fields: dict[str, Any]) -> None:
+        run_id = _run_id_of(fields)
+        if stream == keys.SUBMISSIONS_STREAM and (run_id is None or self.rt.load_run(run_id) is None):
+            # not taken in: its rejection says so (`mother status` and `wait` name it, not "never submitted")
+            reject(self.rt, entry_id, fields, f"Mother failed to take this submission in on each of more than "
+                                              f"{self.cfg.max_deliveries} deliveries; it is kept in {keys.DEAD_LETTER_STREAM}")
         pipe = self.rt.redis.pipeline(transaction=True)
         pipe.xadd(keys.DEAD_LETTER_STREAM, {"stream": stream, "entry_id": entry_id,
                                             "fields": orjson.dumps(fields), "at": self.rt.clock.now_iso()})
         pipe.xack(stream, self.cfg.consumer_group, entry_id)
-        self.rt.emit(pipe, "dead_lettered", run_id=_run_id_of(fields), stream=stream, entry_id=entry_id)
+        self.rt.emit(pipe, "dead_lettered", run_id=run_id, stream=stream, entry_id=entry_id)
         pipe.execute()
         self.log.error("entry_dead_lettered", stream=stream, entry_id=entry_id)
 

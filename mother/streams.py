@@ -10,7 +10,7 @@ import redis
 
 from mother.errors import not_utf8
 
-__all__ = ["as_text", "ensure_group"]
+__all__ = ["as_text", "ensure_group", "group_backlog"]
 
 
 def ensure_group(client: Any, stream: str, group: str) -> None:
@@ -20,6 +20,22 @@ def ensure_group(client: Any, stream: str, group: str) -> None:
     except redis.ResponseError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
+
+
+def group_backlog(client: Any, stream: str, group: str) -> tuple[int, int | None] | None:
+    """(pending, lag) of consumer group ``group`` on ``stream``: entries delivered to it and not yet
+    acknowledged, and entries not yet delivered (None when the server cannot tell: entries deleted
+    ahead of the group's position). None when the stream or the group does not exist."""
+    try:
+        groups = client.xinfo_groups(stream)
+    except redis.ResponseError:  # no such stream
+        return None
+    for info in groups:
+        name = info["name"]
+        if (name.decode() if isinstance(name, bytes) else name) == group:
+            lag = info.get("lag")
+            return int(info.get("pending") or 0), None if lag is None else int(lag)
+    return None
 
 
 def as_text(entry_id: bytes, fields: dict[bytes, bytes]) -> tuple[str, dict[str, str], str | None]:

@@ -27,6 +27,7 @@ from mother.functions import call
 from mother.lifecycle import dispatch, end_run, on_phase_failure, outputs_of, phase_timeout_seconds, run_duration_seconds
 from mother.logs import get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
+from mother.streams import group_backlog
 
 __all__ = ["Watchdog"]
 
@@ -123,10 +124,8 @@ class Watchdog:
         (submissions not yet handled: pending + lag of the group), Redis memory (INFO)."""
         r = self.rt.redis
         group = self.rt.settings.service.consumer_group
-        depth = 0
-        for info in r.xinfo_groups(keys.SUBMISSIONS_STREAM):
-            if info["name"] == group:
-                depth = int(info.get("pending") or 0) + int(info.get("lag") or 0)
+        backlog = group_backlog(r, keys.SUBMISSIONS_STREAM, group)
+        depth = backlog[0] + (backlog[1] or 0) if backlog is not None else 0
         memory_mb = int(r.info("memory")["used_memory"]) // (1024 * 1024)
         concurrent = r.zcard(keys.RUN_DEADLINES)
         pipe = r.pipeline(transaction=True)

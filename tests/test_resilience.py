@@ -188,6 +188,73 @@ def test_poison_entry_is_dead_lettered(fresh: Pipeline) -> None:
     assert fresh.wait(healthy).termination.reason == "success"
 
 
+def _intake_caught_up(p: Pipeline) -> bool:
+    """Mother's group on the submission stream exists, with nothing pending or undelivered."""
+    groups = p.redis.xinfo_groups(keys.SUBMISSIONS_STREAM) if p.redis.exists(keys.SUBMISSIONS_STREAM) else []
+    return any(g["name"] == "mother" and g["pending"] == 0 and g["lag"] == 0 for g in groups)
+
+
+def test_a_submission_dead_lettered_before_it_was_taken_in_is_rejected_not_lost(fresh: Pipeline) -> None:
+    """A submission whose every delivery died with its Mother (here: delivered to a consumer that
+    vanished, retried past max_deliveries) goes to mother:dead_letter with a rejection record, so
+    `status` and `wait` say why; before, wait() waited for it for good and status said "not taken in yet"."""
+    from mother.errors import InvalidSpec
+
+    spec = orjson.dumps(example("three-phase", run_id="run-ghost-1")).decode()
+    wait_until(lambda: _intake_caught_up(fresh), timeout=20)  # Mother has made its group
+    pipe = fresh.redis.pipeline(transaction=True)  # Mother's blocked read is served only after EXEC: it gets none
+    pipe.xadd(keys.SUBMISSIONS_STREAM, {"spec": spec})
+    pipe.xreadgroup("mother", "gone", {keys.SUBMISSIONS_STREAM: ">"}, count=1)
+    entry, _ = pipe.execute()
+    fresh.redis.execute_command("XCLAIM", keys.SUBMISSIONS_STREAM, "mother", "gone", 0, entry,
+                                "IDLE", 60_000, "RETRYCOUNT", 5)
+    dead = wait_until(lambda: fresh.redis.xrange(keys.DEAD_LETTER_STREAM), timeout=30)
+    assert dead[0][1]["entry_id"] == entry and dead[0][1]["stream"] == keys.SUBMISSIONS_STREAM
+    expected = ("run run-ghost-1 was rejected at intake: Mother failed to take this submission in on each of more "
+                "than 2 deliveries; it is kept in mother:dead_letter")
+    for ask in (fresh.client.status, lambda run_id: fresh.client.wait(run_id, timeout=10)):
+        with pytest.raises(InvalidSpec) as refused:
+            ask("run-ghost-1")
+        assert refused.value.message == expected
+    record = orjson.loads(fresh.redis.execute_command("JSON.GET", keys.rejection_key(entry)))
+    assert record["run_id"] == "run-ghost-1" and record["preview"] == spec[:len(record["preview"])]
+    assert fresh.redis.xpending(keys.SUBMISSIONS_STREAM, "mother")["pending"] == 0
+    assert not fresh.redis.exists(keys.run_key("run-ghost-1"))
+
+
+def test_waiting_for_a_run_that_was_never_submitted_ends_at_once(fresh: Pipeline) -> None:
+    """With Mother keeping up (no submission pending or undelivered), an unknown run id is reported as
+    such by `status` and ends `wait` at once, where wait used to poll until killed; a run submitted
+    while Mother is paused is still waited for, and its wait ends with the run."""
+    from tests.conftest import run_cli
+
+    wait_until(lambda: _intake_caught_up(fresh), timeout=20)  # Mother has made its group and read it
+    line = ("error[not_found]: no run 'run-never-1': Mother has taken in every submission and none is this run "
+            "(never submitted, or its records are gone); list runs with `mother runs`")
+    for args in (("status", "run-never-1"), ("wait", "run-never-1")):
+        result = run_cli(*args, env={"MOTHER_REDIS_URL": fresh.url}, timeout=30)
+        assert (result.returncode, result.stderr.strip()) == (2, line), args
+    from mother.errors import NoSuchRun
+
+    with pytest.raises(NoSuchRun):
+        fresh.client.wait("run-never-1")
+    mothers = [proc.pid for name, proc in fresh.stack.procs.items() if name.startswith("mother-")]
+    for pid in mothers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        run_id = fresh.client.submit(example("three-phase"))
+        waited: dict[str, ResultEnvelope] = {}
+        waiter = threading.Thread(target=lambda: waited.update(envelope=fresh.client.wait(run_id, timeout=60)))
+        waiter.start()
+        time.sleep(1.0)  # the waiter sees the run not taken in, with a submission undelivered
+        assert waiter.is_alive()
+    finally:
+        for pid in mothers:
+            os.kill(pid, signal.SIGCONT)
+    waiter.join(timeout=60)
+    assert waited["envelope"].termination.reason == "success"
+
+
 def test_redis_restart_mid_run_is_outlived(tmp_path: Path) -> None:
     """Redis stops while a phase runs and comes back on the same port and data: Mother, the worker and a
     client waiting on the run all outlive it; the run ends success with exactly one record."""
