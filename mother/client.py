@@ -255,7 +255,8 @@ class MotherClient:
         return self.redis.xadd(keys.EVENTS_STREAM, {"type": event_type, "payload": orjson.dumps(payload)})
 
     def runs(self, *, reason: str | None = None, user: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        """Newest runs first: run_id, user, status, phase, reason, details, suggested_action."""
+        """Newest runs first: run_id, user, status, phase, reason, details, suggested_action. A run whose
+        record is gone (deleted by hand) is still listed, with what its termination record says."""
         if reason is not None and reason not in TERMINATION_REASONS:
             raise InvalidSpec(f"unknown termination reason {reason!r}; use one of: {', '.join(TERMINATION_REASONS)}",
                               field="reason")
@@ -279,8 +280,6 @@ class MotherClient:
         for run_id, run_raw, term_raw in zip(ids, replies[::2], replies[1::2]):
             run = {k.lstrip("$."): (v[0] if v else None) for k, v in orjson.loads(run_raw).items()} if run_raw else {}
             term = orjson.loads(term_raw) if term_raw else {}
-            if user is not None and run.get("user_id") != user:
-                continue
             rows.append({"run_id": run_id, **run, **{k: term.get(k) for k in (
                 "reason", "phase_at_termination", "details", "suggested_action")}})
         return rows

@@ -286,3 +286,6 @@ def test_runs_by_reason_and_user_finds_the_users_older_runs(pipeline: Pipeline) 
     got = run_cli("runs", "--reason", "success", "--user", user, "--limit", "1", "--json", env={"MOTHER_REDIS_URL": pipeline.url})
     assert [json.loads(line)["run_id"] for line in got.stdout.splitlines()] == [mine]
     assert pipeline.client.runs(reason="timeout", user=user) == []
+    pipeline.redis.delete(keys.run_key(mine))  # its record deleted by hand: still listed for its user, not dropped
+    rows = pipeline.client.runs(user=user)
+    assert [(row["run_id"], row.get("status"), row["reason"]) for row in rows] == [(mine, None, "success")]
