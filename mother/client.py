@@ -22,7 +22,7 @@ from mother import keys
 from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect, redis_down
-from mother.errors import InvalidSpec, NoSuchRun, NotFound, RedisUnavailable, WaitTimeout, not_utf8
+from mother.errors import InvalidSpec, MotherError, NoSuchRun, NotFound, RedisUnavailable, WaitTimeout, not_utf8
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
 from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error
@@ -132,25 +132,23 @@ class MotherClient:
 
     # -- read ------------------------------------------------------------
     def status(self, run_id: str) -> RunState:
-        while True:
-            raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
-            if raw is not None:
-                return RunState.model_validate(orjson.loads(raw))
-            missing = self._missing(run_id)
-            if missing is not None:
-                raise missing
+        raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
+        if raw is None:
+            idle = self._intake_idle()
+            if idle:  # read again: Mother may have taken it in since the first look
+                raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
+            if raw is None:
+                raise self._missing(run_id, idle)
+        return RunState.model_validate(orjson.loads(raw))
 
-    def _missing(self, run_id: str) -> NotFound | None:
-        """Why there is no run ``run_id`` (InvalidSpec raised when it was rejected at intake); None when
-        it has been taken in since the caller looked. :class:`NoSuchRun` when Mother has taken in every
-        submission (none pending or undelivered: each one has its run or its rejection by then) and
-        this one is not among them; a plain NotFound while it may still be waiting to be taken in."""
-        idle = self._intake_idle()
-        if idle and self.redis.exists(keys.run_key(run_id)):
-            return None
+    def _missing(self, run_id: str, idle: bool) -> MotherError:
+        """Why there is no run ``run_id``: InvalidSpec when it was rejected at intake; :class:`NoSuchRun`
+        when Mother has taken in every submission (``idle``: none pending or undelivered, so each one
+        has its run or its rejection by then) and this one is not among them; a plain NotFound while it
+        may still be waiting to be taken in."""
         rejected = self.rejection_for(run_id)
         if rejected:
-            raise InvalidSpec(f"run {run_id} was rejected at intake: {rejected['error']}")
+            return InvalidSpec(f"run {run_id} was rejected at intake: {rejected['error']}")
         if idle:
             return NoSuchRun(f"no run {run_id!r}: Mother has taken in every submission and none is this run "
                              "(never submitted, or its records are gone); list runs with `mother runs`")

@@ -196,8 +196,7 @@ class Mother:
                 raise  # not acknowledged: handled again once Redis serves again / by the next leader
             self.log.exception("entry_handling_failed", stream=stream, entry_id=entry_id)
             run_id = _run_id_of(fields)
-            if stream == keys.SUBMISSIONS_STREAM and (run_id is None or self.rt.load_run(run_id) is None):
-                # not taken in: record why instead of losing it
+            if self._not_taken_in(stream, run_id):  # record why instead of losing it
                 reject(self.rt, entry_id, fields, f"Mother failed to take this submission in: {type(exc).__name__}: {exc}")
             elif run_id is None or not self._end_catastrophically(run_id, exc):
                 return  # left pending: reclaimed later, dead-lettered after max_deliveries
@@ -276,10 +275,13 @@ class Mother:
         info = self.rt.redis.xpending_range(stream, self.cfg.consumer_group, min=entry_id, max=entry_id, count=1)
         return int(info[0]["times_delivered"]) if info else 0
 
+    def _not_taken_in(self, stream: str, run_id: str | None) -> bool:
+        """Whether an entry is a submission whose run was not made."""
+        return stream == keys.SUBMISSIONS_STREAM and (run_id is None or self.rt.load_run(run_id) is None)
+
     def _dead_letter(self, stream: str, entry_id: str, fields: dict[str, Any]) -> None:
         run_id = _run_id_of(fields)
-        if stream == keys.SUBMISSIONS_STREAM and (run_id is None or self.rt.load_run(run_id) is None):
-            # not taken in: its rejection says so (`mother status` and `wait` name it, not "never submitted")
+        if self._not_taken_in(stream, run_id):  # its rejection says so (status and wait name it, not "never submitted")
             reject(self.rt, entry_id, fields, f"Mother failed to take this submission in on each of more than "
                                               f"{self.cfg.max_deliveries} deliveries; it is kept in {keys.DEAD_LETTER_STREAM}")
         pipe = self.rt.redis.pipeline(transaction=True)

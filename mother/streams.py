@@ -23,7 +23,7 @@ def ensure_group(client: Any, stream: str, group: str) -> None:
 
 
 def group_backlog(client: Any, stream: str, group: str) -> tuple[int, int | None] | None:
-    """(pending, lag) of consumer group ``group`` on ``stream``: entries delivered to it and not yet
+    """(pending, lag) of consumer group ``group`` on ``stream`` (``client`` decodes replies): entries delivered to it and not yet
     acknowledged, and entries not yet delivered (None when the server cannot tell: entries deleted
     ahead of the group's position). None when the stream or the group does not exist."""
     try:
@@ -31,8 +31,7 @@ def group_backlog(client: Any, stream: str, group: str) -> tuple[int, int | None
     except redis.ResponseError:  # no such stream
         return None
     for info in groups:
-        name = info["name"]
-        if (name.decode() if isinstance(name, bytes) else name) == group:
+        if info["name"] == group:
             lag = info.get("lag")
             return int(info.get("pending") or 0), None if lag is None else int(lag)
     return None

@@ -190,8 +190,9 @@ def test_poison_entry_is_dead_lettered(fresh: Pipeline) -> None:
 
 def _intake_caught_up(p: Pipeline) -> bool:
     """Mother's group on the submission stream exists, with nothing pending or undelivered."""
-    groups = p.redis.xinfo_groups(keys.SUBMISSIONS_STREAM) if p.redis.exists(keys.SUBMISSIONS_STREAM) else []
-    return any(g["name"] == "mother" and g["pending"] == 0 and g["lag"] == 0 for g in groups)
+    from mother.streams import group_backlog
+
+    return group_backlog(p.redis, keys.SUBMISSIONS_STREAM, "mother") == (0, 0)
 
 
 def test_a_submission_dead_lettered_before_it_was_taken_in_is_rejected_not_lost(fresh: Pipeline) -> None:
