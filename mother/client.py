@@ -22,12 +22,12 @@ from mother import keys
 from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect, redis_down
-from mother.errors import InvalidSpec, MotherError, NoSuchRun, NotFound, RedisUnavailable, WaitTimeout, not_utf8
+from mother.errors import InvalidSpec, MotherError, NoSuchRun, NotFound, RecordInvalid, RedisUnavailable, WaitTimeout, not_utf8
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
 from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error
 
-__all__ = ["MotherClient", "load_spec_file", "parse_spec"]
+__all__ = ["MotherClient", "load_spec_file", "parse_run_record", "parse_spec"]
 
 INTAKE_NOTICE_SECONDS = 3.0  # wait() says when Mother has not taken a run in after this long
 EVENT_CANCEL = "cancel"
@@ -51,6 +51,35 @@ def parse_spec(spec: RunSpec | dict[str, Any] | str | bytes) -> RunSpec:
     except ValueError as exc:  # from_json's "not valid JSON": text that is not UTF-8 is named as such
         raise InvalidSpec(f"invalid RunSpec: {_not_text(raw) or exc}") from None  # (orjson: 'str is not valid UTF-8')
     raise InvalidSpec(f"a spec must be a RunSpec, a mapping or JSON text, not {type(spec).__name__}")
+
+
+def parse_run_record(run_id: str, raw: str | bytes) -> RunState:
+    """``run:{id}`` as read (JSON.GET of the whole document), validated; a one-line ``RecordInvalid`` when
+    it is not a run record (edited by hand, or written by an incompatible version)."""
+    try:
+        return RunState.model_validate(orjson.loads(raw))
+    except orjson.JSONDecodeError as exc:
+        why = f"not JSON: {exc}"
+    except ValidationError as exc:
+        why = describe_validation_error(exc, limit=2)
+    raise RecordInvalid(f"run {run_id}'s record ({keys.run_key(run_id)}) is not a valid run record ({why}); it was "
+                        "changed outside Mother or written by another version: restore it, or delete the key")
+
+
+def _record(raw: Any, *, paths: bool = False) -> dict[str, Any]:
+    """A record read for a listing, as a mapping (``paths``: read with JSON.GET of several paths, each
+    ``$.name: [value]``): empty when it is missing, and a ``status`` that says so when it cannot be read
+    as one (a key of another type, JSON that is not an object), so the listing shows such a run."""
+    if raw is None:
+        return {}
+    if isinstance(raw, Exception):
+        return {"status": f"record unreadable: {raw}"}
+    found = orjson.loads(raw)
+    if not isinstance(found, dict):
+        return {"status": "record is not a JSON object"}
+    if paths:
+        return {k.removeprefix("$."): v[0] if isinstance(v, list) and v else None for k, v in found.items()}
+    return found
 
 
 def _not_text(raw: bytes) -> str | None:
@@ -139,7 +168,7 @@ class MotherClient:
                 raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
             if raw is None:
                 raise self._missing(run_id, idle)
-        return RunState.model_validate(orjson.loads(raw))
+        return parse_run_record(run_id, raw)
 
     def _missing(self, run_id: str, idle: bool) -> MotherError:
         """Why there is no run ``run_id``: InvalidSpec when it was rejected at intake; :class:`NoSuchRun`
@@ -278,11 +307,10 @@ class MotherClient:
         for run_id in ids:
             pipe.execute_command("JSON.GET", keys.run_key(run_id), "$.user_id", "$.status", "$.phase", "$.created_at")
             pipe.execute_command("JSON.GET", keys.termination_key(run_id))
-        replies = pipe.execute() if ids else []
+        replies = pipe.execute(raise_on_error=False) if ids else []
         rows = []
         for run_id, run_raw, term_raw in zip(ids, replies[::2], replies[1::2]):
-            run = {k.lstrip("$."): (v[0] if v else None) for k, v in orjson.loads(run_raw).items()} if run_raw else {}
-            term = orjson.loads(term_raw) if term_raw else {}
-            rows.append({"run_id": run_id, **run, **{k: term.get(k) for k in (
-                "reason", "phase_at_termination", "details", "suggested_action")}})
+            term = _record(term_raw)
+            rows.append({"run_id": run_id, **_record(run_raw, paths=True),
+                         **{k: term.get(k) for k in ("reason", "phase_at_termination", "details", "suggested_action")}})
         return rows

@@ -23,6 +23,7 @@ prints ``error[code]: message`` and never a traceback for these.
     ├── LedgerError                  ledger_error
     ├── ContextBudgetExceeded        context_budget_exceeded (required, available, model)
     ├── ContextInvalid               context_invalid    (an agent refused its composed context)
+    ├── RecordInvalid                record_invalid     (a record in Redis that is not what its key holds)
     ├── RedisUnavailable             redis_unavailable
     │   └── MissingJSONModule        redis_no_json
     └── ServerError                  server_error
@@ -66,6 +67,7 @@ __all__ = [
     "NoSuchRun",
     "NotFound",
     "PortInUse",
+    "RecordInvalid",
     "RedisUnavailable",
     "ServerBinaryMissing",
     "ServerError",
@@ -202,6 +204,13 @@ class ContextInvalid(MotherError):
     """A worker found its composed context missing, incomplete or altered; it does not run on it."""
 
     code = "context_invalid"
+
+
+class RecordInvalid(MotherError):
+    """A record read from Redis does not parse as what its key holds: edited by hand, or written by
+    an incompatible version."""
+
+    code = "record_invalid"
 
 
 class RedisUnavailable(MotherError):

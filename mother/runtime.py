@@ -13,6 +13,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from mother import activity, keys
+from mother.client import parse_run_record
 from mother.clock import ServerClock
 from mother.config import Settings
 from mother.connection import connect, connect_waiting
@@ -33,11 +34,16 @@ POSITION_PATHS = ("$.status", "$.phase_index", "$.attempt")
 
 
 def parse_position(raw: Any) -> tuple[str, int, int] | None:
-    """A run's (status, phase_index, attempt) from ``JSON.GET run:{id} *POSITION_PATHS``; None if no run."""
-    if not raw:
+    """A run's (status, phase_index, attempt) from ``JSON.GET run:{id} *POSITION_PATHS``; None if no run,
+    or a record that holds no such position (edited by hand: it is not a run anything can act on)."""
+    if not raw or isinstance(raw, Exception):  # an Exception: a pipeline's reply for a key of another type
         return None
     got = orjson.loads(raw)
-    return got["$.status"][0], got["$.phase_index"][0], got["$.attempt"][0]
+    try:
+        position = got["$.status"][0], got["$.phase_index"][0], got["$.attempt"][0]
+    except (TypeError, KeyError, IndexError):
+        return None
+    return position if isinstance(position[0], str) and type(position[1]) is type(position[2]) is int else None
 
 
 @dataclass
@@ -102,7 +108,7 @@ class Runtime:
         """``run:{id}`` as read (JSON.GET of the whole document), validated; its spec is remembered."""
         if not raw:
             return None
-        state = RunState.model_validate(orjson.loads(raw))
+        state = parse_run_record(run_id, raw)
         self.remember_spec(run_id, state.spec)
         return state
 

@@ -195,14 +195,29 @@ class Mother:
             if redis_down(exc):
                 raise  # not acknowledged: handled again once Redis serves again / by the next leader
             self.log.exception("entry_handling_failed", stream=stream, entry_id=entry_id)
-            run_id = _run_id_of(fields)
-            if self._not_taken_in(stream, run_id):  # record why instead of losing it
-                reject(self.rt, entry_id, fields, f"Mother failed to take this submission in: {type(exc).__name__}: {exc}")
-            elif run_id is None or not self._end_catastrophically(run_id, exc):
+            if not self._failed(stream, entry_id, fields, exc):
                 return  # left pending: reclaimed later, dead-lettered after max_deliveries
         if self.rt.pending_ack is not None:  # not already acknowledged with the handler's last write
             self.rt.pending_ack = None
             self.rt.redis.xack(stream, self.cfg.consumer_group, entry_id)
+
+    def _failed(self, stream: str, entry_id: str, fields: dict[str, Any], exc: Exception) -> bool:
+        """Record why handling an entry failed: a submission whose run was not made is rejected with the
+        error, a run that was made ends catastrophic_error. True when that is done (the entry may be
+        acknowledged). Nothing but Redis going away escapes: a failure here too (say, a run record that is
+        not one) leaves the entry pending, and the entries read with it are still handled."""
+        try:
+            run_id = _run_id_of(fields)
+            if self._not_taken_in(stream, run_id):  # record why instead of losing it
+                reject(self.rt, entry_id, fields, f"Mother failed to take this submission in: {type(exc).__name__}: {exc}")
+                return True
+            return run_id is not None and self._end_catastrophically(run_id, exc)
+        except Exception as again:
+            if redis_down(again):
+                raise
+            self.log.exception("entry_failure_not_recorded", stream=stream, entry_id=entry_id, run_id=_run_id_of(fields),
+                               error=str(again))
+            return False
 
     def handle_event(self, entry_id: str, fields: dict[str, Any]) -> None:
         kind = fields.get("type")
@@ -240,16 +255,12 @@ class Mother:
                 contributing_factors=[f"cancel requested during phase {state.phase or 'intake'}"])
 
     def _end_catastrophically(self, run_id: str, exc: Exception) -> bool:
-        try:
-            state = self.rt.load_run(run_id)
-            if state is not None and state.status != "terminated":
-                end_run(self.rt, state, "catastrophic_error",
-                        f"Mother failed while handling this run: {type(exc).__name__}: {exc}"[:1000],
-                        contributing_factors=[type(exc).__name__])
-            return True
-        except Exception:
-            self.log.exception("catastrophic_end_failed", run_id=run_id)
-            return False
+        state = self.rt.load_run(run_id)
+        if state is not None and state.status != "terminated":
+            end_run(self.rt, state, "catastrophic_error",
+                    f"Mother failed while handling this run: {type(exc).__name__}: {exc}"[:1000],
+                    contributing_factors=[type(exc).__name__])
+        return True
 
     # -- reclaiming ----------------------------------------------------------
     def reclaim(self, min_idle_ms: int) -> None:
@@ -276,8 +287,9 @@ class Mother:
         return int(info[0]["times_delivered"]) if info else 0
 
     def _not_taken_in(self, stream: str, run_id: str | None) -> bool:
-        """Whether an entry is a submission whose run was not made."""
-        return stream == keys.SUBMISSIONS_STREAM and (run_id is None or self.rt.load_run(run_id) is None)
+        """Whether an entry is a submission whose run was not made (its record's existence: a record
+        that does not parse is still a run that was made)."""
+        return stream == keys.SUBMISSIONS_STREAM and (run_id is None or not self.rt.redis.exists(keys.run_key(run_id)))
 
     def _dead_letter(self, stream: str, entry_id: str, fields: dict[str, Any]) -> None:
         run_id = _run_id_of(fields)

@@ -16,6 +16,8 @@ Runs every ``service.watchdog_interval_seconds`` on the leader:
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
@@ -23,6 +25,8 @@ from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from mother import keys
 from mother.budget import budget_doc
+from mother.connection import redis_down
+from mother.errors import MotherError
 from mother.functions import call
 from mother.lifecycle import dispatch, end_run, on_phase_failure, outputs_of, phase_timeout_seconds, run_duration_seconds
 from mother.logs import get_logger
@@ -56,7 +60,7 @@ class Watchdog:
         for zset, what in ((keys.RUN_DEADLINES, "run"), (keys.PHASE_DEADLINES, "phase")):
             due = call(self.rt.redis, "mh_due", [zset], [0, BATCH])
             for run_id in due[::2]:
-                self._timeout(run_id, what)
+                self._isolated(f"{what} deadline", run_id, self._timeout, run_id, what)
 
     def _timeout(self, run_id: str, what: str) -> None:
         state = self.rt.load_run(run_id)
@@ -91,7 +95,8 @@ class Watchdog:
         for member in due[::2]:
             run_id, index, attempt = keys.parse_heartbeat_member(member)
             self.rt.redis.zrem(keys.HEARTBEATS, member)
-            self._failed_attempt(run_id, index, attempt, f"worker lost: no heartbeat for {slack / 1000:g}s")
+            self._isolated("heartbeat", run_id, self._failed_attempt, run_id, index, attempt,
+                           f"worker lost: no heartbeat for {slack / 1000:g}s")
 
     def check_rq(self) -> None:
         queue = self.rt.agents_queue
@@ -109,7 +114,22 @@ class Watchdog:
             result = job.latest_result()
             info = (result.exc_string if result is not None else "") or ""
             last = info.strip().splitlines()[-1] if info.strip() else "the job process died"
-            self._failed_attempt(run_id, int(index), int(attempt), f"worker job failed: {last[:300]}")
+            self._isolated("failed job", run_id, self._failed_attempt, run_id, int(index), int(attempt),
+                           f"worker job failed: {last[:300]}")
+
+    def _isolated(self, check: str, run_id: str, func: Any, *args: Any) -> None:
+        """One run's part of a check: what fails for it alone (its record edited into something that is
+        not a run record, say) is logged, and the other runs are still checked (else that run, due at
+        every tick, would keep every deadline behind it from being enforced). Redis going away stops the tick."""
+        try:
+            func(*args)
+        except Exception as exc:
+            if redis_down(exc):
+                raise
+            if isinstance(exc, MotherError):
+                log.error("watchdog_check_failed", check=check, run_id=run_id, error=exc.message)
+            else:
+                log.exception("watchdog_check_failed", check=check, run_id=run_id, error=str(exc))
 
     def _failed_attempt(self, run_id: str, index: int, attempt: int, error: str) -> None:
         state = self.rt.load_run(run_id)
@@ -149,7 +169,7 @@ class Watchdog:
             for run_id in batch:
                 pipe.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS)
             running = []
-            for run_id, raw in zip(batch, pipe.execute(), strict=True):
+            for run_id, raw in zip(batch, pipe.execute(raise_on_error=False), strict=True):
                 position = parse_position(raw)
                 if position is not None and position[0] == "running" and position[2] > 0:
                     running.append((run_id, keys.phase_job_id(run_id, position[1], position[2])))
@@ -159,9 +179,12 @@ class Watchdog:
             for (run_id, job_id), exists in zip(running, pipe.execute(), strict=True):
                 if exists:
                     continue
-                state = self.rt.load_run(run_id)
-                if state is None or state.status != "running" or \
-                        keys.phase_job_id(run_id, state.phase_index, state.attempt) != job_id:
-                    continue
-                log.warning("phase_redispatched", run_id=run_id, job_id=job_id)
-                dispatch(self.rt, run_id, state.spec, state.phase_index, state.attempt, outputs=outputs_of(state))
+                self._isolated("reconcile", run_id, self._redispatch, run_id, job_id)
+
+    def _redispatch(self, run_id: str, job_id: str) -> None:
+        state = self.rt.load_run(run_id)
+        if state is None or state.status != "running" or \
+                keys.phase_job_id(run_id, state.phase_index, state.attempt) != job_id:
+            return
+        log.warning("phase_redispatched", run_id=run_id, job_id=job_id)
+        dispatch(self.rt, run_id, state.spec, state.phase_index, state.attempt, outputs=outputs_of(state))

@@ -289,3 +289,30 @@ def test_runs_by_reason_and_user_finds_the_users_older_runs(pipeline: Pipeline) 
     pipeline.redis.delete(keys.run_key(mine))  # its record deleted by hand: still listed for its user, not dropped
     rows = pipeline.client.runs(user=user)
     assert [(row["run_id"], row.get("status"), row["reason"]) for row in rows] == [(mine, None, "success")]
+
+
+def test_runs_and_status_say_what_is_wrong_with_a_record_edited_by_hand(pipeline: Pipeline) -> None:
+    """Run records that are not run records (a wrong field type, a key of another type, JSON that is not an
+    object) are listed by `mother runs` with what is wrong, where the table failed with a traceback; `status`
+    names the record and what to do in one line."""
+    user = f"hand-{uuid.uuid4().hex[:6]}"
+    ids = [f"run-{user}-{n}" for n in range(3)]
+    pipeline.redis.execute_command("JSON.SET", keys.run_key(ids[0]), "$", '{"run_id":"x","status":7}')
+    pipeline.redis.set(keys.run_key(ids[1]), "not json")
+    pipeline.redis.execute_command("JSON.SET", keys.run_key(ids[2]), "$", "[1,2]")
+    pipeline.redis.zadd(keys.user_runs_key(user), {run_id: n for n, run_id in enumerate(ids)})
+    env = {"MOTHER_REDIS_URL": pipeline.url}
+    table = run_cli("runs", "--user", user, env=env)
+    assert table.returncode == 0 and not table.stderr, table.stderr
+    assert all(run_id in table.stdout for run_id in ids) and "record unreadable" in table.stdout
+    rows = [json.loads(line) for line in run_cli("runs", "--user", user, "--json", env=env).stdout.splitlines()]
+    assert [(row["run_id"], row["status"]) for row in rows] == [
+        (ids[2], None), (ids[1], "record unreadable: Existing key has wrong Redis type"), (ids[0], 7)]
+    for run_id, why in ((ids[0], "user_id: required field is missing"),
+                        (ids[2], "(whole record): Input should be a valid dictionary")):
+        got = run_cli("status", run_id, env=env)
+        assert got.returncode == 2 and got.stderr.count("\n") == 1, got.stderr
+        assert got.stderr.startswith(f"error[record_invalid]: run {run_id}'s record ({keys.run_key(run_id)}) is not a "
+                                     f"valid run record ({why}"), got.stderr
+        assert got.stderr.rstrip().endswith("restore it, or delete the key")
+    pipeline.redis.delete(*map(keys.run_key, ids), keys.user_runs_key(user))

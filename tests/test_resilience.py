@@ -223,6 +223,52 @@ def test_a_submission_dead_lettered_before_it_was_taken_in_is_rejected_not_lost(
     assert not fresh.redis.exists(keys.run_key("run-ghost-1"))
 
 
+def test_a_submission_whose_run_record_is_corrupt_stalls_nothing(fresh: Pipeline) -> None:
+    """A submission naming a run whose record exists but is not a run record (edited by hand, or left by
+    an incompatible version) fails its handling on every delivery. It must not take the submissions read
+    with it, nor stop the reclaim pass at it: the run submitted right behind it (same read) ends success,
+    the bad entry is dead-lettered after max_deliveries, and the record is left as it was. Before, the
+    failure escaped while Mother checked whether the run had been made, so the entry behind it waited
+    for a reclaim that stopped at the bad entry every time: never handled."""
+    from tests.conftest import run_cli
+
+    corrupt = '{"run_id":"run-corrupt-1","status":7}'
+    fresh.redis.execute_command("JSON.SET", keys.run_key("run-corrupt-1"), "$", corrupt)
+    wait_until(lambda: _intake_caught_up(fresh), timeout=20)
+    pipe = fresh.redis.pipeline(transaction=True)  # both in Mother's next read
+    bad = pipe.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(example("three-phase", run_id="run-corrupt-1"))})
+    pipe.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(example("three-phase", run_id="run-behind-1"))})
+    bad = pipe.execute()[0]
+    assert fresh.wait("run-behind-1", timeout=30).termination.reason == "success"
+    dead = wait_until(lambda: fresh.redis.xrange(keys.DEAD_LETTER_STREAM), timeout=30)
+    assert [(e[1]["entry_id"], e[1]["stream"]) for e in dead] == [(bad, keys.SUBMISSIONS_STREAM)]
+    wait_until(lambda: _intake_caught_up(fresh), timeout=20)
+    assert fresh.redis.execute_command("JSON.GET", keys.run_key("run-corrupt-1")) == corrupt
+    result = run_cli("status", "run-corrupt-1", env={"MOTHER_REDIS_URL": fresh.url}, timeout=30)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error[record_invalid]: run run-corrupt-1's record (run:run-corrupt-1) is not "
+                                    "a valid run record"), result.stderr
+    assert fresh.client.submit(example("three-phase", run_id="run-after-1")) == "run-after-1"
+    assert fresh.wait("run-after-1", timeout=30).termination.reason == "success"
+
+
+def test_a_run_record_edited_by_hand_does_not_stop_the_watchdog(fresh: Pipeline) -> None:
+    """A run whose record is not a run record, with its deadline due and a lost attempt: the watchdog's
+    check of it fails (logged) at every tick, and every other run is still checked: the hanging run
+    started after it ends timeout at its phase deadline. Before, the failure ended the whole tick, so no
+    deadline behind it, lost worker or failed job was ever acted on."""
+    fresh.redis.execute_command("JSON.SET", keys.run_key("run-edited-1"), "$", '{"run_id":"run-edited-1","status":7}')
+    fresh.redis.zadd(keys.RUN_DEADLINES, {"run-edited-1": 0})
+    fresh.redis.zadd(keys.PHASE_DEADLINES, {"run-edited-1": 0})
+    fresh.redis.zadd(keys.HEARTBEATS, {keys.heartbeat_member("run-edited-1", 0, 1): 0})
+    run_id = fresh.client.submit(example("timeout"))
+    envelope = fresh.wait(run_id, timeout=30)
+    assert envelope.termination.reason == "timeout" and "exceeded its timeout of 3s" in envelope.termination.details
+    assert fresh.redis.zscore(keys.RUN_DEADLINES, "run-edited-1") == 0  # left for its owner to fix
+    log = "".join(path.read_text() for path in (fresh.server.dir.parent / "logs").glob("mother-*.log"))
+    assert "watchdog_check_failed" in log and "run-edited-1's record (run:run-edited-1) is not a valid run record" in log
+
+
 def test_waiting_for_a_run_that_was_never_submitted_ends_at_once(fresh: Pipeline) -> None:
     """With Mother keeping up (no submission pending or undelivered), an unknown run id is reported as
     such by `status` and ends `wait` at once, where wait used to poll until killed; a run submitted

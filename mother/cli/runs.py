@@ -140,10 +140,11 @@ def runs_table(rows: list[dict[str, Any]], title: str = "runs") -> Table:
     table = Table(title=title)
     for col in ("run", "user", "status", "reason", "phase", "details", "suggested action"):
         table.add_column(col, overflow="fold", no_wrap=col in ("run", "reason"))
-    for row in rows:
-        table.add_row(row["run_id"], row.get("user_id") or "", row.get("status") or "", row.get("reason") or "",
-                      row.get("phase_at_termination") or row.get("phase") or "", (row.get("details") or "")[:200],
-                      row.get("suggested_action") or "")
+    for row in rows:  # str(): a record edited by hand may hold any JSON value anywhere
+        table.add_row(*(str(value or "") for value in (
+            row["run_id"], row.get("user_id"), row.get("status"), row.get("reason"),
+            row.get("phase_at_termination") or row.get("phase"), str(row.get("details") or "")[:200],
+            row.get("suggested_action"))))
     return table
 
 
