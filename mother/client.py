@@ -194,18 +194,10 @@ class MotherClient:
         return ResultEnvelope.model_validate(orjson.loads(raw)) if raw else None
 
     def rejection_for(self, run_id: str) -> dict[str, Any] | None:
-        """The newest rejection naming ``run_id`` (from the last 200 rejections): the run ids of all 200 in
-        one read (it used to be a round trip per rejection, on each of a wait's polls), then that record."""
-        entry_ids = self.redis.zrevrange(keys.REJECTIONS_INDEX, 0, 199)
-        if not entry_ids:
-            return None
-        named = self.redis.execute_command("JSON.MGET", *map(keys.rejection_key, entry_ids), "$.run_id")
-        for entry_id, found in zip(entry_ids, named):
-            if found and run_id in orjson.loads(found):
-                raw = self.redis.execute_command("JSON.GET", keys.rejection_key(entry_id))
-                if raw:
-                    return orjson.loads(raw)
-        return None
+        """The newest rejection naming ``run_id`` (``rejections:by_run`` names its entry), or None."""
+        entry_id = self.redis.hget(keys.REJECTIONS_BY_RUN, run_id)
+        raw = self.redis.execute_command("JSON.GET", keys.rejection_key(entry_id)) if entry_id else None
+        return orjson.loads(raw) if raw else None
 
     def wait(
         self,

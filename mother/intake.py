@@ -225,6 +225,8 @@ def reject(rt: Runtime, entry_id: str, fields: dict[str, Any], error: str, *, dr
     pipe = rt.redis.pipeline(transaction=False)
     pipe.execute_command("JSON.SET", keys.rejection_key(entry_id), "$", orjson.dumps(record))
     pipe.zadd(keys.REJECTIONS_INDEX, {entry_id: at_ms})
+    if "run_id" in guess:  # `status` and `wait` of that run find it in one read, however many came since
+        pipe.hset(keys.REJECTIONS_BY_RUN, guess["run_id"], entry_id)
     rt.emit(pipe, "run_rejected", run_id=guess.get("run_id"), entry_id=entry_id, error=error[:1000])
     if drop:
         pipe.xdel(keys.SUBMISSIONS_STREAM, entry_id)

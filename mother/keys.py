@@ -26,6 +26,7 @@ __all__ = [
     "HEARTBEATS",
     "LEADER_LEASE",
     "PHASE_DEADLINES",
+    "REJECTIONS_BY_RUN",
     "REJECTIONS_INDEX",
     "RUNS_INDEX",
     "RUN_DEADLINES",
@@ -90,6 +91,7 @@ PHASE_DEADLINES = "mother:deadlines:phase"  # zset: run_id scored by its current
 HEARTBEATS = "mother:heartbeats"  # zset: phase job id scored by its last heartbeat (server ms)
 RUNS_INDEX = "runs:all"  # zset: run_id scored by creation time (ms)
 REJECTIONS_INDEX = "rejections"  # zset: submission entry id scored by rejection time
+REJECTIONS_BY_RUN = "rejections:by_run"  # hash: run_id -> the entry id of its newest rejection
 FUNCTIONS_LIBRARY = "mother"  # names of the Redis Functions libraries (not keys)
 BUDGET_LIBRARY = "mother_budget"
 LEDGER_LIBRARY = "mother_ledger"

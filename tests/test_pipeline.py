@@ -156,22 +156,24 @@ def test_invalid_entries_are_rejected_and_mother_keeps_serving(pipeline: Pipelin
 
 
 def test_status_and_wait_name_the_error_of_a_rejected_run(pipeline: Pipeline) -> None:
-    """A run rejected at intake, behind rejections of other runs: `status` and `wait` raise its error (the
-    newest 200 rejections' run ids are read at once); a run id no rejection names is not mistaken for one."""
+    """A run rejected at intake, behind 250 rejections of other runs: `status` and `wait` raise its error
+    (rejections:by_run names its entry; they read the newest 200 rejections, and missed an older one); a
+    run id no rejection names is not mistaken for one."""
     run_id = f"rejected-{uuid.uuid4().hex[:8]}"
     spec = {"run_id": run_id, "user_id": "u", "task": "t", "pipeline": [{"name": "a", "role": "r", "model": "gpt-9"}]}
     entry_id = pipeline.redis.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(spec)})
-    for other in range(3):  # newer rejections of other runs (and one naming none)
+    for other in range(250):  # newer rejections of other runs (and one naming none)
         bad = {**spec, "run_id": f"{run_id}-{other}"} if other else {"spec": "{not json"}
         last = pipeline.redis.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(bad)} if other else bad)
-    wait_until(lambda: pipeline.redis.execute_command("JSON.GET", keys.rejection_key(last)))
+    wait_until(lambda: pipeline.redis.execute_command("JSON.GET", keys.rejection_key(last)), timeout=60)
     for ask in (pipeline.client.status, lambda rid: pipeline.client.wait(rid, timeout=10)):
         with pytest.raises(InvalidSpec) as refused:
             ask(run_id)
         assert refused.value.message.startswith(
             f"run {run_id} was rejected at intake: phase a: model 'gpt-9' is not in the model catalogue; known: ")
     assert pipeline.client.rejection_for(run_id)["entry_id"] == entry_id
-    assert pipeline.client.rejection_for(f"{run_id}-9") is None
+    assert pipeline.client.rejection_for(f"{run_id}-249")["entry_id"] == last
+    assert pipeline.client.rejection_for(f"{run_id}-x") is None
 
 
 @pytest.mark.parametrize(
