@@ -175,8 +175,12 @@ def heartbeat_member(run_id: str, phase_index: int, attempt: int) -> str:
 
 
 def parse_heartbeat_member(member: str) -> tuple[str, int, int]:
-    run_id, index, attempt = member.split(" ")
-    return run_id, int(index), int(attempt)
+    """(run_id, phase_index, attempt) of a ``mother:heartbeats`` member; InvalidSpec for anything else."""
+    try:
+        run_id, index, attempt = member.split(" ")
+        return check_id(run_id, "run_id"), int(index), int(attempt)
+    except (ValueError, InvalidSpec):
+        raise InvalidSpec(f"heartbeat member {member[:200]!r} is not '<run_id> <phase_index> <attempt>'") from None
 
 
 # Budget tracking

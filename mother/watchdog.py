@@ -93,10 +93,12 @@ class Watchdog:
         slack = int(self.rt.settings.service.heartbeat_timeout_seconds * 1000)
         due = call(self.rt.redis, "mh_due", [keys.HEARTBEATS], [slack, BATCH])
         for member in due[::2]:
-            run_id, index, attempt = keys.parse_heartbeat_member(member)
-            self.rt.redis.zrem(keys.HEARTBEATS, member)
-            self._isolated("heartbeat", run_id, self._failed_attempt, run_id, index, attempt,
-                           f"worker lost: no heartbeat for {slack / 1000:g}s")
+            self.rt.redis.zrem(keys.HEARTBEATS, member)  # first: a member that is not one goes too
+            self._isolated("heartbeat", member, self._lost, member, slack)
+
+    def _lost(self, member: str, slack: int) -> None:
+        run_id, index, attempt = keys.parse_heartbeat_member(member)
+        self._failed_attempt(run_id, index, attempt, f"worker lost: no heartbeat for {slack / 1000:g}s")
 
     def check_rq(self) -> None:
         queue = self.rt.agents_queue
@@ -104,32 +106,35 @@ class Watchdog:
         failed = FailedJobRegistry(queue=queue)
         for job_id in failed.get_job_ids(0, BATCH - 1):
             failed.remove(job_id)
-            try:
-                job = Job.fetch(job_id, connection=self.rt.rq_redis, serializer=queue.serializer)
-            except NoSuchJobError:
-                continue
-            if len(job.args) != 3:
-                continue
-            run_id, index, attempt = job.args
-            result = job.latest_result()
-            info = (result.exc_string if result is not None else "") or ""
-            last = info.strip().splitlines()[-1] if info.strip() else "the job process died"
-            self._isolated("failed job", run_id, self._failed_attempt, run_id, int(index), int(attempt),
-                           f"worker job failed: {last[:300]}")
+            self._isolated("failed job", job_id, self._job_failed, job_id)
 
-    def _isolated(self, check: str, run_id: str, func: Any, *args: Any) -> None:
-        """One run's part of a check: what fails for it alone (its record edited into something that is
-        not a run record, say) is logged, and the other runs are still checked (else that run, due at
-        every tick, would keep every deadline behind it from being enforced). Redis going away stops the tick."""
+    def _job_failed(self, job_id: str) -> None:
+        try:
+            job = Job.fetch(job_id, connection=self.rt.rq_redis, serializer=self.rt.agents_queue.serializer)
+        except NoSuchJobError:
+            return
+        if len(job.args) != 3:
+            return
+        run_id, index, attempt = job.args
+        result = job.latest_result()
+        info = (result.exc_string if result is not None else "") or ""
+        last = info.strip().splitlines()[-1] if info.strip() else "the job process died"
+        self._failed_attempt(run_id, int(index), int(attempt), f"worker job failed: {last[:300]}")
+
+    def _isolated(self, check: str, about: str, func: Any, *args: Any) -> None:
+        """One item of a check (``about``: the run, heartbeat member or job it is about): what fails for it
+        alone (a run record edited into something that is not one, a member that is not one) is logged,
+        and the other items are still checked (else one due at every tick would keep every deadline,
+        lost worker and failed job behind it from being acted on). Redis going away stops the tick."""
         try:
             func(*args)
         except Exception as exc:
             if redis_down(exc):
                 raise
             if isinstance(exc, MotherError):
-                log.error("watchdog_check_failed", check=check, run_id=run_id, error=exc.message)
+                log.error("watchdog_check_failed", check=check, about=about, error=exc.message)
             else:
-                log.exception("watchdog_check_failed", check=check, run_id=run_id, error=str(exc))
+                log.exception("watchdog_check_failed", check=check, about=about, error=str(exc))
 
     def _failed_attempt(self, run_id: str, index: int, attempt: int, error: str) -> None:
         state = self.rt.load_run(run_id)
