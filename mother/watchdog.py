@@ -63,7 +63,7 @@ class Watchdog:
                 self._isolated(f"{what} deadline", run_id, self._timeout, run_id, what)
 
     def _timeout(self, run_id: str, what: str) -> None:
-        state = self.rt.load_run(run_id)
+        state = self.rt.load_run(run_id) if keys.is_id(run_id) else None  # a member that is no run id: dropped
         if state is None or state.status == "terminated":
             pipe = self.rt.redis.pipeline(transaction=False)
             pipe.zrem(keys.RUN_DEADLINES, run_id)

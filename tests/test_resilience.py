@@ -254,12 +254,13 @@ def test_a_submission_whose_run_record_is_corrupt_stalls_nothing(fresh: Pipeline
 
 def test_a_run_record_edited_by_hand_does_not_stop_the_watchdog(fresh: Pipeline) -> None:
     """A run whose record is not a run record, with its deadline due and a lost attempt, and a heartbeat
-    member that names no attempt: the watchdog's check of each fails (logged; the member is dropped), and
+    member that names no attempt (and a deadline that names no run): the watchdog's check of each fails
+    (logged; the members that can name nothing are dropped), and
     every other run is still checked: the hanging run started after them ends timeout at its phase
     deadline. Before, the failure ended the whole tick, so no deadline behind it, lost worker or failed
     job was ever acted on (and the member, parsed before it was removed, stayed for good)."""
     fresh.redis.execute_command("JSON.SET", keys.run_key("run-edited-1"), "$", '{"run_id":"run-edited-1","status":7}')
-    fresh.redis.zadd(keys.RUN_DEADLINES, {"run-edited-1": 0})
+    fresh.redis.zadd(keys.RUN_DEADLINES, {"run-edited-1": 0, "no run id!": 0})
     fresh.redis.zadd(keys.PHASE_DEADLINES, {"run-edited-1": 0})
     fresh.redis.zadd(keys.HEARTBEATS, {keys.heartbeat_member("run-edited-1", 0, 1): 0, "not a member at-all": 0})
     run_id = fresh.client.submit(example("timeout"))
@@ -267,6 +268,7 @@ def test_a_run_record_edited_by_hand_does_not_stop_the_watchdog(fresh: Pipeline)
     assert envelope.termination.reason == "timeout" and "exceeded its timeout of 3s" in envelope.termination.details
     assert fresh.redis.zscore(keys.RUN_DEADLINES, "run-edited-1") == 0  # left for its owner to fix
     assert fresh.redis.zscore(keys.HEARTBEATS, "not a member at-all") is None  # dropped: it could name no attempt
+    assert fresh.redis.zscore(keys.RUN_DEADLINES, "no run id!") is None  # and so is a deadline of no run
     log = "".join(path.read_text() for path in (fresh.server.dir.parent / "logs").glob("mother-*.log"))
     assert "watchdog_check_failed" in log and "run-edited-1's record (run:run-edited-1) is not a valid run record" in log
     assert "heartbeat member 'not a member at-all' is not '<run_id> <phase_index> <attempt>'" in log
