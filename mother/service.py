@@ -206,17 +206,19 @@ class Mother:
         error, a run that was made ends catastrophic_error. True when that is done (the entry may be
         acknowledged). Nothing but Redis going away escapes: a failure here too (say, a run record that is
         not one) leaves the entry pending, and the entries read with it are still handled."""
+        run_id = _run_id_of(fields)
         try:
-            run_id = _run_id_of(fields)
             if self._not_taken_in(stream, run_id):  # record why instead of losing it
                 reject(self.rt, entry_id, fields, f"Mother failed to take this submission in: {type(exc).__name__}: {exc}")
-                return True
-            return run_id is not None and self._end_catastrophically(run_id, exc)
+            elif run_id is None:
+                return False
+            else:
+                self._end_catastrophically(run_id, exc)
+            return True
         except Exception as again:
             if redis_down(again):
                 raise
-            self.log.exception("entry_failure_not_recorded", stream=stream, entry_id=entry_id, run_id=_run_id_of(fields),
-                               error=str(again))
+            self.log.exception("entry_failure_not_recorded", stream=stream, entry_id=entry_id, run_id=run_id, error=str(again))
             return False
 
     def handle_event(self, entry_id: str, fields: dict[str, Any]) -> None:
@@ -254,13 +256,12 @@ class Mother:
         end_run(self.rt, state, "user_cancelled", f"Cancelled by {actor}: {reason}",
                 contributing_factors=[f"cancel requested during phase {state.phase or 'intake'}"])
 
-    def _end_catastrophically(self, run_id: str, exc: Exception) -> bool:
+    def _end_catastrophically(self, run_id: str, exc: Exception) -> None:
         state = self.rt.load_run(run_id)
         if state is not None and state.status != "terminated":
             end_run(self.rt, state, "catastrophic_error",
                     f"Mother failed while handling this run: {type(exc).__name__}: {exc}"[:1000],
                     contributing_factors=[type(exc).__name__])
-        return True
 
     # -- reclaiming ----------------------------------------------------------
     def reclaim(self, min_idle_ms: int) -> None:
