@@ -27,7 +27,7 @@ from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
 from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error
 
-__all__ = ["MotherClient", "load_spec_file", "parse_run_record", "parse_spec"]
+__all__ = ["MotherClient", "load_spec_file", "parse_run_record", "parse_spec", "path_values"]
 
 INTAKE_NOTICE_SECONDS = 3.0  # wait() says when Mother has not taken a run in after this long
 EVENT_CANCEL = "cancel"
@@ -66,20 +66,22 @@ def parse_run_record(run_id: str, raw: str | bytes) -> RunState:
                         "changed outside Mother or written by another version: restore it, or delete the key")
 
 
-def _record(raw: Any, *, paths: bool = False) -> dict[str, Any]:
-    """A record read for a listing, as a mapping (``paths``: read with JSON.GET of several paths, each
-    ``$.name: [value]``): empty when it is missing, and a ``status`` that says so when it cannot be read
-    as one (a key of another type, JSON that is not an object), so the listing shows such a run."""
+def path_values(raw: str | bytes) -> dict[str, Any]:
+    """A reply of JSON.GET with several paths (``{"$.name": [value]}``) as ``{name: value}``; a path the
+    record does not hold reads None."""
+    return {k.removeprefix("$."): v[0] if isinstance(v, list) and v else None for k, v in orjson.loads(raw).items()}
+
+
+def _record(raw: Any) -> dict[str, Any]:
+    """A record read for a listing, as a mapping: empty when it is missing, and a ``status`` that says so
+    when it cannot be read as one (a key of another type, JSON that is not an object), so the listing
+    shows such a run."""
     if raw is None:
         return {}
     if isinstance(raw, Exception):
         return {"status": f"record unreadable: {raw}"}
     found = orjson.loads(raw)
-    if not isinstance(found, dict):
-        return {"status": "record is not a JSON object"}
-    if paths:
-        return {k.removeprefix("$."): v[0] if isinstance(v, list) and v else None for k, v in found.items()}
-    return found
+    return found if isinstance(found, dict) else {"status": "record is not a JSON object"}
 
 
 def _not_text(raw: bytes) -> str | None:
@@ -303,6 +305,8 @@ class MotherClient:
         rows = []
         for run_id, run_raw, term_raw in zip(ids, replies[::2], replies[1::2]):
             term = _record(term_raw)
-            rows.append({"run_id": run_id, **_record(run_raw, paths=True),
+            unread = run_raw is None or isinstance(run_raw, Exception)  # missing, or a key of another type
+            run = _record(run_raw) if unread else path_values(run_raw)
+            rows.append({"run_id": run_id, **run,
                          **{k: term.get(k) for k in ("reason", "phase_at_termination", "details", "suggested_action")}})
         return rows

@@ -17,11 +17,11 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from redis.maint_notifications import MaintNotificationsConfig
 
-from mother.errors import MissingJSONModule, RedisUnavailable
+from mother.errors import MissingJSONModule, MotherError, RedisUnavailable
 from mother.keys import PROBE_KEY
 
 __all__ = ["CONNECTION_OPTIONS", "REDIS_DOWN", "ForkHandoffPool", "Outage", "ServerInfo", "connect", "connect_waiting", "redact_url",
-           "redis_down", "require_json", "server_info", "sleep_unless"]
+           "redis_down", "require_json", "server_info", "sleep_unless", "unless_redis_down"]
 
 # A new connection needs no handshake round trip at all: RESP2 (no HELLO), and none of what
 # redis-py would otherwise add - looking its own version up in the package metadata, CLIENT SETINFO
@@ -47,6 +47,23 @@ _DOWN_REPLIES = ("UNBLOCKED", "MISCONF")
 def redis_down(exc: BaseException) -> bool:
     """Whether ``exc`` says Redis cannot serve for now (see :data:`REDIS_DOWN`), not that a request was wrong."""
     return isinstance(exc, REDIS_DOWN) or (isinstance(exc, redis.ResponseError) and str(exc).startswith(_DOWN_REPLIES))
+
+
+def unless_redis_down(log: Any, event: str, func: Callable[..., Any], *args: Any, **fields: Any) -> bool:
+    """``func(*args)`` where one failure must not stop the loop around it: what it raises is logged as
+    ``event`` with ``fields`` (a deliberate error in one line, anything else with its traceback) and
+    False returned; only Redis going away (:func:`redis_down`) is raised, for the loop to wait out."""
+    try:
+        func(*args)
+        return True
+    except Exception as exc:
+        if redis_down(exc):
+            raise
+        if isinstance(exc, MotherError):
+            log.error(event, error=exc.message, **fields)
+        else:
+            log.exception(event, error=str(exc), **fields)
+        return False
 
 
 def sleep_unless(stop: Callable[[], bool], seconds: float) -> None:

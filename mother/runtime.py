@@ -13,7 +13,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from mother import activity, keys
-from mother.client import parse_run_record
+from mother.client import parse_run_record, path_values
 from mother.clock import ServerClock
 from mother.config import Settings
 from mother.connection import connect, connect_waiting
@@ -38,11 +38,8 @@ def parse_position(raw: Any) -> tuple[str, int, int] | None:
     or a record that holds no such position (edited by hand: it is not a run anything can act on)."""
     if not raw or isinstance(raw, Exception):  # an Exception: a pipeline's reply for a key of another type
         return None
-    got = orjson.loads(raw)
-    try:
-        position = got["$.status"][0], got["$.phase_index"][0], got["$.attempt"][0]
-    except (TypeError, KeyError, IndexError):
-        return None
+    got = path_values(raw)
+    position = got.get("status"), got.get("phase_index"), got.get("attempt")
     return position if isinstance(position[0], str) and type(position[1]) is type(position[2]) is int else None
 
 

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from mother import keys
 from mother.client import EVENT_CANCEL, EVENT_PHASE_RESULT
 from mother.config import Settings
-from mother.connection import Outage, redis_down, sleep_unless
+from mother.connection import Outage, redis_down, sleep_unless, unless_redis_down
 from mother.functions import call, ensure_loaded
 from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run, on_phase_result
@@ -165,12 +165,7 @@ class Mother:
         return handled
 
     def _guarded(self, what: str, func: Any) -> None:
-        try:
-            func()
-        except Exception as exc:  # a bad record must not stop the loop; it is logged with its traceback
-            if redis_down(exc):
-                raise
-            self.log.exception("periodic_task_failed", task=what, error=str(exc))
+        unless_redis_down(self.log, "periodic_task_failed", func, task=what)  # a bad record must not stop the loop
 
     # -- handling ----------------------------------------------------------
     def handle(self, stream: str, entry_id: str, fields: dict[str, Any], not_text: str | None = None) -> None:
@@ -207,19 +202,17 @@ class Mother:
         acknowledged). Nothing but Redis going away escapes: a failure here too (say, a run record that is
         not one) leaves the entry pending, and the entries read with it are still handled."""
         run_id = _run_id_of(fields)
-        try:
-            if self._not_taken_in(stream, run_id):  # record why instead of losing it
-                reject(self.rt, entry_id, fields, f"Mother failed to take this submission in: {type(exc).__name__}: {exc}")
-            elif run_id is None:
-                return False
-            else:
-                self._end_catastrophically(run_id, exc)
-            return True
-        except Exception as again:
-            if redis_down(again):
-                raise
-            self.log.exception("entry_failure_not_recorded", stream=stream, entry_id=entry_id, run_id=run_id, error=str(again))
-            return False
+        if run_id is None and stream != keys.SUBMISSIONS_STREAM:
+            return False  # an event naming no readable run: nothing to end
+        return unless_redis_down(self.log, "entry_failure_not_recorded", self._record_failure, stream, entry_id, fields,
+                                 run_id, exc, stream=stream, entry_id=entry_id, run_id=run_id)
+
+    def _record_failure(self, stream: str, entry_id: str, fields: dict[str, Any], run_id: str | None,
+                        exc: Exception) -> None:
+        if self._not_taken_in(stream, run_id):  # record why instead of losing it
+            reject(self.rt, entry_id, fields, f"Mother failed to take this submission in: {type(exc).__name__}: {exc}")
+        else:
+            self._end_catastrophically(run_id, exc)
 
     def handle_event(self, entry_id: str, fields: dict[str, Any]) -> None:
         kind = fields.get("type")

@@ -25,8 +25,7 @@ from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from mother import keys
 from mother.budget import budget_doc
-from mother.connection import redis_down
-from mother.errors import MotherError
+from mother.connection import unless_redis_down
 from mother.functions import call
 from mother.lifecycle import dispatch, end_run, on_phase_failure, outputs_of, phase_timeout_seconds, run_duration_seconds
 from mother.logs import get_logger
@@ -126,15 +125,7 @@ class Watchdog:
         alone (a run record edited into something that is not one, a member that is not one) is logged,
         and the other items are still checked (else one due at every tick would keep every deadline,
         lost worker and failed job behind it from being acted on). Redis going away stops the tick."""
-        try:
-            func(*args)
-        except Exception as exc:
-            if redis_down(exc):
-                raise
-            if isinstance(exc, MotherError):
-                log.error("watchdog_check_failed", check=check, about=about, error=exc.message)
-            else:
-                log.exception("watchdog_check_failed", check=check, about=about, error=str(exc))
+        unless_redis_down(log, "watchdog_check_failed", func, *args, check=check, about=about)
 
     def _failed_attempt(self, run_id: str, index: int, attempt: int, error: str) -> None:
         state = self.rt.load_run(run_id)

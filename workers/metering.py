@@ -19,6 +19,7 @@ import orjson
 
 from mother import keys
 from mother.budget import Guard
+from mother.client import path_values
 from mother.config import ModelConfig
 from mother.errors import BudgetStopped, LimitExceeded
 from mother.limits import check_limits, fail_safe_message
@@ -38,9 +39,7 @@ def read_counters(client: Any, run_id: str) -> dict[str, Any] | None:
 
 
 def parse_counters(raw: Any) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    return {k[2:]: v[0] for k, v in orjson.loads(raw).items()}
+    return None if raw is None else path_values(raw)
 
 STOP_POLL_SECONDS = 0.5
 
