@@ -3,6 +3,8 @@
 ``mother up``, ``./scripts/demo`` and the test suite use it. Each process gets its
 own session (process group), so stopping it also stops an RQ work-horse it forked,
 and is SIGTERMed by Linux if the process that started it dies (no orphans).
+:meth:`LocalStack.respawn_dead` starts a process that exited again (a worker killed
+with its job, a Mother that crashed), unless it keeps exiting: then it gives up.
 """
 
 from __future__ import annotations
@@ -19,7 +21,38 @@ from typing import IO
 
 from mother.server import _die_with_parent
 
-__all__ = ["LocalStack"]
+__all__ = ["Exited", "LocalStack", "exit_text"]
+
+
+@dataclass(frozen=True)
+class Exited:
+    """A process of the stack that exited: started again, or given up on (``gave_up``: it exited
+    ``restarts`` times within the stack's ``restart_window_seconds``, so starting it again would loop)."""
+
+    name: str
+    returncode: int
+    restarts: int
+    gave_up: bool
+    log: Path | None
+
+    def last_log_line(self) -> str:
+        """The last non-empty line of the process's log ('' without one): usually why it exited."""
+        if self.log is None or not self.log.is_file():
+            return ""
+        with open(self.log, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 4096))
+            lines = [line for line in handle.read().decode(errors="replace").splitlines() if line.strip()]
+        return lines[-1].strip() if lines else ""
+
+
+def exit_text(returncode: int) -> str:
+    """'exit code 1' or 'killed by SIGKILL' (a negative return code is the signal that ended it)."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
 
 
 @dataclass
@@ -30,8 +63,13 @@ class LocalStack:
     log_dir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     queues: str = "agents,tools,maintenance"
+    restart_limit: int = 5  # restarts of one process within restart_window_seconds before respawn_dead gives up
+    restart_window_seconds: float = 60.0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
-    _logs: list[IO[bytes]] = field(default_factory=list, init=False)
+    _logs: dict[str, IO[bytes]] = field(default_factory=dict, init=False)  # name -> its log, open while it may run
+    _args: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False)  # name -> its `mother` arguments
+    _restarts: dict[str, list[float]] = field(default_factory=dict, init=False)  # name -> monotonic restart times
+    _given_up: set[str] = field(default_factory=set, init=False)
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MOTHER_") or k == "MOTHER_CONFIG"}
@@ -42,15 +80,17 @@ class LocalStack:
         out: IO[bytes] | int | None = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            handle = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
-            self._logs.append(handle)
-            out = handle
+            handle = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop() or on a respawn
+            previous = self._logs.pop(name, None)
+            if previous is not None:  # the handle of a process of this name that exited
+                previous.close()
+            self._logs[name] = out = handle
         proc = subprocess.Popen(
             [sys.executable, "-m", "mother.cli", *args],
             env=self._env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
-        self.procs[name] = proc
+        self.procs[name], self._args[name] = proc, args
         return proc
 
     def start(self) -> LocalStack:
@@ -64,12 +104,31 @@ class LocalStack:
         index = len([n for n in self.procs if n.startswith("worker-")]) if index is None else index
         return self.spawn(f"worker-{index}", "worker", "--queues", self.queues, "--name", f"w{index}-{os.getpid()}-{time.monotonic_ns() % 10**6}")
 
-    def respawn_dead_workers(self) -> list[str]:
-        """Start a fresh worker for each one that exited; return their names."""
-        dead = [n for n, p in self.procs.items() if n.startswith("worker-") and p.poll() is not None]
-        for name in dead:
-            self.add_worker(int(name.split("-", 1)[1]))
-        return dead
+    def respawn_dead(self) -> list[Exited]:
+        """Start each process that exited again (a worker under a fresh RQ name: the dead one's may
+        still be registered), once per call, and say which: Mother's recovery and the watchdog pick
+        up what the dead one left. A process already restarted ``restart_limit`` times within
+        ``restart_window_seconds`` is given up on (a bad config or a broken install would only
+        exit again), reported once with ``gave_up``, and left dead."""
+        exited = []
+        now = time.monotonic()
+        for name, proc in list(self.procs.items()):
+            if name in self._given_up or proc.poll() is None:
+                continue
+            recent = [t for t in self._restarts.get(name, []) if now - t < self.restart_window_seconds]
+            gave_up = len(recent) >= self.restart_limit
+            if gave_up:
+                self._given_up.add(name)
+            else:
+                recent.append(now)
+                if name.startswith("worker-"):
+                    self.add_worker(int(name.split("-", 1)[1]))
+                else:
+                    self.spawn(name, *self._args[name])
+            self._restarts[name] = recent
+            exited.append(Exited(name, proc.returncode, len(recent), gave_up,
+                                 self.log_dir / f"{name}.log" if self.log_dir is not None else None))
+        return exited
 
     def alive(self) -> dict[str, bool]:
         return {name: proc.poll() is None for name, proc in self.procs.items()}
@@ -86,10 +145,10 @@ class LocalStack:
             _signal_group(proc, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(5)
-        for handle in self._logs:
+        for handle in self._logs.values():
             handle.close()
-        self.procs.clear()
-        self._logs.clear()
+        for kept in (self.procs, self._logs, self._args, self._restarts, self._given_up):
+            kept.clear()
 
     def __enter__(self) -> LocalStack:
         return self.start()

@@ -17,7 +17,7 @@ from mother.client import MotherClient, load_spec_file
 from mother.config import load_settings
 from mother.errors import NotFound
 from mother.server import EmbeddedRedis
-from mother.stack import LocalStack
+from mother.stack import LocalStack, exit_text
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -92,8 +92,11 @@ def _wait_all(client: MotherClient, stack: LocalStack, run_ids: dict[str, str], 
     deadline = time.monotonic() + timeout
     with console.status("waiting for runs to end...") as status:
         while len(ended) < len(run_ids) and time.monotonic() < deadline:
-            for name in stack.respawn_dead_workers():
-                console.print(f"{name} was killed (as the worker-killed example asks); started a new worker")
+            for exited in stack.respawn_dead():
+                if exited.gave_up:
+                    raise SystemExit(f"{exited.name} keeps exiting ({exit_text(exited.returncode)}): see {exited.log}")
+                because = " (as the worker-killed example asks)" if exited.name.startswith("worker-") else ""
+                console.print(f"{exited.name} exited ({exit_text(exited.returncode)}){because}; started it again")
             for name, run_id in run_ids.items():
                 if name in ended:
                     continue

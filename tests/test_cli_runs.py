@@ -12,10 +12,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis
 import yaml
 
 from mother import keys
 from mother.server import free_port
+from mother.stack import Exited, LocalStack, exit_text
 from tests.conftest import MOTHER_BIN, Pipeline, cli_env, run_cli
 from tests.test_pipeline import EXAMPLES, example, wait_until
 
@@ -152,8 +154,9 @@ def test_redis_cli_xadd_submission(pipeline: Pipeline) -> None:
     assert pipeline.wait(json.loads(spec)["run_id"]).termination.reason == "success"
 
 
-def test_up_starts_everything_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
-    """`mother up` serves a run; SIGINT stops Redis, Mother and workers with no process left behind."""
+def test_up_starts_everything_restarts_a_killed_mother_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
+    """`mother up` serves a run; a Mother killed with -9 is started again and serves the next run (up used to
+    stop everything); SIGINT stops Redis, Mother and workers with no process left behind."""
     port = free_port()
     proc = subprocess.Popen([str(MOTHER_BIN), "up", "--port", str(port), "--dir", str(tmp_path / "redis"), "--workers", "1"],
                             env=cli_env({"MOTHER_WORKER__WORKSPACE_ROOT": str(tmp_path / "ws")}),
@@ -168,18 +171,49 @@ def test_up_starts_everything_and_ctrl_c_leaves_nothing(tmp_path: Path) -> None:
                 break
             time.sleep(1)
         assert result is not None and result.returncode == 0, result.stderr
+        r = redis.Redis.from_url(url, decode_responses=True)
+        leader = r.get(keys.LEADER_LEASE)  # host:pid:nonce of the Mother up started
+        assert leader is not None
+        os.kill(int(leader.split(":")[1]), signal.SIGKILL)
+        again = run_cli("submit", str(_spec_file(tmp_path, "three-phase")), "--wait", "--timeout", "60",
+                        env={"MOTHER_REDIS_URL": url})
+        assert again.returncode == 0, again.stderr
+        assert r.get(keys.LEADER_LEASE) not in (None, leader)
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, out
+    assert "mother-0 exited (killed by SIGKILL); started it again" in out
     assert "stopped." in out
     logs = tmp_path / "redis" / "logs"  # beside the server's own log, in the --dir given
     assert f"logs in {logs}" in out
     assert (logs / "mother-0.log").is_file() and (logs / "worker-0.log").is_file()
     leftover = subprocess.run(["pgrep", "-f", f"(--port {port}|{tmp_path})"], capture_output=True, text=True).stdout.split()
     assert [pid for pid in leftover if int(pid) != os.getpid()] == []
+
+
+def test_the_stack_restarts_a_process_that_exits_and_gives_up_on_one_that_keeps_exiting(tmp_path: Path) -> None:
+    """LocalStack.respawn_dead (what `mother up` and the demo supervise with) starts an exited process again
+    up to restart_limit times within the window, then reports it once as given up, with its log's last line
+    saying why, and leaves it dead; a process killed by a signal is reported by the signal's name."""
+    stack = LocalStack("redis://127.0.0.1:1/0", workers=1, mothers=0, log_dir=tmp_path / "logs", queues="nope",
+                       restart_limit=2)  # a worker that cannot start: it exits 2 before it connects to anything
+    seen: list[Exited] = []
+    with stack:
+        deadline = time.monotonic() + 60
+        while not any(e.gave_up for e in seen) and time.monotonic() < deadline:
+            seen += stack.respawn_dead()
+            time.sleep(0.1)
+        time.sleep(3)  # no further start, so nothing more exits
+        assert stack.respawn_dead() == []
+        assert [(e.name, e.returncode, e.restarts, e.gave_up) for e in seen] == [
+            ("worker-0", 2, 1, False), ("worker-0", 2, 2, False), ("worker-0", 2, 2, True)]
+        assert "unknown queue 'nope'" in seen[-1].last_log_line()
+        assert seen[-1].log == tmp_path / "logs" / "worker-0.log"
+        assert list(stack.alive().values()) == [False]
+    assert (exit_text(-9), exit_text(-15), exit_text(1)) == ("killed by SIGKILL", "killed by SIGTERM", "exit code 1")
 
 
 def test_budget_cli_stop_show_reset_and_stopped_at_deadline(pipeline: Pipeline, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from rich.text import Text
 from mother.cli._common import console, fail, handle_errors, settings
 from mother.config import check_queues
 from mother.server import EmbeddedRedis
-from mother.stack import LocalStack
+from mother.stack import Exited, LocalStack, exit_text
 
 __all__ = ["run", "up", "worker"]
 
@@ -61,11 +61,12 @@ def up(
     dir: Annotated[Path | None, typer.Option("--dir", help="embedded Redis data dir")] = None,
     workers: Annotated[int, typer.Option(min=0, max=64, help="number of RQ workers")] = 2,
 ) -> None:
-    """Embedded Redis + Mother + N workers in one command; Ctrl-C stops them all."""
+    """Embedded Redis + Mother + N workers in one command; one that exits is started again; Ctrl-C stops them all."""
     cfg = settings()
     server = EmbeddedRedis(port=port or cfg.server.port, dir=dir or cfg.server.dir,
                            appendfsync=cfg.server.appendfsync, start_timeout=cfg.server.start_timeout_seconds)
     stopping: list[int] = []
+    gave_up: list[Exited] = []  # a process that kept exiting: up stops everything and exits 1
 
     def _on_signal(signum: int, _frame: Any) -> None:
         stopping.append(signum)
@@ -81,13 +82,22 @@ def up(
                           soft_wrap=True)
             console.print(f"export MOTHER_REDIS_URL={server.url}", soft_wrap=True)
             console.print("Ctrl-C stops everything.", style="dim")
-            while not stopping:
-                for name in stack.respawn_dead_workers():
-                    console.print(f"{name} exited; started a new one", style="yellow")
-                if any(not ok for n, ok in stack.alive().items() if n.startswith("mother")):
-                    console.print(Text.assemble(("Mother exited", "red"), f"; see {stack.log_dir}; stopping"))
-                    break
+            while not stopping and not gave_up:
+                for exited in stack.respawn_dead():
+                    if exited.gave_up:
+                        gave_up.append(exited)
+                        console.print(Text.assemble(
+                            (f"{exited.name} exited again ({exit_text(exited.returncode)})", "red"),
+                            f" after {exited.restarts} restarts within {stack.restart_window_seconds:g} s; giving up,"
+                            f" stopping everything; its log: {exited.log}"), soft_wrap=True)
+                        if last := exited.last_log_line():
+                            console.print(Text(f"  its last line: {last[:500]}"), soft_wrap=True)
+                    else:
+                        console.print(f"{exited.name} exited ({exit_text(exited.returncode)}); started it again",
+                                      style="yellow")
                 time.sleep(0.5)
         finally:
             stack.stop()
     console.print("stopped.")
+    if gave_up:
+        raise typer.Exit(1)
