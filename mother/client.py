@@ -30,6 +30,7 @@ from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec
 __all__ = ["MotherClient", "load_spec_file", "parse_run_record", "parse_spec", "path_values"]
 
 INTAKE_NOTICE_SECONDS = 3.0  # wait() says when Mother has not taken a run in after this long
+QUEUE_NOTICE_SECONDS = 10.0  # ... and when a phase attempt's job has sat queued, no worker starting it, this long
 EVENT_CANCEL = "cancel"
 EVENT_PHASE_RESULT = "phase_result"
 
@@ -213,13 +214,17 @@ class MotherClient:
         """Block until the run has its final ResultEnvelope; ``WaitTimeout`` after ``timeout`` s.
 
         ``on_notice`` hears, once each, of a wait that is not the run's doing: Redis unreachable
-        (a restart, a failover: waited out until it is back or the timeout passes), or a run not
-        taken in by Mother after ``INTAKE_NOTICE_SECONDS`` (is ``mother run`` running?).
+        (a restart, a failover: waited out until it is back or the timeout passes), a run not
+        taken in by Mother after ``INTAKE_NOTICE_SECONDS`` (is ``mother run`` running?), or a
+        phase attempt whose job no worker has started after ``QUEUE_NOTICE_SECONDS`` (is
+        ``mother worker`` running? see :meth:`unstarted`).
         """
         check_timeout(timeout)
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         seen: tuple[Any, ...] | None = None
+        seen_since = started  # when wait() first saw the run where it is (seen)
+        checked_queue = 0.0  # when the queue was last looked at for a phase no worker has started
         unknown: NotFound | None = None
         noticed: set[str] = set()
 
@@ -234,7 +239,8 @@ class MotherClient:
                 if envelope is not None and envelope.termination is not None:
                     return envelope
                 try:
-                    state = self.status(run_id) if on_progress or seen is None or unknown is not None else None
+                    state = (self.status(run_id) if on_progress or on_notice or seen is None or unknown is not None
+                             else None)
                     unknown = None
                 except NoSuchRun:
                     raise  # nothing is waiting to be taken in: it never will be (a rejection raises InvalidSpec)
@@ -252,11 +258,26 @@ class MotherClient:
                                            f"{timeout:g}s ({exc})") from None
                 time.sleep(max(poll, 0.5))
                 continue
-            if state is not None and on_progress is not None:
+            if state is not None and (on_progress is not None or on_notice is not None):
                 marker = (state.status, state.phase, state.attempt)
                 if marker != seen:
-                    on_progress(state)
+                    seen_since = time.monotonic()
+                    if on_progress is not None:
+                        on_progress(state)
                 seen = marker
+                kind = f"unstarted {state.phase_index} {state.attempt}"
+                now = time.monotonic()
+                if (on_notice is not None and state.status == "running" and kind not in noticed
+                        and now - seen_since >= QUEUE_NOTICE_SECONDS and now - checked_queue >= 1.0):
+                    checked_queue = now
+                    try:
+                        why = self.unstarted(state, now - seen_since)
+                    except redis.RedisError as exc:
+                        if not redis_down(exc):
+                            raise
+                        why = None  # the next poll meets the outage, and says so
+                    if why is not None:
+                        notice(kind, why)
             elif seen is None:
                 seen = ()
             if deadline is not None and time.monotonic() >= deadline:
@@ -264,6 +285,32 @@ class MotherClient:
                     raise NotFound(f"{unknown.message} (waited {timeout:g}s)")
                 raise WaitTimeout(f"run {run_id} has not ended after {timeout:g}s; it goes on (`mother status {run_id}`)")
             time.sleep(poll)
+
+    def unstarted(self, state: RunState, waited: float) -> str | None:
+        """Why the run's current phase attempt has not started, while its RQ job is still queued on
+        ``agents`` (``waited``: seconds it has been seen so): no worker listens there (a worker that
+        died without saying so is not counted), or all that do are busy. None once a worker has it."""
+        from rq.job import Job  # here: rq costs the CLI's other commands an import they never need
+        from rq.queue import Queue
+        from rq.worker_registration import WORKERS_BY_QUEUE_KEY
+
+        from mother.runtime import AGENTS_QUEUE
+
+        job_id = keys.phase_job_id(state.run_id, state.phase_index, state.attempt)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(Job.key_for(job_id), "status")
+        pipe.smembers(WORKERS_BY_QUEUE_KEY % AGENTS_QUEUE)
+        pipe.llen(Queue.redis_queue_namespace_prefix + AGENTS_QUEUE)
+        status, workers, queued = pipe.execute()
+        if status not in ("queued", b"queued"):
+            return None
+        live = self.redis.exists(*workers) if workers else 0  # a worker's key expires when it stops beating
+        where = (f"run {state.run_id}: phase {state.phase} (attempt {state.attempt}) has waited {waited:.0f}s "
+                 f"for a worker on queue '{AGENTS_QUEUE}'")
+        if live == 0:
+            return f"{where}, and no worker listens there; still waiting (start one: `mother worker`)"
+        return (f"{where}: the {live} worker(s) listening there are busy, {queued} job(s) queued; still waiting "
+                "(more workers: `mother worker`)")
 
     # -- act -------------------------------------------------------------
     def cancel(self, run_id: str, actor: str = "user", reason: str = "cancelled by user") -> RunState:

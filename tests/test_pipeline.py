@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from mother import keys
 from mother.activity import recent
 from mother.client import load_spec_file
-from mother.errors import InvalidSpec
+from mother.errors import InvalidSpec, WaitTimeout
 from tests.conftest import Pipeline, start_pipeline, stop_pipeline
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -304,6 +305,43 @@ def test_phase_the_worker_cannot_set_up_fails_in_the_horse_with_the_reason(tmp_p
         stop_pipeline(p)
     assert record.reason == "catastrophic_error"
     assert "bad-hooks.yaml" in record.details and record.contributing_factors == ["invalid configuration"]
+
+
+def test_wait_says_when_no_worker_starts_a_phase_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """wait() tells, once per attempt, of a phase whose job no worker has started: none listens on 'agents'
+    (it used to show 'running' and nothing else until the phase's deadline), or all that do are busy; a phase
+    a worker has started gets no such notice."""
+    import mother.client
+
+    monkeypatch.setattr(mother.client, "QUEUE_NOTICE_SECONDS", 1.0)
+    hang = {"crawler": [{"text": "done", "delay_seconds": 60}]}
+    p = start_pipeline(tmp_path, workers=0)
+    try:
+        first = p.client.submit(example("cancelled", scripts=hang))
+        notices: list[str] = []
+        with pytest.raises(WaitTimeout):
+            p.client.wait(first, 5, on_notice=notices.append)
+        assert [re.sub(r"waited \d+s", "waited Ns", n) for n in notices] == [
+            f"run {first}: phase execute (attempt 1) has waited Ns for a worker on queue 'agents', and no worker listens "
+            "there; still waiting (start one: `mother worker`)"]
+        p.stack.add_worker()  # takes the first run's phase, which then hangs: the worker is busy
+        wait_until(lambda: p.redis.hget(f"rq:job:{keys.phase_job_id(first, 0, 1)}", "status") == "started", timeout=30)
+        second = p.client.submit(example("cancelled", scripts=hang))
+        notices.clear()
+        with pytest.raises(WaitTimeout):
+            p.client.wait(second, 5, on_notice=notices.append)
+        assert [re.sub(r"waited \d+s", "waited Ns", n) for n in notices] == [
+            f"run {second}: phase execute (attempt 1) has waited Ns for a worker on queue 'agents': the 1 worker(s) "
+            "listening there are busy, 1 job(s) queued; still waiting (more workers: `mother worker`)"]
+        notices.clear()
+        with pytest.raises(WaitTimeout):
+            p.client.wait(first, 3, on_notice=notices.append)
+        assert notices == []
+        for run_id in (first, second):
+            p.client.cancel(run_id, actor="test", reason="done")
+            assert p.wait(run_id).termination.reason == "user_cancelled"
+    finally:
+        stop_pipeline(p)
 
 
 def test_unexpected_error_ends_only_that_run(pipeline: Pipeline) -> None:
