@@ -134,6 +134,15 @@ def check_timeout(timeout: Any) -> None:
         raise InvalidSpec(f"timeout must be a finite number of seconds, 0 or more (omit it to wait until the run ends), got {timeout!r}")
 
 
+def live_workers(client: redis.Redis, queue: str) -> int:
+    """How many RQ workers listen on ``queue`` now: those registered for it whose key is still there (a
+    worker's key expires when it stops beating, so one killed without unregistering is not counted)."""
+    from rq.worker_registration import WORKERS_BY_QUEUE_KEY  # here: the CLI's other commands never need rq
+
+    workers = client.smembers(WORKERS_BY_QUEUE_KEY % queue)
+    return client.exists(*workers) if workers else 0
+
+
 class MotherClient:
     """Talks to Mother through Redis only; safe to use from many processes."""
 
@@ -292,19 +301,17 @@ class MotherClient:
         died without saying so is not counted), or all that do are busy. None once a worker has it."""
         from rq.job import Job  # here: rq costs the CLI's other commands an import they never need
         from rq.queue import Queue
-        from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
         from mother.runtime import AGENTS_QUEUE
 
         job_id = keys.phase_job_id(state.run_id, state.phase_index, state.attempt)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hget(Job.key_for(job_id), "status")
-        pipe.smembers(WORKERS_BY_QUEUE_KEY % AGENTS_QUEUE)
         pipe.llen(Queue.redis_queue_namespace_prefix + AGENTS_QUEUE)
-        status, workers, queued = pipe.execute()
+        status, queued = pipe.execute()
         if status not in ("queued", b"queued"):
             return None
-        live = self.redis.exists(*workers) if workers else 0  # a worker's key expires when it stops beating
+        live = live_workers(self.redis, AGENTS_QUEUE)
         where = (f"run {state.run_id}: phase {state.phase} (attempt {state.attempt}) has waited {waited:.0f}s "
                  f"for a worker on queue '{AGENTS_QUEUE}'")
         if live == 0:

@@ -19,8 +19,12 @@ def test_doctor_passes_on_the_embedded_server(r: redis.Redis, redis_url: str) ->
     """doctor reports the JSON and search modules and exits 0."""
     result = run_cli("doctor", env={"MOTHER_REDIS_URL": redis_url})
     assert result.returncode == 0, result.stderr
-    assert "JSON module      present" in result.stdout
-    assert "search module    present" in result.stdout
+    assert "JSON module        present" in result.stdout
+    assert "search module      present" in result.stdout
+    # nothing serves this server: said, as warnings (runs would wait), not failures
+    assert "warn mother             no Mother leads: submissions wait until one runs (`mother run`)" in result.stdout
+    assert "warn queue agents       no worker listens: its jobs wait (`mother worker`)" in result.stdout
+    assert "warn queue maintenance  no worker listens" in result.stdout
 
 
 def test_doctor_refuses_a_server_without_json(tmp_path: Path) -> None:
@@ -31,7 +35,7 @@ def test_doctor_refuses_a_server_without_json(tmp_path: Path) -> None:
     expected = f"error[redis_no_json]: Redis at {bare.url} has no JSON module: use Redis Stack / Redis 8, or `mother server`"
     assert result.returncode == 1
     assert result.stderr.strip() == expected
-    assert "search module    absent" in result.stdout
+    assert "search module      absent" in result.stdout
     assert inspect.returncode == 2
     assert inspect.stderr.strip() == expected
 

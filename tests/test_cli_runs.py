@@ -216,6 +216,21 @@ def test_the_stack_restarts_a_process_that_exits_and_gives_up_on_one_that_keeps_
     assert (exit_text(-9), exit_text(-15), exit_text(1)) == ("killed by SIGKILL", "killed by SIGTERM", "exit code 1")
 
 
+def test_doctor_says_which_mother_leads_and_how_many_workers_listen(pipeline: Pipeline) -> None:
+    """On a served server doctor names the leading Mother and counts the live workers on each queue."""
+    from mother.client import live_workers
+
+    wait_until(lambda: pipeline.redis.exists(keys.LEADER_LEASE) and live_workers(pipeline.redis, "maintenance") == 2,
+               timeout=30)  # the module's stack may have just started
+    result = run_cli("doctor", env={"MOTHER_REDIS_URL": pipeline.url})
+    assert result.returncode == 0, result.stderr
+    leader = pipeline.redis.get(keys.LEADER_LEASE)
+    assert f"ok   mother             {leader} leads (its lease has " in result.stdout
+    for queue in ("agents", "tools", "maintenance"):
+        assert f"ok   {'queue ' + queue:<18} 2 worker(s) listening" in result.stdout
+    assert "warn" not in result.stdout
+
+
 def test_budget_cli_stop_show_reset_and_stopped_at_deadline(pipeline: Pipeline, tmp_path: Path) -> None:
     """`mother budget stop/show/override/reset` work on a live run; a run still stopped at its deadline ends budget_exhausted."""
     env = {"MOTHER_REDIS_URL": pipeline.url, "COLUMNS": "200"}

@@ -15,7 +15,8 @@ import typer
 from rich.text import Text
 
 from mother.cli._common import console, describe_url, fail, handle_errors, redis_client, settings
-from mother.config import config_path
+from mother import keys
+from mother.config import QUEUES, config_path
 from mother.connection import connect, server_info
 from mother.errors import MotherError, NotFound
 from mother.server import EmbeddedRedis
@@ -66,7 +67,7 @@ def server(
 
 @handle_errors
 def doctor() -> None:
-    """Check Redis, its modules and the config; say what is missing and how to fix it."""
+    """Check Redis, its modules and the config, and whether a Mother and workers serve it; say what is missing and how to fix it."""
     problems: list[str] = []
     cfg = settings()
     path = config_path()
@@ -90,11 +91,32 @@ def doctor() -> None:
     _row(True, "search module", "present (termination index enabled)" if info.has_search else "absent (optional: FT.SEARCH indexes off)")
     if problems:
         fail(problems[0], "redis_no_json", 1)
+    _serving(client)
     console.print("all required checks passed.")
 
 
-def _row(ok: bool, what: str, detail: str) -> None:
-    console.print(Text.assemble(("ok  ", "green") if ok else ("FAIL", "red"), f" {what:<16} {detail}"))
+def _serving(client: redis.Redis) -> None:
+    """Whether a Mother leads and workers listen on each queue: a warning, not a failure (they may be
+    starting, or run elsewhere later), since without them runs wait, and `wait` shows only 'running'."""
+    from mother.client import live_workers
+
+    leader, left_ms = client.get(keys.LEADER_LEASE), client.pttl(keys.LEADER_LEASE)
+    if leader:
+        _row(True, "mother", f"{leader} leads (its lease has {max(left_ms, 0) / 1000:.1f}s left)")
+    else:
+        _row(None, "mother", "no Mother leads: submissions wait until one runs (`mother run`)")
+    for queue in QUEUES:
+        live = live_workers(client, queue)
+        if live:
+            _row(True, f"queue {queue}", f"{live} worker(s) listening")
+        else:
+            _row(None, f"queue {queue}", "no worker listens: its jobs wait (`mother worker`)")
+
+
+def _row(ok: bool | None, what: str, detail: str) -> None:
+    """One line of the doctor's report: ok, FAIL, or (``ok`` None) warn."""
+    mark = ("ok  ", "green") if ok else ("warn", "yellow") if ok is None else ("FAIL", "red")
+    console.print(Text.assemble(mark, f" {what:<18} {detail}"), soft_wrap=True)
 
 
 @handle_errors
