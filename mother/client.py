@@ -243,7 +243,7 @@ class MotherClient:
             noticed.add(kind)
 
         while True:
-            try:
+            try:  # one poll: the result, where the run is, and what it waits on (an outage anywhere is waited out)
                 envelope = self.result(run_id)
                 if envelope is not None and envelope.termination is not None:
                     return envelope
@@ -258,6 +258,21 @@ class MotherClient:
                     if time.monotonic() - started >= INTAKE_NOTICE_SECONDS:
                         notice("intake", f"run {run_id} is not taken in after {INTAKE_NOTICE_SECONDS:g}s; "
                                          "still waiting (is `mother run` running?)")
+                if state is not None and (on_progress is not None or on_notice is not None):
+                    marker = (state.status, state.phase, state.attempt)
+                    if marker != seen:
+                        seen_since = time.monotonic()
+                        if on_progress is not None:
+                            on_progress(state)
+                    seen = marker
+                    kind, now = f"unstarted {state.phase_index} {state.attempt}", time.monotonic()
+                    if (on_notice is not None and state.status == "running" and kind not in noticed
+                            and now - seen_since >= QUEUE_NOTICE_SECONDS and now - checked_queue >= 1.0):
+                        checked_queue = now
+                        if (why := self.unstarted(state, now - seen_since)) is not None:
+                            notice(kind, why)
+                elif seen is None:
+                    seen = ()
             except redis.RedisError as exc:
                 if not redis_down(exc):
                     raise
@@ -267,28 +282,6 @@ class MotherClient:
                                            f"{timeout:g}s ({exc})") from None
                 time.sleep(max(poll, 0.5))
                 continue
-            if state is not None and (on_progress is not None or on_notice is not None):
-                marker = (state.status, state.phase, state.attempt)
-                if marker != seen:
-                    seen_since = time.monotonic()
-                    if on_progress is not None:
-                        on_progress(state)
-                seen = marker
-                kind = f"unstarted {state.phase_index} {state.attempt}"
-                now = time.monotonic()
-                if (on_notice is not None and state.status == "running" and kind not in noticed
-                        and now - seen_since >= QUEUE_NOTICE_SECONDS and now - checked_queue >= 1.0):
-                    checked_queue = now
-                    try:
-                        why = self.unstarted(state, now - seen_since)
-                    except redis.RedisError as exc:
-                        if not redis_down(exc):
-                            raise
-                        why = None  # the next poll meets the outage, and says so
-                    if why is not None:
-                        notice(kind, why)
-            elif seen is None:
-                seen = ()
             if deadline is not None and time.monotonic() >= deadline:
                 if unknown is not None:  # never taken in: say so, not that it "goes on"
                     raise NotFound(f"{unknown.message} (waited {timeout:g}s)")

@@ -34,6 +34,14 @@ class Exited:
     restarts: int
     gave_up: bool
     log: Path | None
+    window_seconds: float
+
+    def __str__(self) -> str:
+        """What happened, in one line: 'worker-0 exited (killed by SIGKILL); started it again', or the give-up."""
+        if self.gave_up:
+            return (f"{self.name} exited again ({exit_text(self.returncode)}) after {self.restarts} restarts within "
+                    f"{self.window_seconds:g} s; giving up")
+        return f"{self.name} exited ({exit_text(self.returncode)}); started it again"
 
     def last_log_line(self) -> str:
         """The last non-empty line of the process's log ('' without one): usually why it exited."""
@@ -80,7 +88,7 @@ class LocalStack:
         out: IO[bytes] | int | None = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            handle = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop() or on a respawn
+            handle = open(self._log_path(name), "ab")  # noqa: SIM115 - closed in stop() or on a respawn
             previous = self._logs.pop(name, None)
             if previous is not None:  # the handle of a process of this name that exited
                 previous.close()
@@ -126,9 +134,12 @@ class LocalStack:
                 else:
                     self.spawn(name, *self._args[name])
             self._restarts[name] = recent
-            exited.append(Exited(name, proc.returncode, len(recent), gave_up,
-                                 self.log_dir / f"{name}.log" if self.log_dir is not None else None))
+            exited.append(Exited(name, proc.returncode, len(recent), gave_up, self._log_path(name),
+                                 self.restart_window_seconds))
         return exited
+
+    def _log_path(self, name: str) -> Path | None:
+        return self.log_dir / f"{name}.log" if self.log_dir is not None else None
 
     def alive(self) -> dict[str, bool]:
         return {name: proc.poll() is None for name, proc in self.procs.items()}

@@ -17,7 +17,7 @@ from mother.client import MotherClient, load_spec_file
 from mother.config import load_settings
 from mother.errors import NotFound
 from mother.server import EmbeddedRedis
-from mother.stack import LocalStack, exit_text
+from mother.stack import LocalStack
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -94,9 +94,9 @@ def _wait_all(client: MotherClient, stack: LocalStack, run_ids: dict[str, str], 
         while len(ended) < len(run_ids) and time.monotonic() < deadline:
             for exited in stack.respawn_dead():
                 if exited.gave_up:
-                    raise SystemExit(f"{exited.name} keeps exiting ({exit_text(exited.returncode)}): see {exited.log}")
+                    raise SystemExit(f"{exited}: see {exited.log}")
                 because = " (as the worker-killed example asks)" if exited.name.startswith("worker-") else ""
-                console.print(f"{exited.name} exited ({exit_text(exited.returncode)}){because}; started it again")
+                console.print(f"{exited}{because}")
             for name, run_id in run_ids.items():
                 if name in ended:
                     continue

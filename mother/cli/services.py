@@ -13,7 +13,7 @@ from rich.text import Text
 from mother.cli._common import console, fail, handle_errors, settings
 from mother.config import check_queues
 from mother.server import EmbeddedRedis
-from mother.stack import Exited, LocalStack, exit_text
+from mother.stack import Exited, LocalStack
 
 __all__ = ["run", "up", "worker"]
 
@@ -84,17 +84,14 @@ def up(
             console.print("Ctrl-C stops everything.", style="dim")
             while not stopping and not gave_up:
                 for exited in stack.respawn_dead():
-                    if exited.gave_up:
-                        gave_up.append(exited)
-                        console.print(Text.assemble(
-                            (f"{exited.name} exited again ({exit_text(exited.returncode)})", "red"),
-                            f" after {exited.restarts} restarts within {stack.restart_window_seconds:g} s; giving up,"
-                            f" stopping everything; its log: {exited.log}"), soft_wrap=True)
-                        if last := exited.last_log_line():
-                            console.print(Text(f"  its last line: {last[:500]}"), soft_wrap=True)
-                    else:
-                        console.print(f"{exited.name} exited ({exit_text(exited.returncode)}); started it again",
-                                      style="yellow")
+                    if not exited.gave_up:
+                        console.print(Text(str(exited)), style="yellow", soft_wrap=True)
+                        continue
+                    gave_up.append(exited)
+                    console.print(Text(f"{exited}, stopping everything; its log: {exited.log}"), style="red",
+                                  soft_wrap=True)
+                    if last := exited.last_log_line():
+                        console.print(Text(f"  its last line: {last[:500]}"), soft_wrap=True)
                 time.sleep(0.5)
         finally:
             stack.stop()
