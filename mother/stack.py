@@ -4,7 +4,9 @@
 own session (process group), so stopping it also stops an RQ work-horse it forked,
 and is SIGTERMed by Linux if the process that started it dies (no orphans).
 :meth:`LocalStack.respawn_dead` starts a process that exited again (a worker killed
-with its job, a Mother that crashed), unless it keeps exiting: then it gives up.
+with its job, a Mother that crashed), unless it keeps exiting: then it gives up. A
+Mother that died holding the leader lease has it released at once (it can no longer
+write anything), so the one started in its place leads without waiting out the lease.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import redis
+
+from mother import keys
+from mother.functions import call
 from mother.server import _die_with_parent
 
 __all__ = ["Exited", "LocalStack", "exit_text"]
@@ -35,13 +42,15 @@ class Exited:
     gave_up: bool
     log: Path | None
     window_seconds: float
+    lease: str = ""  # a Mother's leader lease: what became of it ('' when it held none)
 
     def __str__(self) -> str:
         """What happened, in one line: 'worker-0 exited (killed by SIGKILL); started it again', or the give-up."""
+        lease = f"; {self.lease}" if self.lease else ""
         if self.gave_up:
             return (f"{self.name} exited again ({exit_text(self.returncode)}) after {self.restarts} restarts within "
-                    f"{self.window_seconds:g} s; giving up")
-        return f"{self.name} exited ({exit_text(self.returncode)}); started it again"
+                    f"{self.window_seconds:g} s{lease}; giving up")
+        return f"{self.name} exited ({exit_text(self.returncode)}){lease}; started it again"
 
     def last_log_line(self) -> str:
         """The last non-empty line of the process's log ('' without one): usually why it exited."""
@@ -123,6 +132,7 @@ class LocalStack:
         for name, proc in list(self.procs.items()):
             if name in self._given_up or proc.poll() is None:
                 continue
+            lease = self._release_lease_of(proc) if self._args[name][:1] == ("run",) else ""
             recent = [t for t in self._restarts.get(name, []) if now - t < self.restart_window_seconds]
             gave_up = len(recent) >= self.restart_limit
             if gave_up:
@@ -135,8 +145,23 @@ class LocalStack:
                     self.spawn(name, *self._args[name])
             self._restarts[name] = recent
             exited.append(Exited(name, proc.returncode, len(recent), gave_up, self._log_path(name),
-                                 self.restart_window_seconds))
+                                 self.restart_window_seconds, lease))
         return exited
+
+    def _release_lease_of(self, proc: subprocess.Popen[bytes]) -> str:
+        """Release the leader lease if the Mother ``proc``, which has exited (and is reaped), holds it:
+        a dead process writes nothing more, so its successor or a standby may lead at once instead of
+        after ``service.lease_seconds``. Says what became of the lease ('' when it held none)."""
+        try:
+            with redis.Redis.from_url(self.redis_url, socket_timeout=2) as client:
+                holder = client.get(keys.LEADER_LEASE)
+                if holder is None or not holder.decode().startswith(f"{socket.gethostname()}:{proc.pid}:"):
+                    return ""
+                # compare-and-delete on the server: a lease taken by another Mother meanwhile is left alone
+                released = call(client, "mh_release_lease", [keys.LEADER_LEASE], [holder])
+        except redis.RedisError as exc:  # the lease then runs out on its own
+            return f"its leader lease is left to expire (Redis: {exc})"
+        return "released its leader lease, so the next Mother leads at once" if released else ""
 
     def _log_path(self, name: str) -> Path | None:
         return self.log_dir / f"{name}.log" if self.log_dir is not None else None

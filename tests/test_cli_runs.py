@@ -185,7 +185,8 @@ def test_up_starts_everything_restarts_a_killed_mother_and_ctrl_c_leaves_nothing
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, out
-    assert "mother-0 exited (killed by SIGKILL); started it again" in out
+    assert ("mother-0 exited (killed by SIGKILL); released its leader lease, so the next Mother leads at once; "
+            "started it again") in out
     assert "stopped." in out
     logs = tmp_path / "redis" / "logs"  # beside the server's own log, in the --dir given
     assert f"logs in {logs}" in out
@@ -214,6 +215,36 @@ def test_the_stack_restarts_a_process_that_exits_and_gives_up_on_one_that_keeps_
         assert seen[-1].log == tmp_path / "logs" / "worker-0.log"
         assert list(stack.alive().values()) == [False]
     assert (exit_text(-9), exit_text(-15), exit_text(1)) == ("killed by SIGKILL", "killed by SIGTERM", "exit code 1")
+
+
+def test_the_stack_releases_the_lease_of_a_mother_that_died_holding_it(r: redis.Redis, redis_url: str,
+                                                                       tmp_path: Path) -> None:
+    """A Mother killed with -9 while it leads has its lease released by respawn_dead before its successor
+    starts (it used to hold it for service.lease_seconds: no Mother led meanwhile); a lease another Mother
+    holds is left alone when a Mother that did not lead dies."""
+    lease_seconds = 60  # far longer than the test: a lease gone must have been released, not run out
+    stack = LocalStack(redis_url, workers=0, mothers=1, log_dir=tmp_path / "logs",
+                       env={"MOTHER_SERVICE__LEASE_SECONDS": str(lease_seconds)})
+    with stack:
+        dead = stack.procs["mother-0"]
+        wait_until(lambda: (r.get(keys.LEADER_LEASE) or "").split(":")[1:2] == [str(dead.pid)], timeout=30)
+        held = r.get(keys.LEADER_LEASE)
+        os.kill(dead.pid, signal.SIGKILL)
+        dead.wait(10)
+        [exited] = stack.respawn_dead()
+        assert exited.lease == "released its leader lease, so the next Mother leads at once"
+        assert str(exited).endswith("; released its leader lease, so the next Mother leads at once; started it again")
+        assert r.get(keys.LEADER_LEASE) != held  # free, or already the new Mother's
+        successor = stack.procs["mother-0"]
+        wait_until(lambda: (r.get(keys.LEADER_LEASE) or "").split(":")[1:2] == [str(successor.pid)], timeout=30)
+
+        other = "elsewhere:1:abcdef"  # a Mother on another machine leads; ours stands by, then dies
+        r.set(keys.LEADER_LEASE, other, px=lease_seconds * 1000)
+        os.kill(successor.pid, signal.SIGKILL)
+        successor.wait(10)
+        [exited] = stack.respawn_dead()
+        assert exited.lease == "" and str(exited) == "mother-0 exited (killed by SIGKILL); started it again"
+        assert r.get(keys.LEADER_LEASE) == other
 
 
 def test_doctor_says_which_mother_leads_and_how_many_workers_listen(pipeline: Pipeline) -> None:
