@@ -22,10 +22,12 @@ from mother import keys
 from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect, redis_down
+from mother.functions import server_now_ms
 from mother.errors import InvalidSpec, MotherError, NoSuchRun, NotFound, RecordInvalid, RedisUnavailable, WaitTimeout, not_utf8
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
-from schemas import MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error
+from schemas import (MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error,
+                     ms_from_iso)
 
 __all__ = ["MotherClient", "load_spec_file", "parse_run_record", "parse_spec", "path_values"]
 
@@ -232,7 +234,7 @@ class MotherClient:
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         seen: tuple[Any, ...] | None = None
-        seen_since = started  # when wait() first saw the run where it is (seen)
+        seen_since = started  # when the run got where it is (seen): its last move, on wait()'s clock
         checked_queue = 0.0  # when the queue was last looked at for a phase no worker has started
         unknown: NotFound | None = None
         noticed: set[str] = set()
@@ -261,7 +263,7 @@ class MotherClient:
                 if state is not None and (on_progress is not None or on_notice is not None):
                     marker = (state.status, state.phase, state.attempt)
                     if marker != seen:
-                        seen_since = time.monotonic()
+                        seen_since = self._since(state)
                         if on_progress is not None:
                             on_progress(state)
                     seen = marker
@@ -287,6 +289,16 @@ class MotherClient:
                     raise NotFound(f"{unknown.message} (waited {timeout:g}s)")
                 raise WaitTimeout(f"run {run_id} has not ended after {timeout:g}s; it goes on (`mother status {run_id}`)")
             time.sleep(poll)
+
+    def _since(self, state: RunState) -> float:
+        """When (on this process's monotonic clock) the run made its last move (``updated_at``: for a running
+        run, its current attempt's dispatch), measured on the server's clock: a wait started late counts
+        from the dispatch, not from when it looked. Now, for a run not yet taken in."""
+        now = time.monotonic()
+        if state.status != "running":
+            return now
+        age_ms = server_now_ms(self.redis) - ms_from_iso(state.updated_at)
+        return now - max(0.0, age_ms / 1000)
 
     def unstarted(self, state: RunState, waited: float) -> str | None:
         """Why the run's current phase attempt has not started, while its RQ job is still queued on

@@ -1,6 +1,6 @@
 """Mother-Harness records: pydantic models for every record of the spec. No I/O."""
 
-from schemas._base import Id, Record, Timestamp, describe_validation_error, iso_from_ms, within_depth
+from schemas._base import Id, Record, Timestamp, describe_validation_error, iso_from_ms, ms_from_iso, within_depth
 from schemas.activity import ACTIVITY_TYPES, ActivityEvent
 from schemas.context import (
     SECTION_ORDER,
@@ -69,5 +69,6 @@ __all__ = [
     "describe_validation_error",
     "export_json_schemas",
     "iso_from_ms",
+    "ms_from_iso",
     "within_depth",
 ]

@@ -23,6 +23,7 @@ __all__ = [
     "Timestamp",
     "describe_validation_error",
     "iso_from_ms",
+    "ms_from_iso",
     "within_depth",
 ]
 
@@ -54,6 +55,11 @@ def iso_from_ms(ms: int) -> str:
     """Milliseconds since the epoch (e.g. from Redis ``TIME``) as ISO-8601 UTC with ``Z``."""
     moment = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def ms_from_iso(timestamp: str) -> int:
+    """The inverse of :func:`iso_from_ms`: a record's ``Timestamp`` as milliseconds since the epoch."""
+    return round(_dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 class Record(BaseModel):

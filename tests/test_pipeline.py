@@ -310,7 +310,8 @@ def test_phase_the_worker_cannot_set_up_fails_in_the_horse_with_the_reason(tmp_p
 def test_wait_says_when_no_worker_starts_a_phase_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """wait() tells, once per attempt, of a phase whose job no worker has started: none listens on 'agents'
     (it used to show 'running' and nothing else until the phase's deadline), or all that do are busy; a phase
-    a worker has started gets no such notice."""
+    a worker has started gets no such notice. The wait counts from the attempt's dispatch, so a wait started
+    late says so at once (it counted from when it first looked)."""
     import mother.client
 
     monkeypatch.setattr(mother.client, "QUEUE_NOTICE_SECONDS", 1.0)
@@ -324,6 +325,10 @@ def test_wait_says_when_no_worker_starts_a_phase_and_why(tmp_path: Path, monkeyp
         assert [re.sub(r"waited \d+s", "waited Ns", n) for n in notices] == [
             f"run {first}: phase execute (attempt 1) has waited Ns for a worker on queue 'agents', and no worker listens "
             "there; still waiting (start one: `mother worker`)"]
+        notices.clear()  # a wait started late counts from the dispatch (server clock), not from when it looked:
+        with pytest.raises(WaitTimeout):  # it says so at once, though it waits less than QUEUE_NOTICE_SECONDS
+            p.client.wait(first, 0.6, on_notice=notices.append)
+        assert len(notices) == 1 and int(re.findall(r"has waited (\d+)s", notices[0])[0]) >= 2, notices  # > 0.6
         p.stack.add_worker()  # takes the first run's phase, which then hangs: the worker is busy
         wait_until(lambda: p.redis.hget(f"rq:job:{keys.phase_job_id(first, 0, 1)}", "status") == "started", timeout=30)
         second = p.client.submit(example("cancelled", scripts=hang))
