@@ -42,6 +42,8 @@ __all__ = [
     "open_run_budget",
     "override",
     "rate_check",
+    "release_reservations",
+    "reservations_of",
     "reset_stop",
     "run_limits",
     "spend_micro_usd",
@@ -304,6 +306,32 @@ class Guard:
         """Settle a call to ``model`` with what it used, priced (queued on ``pipe`` when given)."""
         return self.settle_model_call(op, input_tokens=input_tokens, output_tokens=output_tokens,
                                       spend=spend_micro_usd(model, input_tokens, output_tokens), pipe=pipe)
+
+
+RESERVATIONS_PATH = "$.reservations"  # of budget:run:{id}: op -> {dims, user_dims, at}, or a tombstone {released}
+
+
+def reservations_of(raw: str | None) -> dict[str, Any]:
+    """The model-call reservations a run's budget holds, from ``JSON.GET budget:run:{id} $.reservations``
+    ({} without a budget): only those still holding something (a released one's tombstone holds nothing)."""
+    found = orjson.loads(raw)[0] if raw else {}
+    return {op: r for op, r in found.items() if isinstance(r, dict) and r.get("dims")} if isinstance(found, dict) else {}
+
+
+def release_reservations(client: redis.Redis | redis.client.Pipeline, settings: Settings, run_id: str, user_id: str,
+                         held: dict[str, Any], why: str) -> Any:
+    """Give back what ``held`` (:func:`reservations_of`) reserves for calls whose settle will not come: the
+    attempt that made them was lost or timed out, or the run ended (a horse killed mid-call left them
+    standing, counted against the run's limits and the user's daily tokens for the rest of the day). One
+    atomic server call (``mh_release_reservations``) over the run's document and the user's documents of
+    the days they were made; a settle that still comes charges what the call used. Returns the call's reply
+    (None when nothing is held; queued on a pipeline, read it from ``execute()``)."""
+    if not held:
+        return None
+    days = sorted({r["at"][:10] for r in held.values() if isinstance(r.get("at"), str)})
+    return call(client, "mh_release_reservations",
+                [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM, *(keys.user_daily_budget_key(user_id, d) for d in days)],
+                [settings.service.activity_maxlen, why[:300], *days])
 
 
 def audit_fields(actor: str, reason: str) -> dict[str, str]:

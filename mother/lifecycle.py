@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from mother import keys
-from mother.budget import Guard, budget_doc
+from mother.budget import RESERVATIONS_PATH, Guard, budget_doc, release_reservations, reservations_of
 from mother.capabilities import denial
 from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
 from mother.context import store as store_context
@@ -319,6 +319,10 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
     rt.emit(rt.redis, "phase_failed", run_id=state.run_id, phase=phase.name, attempt=state.attempt, error=error[:1000])
     failures = _failures(state) + [f"attempt {state.attempt}: {error[:300]}"]
     if state.attempt <= phase.max_retries:
+        if result is None:  # lost: a call it had reserved for will not be settled (one that ends is settled by it)
+            held = reservations_of(rt.redis.execute_command("JSON.GET", keys.run_budget_key(state.run_id), RESERVATIONS_PATH))
+            release_reservations(rt.redis, rt.settings, state.run_id, state.user_id, held,
+                                 f"phase {phase.name} attempt {state.attempt} was lost: {error}")
         advance(rt, state.run_id, state.spec, frm=(state.phase_index, state.attempt),
                 to=(state.phase_index, state.attempt + 1), event="phase_retried", detail=error, outputs=outputs_of(state),
                 activity=[("phase_retried", {"run_id": state.run_id, "phase": phase.name, "attempt": state.attempt + 1})])
@@ -362,10 +366,14 @@ def end_run(
     terminate(pipe, record, envelope)
     pipe.execute_command("JSON.GET", keys.ledger_key(state.run_id))  # the lineage's end needs these two:
     pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), OWN_SPEND_PATH)  # read with the record
-    term_reply, node_raw, spend_raw = pipe.execute()
+    # read after the record closed the budget: no reservation is made after it (a call still in flight settles)
+    pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), RESERVATIONS_PATH)
+    term_reply, node_raw, spend_raw, reservations_raw = pipe.execute()
     won, stored = terminated(term_reply)
     if won:
         pipe = rt.redis.pipeline(transaction=False)
+        release_reservations(pipe, rt.settings, state.run_id, state.user_id, reservations_of(reservations_raw),
+                             f"the run ended {reason}")
         for event_type, fields in activity:
             rt.emit(pipe, event_type, **fields)
         rt.emit(pipe, "terminated", run_id=state.run_id, phase=phase_name, reason=reason, details=details[:1000],

@@ -480,3 +480,54 @@ def test_reservation_id_that_is_not_a_plain_name_is_refused_and_writes_nothing(r
     assert (after["model_calls"], after["reserved"], after["reservations"]) == (0, before["reserved"], {})
     op = guard.reserve_model_call(max_tokens=10, max_spend_micro_usd=10, cloud=False)
     assert list(_doc(r, "bad-op")["reservations"]) == [op]
+
+
+def test_reservations_no_settle_will_come_for_are_given_back_and_a_late_settle_charges_once(r: redis.Redis) -> None:
+    """A model call reserved by an attempt that was lost (its horse killed mid-call) or cut off by the run's end
+    is never settled: its reservation stood, counted against the run's limits and the user's daily tokens for
+    the rest of the day. release_reservations gives back each one held, on the run's document and the user's of
+    the day it was made, leaves a tombstone, and says so in the activity stream; a settle that still comes
+    charges what the call used, once; a reservation of a day not passed is left as it is."""
+    from mother.budget import RESERVATIONS_PATH, release_reservations, reservations_of
+
+    guard = _open(r, "lost-calls")
+    day = ServerClock(r).now_iso()[:10]
+    user_key = keys.user_daily_budget_key("u1", day)
+    ops = [guard.reserve_model_call(max_tokens=n, max_spend_micro_usd=5, cloud=False) for n in (400, 600)]
+    assert _doc(r, "lost-calls")["reserved"]["total_tokens"] == 1000
+    assert budget_doc(r, user_key)["reserved"]["total_tokens"] == 1000
+
+    def held() -> dict:
+        return reservations_of(r.execute_command("JSON.GET", keys.run_budget_key("lost-calls"), RESERVATIONS_PATH))
+
+    assert sorted(held()) == sorted(ops)
+    reply = orjson.loads(release_reservations(r, SETTINGS, "lost-calls", "u1", held(), "attempt 1 was lost"))
+    assert reply == {"released": 2, "left": 0}
+    doc = _doc(r, "lost-calls")
+    assert (doc["reserved"]["total_tokens"], doc["reserved"]["spend_micro_usd"], doc["total_tokens"]) == (0, 0, 0)
+    assert budget_doc(r, user_key)["reserved"]["total_tokens"] == 0
+    assert held() == {} and all(set(doc["reservations"][op]) == {"at", "released"} for op in ops)
+    [entry] = [e for e in recent(r, 20) if e.type == "reservations_released"]
+    assert (entry.run_id, entry.data) == ("lost-calls", {"count": 2, "total_tokens": 1000, "why": "attempt 1 was lost"})
+    assert release_reservations(r, SETTINGS, "lost-calls", "u1", held(), "again") is None  # nothing held: no call
+
+    guard.settle_model_call(ops[0], input_tokens=70, output_tokens=30, spend=3)  # the horse outlived its attempt
+    guard.settle_model_call(ops[0], input_tokens=70, output_tokens=30, spend=3)  # sent twice: charged once
+    doc = _doc(r, "lost-calls")
+    assert (doc["total_tokens"], doc["spend_micro_usd"], doc["reserved"]["total_tokens"]) == (100, 3, 0)
+    assert ops[0] not in doc["reservations"] and ops[1] in doc["reservations"]
+    user = budget_doc(r, user_key)
+    assert (user["total_tokens"], user["reserved"]["total_tokens"]) == (100, 0)
+
+    third = guard.reserve_model_call(max_tokens=50, max_spend_micro_usd=0, cloud=False)
+    r.execute_command("JSON.SET", keys.run_budget_key("lost-calls"), f"$.reservations.{third}.at", '"1999-01-01T00:00:00.000Z"')
+    reply = orjson.loads(call_release(r, "lost-calls", ["2000-01-01"]))  # its day's document is not among the keys
+    assert reply == {"released": 0, "left": 1} and _doc(r, "lost-calls")["reserved"]["total_tokens"] == 50
+
+
+def call_release(client: redis.Redis, run_id: str, days: list[str]) -> str:
+    from mother.functions import call
+
+    return call(client, "mh_release_reservations",
+                [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM, *(keys.user_daily_budget_key("u1", d) for d in days)],
+                [SETTINGS.service.activity_maxlen, "test", *days])

@@ -94,6 +94,28 @@ def test_every_failure_example_ends_with_its_reason(pipeline: Pipeline) -> None:
     assert (rec.reason, rec.details) == ("user_cancelled", "Cancelled by tester: no longer needed")
     for run_id in (exhausted, timeout, cancelled):
         assert termination_keys(pipeline, run_id) == [keys.termination_key(run_id)]
+    for run_id in (timeout, cancelled):  # their model calls were cut off by the run's end
+        held_back_nothing(pipeline, run_id)
+
+
+def held_back_nothing(p: Pipeline, run_id: str, released_why: str | None = None) -> None:
+    """After the run, neither its budget nor its user's daily document holds a reservation (a horse cut off
+    by the run's end settles its call itself, a moment later); with ``released_why``, the reservation a lost
+    call left was given back by Mother (its tombstone stays, and ``released_why`` starts its activity entry's why)."""
+    def doc(key: str) -> dict:
+        return orjson.loads(p.redis.execute_command("JSON.GET", key))
+
+    budget = doc(keys.run_budget_key(run_id))
+    user_key = keys.user_daily_budget_key(budget["user_id"], budget["started_at"][:10])
+    wait_until(lambda: doc(keys.run_budget_key(run_id))["reserved"]["total_tokens"] == 0
+               and doc(user_key)["reserved"]["total_tokens"] == 0, timeout=10)
+    budget = doc(keys.run_budget_key(run_id))
+    assert budget["reserved"]["spend_micro_usd"] == 0
+    assert all(set(r) == {"at", "released"} for r in budget["reservations"].values())  # none held
+    if released_why is not None:
+        assert len(budget["reservations"]) == 1
+        [released] = [e for e in recent(p.redis, 50, run_id=run_id) if e.type == "reservations_released"]
+        assert released.data["count"] == 1 and str(released.data["why"]).startswith(released_why), released.data
 
 
 def test_raw_xadd_submission_completes(pipeline: Pipeline) -> None:

@@ -17,7 +17,7 @@ from mother import keys
 from mother.termination import build_record, terminate
 from schemas import ResultEnvelope
 from tests.conftest import Pipeline, start_pipeline, stop_pipeline
-from tests.test_pipeline import example, termination_keys, wait_until
+from tests.test_pipeline import example, held_back_nothing, termination_keys, wait_until
 
 
 @pytest.fixture
@@ -47,6 +47,8 @@ def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
     assert len(victims) == 1
     proc = fresh.stack.procs[victims[0]]
     horse = _children(proc.pid)
+    wait_until(lambda: fresh.redis.execute_command("JSON.OBJLEN", keys.run_budget_key(run_id), "$.reservations") == [1],
+               timeout=10)  # killed mid-call: its model call is reserved
     os.kill(proc.pid, signal.SIGKILL)
     for pid in horse:
         os.kill(pid, signal.SIGKILL)
@@ -60,6 +62,9 @@ def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
     retried = [h for h in state.history if h.event == "phase_retried"]
     assert retried and retried[0].detail.startswith("worker lost: no heartbeat")
     assert termination_keys(fresh, run_id) == [keys.termination_key(run_id)]
+    # the killed attempt's model call was never settled: its reservation was given back at the retry (it
+    # held the run's and the user's daily tokens for the rest of the day); the retry's call was settled
+    held_back_nothing(fresh, run_id, released_why="phase execute attempt 1 was lost: worker lost: no heartbeat")
 
 
 def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itself(fresh: Pipeline) -> None:

@@ -269,7 +269,8 @@ local function mh_guard(keys, args)
   if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
   act.run_id = doc.run_id  -- the run its activity entries name, for the user's document too
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
-  local needs_user = a.user_check or a.user_add or (settling and settling.user_dims) or (a.reserve and a.reserve.user_dims)
+  local needs_user = a.user_check or a.user_add or (settling and (settling.user_dims or a.settle.user_add))
+    or (a.reserve and a.reserve.user_dims)  -- a released reservation's late settle still charges the user
   local user = needs_user and ensure_user(keys[2], a, day, at) or nil
   if doc.status == 'closed' and not settling then return cjson.encode({ok = false, code = 'run_terminated'}) end
   if doc.status == 'budget_stopped' and not a.read_only and not settling then
@@ -338,6 +339,62 @@ local function mh_guard(keys, args)
       output_tokens = doc.output_tokens, spend_micro_usd = doc.spend_micro_usd, duration_sec = doc.duration_sec}})
   end
   return OK  -- the constant reply mother/budget.py compares against (OK_REPLY)
+end
+
+-- mh_release_reservations: give back what a run's model-call reservations hold when no settle will come
+-- for them (the call's attempt was lost or timed out, or the run ended): each reservation's dims leave the
+-- run's ``reserved``, its user_dims the ``reserved`` of the user's document of the day it was made, and the
+-- reservation becomes a tombstone {at, released=<time>} (no dims): a settle that still comes (a horse that outlived its
+-- attempt) charges what the call used, once, and takes the tombstone away.
+-- KEYS: 1 budget:run:{id}, 2 activity, 3.. budget:user:{user}:daily:{day} for the days in ARGV 3..
+-- ARGV: 1 activity maxlen, 2 why (for the activity entry), 3.. the days (YYYY-MM-DD) of KEYS 3..
+-- A reservation whose day is not passed is left as it is. Returns JSON {released=n, left=n}.
+local function give_back(fields, target, dims)  -- reserve(fields, target, dims, -1), never below nothing
+  reserve(fields, target, dims, -1)
+  for dim, _ in pairs(dims) do
+    if target.reserved[dim] < 0 then target.reserved[dim], fields.reserved[dim] = 0, '0' end
+  end
+end
+
+local function mh_release_reservations(keys, args)
+  local doc = run_doc(keys[1])
+  if not doc then return cjson.encode({released = 0, left = 0}) end
+  local users = {}  -- day -> {key, doc (false: none), w}
+  for i = 3, #keys do users[args[i]] = {key = keys[i]} end
+  local at = iso(now_ms())
+  local run_w, released, left, tokens = {reservations = {}}, 0, 0, 0
+  for op, r in pairs(doc.reservations or {}) do
+    if type(r) == 'table' and r.dims then  -- a tombstone has no dims: nothing is held by it
+      local u = users[string.sub(r.at or '', 1, 10)]  -- a reservation's at is server time, as the day key's day
+      if r.user_dims and next(r.user_dims) and not u then
+        left = left + 1
+      else
+        give_back(run_w, doc, r.dims)
+        if u and r.user_dims then
+          if u.doc == nil then u.doc = get_doc(u.key) or false end  -- a day's document may have expired
+          if u.doc then
+            u.w = u.w or {}
+            give_back(u.w, u.doc, r.user_dims)
+          end
+        end
+        run_w.reservations[op] = '{"dims":null,"user_dims":null,"released":"' .. at .. '"}'  -- merged into it
+        released = released + 1
+        tokens = tokens + (r.dims.total_tokens or 0)
+      end
+    end
+  end
+  if released == 0 then return cjson.encode({released = 0, left = left}) end
+  run_w.last_updated = '"' .. at .. '"'
+  merge(keys[1], run_w)
+  for _, u in pairs(users) do
+    if u.w then
+      u.w.last_updated = '"' .. at .. '"'
+      merge(u.key, u.w)
+    end
+  end
+  activity(keys[2], tonumber(args[1]), {type = 'reservations_released', at = at, run_id = doc.run_id,
+    data = {count = released, total_tokens = tokens, why = args[2]}})
+  return cjson.encode({released = released, left = left})
 end
 
 -- mh_budget_state: set a run budget's status (budget_stopped / active / closed) with an event.
@@ -483,3 +540,4 @@ redis.register_function('mh_override', mh_override)
 redis.register_function('mh_admit', mh_admit)
 redis.register_function('mh_submit', mh_submit)
 redis.register_function('mh_rate', mh_rate)
+redis.register_function('mh_release_reservations', mh_release_reservations)
