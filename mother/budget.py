@@ -392,7 +392,7 @@ def rate_check(client: redis.Redis, settings: Settings, user_id: str) -> int:
 def submit_with_backpressure(client: redis.Redis, settings: Settings, payload: bytes) -> str:
     """XADD the spec unless the queue is at max depth (atomic); ``QueueFull`` otherwise."""
     ok, value = call(client, "mh_submit", [keys.GLOBAL_BUDGET, keys.SUBMISSIONS_STREAM],
-                     [payload, settings.budget.global_.max_queue_depth])
+                     [payload, settings.budget.global_.max_queue_depth, settings.service.consumer_group])
     if not ok:
         raise QueueFull(f"the submission queue is full ({value}/{settings.budget.global_.max_queue_depth}); try again later",
                         depth=int(value), max=settings.budget.global_.max_queue_depth)

@@ -366,6 +366,28 @@ def test_queue_full_refuses_and_enqueues_nothing(r: redis.Redis) -> None:
     assert r.xlen(keys.SUBMISSIONS_STREAM) == 2
 
 
+def test_a_stale_full_gauge_is_checked_against_the_stream(r: redis.Redis) -> None:
+    """The queue-depth gauge counts client submissions and is set from the truth at each watchdog tick. After
+    a flood of raw XADDs it said full until the next tick though Mother had drained the queue: submits were
+    refused (a run of tests after one such flood failed with 'queue is full (104/100)'). A gauge that says
+    full is checked against the consumer group's backlog (pending + lag): accepted and corrected when the
+    queue is not full, refused with the real depth when it is."""
+    load_functions(r)
+    settings = SETTINGS.model_copy(deep=True)
+    settings.budget.global_.max_queue_depth = 3
+    r.xgroup_create(keys.SUBMISSIONS_STREAM, settings.service.consumer_group, id="$", mkstream=True)
+    r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$", orjson.dumps(
+        {"concurrent_runs": 0, "queue_depth": 104, "redis_memory_mb": 0, "docling_jobs": 0}))
+    first = submit_with_backpressure(r, settings, b"{}")  # the queue is empty: the gauge was stale
+    assert orjson.loads(r.execute_command("JSON.GET", keys.GLOBAL_BUDGET, "$.queue_depth")) == [1]
+    for _ in range(3):
+        r.xadd(keys.SUBMISSIONS_STREAM, {"spec": "{}"})  # raw entries: the gauge learns of them at the next tick
+    r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.queue_depth", 3)
+    with pytest.raises(QueueFull, match=r"the submission queue is full \(4/3\)"):  # the stream's own count
+        submit_with_backpressure(r, settings, b"{}")
+    assert r.xlen(keys.SUBMISSIONS_STREAM) == 4 and r.xrange(keys.SUBMISSIONS_STREAM, count=1)[0][0] == first
+
+
 def test_run_ends_budget_exhausted_end_to_end(tmp_path: Path) -> None:
     """A run limited to 2 turns whose script wants more ends budget_exhausted with the fail-safe message."""
     p = start_pipeline(tmp_path, workers=1)

@@ -500,14 +500,38 @@ local function mh_admit(keys, args)
   return cjson.encode({ok = true, concurrent_runs = gauge, user_runs = user.runs})
 end
 
+-- the submissions not yet handled by consumer group ``group`` of ``stream`` (pending + lag), from the
+-- stream itself; nil when it cannot tell (no stream or group yet, or a lag the server cannot compute)
+local function live_backlog(stream, group)
+  local groups = redis.pcall('XINFO', 'GROUPS', stream)
+  if type(groups) ~= 'table' or groups.err then return nil end
+  for _, info in ipairs(groups) do
+    local fields = {}
+    for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
+    if fields.name == group then
+      if type(fields.lag) ~= 'number' then return nil end
+      return fields.pending + fields.lag
+    end
+  end
+  return nil
+end
+
 -- mh_submit: queue-depth backpressure at submit: refuse, or XADD and count, atomically.
--- KEYS: 1 budget:global, 2 mother:submissions.  ARGV: 1 spec JSON, 2 max_queue_depth
+-- KEYS: 1 budget:global, 2 mother:submissions.  ARGV: 1 spec JSON, 2 max_queue_depth, 3 Mother's consumer group
+-- The gauge counts what was submitted here and is set from the truth by the watchdog; entries added by a
+-- raw XADD are only counted at its next tick, so a gauge that says full is checked against the stream
+-- (refused only when the backlog really is full, or cannot be told) and corrected.
 local function mh_submit(keys, args)
   local depth = 0
   if redis.call('EXISTS', keys[1]) == 1 then
     depth = tonumber(cjson.decode(redis.call('JSON.GET', keys[1], '$.queue_depth'))[1] or 0) or 0
   end
-  if depth >= tonumber(args[2]) then return {0, depth} end
+  if depth >= tonumber(args[2]) then
+    local live = args[3] and live_backlog(keys[2], args[3])
+    if live == nil or live >= tonumber(args[2]) then return {0, live or depth} end
+    depth = live
+    redis.call('JSON.SET', keys[1], '$.queue_depth', depth)
+  end
   local id = redis.call('XADD', keys[2], '*', 'spec', args[1], 'counted', '1')
   if redis.call('EXISTS', keys[1]) == 0 then
     redis.call('JSON.SET', keys[1], '$', cjson.encode({concurrent_runs = 0, queue_depth = 1, redis_memory_mb = 0, docling_jobs = 0}))
