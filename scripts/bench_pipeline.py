@@ -51,6 +51,7 @@ from mother.client import MotherClient
 from mother.config import load_settings
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
+from schemas import ms_from_iso
 from workers.noop import chain_job_id, hop_job_id, relay_command
 
 
@@ -164,7 +165,7 @@ def ping_p50_ms(url: str, count: int = 2000) -> float:
 
 def phase_marks(history: list[dict[str, str]]) -> list[float]:
     """A run's phase_started and phase_completed times in ms (server time), in order."""
-    return [_ms(h["at"]) for h in history if h["event"] in ("phase_started", "phase_completed")]
+    return [ms_from_iso(h["at"]) for h in history if h["event"] in ("phase_started", "phase_completed")]
 
 
 def mother_steps(client: MotherClient, run_id: str) -> tuple[float, list[float], float]:
@@ -174,7 +175,7 @@ def mother_steps(client: MotherClient, run_id: str) -> tuple[float, list[float],
     run = orjson.loads(client.redis.execute_command("JSON.GET", keys.run_key(run_id)))
     marks = phase_marks(run["history"])
     submitted = int(run["entry_id"].split("-")[0])
-    return marks[0] - submitted, [b - a for a, b in zip(marks, marks[1:])], _ms(run["terminated_at"]) - marks[-1]
+    return marks[0] - submitted, [b - a for a, b in zip(marks, marks[1:])], ms_from_iso(run["terminated_at"]) - marks[-1]
 
 
 def chain_steps(url: str, chain: int, relayed: bool = False) -> list[float]:
@@ -185,12 +186,6 @@ def chain_steps(url: str, chain: int, relayed: bool = False) -> list[float]:
                           serializer=JSONSerializer)
     ends = [jobs[0].enqueued_at] + [j.ended_at for j in jobs]
     return [(b - a).total_seconds() * 1000 for a, b in zip(ends, ends[1:])]
-
-
-def _ms(iso: str) -> float:
-    from datetime import datetime
-
-    return datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp() * 1000
 
 
 # The benchmark measures throughput, not policy: lift the budget's defaults far out of the way.
