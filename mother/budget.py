@@ -42,6 +42,7 @@ __all__ = [
     "open_run_budget",
     "override",
     "rate_check",
+    "held_reservations",
     "release_reservations",
     "reservations_of",
     "reset_stop",
@@ -311,11 +312,16 @@ class Guard:
 RESERVATIONS_PATH = "$.reservations"  # of budget:run:{id}: op -> {dims, user_dims, at}, or a tombstone {released}
 
 
-def reservations_of(raw: str | None) -> dict[str, Any]:
-    """The model-call reservations a run's budget holds, from ``JSON.GET budget:run:{id} $.reservations``
-    ({} without a budget): only those still holding something (a released one's tombstone holds nothing)."""
-    found = orjson.loads(raw)[0] if raw else {}
+def reservations_of(found: Any) -> dict[str, Any]:
+    """Of a run budget's ``reservations`` as read (None without a budget), those still holding something (a
+    released one's tombstone holds nothing)."""
     return {op: r for op, r in found.items() if isinstance(r, dict) and r.get("dims")} if isinstance(found, dict) else {}
+
+
+def held_reservations(client: redis.Redis, run_id: str) -> dict[str, Any]:
+    """The model-call reservations the run's budget holds now (one read)."""
+    raw = client.execute_command("JSON.GET", keys.run_budget_key(run_id), RESERVATIONS_PATH)
+    return reservations_of(orjson.loads(raw)[0] if raw else None)
 
 
 def release_reservations(client: redis.Redis | redis.client.Pipeline, settings: Settings, run_id: str, user_id: str,

@@ -262,8 +262,8 @@ class MotherClient:
                                          "still waiting (is `mother run` running?)")
                 if state is not None and (on_progress is not None or on_notice is not None):
                     marker = (state.status, state.phase, state.attempt)
-                    if marker != seen:
-                        seen_since = self._since(state)
+                    if marker != seen:  # since its dispatch (a TIME read) only where the notice may use it
+                        seen_since = self._since(state) if on_notice is not None else time.monotonic()
                         if on_progress is not None:
                             on_progress(state)
                     seen = marker

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+import socket
 
 from mother.errors import InvalidSpec
 
@@ -46,6 +47,7 @@ __all__ = [
     "artifact_meta_key",
     "check_id",
     "is_id",
+    "leader_prefix",
     "conflict_key",
     "context_key",
     "context_summary_key",
@@ -85,7 +87,7 @@ ACTIVITY_STREAM = "activity"
 TERMINATION_INDEX = "idx:termination"
 TERMINATION_PREFIX = "termination:"  # the prefix idx:termination indexes
 DEAD_LETTER_STREAM = "mother:dead_letter"
-LEADER_LEASE = "mother:leader"
+LEADER_LEASE = "mother:leader"  # string: the leading Mother's instance id, "<host>:<pid>:<nonce>"
 RUN_DEADLINES = "mother:deadlines:run"  # zset: run_id scored by the run's deadline (server ms)
 PHASE_DEADLINES = "mother:deadlines:phase"  # zset: run_id scored by its current phase's deadline
 HEARTBEATS = "mother:heartbeats"  # zset: phase job id scored by its last heartbeat (server ms)
@@ -167,6 +169,11 @@ def _job_safe(value: str) -> str:
 def phase_job_id(run_id: str, phase_index: int, attempt: int) -> str:
     """The RQ job id of one phase attempt: derived, so a re-dispatch reuses it."""
     return f"ph-{_job_safe(check_id(run_id, 'run_id'))}-{int(phase_index)}-{int(attempt)}"
+
+
+def leader_prefix(pid: int) -> str:
+    """The start of the instance id (``mother:leader``'s value) of the Mother process ``pid`` on this host."""
+    return f"{socket.gethostname()}:{pid}:"
 
 
 def heartbeat_member(run_id: str, phase_index: int, attempt: int) -> str:

@@ -14,13 +14,14 @@ from typing import Any
 import orjson
 
 from mother import keys
-from mother.budget import RESERVATIONS_PATH, Guard, budget_doc, release_reservations, reservations_of
+from mother.budget import RESERVATIONS_PATH, Guard, budget_doc, held_reservations, release_reservations, reservations_of
 from mother.capabilities import denial
+from mother.client import path_values
 from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
 from mother.context import store as store_context
 from mother.errors import ConfigError, ContextBudgetExceeded, MotherError
 from mother.functions import call, follow_ups
-from mother.ledger import OWN_SPEND_PATH, own_spend
+from mother.ledger import OWN_SPEND_PATH, to_usd
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
 from mother.runtime import Runtime
@@ -320,8 +321,7 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
     failures = _failures(state) + [f"attempt {state.attempt}: {error[:300]}"]
     if state.attempt <= phase.max_retries:
         if result is None:  # lost: a call it had reserved for will not be settled (one that ends is settled by it)
-            held = reservations_of(rt.redis.execute_command("JSON.GET", keys.run_budget_key(state.run_id), RESERVATIONS_PATH))
-            release_reservations(rt.redis, rt.settings, state.run_id, state.user_id, held,
+            release_reservations(rt.redis, rt.settings, state.run_id, state.user_id, held_reservations(rt.redis, state.run_id),
                                  f"phase {phase.name} attempt {state.attempt} was lost: {error}")
         advance(rt, state.run_id, state.spec, frm=(state.phase_index, state.attempt),
                 to=(state.phase_index, state.attempt + 1), event="phase_retried", detail=error, outputs=outputs_of(state),
@@ -364,15 +364,15 @@ def end_run(
                               phases=state.results, artifacts=state.artifacts, created_at=at_iso)
     pipe = rt.redis.pipeline(transaction=False)
     terminate(pipe, record, envelope)
-    pipe.execute_command("JSON.GET", keys.ledger_key(state.run_id))  # the lineage's end needs these two:
-    pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), OWN_SPEND_PATH)  # read with the record
-    # read after the record closed the budget: no reservation is made after it (a call still in flight settles)
-    pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), RESERVATIONS_PATH)
-    term_reply, node_raw, spend_raw, reservations_raw = pipe.execute()
+    pipe.execute_command("JSON.GET", keys.ledger_key(state.run_id))  # the lineage's end needs it and the run's spend;
+    # its reservations are read after the record closed the budget: none is made after it (a call in flight settles)
+    pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), OWN_SPEND_PATH, RESERVATIONS_PATH)
+    term_reply, node_raw, budget_raw = pipe.execute()
     won, stored = terminated(term_reply)
     if won:
+        budget = path_values(budget_raw) if budget_raw else {}
         pipe = rt.redis.pipeline(transaction=False)
-        release_reservations(pipe, rt.settings, state.run_id, state.user_id, reservations_of(reservations_raw),
+        release_reservations(pipe, rt.settings, state.run_id, state.user_id, reservations_of(budget.get("reservations")),
                              f"the run ended {reason}")
         for event_type, fields in activity:
             rt.emit(pipe, event_type, **fields)
@@ -382,7 +382,7 @@ def end_run(
         ledger = rt.ledger
         closing_from = len(pipe)  # the ledger's calls, if any, are queued last
         if node_raw is not None:  # report the run's spend (a child's cascades up), release its reservation
-            ledger.close(state.run_id, own_spend(spend_raw), "completed" if reason == "success" else reason, orjson.loads(node_raw),
+            ledger.close(state.run_id, to_usd(budget.get("spend_micro_usd") or 0), "completed" if reason == "success" else reason, orjson.loads(node_raw),
                          pipe=pipe)
         replies = pipe.execute()
         if node_raw is not None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 import uuid
 from typing import Any
@@ -50,7 +49,7 @@ class Mother:
         self.settings = settings
         self.cfg = settings.service
         self.rt = Runtime.create(settings)
-        self.instance = instance or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.instance = instance or f"{keys.leader_prefix(os.getpid())}{uuid.uuid4().hex[:6]}"
         self.watchdog = Watchdog(self.rt)
         self.stopping = False
         self.leader = False

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -155,7 +154,7 @@ class LocalStack:
         try:
             with redis.Redis.from_url(self.redis_url, socket_timeout=2) as client:
                 holder = client.get(keys.LEADER_LEASE)
-                if holder is None or not holder.decode().startswith(f"{socket.gethostname()}:{proc.pid}:"):
+                if holder is None or not holder.decode().startswith(keys.leader_prefix(proc.pid)):
                     return ""
                 # compare-and-delete on the server: a lease taken by another Mother meanwhile is left alone
                 released = call(client, "mh_release_lease", [keys.LEADER_LEASE], [holder])

@@ -510,7 +510,7 @@ def test_reservations_no_settle_will_come_for_are_given_back_and_a_late_settle_c
     the rest of the day. release_reservations gives back each one held, on the run's document and the user's of
     the day it was made, leaves a tombstone, and says so in the activity stream; a settle that still comes
     charges what the call used, once; a reservation of a day not passed is left as it is."""
-    from mother.budget import RESERVATIONS_PATH, release_reservations, reservations_of
+    from mother.budget import held_reservations, release_reservations
 
     guard = _open(r, "lost-calls")
     day = ServerClock(r).now_iso()[:10]
@@ -520,7 +520,7 @@ def test_reservations_no_settle_will_come_for_are_given_back_and_a_late_settle_c
     assert budget_doc(r, user_key)["reserved"]["total_tokens"] == 1000
 
     def held() -> dict:
-        return reservations_of(r.execute_command("JSON.GET", keys.run_budget_key("lost-calls"), RESERVATIONS_PATH))
+        return held_reservations(r, "lost-calls")
 
     assert sorted(held()) == sorted(ops)
     reply = orjson.loads(release_reservations(r, SETTINGS, "lost-calls", "u1", held(), "attempt 1 was lost"))
