@@ -553,3 +553,66 @@ def call_release(client: redis.Redis, run_id: str, days: list[str]) -> str:
     return call(client, "mh_release_reservations",
                 [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM, *(keys.user_daily_budget_key("u1", d) for d in days)],
                 [SETTINGS.service.activity_maxlen, "test", *days])
+
+
+def test_the_first_call_reserved_ahead_is_the_one_the_call_uses_and_a_refusal_ahead_is_its_refusal(r: redis.Redis) -> None:
+    """The worker reserves a phase's first model call before forking the horse (Meter.reserve_ahead); the
+    horse's first reserve() takes that reservation, or meets the refusal the worker got, without a second
+    server call (one reservation and one model call counted, one budget_refused entry). Nothing is done ahead
+    when the turn start would give the hooks an event: a limit the counters exceed, a prompt at the context
+    limit. A stop met ahead is waited out by the horse as any stop is."""
+    from workers.metering import Meter, estimate_prompt_tokens
+
+    model = SETTINGS.models["scripted"]
+    messages = [{"role": "user", "content": "x" * 300}]
+
+    def held(run_id: str) -> dict:
+        return {op: res for op, res in _doc(r, run_id)["reservations"].items() if res.get("dims")}
+
+    guard = _open(r, "ahead-1")
+    meter = Meter(guard, model, lambda: None, limits={"turns": 5})
+    meter.counters = {"model_calls": 0, "input_tokens": 0, "output_tokens": 0, "spend_micro_usd": 0, "duration_sec": 0}
+    meter.reserve_ahead(messages, [])
+    assert isinstance(meter.ahead, str) and list(held("ahead-1")) == [meter.ahead]
+    prompt = estimate_prompt_tokens(messages, [])  # the estimate the horse's own reserve would make
+    assert held("ahead-1")[meter.ahead]["dims"]["total_tokens"] == prompt + model.max_output_tokens
+    op = meter.reserve(messages, [])
+    assert op == list(held("ahead-1"))[0] and meter.ahead is None
+    assert _doc(r, "ahead-1")["model_calls"] == 1  # reserved once
+    meter.settle(op, 90, 5)
+    doc = _doc(r, "ahead-1")
+    assert (doc["model_calls"], doc["total_tokens"], doc["reserved"]["total_tokens"], held("ahead-1")) == (1, 95, 0, {})
+    second = meter.reserve(messages, [])  # a later call reserves for itself
+    assert second != op and list(held("ahead-1")) == [second] and _doc(r, "ahead-1")["model_calls"] == 2
+
+    # refused ahead: the first call's refusal, as the server gave it once
+    guard = _open(r, "ahead-2")
+    r.execute_command("JSON.SET", keys.run_budget_key("ahead-2"), "$.limits.model_calls", 1)
+    guard.settle_model_call(guard.reserve_model_call(max_tokens=10, max_spend_micro_usd=0, cloud=False),
+                            input_tokens=1, output_tokens=1, spend=0)
+    meter = Meter(guard, model, lambda: None)
+    meter.reserve_ahead(messages, [])
+    assert isinstance(meter.ahead, BudgetExhausted) and meter.ahead.data["limit_code"] == "budget_model_call_exceeded"
+    with pytest.raises(BudgetExhausted, match=r"budget_model_call_exceeded \(1/1\)"):
+        meter.reserve(messages, [])
+    assert [e.type for e in recent(r, 50, run_id="ahead-2")].count("budget_refused") == 1
+
+    # a limit the counters exceed, or a prompt at the context limit: the horse's hooks decide; nothing ahead
+    guard = _open(r, "ahead-3")
+    meter = Meter(guard, model, lambda: None, limits={"turns": 1})
+    meter.counters = {"model_calls": 1, "input_tokens": 0, "output_tokens": 0, "spend_micro_usd": 0, "duration_sec": 0}
+    meter.reserve_ahead(messages, [])
+    meter_at_window = Meter(guard, model, lambda: None, harness=object())
+    meter_at_window.context_limit = 50
+    meter_at_window.reserve_ahead(messages, [])
+    assert (meter.ahead, meter_at_window.ahead, held("ahead-3"), _doc(r, "ahead-3")["model_calls"]) == (None, None, {}, 0)
+
+    # a stop met ahead: the horse waits it out, then reserves for itself
+    guard = _open(r, "ahead-4")
+    emergency_stop(r, "ahead-4", "ops", "look first", 1000)
+    meter = Meter(guard, model, lambda: None)
+    meter.reserve_ahead(messages, [])
+    assert isinstance(meter.ahead, BudgetStopped) and held("ahead-4") == {}
+    reset_stop(r, "ahead-4", "ops", "looked", 1000)
+    op = meter.reserve(messages, [])
+    assert list(held("ahead-4")) == [op] and _doc(r, "ahead-4")["model_calls"] == 1

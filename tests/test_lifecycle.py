@@ -3,6 +3,7 @@ lifecycle called in this process against the real server (no Mother process, no 
 
 from __future__ import annotations
 
+import orjson
 import pytest
 import redis
 from rq.job import Job
@@ -126,3 +127,25 @@ def test_malformed_follow_ups_are_refused_before_anything_is_written(r: redis.Re
     with pytest.raises(redis.ResponseError, match=error):
         call(r, "mh_transition", keys_ + more_keys, args + words)
     assert r.execute_command("JSON.GET", keys.run_key(run_id)) == before and not r.exists("h")
+
+
+def test_a_failed_attempt_is_retried_with_what_it_still_holds_given_back(r: redis.Redis, redis_url: str) -> None:
+    """A reservation the worker made ahead for a first call its attempt failed before making has no settle
+    to come: before the retry is dispatched, Mother gives back what the run holds, with why."""
+    from mother.budget import Guard, held_reservations
+
+    rt, run_id = _started(r, redis_url)
+    guard = Guard(r, rt.settings, run_id, "alice", rt.clock.today)
+    op = guard.reserve_call(rt.settings.models["scripted"], 200)  # made ahead, never used
+    assert list(held_reservations(r, run_id)) == [op]
+    result = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="failed", error="hook decided fail",
+                         finished_at="2026-11-22T00:00:00.000Z")
+    _delivered(r, rt, result)
+    on_phase_result(rt, result)
+    run = rt.load_run(run_id)
+    assert (run.status, run.phase_index, run.attempt) == ("running", 0, 2)
+    assert held_reservations(r, run_id) == {}
+    budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id)))
+    assert budget["reserved"]["total_tokens"] == 0 and set(budget["reservations"][op]) == {"at", "released"}
+    [released] = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "reservations_released"]
+    assert orjson.loads(released["data"])["why"] == "phase plan attempt 1 failed: hook decided fail"
