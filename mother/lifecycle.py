@@ -320,8 +320,8 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
     rt.emit(rt.redis, "phase_failed", run_id=state.run_id, phase=phase.name, attempt=state.attempt, error=error[:1000])
     failures = _failures(state) + [f"attempt {state.attempt}: {error[:300]}"]
     if state.attempt <= phase.max_retries:
-        # what the attempt still holds will not be settled: a lost one's call in flight, or a reservation its
-        # worker made ahead for a first call the attempt failed before making
+        # what the attempt still holds will not be settled: a lost one's call in flight, or a failed one's call
+        # whose settle did not reach the server (the horse's connection failed mid-phase)
         release_reservations(rt.redis, rt.settings, state.run_id, state.user_id, held_reservations(rt.redis, state.run_id),
                              f"phase {phase.name} attempt {state.attempt} {'was lost' if result is None else 'failed'}: {error}")
         advance(rt, state.run_id, state.spec, frm=(state.phase_index, state.attempt),

@@ -130,15 +130,15 @@ def test_malformed_follow_ups_are_refused_before_anything_is_written(r: redis.Re
 
 
 def test_a_failed_attempt_is_retried_with_what_it_still_holds_given_back(r: redis.Redis, redis_url: str) -> None:
-    """A reservation the worker made ahead for a first call its attempt failed before making has no settle
-    to come: before the retry is dispatched, Mother gives back what the run holds, with why."""
+    """A failed attempt whose call's settle never reached the server (its connection failed mid-phase) has no
+    settle to come: before the retry is dispatched, Mother gives back what the run holds, with why."""
     from mother.budget import Guard, held_reservations
 
     rt, run_id = _started(r, redis_url)
     guard = Guard(r, rt.settings, run_id, "alice", rt.clock.today)
-    op = guard.reserve_call(rt.settings.models["scripted"], 200)  # made ahead, never used
+    op = guard.reserve_call(rt.settings.models["scripted"], 200)  # the attempt's call, never settled
     assert list(held_reservations(r, run_id)) == [op]
-    result = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="failed", error="hook decided fail",
+    result = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="failed", error="ConnectionError: Connection reset by peer",
                          finished_at="2026-11-22T00:00:00.000Z")
     _delivered(r, rt, result)
     on_phase_result(rt, result)
@@ -148,4 +148,4 @@ def test_a_failed_attempt_is_retried_with_what_it_still_holds_given_back(r: redi
     budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id)))
     assert budget["reserved"]["total_tokens"] == 0 and set(budget["reservations"][op]) == {"at", "released"}
     [released] = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "reservations_released"]
-    assert orjson.loads(released["data"])["why"] == "phase plan attempt 1 failed: hook decided fail"
+    assert orjson.loads(released["data"])["why"] == "phase plan attempt 1 failed: ConnectionError: Connection reset by peer"

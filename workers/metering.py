@@ -21,7 +21,7 @@ from mother import keys
 from mother.budget import Guard
 from mother.client import path_values
 from mother.config import ModelConfig
-from mother.errors import BudgetExhausted, BudgetStopped, LimitExceeded
+from mother.errors import BudgetStopped, LimitExceeded
 from mother.limits import check_limits, fail_safe_message
 from mother.logs import get_logger
 from mother.tokens import BYTES_PER_TOKEN, Calibration, request_estimate
@@ -73,7 +73,6 @@ class Meter:
         self.counters: dict[str, Any] | None = None  # the run's counters as of the last settle (or phase start)
         self.defer_final = False  # settle the final call with the phase's last write (one round trip fewer)
         self.pending: tuple[str, int, int] | None = None  # that deferred settle: (op, input, output tokens)
-        self.ahead: str | Exception | None = None  # the first call's reservation (or refusal), made by reserve_ahead
 
     def spend_usd(self) -> float:
         return float(self._spend)
@@ -87,7 +86,15 @@ class Meter:
         An exceeded limit is a ``limit`` event for the run's hooks; unless one says continue,
         the fail-safe applies: ``LimitExceeded("Limit exceeded: turns_exceeded (10/10)")``.
         """
-        event, cost = self._turn_event()
+        if not self.limits:
+            return
+        got = self.counters if self.counters is not None else read_counters(self.guard.client, self.guard.run_id)
+        if got is None:
+            return
+        cost = {"turns": got["model_calls"], "input_tokens": got["input_tokens"], "output_tokens": got["output_tokens"],
+                "spend": Decimal(got["spend_micro_usd"]) / 1_000_000, "elapsed_seconds": got["duration_sec"]}
+        self._spend = cost["spend"]
+        event = check_limits(self.limits, cost)
         if event is not None and self.harness is not None:
             decided = self.harness.control(
                 "limit", event={"code": event["limit_code"], "current": event["current_value"], "max": event["current_max"]},
@@ -98,18 +105,6 @@ class Meter:
         if event is not None:
             raise LimitExceeded(fail_safe_message(event), limit_code=event["limit_code"],
                                 current=str(event["current_value"]), max=str(event["current_max"]))
-
-    def _turn_event(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """The first of the run's limits its counters exceed (None: none), and the cost checked."""
-        if not self.limits:
-            return None, {}
-        got = self.counters if self.counters is not None else read_counters(self.guard.client, self.guard.run_id)
-        if got is None:
-            return None, {}
-        cost = {"turns": got["model_calls"], "input_tokens": got["input_tokens"], "output_tokens": got["output_tokens"],
-                "spend": Decimal(got["spend_micro_usd"]) / 1_000_000, "elapsed_seconds": got["duration_sec"]}
-        self._spend = cost["spend"]
-        return check_limits(self.limits, cost), cost
 
     def _waiting_out_stops(self, action: Callable[[], Any]) -> Any:
         while True:
@@ -125,34 +120,7 @@ class Meter:
         self.check_context(prompt)
         if self.calibrate_as is not None:
             self._estimate = request_estimate(messages, tools)
-        ahead, self.ahead = self.ahead, None
-
-        def reserve_once() -> str:  # the guard's reply the worker got ahead (its reservation, or its refusal) first
-            nonlocal ahead
-            got, ahead = ahead, None
-            if isinstance(got, Exception):
-                raise got
-            return got if got is not None else self.guard.reserve_call(self.model, prompt)
-
-        return self._waiting_out_stops(reserve_once)
-
-    def reserve_ahead(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
-        """Make the first call's reservation now: the worker does, just before it forks the work-horse
-        (:func:`workers.phase.prefetch`), where the guard's round trip costs a fraction of what it does in a
-        fresh fork. :meth:`reserve` takes the guard's reply (the reservation, or its refusal: a budget refusal
-        or a stop) as that of its first call. Nothing is done ahead when the call's turn start would give the
-        run's hooks an event (a limit its counters exceed, a prompt at the context limit): the horse's hooks
-        decide, and it reserves for itself. Errors other than the guard's replies are left to the horse too."""
-        self.ahead = None
-        if self._turn_event()[0] is not None:
-            return
-        prompt = estimate_prompt_tokens(messages, tools)
-        if prompt >= self.context_limit and self.harness is not None:
-            return
-        try:
-            self.ahead = self.guard.reserve_call(self.model, prompt)
-        except (BudgetExhausted, BudgetStopped) as exc:  # refused: the horse's first call meets the same refusal
-            self.ahead = exc
+        return self._waiting_out_stops(lambda: self.guard.reserve_call(self.model, prompt))
 
     def check_context(self, prompt: int) -> None:
         """Seed 000's ``context_limit_reached``, before a call whose prompt (the conservative estimate its

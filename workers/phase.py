@@ -199,11 +199,6 @@ def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
                 setup = _prepare(rt, state, phase_index, attempt, parse_counters(raw_counters), context)
             except Exception as exc:  # the horse sets it up again, and its result says what is wrong
                 log.debug("phase_setup_left_to_horse", run_id=run_id, phase_index=phase_index, error=str(exc))
-            if setup is not None:
-                try:
-                    setup.meter.reserve_ahead(setup.messages, setup.toolbox.specs())
-                except Exception as exc:  # the horse reserves for itself; Mother gives back what an attempt leaves held
-                    log.warning("reserve_ahead_failed", run_id=run_id, phase_index=phase_index, error=str(exc))
         _prefetched = ((run_id, phase_index, attempt), (state, raw_counters, context), setup)
     except Exception as exc:  # the horse makes the same read and reports what is wrong
         log.warning("prefetch_failed", run_id=run_id, phase_index=phase_index, attempt=attempt, error=str(exc))
