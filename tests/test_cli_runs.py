@@ -125,8 +125,11 @@ def test_ctrl_c_while_waiting_stops_the_wait_not_the_run(pipeline: Pipeline, tmp
     """Ctrl-C during `submit --wait` says the run goes on and how to wait again or cancel it (it said only
     'interrupted'), exit 130; the run is still running."""
     env = cli_env({"MOTHER_REDIS_URL": pipeline.url})
+    # as a terminal's foreground job: Ctrl-C at its default, which Python turns into KeyboardInterrupt (a suite run
+    # as a background job, `./scripts/test &`, hands its children SIGINT ignored, and Python then leaves it so)
     proc = subprocess.Popen([str(MOTHER_BIN), "submit", str(_spec_file(tmp_path, "cancelled")), "--wait"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stderr is not None
     run_id = proc.stderr.readline().split()[-1]  # "submitted RUN"
     for line in proc.stderr:  # a slow intake adds a notice ("... is `mother run` running?") before the progress
