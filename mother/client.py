@@ -22,8 +22,8 @@ from mother import keys
 from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect, redis_down
-from mother.functions import server_now_ms
 from mother.errors import InvalidSpec, MotherError, NoSuchRun, NotFound, RecordInvalid, RedisUnavailable, WaitTimeout, not_utf8
+from mother.functions import server_now_ms
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
 from schemas import (MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error,

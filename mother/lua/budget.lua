@@ -522,18 +522,19 @@ end
 -- raw XADD are only counted at its next tick, so a gauge that says full is checked against the stream
 -- (refused only when the backlog really is full, or cannot be told) and corrected.
 local function mh_submit(keys, args)
-  local depth = 0
-  if redis.call('EXISTS', keys[1]) == 1 then
+  local max, depth = tonumber(args[2]), 0
+  local exists = redis.call('EXISTS', keys[1]) == 1
+  if exists then
     depth = tonumber(cjson.decode(redis.call('JSON.GET', keys[1], '$.queue_depth'))[1] or 0) or 0
   end
-  if depth >= tonumber(args[2]) then
+  if depth >= max then
     local live = args[3] and live_backlog(keys[2], args[3])
-    if live == nil or live >= tonumber(args[2]) then return {0, live or depth} end
+    if live == nil or live >= max then return {0, live or depth} end
     depth = live
     redis.call('JSON.SET', keys[1], '$.queue_depth', depth)
   end
   local id = redis.call('XADD', keys[2], '*', 'spec', args[1], 'counted', '1')
-  if redis.call('EXISTS', keys[1]) == 0 then
+  if not exists then
     redis.call('JSON.SET', keys[1], '$', cjson.encode({concurrent_runs = 0, queue_depth = 1, redis_memory_mb = 0, docling_jobs = 0}))
   else
     redis.call('JSON.NUMINCRBY', keys[1], '$.queue_depth', 1)
