@@ -13,7 +13,7 @@ from mother import keys
 from mother.streams import as_text
 from schemas import ActivityEvent, Id, describe_validation_error, iso_from_ms
 
-__all__ = ["DEFAULT_MAXLEN", "emit", "recent"]
+__all__ = ["DEFAULT_MAXLEN", "emit", "flat_fields", "make_event", "recent"]
 
 DEFAULT_MAXLEN = 100_000
 
@@ -29,9 +29,20 @@ def emit(
     **data: Any,
 ) -> ActivityEvent:
     """Append one entry (accepts a pipeline, so callers batch it with their writes)."""
-    event = ActivityEvent(type=event_type, at=at, run_id=run_id, phase=phase, data=data)
+    event = make_event(event_type, at=at, run_id=run_id, phase=phase, **data)
     client.xadd(keys.ACTIVITY_STREAM, event.to_fields(), maxlen=maxlen, approximate=True)
     return event
+
+
+def make_event(event_type: str, *, at: str, run_id: Id | None = None, phase: str | None = None, **data: Any) -> ActivityEvent:
+    """One entry, not appended (:func:`emit` appends one)."""
+    return ActivityEvent(type=event_type, at=at, run_id=run_id, phase=phase, data=data)
+
+
+def flat_fields(event: ActivityEvent) -> list[str]:
+    """An entry's XADD fields as one flat list [field, value, ...]: for a server function that appends it
+    (``mh_ended``, whose entries are appended only when it applies a run's end)."""
+    return [word for pair in event.to_fields().items() for word in pair]
 
 
 def recent(client: redis.Redis, count: int = 100, run_id: str | None = None) -> list[ActivityEvent]:

@@ -76,6 +76,9 @@ class ServiceSettings(_Section):
     watchdog_interval_seconds: float = Field(1.0, gt=0, le=60)
     heartbeat_timeout_seconds: float = Field(10.0, gt=0, le=600, description="a started phase silent this long is lost")
     claim_idle_seconds: float = Field(30.0, gt=0, le=86400, description="reclaim stream entries pending this long")
+    finish_end_after_seconds: float = Field(
+        30.0, gt=0, le=3600, description="a run's end whose record is written but not applied this long (its Mother "
+                                         "died in between) is applied by the watchdog")
     max_deliveries: int = Field(5, ge=1, le=100, description="after this many failed handlings an entry is dead-lettered")
     activity_maxlen: int = Field(100_000, ge=100, description="approximate cap of the activity stream")
     consumer_group: str = "mother"

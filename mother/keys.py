@@ -91,6 +91,7 @@ LEADER_LEASE = "mother:leader"  # string: the leading Mother's instance id, "<ho
 RUN_DEADLINES = "mother:deadlines:run"  # zset: run_id scored by the run's deadline (server ms)
 PHASE_DEADLINES = "mother:deadlines:phase"  # zset: run_id scored by its current phase's deadline
 HEARTBEATS = "mother:heartbeats"  # zset: phase job id scored by its last heartbeat (server ms)
+RUNS_ENDING = "mother:ending"  # zset: run_id whose record is written and whose end is not yet applied (record's server ms)
 RUNS_INDEX = "runs:all"  # zset: run_id scored by creation time (ms)
 REJECTIONS_INDEX = "rejections"  # zset: submission entry id scored by rejection time
 REJECTIONS_BY_RUN = "rejections:by_run"  # hash: run_id -> the entry id of its newest rejection

@@ -134,26 +134,24 @@ class BudgetLedger:
 
     def close(self, thread_id: str, actual_spend: Decimal | float | str, final_status: str,
               node: dict[str, Any], pipe: redis.client.Pipeline | None = None) -> Decimal | None:
-        """A thread's end in one round trip: report its spend, cascade it to its ancestors (if it has
-        a parent), release its reservation. ``node`` is its ledger entry as read by the caller.
+        """A thread's end in one server call (``ledger_close``), applied once: report its spend, cascade it to
+        its ancestors (if it has a parent), release its reservation; a thread closed already is left as it
+        is. ``node`` is its ledger entry as read by the caller.
 
-        Returns what the release freed; with ``pipe`` the calls are queued on it, last (returns None):
-        pass the replies from there on to :meth:`closed`."""
+        Returns what the release freed; with ``pipe`` the call is queued on it (returns None): pass its
+        reply to :meth:`closed`."""
         micro = to_micro(actual_spend, "actual_spend")
-        chain = _ancestors(node)
         parent = node.get("parent_id") or thread_id
-        target = pipe if pipe is not None else self.redis.pipeline(transaction=False)
-        call(target, "ledger_report", [keys.ledger_key(thread_id)], [micro])
-        if chain:
-            call(target, "ledger_cascade", [keys.ledger_key(thread_id), *map(keys.ledger_key, chain)], [micro])
-        call(target, "ledger_release", [keys.ledger_key(thread_id), keys.ledger_key(parent)], [final_status[:32]])
-        return None if pipe is not None else self.closed(thread_id, target.execute())
+        target = pipe if pipe is not None else self.redis
+        reply = call(target, "ledger_close", [keys.ledger_key(thread_id), keys.ledger_key(parent),
+                                              *map(keys.ledger_key, _ancestors(node))], [micro, final_status[:32]])
+        return None if pipe is not None else self.closed(thread_id, reply)
 
-    def closed(self, thread_id: str, raw_replies: list[str]) -> Decimal:
-        """Check :meth:`close`'s replies (LedgerError on an error), log an overspend; what was freed."""
-        replies = [checked(r) for r in raw_replies]
-        self._report_overspend(thread_id, replies[0])
-        return to_usd(replies[-1].get("freed", 0))
+    def closed(self, thread_id: str, raw_reply: str) -> Decimal:
+        """Check :meth:`close`'s reply (LedgerError on an error), log an overspend; what was freed."""
+        reply = checked(raw_reply)
+        self._report_overspend(thread_id, reply)
+        return to_usd(reply.get("freed", 0))
 
     def get_remaining(self, thread_id: str) -> Decimal:
         node = self._node(thread_id)

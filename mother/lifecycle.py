@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from mother import keys
+from mother.activity import flat_fields, make_event
 from mother.budget import RESERVATIONS_PATH, Guard, budget_doc, held_reservations, release_reservations, reservations_of
 from mother.capabilities import denial
 from mother.client import path_values
@@ -33,10 +34,12 @@ __all__ = [
     "dispatch",
     "outputs_of",
     "end_run",
+    "finish_end",
     "is_current",
     "on_phase_failure",
     "on_phase_result",
     "phase_timeout_seconds",
+    "queue_end_reads",
     "run_duration_seconds",
     "start_run",
     "transition",
@@ -365,50 +368,64 @@ def end_run(
                               phases=state.results, artifacts=state.artifacts, created_at=at_iso)
     pipe = rt.redis.pipeline(transaction=False)
     terminate(pipe, record, envelope)
-    pipe.execute_command("JSON.GET", keys.ledger_key(state.run_id))  # the lineage's end needs it and the run's spend;
-    # its reservations are read after the record closed the budget: none is made after it (a call in flight settles)
-    pipe.execute_command("JSON.GET", keys.run_budget_key(state.run_id), OWN_SPEND_PATH, RESERVATIONS_PATH)
-    term_reply, node_raw, budget_raw = pipe.execute()
+    queue_end_reads(pipe, state.run_id)  # its reservations are read after the record closed the budget: none
+    term_reply, node_raw, budget_raw = pipe.execute()  # is made after it (a call in flight settles)
     won, stored = terminated(term_reply)
     if won:
-        budget = path_values(budget_raw) if budget_raw else {}
-        pipe = rt.redis.pipeline(transaction=False)
-        release_reservations(pipe, rt.settings, state.run_id, state.user_id, reservations_of(budget.get("reservations")),
-                             f"the run ended {reason}")
-        for event_type, fields in activity:
-            rt.emit(pipe, event_type, **fields)
-        rt.emit(pipe, "terminated", run_id=state.run_id, phase=phase_name, reason=reason, details=details[:1000],
-                suggested_action=record.suggested_action)
-        rt.take_ack(pipe)
-        ledger = rt.ledger
-        closing_from = len(pipe)  # the ledger's calls, if any, are queued last
-        if node_raw is not None:  # report the run's spend (a child's cascades up), release its reservation
-            ledger.close(state.run_id, to_usd(budget.get("spend_micro_usd") or 0), "completed" if reason == "success" else reason, orjson.loads(node_raw),
-                         pipe=pipe)
-        replies = pipe.execute()
-        if node_raw is not None:
-            ledger.closed(state.run_id, replies[closing_from:])
-        if reason != "success":  # a successful run's last job has finished; nothing is queued
-            _cancel_queued_job(rt, state)
-        _release_parent_slot(rt, state)
-        log.info("run_terminated", run_id=state.run_id, reason=reason, phase=phase_name)
+        finish_end(rt, state, stored, node_raw, budget_raw, activity)
     return stored
 
 
-def _release_parent_slot(rt: Runtime, state: RunState) -> None:
-    """A spawned child gives back its parent's parallel_agents slot."""
+def queue_end_reads(pipe: Any, run_id: str) -> None:
+    """What a run's end needs read, queued on ``pipe``: its ledger entry (the lineage's end needs it and the
+    run's spend) and its spend and reservations."""
+    pipe.execute_command("JSON.GET", keys.ledger_key(run_id))
+    pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), OWN_SPEND_PATH, RESERVATIONS_PATH)
+
+
+def finish_end(rt: Runtime, state: RunState, record: TerminationRecord, node_raw: str | None, budget_raw: str | None,
+               activity: Sequence[tuple[str, dict[str, Any]]] = (), *, late: bool = False) -> bool:
+    """Apply the end of a run whose record is written, in one MULTI: give back the reservations its calls
+    still hold, close its ledger entry (report its spend, cascade it, release its reservation), drop its
+    queued job, acknowledge the entry being handled, then ``mh_ended``: take it out of ``mother:ending`` and,
+    only if it was there, log the ``activity`` entries and ``terminated``, and give a spawned child's
+    parent its slot back. Each write is idempotent or applied once, so :meth:`Watchdog.finish_ends` can apply
+    an end a Mother died before applying (``late``) without a risk of applying it twice. Returns whether
+    this call applied it."""
+    run_id = state.run_id
+    budget = path_values(budget_raw) if budget_raw else {}
+    pipe = rt.redis.pipeline(transaction=True)
+    release_reservations(pipe, rt.settings, run_id, state.user_id, reservations_of(budget.get("reservations")),
+                         f"the run ended {record.reason}")
+    ledger_at = len(pipe) if node_raw is not None else None
+    if node_raw is not None:  # report the run's spend (a child's cascades up), release its reservation
+        rt.ledger.close(run_id, to_usd(budget.get("spend_micro_usd") or 0),
+                        "completed" if record.reason == "success" else record.reason, orjson.loads(node_raw), pipe=pipe)
+    if record.reason != "success" and state.attempt > 0:  # a successful run's last job has finished
+        rt.agents_queue.remove(keys.phase_job_id(run_id, state.phase_index, state.attempt), pipeline=pipe)
+    rt.take_ack(pipe)
+    at = rt.clock.now_iso()
+    entries = [make_event(kind, at=at, **fields) for kind, fields in activity]
+    entries.append(make_event("terminated", at=at, run_id=run_id, phase=record.phase_at_termination,
+                                  reason=record.reason, details=record.details[:1000],
+                                  suggested_action=record.suggested_action, **({"late": True} if late else {})))
+    parent = _parent_holding_slot(state)
+    call(pipe, "mh_ended", [keys.RUNS_ENDING, keys.ACTIVITY_STREAM, *([keys.run_budget_key(parent)] if parent else [])],
+         [run_id, rt.settings.service.activity_maxlen, orjson.dumps([flat_fields(e) for e in entries])])
+    replies = pipe.execute()
+    if ledger_at is not None:
+        rt.ledger.closed(run_id, replies[ledger_at])
+    applied = bool(replies[-1])
+    if applied:
+        log.info("run_terminated", run_id=run_id, reason=record.reason, phase=record.phase_at_termination,
+                 **({"late": True} if late else {}))
+    return applied
+
+
+def _parent_holding_slot(state: RunState) -> str | None:
+    """The parent whose parallel_agents slot a spawned child holds (given back at its end)."""
     parent = state.spec.parent_run_id
-    if parent is not None and state.spec.metadata.get("spawned_by") == "spawn_run" \
-            and rt.redis.exists(keys.run_budget_key(parent)):
-        rt.redis.execute_command("JSON.NUMINCRBY", keys.run_budget_key(parent), "$.parallel_agents", -1)
-
-
-def _cancel_queued_job(rt: Runtime, state: RunState) -> None:
-    """Drop the current attempt's job if it has not started (a started one sees the end and stops)."""
-    if state.attempt == 0:
-        return
-    job_id = keys.phase_job_id(state.run_id, state.phase_index, state.attempt)
-    rt.agents_queue.remove(job_id)
+    return parent if parent is not None and state.spec.metadata.get("spawned_by") == "spawn_run" else None
 
 
 def end_for_budget(rt: Runtime, state: RunState, error: str, *, fail_safe: bool = False) -> TerminationRecord:

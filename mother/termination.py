@@ -4,8 +4,9 @@
 ``mh_terminate`` server function, which in one atomic step writes the record with
 ``JSON.SET … NX``, adds the run to ``terminations:reason:{reason}`` (scored by
 server time), marks the run terminated, stores the final ResultEnvelope with the
-record inside, and clears the run's deadlines. A second call returns the first
-record unchanged.
+record inside, clears the run's deadlines and adds the run to ``mother:ending``
+(what its end still has to give back: :func:`mother.lifecycle.finish_end`). A
+second call returns the first record unchanged.
 
 The rule table below fills ``can_retry`` and ``suggested_action`` per reason:
 
@@ -112,6 +113,7 @@ def terminate(
             keys.PHASE_DEADLINES,
             keys.RUN_DEADLINES,
             keys.run_budget_key(record.run_id),
+            keys.RUNS_ENDING,
         ],
         [
             record.to_json(),

@@ -11,7 +11,11 @@ Runs every ``service.watchdog_interval_seconds`` on the leader:
   maintenance), then jobs in the agents queue's FailedJobRegistry (a work-horse
   killed or timed out) are failed attempts;
 - every few ticks, a running run whose current attempt has no RQ job is
-  dispatched again (closes the window between a transition and its enqueue).
+  dispatched again (closes the window between a transition and its enqueue);
+- a run whose termination record was written but whose end was not applied
+  within ``finish_end_after_seconds`` (the Mother that wrote it died in between)
+  gets its end applied: reservations given back, ledger closed, ``terminated``
+  logged (marked ``late``), a spawned child's parent slot returned.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from mother import keys
 from mother.budget import budget_doc
 from mother.connection import unless_redis_down
 from mother.functions import call
-from mother.lifecycle import dispatch, end_run, on_phase_failure, outputs_of, phase_timeout_seconds, run_duration_seconds
+from mother.lifecycle import (dispatch, end_run, finish_end, on_phase_failure, outputs_of, phase_timeout_seconds,
+                              queue_end_reads, run_duration_seconds)
 from mother.logs import get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
 from mother.streams import group_backlog
+from schemas import TerminationRecord
 
 __all__ = ["Watchdog"]
 
@@ -50,6 +56,7 @@ class Watchdog:
         self.check_deadlines()
         self.check_heartbeats()
         self.check_rq()
+        self.finish_ends()
         if self.ticks % self.reconcile_every == 1:
             self.reconcile()
             self.refresh_gauges()
@@ -86,6 +93,33 @@ class Watchdog:
         if what == "run":
             factors.append(f"budget_wall_clock_exceeded ({limit:g}/{limit:g})")
         end_run(self.rt, state, "timeout", details, contributing_factors=factors)
+
+    # -- ends a Mother died before applying -----------------------------------
+    def finish_ends(self) -> None:
+        slack = int(self.rt.settings.service.finish_end_after_seconds * 1000)
+        due = call(self.rt.redis, "mh_due", [keys.RUNS_ENDING], [slack, BATCH])
+        for run_id in due[::2]:
+            self._isolated("run end", run_id, self._finish_end, run_id)
+
+    def _finish_end(self, run_id: str) -> None:
+        if not keys.is_id(run_id):  # a member that is no run id: dropped
+            self.rt.redis.zrem(keys.RUNS_ENDING, run_id)
+            return
+        pipe = self.rt.redis.pipeline(transaction=False)
+        pipe.execute_command("JSON.GET", keys.run_key(run_id))
+        pipe.execute_command("JSON.GET", keys.termination_key(run_id))
+        queue_end_reads(pipe, run_id)
+        raw_run, raw_record, node_raw, budget_raw = pipe.execute()
+        state = self.rt.parse_run(run_id, raw_run)
+        if state is None or raw_record is None:
+            log.error("run_end_not_applied", run_id=run_id, why="its run record or its termination record is gone")
+            self.rt.redis.zrem(keys.RUNS_ENDING, run_id)
+            return
+        record = TerminationRecord.model_validate(orjson.loads(raw_record))
+        if finish_end(self.rt, state, record, node_raw, budget_raw, late=True):
+            log.warning("run_end_applied_late", run_id=run_id, reason=record.reason,
+                        why=f"its record was written {self.rt.settings.service.finish_end_after_seconds:g}s ago or more "
+                            f"and its end not applied (the Mother that wrote it died in between)")
 
     # -- lost workers ------------------------------------------------------
     def check_heartbeats(self) -> None:

@@ -47,6 +47,25 @@ def test_cascade_reaches_every_ancestor_and_overspend_is_logged(r: redis.Redis) 
         ledger.cascade_spend("g1", "r1", "0.01")
 
 
+def test_a_close_reports_cascades_and_releases_once(r: redis.Redis) -> None:
+    """A thread's close (a run's end) in one call: its spend reaches every ancestor, its reservation is freed,
+    and a second close of it (an end applied again after a Mother's stall) changes nothing: no spend
+    cascaded twice, no reservation freed twice."""
+    ledger = BudgetLedger(r)
+    ledger.register("r2", 1)
+    ledger.reserve("c2", "0.50", "r2")
+    ledger.reserve("g2", "0.20", "c2")
+    assert ledger.get_remaining("c2") == Decimal("0.30")
+    assert ledger.close("g2", "0.15", "completed", ledger._node("g2")) == Decimal("0.05")
+    after = {t: ledger._node(t) for t in ("r2", "c2", "g2")}
+    assert (after["r2"]["actual"], after["c2"]["actual"], after["g2"]["status"]) == (150_000, 150_000, "completed")
+    assert ledger.get_remaining("c2") == Decimal("0.35")
+    assert ledger.close("g2", "0.15", "completed", ledger._node("g2")) == Decimal("0")
+    assert {t: ledger._node(t) for t in ("r2", "c2", "g2")} == after
+    assert ledger.close("c2", "0.01", "timeout", ledger._node("c2")) == Decimal("0.34")  # its own 0.01 + g2's 0.15
+    assert ledger.get_remaining("r2") == Decimal("0.84")
+
+
 def test_refusals(r: redis.Redis) -> None:
     """Over-reserving, unknown parents, duplicates and bad amounts each fail with a clear error."""
     ledger = BudgetLedger(r)

@@ -149,3 +149,52 @@ def test_a_failed_attempt_is_retried_with_what_it_still_holds_given_back(r: redi
     assert budget["reserved"]["total_tokens"] == 0 and set(budget["reservations"][op]) == {"at", "released"}
     [released] = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "reservations_released"]
     assert orjson.loads(released["data"])["why"] == "phase plan attempt 1 failed: ConnectionError: Connection reset by peer"
+
+
+def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(r: redis.Redis, redis_url: str) -> None:
+    """A Mother that wrote a run's record and died before its end's writes leaves the run in mother:ending,
+    holding what it held: past finish_end_after_seconds the watchdog applies the end (the reservation given
+    back, the queued job dropped, ``terminated`` logged as late); applied again (the dead Mother was only
+    stalled, and wakes), it changes nothing."""
+    import time
+
+    from mother.budget import Guard, held_reservations
+    from mother.lifecycle import finish_end, queue_end_reads
+    from mother.termination import build_record, terminate
+    from mother.watchdog import Watchdog
+    from schemas import ResultEnvelope
+
+    rt, run_id = _started(r, redis_url, service={"finish_end_after_seconds": 0.2})
+    guard = Guard(r, rt.settings, run_id, "alice", rt.clock.today)
+    op = guard.reserve_call(rt.settings.models["scripted"], 200)  # a call in flight when the run ended
+    job_id = keys.phase_job_id(run_id, 0, 1)
+    assert job_id in r.lrange("rq:queue:agents", 0, -1)
+    record = build_record(run_id=run_id, reason="user_cancelled", phase="plan", details="Cancelled by alice: test",
+                          at_ms=rt.clock.now_ms(), at_iso=rt.clock.now_iso())
+    assert terminate(r, record, ResultEnvelope(run_id=run_id, user_id="alice", created_at=record.timestamp))[0]
+    # what the dying Mother left: the record, the run in mother:ending, the reservation held, nothing logged
+    assert r.zscore(keys.RUNS_ENDING, run_id) is not None and list(held_reservations(r, run_id)) == [op]
+
+    def terminated_entries() -> list[dict]:
+        return [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "terminated" and f.get("run_id") == run_id]
+
+    watchdog = Watchdog(rt)
+    watchdog.finish_ends()  # too soon: the Mother that wrote it may still be applying it
+    assert r.zscore(keys.RUNS_ENDING, run_id) is not None and terminated_entries() == []
+    time.sleep(0.3)
+    user_key = keys.user_daily_budget_key("alice", rt.clock.today())
+    watchdog.finish_ends()
+    assert r.zscore(keys.RUNS_ENDING, run_id) is None and held_reservations(r, run_id) == {}
+    assert orjson.loads(r.execute_command("JSON.GET", user_key, "$.reserved.total_tokens")) == [0]
+    [entry] = terminated_entries()
+    assert orjson.loads(entry["data"]) == {"reason": "user_cancelled", "details": "Cancelled by alice: test",
+                                           "suggested_action": "user_input", "late": True}
+    [released] = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "reservations_released"]
+    assert orjson.loads(released["data"])["why"] == "the run ended user_cancelled"
+    assert job_id not in r.lrange("rq:queue:agents", 0, -1)
+
+    before = {k: r.execute_command("JSON.GET", k) for k in (keys.run_budget_key(run_id), user_key)}
+    pipe = r.pipeline(transaction=False)
+    queue_end_reads(pipe, run_id)
+    assert not finish_end(rt, rt.load_run(run_id), record, *pipe.execute())  # the stalled Mother's, applied again
+    assert {k: r.execute_command("JSON.GET", k) for k in before} == before and len(terminated_entries()) == 1

@@ -111,6 +111,7 @@ def held_back_nothing(p: Pipeline, run_id: str, released_why: str | None = None)
                and doc(user_key)["reserved"]["total_tokens"] == 0, timeout=10)
     budget = doc(keys.run_budget_key(run_id))
     assert budget["reserved"]["spend_micro_usd"] == 0
+    assert p.redis.zscore(keys.RUNS_ENDING, run_id) is None  # its end was applied
     assert all(set(r) == {"at", "released"} for r in budget["reservations"].values())  # none held
     if released_why is not None:
         assert len(budget["reservations"]) == 1

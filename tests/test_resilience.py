@@ -132,6 +132,37 @@ def test_killed_leader_standby_finishes_the_run(fresh: Pipeline) -> None:
     assert completed == ["plan", "execute", "review"]  # each phase accepted exactly once across the takeover
 
 
+def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path) -> None:
+    """A Mother killed between a run's record and its end's writes (left here by hand: the record written,
+    nothing else) leaves the run holding what it held; the leading Mother process applies the end once it has
+    waited finish_end_after_seconds: the reservation a call held given back, the queued job dropped,
+    ``terminated`` logged once and marked late."""
+    from mother.activity import recent
+    from mother.budget import Guard, held_reservations
+    from mother.config import load_settings
+    from mother.runtime import Runtime
+
+    p = start_pipeline(tmp_path, mothers=1, workers=0, env={"MOTHER_SERVICE__FINISH_END_AFTER_SECONDS": "1"})
+    try:
+        run_id = p.client.submit(example("three-phase"))
+        job_id = keys.phase_job_id(run_id, 0, 1)
+        wait_until(lambda: job_id in p.redis.lrange("rq:queue:agents", 0, -1))  # dispatched; no worker takes it
+        rt = Runtime.create(load_settings(redis_url=p.server.url))
+        op = Guard(p.redis, rt.settings, run_id, "alice", rt.clock.today).reserve_call(rt.settings.models["scripted"], 200)
+        record = build_record(run_id=run_id, reason="user_cancelled", phase="plan", details="Cancelled by alice: test",
+                              at_ms=rt.clock.now_ms(), at_iso=rt.clock.now_iso())
+        assert terminate(p.redis, record, ResultEnvelope(run_id=run_id, user_id="alice", created_at=record.timestamp))[0]
+        assert list(held_reservations(p.redis, run_id)) == [op]
+        wait_until(lambda: p.redis.zscore(keys.RUNS_ENDING, run_id) is None, timeout=20)
+        held_back_nothing(p, run_id, released_why="the run ended user_cancelled")
+        assert job_id not in p.redis.lrange("rq:queue:agents", 0, -1)
+        [ended] = [e for e in recent(p.redis, 100, run_id=run_id) if e.type == "terminated"]
+        assert ended.data["late"] is True and ended.data["reason"] == "user_cancelled"
+        assert p.client.wait(run_id, timeout=5).termination.reason == "user_cancelled"
+    finally:
+        stop_pipeline(p)
+
+
 def test_two_mothers_give_one_record_per_run(fresh: Pipeline) -> None:
     """With two Mother processes running, every run of a batch has exactly one termination record."""
     run_ids = [fresh.client.submit(example("three-phase")) for _ in range(10)]

@@ -93,8 +93,39 @@ local function ledger_release(keys, args)
   return cjson.encode({ok = true, freed = freed})
 end
 
+-- ledger_close: a thread's end in one step, once: report its own spend (ledger_report), add it to every
+-- ancestor's actual (ledger_cascade) and release its reservation (ledger_release). A thread no longer active
+-- is left as it is (its close was applied: a second one would cascade its spend twice).
+-- KEYS 1 ledger:{id}, 2 ledger:{parent} (or the same key for a root), 3.. ledger:{ancestor} from the parent up
+-- to the root. ARGV 1 own spend, 2 final status.
+-- Returns {ok, actual, overspend, freed}, or {ok, already = status} when it was closed before.
+local function ledger_close(keys, args)
+  local doc = get_doc(keys[1])
+  if not doc then return err('thread is not in the ledger') end
+  if doc.status ~= 'active' then return cjson.encode({ok = true, already = doc.status, overspend = 0, freed = 0}) end
+  local chain = doc.ancestors or {}
+  if #keys - 2 ~= #chain then return err('ancestor keys do not match the thread\'s lineage') end
+  local own = tonumber(args[1])
+  local actual = doc.actual - doc.own_spend + own
+  local child = doc.parent_id ~= cjson.null
+  local over = 0
+  if child and actual > doc.reserved then over = actual - doc.reserved end
+  redis.call('JSON.SET', keys[1], '$.own_spend', own)
+  redis.call('JSON.SET', keys[1], '$.actual', actual)
+  redis.call('JSON.SET', keys[1], '$.status', cjson.encode(args[2]))
+  redis.call('JSON.SET', keys[1], '$.reserved', actual)
+  for i = 3, #keys do
+    redis.call('JSON.NUMINCRBY', keys[i], '$.actual', own)
+  end
+  if child then
+    redis.call('JSON.NUMINCRBY', keys[2], '$.active_reserved', -doc.reserved)
+  end
+  return cjson.encode({ok = true, actual = actual, overspend = over, freed = doc.reserved - actual})
+end
+
 redis.register_function('ledger_register', ledger_register)
 redis.register_function('ledger_reserve', ledger_reserve)
 redis.register_function('ledger_report', ledger_report)
 redis.register_function('ledger_cascade', ledger_cascade)
 redis.register_function('ledger_release', ledger_release)
+redis.register_function('ledger_close', ledger_close)

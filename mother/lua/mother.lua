@@ -61,7 +61,8 @@ end
 
 -- mh_terminate: the only writer of termination:{run_id}. Write-once (JSON.SET NX).
 -- KEYS: 1 termination:{id}, 2 terminations:reason:{reason}, 3 run:{id}, 4 result:{id},
---       5 phase deadlines zset, 6 run deadlines zset, 7 budget:run:{id} (closed: no new charges)
+--       5 phase deadlines zset, 6 run deadlines zset, 7 budget:run:{id} (closed: no new charges),
+--       8 mother:ending (the run joins it: its end is applied by mh_ended, once)
 -- ARGV: 1 TerminationRecord JSON, 2 run_id, 3 ResultEnvelope JSON (termination null),
 --       4 timestamp (ISO), 5 reason, 6 history entry JSON
 -- Returns {1, record} when this call won, {0, first record} otherwise.
@@ -86,7 +87,27 @@ local function mh_terminate(keys, args)
   if keys[7] and redis.call('EXISTS', keys[7]) == 1 then
     redis.call('JSON.SET', keys[7], '$.status', '"closed"')
   end
+  if keys[8] then redis.call('ZADD', keys[8], now_ms(), args[2]) end
   return {1, args[1]}
+end
+
+-- mh_ended: the last step of a run's end, applied once: takes the run out of mother:ending and, only if it
+-- was there, appends its activity entries (``terminated`` last) and gives a spawned child's parallel_agents
+-- slot back to its parent. Queued in one MULTI with the end's idempotent writes (releases, the ledger's close,
+-- the ack), so an end that a Mother died before applying is applied whole by the next one, and one applied
+-- twice (a Mother that stalled past the recovery's slack) changes nothing the second time.
+-- KEYS: 1 mother:ending, 2 activity, 3 (optional) budget:run:{parent}
+-- ARGV: 1 run_id, 2 activity maxlen, 3 JSON list of entries, each a flat list [field, value, ...]
+-- Returns 1 when this call applied the end, 0 when it had been applied.
+local function mh_ended(keys, args)
+  if redis.call('ZREM', keys[1], args[1]) == 0 then return 0 end
+  for _, fields in ipairs(cjson.decode(args[3])) do
+    redis.call('XADD', keys[2], 'MAXLEN', '~', args[2], '*', unpack(fields))
+  end
+  if keys[3] and redis.call('EXISTS', keys[3]) == 1 then
+    redis.call('JSON.NUMINCRBY', keys[3], '$.parallel_agents', -1)
+  end
+  return 1
 end
 
 -- mh_due: members of a zset whose score is at or before server now minus a slack.
@@ -140,6 +161,7 @@ end
 
 redis.register_function('mh_transition', mh_transition)
 redis.register_function('mh_terminate', mh_terminate)
+redis.register_function('mh_ended', mh_ended)
 redis.register_function('mh_due', mh_due)
 redis.register_function('mh_heartbeat', mh_heartbeat)
 redis.register_function('mh_lease', mh_lease)
