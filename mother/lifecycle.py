@@ -407,8 +407,8 @@ def finish_end(rt: Runtime, state: RunState, record: TerminationRecord, node_raw
     at = rt.clock.now_iso()
     entries = [make_event(kind, at=at, **fields) for kind, fields in activity]
     entries.append(make_event("terminated", at=at, run_id=run_id, phase=record.phase_at_termination,
-                                  reason=record.reason, details=record.details[:1000],
-                                  suggested_action=record.suggested_action, **({"late": True} if late else {})))
+                              reason=record.reason, details=record.details[:1000],
+                              suggested_action=record.suggested_action, **({"late": True} if late else {})))
     parent = _parent_holding_slot(state)
     call(pipe, "mh_ended", [keys.RUNS_ENDING, keys.ACTIVITY_STREAM, *([keys.run_budget_key(parent)] if parent else [])],
          [run_id, rt.settings.service.activity_maxlen, orjson.dumps([flat_fields(e) for e in entries])])

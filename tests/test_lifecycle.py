@@ -159,6 +159,7 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(r:
     import time
 
     from mother.budget import Guard, held_reservations
+    from mother.cli.runs import inspect_run
     from mother.lifecycle import finish_end, queue_end_reads
     from mother.termination import build_record, terminate
     from mother.watchdog import Watchdog
@@ -178,6 +179,8 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(r:
     def terminated_entries() -> list[dict]:
         return [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "terminated" and f.get("run_id") == run_id]
 
+    client = MotherClient(settings=rt.settings)
+    assert inspect_run(client, run_id)["end_pending_since"] >= record.timestamp  # server time of the record's write
     watchdog = Watchdog(rt)
     watchdog.finish_ends()  # too soon: the Mother that wrote it may still be applying it
     assert r.zscore(keys.RUNS_ENDING, run_id) is not None and terminated_entries() == []
@@ -191,7 +194,7 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(r:
                                            "suggested_action": "user_input", "late": True}
     [released] = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "reservations_released"]
     assert orjson.loads(released["data"])["why"] == "the run ended user_cancelled"
-    assert job_id not in r.lrange("rq:queue:agents", 0, -1)
+    assert job_id not in r.lrange("rq:queue:agents", 0, -1) and inspect_run(client, run_id)["end_pending_since"] is None
 
     before = {k: r.execute_command("JSON.GET", k) for k in (keys.run_budget_key(run_id), user_key)}
     pipe = r.pipeline(transaction=False)

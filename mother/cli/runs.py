@@ -16,7 +16,7 @@ from mother.activity import recent
 from mother.cli._common import console, ctrl_c_held, err_console, fail, handle_errors, settings
 from mother.client import MotherClient, check_timeout, load_spec_file, load_spec_text
 from mother.errors import NotFound
-from schemas import ResultEnvelope, RunState
+from schemas import ResultEnvelope, RunState, iso_from_ms
 
 __all__ = ["cancel", "inspect_run", "runs", "status", "submit", "wait"]
 
@@ -149,7 +149,8 @@ def runs_table(rows: list[dict[str, Any]], title: str = "runs") -> Table:
 
 
 def inspect_run(client: MotherClient, run_id: str) -> dict[str, Any]:
-    """Everything about a run: state, termination, result, budget, artifacts, recent activity."""
+    """Everything about a run: state, termination, result, budget, artifacts, recent activity, and since when
+    its end has waited to be applied (``end_pending_since``: its Mother died between its record and the rest)."""
     state = client.status(run_id)
     r = client.redis
     out: dict[str, Any] = {"run": state.to_dict()}
@@ -161,6 +162,8 @@ def inspect_run(client: MotherClient, run_id: str) -> dict[str, Any]:
         raw = r.execute_command("JSON.GET", keys.artifact_meta_key(artifact_id))
         out["artifacts"].append(orjson.loads(raw) if raw else {"artifact_id": artifact_id, "missing": True})
     out["activity"] = [e.to_dict() for e in recent(r, 50, run_id=run_id)]
+    pending = r.zscore(keys.RUNS_ENDING, run_id)  # its record is written, the rest of its end not yet applied
+    out["end_pending_since"] = iso_from_ms(int(pending)) if pending is not None else None
     return out
 
 
