@@ -397,8 +397,9 @@ def finish_end(rt: Runtime, state: RunState, record: TerminationRecord, node_raw
     pipe = rt.redis.pipeline(transaction=True)
     release_reservations(pipe, rt.settings, run_id, state.user_id, reservations_of(budget.get("reservations")),
                          f"the run ended {record.reason}")
-    ledger_at = len(pipe) if node_raw is not None else None
+    ledger_at = None
     if node_raw is not None:  # report the run's spend (a child's cascades up), release its reservation
+        ledger_at = len(pipe)
         rt.ledger.close(run_id, to_usd(budget.get("spend_micro_usd") or 0),
                         "completed" if record.reason == "success" else record.reason, orjson.loads(node_raw), pipe=pipe)
     if record.reason != "success" and state.attempt > 0:  # a successful run's last job has finished

@@ -50,17 +50,38 @@ local function ledger_reserve(keys, args)
   return cjson.encode({ok = true, remaining = left - amount})
 end
 
+-- The three steps of a thread's end, shared by the functions that make them one at a time (the spec's
+-- API) and ledger_close (a run's end, all three at once). ``doc`` is the thread's document as read.
+local function report(key, doc, own)  -- its own spend set (not added); returns actual, overspend
+  local actual = doc.actual - doc.own_spend + own
+  redis.call('JSON.SET', key, '$.own_spend', own)
+  redis.call('JSON.SET', key, '$.actual', actual)
+  local over = 0
+  if doc.parent_id ~= cjson.null and actual > doc.reserved then over = actual - doc.reserved end
+  return actual, over
+end
+
+local function cascade(keys, first, amount)  -- amount added to the actual of keys[first..]
+  for i = first, #keys do
+    redis.call('JSON.NUMINCRBY', keys[i], '$.actual', amount)
+  end
+end
+
+local function release(key, parent_key, doc, actual, status)  -- reserved := actual; returns what it freed
+  redis.call('JSON.SET', key, '$.status', cjson.encode(status))
+  redis.call('JSON.SET', key, '$.reserved', actual)
+  if doc.parent_id ~= cjson.null then
+    redis.call('JSON.NUMINCRBY', parent_key, '$.active_reserved', -doc.reserved)
+  end
+  return doc.reserved - actual
+end
+
 -- ledger_report: a thread's own spend so far (set, not added). KEYS 1 ledger:{id}. ARGV 1 own spend
 -- Returns {ok, actual, overspend (actual - reserved when positive, for a child)}.
 local function ledger_report(keys, args)
   local doc = get_doc(keys[1])
   if not doc then return err('thread is not in the ledger') end
-  local own = tonumber(args[1])
-  local actual = doc.actual - doc.own_spend + own
-  redis.call('JSON.SET', keys[1], '$.own_spend', own)
-  redis.call('JSON.SET', keys[1], '$.actual', actual)
-  local over = 0
-  if doc.parent_id ~= cjson.null and actual > doc.reserved then over = actual - doc.reserved end
+  local actual, over = report(keys[1], doc, tonumber(args[1]))
   return cjson.encode({ok = true, actual = actual, overspend = over})
 end
 
@@ -71,10 +92,7 @@ local function ledger_cascade(keys, args)
   if not child then return err('thread is not in the ledger') end
   local chain = child.ancestors or {}
   if #keys - 1 ~= #chain then return err('ancestor keys do not match the thread\'s lineage') end
-  local amount = tonumber(args[1])
-  for i = 2, #keys do
-    redis.call('JSON.NUMINCRBY', keys[i], '$.actual', amount)
-  end
+  cascade(keys, 2, tonumber(args[1]))
   return cjson.encode({ok = true, ancestors = #chain})
 end
 
@@ -84,18 +102,12 @@ local function ledger_release(keys, args)
   local doc = get_doc(keys[1])
   if not doc then return err('thread is not in the ledger') end
   if doc.status ~= 'active' then return cjson.encode({ok = true, already = doc.status}) end
-  redis.call('JSON.SET', keys[1], '$.status', cjson.encode(args[1]))
-  redis.call('JSON.SET', keys[1], '$.reserved', doc.actual)
-  local freed = doc.reserved - doc.actual
-  if doc.parent_id ~= cjson.null then
-    redis.call('JSON.NUMINCRBY', keys[2], '$.active_reserved', -doc.reserved)
-  end
-  return cjson.encode({ok = true, freed = freed})
+  return cjson.encode({ok = true, freed = release(keys[1], keys[2], doc, doc.actual, args[1])})
 end
 
--- ledger_close: a thread's end in one step, once: report its own spend (ledger_report), add it to every
--- ancestor's actual (ledger_cascade) and release its reservation (ledger_release). A thread no longer active
--- is left as it is (its close was applied: a second one would cascade its spend twice).
+-- ledger_close: a thread's end in one step, once: report its own spend, add it to every ancestor's actual
+-- and release its reservation. A thread no longer active is left as it is (its close was applied: a second
+-- one would cascade its spend twice).
 -- KEYS 1 ledger:{id}, 2 ledger:{parent} (or the same key for a root), 3.. ledger:{ancestor} from the parent up
 -- to the root. ARGV 1 own spend, 2 final status.
 -- Returns {ok, actual, overspend, freed}, or {ok, already = status} when it was closed before.
@@ -103,24 +115,12 @@ local function ledger_close(keys, args)
   local doc = get_doc(keys[1])
   if not doc then return err('thread is not in the ledger') end
   if doc.status ~= 'active' then return cjson.encode({ok = true, already = doc.status, overspend = 0, freed = 0}) end
-  local chain = doc.ancestors or {}
-  if #keys - 2 ~= #chain then return err('ancestor keys do not match the thread\'s lineage') end
+  if #keys - 2 ~= #(doc.ancestors or {}) then return err('ancestor keys do not match the thread\'s lineage') end
   local own = tonumber(args[1])
-  local actual = doc.actual - doc.own_spend + own
-  local child = doc.parent_id ~= cjson.null
-  local over = 0
-  if child and actual > doc.reserved then over = actual - doc.reserved end
-  redis.call('JSON.SET', keys[1], '$.own_spend', own)
-  redis.call('JSON.SET', keys[1], '$.actual', actual)
-  redis.call('JSON.SET', keys[1], '$.status', cjson.encode(args[2]))
-  redis.call('JSON.SET', keys[1], '$.reserved', actual)
-  for i = 3, #keys do
-    redis.call('JSON.NUMINCRBY', keys[i], '$.actual', own)
-  end
-  if child then
-    redis.call('JSON.NUMINCRBY', keys[2], '$.active_reserved', -doc.reserved)
-  end
-  return cjson.encode({ok = true, actual = actual, overspend = over, freed = doc.reserved - actual})
+  local actual, over = report(keys[1], doc, own)
+  cascade(keys, 3, own)
+  local freed = release(keys[1], keys[2], doc, actual, args[2])
+  return cjson.encode({ok = true, actual = actual, overspend = over, freed = freed})
 end
 
 redis.register_function('ledger_register', ledger_register)

@@ -87,7 +87,7 @@ local function mh_terminate(keys, args)
   if keys[7] and redis.call('EXISTS', keys[7]) == 1 then
     redis.call('JSON.SET', keys[7], '$.status', '"closed"')
   end
-  if keys[8] then redis.call('ZADD', keys[8], now_ms(), args[2]) end
+  redis.call('ZADD', keys[8], now_ms(), args[2])
   return {1, args[1]}
 end
 
