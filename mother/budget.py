@@ -27,7 +27,7 @@ import redis
 
 from mother import keys
 from mother.config import ModelConfig, Settings
-from mother.errors import BudgetExhausted, BudgetStopped, InvalidSpec, OverrideRefused, QueueFull, RateLimited
+from mother.errors import BudgetExhausted, BudgetStopped, InvalidSpec, OverrideRefused, PhaseStale, QueueFull, RateLimited
 from mother.functions import call, fcall_command, send
 from schemas import RunSpec, iso_from_ms
 
@@ -37,6 +37,7 @@ __all__ = [
     "USER_CODES",
     "Guard",
     "admit",
+    "attempt_tag",
     "budget_doc",
     "emergency_stop",
     "held_reservations",
@@ -197,9 +198,13 @@ def admission(client: redis.Redis, settings: Settings, run_id: str, user_id: str
 class Guard:
     """The worker's budget guard for one run. Every method is one atomic server call."""
 
-    def __init__(self, client: redis.Redis, settings: Settings, run_id: str, user_id: str, day: Any) -> None:
+    def __init__(self, client: redis.Redis, settings: Settings, run_id: str, user_id: str, day: Any,
+                 attempt: tuple[int, int] | None = None) -> None:
         self.client, self.settings = client, settings
         self.run_id, self.user_id = run_id, user_id
+        # a phase attempt's guard: its reservations and charges are refused once Mother has given up on
+        # the attempt (the run's fence, set when it gives back what a failed or lost attempt held)
+        self.attempt = attempt_tag(*attempt) if attempt is not None else None
         self.day = day  # a callable returning today's date (server clock) as YYYY-MM-DD
         self.maxlen = settings.service.activity_maxlen
         self._run_key = keys.run_budget_key(run_id)
@@ -253,21 +258,30 @@ class Guard:
                                     limit_code=code)
             if code == "run_terminated":
                 raise BudgetExhausted(f"run {self.run_id} has ended", limit_code=code)
+            if code == "phase_stale":
+                raise PhaseStale(f"run {self.run_id} gave up on attempt {self.attempt} (fence {reply.get('fence')}); "
+                                 "nothing was charged")
             if code == "invalid_action":
                 raise InvalidSpec(f"budget guard refused the call: {reply.get('error')}")
             raise BudgetExhausted(f"{code} ({reply.get('current')}/{reply.get('max')})", limit_code=code,
                                   current=reply.get("current"), max=reply.get("max"))
         return reply
 
+    def _fenced(self, action: dict[str, Any]) -> dict[str, Any]:
+        """``action`` as this guard's attempt takes it: refused once the attempt is given up on. Settles and
+        releases are never fenced: they give back or account for what was already done."""
+        return {**action, "attempt": self.attempt} if self.attempt is not None else action
+
     def charge_tool(self, *, read_only: bool) -> None:
         """Before a tool call: refuse at the tool-call limit (or when stopped, unless read-only)."""
-        self._call(TOOL_ACTIONS[read_only], cache_as=TOOL_ACTION_NAMES[read_only])
+        self._call(self._fenced(TOOL_ACTIONS[read_only]), cache_as=TOOL_ACTION_NAMES[read_only])
 
     def charge(self, dimension: str, amount: int = 1, *, read_only: bool = False) -> None:
         """A generic counted action (retrieval_queries, spawns, parallel_agents, ...)."""
         if dimension not in CODES or dimension == "duration_sec":
             raise InvalidSpec(f"unknown budget dimension {dimension!r}; one of {', '.join(sorted(CODES))}")
-        self._call({"read_only": read_only, "check": [dimension], "add": {dimension: check_amount(amount, dimension)}})
+        self._call(self._fenced({"read_only": read_only, "check": [dimension],
+                                 "add": {dimension: check_amount(amount, dimension)}}))
 
     def release(self, dimension: str) -> None:
         """Give back one unit of a gauge (``parallel_agents``) charged by this run; never refused."""
@@ -280,10 +294,10 @@ class Guard:
         op = uuid.uuid4().hex
         check = ["model_calls", "total_tokens", "spend_micro_usd"] + (["cloud_calls"] if cloud else [])
         add = {"model_calls": 1, **({"cloud_calls": 1} if cloud else {})}
-        self._call({"check": check, "user_check": ["total_tokens"] + (["cloud_calls"] if cloud else []),
-                    "add": add, "user_add": {"cloud_calls": 1} if cloud else {},
-                    "reserve": {"op": op, "dims": {"total_tokens": tokens, "spend_micro_usd": spend},
-                                "user_dims": {"total_tokens": tokens}}})
+        self._call(self._fenced({"check": check, "user_check": ["total_tokens"] + (["cloud_calls"] if cloud else []),
+                                 "add": add, "user_add": {"cloud_calls": 1} if cloud else {},
+                                 "reserve": {"op": op, "dims": {"total_tokens": tokens, "spend_micro_usd": spend},
+                                             "user_dims": {"total_tokens": tokens}}}))
         return op
 
     def settle_model_call(self, op: str, *, input_tokens: int, output_tokens: int, spend: int,
@@ -324,20 +338,29 @@ def held_reservations(client: redis.Redis, run_id: str) -> dict[str, Any]:
     return reservations_of(orjson.loads(raw)[0] if raw else None)
 
 
+def attempt_tag(phase_index: int, attempt: int) -> str:
+    """A phase attempt as the budget guard names it (``index:attempt``; its fence compares them in order)."""
+    return f"{phase_index}:{attempt}"
+
+
 def release_reservations(client: redis.Redis | redis.client.Pipeline, settings: Settings, run_id: str, user_id: str,
-                         held: dict[str, Any], why: str) -> Any:
+                         held: dict[str, Any], why: str, *, fence: tuple[int, int] | None = None) -> Any:
     """Give back what ``held`` (:func:`reservations_of`) reserves for calls whose settle will not come: the
     attempt that made them was lost or timed out, or the run ended (a horse killed mid-call left them
     standing, counted against the run's limits and the user's daily tokens for the rest of the day). One
     atomic server call (``mh_release_reservations``) over the run's document and the user's documents of
-    the days they were made; a settle that still comes charges what the call used. Returns the call's reply
-    (None when nothing is held; queued on a pipeline, read it from ``execute()``)."""
-    if not held:
+    the days they were made; a settle that still comes charges what the call used.
+
+    ``fence`` (phase index, attempt): the attempt given up on. In the same call, the guard is told to refuse
+    that attempt's reservations and charges (and earlier ones') from now on: a horse that outlived it can
+    reserve nothing this give-back would miss. Returns the call's reply (None when nothing is held and
+    nothing is fenced; queued on a pipeline, read it from ``execute()``)."""
+    if not held and fence is None:
         return None
     days = sorted({r["at"][:10] for r in held.values() if isinstance(r.get("at"), str)})
     return call(client, "mh_release_reservations",
                 [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM, *(keys.user_daily_budget_key(user_id, d) for d in days)],
-                [settings.service.activity_maxlen, why[:300], *days])
+                [settings.service.activity_maxlen, why[:300], attempt_tag(*fence) if fence is not None else "", *days])
 
 
 def audit_fields(actor: str, reason: str) -> dict[str, str]:

@@ -325,8 +325,10 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
     if state.attempt <= phase.max_retries:
         # what the attempt still holds will not be settled: a lost one's call in flight, or a failed one's call
         # whose settle did not reach the server (the horse's connection failed mid-phase)
+        # and from now on the guard refuses the attempt's reservations: its horse may still be alive (lost, not dead)
         release_reservations(rt.redis, rt.settings, state.run_id, state.user_id, held_reservations(rt.redis, state.run_id),
-                             f"phase {phase.name} attempt {state.attempt} {'was lost' if result is None else 'failed'}: {error}")
+                             f"phase {phase.name} attempt {state.attempt} {'was lost' if result is None else 'failed'}: {error}",
+                             fence=(state.phase_index, state.attempt))
         advance(rt, state.run_id, state.spec, frm=(state.phase_index, state.attempt),
                 to=(state.phase_index, state.attempt + 1), event="phase_retried", detail=error, outputs=outputs_of(state),
                 activity=[("phase_retried", {"run_id": state.run_id, "phase": phase.name, "attempt": state.attempt + 1})])

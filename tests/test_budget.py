@@ -547,9 +547,62 @@ def test_reservations_no_settle_will_come_for_are_given_back_and_a_late_settle_c
     assert reply == {"released": 0, "left": 1} and _doc(r, "lost-calls")["reserved"]["total_tokens"] == 50
 
 
-def call_release(client: redis.Redis, run_id: str, days: list[str]) -> str:
+def test_an_attempt_given_up_on_can_reserve_and_charge_nothing_more(r: redis.Redis) -> None:
+    """A lost attempt's horse may only have stalled and wake up after Mother gave back what it held: a call it
+    reserved then stood unreleased until the run's end. The give-back fences the attempt, in the same call:
+    its (and earlier attempts') reservations and charges are refused (phase_stale, nothing written), its
+    settles still go through, later attempts and phases are not fenced, and the fence never moves back."""
+    from mother.budget import held_reservations, release_reservations
+    from mother.errors import PhaseStale
+
+    _open(r, "fenced")
+    clock = ServerClock(r)
+
+    def guard(index: int, attempt: int) -> Guard:
+        return Guard(r, SETTINGS, "fenced", "u1", clock.today, attempt=(index, attempt))
+
+    old, new = guard(1, 1), guard(1, 2)
+    op = old.reserve_model_call(max_tokens=300, max_spend_micro_usd=7, cloud=False)
+    assert _doc(r, "fenced")["reservations"][op]["attempt"] == "1:1"  # each reservation names its attempt
+    reply = release_reservations(r, SETTINGS, "fenced", "u1", held_reservations(r, "fenced"), "attempt 1 was lost",
+                                 fence=(1, 1))
+    assert orjson.loads(reply) == {"released": 1, "left": 0}
+    before = _doc(r, "fenced")
+    assert before["fence"] == "1:1" and before["reserved"]["total_tokens"] == 0
+    for refused in (lambda g: g.reserve_model_call(max_tokens=10, max_spend_micro_usd=1, cloud=False),
+                    lambda g: g.charge_tool(read_only=True), lambda g: g.charge("spawns")):
+        for stale in (old, guard(0, 3)):  # the attempt given up on, and an earlier phase's
+            with pytest.raises(PhaseStale, match=r"^run fenced gave up on attempt \d:\d \(fence 1:1\); nothing was charged$"):
+                refused(stale)
+    after = _doc(r, "fenced")
+    assert (after["model_calls"], after["tool_calls"], after["spawns"], after["reservations"]) == (
+        before["model_calls"], before["tool_calls"], before["spawns"], before["reservations"])
+    old.settle_model_call(op, input_tokens=40, output_tokens=10, spend=2)  # what the woken horse's call used: charged
+    assert (_doc(r, "fenced")["total_tokens"], _doc(r, "fenced")["spend_micro_usd"]) == (50, 2)
+    kept = new.reserve_model_call(max_tokens=20, max_spend_micro_usd=1, cloud=False)  # the retry is not fenced
+    guard(2, 1).charge_tool(read_only=False)  # nor is the next phase
+    assert list(held_reservations(r, "fenced")) == [kept]
+    # the fence moves on (with nothing held too), never back
+    assert orjson.loads(release_reservations(r, SETTINGS, "fenced", "u1", held_reservations(r, "fenced"), "x",
+                                             fence=(2, 1))) == {"released": 1, "left": 0}
+    assert orjson.loads(release_reservations(r, SETTINGS, "fenced", "u1", {}, "x", fence=(1, 3))) == {"released": 0, "left": 0}
+    assert _doc(r, "fenced")["fence"] == "2:1"
+    assert orjson.loads(release_reservations(r, SETTINGS, "fenced", "u1", {}, "x", fence=(2, 4))) == {"released": 0, "left": 0}
+    assert _doc(r, "fenced")["fence"] == "2:4"
+    with pytest.raises(PhaseStale):
+        guard(2, 1).charge_tool(read_only=False)
+    assert release_reservations(r, SETTINGS, "fenced", "u1", {}, "x") is None  # nothing held, nothing to fence: no call
+    bad = Guard(r, SETTINGS, "fenced", "u1", clock.today)
+    bad.attempt = "2-1"
+    with pytest.raises(InvalidSpec, match=r"^budget guard refused the call: attempt must be 'index:attempt'$"):
+        bad.charge("spawns")
+    with pytest.raises(redis.ResponseError, match=r"the fence must be 'index:attempt' or empty, got 1"):
+        call_release(r, "fenced", [], fence="1")
+
+
+def call_release(client: redis.Redis, run_id: str, days: list[str], fence: str = "") -> str:
     from mother.functions import call
 
     return call(client, "mh_release_reservations",
                 [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM, *(keys.user_daily_budget_key("u1", d) for d in days)],
-                [SETTINGS.service.activity_maxlen, "test", *days])
+                [SETTINGS.service.activity_maxlen, "test", fence, *days])

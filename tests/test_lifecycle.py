@@ -131,11 +131,14 @@ def test_malformed_follow_ups_are_refused_before_anything_is_written(r: redis.Re
 
 def test_a_failed_attempt_is_retried_with_what_it_still_holds_given_back(r: redis.Redis, redis_url: str) -> None:
     """A failed attempt whose call's settle never reached the server (its connection failed mid-phase) has no
-    settle to come: before the retry is dispatched, Mother gives back what the run holds, with why."""
+    settle to come: before the retry is dispatched, Mother gives back what the run holds, with why, and fences
+    the attempt: its horse (if it still runs) can reserve nothing the give-back would miss."""
     from mother.budget import Guard, held_reservations
 
+    from mother.errors import PhaseStale
+
     rt, run_id = _started(r, redis_url)
-    guard = Guard(r, rt.settings, run_id, "alice", rt.clock.today)
+    guard = Guard(r, rt.settings, run_id, "alice", rt.clock.today, attempt=(0, 1))
     op = guard.reserve_call(rt.settings.models["scripted"], 200)  # the attempt's call, never settled
     assert list(held_reservations(r, run_id)) == [op]
     result = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="failed", error="ConnectionError: Connection reset by peer",
@@ -146,9 +149,15 @@ def test_a_failed_attempt_is_retried_with_what_it_still_holds_given_back(r: redi
     assert (run.status, run.phase_index, run.attempt) == ("running", 0, 2)
     assert held_reservations(r, run_id) == {}
     budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id)))
-    assert budget["reserved"]["total_tokens"] == 0 and set(budget["reservations"][op]) == {"at", "released"}
+    assert budget["reserved"]["total_tokens"] == 0 and set(budget["reservations"][op]) == {"at", "attempt", "released"}
     [released] = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "reservations_released"]
     assert orjson.loads(released["data"])["why"] == "phase plan attempt 1 failed: ConnectionError: Connection reset by peer"
+    # the failed attempt is fenced with the give-back: its horse, if it still runs, reserves nothing more; the retry does
+    assert budget["fence"] == "0:1"
+    with pytest.raises(PhaseStale):
+        guard.reserve_call(rt.settings.models["scripted"], 200)
+    retry = Guard(r, rt.settings, run_id, "alice", rt.clock.today, attempt=(0, 2)).reserve_call(rt.settings.models["scripted"], 200)
+    assert list(held_reservations(r, run_id)) == [retry]
 
 
 def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(r: redis.Redis, redis_url: str) -> None:

@@ -428,7 +428,7 @@ def _prepare(rt: Runtime, state: RunState, index: int, attempt: int, counters: d
     model = context.model  # the phase's model, or the larger one Mother escalated to
     provider = make_provider(model, rt.settings.models[model], role=phase.role,
                              scripts=state.spec.scripts, attempt=attempt, interrupt=check_alive)
-    guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today)
+    guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today, attempt=(index, attempt))
     spawner = SpawnRun(rt, state, index, guard, check_alive)
     toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id, tools=(*FILE_TOOLS, spawner),
                       max_output_chars=rt.settings.worker.max_tool_output_chars, granted=list(state.capabilities),

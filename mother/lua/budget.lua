@@ -258,15 +258,39 @@ end
 -- KEYS: 1 budget:run:{id}, 2 budget:user:{user}:daily:{day}, 3 activity
 -- ARGV: 1 action JSON: {day, read_only, check[dims], user_check[dims], add{dim:n}, user_add{dim:n},
 --        reserve{op, dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}}, and for user actions user_id,
---        user_limits, user_ttl_s, user_warning_ratio}, 2 activity maxlen, 3 '1' when the action's text
---        repeats call after call (its decoding is kept), else absent
+--        user_limits, user_ttl_s, user_warning_ratio, and for a phase attempt's own actions its attempt
+--        'index:attempt'}, 2 activity maxlen, 3 '1' when the action's text repeats call after call (its
+--        decoding is kept), else absent
 -- Returns JSON: {ok=true, ...} | {ok=false, code, current, max} | {retry_day=<server day>}
+-- An action of an attempt at or before the run's fence (set when Mother gave back what a failed or lost
+-- attempt held, before retrying it) is refused with code phase_stale: a horse that outlived its attempt
+-- can no longer reserve or charge, so nothing it holds outlasts the give-back.
+local function attempt_order(tag)  -- 'index:attempt' -> index, attempt (nil when not that)
+  if type(tag) ~= 'string' then return nil end
+  local index, attempt = string.match(tag, '^(%d+):(%d+)$')
+  if not index then return nil end
+  return tonumber(index), tonumber(attempt)
+end
+
+local function fenced(fence, tag)  -- whether attempt ``tag`` is at or before ``fence``
+  local fi, fa = attempt_order(fence)
+  local ti, ta = attempt_order(tag)
+  if not fi or not ti then return false end
+  return ti < fi or (ti == fi and ta <= fa)
+end
+
 local function mh_guard(keys, args)
   local a, act, now, at, retry = begin(args, keys[3])
   if retry then return retry end
   local day = a.day
   local doc, raw, pieces = run_doc(keys[1])
   if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
+  if a.attempt ~= nil and not attempt_order(a.attempt) then
+    return cjson.encode({ok = false, code = 'invalid_action', error = "attempt must be 'index:attempt'"})
+  end
+  if a.attempt and doc.fence and not a.settle and fenced(doc.fence, a.attempt) then
+    return cjson.encode({ok = false, code = 'phase_stale', fence = doc.fence})
+  end
   act.run_id = doc.run_id  -- the run its activity entries name, for the user's document too
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
   local needs_user = a.user_check or a.user_add or (settling and (settling.user_dims or a.settle.user_add))
@@ -319,7 +343,8 @@ local function mh_guard(keys, args)
   if a.reserve then
     reserve(run_w, doc, a.reserve.dims, 1)
     if user then reserve(user_w, user, a.reserve.user_dims, 1) end
-    run_w.reservations = {[a.reserve.op] = cjson.encode({dims = a.reserve.dims, user_dims = a.reserve.user_dims, at = at})}
+    run_w.reservations = {[a.reserve.op] = cjson.encode({dims = a.reserve.dims, user_dims = a.reserve.user_dims, at = at,
+      attempt = a.attempt})}
   end
   if doc.duration_sec ~= stored_duration then run_w.duration_sec = int_text(doc.duration_sec) end
   local stamp = '"' .. at .. '"'  -- an ISO text: nothing in it needs escaping
@@ -346,8 +371,10 @@ end
 -- run's ``reserved``, its user_dims the ``reserved`` of the user's document of the day it was made, and the
 -- reservation becomes a tombstone {at, released=<time>} (no dims): a settle that still comes (a horse that outlived its
 -- attempt) charges what the call used, once, and takes the tombstone away.
--- KEYS: 1 budget:run:{id}, 2 activity, 3.. budget:user:{user}:daily:{day} for the days in ARGV 3..
--- ARGV: 1 activity maxlen, 2 why (for the activity entry), 3.. the days (YYYY-MM-DD) of KEYS 3..
+-- KEYS: 1 budget:run:{id}, 2 activity, 3.. budget:user:{user}:daily:{day} for the days in ARGV 4..
+-- ARGV: 1 activity maxlen, 2 why (for the activity entry), 3 the fence: the attempt 'index:attempt' given
+--       up on (its actions and earlier ones' are refused from now on: mh_guard), or '' for none, 4.. the
+--       days (YYYY-MM-DD) of KEYS 3..
 -- A reservation whose day is not passed is left as it is. Returns JSON {released=n, left=n}.
 local function give_back(fields, target, dims)  -- reserve(fields, target, dims, -1), never below nothing
   reserve(fields, target, dims, -1)
@@ -359,10 +386,15 @@ end
 local function mh_release_reservations(keys, args)
   local doc = run_doc(keys[1])
   if not doc then return cjson.encode({released = 0, left = 0}) end
+  local fence = args[3]
+  if fence ~= '' and not attempt_order(fence) then
+    return redis.error_reply("ERR the fence must be 'index:attempt' or empty, got " .. fence)
+  end
   local users = {}  -- day -> {key, doc (false: none), w}
-  for i = 3, #keys do users[args[i]] = {key = keys[i]} end
+  for i = 3, #keys do users[args[i + 1]] = {key = keys[i]} end
   local at = iso(now_ms())
   local run_w, released, left, tokens = {reservations = {}}, 0, 0, 0
+  if fence ~= '' and not fenced(doc.fence, fence) then run_w.fence = '"' .. fence .. '"' end  -- never moved back
   for op, r in pairs(doc.reservations or {}) do
     if type(r) == 'table' and r.dims then  -- a tombstone has no dims: nothing is held by it
       local u = users[string.sub(r.at or '', 1, 10)]  -- a reservation's at is server time, as the day key's day
@@ -383,7 +415,10 @@ local function mh_release_reservations(keys, args)
       end
     end
   end
-  if released == 0 then return cjson.encode({released = 0, left = left}) end
+  if released == 0 then
+    if run_w.fence then merge(keys[1], {fence = run_w.fence}) end
+    return cjson.encode({released = 0, left = left})
+  end
   run_w.last_updated = '"' .. at .. '"'
   merge(keys[1], run_w)
   for _, u in pairs(users) do
