@@ -31,6 +31,7 @@ from schemas import HistoryEntry, PhaseResult, ResultEnvelope, RunSpec, RunState
 
 __all__ = [
     "advance",
+    "completed_event",
     "dispatch",
     "outputs_of",
     "end_run",
@@ -275,8 +276,7 @@ def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
     last = result.phase_index + 1 >= len(spec.pipeline)
     to = (result.phase_index, result.attempt) if last else (result.phase_index + 1, 1)
     frm, detail = (result.phase_index, result.attempt), f"confidence {result.confidence:.2f}"
-    completed = ("phase_completed", {"run_id": result.run_id, "phase": result.phase, "attempt": result.attempt,
-                                     "confidence": result.confidence, "artifacts": result.artifacts})
+    completed = completed_event(result)
     if not last:
         earlier = _earlier_outputs(rt, result.run_id, result.phase_index)
         if not advance(rt, result.run_id, spec, frm=frm, to=to, event="phase_completed", detail=detail, result=result,
@@ -336,6 +336,12 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
     end_run(rt, state, "retries_exhausted",
             f"Phase {phase.name} ({phase.role} on {phase.model}) failed on all {state.attempt} attempts; last error: {error[:500]}",
             phase=phase.name, contributing_factors=failures)
+
+
+def completed_event(result: PhaseResult) -> tuple[str, dict[str, Any]]:
+    """The ``phase_completed`` activity entry of an accepted result (logged with the next dispatch, or the end)."""
+    return ("phase_completed", {"run_id": result.run_id, "phase": result.phase, "attempt": result.attempt,
+                                "confidence": result.confidence, "artifacts": result.artifacts})
 
 
 def _failures(state: RunState) -> list[str]:

@@ -31,8 +31,8 @@ from mother import keys
 from mother.budget import budget_doc
 from mother.connection import unless_redis_down
 from mother.functions import call
-from mother.lifecycle import (dispatch, end_run, finish_end, on_phase_failure, outputs_of, phase_timeout_seconds,
-                              queue_end_reads, run_duration_seconds)
+from mother.lifecycle import (completed_event, dispatch, end_run, finish_end, on_phase_failure, outputs_of,
+                              phase_timeout_seconds, queue_end_reads, run_duration_seconds)
 from mother.logs import get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
 from mother.streams import group_backlog
@@ -116,7 +116,9 @@ class Watchdog:
             self.rt.redis.zrem(keys.RUNS_ENDING, run_id)
             return
         record = TerminationRecord.model_validate(orjson.loads(raw_record))
-        if finish_end(self.rt, state, record, node_raw, budget_raw, late=True):
+        # what the dead Mother would have logged with it: a success's last phase_completed (from the run's results)
+        activity = [completed_event(state.results[-1])] if record.reason == "success" and state.results else []
+        if finish_end(self.rt, state, record, node_raw, budget_raw, activity, late=True):
             log.warning("run_end_applied_late", run_id=run_id, reason=record.reason,
                         why=f"its record was written {self.rt.settings.service.finish_end_after_seconds:g}s ago or more "
                             f"and its end not applied (the Mother that wrote it died in between)")

@@ -210,3 +210,43 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(r:
     queue_end_reads(pipe, run_id)
     assert not finish_end(rt, rt.load_run(run_id), record, *pipe.execute())  # the stalled Mother's, applied again
     assert {k: r.execute_command("JSON.GET", k) for k in before} == before and len(terminated_entries()) == 1
+
+
+def test_a_success_applied_late_logs_its_last_phase_completed_too(r: redis.Redis, redis_url: str) -> None:
+    """A Mother that died between a successful run's record and the rest of its end had not logged the last
+    phase's ``phase_completed`` either (it goes with ``terminated``): the watchdog's late end logs it, from
+    the run's results, before ``terminated``."""
+    import time
+
+    from mother.lifecycle import transition_and_load
+    from mother.termination import build_record, terminate
+    from mother.watchdog import Watchdog
+    from schemas import ResultEnvelope
+
+    rt, run_id = _started(r, redis_url, service={"finish_end_after_seconds": 0.2})
+    for index, name in enumerate(("plan", "execute")):
+        result = PhaseResult(run_id=run_id, phase=name, phase_index=index, attempt=1, status="completed", output=f"{name} done",
+                             confidence=0.9, artifacts=[], finished_at=rt.clock.now_iso())
+        _delivered(r, rt, result)
+        on_phase_result(rt, result)
+    last = PhaseResult(run_id=run_id, phase="review", phase_index=2, attempt=1, status="completed", output="approved",
+                       confidence=0.75, artifacts=["art-review"], finished_at=rt.clock.now_iso())
+    # what the dying Mother did of the success: the result accepted, the record written; nothing logged
+    assert transition_and_load(rt, run_id, rt.spec(run_id), frm=(2, 1), to=(2, 1), event="phase_completed",
+                               detail="confidence 0.75", result=last) is not None
+    record = build_record(run_id=run_id, reason="success", phase="review", details="All 3 phases completed",
+                          at_ms=rt.clock.now_ms(), at_iso=rt.clock.now_iso())
+    assert terminate(r, record, ResultEnvelope(run_id=run_id, user_id="alice", created_at=record.timestamp))[0]
+
+    def logged() -> list[tuple[str, str, dict]]:
+        return [(f["type"], f.get("phase"), orjson.loads(f.get("data", "{}"))) for _, f in r.xrange(keys.ACTIVITY_STREAM)
+                if f.get("run_id") == run_id and f["type"] in ("phase_completed", "terminated")]
+
+    assert [(t, p) for t, p, _ in logged()] == [("phase_completed", "plan"), ("phase_completed", "execute")]
+    time.sleep(0.3)
+    Watchdog(rt).finish_ends()
+    assert logged()[2:] == [
+        ("phase_completed", "review", {"attempt": 1, "confidence": 0.75, "artifacts": ["art-review"]}),
+        ("terminated", "review", {"reason": "success", "details": "All 3 phases completed", "suggested_action": "abandon",
+                                  "late": True}),
+    ]
