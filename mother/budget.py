@@ -323,7 +323,7 @@ class Guard:
                                       spend=spend_micro_usd(model, input_tokens, output_tokens), pipe=pipe)
 
 
-RESERVATIONS_PATH = "$.reservations"  # of budget:run:{id}: op -> {dims, user_dims, at}, or a tombstone {released}
+RESERVATIONS_PATH = "$.reservations"  # of budget:run:{id}: op -> {dims, user_dims, at, attempt}, or a tombstone {released}
 
 
 def reservations_of(found: Any) -> dict[str, Any]:

@@ -323,9 +323,9 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
     rt.emit(rt.redis, "phase_failed", run_id=state.run_id, phase=phase.name, attempt=state.attempt, error=error[:1000])
     failures = _failures(state) + [f"attempt {state.attempt}: {error[:300]}"]
     if state.attempt <= phase.max_retries:
-        # what the attempt still holds will not be settled: a lost one's call in flight, or a failed one's call
-        # whose settle did not reach the server (the horse's connection failed mid-phase)
-        # and from now on the guard refuses the attempt's reservations: its horse may still be alive (lost, not dead)
+        # what the attempt still holds will not be settled (a lost one's call in flight, or a failed one's call
+        # whose settle did not reach the server); and its horse may still be alive (lost is not dead), so the
+        # same call fences the attempt: the guard refuses its reservations and charges from now on
         release_reservations(rt.redis, rt.settings, state.run_id, state.user_id, held_reservations(rt.redis, state.run_id),
                              f"phase {phase.name} attempt {state.attempt} {'was lost' if result is None else 'failed'}: {error}",
                              fence=(state.phase_index, state.attempt))

@@ -41,6 +41,7 @@ def read_counters(client: Any, run_id: str) -> dict[str, Any] | None:
 def parse_counters(raw: Any) -> dict[str, Any] | None:
     return None if raw is None else path_values(raw)
 
+
 STOP_POLL_SECONDS = 0.5
 
 

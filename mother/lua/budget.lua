@@ -563,7 +563,7 @@ local function mh_submit(keys, args)
     depth = tonumber(cjson.decode(redis.call('JSON.GET', keys[1], '$.queue_depth'))[1] or 0) or 0
   end
   if depth >= max then
-    local live = args[3] and live_backlog(keys[2], args[3])
+    local live = live_backlog(keys[2], args[3])
     if live == nil or live >= max then return {0, live or depth} end
     depth = live
     redis.call('JSON.SET', keys[1], '$.queue_depth', depth)
