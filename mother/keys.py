@@ -19,6 +19,8 @@ from mother.errors import InvalidSpec
 
 __all__ = [
     "ACTIVITY_STREAM",
+    "BENCH_FLOOR_ENDING",
+    "BENCH_FLOOR_STREAM",
     "BENCH_HOPS_STREAM",
     "DEAD_LETTER_STREAM",
     "BUDGET_LIBRARY",
@@ -99,6 +101,8 @@ FUNCTIONS_LIBRARY = "mother"  # names of the Redis Functions libraries (not keys
 BUDGET_LIBRARY = "mother_budget"
 LEDGER_LIBRARY = "mother_ledger"
 BENCH_HOPS_STREAM = "mother:bench:hops"  # scripts/bench_pipeline.py: the bare-hop jobs report here to its relay
+BENCH_FLOOR_STREAM = "mother:bench:floor"  # scripts/bench_pipeline.py: the floor's phases report here to its dispatcher
+BENCH_FLOOR_ENDING = "mother:bench:floor:ending"  # the floor's ended runs (mh_terminate's mother:ending: Mother's own stays clear)
 PROBE_KEY = "mother:probe"  # never written: JSON.TYPE of it tells whether RedisJSON is loaded
 
 

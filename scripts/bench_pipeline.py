@@ -9,17 +9,22 @@ one run on the same workers:
   relay     the bare hop: N chains of 3 no-op jobs, each reporting to a stream that one
             central process (workers.noop.relay) reads, enqueueing the next job: Mother's
             shape with none of its work, the least a central dispatcher can add
+  floor     N no-op runs making the server calls the spec asks of each phase (first read,
+            the model call's reserve and settle through mh_guard, artifact, result) and of
+            the dispatcher (mh_transition with the next job, context and activity; mh_terminate),
+            with as little Python as can make them (workers.floor): a lower bound on what any
+            dispatcher meeting the spec adds here
   mother    N runs of a three-phase no-op scripted pipeline through Mother
 
-in R alternating rounds of N/R each (baseline, relay, Mother in even rounds, the reverse in
+in R alternating rounds of N/R each (baseline, relay, floor, Mother in even rounds, the reverse in
 odd ones; the dispatchers not taking their turn are paused with SIGSTOP), so all see the
 same machine: on a small shared VM the speed drifts by more than the difference
 being measured. All are watched the same cheap way (one small read per unfinished
 run or chain every 50 ms). Prints runs/s, phase latency p50/p99 (enqueue → end for RQ;
 dispatch → accepted result for Mother), the CPU time per phase of every process
-taking part (Redis, Mother, the relay, the workers, their work-horses, this script), and the
-wall time Mother adds per phase over plain RQ, in all and per round, split into the bare
-hop's share and Mother's own work.
+taking part (Redis, Mother, the relay, the floor's dispatcher, the workers, their work-horses,
+this script), and the wall time Mother adds per phase over plain RQ, in all and per round, beside
+the bare hop's and the floor's.
 
 Then (--serial M, default 30) M runs one at a time, each after a single plain-RQ chain and
 a single bare-hop chain, all watched every 2 ms: the latency Mother adds to a run that waits behind no other,
@@ -52,6 +57,8 @@ from mother.config import load_settings
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 from schemas import ms_from_iso
+from mother.functions import server_now_ms
+from workers import floor
 from workers.noop import chain_job_id, hop_job_id, relay_command
 
 
@@ -69,10 +76,11 @@ def cpu_seconds(pid: int, children: bool = False) -> tuple[float, float, int]:
     return int(fields[first]) / tick, int(fields[first + 1]) / tick, int(fields[faults])
 
 
-def cpu_snapshot(server: EmbeddedRedis, stack: LocalStack, mother_pid: int, relay_pid: int) -> dict[str, tuple[float, float, int]]:
-    """CPU (user s, system s, minor faults) so far of every process taking part, by role."""
+def cpu_snapshot(server: EmbeddedRedis, stack: LocalStack, dispatchers: dict[str, int]) -> dict[str, tuple[float, float, int]]:
+    """CPU (user s, system s, minor faults) so far of every process taking part, by role (``dispatchers``:
+    role -> pid)."""
     workers = [p.pid for n, p in stack.procs.items() if n.startswith("worker-")]
-    return {"Redis server": cpu_seconds(server.pid), "Mother": cpu_seconds(mother_pid), "relay": cpu_seconds(relay_pid),
+    return {"Redis server": cpu_seconds(server.pid), **{role: cpu_seconds(pid) for role, pid in dispatchers.items()},
             "workers (own)": _sum(cpu_seconds(pid) for pid in workers),
             "work-horses": _sum(cpu_seconds(pid, children=True) for pid in workers),
             "this script (watching)": cpu_seconds(os.getpid())}
@@ -88,32 +96,46 @@ def _wait(what: str, deadline: float) -> None:
         raise SystemExit(f"benchmark gave up: {what} did not finish in time (see the logs printed above)")
 
 
-# a chain's job function and job ids: plain RQ (each job enqueues the next) or relayed (the bare hop)
-CHAIN_JOBS = {False: ("workers.noop.chain", chain_job_id), True: ("workers.noop.hop", hop_job_id)}
+# a chain's job function and job ids: plain RQ (each job enqueues the next), relayed (the bare hop) or the floor
+CHAIN_JOBS = {"baseline": ("workers.noop.chain", chain_job_id), "relay": ("workers.noop.hop", hop_job_id),
+              "floor": (floor.JOB, floor.floor_job_id)}
+FINISHED = JobStatus.FINISHED.value.encode()
 
 
 def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
-             with_latencies: bool = True, relayed: bool = False) -> tuple[float, list[float]]:
-    """N chains of 3 no-op jobs: each job enqueues the next (plain RQ), or reports to the relay,
-    which enqueues it (``relayed``: the bare hop through a central process)."""
+             with_latencies: bool = True, kind: str = "baseline") -> tuple[float, list[float]]:
+    """N chains of 3 no-op jobs: each job enqueues the next (plain RQ), or reports to the relay, which
+    enqueues it (``relay``: the bare hop through a central process), or to the floor's dispatcher (``floor``:
+    each run made as Mother's intake makes it, and done when its termination record is written)."""
     conn = redis.Redis.from_url(url)
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
     chains = range(first, first + runs)
-    func, job_id = CHAIN_JOBS[relayed]
+    func, job_id = CHAIN_JOBS[kind]
     started = time.perf_counter()
+    if kind == "floor":
+        pipe, now_ms, settings = conn.pipeline(transaction=False), server_now_ms(conn), load_settings(redis_url=url)
+        for i in chains:
+            floor.open_run(pipe, settings, i, now_ms)
+        pipe.execute()
     for i in chains:
         queue.enqueue_call(func, args=(i, 0, 3), job_id=job_id(i, 0), result_ttl=600)
     ids = [job_id(i, step) for i in chains for step in range(3)]
     # watched as cheaply as Mother's runs are (one small read per unfinished chain every ``poll`` s): a
     # costlier watch would slow the baseline on this shared machine and flatter Mother
-    pending = {Job.key_for(job_id(i, 2)) for i in chains}
+    if kind == "floor":
+        pending = {keys.termination_key(floor.floor_run_id(i)) for i in chains}
+    else:
+        pending = {Job.key_for(job_id(i, 2)) for i in chains}
     deadline = time.monotonic() + 300
     while pending:
-        _wait(f"{'bare-hop' if relayed else 'plain RQ'} ({len(pending)} chains left)", deadline)
+        _wait(f"{LABELS[kind]} ({len(pending)} chains left)", deadline)
         pipe = conn.pipeline(transaction=False)
         for key in pending:
-            pipe.hget(key, "status")
-        pending -= {key for key, status in zip(list(pending), pipe.execute()) if status == JobStatus.FINISHED.value.encode()}
+            if kind == "floor":
+                pipe.exists(key)
+            else:
+                pipe.hget(key, "status")
+        pending -= {key for key, got in zip(list(pending), pipe.execute()) if got in (1, FINISHED)}
         if pending:
             time.sleep(poll)
     elapsed = time.perf_counter() - started
@@ -178,10 +200,10 @@ def mother_steps(client: MotherClient, run_id: str) -> tuple[float, list[float],
     return marks[0] - submitted, [b - a for a, b in zip(marks, marks[1:])], ms_from_iso(run["terminated_at"]) - marks[-1]
 
 
-def chain_steps(url: str, chain: int, relayed: bool = False) -> list[float]:
+def chain_steps(url: str, chain: int, kind: str = "baseline") -> list[float]:
     """A chain's steps in ms: the first job's enqueue → its end, then each end → the next end (a plain-RQ
     job enqueues the next before it ends; a relayed one reports to the relay, which enqueues it)."""
-    job_id = CHAIN_JOBS[relayed][1]
+    job_id = CHAIN_JOBS[kind][1]
     jobs = Job.fetch_many([job_id(chain, step) for step in range(3)], connection=redis.Redis.from_url(url),
                           serializer=JSONSerializer)
     ends = [jobs[0].enqueued_at] + [j.ended_at for j in jobs]
@@ -198,8 +220,9 @@ UNLIMITED = {
 
 
 USER, SYSTEM, CPU, FAULTS = slice(0, 1), slice(1, 2), slice(0, 2), slice(2, 3)  # of a role's [user s, system s, faults]
-KINDS = ("baseline", "relay", "mother")  # plain RQ chains, the bare hop through a relay, Mother
-LABELS = {"baseline": "plain RQ", "relay": "bare hop", "mother": "Mother"}
+KINDS = ("baseline", "relay", "floor", "mother")  # plain RQ chains, the bare hop through a relay, the floor, Mother
+SERIAL_KINDS = ("baseline", "relay", "mother")  # one run at a time
+LABELS = {"baseline": "plain RQ", "relay": "bare hop", "floor": "floor", "mother": "Mother"}
 
 
 @contextmanager
@@ -230,7 +253,7 @@ def main() -> int:
     secs = dict.fromkeys(KINDS, 0.0)
     cpu: dict[str, dict[str, list[float]]] = {kind: {} for kind in KINDS}  # role: [user s, system s, faults]
     lat: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    rounds: dict[str, list[float]] = {"relay": [], "mother": []}  # ms added per phase over plain RQ, per round
+    rounds: dict[str, list[float]] = {"relay": [], "floor": [], "mother": []}  # ms added per phase over plain RQ, per round
     with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no") as server:
         stack = LocalStack(server.url, workers=args.workers, mothers=0, log_dir=Path(tmp) / "logs",
                            env={"MOTHER_LOG_LEVEL": "WARNING", "MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws"),
@@ -238,10 +261,12 @@ def main() -> int:
         with stack:
             mother = stack.spawn("mother-0", "run")
             relay = subprocess.Popen(relay_command(server.url))
+            floor_relay = subprocess.Popen(floor.relay_command(server.url))
+            roles = {"Mother": mother.pid, "relay": relay.pid, "floor dispatcher": floor_relay.pid}
             try:
-                time.sleep(2.0)  # workers, Mother and the relay up
+                time.sleep(2.0)  # workers, Mother and the relays up
                 client = MotherClient(settings=load_settings(redis_url=server.url))
-                dispatchers = {"baseline": [], "relay": [relay.pid], "mother": [mother.pid]}
+                dispatchers = {"baseline": [], "relay": [relay.pid], "floor": [floor_relay.pid], "mother": [mother.pid]}
 
                 def others(kind: str) -> list[int]:
                     """The dispatchers that are not ``kind``'s: paused during its turn."""
@@ -252,14 +277,14 @@ def main() -> int:
                     for kind in KINDS if r % 2 == 0 else KINDS[::-1]:
                         print(f"round {r + 1}/{args.rounds}: {LABELS[kind]}, {per_round} runs on {args.workers} workers...",
                               file=sys.stderr)
-                        before = cpu_snapshot(server, stack, mother.pid, relay.pid)
+                        before = cpu_snapshot(server, stack, roles)
                         with paused(others(kind)):
                             if kind == "mother":
                                 took[kind], got, _ = through_mother(client, per_round)
                             else:
-                                took[kind], got = baseline(server.url, per_round, first=r * per_round, relayed=kind == "relay")
+                                took[kind], got = baseline(server.url, per_round, first=r * per_round, kind=kind)
                         lat[kind] += got
-                        for role, used in cpu_snapshot(server, stack, mother.pid, relay.pid).items():
+                        for role, used in cpu_snapshot(server, stack, roles).items():
                             total = cpu[kind].setdefault(role, [0.0, 0.0, 0.0])
                             for i, (now, then) in enumerate(zip(used, before[role], strict=True)):
                                 total[i] += now - then
@@ -267,14 +292,14 @@ def main() -> int:
                         secs[kind] += took[kind]
                     for kind in rounds:
                         rounds[kind].append((took[kind] - took["baseline"]) / (3 * per_round) * 1000)
-                serial: dict[str, list[float]] = {kind: [] for kind in KINDS}
+                serial: dict[str, list[float]] = {kind: [] for kind in SERIAL_KINDS}
                 steps: dict[str, list[float]] = {"baseline": [], "relay": [], "mother": [], "intake": [], "close": []}
                 serial_ids: list[str] = []
                 for i in range(args.serial):  # one run at a time: the latency Mother adds to a run nobody queues behind
                     for kind in ("baseline", "relay"):
                         with paused(others(kind)):
                             serial[kind].append(baseline(server.url, 1, first=runs + i, poll=0.002, with_latencies=False,
-                                                         relayed=kind == "relay")[0])
+                                                         kind=kind)[0])
                     with paused(others("mother")):
                         took_s, _, ids = through_mother(client, 1, poll=0.002)
                     serial["mother"].append(took_s)
@@ -284,15 +309,16 @@ def main() -> int:
                 time.sleep(0.5)  # RQ may mark a job finished a moment before it stores ended_at
                 for i in range(args.serial):
                     steps["baseline"] += chain_steps(server.url, runs + i)
-                    steps["relay"] += chain_steps(server.url, runs + i, relayed=True)
+                    steps["relay"] += chain_steps(server.url, runs + i, kind="relay")
                 for run_id in serial_ids:
                     intake, phase_steps, close = mother_steps(client, run_id)
                     steps["intake"].append(intake)
                     steps["mother"] += phase_steps
                     steps["close"].append(close)
             finally:
-                relay.kill()
-                relay.wait()
+                for proc in (relay, floor_relay):
+                    proc.kill()
+                    proc.wait()
     report(args, runs, secs, cpu, lat, rounds, ping, serial if args.serial else None, steps if args.serial else None)
     return 0
 
@@ -306,7 +332,8 @@ def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dic
     for kind in KINDS:
         print(f"{LABELS[kind]:<10}{runs / secs[kind]:>10.1f}{phases / secs[kind]:>10.1f}"
               f"{statistics.median(lat[kind]):>10.1f}{pct(lat[kind], 0.99):>10.1f}")
-    print(f"CPU per phase (ms)        {'plain RQ':>10}{'bare hop':>10}{'Mother':>10}{'hop added':>10}{'M. added':>10}")
+    print(f"CPU per phase (ms)        {'plain RQ':>10}{'bare hop':>10}{'floor':>10}{'Mother':>10}{'hop added':>10}"
+          f"{'fl. added':>10}{'M. added':>10}")
     roles = list(cpu["mother"]) + ["all"]
 
     def per_phase(kind: str, role: str, field: slice) -> float:
@@ -315,8 +342,8 @@ def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dic
         return sum(sum(row[field]) for row in rows) / phases * (1000 if field != FAULTS else 1)
 
     for role in roles:
-        b, h, m = (per_phase(k, role, CPU) for k in KINDS)
-        print(f"  {role:<24}{b:>10.2f}{h:>10.2f}{m:>10.2f}{h - b:>+10.2f}{m - b:>+10.2f}"
+        b, h, f, m = (per_phase(k, role, CPU) for k in KINDS)
+        print(f"  {role:<24}{b:>10.2f}{h:>10.2f}{f:>10.2f}{m:>10.2f}{h - b:>+10.2f}{f - b:>+10.2f}{m - b:>+10.2f}"
               + (f"   (the machine has {os.cpu_count()} cores)" if role == "all" else ""))
     print(f"Mother's added CPU per phase, split   {'user ms':>10}{'system ms':>10}{'faults':>10}   (system time and page "
           "faults are what a VM makes dear)")
@@ -329,11 +356,14 @@ def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dic
           + f" ms (median {statistics.median(rounds['mother']):.2f})")
     print(f"  of which the bare hop through a central process {added['relay']:.2f} ms (per round: "
           + ", ".join(f"{x:.2f}" for x in rounds["relay"]) + f"), and Mother's own work {added['mother'] - added['relay']:.2f} ms")
+    print(f"the floor (the server calls the spec asks of a phase and its dispatch, with as little Python as can make them) "
+          f"adds {added['floor']:.2f} ms per phase (per round: " + ", ".join(f"{x:.2f}" for x in rounds["floor"])
+          + f"): Mother adds {added['mother'] - added['floor']:.2f} ms above it")
     print(f"a bare Redis round trip here (PING p50, one client, dispatchers paused): {ping * 1000:.0f} µs, so Mother "
           f"adds {added['mother'] / ping:.1f} round trips' worth per phase (the 2 ms target: {2 / ping:.1f})")
     if serial is None or steps is None:
         return
-    b, h, m = (statistics.median(serial[k]) * 1000 for k in KINDS)
+    b, h, m = (statistics.median(serial[k]) * 1000 for k in SERIAL_KINDS)
     print(f"one run at a time ({args.serial} each, watched every 2 ms): plain RQ chain p50 {b:.1f} ms "
           f"(p99 {pct(serial['baseline'], 0.99) * 1000:.1f}), bare-hop chain p50 {h:.1f} ms, Mother run p50 {m:.1f} ms "
           f"(p99 {pct(serial['mother'], 0.99) * 1000:.1f}): Mother adds {(m - b) / 3:.2f} ms per phase to a run's latency "

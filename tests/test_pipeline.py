@@ -430,3 +430,42 @@ def test_the_benchmarks_bare_hop_chain_completes_through_its_relay(pipeline: Pip
     finally:
         relay.kill()
         relay.wait()
+
+
+def test_the_benchmarks_floor_run_ends_through_its_dispatcher(pipeline: Pipeline) -> None:
+    """bench_pipeline's floor: each phase reserves and settles its model call through the guard, stores its
+    artifact and reports; the dispatcher moves the run on with mh_transition and ends it with mh_terminate."""
+    import subprocess
+
+    import redis
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    from mother.config import load_settings
+    from mother.functions import server_now_ms
+    from workers import floor
+
+    conn = redis.Redis.from_url(pipeline.url)
+    dispatcher = subprocess.Popen(floor.relay_command(pipeline.url))
+    try:
+        pipe = conn.pipeline(transaction=False)
+        floor.open_run(pipe, load_settings(redis_url=pipeline.url), 7, server_now_ms(conn))
+        pipe.execute()
+        Queue("agents", connection=conn, serializer=JSONSerializer).enqueue_call(
+            floor.JOB, args=(7, 0, 3), job_id=floor.floor_job_id(7, 0), result_ttl=60)
+        wait_until(lambda: conn.exists(keys.termination_key("floor-7")), timeout=30)
+        record = orjson.loads(conn.execute_command("JSON.GET", keys.termination_key("floor-7")))
+        assert (record["reason"], record["phase_at_termination"]) == ("success", "review")
+        run = orjson.loads(conn.execute_command("JSON.GET", keys.run_key("floor-7")))
+        assert (run["status"], run["phase_index"], [r["phase"] for r in run["results"]]) == ("terminated", 2, ["plan", "execute"])
+        assert len(run["artifacts"]) == 2 and all(conn.exists(keys.artifact_key(a)) for a in run["artifacts"])
+        budget = orjson.loads(conn.execute_command("JSON.GET", keys.run_budget_key("floor-7")))
+        # three model calls reserved and settled (10 + 2 tokens each), nothing left held
+        assert (budget["model_calls"], budget["total_tokens"], budget["reservations"], budget["status"]) == (3, 36, {}, "closed")
+        assert budget["reserved"]["total_tokens"] == 0
+        assert conn.xpending(keys.BENCH_FLOOR_STREAM, "floor")["pending"] == 0  # every result acknowledged
+        assert conn.zscore(keys.BENCH_FLOOR_ENDING, "floor-7") is not None and conn.zscore(keys.RUNS_ENDING, "floor-7") is None
+        assert dispatcher.poll() is None  # still serving
+    finally:
+        dispatcher.kill()
+        dispatcher.wait()

@@ -1,0 +1,157 @@
+"""The floor of ``scripts/bench_pipeline.py``: the server work the spec asks of each phase, and nothing else.
+
+A no-op run's phases make the same server calls as Mother's, through the same server functions
+and the production wrappers that send them, with as little Python around them as can make them:
+
+  the phase job  its first read (heartbeat, run, counters, context: one round trip), the model
+                 call's reservation (``mh_guard`` through :class:`mother.budget.Guard`), then one
+                 transaction: the settle, the output artifact and its meta, the result on a stream,
+                 the heartbeat's removal
+  the dispatcher (:func:`relay`, one process, as Mother) reads the results with a consumer group and
+                 per result makes one transaction: ``mh_transition`` with the next attempt's RQ job,
+                 its context and two activity entries as follow-ups (or, after the last phase,
+                 ``mh_terminate`` and a ``terminated`` entry), and the ack
+
+No pydantic model, no structlog, no context composition, no hooks, no admission, rate limit,
+ledger or spend pricing: what it adds over plain RQ is a lower bound on what any dispatcher that
+meets the spec can add on the same machine. Its run ids start with ``floor-`` and its records are
+not Mother's: its ended runs go to their own set, never to ``mother:ending``.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from typing import Any
+
+import orjson
+import redis
+from rq import Queue, get_current_job
+from rq.serializers import JSONSerializer
+
+from mother import keys
+from mother.budget import Guard, open_run_budget
+from mother.config import Settings
+from mother.clock import ServerClock
+from mother.functions import call, follow_ups
+from mother.streams import ensure_group
+from schemas import RunSpec, iso_from_ms
+from workers.phase import runtime
+
+__all__ = ["PHASES", "floor_job_id", "floor_run_id", "open_run", "phase", "relay", "relay_command"]
+
+GROUP = "floor"
+PHASES = ("plan", "execute", "review")
+JOB = "workers.floor.phase"
+MAXLEN = 10_000  # of the activity stream, as the phases' entries are capped
+COUNTER_PATHS = ("$.model_calls", "$.input_tokens", "$.output_tokens", "$.spend_micro_usd", "$.duration_sec")
+def floor_run_id(index: int) -> str:
+    return f"floor-{index}"
+
+
+def floor_job_id(index: int, step: int) -> str:
+    return f"floor-{index}-{step}"
+
+
+def open_run(pipe: Any, settings: Settings, index: int, now_ms: int) -> None:
+    """Queue run ``index``'s run document and its run budget (the production one) on ``pipe``."""
+    run_id = floor_run_id(index)
+    spec = RunSpec(run_id=run_id, user_id="bench", task="no-op",
+                   pipeline=[{"name": name, "role": "noop", "model": "scripted"} for name in PHASES])
+    at = iso_from_ms(now_ms)
+    pipe.execute_command("JSON.SET", keys.run_key(run_id), "$", orjson.dumps(
+        {"run_id": run_id, "user_id": "bench", "status": "running", "phase_index": 0, "attempt": 1, "phase": PHASES[0],
+         "results": [], "history": [], "artifacts": [], "created_at": at, "updated_at": at}))
+    open_run_budget(pipe, settings, spec, now_ms)
+
+
+def phase(index: int, step: int, steps: int) -> int:
+    """Phase ``step`` of floor run ``index``: first read, reserve, then settle, artifact and result in one write."""
+    job = get_current_job()
+    assert job is not None
+    conn, run_id = job.connection, floor_run_id(index)
+    member = keys.heartbeat_member(run_id, step, 1)
+    pipe = conn.pipeline(transaction=False)
+    call(pipe, "mh_heartbeat", [keys.HEARTBEATS], [member])
+    pipe.execute_command("JSON.GET", keys.run_key(run_id), "$.phase_index", "$.attempt", "$.status")
+    pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
+    pipe.execute_command("JSON.GET", keys.context_key(run_id, step))
+    _beat, position, _counters, _context = pipe.execute()
+    if orjson.loads(position)["$.phase_index"] != [step]:
+        raise RuntimeError(f"floor run {run_id} is not at phase {step}: {position!r}")
+    rt = runtime()
+    guard = Guard(conn, rt.settings, run_id, "bench", rt.clock.today, attempt=(step, 1))
+    op = guard.reserve_model_call(max_tokens=1000, max_spend_micro_usd=0, cloud=False)
+    artifact_id = f"art-{uuid.uuid4().hex[:20]}"
+    result = orjson.dumps({"run_id": run_id, "phase": PHASES[step], "phase_index": step, "attempt": 1,
+                           "status": "completed", "output": "ok", "confidence": 1.0, "evidence_count": 0,
+                           "artifacts": [artifact_id], "usage": {"input_tokens": 10, "output_tokens": 2, "model_calls": 1}})
+    pipe = conn.pipeline(transaction=True)
+    guard.settle_model_call(op, input_tokens=10, output_tokens=2, spend=0, pipe=pipe)
+    pipe.execute_command("JSON.SET", keys.artifact_key(artifact_id), "$", orjson.dumps(
+        {"artifact_id": artifact_id, "run_id": run_id, "phase": PHASES[step], "kind": "phase_output", "content": "ok"}))
+    pipe.execute_command("JSON.SET", keys.artifact_meta_key(artifact_id), "$", orjson.dumps(
+        {"artifact_id": artifact_id, "run_id": run_id, "kind": "phase_output", "size_bytes": 2}))
+    pipe.xadd(keys.BENCH_FLOOR_STREAM, {"result": result, "steps": steps, "index": index})
+    pipe.zrem(keys.HEARTBEATS, member)
+    settled = pipe.execute()[0]
+    guard.queued_reply(settled)  # raises if the guard refused
+    return step
+
+
+def relay(url: str) -> None:
+    """Dispatch floor runs until killed: per result, the next phase (or the end) and the ack in one transaction."""
+    conn = redis.Redis.from_url(url)
+    queue = Queue("agents", connection=conn, serializer=JSONSerializer)
+    clock = ServerClock(conn)  # Mother's clock: the server's time with no round trip per result
+    ensure_group(conn, keys.BENCH_FLOOR_STREAM, GROUP)
+    while True:
+        for _stream, entries in conn.xreadgroup(GROUP, "floor", {keys.BENCH_FLOOR_STREAM: ">"},
+                                                count=16, block=1000) or []:
+            for entry_id, fields in entries:
+                pipe = conn.pipeline(transaction=True)
+                _dispatch(conn, queue, clock, pipe, fields)
+                pipe.xack(keys.BENCH_FLOOR_STREAM, GROUP, entry_id)
+                pipe.execute()
+
+
+def _dispatch(conn: redis.Redis, queue: Queue, clock: ServerClock, pipe: Any, fields: dict[bytes, bytes]) -> None:
+    """Queue on ``pipe`` what one phase's result leads to: the next phase's transition, or the run's end."""
+    raw = fields[b"result"]
+    result = orjson.loads(raw)
+    index, step, steps = int(fields[b"index"]), result["phase_index"], int(fields[b"steps"])
+    run_id, at = result["run_id"], clock.now_iso()
+    entry = orjson.dumps({"at": at, "event": "phase_completed", "phase": result["phase"], "attempt": 1, "detail": ""})
+    if step + 1 >= steps:
+        record = orjson.dumps({"run_id": run_id, "reason": "success", "details": "floor run done", "logged_by": "mother",
+                               "timestamp": at, "phase_at_termination": result["phase"],
+                               "final_artifacts": result["artifacts"]})
+        call(pipe, "mh_terminate", [keys.termination_key(run_id), keys.termination_reason_index_key("success"),
+                                    keys.run_key(run_id), keys.result_key(run_id), keys.PHASE_DEADLINES,
+                                    keys.RUN_DEADLINES, keys.run_budget_key(run_id), keys.BENCH_FLOOR_ENDING],
+             [record, run_id, orjson.dumps({"run_id": run_id, "status": "success", "termination": None}), at, "success",
+              entry])
+        pipe.xadd(keys.ACTIVITY_STREAM, {"type": "terminated", "run_id": run_id, "at": at}, maxlen=MAXLEN, approximate=True)
+        return
+    name = PHASES[step + 1]
+    writes = conn.pipeline(transaction=True)  # never executed: its commands become mh_transition's follow-ups
+    queue.enqueue_call(JOB, args=(index, step + 1, steps), job_id=floor_job_id(index, step + 1), timeout=600,
+                       result_ttl=600, pipeline=writes)
+    writes.execute_command("JSON.SET", keys.context_key(run_id, step + 1), "$", orjson.dumps(
+        {"run_id": run_id, "phase_index": step + 1, "sections": [{"section": "previous_output", "content": result["output"]}]}))
+    for event, phase in (("phase_completed", result["phase"]), ("phase_dispatched", name)):
+        writes.xadd(keys.ACTIVITY_STREAM, {"type": event, "run_id": run_id, "phase": phase, "at": at}, maxlen=MAXLEN,
+                    approximate=True)
+    follow_keys, follow_words = follow_ups(writes)
+    writes.reset()
+    call(pipe, "mh_transition", [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES, *follow_keys],
+         [run_id, step, 1, step + 1, 1, name, 600_000, 0, at, entry, raw, orjson.dumps(result["artifacts"]), *follow_words])
+
+
+def relay_command(url: str) -> list[str]:
+    """The command that runs :func:`relay` on ``url`` in a process of its own."""
+    return [sys.executable, "-m", "workers.floor", url]
+
+
+if __name__ == "__main__":
+    relay(sys.argv[1])
