@@ -111,6 +111,7 @@ def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
     chains = range(first, first + runs)
     func, job_id = CHAIN_JOBS[kind]
+    failed_before = queue.failed_job_registry.count
     started = time.perf_counter()
     if kind == "floor":
         pipe, now_ms, settings = conn.pipeline(transaction=False), server_now_ms(conn), load_settings(redis_url=url)
@@ -135,7 +136,11 @@ def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
                 pipe.exists(key)
             else:
                 pipe.hget(key, "status")
-        pending -= {key for key, got in zip(list(pending), pipe.execute()) if got in (1, FINISHED)}
+        pipe.zcard(queue.failed_job_registry.key)
+        *got, failed = pipe.execute()
+        if failed > failed_before:  # a chain that lost a job never ends: say why now, not at the deadline
+            raise SystemExit(f"benchmark gave up: a {LABELS[kind]} job failed: {_newest_failure(queue)}")
+        pending -= {key for key, status in zip(list(pending), got) if status in (1, FINISHED)}
         if pending:
             time.sleep(poll)
     elapsed = time.perf_counter() - started
@@ -145,6 +150,16 @@ def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
     jobs = Job.fetch_many(ids, connection=conn, serializer=JSONSerializer)
     latencies = [(j.ended_at - j.enqueued_at).total_seconds() * 1000 for j in jobs if j.ended_at and j.enqueued_at]
     return elapsed, latencies
+
+
+def _newest_failure(queue: Queue) -> str:
+    """The newest failed job of ``queue``: its id and the last line of its error."""
+    newest = queue.failed_job_registry.get_job_ids(-1, -1)
+    if not newest:
+        return "it left the failed-job registry before it could be read"
+    job = Job.fetch(newest[0], connection=queue.connection, serializer=JSONSerializer)
+    error = (job.exc_info or "no error stored").strip().splitlines()[-1]
+    return f"{job.id} ({job.func_name}): {error}"
 
 
 def through_mother(client: MotherClient, runs: int, poll: float = 0.05) -> tuple[float, list[float], list[str]]:

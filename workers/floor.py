@@ -77,6 +77,8 @@ def phase(index: int, step: int, steps: int) -> int:
     pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
     pipe.execute_command("JSON.GET", keys.context_key(run_id, step))
     _beat, position, _counters, _context = pipe.execute()
+    if position is None:
+        raise RuntimeError(f"floor run {run_id} has no run document: floor.open_run makes it before the first phase")
     if orjson.loads(position)["$.phase_index"] != [step]:
         raise RuntimeError(f"floor run {run_id} is not at phase {step}: {position!r}")
     rt = runtime()
