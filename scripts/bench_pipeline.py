@@ -279,7 +279,13 @@ def main() -> int:
             floor_relay = subprocess.Popen(floor.relay_command(server.url))
             roles = {"Mother": mother.pid, "relay": relay.pid, "floor dispatcher": floor_relay.pid}
             try:
-                time.sleep(2.0)  # workers, Mother and the relays up
+                time.sleep(2.0)  # workers and Mother up
+                # the relays' imports done (each makes its consumer group after them): else what is left of
+                # them would be charged to their first turn
+                conn, deadline = redis.Redis.from_url(server.url), time.monotonic() + 60
+                while not all(conn.exists(stream) for stream in (keys.BENCH_HOPS_STREAM, keys.BENCH_FLOOR_STREAM)):
+                    _wait("the relays' start (their consumer groups)", deadline)
+                    time.sleep(0.05)
                 client = MotherClient(settings=load_settings(redis_url=server.url))
                 dispatchers = {"baseline": [], "relay": [relay.pid], "floor": [floor_relay.pid], "mother": [mother.pid]}
 
