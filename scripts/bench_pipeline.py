@@ -54,10 +54,10 @@ from rq.serializers import JSONSerializer
 from mother import keys
 from mother.client import MotherClient
 from mother.config import load_settings
+from mother.functions import server_now_ms
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 from schemas import ms_from_iso
-from mother.functions import server_now_ms
 from workers import floor
 from workers.noop import chain_job_id, hop_job_id, relay_command
 
@@ -111,36 +111,34 @@ def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
     chains = range(first, first + runs)
     func, job_id = CHAIN_JOBS[kind]
+    # watched as cheaply as Mother's runs are (one small read per unfinished chain every ``poll`` s): a
+    # costlier watch would slow the baseline on this shared machine and flatter Mother. A chain is done when
+    # its last job has finished; a floor run when its termination record is written.
+    pending = {Job.key_for(job_id(i, 2)) for i in chains}
+    ask, done = (lambda pipe, key: pipe.hget(key, "status")), FINISHED
     failed_before = queue.failed_job_registry.count
     started = time.perf_counter()
-    if kind == "floor":
+    if kind == "floor":  # its runs made as Mother's intake makes them
         pipe, now_ms, settings = conn.pipeline(transaction=False), server_now_ms(conn), load_settings(redis_url=url)
         for i in chains:
             floor.open_run(pipe, settings, i, now_ms)
         pipe.execute()
+        pending = {keys.termination_key(floor.floor_run_id(i)) for i in chains}
+        ask, done = (lambda pipe, key: pipe.exists(key)), 1
     for i in chains:
         queue.enqueue_call(func, args=(i, 0, 3), job_id=job_id(i, 0), result_ttl=600)
     ids = [job_id(i, step) for i in chains for step in range(3)]
-    # watched as cheaply as Mother's runs are (one small read per unfinished chain every ``poll`` s): a
-    # costlier watch would slow the baseline on this shared machine and flatter Mother
-    if kind == "floor":
-        pending = {keys.termination_key(floor.floor_run_id(i)) for i in chains}
-    else:
-        pending = {Job.key_for(job_id(i, 2)) for i in chains}
     deadline = time.monotonic() + 300
     while pending:
         _wait(f"{LABELS[kind]} ({len(pending)} chains left)", deadline)
         pipe = conn.pipeline(transaction=False)
         for key in pending:
-            if kind == "floor":
-                pipe.exists(key)
-            else:
-                pipe.hget(key, "status")
+            ask(pipe, key)
         pipe.zcard(queue.failed_job_registry.key)
         *got, failed = pipe.execute()
         if failed > failed_before:  # a chain that lost a job never ends: say why now, not at the deadline
             raise SystemExit(f"benchmark gave up: a {LABELS[kind]} job failed: {_newest_failure(queue)}")
-        pending -= {key for key, status in zip(list(pending), got) if status in (1, FINISHED)}
+        pending -= {key for key, status in zip(list(pending), got) if status == done}
         if pending:
             time.sleep(poll)
     elapsed = time.perf_counter() - started

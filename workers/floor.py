@@ -30,21 +30,24 @@ from rq import Queue, get_current_job
 from rq.serializers import JSONSerializer
 
 from mother import keys
+from mother.activity import DEFAULT_MAXLEN
 from mother.budget import Guard, open_run_budget
-from mother.config import Settings
 from mother.clock import ServerClock
+from mother.config import Settings
 from mother.functions import call, follow_ups
-from mother.streams import ensure_group
+from mother.runtime import POSITION_PATHS, parse_position
 from schemas import RunSpec, iso_from_ms
-from workers.phase import runtime
+from workers.metering import COUNTER_PATHS
+from workers.noop import serve
+from workers.phase import beat, runtime
 
 __all__ = ["PHASES", "floor_job_id", "floor_run_id", "open_run", "phase", "relay", "relay_command"]
 
 GROUP = "floor"
 PHASES = ("plan", "execute", "review")
 JOB = "workers.floor.phase"
-MAXLEN = 10_000  # of the activity stream, as the phases' entries are capped
-COUNTER_PATHS = ("$.model_calls", "$.input_tokens", "$.output_tokens", "$.spend_micro_usd", "$.duration_sec")
+
+
 def floor_run_id(index: int) -> str:
     return f"floor-{index}"
 
@@ -72,14 +75,14 @@ def phase(index: int, step: int, steps: int) -> int:
     conn, run_id = job.connection, floor_run_id(index)
     member = keys.heartbeat_member(run_id, step, 1)
     pipe = conn.pipeline(transaction=False)
-    call(pipe, "mh_heartbeat", [keys.HEARTBEATS], [member])
-    pipe.execute_command("JSON.GET", keys.run_key(run_id), "$.phase_index", "$.attempt", "$.status")
+    beat(pipe, member)
+    pipe.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS)
     pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
     pipe.execute_command("JSON.GET", keys.context_key(run_id, step))
     _beat, position, _counters, _context = pipe.execute()
     if position is None:
         raise RuntimeError(f"floor run {run_id} has no run document: floor.open_run makes it before the first phase")
-    if orjson.loads(position)["$.phase_index"] != [step]:
+    if parse_position(position) != ("running", step, 1):
         raise RuntimeError(f"floor run {run_id} is not at phase {step}: {position!r}")
     rt = runtime()
     guard = Guard(conn, rt.settings, run_id, "bench", rt.clock.today, attempt=(step, 1))
@@ -106,15 +109,7 @@ def relay(url: str) -> None:
     conn = redis.Redis.from_url(url)
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
     clock = ServerClock(conn)  # Mother's clock: the server's time with no round trip per result
-    ensure_group(conn, keys.BENCH_FLOOR_STREAM, GROUP)
-    while True:
-        for _stream, entries in conn.xreadgroup(GROUP, "floor", {keys.BENCH_FLOOR_STREAM: ">"},
-                                                count=16, block=1000) or []:
-            for entry_id, fields in entries:
-                pipe = conn.pipeline(transaction=True)
-                _dispatch(conn, queue, clock, pipe, fields)
-                pipe.xack(keys.BENCH_FLOOR_STREAM, GROUP, entry_id)
-                pipe.execute()
+    serve(conn, keys.BENCH_FLOOR_STREAM, GROUP, lambda pipe, fields: _dispatch(conn, queue, clock, pipe, fields))
 
 
 def _dispatch(conn: redis.Redis, queue: Queue, clock: ServerClock, pipe: Any, fields: dict[bytes, bytes]) -> None:
@@ -133,7 +128,8 @@ def _dispatch(conn: redis.Redis, queue: Queue, clock: ServerClock, pipe: Any, fi
                                     keys.RUN_DEADLINES, keys.run_budget_key(run_id), keys.BENCH_FLOOR_ENDING],
              [record, run_id, orjson.dumps({"run_id": run_id, "status": "success", "termination": None}), at, "success",
               entry])
-        pipe.xadd(keys.ACTIVITY_STREAM, {"type": "terminated", "run_id": run_id, "at": at}, maxlen=MAXLEN, approximate=True)
+        pipe.xadd(keys.ACTIVITY_STREAM, {"type": "terminated", "run_id": run_id, "at": at}, maxlen=DEFAULT_MAXLEN,
+                  approximate=True)
         return
     name = PHASES[step + 1]
     writes = conn.pipeline(transaction=True)  # never executed: its commands become mh_transition's follow-ups
@@ -142,8 +138,8 @@ def _dispatch(conn: redis.Redis, queue: Queue, clock: ServerClock, pipe: Any, fi
     writes.execute_command("JSON.SET", keys.context_key(run_id, step + 1), "$", orjson.dumps(
         {"run_id": run_id, "phase_index": step + 1, "sections": [{"section": "previous_output", "content": result["output"]}]}))
     for event, phase in (("phase_completed", result["phase"]), ("phase_dispatched", name)):
-        writes.xadd(keys.ACTIVITY_STREAM, {"type": event, "run_id": run_id, "phase": phase, "at": at}, maxlen=MAXLEN,
-                    approximate=True)
+        writes.xadd(keys.ACTIVITY_STREAM, {"type": event, "run_id": run_id, "phase": phase, "at": at},
+                    maxlen=DEFAULT_MAXLEN, approximate=True)
     follow_keys, follow_words = follow_ups(writes)
     writes.reset()
     call(pipe, "mh_transition", [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES, *follow_keys],

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import redis
 from rq import Queue, get_current_job
@@ -24,7 +26,7 @@ from rq.serializers import JSONSerializer
 from mother import keys
 from mother.streams import ensure_group
 
-__all__ = ["chain", "chain_job_id", "hop", "hop_job_id", "imported_in", "relay", "relay_command"]
+__all__ = ["chain", "chain_job_id", "hop", "hop_job_id", "imported_in", "relay", "relay_command", "serve"]
 
 RELAY_GROUP = "relay"
 
@@ -65,22 +67,31 @@ def hop(index: int, step: int, steps: int) -> int:
     return step
 
 
+def serve(conn: redis.Redis, stream: str, group: str, handle: Callable[[Any, dict[bytes, bytes]], None]) -> None:
+    """Read ``stream`` with consumer group ``group`` until killed; per entry, one transaction: the writes
+    ``handle(pipe, fields)`` queues on it, and the ack (a benchmark dispatcher's loop, as Mother's)."""
+    ensure_group(conn, stream, group)
+    while True:
+        for _stream, entries in conn.xreadgroup(group, group, {stream: ">"}, count=16, block=1000) or []:
+            for entry_id, fields in entries:
+                pipe = conn.pipeline()
+                handle(pipe, fields)
+                pipe.xack(stream, group, entry_id)
+                pipe.execute()
+
+
 def relay(url: str) -> None:
     """Serve ``hop`` chains until killed: read each reported step, enqueue the next one with the ack."""
     conn = redis.Redis.from_url(url)
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
-    ensure_group(conn, keys.BENCH_HOPS_STREAM, RELAY_GROUP)
-    while True:
-        for _stream, entries in conn.xreadgroup(RELAY_GROUP, "relay", {keys.BENCH_HOPS_STREAM: ">"},
-                                                count=16, block=1000) or []:
-            for entry_id, fields in entries:
-                index, step, steps = (int(fields[name]) for name in (b"chain", b"step", b"steps"))
-                pipe = conn.pipeline()
-                if step + 1 < steps:
-                    queue.enqueue_call("workers.noop.hop", args=(index, step + 1, steps),
-                                       job_id=hop_job_id(index, step + 1), result_ttl=600, pipeline=pipe)
-                pipe.xack(keys.BENCH_HOPS_STREAM, RELAY_GROUP, entry_id)
-                pipe.execute()
+
+    def next_step(pipe: Any, fields: dict[bytes, bytes]) -> None:
+        index, step, steps = (int(fields[name]) for name in (b"chain", b"step", b"steps"))
+        if step + 1 < steps:
+            queue.enqueue_call("workers.noop.hop", args=(index, step + 1, steps),
+                               job_id=hop_job_id(index, step + 1), result_ttl=600, pipeline=pipe)
+
+    serve(conn, keys.BENCH_HOPS_STREAM, RELAY_GROUP, next_step)
 
 
 def relay_command(url: str) -> list[str]:

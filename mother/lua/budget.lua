@@ -254,17 +254,7 @@ local function begin(args, activity_key)
   return a, {key = activity_key, maxlen = tonumber(args[2])}, now, at, retry
 end
 
--- mh_guard: check and charge one action against the run's and the user's daily budget.
--- KEYS: 1 budget:run:{id}, 2 budget:user:{user}:daily:{day}, 3 activity
--- ARGV: 1 action JSON: {day, read_only, check[dims], user_check[dims], add{dim:n}, user_add{dim:n},
---        reserve{op, dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}}, and for user actions user_id,
---        user_limits, user_ttl_s, user_warning_ratio, and for a phase attempt's own actions its attempt
---        'index:attempt'}, 2 activity maxlen, 3 '1' when the action's text repeats call after call (its
---        decoding is kept), else absent
--- Returns JSON: {ok=true, ...} | {ok=false, code, current, max} | {retry_day=<server day>}
--- An action of an attempt at or before the run's fence (set when Mother gave back what a failed or lost
--- attempt held, before retrying it) is refused with code phase_stale: a horse that outlived its attempt
--- can no longer reserve or charge, so nothing it holds outlasts the give-back.
+-- a phase attempt as the guard names it ('index:attempt'), and the run's fence (the attempt Mother gave up on)
 local function attempt_order(tag)  -- 'index:attempt' -> index, attempt (nil when not that)
   if type(tag) ~= 'string' then return nil end
   local index, attempt = string.match(tag, '^(%d+):(%d+)$')
@@ -279,6 +269,17 @@ local function fenced(fence, tag)  -- whether attempt ``tag`` is at or before ``
   return ti < fi or (ti == fi and ta <= fa)
 end
 
+-- mh_guard: check and charge one action against the run's and the user's daily budget.
+-- KEYS: 1 budget:run:{id}, 2 budget:user:{user}:daily:{day}, 3 activity
+-- ARGV: 1 action JSON: {day, read_only, check[dims], user_check[dims], add{dim:n}, user_add{dim:n},
+--        reserve{op, dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}}, and for user actions user_id,
+--        user_limits, user_ttl_s, user_warning_ratio, and for a phase attempt's own actions its attempt
+--        'index:attempt'}, 2 activity maxlen, 3 '1' when the action's text repeats call after call (its
+--        decoding is kept), else absent
+-- Returns JSON: {ok=true, ...} | {ok=false, code, current, max} | {retry_day=<server day>}
+-- An action of an attempt at or before the run's fence (set when Mother gave back what a failed or lost
+-- attempt held, before retrying it) is refused with code phase_stale: a horse that outlived its attempt
+-- can no longer reserve or charge, so nothing it holds outlasts the give-back.
 local function mh_guard(keys, args)
   local a, act, now, at, retry = begin(args, keys[3])
   if retry then return retry end

@@ -71,7 +71,8 @@ local function mh_terminate(keys, args)
   if not won then
     return {0, redis.call('JSON.GET', keys[1])}
   end
-  redis.call('ZADD', keys[2], now_ms(), args[2])
+  local now = now_ms()
+  redis.call('ZADD', keys[2], now, args[2])
   if redis.call('EXISTS', keys[3]) == 1 then
     local ts = cjson.encode(args[4])
     redis.call('JSON.SET', keys[3], '$.status', '"terminated"')
@@ -87,7 +88,7 @@ local function mh_terminate(keys, args)
   if keys[7] and redis.call('EXISTS', keys[7]) == 1 then
     redis.call('JSON.SET', keys[7], '$.status', '"closed"')
   end
-  redis.call('ZADD', keys[8], now_ms(), args[2])
+  redis.call('ZADD', keys[8], now, args[2])
   return {1, args[1]}
 end
 
