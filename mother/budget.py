@@ -34,6 +34,7 @@ from schemas import RunSpec, iso_from_ms
 __all__ = [
     "CODES",
     "MAX_AMOUNT",
+    "SEQ_SPAN",
     "USER_CODES",
     "Guard",
     "admit",
@@ -69,6 +70,7 @@ USER_CODES: dict[str, str] = {
     "total_tokens": "budget_user_daily_token_exceeded",
 }
 __doc__ += "\n".join(f"    {dim:<18} {code}" for dim, code in CODES.items()) + "\n"
+SEQ_SPAN = 10_000_000  # the admission queue's score: tag * SEQ_SPAN + sequence (mh_admit)
 MAX_AMOUNT = 10**12  # larger is absurd for any dimension (10^12 tokens, $1,000,000 in micro-USD)
 MICRO = Decimal(1_000_000)
 OK_REPLY = '{"ok":true}'  # mh_guard's reply when the action was charged
@@ -157,37 +159,45 @@ def _user_args(settings: Settings, user_id: str) -> dict[str, Any]:
 
 @dataclass
 class Admission:
+    """Intake's decision: admitted (``ok``), waiting for a slot (``ok`` and ``waiting``, at ``position``
+    of the admission queue), or refused (``code``, ``details``, ``factors``)."""
+
     ok: bool
     code: str = ""
     details: str = ""
     factors: list[str] | None = None
+    waiting: bool = False
+    position: int = 0
 
 
 def admit(client: redis.Redis | redis.client.Pipeline, settings: Settings, run_id: str, user_id: str, day: str,
-          maxlen: int) -> Admission | None:
-    """Intake: circuit breaker (global gauges) and the user's daily run cap, in one call.
+          maxlen: int, *, child: bool = False) -> Admission | None:
+    """Intake: circuit breaker (global gauges), the user's daily run cap and the admission queue, in one
+    call, decided once per run. A ``child`` (a spawned run, whose parent waits on it) never waits.
 
     With a pipeline the call is queued (returns None); pass its reply to :func:`admission`."""
     g = settings.budget.global_
-    payload = {"day": day, "run_id": run_id, **_user_args(settings, user_id),
+    payload = {"day": day, "run_id": run_id, "child": child, **_user_args(settings, user_id),
                "global": {"max_concurrent_runs": g.max_concurrent_runs, "max_redis_memory_mb": g.max_redis_memory_mb,
                           "max_docling_jobs": g.max_docling_jobs, "warning_ratio": g.warning_ratio}}
-    reply = call(client, "mh_admit", [keys.GLOBAL_BUDGET, keys.user_daily_budget_key(user_id, day),
-                                      keys.RUN_DEADLINES, keys.ACTIVITY_STREAM], [orjson.dumps(payload), maxlen])
+    reply = call(client, "mh_admit", [keys.GLOBAL_BUDGET, keys.user_daily_budget_key(user_id, day), keys.RUN_DEADLINES,
+                                      keys.ACTIVITY_STREAM, keys.run_key(run_id), keys.ADMISSION_WAITING,
+                                      keys.ADMISSION_STATE], [orjson.dumps(payload), maxlen])
     if isinstance(client, redis.client.Pipeline):
         return None
-    return admission(client, settings, run_id, user_id, maxlen, reply)
+    return admission(client, settings, run_id, user_id, maxlen, reply, child=child)
 
 
-def admission(client: redis.Redis, settings: Settings, run_id: str, user_id: str, maxlen: int, raw: str) -> Admission:
+def admission(client: redis.Redis, settings: Settings, run_id: str, user_id: str, maxlen: int, raw: str, *,
+              child: bool = False) -> Admission:
     """Read mh_admit's reply; when our idea of today differed from the server's, ask again with its day."""
     reply = orjson.loads(raw)
     if "retry_day" in reply:
-        again = admit(client, settings, run_id, user_id, reply["retry_day"], maxlen)
+        again = admit(client, settings, run_id, user_id, reply["retry_day"], maxlen, child=child)
         assert again is not None
         return again
     if reply["ok"]:
-        return Admission(True)
+        return Admission(True, waiting=bool(reply.get("waiting")), position=int(reply.get("position") or 0))
     if reply["code"] == "circuit_open":
         return Admission(False, "circuit_open", "System at capacity, try again later",
                          [f"{reply['gauge']} {reply['current']}/{reply['max']}"])
@@ -418,11 +428,17 @@ def rate_check(client: redis.Redis, settings: Settings, user_id: str) -> int:
     return int(value)
 
 
-def submit_with_backpressure(client: redis.Redis, settings: Settings, payload: bytes) -> str:
-    """XADD the spec unless the queue is at max depth (atomic); ``QueueFull`` otherwise."""
-    ok, value = call(client, "mh_submit", [keys.GLOBAL_BUDGET, keys.SUBMISSIONS_STREAM],
-                     [payload, settings.budget.global_.max_queue_depth, settings.service.consumer_group])
-    if not ok:
-        raise QueueFull(f"the submission queue is full ({value}/{settings.budget.global_.max_queue_depth}); try again later",
-                        depth=int(value), max=settings.budget.global_.max_queue_depth)
-    return str(value)
+def submit_with_backpressure(client: redis.Redis, settings: Settings, payload: bytes, run_id: str) -> str:
+    """Claim ``run_id`` and XADD the spec, unless the queue is at the leading Mother's max depth (atomic, on
+    the server): ``QueueFull`` then, or ``InvalidSpec`` when another submission claimed the run_id."""
+    reply = call(client, "mh_submit", [keys.GLOBAL_BUDGET, keys.SUBMISSIONS_STREAM, keys.RUN_CLAIMS,
+                                       keys.ADMISSION_WAITING, keys.MOTHER_CONFIG],
+                 [payload, settings.budget.global_.max_queue_depth, settings.service.consumer_group, run_id])
+    if int(reply[0]) == 1:
+        return str(reply[1])
+    if reply[1] == "run_id_taken":
+        raise InvalidSpec(f"run_id {run_id!r} is already used (by submission {reply[2]}); pick another or omit run_id",
+                          field="run_id")
+    depth, most = int(reply[2]), int(reply[3])
+    raise QueueFull(f"the submission queue is full ({depth}/{most} runs waiting to start); try again later",
+                    depth=depth, max=most)

@@ -167,10 +167,8 @@ class MotherClient:
                 f"model {unknown[0]!r} is not in the model catalogue; known: {', '.join(sorted(self.settings.models))}"
             )
         assert parsed.run_id is not None
-        if self.redis.exists(keys.run_key(parsed.run_id)):
-            raise InvalidSpec(f"run_id {parsed.run_id!r} is already used; pick another or omit run_id")
         rate_check(self.redis, self.settings, parsed.user_id)
-        submit_with_backpressure(self.redis, self.settings, payload)
+        submit_with_backpressure(self.redis, self.settings, payload, parsed.run_id)  # claims the run_id on the server
         return parsed.run_id
 
     # -- read ------------------------------------------------------------
@@ -260,6 +258,12 @@ class MotherClient:
                     if time.monotonic() - started >= INTAKE_NOTICE_SECONDS:
                         notice("intake", f"run {run_id} is not taken in after {INTAKE_NOTICE_SECONDS:g}s; "
                                          "still waiting (is `mother run` running?)")
+                if state is not None and on_notice is not None and state.admission == "waiting" \
+                        and state.status == "queued":
+                    where = self.queue_position(run_id)
+                    if where is not None:
+                        notice(f"queued {where[0]}", f"run {run_id} waits for a slot: position {where[0]} of "
+                                                     f"{where[1]} in the admission queue ({where[2]} runs running)")
                 if state is not None and (on_progress is not None or on_notice is not None):
                     marker = (state.status, state.phase, state.attempt)
                     if marker != seen:  # since its dispatch (a TIME read) only where the notice may use it
@@ -289,6 +293,16 @@ class MotherClient:
                     raise NotFound(f"{unknown.message} (waited {timeout:g}s)")
                 raise WaitTimeout(f"run {run_id} has not ended after {timeout:g}s; it goes on (`mother status {run_id}`)")
             time.sleep(poll)
+
+    def queue_position(self, run_id: str) -> tuple[int, int, int] | None:
+        """Where a run waits in the admission queue: (its position from 1, how many wait, how many runs
+        run); None when it does not wait there (it started, or was never queued)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrank(keys.ADMISSION_WAITING, run_id)
+        pipe.zcard(keys.ADMISSION_WAITING)
+        pipe.zcard(keys.RUN_DEADLINES)
+        rank, waiting, running = pipe.execute()
+        return None if rank is None else (int(rank) + 1, int(waiting), int(running))
 
     def _since(self, state: RunState) -> float:
         """When (on this process's monotonic clock) the run made its last move (``updated_at``: for a running

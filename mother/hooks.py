@@ -214,12 +214,13 @@ class HookSet:
 
 
 def load_hooks(settings: Any, role: str) -> HookSet:
-    """Every source for ``role``; raises ConfigError naming the bad file and line."""
+    """Every source for ``role`` ('' for none: the hooks every role shares); raises ConfigError naming the
+    bad file and line."""
     hooks: list[Hook] = []
     cfg = settings.hooks
     if cfg.user_file is not None:
         hooks += load_hook_file(Path(cfg.user_file).expanduser(), "user")
-    declared = role_settings(settings, role)
+    declared = role_settings(settings, role) if role else None
     if declared is not None and declared.hooks:
         hooks += parse_hooks(declared.hooks, "role", f"config harness.roles.{role}.hooks")
     hooks += _shipped("hooks_builtin.yaml", "builtin")

@@ -16,8 +16,10 @@ from mother import keys
 from mother.roles import role_settings
 from mother.client import parse_spec
 from mother.errors import ConfigError, InsufficientBudget, InvalidSpec, LedgerError
+from mother.functions import call
 from mother.ledger import checked
-from mother.budget import admission, admit, open_run_budget
+from mother.activity import flat_fields, make_event
+from mother.budget import Admission, admission, admit
 from mother.capabilities import assess_risk, denial, granted_for, load_risk_policy
 from mother.lifecycle import end_run, start_run
 from mother.limits import DepthExhausted, resolve_for_spec
@@ -62,46 +64,51 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
     granted = [] if policy_error else granted_for(rt.settings, spec.pipeline[0].role,
                                                   list(parent.capabilities) if parent else None)
     verdict = _verdict(rt, spec, granted, policy_error, depth_error)
-    created_state = _create(rt, entry_id, spec, fields, limits, granted)
-    if created_state is None:
-        return None
-    state, created = created_state
-    pipe = rt.redis.pipeline(transaction=False)
-    if created:
-        _announce(rt, pipe, entry_id, spec, fields)
-    if state.status != "queued":  # a re-delivery of a run already under way
-        pipe.execute()
+    state = _create(rt, entry_id, spec, fields, limits, granted)
+    if state is None or state.status != "queued":  # refused, or a re-delivery of a run already under way
         return state
     if verdict is not None:
-        pipe.execute()
         reason, details, factors = verdict
         end_run(rt, state, reason, details, phase="intake", contributing_factors=factors)
         return state
-    # budget, ledger and admission in the round trip that announces the run (a child's ledger
-    # reservation can be refused, so it is asked before admission counts the run)
-    open_run_budget(pipe, rt.settings, spec, rt.clock.now_ms(), limits)
-    root = spec.parent_run_id is None
-    if root:
-        rt.ledger.register(
-            run_id, limits.get("spend", rt.settings.budget.per_run.max_spend_usd), pipe=pipe)
-    else:
-        pipe.execute()
-        refused = _reserve_for_child(rt, spec, limits)
-        if refused:
-            end_run(rt, state, "budget_exhausted", refused, phase="intake", contributing_factors=[refused])
+    if state.admission is None:  # not decided yet (a re-delivered entry keeps the first decision)
+        admitted = _admit(rt, state, limits)
+        if admitted is None:
             return state
-        pipe = rt.redis.pipeline(transaction=False)
-    maxlen = rt.settings.service.activity_maxlen
-    admit(pipe, rt.settings, run_id, spec.user_id, rt.clock.today(), maxlen)
-    replies = pipe.execute()
-    if root:
-        checked(replies[-2])
-    admitted = admission(rt.redis, rt.settings, run_id, spec.user_id, maxlen, replies[-1])
-    if not admitted.ok:
-        end_run(rt, state, "budget_exhausted", admitted.details, phase="intake", contributing_factors=admitted.factors)
+        if admitted.waiting:
+            log.info("run_queued", run_id=run_id, position=admitted.position)
+            return state
+    elif state.admission == "waiting":  # it starts when a slot frees (admit_waiting)
         return state
     start_run(rt, state)
     return state
+
+
+def _admit(rt: Runtime, state: RunState, limits: dict[str, Any]) -> Admission | None:
+    """The ledger entry (a root's ceiling, or a child's reservation from its parent) and the admission
+    decision, in one round trip for a root run. None when the run was ended instead (a refused
+    reservation or admission)."""
+    spec = state.spec
+    run_id = state.run_id
+    root = spec.parent_run_id is None
+    pipe = rt.redis.pipeline(transaction=False)
+    if root:
+        rt.ledger.register(run_id, limits.get("spend", rt.settings.budget.per_run.max_spend_usd), pipe=pipe)
+    else:
+        refused = _reserve_for_child(rt, spec, limits)  # asked before admission counts the run
+        if refused:
+            end_run(rt, state, "budget_exhausted", refused, phase="intake", contributing_factors=[refused])
+            return None
+    maxlen = rt.settings.service.activity_maxlen
+    admit(pipe, rt.settings, run_id, spec.user_id, rt.clock.today(), maxlen, child=not root)
+    replies = pipe.execute()
+    if root:
+        checked(replies[-2])
+    admitted = admission(rt.redis, rt.settings, run_id, spec.user_id, maxlen, replies[-1], child=not root)
+    if not admitted.ok:
+        end_run(rt, state, "budget_exhausted", admitted.details, phase="intake", contributing_factors=admitted.factors)
+        return None
+    return admitted
 
 
 def _verdict(rt: Runtime, spec: RunSpec, granted: list[str], policy_error: str | None,
@@ -173,9 +180,11 @@ def _assess(rt: Runtime, spec: RunSpec, granted: list[str]) -> list[str]:
 
 
 def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], limits: dict[str, Any],
-            granted: list[str]) -> tuple[RunState, bool] | None:
-    """Create ``run:{id}`` (NX) and index it, in one round trip. Returns (state, created), or None
-    when the run_id belongs to another submission (the entry is rejected)."""
+            granted: list[str]) -> RunState | None:
+    """Create and announce ``run:{id}`` in one server call (``mh_create_run``): the run_id claimed for this
+    entry, the record made (NX) and indexed, its ``run_submitted`` entry appended. Returns the run (the one
+    made, or the existing one when this entry is re-delivered), or None when the run_id belongs to another
+    submission (the entry is rejected)."""
     assert spec.run_id is not None
     score = rt.clock.now_ms()
     at = rt.clock.iso(score)
@@ -185,27 +194,21 @@ def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], l
         limits=stored, capabilities=granted,
         history=[HistoryEntry(at=at, event="submitted", detail=f"entry {entry_id}")],
     )
-    pipe = rt.redis.pipeline(transaction=False)
-    pipe.execute_command("JSON.SET", keys.run_key(spec.run_id), "$", state.to_json(), "NX")
-    pipe.zadd(keys.RUNS_INDEX, {spec.run_id: score}, nx=True)  # NX: another submission's run keeps its place
-    pipe.zadd(keys.user_runs_key(spec.user_id), {spec.run_id: score}, nx=True)
-    created = bool(pipe.execute()[0])
-    if not created:
-        existing = rt.load_run(spec.run_id)
+    announced = make_event("run_submitted", at=at, run_id=spec.run_id, user_id=spec.user_id, entry_id=entry_id,
+                           phases=[p.name for p in spec.pipeline])
+    created = call(rt.redis, "mh_create_run",
+                   [keys.run_key(spec.run_id), keys.RUN_CLAIMS, keys.RUNS_INDEX, keys.user_runs_key(spec.user_id),
+                    keys.ACTIVITY_STREAM],
+                   [state.to_json(), spec.run_id, entry_id, score, rt.settings.service.activity_maxlen,
+                    orjson.dumps(flat_fields(announced))])
+    if created != 1:
+        existing = rt.load_run(spec.run_id) if created == 0 else None
         if existing is None or existing.entry_id != entry_id:
             reject(rt, entry_id, fields, f"run_id {spec.run_id!r} is already used by another submission")
             return None
         state = existing  # a re-delivery of the entry that created it
     rt.remember_spec(spec.run_id, state.spec)
-    return state, created
-
-
-def _announce(rt: Runtime, pipe: Any, entry_id: str, spec: RunSpec, fields: dict[str, Any]) -> None:
-    """Queue a new run's ``run_submitted`` entry (and its leaving the counted queue) on ``pipe``."""
-    if fields.get("counted"):
-        pipe.execute_command("JSON.NUMINCRBY", keys.GLOBAL_BUDGET, "$.queue_depth", -1)
-    rt.emit(pipe, "run_submitted", run_id=spec.run_id, user_id=spec.user_id, entry_id=entry_id,
-            phases=[p.name for p in spec.pipeline])
+    return state
 
 
 def reject(rt: Runtime, entry_id: str, fields: dict[str, Any], error: str, *, drop: bool = False) -> None:

@@ -19,6 +19,11 @@ from mother.errors import InvalidSpec
 
 __all__ = [
     "ACTIVITY_STREAM",
+    "ADMISSION_STATE",
+    "ADMISSION_WAITING",
+    "COMMANDS_STREAM",
+    "MOTHER_CONFIG",
+    "RUN_CLAIMS",
     "BENCH_FLOOR_ENDING",
     "BENCH_FLOOR_STREAM",
     "BENCH_HOPS_STREAM",
@@ -97,6 +102,11 @@ RUNS_ENDING = "mother:ending"  # zset: run_id whose record is written and whose 
 RUNS_INDEX = "runs:all"  # zset: run_id scored by creation time (ms)
 REJECTIONS_INDEX = "rejections"  # zset: submission entry id scored by rejection time
 REJECTIONS_BY_RUN = "rejections:by_run"  # hash: run_id -> the entry id of its newest rejection
+RUN_CLAIMS = "runs:claimed"  # hash: run_id -> the submission entry that claimed it (first come, on the server)
+ADMISSION_WAITING = "admission:waiting"  # zset: runs waiting for a slot, scored by their fair-queue order
+ADMISSION_STATE = "admission:state"  # hash: the fair queue's virtual time, sequence and each user's last tag
+COMMANDS_STREAM = "mother:commands"  # stream: what people ask of Mother (cancel, ...); workers cannot write it
+MOTHER_CONFIG = "mother:config"  # JSON: the leading Mother's effective limits, read by submitters' server calls
 FUNCTIONS_LIBRARY = "mother"  # names of the Redis Functions libraries (not keys)
 BUDGET_LIBRARY = "mother_budget"
 LEDGER_LIBRARY = "mother_ledger"

@@ -8,14 +8,16 @@ Every end goes through :func:`end_run`, which calls the single termination write
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
 
 from mother import keys
 from mother.activity import flat_fields, make_event
-from mother.budget import RESERVATIONS_PATH, Guard, budget_doc, held_reservations, release_reservations, reservations_of
+from mother.budget import (RESERVATIONS_PATH, SEQ_SPAN, Guard, budget_doc, held_reservations, open_run_budget,
+                           release_reservations, reservations_of)
 from mother.capabilities import denial
 from mother.client import path_values
 from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
@@ -30,6 +32,7 @@ from mother.termination import build_record, terminate, terminated
 from schemas import HistoryEntry, PhaseResult, ResultEnvelope, RunSpec, RunState, TerminationReason, TerminationRecord
 
 __all__ = [
+    "admit_waiting",
     "advance",
     "completed_event",
     "dispatch",
@@ -140,11 +143,12 @@ def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
 
 def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to: tuple[int, int], event: str,
             outputs: Sequence[tuple[str, str]] | None, detail: str = "", result: PhaseResult | None = None,
-            start: bool = False, activity: Sequence[tuple[str, dict[str, Any]]] = ()) -> bool:
+            start: bool = False, activity: Sequence[tuple[str, dict[str, Any]]] = (),
+            also: Callable[[Any], None] | None = None) -> bool:
     """:func:`transition` to ``to`` and :func:`dispatch` it in one server call: the dispatch's writes
-    (RQ's own enqueue, the context, the activity entries, the handled entry's XACK) are queued on a
-    pipeline that is never executed and ride with ``mh_transition`` as its follow-ups, made only if
-    ``frm`` is still current. Returns whether it was.
+    (RQ's own enqueue, the context, the activity entries, the handled entry's XACK, and what ``also``
+    queues on the pipeline) are queued on a pipeline that is never executed and ride with
+    ``mh_transition`` as its follow-ups, made only if ``frm`` is still current. Returns whether it was.
 
     A context that fits no model still moves the run (so its end names the phase and keeps the
     accepted result), then ends it. An LLM summarizer composes only after the move: it may call a model.
@@ -159,6 +163,10 @@ def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to
     if comp is None:  # the move on its own first; then the dispatch (composing after it), or the end
         if not transition(rt, run_id, spec, frm=frm, to=to, event=event, detail=detail, result=result, start=start):
             return False
+        if also is not None:
+            pipe = rt.redis.pipeline(transaction=True)
+            also(pipe)
+            pipe.execute()
         if unfit is not None:
             _end_undispatchable(rt, run_id, spec, index, unfit)
         else:
@@ -166,6 +174,8 @@ def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to
         return True
     pipe = rt.rq_redis.pipeline()
     _queue_dispatch(rt, pipe, run_id, spec, index, attempt, comp, activity)
+    if also is not None:
+        also(pipe)
     ack = rt.pending_ack
     rt.take_ack(pipe)
     keys_, args = _transition_call(rt, run_id, spec, frm, to, event, detail, result, start)
@@ -251,11 +261,44 @@ def _end_undispatchable(rt: Runtime, run_id: str, spec: RunSpec, index: int, exc
                 contributing_factors=["invalid configuration while composing the context"])
 
 
-def start_run(rt: Runtime, state: RunState) -> bool:
-    """Dispatch the first phase of a queued run (no-op if it already started)."""
+def start_run(rt: Runtime, state: RunState, *, waited: float | None = None) -> bool:
+    """Dispatch the first phase of a queued run (no-op if it already started). Its budget documents are
+    opened with the move (its wall clock starts now, not while it waited for a slot). A run that waited
+    in the admission queue (``waited``: its fair-queue score) leaves it in the same step."""
     if state.status != "queued":
         return False
-    return advance(rt, state.run_id, state.spec, frm=(0, 0), to=(0, 1), event="phase_started", start=True, outputs=[])
+
+    def also(pipe: Any) -> None:
+        open_run_budget(pipe, rt.settings, state.spec, rt.clock.now_ms(), state.limits)
+        if waited is not None:
+            pipe.zrem(keys.ADMISSION_WAITING, state.run_id)
+            pipe.hset(keys.ADMISSION_STATE, "vtime", int(waited) // SEQ_SPAN)
+            pipe.execute_command("JSON.SET", keys.run_key(state.run_id), "$.admission", '"admitted"')
+
+    return advance(rt, state.run_id, state.spec, frm=(0, 0), to=(0, 1), event="phase_started", start=True, outputs=[],
+                   also=also)
+
+
+def admit_waiting(rt: Runtime) -> int:
+    """Start runs waiting in the admission queue, in its fair order, while ``max_concurrent_runs`` leaves
+    slots free; returns how many started. Called when a run's end frees a slot and at every watchdog tick."""
+    pipe = rt.redis.pipeline(transaction=False)
+    pipe.zcard(keys.RUN_DEADLINES)
+    pipe.zcard(keys.ADMISSION_WAITING)
+    running, waiting = pipe.execute()
+    free = rt.settings.budget.global_.max_concurrent_runs - running
+    if waiting == 0 or free <= 0:
+        return 0
+    started = 0
+    for run_id, score in rt.redis.zrange(keys.ADMISSION_WAITING, 0, free - 1, withscores=True):
+        state = rt.load_run(run_id) if keys.is_id(run_id) else None
+        if state is None or state.status != "queued":  # ended while it waited (its end took it out), or gone
+            rt.redis.zrem(keys.ADMISSION_WAITING, run_id)
+            continue
+        if start_run(rt, state, waited=score):
+            started += 1
+            log.info("run_admitted", run_id=run_id, waited_since=state.created_at)
+    return started
 
 
 def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
@@ -419,6 +462,8 @@ def finish_end(rt: Runtime, state: RunState, record: TerminationRecord, node_raw
                               reason=record.reason, details=record.details[:1000],
                               suggested_action=record.suggested_action, **({"late": True} if late else {})))
     parent = _parent_holding_slot(state)
+    pipe.zcard(keys.RUN_DEADLINES)  # whether the slot it frees can start a run waiting in the admission queue
+    pipe.zcard(keys.ADMISSION_WAITING)
     call(pipe, "mh_ended", [keys.RUNS_ENDING, keys.ACTIVITY_STREAM, *([keys.run_budget_key(parent)] if parent else [])],
          [run_id, rt.settings.service.activity_maxlen, orjson.dumps([flat_fields(e) for e in entries])])
     replies = pipe.execute()
@@ -428,6 +473,9 @@ def finish_end(rt: Runtime, state: RunState, record: TerminationRecord, node_raw
     if applied:
         log.info("run_terminated", run_id=run_id, reason=record.reason, phase=record.phase_at_termination,
                  **({"late": True} if late else {}))
+    running, waiting = replies[-3], replies[-2]
+    if waiting and running < rt.settings.budget.global_.max_concurrent_runs:
+        admit_waiting(rt)
     return applied
 
 
@@ -440,18 +488,21 @@ def _parent_holding_slot(state: RunState) -> str | None:
 def end_for_budget(rt: Runtime, state: RunState, error: str, *, fail_safe: bool = False) -> TerminationRecord:
     """End the run ``budget_exhausted``: the first crossed limit is primary, every crossing a factor.
 
-    With ``fail_safe`` (a seed-000 limit hit at a turn's start, no hook handling it) the
-    worker's message ("Limit exceeded: turns_exceeded (10/10)") is the details. Also stores
-    the spec's BudgetExhausted record in ``budget:run:{run_id}`` at ``$.exhausted``.
+    With ``fail_safe`` (a run limit hit at a turn's start, no hook handling it) the worker's
+    message ("Limit exceeded: turns_exceeded (10/10)") is the details and names the primary limit.
+    Also stores the spec's BudgetExhausted record in ``budget:run:{run_id}`` at ``$.exhausted``,
+    with the spec's resource name and the limit's real figures.
     """
     doc = budget_doc(rt.redis, keys.run_budget_key(state.run_id)) or {}
     crossed = doc.get("limit_crossings") or []  # limits_exceeded has the codes alone
     factors = [f"{c['code']} ({c['current']}/{c['max']})" for c in crossed]
+    stated = limit_figures(error)
     if crossed and not fail_safe:
         first = crossed[0]
         details = f"Limit exceeded: {first['code']} ({first['current']}/{first['max']})"
     else:
-        first, details = {"code": error.split(": ", 1)[-1].split(" ", 1)[0], "current": 0, "max": 0}, error
+        first = stated or {"code": "unknown", "current": 0, "max": 0}
+        details = error
         factors = [error] + factors
     if doc:
         exhausted = {"run_id": state.run_id, "resource": RESOURCES.get(first["code"], first["code"]),
@@ -461,10 +512,31 @@ def end_for_budget(rt: Runtime, state: RunState, error: str, *, fail_safe: bool 
     return end_run(rt, state, "budget_exhausted", details, contributing_factors=factors or [error[:500]])
 
 
-# The spec's BudgetExhausted.resource names, per limit code.
+_FIGURES = re.compile(r"(?P<code>[a-z_]+_exceeded) \((?P<current>-?[\d.]+)/(?P<max>-?[\d.]+)\)")
+
+
+def limit_figures(message: str) -> dict[str, Any] | None:
+    """The limit a refusal's message names, with its figures: ``turns_exceeded (10/10)`` or
+    ``budget_tool_call_exceeded (5/5)`` → code, current, max (numbers); None when it names none."""
+    found = _FIGURES.search(message)
+    if found is None:
+        return None
+    return {"code": found["code"], "current": _number(found["current"]), "max": _number(found["max"])}
+
+
+def _number(text: str) -> int | float:
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
+# The spec's BudgetExhausted.resource per limit code (the guard's and the run limits' at a turn's start);
+# the spec names no resource for model calls, spend or spawns, so those keep a name of their own.
 RESOURCES = {
-    "budget_cloud_call_exceeded": "cloud_calls", "budget_token_estimate_exceeded": "tokens",
-    "budget_wall_clock_exceeded": "duration", "budget_tool_call_exceeded": "tools",
-    "budget_retrieval_query_exceeded": "retrieval", "budget_parallel_agent_exceeded": "parallel",
-    "budget_user_daily_runs_exceeded": "queue",
+    "budget_cloud_call_exceeded": "cloud_calls", "budget_user_daily_cloud_call_exceeded": "cloud_calls",
+    "budget_token_estimate_exceeded": "tokens", "budget_user_daily_token_exceeded": "tokens", "tokens_exceeded": "tokens",
+    "budget_wall_clock_exceeded": "duration", "duration_seconds_exceeded": "duration",
+    "budget_tool_call_exceeded": "tools", "budget_retrieval_query_exceeded": "retrieval",
+    "budget_parallel_agent_exceeded": "parallel", "budget_user_daily_runs_exceeded": "queue",
+    "budget_model_call_exceeded": "model_calls", "turns_exceeded": "model_calls",
+    "budget_spend_exceeded": "spend", "spend_exceeded": "spend", "budget_spawn_exceeded": "spawns",
 }

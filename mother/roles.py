@@ -32,12 +32,20 @@ def role_file(settings: Any, role: str) -> Path | None:
 
 
 def role_settings(settings: Any, role: str) -> TurnLimits | None:
-    """The role's declarations, or None if it declares nothing anywhere."""
+    """The role's declarations, or None if it declares nothing anywhere. With
+    ``harness.require_signatures`` a role must have a signed role file (or an entry in the
+    configuration, which is trusted): an unsigned role would run with the default permissions."""
     declared = settings.harness.roles.get(role)
     if declared is not None:
         return declared
     path = role_file(settings, role)
     if path is None:
+        if settings.harness.require_signatures:
+            where = (f"{Path(settings.harness.roles_dir) / f'{role}.yaml'}" if settings.harness.roles_dir is not None
+                     else "harness.roles_dir (not set)")
+            raise SignatureInvalid(f"no signed role file for role {role} in {where}, and harness.require_signatures "
+                                   "is on: add the role file and sign it (`mother sign`), or declare the role in "
+                                   "harness.roles")
         return None
     trusted = tuple(settings.harness.trusted_keys) if settings.harness.require_signatures else None
     return _load_role_file(path, path.stat().st_mtime_ns, trusted)

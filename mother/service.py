@@ -124,6 +124,7 @@ class Mother:
         return True
 
     def _become_leader(self) -> None:
+        self.publish_config()
         self.ensure_groups()
         try:
             ensure_index(self.rt.redis)
@@ -131,6 +132,15 @@ class Mother:
             self.log.warning("termination_index_unavailable", error=str(exc))
         self.reclaim(min_idle_ms=0)
         self.watchdog.reconcile()
+
+    def publish_config(self) -> None:
+        """Write the limits a submitter's server call checks against (``mother:config``): the leading
+        Mother's, so every client, whatever its own settings, is refused at the same queue depth."""
+        g = self.settings.budget.global_
+        self.rt.redis.execute_command("JSON.SET", keys.MOTHER_CONFIG, "$", orjson.dumps({
+            "max_queue_depth": g.max_queue_depth, "max_concurrent_runs": g.max_concurrent_runs,
+            "max_redis_memory_mb": g.max_redis_memory_mb, "max_docling_jobs": g.max_docling_jobs,
+            "published_by": self.instance, "published_at": self.rt.clock.now_iso()}))
 
     def ensure_groups(self) -> None:
         for stream in STREAMS:

@@ -88,7 +88,9 @@ class LocalStack:
     _given_up: set[str] = field(default_factory=set, init=False)
 
     def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MOTHER_") or k == "MOTHER_CONFIG"}
+        """The children's environment: this process's, every ``MOTHER_*`` setting included (the stack's
+        own Redis URL and JSON logs win over them, and ``env`` over both)."""
+        env = dict(os.environ)
         env.update({"MOTHER_REDIS_URL": self.redis_url, "MOTHER_LOG_FORMAT": "json", **self.env})
         return env
 

@@ -114,6 +114,8 @@ def terminate(
             keys.RUN_DEADLINES,
             keys.run_budget_key(record.run_id),
             keys.RUNS_ENDING,
+            keys.GLOBAL_BUDGET,
+            keys.ADMISSION_WAITING,
         ],
         [
             record.to_json(),

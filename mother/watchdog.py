@@ -31,7 +31,7 @@ from mother import keys
 from mother.budget import budget_doc
 from mother.connection import unless_redis_down
 from mother.functions import call
-from mother.lifecycle import (completed_event, dispatch, end_run, finish_end, on_phase_failure, outputs_of,
+from mother.lifecycle import (admit_waiting, completed_event, dispatch, end_run, finish_end, on_phase_failure, outputs_of,
                               phase_timeout_seconds, queue_end_reads, run_duration_seconds)
 from mother.logs import get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
@@ -57,6 +57,7 @@ class Watchdog:
         self.check_heartbeats()
         self.check_rq()
         self.finish_ends()
+        admit_waiting(self.rt)
         if self.ticks % self.reconcile_every == 1:
             self.reconcile()
             self.refresh_gauges()
@@ -173,11 +174,13 @@ class Watchdog:
     # -- gauges --------------------------------------------------------------
     def refresh_gauges(self) -> None:
         """budget:global from the truth: concurrent runs (live run deadlines), queue depth
-        (submissions not yet handled: pending + lag of the group), Redis memory (INFO)."""
+        (submissions not yet handled: pending + lag of the group; and runs waiting for a slot),
+        Redis memory (INFO)."""
         r = self.rt.redis
         group = self.rt.settings.service.consumer_group
         backlog = group_backlog(r, keys.SUBMISSIONS_STREAM, group)
         depth = backlog[0] + (backlog[1] or 0) if backlog is not None else 0
+        depth += r.zcard(keys.ADMISSION_WAITING)
         memory_mb = int(r.info("memory")["used_memory"]) // (1024 * 1024)
         concurrent = r.zcard(keys.RUN_DEADLINES)
         pipe = r.pipeline(transaction=True)

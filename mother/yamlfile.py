@@ -46,12 +46,34 @@ def file_text(path: Path) -> str:
     return _decoded(raw, str(path))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a mapping naming one key twice: the plain loader keeps the last
+    value, so ``budget: 5`` written again further down silently replaces the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be given again
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: the base loader says so
+                break
+            if first is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice (first on line {first.line + 1}); keep one",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
 def parse_yaml(text: str | bytes, source: str) -> Any:
     """The YAML document in ``text`` (``source`` names it in the reason)."""
     if isinstance(text, bytes):
         text = _decoded(text, source)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise YamlProblem(f"{source}: not valid YAML: {describe(exc)}") from None
     except RecursionError:

@@ -14,6 +14,7 @@ from schemas.context import (
 from schemas.export import MODELS, export_json_schemas
 from schemas.results import MAX_OUTPUT_CHARS, PhaseResult, ResultEnvelope, Usage
 from schemas.run import (
+    ACTIVE_STATUSES,
     BUDGET_PROFILES,
     MAX_SPEC_BYTES,
     HistoryEntry,
@@ -33,6 +34,7 @@ from schemas.termination import (
 )
 
 __all__ = [
+    "ACTIVE_STATUSES",
     "SECTION_ORDER",
     "ComposedContext",
     "ComposedSection",

@@ -10,7 +10,7 @@ import datetime as _dt
 from typing import Annotated, Any, Self
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, StringConstraints, ValidationError
 
 __all__ = [
     "ID_ALPHABET",
@@ -18,6 +18,7 @@ __all__ = [
     "Id",
     "ModelName",
     "Record",
+    "Seconds",
     "Shallow",
     "ShortText",
     "Timestamp",
@@ -49,6 +50,16 @@ def within_depth(value: Any, depth: int = 0) -> Any:
 
 
 Shallow = AfterValidator(within_depth)  # Annotated[dict[...], Shallow]: free-form JSON of bounded depth
+
+
+def _a_number(value: Any) -> Any:
+    """A number as written: a boolean (``true`` would read as 1 second) or a numeric string is refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a number of seconds, not {type(value).__name__} {value!r}"[:200])
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(_a_number)]  # a duration: a real number, never true/false or "60"
 
 
 def iso_from_ms(ms: int) -> str:

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, JsonValue, StrictInt, StringConstraints, field_validator, model_validator
 
-from schemas._base import Id, ModelName, Record, Shallow, ShortText, Timestamp
+from schemas._base import Id, ModelName, Record, Seconds, Shallow, ShortText, Timestamp
 from schemas.context import ContextInput
 from schemas.results import PhaseResult
 from schemas.script import ScriptedReply
@@ -24,6 +24,7 @@ __all__ = [
     "RunSpec",
     "RunState",
     "RunStatus",
+    "ACTIVE_STATUSES",
 ]
 
 MAX_SPEC_BYTES = 1024 * 1024  # a submitted spec, serialised, is at most 1 MiB
@@ -31,7 +32,8 @@ MAX_TASK_CHARS = 200_000
 MAX_PHASES = 32
 BUDGET_PROFILES = ("conservative", "balanced", "extended")
 
-RunStatus = Literal["queued", "running", "terminated"]
+RunStatus = Literal["queued", "running", "budget_stopped", "terminated"]
+ACTIVE_STATUSES = ("running", "budget_stopped")  # a run whose current phase attempt may work (stopped: it waits)
 MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
 
@@ -45,7 +47,7 @@ class LimitOverrides(Record):
     turns: StrictInt | None = Field(None, ge=0, le=100_000)
     tokens: StrictInt | None = Field(None, ge=0, le=10**12)
     spend: Decimal | None = Field(None, ge=0, le=1_000_000, decimal_places=6)
-    duration_seconds: float | None = Field(None, ge=0, le=30 * 86400)
+    duration_seconds: Seconds | None = Field(None, ge=0, le=30 * 86400)
     spawns: StrictInt | None = Field(None, ge=0, le=10_000)
     depth: StrictInt | None = Field(None, ge=0, le=100)
 
@@ -66,7 +68,7 @@ class PhaseSpec(Record):
     role: Id
     model: ModelName
     max_retries: StrictInt = Field(2, ge=0, le=10)
-    timeout_seconds: float | None = Field(None, gt=0, le=86400)
+    timeout_seconds: Seconds | None = Field(None, gt=0, le=86400)
     max_tool_calls: StrictInt | None = Field(None, ge=1, le=10_000, description="tool calls per turn (seed 004)")
     max_consecutive_tools: StrictInt | None = Field(None, ge=1, le=10_000, description="tool calls without text")
     exit_criteria: Annotated[str, StringConstraints(max_length=20_000)] | None = Field(
@@ -133,3 +135,5 @@ class RunState(Record):
     artifacts: list[Id] = Field(default_factory=list)
     limits: dict[str, JsonValue] = Field(default_factory=dict, description="resolved run limits (seed 000)")
     capabilities: list[str] = Field(default_factory=list, description="the run's capability token (patterns)")
+    admission: Literal["admitted", "waiting"] | None = Field(
+        None, description="intake's decision: admitted (a slot was free), or waiting in the admission queue")

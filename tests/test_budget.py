@@ -311,27 +311,57 @@ def test_bad_amounts_are_refused_and_write_nothing(r: redis.Redis, amount: objec
     assert _doc(r, "bad-1") == before
 
 
-def test_circuit_breaker_and_daily_run_cap(r: redis.Redis) -> None:
-    """The spec's circuit breaker: concurrent runs at max → 'System at capacity'; the user's 51st run → refused."""
+def test_admission_queues_past_max_concurrent_runs_and_caps_daily_runs(r: redis.Redis) -> None:
+    """Concurrent runs at max: a new run waits in the admission queue (its position said, never ended for
+    being busy), and every later one waits behind it; a child run never waits (its parent waits on it); the
+    user's 51st run of the day is refused."""
     load_functions(r)
     clock = ServerClock(r)
     day = clock.now_iso()[:10]
     settings = SETTINGS.model_copy(deep=True)
     settings.budget.global_.max_concurrent_runs = 2
     r.zadd(keys.RUN_DEADLINES, {"live-1": 1e15, "live-2": 1e15})
-    refused = admit(r, settings, "new-1", "u1", day, 1000)
-    assert (refused.ok, refused.details, refused.factors) == (False, "System at capacity, try again later", ["concurrent_runs 2/2"])
-    breaker = [orjson.loads(f["data"]) for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "circuit_breaker"]
-    assert breaker[-1]["message"] == "Max concurrent runs exceeded, rejecting new runs"
-    r.delete(keys.RUN_DEADLINES)
-    for _ in range(50):
-        assert admit(r, settings, "ok", "u2", day, 1000).ok
-    capped = admit(r, settings, "51st", "u2", day, 1000)
-    assert (capped.ok, capped.details) == (False, "Daily run limit reached for user u2 (50/50)")
+    first = admit(r, settings, "new-1", "u1", day, 1000)
+    assert (first.ok, first.waiting, first.position) == (True, True, 1)
+    child = admit(r, settings, "child-1", "u1", day, 1000, child=True)
+    assert (child.ok, child.waiting) == (True, False)
+    r.zrem(keys.RUN_DEADLINES, "live-1", "child-1")
+    behind = admit(r, settings, "new-2", "u1", day, 1000)  # a slot is free, but new-1 waits for it first
+    assert (behind.ok, behind.waiting, behind.position) == (True, True, 2)
+    queued = [orjson.loads(f["data"]) for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "run_queued"]
+    assert [(q["position"], q["waiting"], q["running"]) for q in queued] == [(1, 1, 2), (2, 2, 1)]
+    r.delete(keys.RUN_DEADLINES, keys.ADMISSION_WAITING)
+    for i in range(48):
+        assert admit(r, settings, f"ok-{i}", "u2", day, 1000).ok
+    capped = admit(r, settings, "51st", "u1", day, 1000)  # u1 has 3 runs today: not capped
+    assert capped.ok
+    for i in range(47):
+        admit(r, settings, f"more-{i}", "u1", day, 1000)
+    capped = admit(r, settings, "51st-u1", "u1", day, 1000)
+    assert (capped.ok, capped.details) == (False, "Daily run limit reached for user u1 (50/50)")
     # the user's warning and refusal name the run that crossed the line ('' before: unreadable in any listing)
-    named = {e.type: e for e in recent(r, 20) if e.type in ("budget_warning", "budget_refused")
+    named = {e.type: e for e in recent(r, 200) if e.type in ("budget_warning", "budget_refused")
              and e.data.get("code", "").startswith("budget_user_daily_runs")}
-    assert (named["budget_warning"].run_id, named["budget_refused"].run_id) == ("ok", "51st")
+    assert named["budget_refused"].run_id == "51st-u1"
+
+
+def test_the_admission_queue_takes_users_in_turn(r: redis.Redis) -> None:
+    """Fair across users, first come first served within a user: a user who queued three runs does not
+    keep a later user's one run waiting behind all three; admission is decided once per run (asked again,
+    the run keeps its place and is counted once)."""
+    load_functions(r)
+    day = ServerClock(r).now_iso()[:10]
+    settings = SETTINGS.model_copy(deep=True)
+    settings.budget.global_.max_concurrent_runs = 1
+    r.zadd(keys.RUN_DEADLINES, {"live": 1e15})
+    for run_id, user in (("a1", "alice"), ("a2", "alice"), ("a3", "alice"), ("b1", "bob"), ("c1", "carol")):
+        r.execute_command("JSON.SET", keys.run_key(run_id), "$", orjson.dumps({"run_id": run_id}))
+        assert admit(r, settings, run_id, user, day, 1000).waiting
+    assert r.zrange(keys.ADMISSION_WAITING, 0, -1) == ["a1", "b1", "c1", "a2", "a3"]
+    again = admit(r, settings, "b1", "bob", day, 1000)
+    assert (again.waiting, again.position) == (True, 2)
+    assert budget_doc(r, keys.user_daily_budget_key("bob", day))["runs"] == 1
+    assert orjson.loads(r.execute_command("JSON.GET", keys.run_key("b1"), "$.admission")) == ["waiting"]
 
 
 def test_a_crossed_run_limit_is_the_records_primary_code(tmp_path: Path) -> None:
@@ -355,37 +385,51 @@ def test_a_crossed_run_limit_is_the_records_primary_code(tmp_path: Path) -> None
 
 
 def test_queue_full_refuses_and_enqueues_nothing(r: redis.Redis) -> None:
-    """At max queue depth submit raises QueueFull and the stream does not grow."""
-    load_functions(r)
-    settings = SETTINGS.model_copy(deep=True)
-    settings.budget.global_.max_queue_depth = 2
-    submit_with_backpressure(r, settings, b"{}")
-    submit_with_backpressure(r, settings, b"{}")
-    with pytest.raises(QueueFull, match=r"the submission queue is full \(2/2\)"):
-        submit_with_backpressure(r, settings, b"{}")
-    assert r.xlen(keys.SUBMISSIONS_STREAM) == 2
-
-
-def test_a_stale_full_gauge_is_checked_against_the_stream(r: redis.Redis) -> None:
-    """The queue-depth gauge counts client submissions and is set from the truth at each watchdog tick. After
-    a flood of raw XADDs it said full until the next tick though Mother had drained the queue: submits were
-    refused (a run of tests after one such flood failed with 'queue is full (104/100)'). A gauge that says
-    full is checked against the consumer group's backlog (pending + lag): accepted and corrected when the
-    queue is not full, refused with the real depth when it is."""
+    """At max queue depth submit raises QueueFull and the stream does not grow; runs waiting in the admission
+    queue count in the depth."""
     load_functions(r)
     settings = SETTINGS.model_copy(deep=True)
     settings.budget.global_.max_queue_depth = 3
+    submit_with_backpressure(r, settings, b"{}", "q-1")
+    submit_with_backpressure(r, settings, b"{}", "q-2")
+    r.zadd(keys.ADMISSION_WAITING, {"waiting-1": 1})
+    with pytest.raises(QueueFull, match=r"the submission queue is full \(3/3 runs waiting to start\)"):
+        submit_with_backpressure(r, settings, b"{}", "q-3")
+    assert r.xlen(keys.SUBMISSIONS_STREAM) == 2
+    assert not r.hexists(keys.RUN_CLAIMS, "q-3")
+
+
+def test_the_queue_depth_is_the_servers_and_the_leading_mothers_limit(r: redis.Redis) -> None:
+    """Depth is what Mother's consumer group has not handled (pending + lag, from the stream itself: raw
+    XADDs count at once, a stale gauge does not), and the limit is the one the leading Mother published in
+    mother:config: two clients with different settings are refused at the same depth."""
+    load_functions(r)
+    settings = SETTINGS.model_copy(deep=True)
+    settings.budget.global_.max_queue_depth = 1000  # this client's own idea: not the one in force
     r.xgroup_create(keys.SUBMISSIONS_STREAM, settings.service.consumer_group, id="$", mkstream=True)
     r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$", orjson.dumps(
         {"concurrent_runs": 0, "queue_depth": 104, "redis_memory_mb": 0, "docling_jobs": 0}))
-    first = submit_with_backpressure(r, settings, b"{}")  # the queue is empty: the gauge was stale
+    r.execute_command("JSON.SET", keys.MOTHER_CONFIG, "$", orjson.dumps({"max_queue_depth": 3}))
+    first = submit_with_backpressure(r, settings, b"{}", "d-1")  # the queue is empty: the gauge was stale
     assert orjson.loads(r.execute_command("JSON.GET", keys.GLOBAL_BUDGET, "$.queue_depth")) == [1]
-    for _ in range(3):
-        r.xadd(keys.SUBMISSIONS_STREAM, {"spec": "{}"})  # raw entries: the gauge learns of them at the next tick
-    r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.queue_depth", 3)
-    with pytest.raises(QueueFull, match=r"the submission queue is full \(4/3\)"):  # the stream's own count
-        submit_with_backpressure(r, settings, b"{}")
-    assert r.xlen(keys.SUBMISSIONS_STREAM) == 4 and r.xrange(keys.SUBMISSIONS_STREAM, count=1)[0][0] == first
+    for _ in range(2):
+        r.xadd(keys.SUBMISSIONS_STREAM, {"spec": "{}"})  # raw entries count at once
+    with pytest.raises(QueueFull, match=r"the submission queue is full \(3/3 runs waiting to start\)"):
+        submit_with_backpressure(r, settings, b"{}", "d-2")
+    assert r.xlen(keys.SUBMISSIONS_STREAM) == 3 and r.xrange(keys.SUBMISSIONS_STREAM, count=1)[0][0] == first
+    r.xreadgroup(settings.service.consumer_group, "c", {keys.SUBMISSIONS_STREAM: ">"})
+    r.xack(keys.SUBMISSIONS_STREAM, settings.service.consumer_group, first)  # Mother took one in
+    submit_with_backpressure(r, settings, b"{}", "d-2")
+
+
+def test_a_run_id_is_claimed_once_on_the_server(r: redis.Redis) -> None:
+    """Two submissions of one run_id: the first claims it, the second is refused naming the first's entry,
+    whatever the clients saw before (the check was a client-side EXISTS: both got the run_id back)."""
+    load_functions(r)
+    entry = submit_with_backpressure(r, SETTINGS, b"{}", "same-id")
+    with pytest.raises(InvalidSpec, match=rf"run_id 'same-id' is already used \(by submission {entry}\)"):
+        submit_with_backpressure(r, SETTINGS, b"{}", "same-id")
+    assert r.xlen(keys.SUBMISSIONS_STREAM) == 1 and r.hget(keys.RUN_CLAIMS, "same-id") == entry
 
 
 def test_run_ends_budget_exhausted_end_to_end(tmp_path: Path) -> None:
@@ -403,6 +447,8 @@ def test_run_ends_budget_exhausted_end_to_end(tmp_path: Path) -> None:
         doc = budget_doc(p.redis, keys.run_budget_key(run_id))
         assert doc["status"] == "closed" and doc["model_calls"] == 2 and doc["tool_calls"] == 2
         assert doc["exhausted"]["termination_reason"] == "budget_exhausted"
+        # the spec's record names the resource and the limit's real figures (it said tokens_exceeded, 0 and 0)
+        assert (doc["exhausted"]["resource"], doc["exhausted"]["limit"], doc["exhausted"]["consumed"]) == ("model_calls", 2, 2)
     finally:
         stop_pipeline(p)
 

@@ -250,3 +250,25 @@ def test_a_success_applied_late_logs_its_last_phase_completed_too(r: redis.Redis
         ("terminated", "review", {"reason": "success", "details": "All 3 phases completed", "suggested_action": "abandon",
                                   "late": True}),
     ]
+
+
+def test_a_redelivered_submission_announces_and_counts_its_run_once(r: redis.Redis, redis_url: str) -> None:
+    """The run's record, its run_id claim and its run_submitted entry are made in one server call (a Mother
+    killed between the record and its announcement left a run no activity entry named), and the admission is
+    decided once: handling the same entry again (a Mother that died before acking it) announces nothing,
+    counts nothing and starts nothing twice."""
+    rt, run_id = _started(r, redis_url)
+    [(entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
+    assert r.hget(keys.RUN_CLAIMS, run_id) == entry_id
+    before = r.xlen(keys.ACTIVITY_STREAM), r.llen("rq:queue:agents")
+    again = handle_submission(rt, entry_id, fields)
+    assert again is not None and again.status == "running"
+    assert (r.xlen(keys.ACTIVITY_STREAM), r.llen("rq:queue:agents")) == before
+    announced = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "run_submitted"]
+    assert [f["run_id"] for f in announced] == [run_id]
+    day = rt.clock.today()
+    assert orjson.loads(r.execute_command("JSON.GET", keys.user_daily_budget_key(again.user_id, day), "$.runs")) == [1]
+    other = r.xadd(keys.SUBMISSIONS_STREAM, fields)  # another entry with the same run_id (a raw XADD)
+    assert handle_submission(rt, other, fields) is None
+    rejection = orjson.loads(r.execute_command("JSON.GET", keys.rejection_key(other)))
+    assert rejection["error"] == f"run_id {run_id!r} is already used by another submission"

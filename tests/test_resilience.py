@@ -428,3 +428,19 @@ def test_mother_and_a_worker_started_before_their_redis_wait_for_it(tmp_path: Pa
         stack.stop()
         if server is not None:
             server.stop()
+
+
+def test_a_runs_end_sets_the_concurrent_runs_gauge_at_once(r: redis.Redis, redis_url: str) -> None:
+    """The termination itself sets budget:global.concurrent_runs from the live run deadlines (it was set only
+    at admission and every 5th watchdog tick, so `mother budget show --global` lagged), and takes a run that
+    waited for a slot out of the admission queue."""
+    from mother.functions import load_functions
+
+    load_functions(r)
+    r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$", orjson.dumps(
+        {"concurrent_runs": 7, "queue_depth": 0, "redis_memory_mb": 0, "docling_jobs": 0}))
+    r.zadd(keys.RUN_DEADLINES, {"gauge-1": 1e15, "gauge-2": 1e15})
+    r.zadd(keys.ADMISSION_WAITING, {"gauge-1": 1, "other": 2})
+    assert _race_terminate(redis_url, "gauge-1", "user_cancelled") == (True, "user_cancelled")
+    assert orjson.loads(r.execute_command("JSON.GET", keys.GLOBAL_BUDGET, "$.concurrent_runs")) == [1]
+    assert r.zrange(keys.ADMISSION_WAITING, 0, -1) == ["other"]

@@ -55,6 +55,9 @@ def test_required_signatures_gate_runs(tmp_path: Path) -> None:
     try:
         spec = lambda: example("worker-killed", scripts={"writer": [{"text": "written"}]})  # noqa: E731
         good = p.wait(p.client.submit(spec())).termination
+        unsigned = example("worker-killed", scripts={"stranger": [{"text": "x"}]})
+        unsigned["pipeline"][0]["role"] = "stranger"
+        no_file = p.wait(p.client.submit(unsigned)).termination
         role.write_text("max_tool_calls: 500\n")
         bad = p.wait(p.client.submit(spec())).termination
     finally:
@@ -62,6 +65,8 @@ def test_required_signatures_gate_runs(tmp_path: Path) -> None:
     assert good.reason == "success"
     assert bad.reason == "policyViolation"
     assert bad.details == f"role writer: {role} does not match its signature: it was altered after signing"
+    assert no_file.reason == "policyViolation"  # a role with no file would run unsigned with default permissions
+    assert no_file.details.startswith(f"role stranger: no signed role file for role stranger in {roles / 'stranger.yaml'}")
 
 
 def test_tool_with_altered_manifest_is_blocked_before_execution(tmp_path: Path) -> None:
@@ -73,7 +78,12 @@ def test_tool_with_altered_manifest_is_blocked_before_execution(tmp_path: Path) 
         (manifests / f"{name}.yaml").write_text(f"name: {name}\n")
         sign_file(manifests / f"{name}.yaml", private)
     (manifests / "write_file.yaml").write_text("name: write_file\nread_only: true\n")  # altered after signing
+    roles = tmp_path / "roles"
+    roles.mkdir()
+    (roles / "writer.yaml").write_text("max_tool_calls: 5\n")
+    sign_file(roles / "writer.yaml", private)
     env = {"MOTHER_HARNESS__TOOL_MANIFESTS_DIR": str(manifests), "MOTHER_HARNESS__REQUIRE_SIGNATURES": "true",
+           "MOTHER_HARNESS__ROLES_DIR": str(roles),
            "MOTHER_HARNESS__TRUSTED_KEYS": json.dumps([str(public)])}
     p = start_pipeline(tmp_path, workers=1, env=env)
     try:

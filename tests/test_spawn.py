@@ -86,10 +86,10 @@ def test_spawn_refused_by_a_full_queue_gives_back_what_it_took(r: redis.Redis, r
     """QueueFull at the child's submission: the model gets a tool error, the parallel_agents slot and the
     ledger reservation are given back (they used to stay taken for a child that never ran)."""
     rt, state = _parent(r, redis_url, max_queue_depth=1)
-    r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.queue_depth", 1)  # one submission waiting: full
+    assert r.xlen(keys.SUBMISSIONS_STREAM) == 1  # the parent's own entry, which no consumer group took in: full
     guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today)
     tool = SpawnRun(rt, state, 0, guard, check_alive=lambda: None)
-    with pytest.raises(ToolError, match=r"^cannot spawn: the submission queue is full \(1/1\); try again later$"):
+    with pytest.raises(ToolError, match=r"^cannot spawn: the submission queue is full \(1/1 runs waiting to start\); try again later$"):
         tool.run(Path("."), {"role": "helper", "task": "sub-task", "budget": "0.40"})
     budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key(state.run_id)))
     assert (budget["spawns"], budget["parallel_agents"]) == (1, 0)

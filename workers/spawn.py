@@ -70,7 +70,7 @@ class SpawnRun:
             ledger.report_actual(self.state.run_id, self._own_spend())  # so "remaining" counts what we spent
             ledger.reserve(spec.run_id, Decimal(str(arguments["budget"])), self.state.run_id)
             reserved = True
-            submit_with_backpressure(self.rt.redis, self.rt.settings, spec.to_json())
+            submit_with_backpressure(self.rt.redis, self.rt.settings, spec.to_json(), spec.run_id)
         except (InsufficientBudget, InvalidSpec, QueueFull) as exc:  # give back what a child that will not run took
             self.guard.release("parallel_agents")
             if reserved:

@@ -61,9 +61,15 @@ def show(
     if global_:
         doc = budget_doc(client, keys.GLOBAL_BUDGET) or {}
         g = cfg.budget.global_
-        limits = {"concurrent_runs": g.max_concurrent_runs, "queue_depth": g.max_queue_depth,
-                  "redis_memory_mb": g.max_redis_memory_mb, "docling_jobs": g.max_docling_jobs}
-        console.print(_table("budget:global", doc, {k: "" for k in limits}, limits))
+        # the limits in force are the leading Mother's (it publishes them); this process's only without one
+        mine = {"max_concurrent_runs": g.max_concurrent_runs, "max_queue_depth": g.max_queue_depth,
+                "max_redis_memory_mb": g.max_redis_memory_mb, "max_docling_jobs": g.max_docling_jobs}
+        published = budget_doc(client, keys.MOTHER_CONFIG)
+        source = {**mine, **(published or {})}
+        limits = {name.removeprefix("max_"): source[name] for name in mine}
+        title = keys.GLOBAL_BUDGET + (f" (limits of Mother {published.get('published_by')})" if published
+                                      else " (limits of this configuration: no Mother has published its own)")
+        console.print(_table(title, doc, {k: "" for k in limits}, limits))
         return
     if user is not None:
         rt = Runtime(settings=cfg, redis=client)

@@ -94,13 +94,16 @@ def wait(
 
 @handle_errors
 def status(run_id: Annotated[str, typer.Argument()], as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Where a run is: status, phase, attempt, and its history."""
-    state = _client().status(run_id)
+    """Where a run is: status, phase, attempt (or its place in the admission queue), and its history."""
+    client = _client()
+    state = client.status(run_id)
     if as_json:
         sys.stdout.write(state.model_dump_json(indent=2) + "\n")
         return
+    where = client.queue_position(run_id) if state.status == "queued" and state.admission == "waiting" else None
     console.print(f"{state.run_id} ({state.user_id}): {state.status}"
                   + (f", phase {state.phase} attempt {state.attempt}" if state.phase else "")
+                  + (f", waiting for a slot: position {where[0]} of {where[1]}" if where else "")
                   + (f", reason {state.reason}" if state.reason else ""))
     for entry in state.history[-20:]:
         console.print(f"  {entry.at}  {entry.event:<16} {entry.phase or '':<12} {entry.detail[:100]}")

@@ -491,19 +491,44 @@ local function mh_override(keys, args)
   return cjson.encode(o)
 end
 
--- mh_admit: intake's circuit breaker and per-user daily run cap, in one step.
--- KEYS: 1 budget:global, 2 budget:user:{user}:daily:{day}, 3 run deadlines zset, 4 activity
--- ARGV: 1 JSON {day, run_id, user_id, global{max_concurrent_runs,max_redis_memory_mb,max_docling_jobs,warning_ratio},
+-- The admission queue: runs past max_concurrent_runs wait in admission:waiting, in a fair order: a run's
+-- tag is one more than the larger of the queue's virtual time (the tag of the run started last) and its
+-- user's last tag, so the users with waiting runs take turns, and each user's runs keep their order; runs
+-- with one tag go in the order they came (a sequence number). Its score is tag * SEQ_SPAN + sequence.
+local SEQ_SPAN = 10000000
+
+local function hash_number(key, field)
+  return tonumber(redis.call('HGET', key, field) or '0') or 0
+end
+
+local function record_admission(run_key, decision)  -- on the run's record: a re-delivered intake reads it
+  if redis.call('EXISTS', run_key) == 1 then redis.call('JSON.SET', run_key, '$.admission', decision) end
+end
+
+-- mh_admit: intake's circuit breaker, the user's daily run cap, and the admission queue, in one step;
+-- decided once per run (a re-delivered intake gets the first decision back: nothing is counted twice).
+-- KEYS: 1 budget:global, 2 budget:user:{user}:daily:{day}, 3 run deadlines zset, 4 activity, 5 run:{id},
+--       6 admission:waiting, 7 admission:state
+-- ARGV: 1 JSON {day, run_id, user_id, child (a spawned run: never waits, its parent waits on it),
+--        global{max_concurrent_runs,max_redis_memory_mb,max_docling_jobs,warning_ratio},
 --        user_limits{runs,cloud_calls,total_tokens}, user_ttl_s, user_warning_ratio}, 2 maxlen
+-- Returns JSON {ok=true, admitted=true, concurrent_runs, user_runs} | {ok=true, waiting=true, position,
+-- waiting_runs, running} | {ok=false, code, gauge?, current, max} | {retry_day}; ``again`` when decided before.
 local function mh_admit(keys, args)
   local a, act, now, at, retry = begin(args, keys[4])
   if retry then return retry end
+  local decided = redis.call('JSON.GET', keys[5], '$.admission')
+  decided = decided and cjson.decode(decided)[1]
+  if decided == 'admitted' then return cjson.encode({ok = true, admitted = true, again = true}) end
+  if decided == 'waiting' then
+    local rank = redis.call('ZRANK', keys[6], a.run_id)
+    return cjson.encode({ok = true, waiting = true, again = true, position = rank and rank + 1 or 0})
+  end
   local day = a.day
   act.run_id = a.run_id
   local g = get_doc(keys[1]) or {}
   local concurrent = redis.call('ZCARD', keys[3])
   local checks = {
-    {'concurrent_runs', concurrent, a.global.max_concurrent_runs, 'Max concurrent runs exceeded, rejecting new runs'},
     {'redis_memory_mb', g.redis_memory_mb or 0, a.global.max_redis_memory_mb, 'Redis memory limit reached, rejecting new runs'},
     {'docling_jobs', g.docling_jobs or 0, a.global.max_docling_jobs, 'Max docling jobs reached, rejecting new runs'},
   }
@@ -521,59 +546,83 @@ local function mh_admit(keys, args)
   user.runs = user.runs + 1
   merge(keys[2], {runs = int_text(user.runs), last_updated = cjson.encode(at)})
   thresholds(keys[2], user, {runs = true}, now, at, 'user', act)
+  if redis.call('EXISTS', keys[1]) == 0 then
+    redis.call('JSON.SET', keys[1], '$', cjson.encode({concurrent_runs = concurrent, queue_depth = 0, redis_memory_mb = 0, docling_jobs = 0}))
+  end
+  local max = a.global.max_concurrent_runs
+  local queued = redis.call('ZCARD', keys[6])
+  if not a.child and (concurrent >= max or queued > 0) then  -- wait for a slot, behind those already waiting
+    local tag = math.max(hash_number(keys[7], 'vtime'), hash_number(keys[7], 'user:' .. a.user_id)) + 1
+    local seq = redis.call('HINCRBY', keys[7], 'seq', 1) % SEQ_SPAN
+    redis.call('ZADD', keys[6], tag * SEQ_SPAN + seq, a.run_id)
+    redis.call('HSET', keys[7], 'user:' .. a.user_id, tag)
+    record_admission(keys[5], '"waiting"')
+    local position = redis.call('ZRANK', keys[6], a.run_id) + 1
+    redis.call('JSON.SET', keys[1], '$.queue_depth', queued + 1)
+    activity(act.key, act.maxlen, {type = 'run_queued', at = at, run_id = a.run_id,
+      data = {position = position, waiting = queued + 1, running = concurrent, max_concurrent_runs = max}})
+    return cjson.encode({ok = true, waiting = true, position = position, waiting_runs = queued + 1, running = concurrent})
+  end
   -- the gauge is derived (runs with a live deadline), so a crashed worker cannot leak it
   local gauge = concurrent + 1
-  if redis.call('EXISTS', keys[1]) == 0 then
-    redis.call('JSON.SET', keys[1], '$', cjson.encode({concurrent_runs = gauge, queue_depth = 0, redis_memory_mb = 0, docling_jobs = 0}))
-  else
-    redis.call('JSON.SET', keys[1], '$.concurrent_runs', gauge)
-  end
-  if gauge >= a.global.warning_ratio * a.global.max_concurrent_runs then
+  redis.call('JSON.SET', keys[1], '$.concurrent_runs', gauge)
+  record_admission(keys[5], '"admitted"')
+  if gauge >= a.global.warning_ratio * max then
     activity(act.key, act.maxlen, {type = 'circuit_breaker', at = at, run_id = a.run_id,
       data = {message = 'concurrent runs at warning level', gauge = 'concurrent_runs', current = gauge,
-              limit = a.global.max_concurrent_runs, level = 'warning'}})
+              limit = max, level = 'warning'}})
   end
-  return cjson.encode({ok = true, concurrent_runs = gauge, user_runs = user.runs})
+  return cjson.encode({ok = true, admitted = true, concurrent_runs = gauge, user_runs = user.runs})
 end
 
--- the submissions not yet handled by consumer group ``group`` of ``stream`` (pending + lag), from the
--- stream itself; nil when it cannot tell (no stream or group yet, or a lag the server cannot compute)
-local function live_backlog(stream, group)
+-- the submissions not yet handled by consumer group ``group`` of ``stream``: pending + not yet delivered
+-- (counted up to ``cap`` + 1 entries when the server cannot tell the lag: entries deleted ahead of the
+-- group); every entry when no group reads the stream yet, none when there is no stream
+local function backlog(stream, group, cap)
   local groups = redis.pcall('XINFO', 'GROUPS', stream)
-  if type(groups) ~= 'table' or groups.err then return nil end
+  if type(groups) ~= 'table' or groups.err then return 0 end
   for _, info in ipairs(groups) do
     local fields = {}
     for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
     if fields.name == group then
-      if type(fields.lag) ~= 'number' then return nil end
-      return fields.pending + fields.lag
+      local lag = fields.lag
+      if type(lag) ~= 'number' then
+        lag = #redis.call('XRANGE', stream, '(' .. fields['last-delivered-id'], '+', 'COUNT', cap + 1)
+      end
+      return fields.pending + lag
     end
   end
-  return nil
+  return redis.call('XLEN', stream)
 end
 
--- mh_submit: queue-depth backpressure at submit: refuse, or XADD and count, atomically.
--- KEYS: 1 budget:global, 2 mother:submissions.  ARGV: 1 spec JSON, 2 max_queue_depth, 3 Mother's consumer group
--- The gauge counts what was submitted here and is set from the truth by the watchdog; entries added by a
--- raw XADD are only counted at its next tick, so a gauge that says full is checked against the stream
--- (refused only when the backlog really is full, or cannot be told) and corrected.
+-- a number the leading Mother published in mother:config (its effective settings), else ``fallback``
+local function published(key, path, fallback)
+  local raw = redis.pcall('JSON.GET', key, path)
+  if type(raw) == 'string' then
+    local value = cjson.decode(raw)[1]
+    if type(value) == 'number' then return value end
+  end
+  return fallback
+end
+
+-- mh_submit: claim the run_id and append the submission, unless the queue is full: atomically, against the
+-- queue's real depth (submissions not yet taken in + runs waiting for a slot) and the leading Mother's
+-- max_queue_depth (a client's own settings only when no Mother has published any).
+-- KEYS: 1 budget:global, 2 mother:submissions, 3 runs:claimed, 4 admission:waiting, 5 mother:config
+-- ARGV: 1 spec JSON, 2 max_queue_depth when none is published, 3 Mother's consumer group, 4 run_id
+-- Returns {1, entry id} | {0, 'queue_full', depth, max} | {0, 'run_id_taken', the entry that claimed it}
 local function mh_submit(keys, args)
-  local max, depth = tonumber(args[2]), 0
-  local exists = redis.call('EXISTS', keys[1]) == 1
-  if exists then
-    depth = tonumber(cjson.decode(redis.call('JSON.GET', keys[1], '$.queue_depth'))[1] or 0) or 0
-  end
-  if depth >= max then
-    local live = live_backlog(keys[2], args[3])
-    if live == nil or live >= max then return {0, live or depth} end
-    depth = live
-    redis.call('JSON.SET', keys[1], '$.queue_depth', depth)
-  end
-  local id = redis.call('XADD', keys[2], '*', 'spec', args[1], 'counted', '1')
-  if not exists then
-    redis.call('JSON.SET', keys[1], '$', cjson.encode({concurrent_runs = 0, queue_depth = 1, redis_memory_mb = 0, docling_jobs = 0}))
+  local owner = redis.call('HGET', keys[3], args[4])
+  if owner then return {0, 'run_id_taken', owner} end
+  local max = published(keys[5], '$.max_queue_depth', tonumber(args[2]))
+  local depth = backlog(keys[2], args[3], max) + redis.call('ZCARD', keys[4])
+  if depth >= max then return {0, 'queue_full', depth, max} end
+  local id = redis.call('XADD', keys[2], '*', 'spec', args[1])
+  redis.call('HSET', keys[3], args[4], id)
+  if redis.call('EXISTS', keys[1]) == 0 then
+    redis.call('JSON.SET', keys[1], '$', cjson.encode({concurrent_runs = 0, queue_depth = depth + 1, redis_memory_mb = 0, docling_jobs = 0}))
   else
-    redis.call('JSON.NUMINCRBY', keys[1], '$.queue_depth', 1)
+    redis.call('JSON.SET', keys[1], '$.queue_depth', depth + 1)
   end
   return {1, id}
 end

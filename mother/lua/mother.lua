@@ -62,7 +62,9 @@ end
 -- mh_terminate: the only writer of termination:{run_id}. Write-once (JSON.SET NX).
 -- KEYS: 1 termination:{id}, 2 terminations:reason:{reason}, 3 run:{id}, 4 result:{id},
 --       5 phase deadlines zset, 6 run deadlines zset, 7 budget:run:{id} (closed: no new charges),
---       8 mother:ending (the run joins it: its end is applied by mh_ended, once)
+--       8 mother:ending (the run joins it: its end is applied by mh_ended, once), 9 budget:global (its
+--       concurrent_runs gauge is set from the run deadlines at once), 10 admission:waiting (a run waiting
+--       for a slot leaves the queue)
 -- ARGV: 1 TerminationRecord JSON, 2 run_id, 3 ResultEnvelope JSON (termination null),
 --       4 timestamp (ISO), 5 reason, 6 history entry JSON
 -- Returns {1, record} when this call won, {0, first record} otherwise.
@@ -75,10 +77,8 @@ local function mh_terminate(keys, args)
   redis.call('ZADD', keys[2], now, args[2])
   if redis.call('EXISTS', keys[3]) == 1 then
     local ts = cjson.encode(args[4])
-    redis.call('JSON.SET', keys[3], '$.status', '"terminated"')
-    redis.call('JSON.SET', keys[3], '$.reason', cjson.encode(args[5]))
-    redis.call('JSON.SET', keys[3], '$.terminated_at', ts)
-    redis.call('JSON.SET', keys[3], '$.updated_at', ts)
+    redis.call('JSON.MERGE', keys[3], '$', '{"status":"terminated","reason":' .. cjson.encode(args[5])
+      .. ',"terminated_at":' .. ts .. ',"updated_at":' .. ts .. '}')
     redis.call('JSON.ARRAPPEND', keys[3], '$.history', args[6])
   end
   redis.call('JSON.SET', keys[4], '$', args[3])
@@ -89,7 +89,31 @@ local function mh_terminate(keys, args)
     redis.call('JSON.SET', keys[7], '$.status', '"closed"')
   end
   redis.call('ZADD', keys[8], now, args[2])
+  if redis.call('EXISTS', keys[9]) == 1 then
+    redis.call('JSON.SET', keys[9], '$.concurrent_runs', redis.call('ZCARD', keys[6]))
+  end
+  redis.call('ZREM', keys[10], args[2])
   return {1, args[1]}
+end
+
+-- mh_create_run: make a run's record and announce it, in one step: the run_id is claimed for its
+-- submission entry (first come: a client's mh_submit claims it before it appends the entry; a raw XADD's
+-- run_id is claimed here), run:{id} is created (NX) and indexed, and its run_submitted entry appended. A
+-- Mother that dies before it leaves nothing; one that dies after it leaves a run that is announced.
+-- KEYS: 1 run:{id}, 2 runs:claimed, 3 runs:all, 4 runs:user:{user}, 5 activity
+-- ARGV: 1 RunState JSON, 2 run_id, 3 entry id, 4 creation time ms, 5 activity maxlen,
+--       6 the run_submitted entry's fields, a JSON flat list [field, value, ...]
+-- Returns 1 when created, 0 when the run exists already (the caller reads whose it is), -1 when another
+-- submission entry claimed the run_id (nothing written).
+local function mh_create_run(keys, args)
+  local owner = redis.call('HGET', keys[2], args[2])
+  if owner and owner ~= args[3] then return -1 end
+  if not redis.call('JSON.SET', keys[1], '$', args[1], 'NX') then return 0 end
+  redis.call('HSET', keys[2], args[2], args[3])
+  redis.call('ZADD', keys[3], 'NX', args[4], args[2])
+  redis.call('ZADD', keys[4], 'NX', args[4], args[2])
+  redis.call('XADD', keys[5], 'MAXLEN', '~', args[5], '*', unpack(cjson.decode(args[6])))
+  return 1
 end
 
 -- mh_ended: the last step of a run's end, applied once: takes the run out of mother:ending and, only if it
@@ -162,6 +186,7 @@ end
 
 redis.register_function('mh_transition', mh_transition)
 redis.register_function('mh_terminate', mh_terminate)
+redis.register_function('mh_create_run', mh_create_run)
 redis.register_function('mh_ended', mh_ended)
 redis.register_function('mh_due', mh_due)
 redis.register_function('mh_heartbeat', mh_heartbeat)
