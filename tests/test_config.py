@@ -64,6 +64,8 @@ def test_mother_config_names_the_file(clean_env: Path, monkeypatch: pytest.Monke
         ("budget:\n  profiles:\n    turbo: {tool_calls: 5}\n",
          "budget.profiles: unknown profile 'turbo'; the profiles are conservative, balanced, extended"),
         ("budget:\n  profiles:\n    balanced: {tool_calls: -1}\n", "budget.profiles.balanced.tool_calls: Input should be greater than 0"),
+        ("service:\n  batch: 10\nlog_level: INFO\nservice:\n  batch: 20\n",  # the last one won, silently
+         "line 4, column 1: key 'service' appears twice (first on line 1); keep one"),
     ],
 )
 def test_bad_yaml_is_refused(clean_env: Path, text: str, expected: str) -> None:
@@ -102,3 +104,15 @@ def test_a_profile_given_in_part_keeps_its_other_settings(clean_env: Path, monke
     assert profiles["balanced"].model_dump() == {"wall_clock_seconds": 1800, "tool_calls": 3, "token_estimate": 180_000,
                                                  "warning_ratio": 0.5}
     assert (profiles["conservative"].tool_calls, profiles["extended"].tool_calls) == (80, 360)
+
+
+def test_mother_up_hands_every_mother_setting_to_its_children(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`MOTHER_BUDGET__GLOBAL__MAX_CONCURRENT_RUNS=1000 mother up` was silently ignored: the stack dropped every
+    MOTHER_* variable but MOTHER_CONFIG from its processes' environment. The stack's own Redis URL still wins."""
+    from mother.stack import LocalStack
+
+    monkeypatch.setenv("MOTHER_BUDGET__GLOBAL__MAX_CONCURRENT_RUNS", "1000")
+    monkeypatch.setenv("MOTHER_REDIS_URL", "redis://elsewhere:1/0")
+    env = LocalStack("redis://127.0.0.1:7/0", env={"MOTHER_LOG_LEVEL": "DEBUG"})._env()
+    assert env["MOTHER_BUDGET__GLOBAL__MAX_CONCURRENT_RUNS"] == "1000"
+    assert (env["MOTHER_REDIS_URL"], env["MOTHER_LOG_LEVEL"]) == ("redis://127.0.0.1:7/0", "DEBUG")

@@ -110,6 +110,11 @@ def test_other_records_round_trip() -> None:
         ({"limit_overrides": {"turns": True}}, "limit_overrides.turns: Input should be a valid integer"),
         ({"limit_overrides": {"spawns": "3"}}, "limit_overrides.spawns: Input should be a valid integer"),
         ({"limit_overrides": {"duration_seconds": math.inf}}, "limit_overrides.duration_seconds: Input should be a finite number"),
+        ({"limit_overrides": {"duration_seconds": True}},  # was taken as 1 second
+         "limit_overrides.duration_seconds: must be a number of seconds, not bool True"),
+        ({"limit_overrides": {"duration_seconds": "60"}}, "limit_overrides.duration_seconds: must be a number of seconds, not str '60'"),
+        ({"pipeline": [{"name": "a", "role": "r", "model": "m", "timeout_seconds": False}]},
+         "pipeline.0.timeout_seconds: must be a number of seconds, not bool False"),
         ({"pipeline": [{"name": "a", "role": "r", "model": "m", "timeout_seconds": math.nan}]},
          "pipeline.0.timeout_seconds: Input should be a finite number"),
         ({"pipeline": [{"name": "a", "role": "r", "model": "m", "max_retries": False}]},
