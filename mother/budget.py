@@ -40,6 +40,7 @@ __all__ = [
     "admit",
     "attempt_tag",
     "budget_doc",
+    "budget_view",
     "emergency_stop",
     "held_reservations",
     "open_run_budget",
@@ -126,20 +127,51 @@ def run_limits(settings: Settings, spec: RunSpec, resolved: dict[str, Any] | Non
 
 def open_run_budget(client: redis.Redis | redis.client.Pipeline, settings: Settings, spec: RunSpec, started_ms: int,
                     resolved: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Create ``budget:run:{run_id}`` (NX: a re-delivered intake keeps the first)."""
+    """Create the run's two budget documents (NX: a re-delivered start keeps the first): its counters in
+    ``budget:run:{run_id}`` (the spec's BudgetCounter, charged by the guard), and what the guard enforces in
+    ``limits:run:{run_id}`` (limits, overrides, warning ratio, status, stop, fence, start time and the
+    user's daily limits), which only Mother and operators write. Returns the two, merged as
+    :func:`budget_view` shows them."""
     assert spec.run_id is not None
     limits, ratio = run_limits(settings, spec, resolved)
-    doc = {
-        "run_id": spec.run_id, "user_id": spec.user_id, "profile": spec.budget_profile, "warning_ratio": ratio,
-        "status": "active", "started_at": iso_from_ms(started_ms), "started_ms": started_ms,
-        "last_updated": iso_from_ms(started_ms),
-        **{dim: 0 for dim in CODES}, "input_tokens": 0, "output_tokens": 0, "error_burst_count": 0,
-        "reserved": {"total_tokens": 0, "spend_micro_usd": 0, "cloud_calls": 0, "model_calls": 0},
-        "reservations": {}, "limits": limits, "overrides": [], "warnings_triggered": [], "limits_exceeded": [],
-        "limit_crossings": [], "stop": None, "exhausted": None,
+    started_at = iso_from_ms(started_ms)
+    counters = {
+        "run_id": spec.run_id, "user_id": spec.user_id, "profile": spec.budget_profile, "started_at": started_at,
+        "last_updated": started_at, **{dim: 0 for dim in CODES}, "input_tokens": 0, "output_tokens": 0,
+        "error_burst_count": 0, "reserved": {"total_tokens": 0, "spend_micro_usd": 0, "cloud_calls": 0, "model_calls": 0},
+        "reservations": {}, "warnings_triggered": [], "limits_exceeded": [], "limit_crossings": [], "exhausted": None,
+        "stop_refused": None,
     }
-    client.execute_command("JSON.SET", keys.run_budget_key(spec.run_id), "$", orjson.dumps(doc), "NX")
-    return doc
+    user = _user_args(settings, spec.user_id)
+    enforced = {
+        "run_id": spec.run_id, "user_id": spec.user_id, "profile": spec.budget_profile, "warning_ratio": ratio,
+        "limits": limits, "overrides": [], "status": "active", "stop": None, "fence": None,
+        "started_at": started_at, "started_ms": started_ms, "last_updated": started_at,
+        "user_limits": user["user_limits"], "user_warning_ratio": user["user_warning_ratio"],
+        "user_ttl_s": user["user_ttl_s"],
+    }
+    client.execute_command("JSON.SET", keys.run_budget_key(spec.run_id), "$", orjson.dumps(counters), "NX")
+    client.execute_command("JSON.SET", keys.run_limits_key(spec.run_id), "$", orjson.dumps(enforced), "NX")
+    return {**counters, **enforced}
+
+
+ENFORCED_FIELDS = ("profile", "warning_ratio", "limits", "overrides", "status", "stop", "fence", "started_ms")
+
+
+def budget_view(client: redis.Redis, run_id: str) -> dict[str, Any] | None:
+    """A run's budget as one mapping: its counters (``budget:run:{id}``) with what is enforced on them
+    (``limits:run:{id}``: limits, overrides, status, stop, fence); None when the run has no budget."""
+    pipe = client.pipeline(transaction=False)
+    pipe.execute_command("JSON.GET", keys.run_budget_key(run_id))
+    pipe.execute_command("JSON.GET", keys.run_limits_key(run_id))
+    counters, enforced = pipe.execute()
+    if counters is None and enforced is None:
+        return None
+    view = orjson.loads(counters) if counters else {}
+    if enforced:
+        limits = orjson.loads(enforced)
+        view.update({name: limits.get(name) for name in ENFORCED_FIELDS})
+    return view
 
 
 def budget_doc(client: redis.Redis, key: str) -> dict[str, Any] | None:
@@ -218,8 +250,8 @@ class Guard:
         self.day = day  # a callable returning today's date (server clock) as YYYY-MM-DD
         self.maxlen = settings.service.activity_maxlen
         self._run_key = keys.run_budget_key(run_id)
+        self._limits_key = keys.run_limits_key(run_id)
         self._day, self._user_key = "", ""
-        self._user = _user_args(settings, user_id)  # what mh_guard needs to make the user's daily document
         self._repeating: dict[str, tuple[str, tuple[Any, ...]]] = {}  # name → (day, its whole FCALL command)
         self._queued: tuple[dict[str, Any], str | None] = ({}, None)  # the action last queued on a pipeline
 
@@ -243,13 +275,13 @@ class Guard:
         return self._reply(raw, action, cache_as)
 
     def _command(self, action: dict[str, Any], day: str, *, repeats: bool) -> tuple[Any, ...]:
-        """mh_guard's command for ``action`` on ``day``: the action's JSON with the user's daily limits
-        (mh_guard reads them whenever the action touches the user's document; it decides that) and the day."""
+        """mh_guard's command for ``action`` on ``day`` (the user's daily limits are the run's, read by the
+        server from ``limits:run:{id}``: nothing the caller says raises them)."""
         if day != self._day:  # the daily key changes once a day: build it then
             self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
-        body = orjson.dumps({**action, **self._user, "day": day})
+        body = orjson.dumps({**action, "day": day})
         args = [body, self.maxlen] + ([b"1"] if repeats else [])  # "1": the text repeats, the server keeps its decoding
-        return fcall_command("mh_guard", [self._run_key, self._user_key, keys.ACTIVITY_STREAM], args)
+        return fcall_command("mh_guard", [self._run_key, self._user_key, keys.ACTIVITY_STREAM, self._limits_key], args)
 
     def queued_reply(self, raw: str) -> dict[str, Any]:
         """The reply of the call last queued on a pipeline."""
@@ -292,6 +324,11 @@ class Guard:
             raise InvalidSpec(f"unknown budget dimension {dimension!r}; one of {', '.join(sorted(CODES))}")
         self._call(self._fenced({"read_only": read_only, "check": [dimension],
                                  "add": {dimension: check_amount(amount, dimension)}}))
+
+    def clock(self, *, deadline: bool = False) -> None:
+        """Record the run's wall clock (Mother's watchdog): its warning at the profile's ratio, its crossing at
+        the limit; with ``deadline`` (the run's deadline passed) the crossing in any case. Never refused."""
+        self._call({"read_only": True, "clock": "deadline" if deadline else "tick"})
 
     def release(self, dimension: str) -> None:
         """Give back one unit of a gauge (``parallel_agents``) charged by this run; never refused."""
@@ -369,7 +406,8 @@ def release_reservations(client: redis.Redis | redis.client.Pipeline, settings: 
         return None
     days = sorted({r["at"][:10] for r in held.values() if isinstance(r.get("at"), str)})
     return call(client, "mh_release_reservations",
-                [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM, *(keys.user_daily_budget_key(user_id, d) for d in days)],
+                [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM, keys.run_limits_key(run_id),
+                 *(keys.user_daily_budget_key(user_id, d) for d in days)],
                 [settings.service.activity_maxlen, why[:300], attempt_tag(*fence) if fence is not None else "", *days])
 
 
@@ -382,7 +420,8 @@ def audit_fields(actor: str, reason: str) -> dict[str, str]:
 
 
 def _state(client: redis.Redis, run_id: str, status: str, event: dict[str, Any], event_type: str, maxlen: int) -> dict[str, Any]:
-    reply = call(client, "mh_budget_state", [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM],
+    reply = call(client, "mh_budget_state", [keys.run_limits_key(run_id), keys.ACTIVITY_STREAM, keys.run_key(run_id),
+                                             keys.run_budget_key(run_id)],
                  [status, orjson.dumps(event), maxlen, event_type])
     if isinstance(reply, str) and reply.startswith("ERR"):
         raise OverrideRefused(f"run {run_id}: {reply[4:]}")
@@ -410,7 +449,7 @@ def override(client: redis.Redis, run_id: str, *, dimension: str, delta: int, ex
     if not (isinstance(expires_in_s, int | float) and math.isfinite(expires_in_s) and 1 <= expires_in_s <= 30 * 86400):
         raise OverrideRefused(f"expires-in must be between 1 second and 30 days, got {expires_in_s!r} s")
     payload = {"dimension": dimension, "delta": delta, **audit_fields(actor, reason), "expires_in_ms": int(expires_in_s * 1000)}
-    reply = call(client, "mh_override", [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM], [orjson.dumps(payload), maxlen])
+    reply = call(client, "mh_override", [keys.run_limits_key(run_id), keys.ACTIVITY_STREAM], [orjson.dumps(payload), maxlen])
     if isinstance(reply, str) and reply.startswith("ERR"):
         raise OverrideRefused(f"override refused for run {run_id}: {reply[4:]}")
     return orjson.loads(reply)

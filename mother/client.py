@@ -26,7 +26,7 @@ from mother.errors import InvalidSpec, MotherError, NoSuchRun, NotFound, RecordI
 from mother.functions import server_now_ms
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
-from schemas import (MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error,
+from schemas import (ACTIVE_STATUSES, MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error,
                      ms_from_iso)
 
 __all__ = ["MotherClient", "load_spec_file", "parse_run_record", "parse_spec", "path_values"]
@@ -272,7 +272,7 @@ class MotherClient:
                             on_progress(state)
                     seen = marker
                     kind, now = f"unstarted {state.phase_index} {state.attempt}", time.monotonic()
-                    if (on_notice is not None and state.status == "running" and kind not in noticed
+                    if (on_notice is not None and state.status in ACTIVE_STATUSES and kind not in noticed
                             and now - seen_since >= QUEUE_NOTICE_SECONDS and now - checked_queue >= 1.0):
                         checked_queue = now
                         if (why := self.unstarted(state, now - seen_since)) is not None:
@@ -309,7 +309,7 @@ class MotherClient:
         run, its current attempt's dispatch), measured on the server's clock: a wait started late counts
         from the dispatch, not from when it looked. Now, for a run not yet taken in."""
         now = time.monotonic()
-        if state.status != "running":
+        if state.status not in ACTIVE_STATUSES:
             return now
         age_ms = server_now_ms(self.redis) - ms_from_iso(state.updated_at)
         return now - max(0.0, age_ms / 1000)

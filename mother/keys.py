@@ -38,6 +38,7 @@ __all__ = [
     "REJECTIONS_INDEX",
     "RUNS_INDEX",
     "RUN_DEADLINES",
+    "RUN_WARNINGS",
     "EVENTS_STREAM",
     "GLOBAL_BUDGET",
     "ID_PATTERN",
@@ -71,6 +72,8 @@ __all__ = [
     "rejection_key",
     "result_key",
     "run_budget_key",
+    "run_limits_key",
+    "attempt_token_key",
     "termination_reason_index_key",
     "user_runs_key",
     "run_key",
@@ -97,6 +100,7 @@ DEAD_LETTER_STREAM = "mother:dead_letter"
 LEADER_LEASE = "mother:leader"  # string: the leading Mother's instance id, "<host>:<pid>:<nonce>"
 RUN_DEADLINES = "mother:deadlines:run"  # zset: run_id scored by the run's deadline (server ms)
 PHASE_DEADLINES = "mother:deadlines:phase"  # zset: run_id scored by its current phase's deadline
+RUN_WARNINGS = "mother:deadlines:run_warning"  # zset: run_id scored by when its wall clock reaches the warning ratio
 HEARTBEATS = "mother:heartbeats"  # zset: phase job id scored by its last heartbeat (server ms)
 RUNS_ENDING = "mother:ending"  # zset: run_id whose record is written and whose end is not yet applied (record's server ms)
 RUNS_INDEX = "runs:all"  # zset: run_id scored by creation time (ms)
@@ -208,6 +212,17 @@ def parse_heartbeat_member(member: str) -> tuple[str, int, int]:
 # Budget tracking
 def run_budget_key(run_id: str) -> str:
     return f"budget:run:{check_id(run_id, 'run_id')}"
+
+
+def run_limits_key(run_id: str) -> str:
+    """JSON: what a run's budget guard enforces and only Mother (or an operator) changes: its limits,
+    overrides, emergency stop, fence and start time (workers may read it, never write it)."""
+    return f"limits:run:{check_id(run_id, 'run_id')}"
+
+
+def attempt_token_key(run_id: str, phase_index: int, attempt: int) -> str:
+    """String: the secret a phase attempt's result must carry, claimed once (GETDEL) by the worker that runs it."""
+    return f"attempt_token:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
 
 
 def user_daily_budget_key(user_id: str, day: _dt.date | str) -> str:

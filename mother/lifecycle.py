@@ -29,7 +29,7 @@ from mother.limits import resolve_for_spec
 from mother.logs import get_logger
 from mother.runtime import Runtime
 from mother.termination import build_record, terminate, terminated
-from schemas import HistoryEntry, PhaseResult, ResultEnvelope, RunSpec, RunState, TerminationReason, TerminationRecord
+from schemas import ACTIVE_STATUSES, HistoryEntry, PhaseResult, ResultEnvelope, RunSpec, RunState, TerminationReason, TerminationRecord
 
 __all__ = [
     "admit_waiting",
@@ -269,7 +269,10 @@ def start_run(rt: Runtime, state: RunState, *, waited: float | None = None) -> b
         return False
 
     def also(pipe: Any) -> None:
-        open_run_budget(pipe, rt.settings, state.spec, rt.clock.now_ms(), state.limits)
+        now = rt.clock.now_ms()
+        opened = open_run_budget(pipe, rt.settings, state.spec, now, state.limits)
+        warn_after = opened["warning_ratio"] * run_duration_seconds(rt, state.spec) * 1000
+        pipe.zadd(keys.RUN_WARNINGS, {state.run_id: now + int(warn_after)}, nx=True)
         if waited is not None:
             pipe.zrem(keys.ADMISSION_WAITING, state.run_id)
             pipe.hset(keys.ADMISSION_STATE, "vtime", int(waited) // SEQ_SPAN)
@@ -395,7 +398,7 @@ def _failures(state: RunState) -> list[str]:
 
 def is_current(state: RunState, index: int, attempt: int) -> bool:
     """Whether the run is running this attempt (Mother's check of a result; a worker's of its job)."""
-    return state.status == "running" and state.phase_index == index and state.attempt == attempt
+    return state.status in ACTIVE_STATUSES and state.phase_index == index and state.attempt == attempt
 
 
 def end_run(

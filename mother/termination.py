@@ -112,10 +112,11 @@ def terminate(
             keys.result_key(record.run_id),
             keys.PHASE_DEADLINES,
             keys.RUN_DEADLINES,
-            keys.run_budget_key(record.run_id),
+            keys.run_limits_key(record.run_id),
             keys.RUNS_ENDING,
             keys.GLOBAL_BUDGET,
             keys.ADMISSION_WAITING,
+            keys.RUN_WARNINGS,
         ],
         [
             record.to_json(),

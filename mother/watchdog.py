@@ -28,7 +28,7 @@ from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from mother import keys
-from mother.budget import budget_doc
+from mother.budget import Guard, budget_doc
 from mother.connection import unless_redis_down
 from mother.functions import call
 from mother.lifecycle import (admit_waiting, completed_event, dispatch, end_run, finish_end, on_phase_failure, outputs_of,
@@ -36,7 +36,7 @@ from mother.lifecycle import (admit_waiting, completed_event, dispatch, end_run,
 from mother.logs import get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
 from mother.streams import group_backlog
-from schemas import TerminationRecord
+from schemas import ACTIVE_STATUSES, RunState, TerminationRecord
 
 __all__ = ["Watchdog"]
 
@@ -68,6 +68,17 @@ class Watchdog:
             due = call(self.rt.redis, "mh_due", [zset], [0, BATCH])
             for run_id in due[::2]:
                 self._isolated(f"{what} deadline", run_id, self._timeout, run_id, what)
+        due = call(self.rt.redis, "mh_due", [keys.RUN_WARNINGS], [0, BATCH])
+        for run_id in due[::2]:
+            self._isolated("wall-clock warning", run_id, self._wall_clock_warning, run_id)
+
+    def _wall_clock_warning(self, run_id: str) -> None:
+        """A run's wall clock reached its profile's warning ratio: the budget records the warning (an
+        activity entry with it), as the guard does for every other dimension."""
+        self.rt.redis.zrem(keys.RUN_WARNINGS, run_id)
+        state = self.rt.load_run(run_id) if keys.is_id(run_id) else None
+        if state is not None and state.status in ACTIVE_STATUSES:
+            self._guard(state).clock()
 
     def _timeout(self, run_id: str, what: str) -> None:
         state = self.rt.load_run(run_id) if keys.is_id(run_id) else None  # a member that is no run id: dropped
@@ -77,7 +88,9 @@ class Watchdog:
             pipe.zrem(keys.PHASE_DEADLINES, run_id)
             pipe.execute()
             return
-        budget = budget_doc(self.rt.redis, keys.run_budget_key(run_id)) or {}
+        budget = budget_doc(self.rt.redis, keys.run_limits_key(run_id)) or {}
+        if what == "run" and budget:  # the budget records the crossing of its wall clock (and the warning, if due)
+            self._guard(state).clock(deadline=True)
         if budget.get("status") == "budget_stopped":
             stop = budget.get("stop") or {}
             end_run(self.rt, state, "budget_exhausted",
@@ -94,6 +107,9 @@ class Watchdog:
         if what == "run":
             factors.append(f"budget_wall_clock_exceeded ({limit:g}/{limit:g})")
         end_run(self.rt, state, "timeout", details, contributing_factors=factors)
+
+    def _guard(self, state: RunState) -> Guard:
+        return Guard(self.rt.redis, self.rt.settings, state.run_id, state.user_id, self.rt.clock.today)
 
     # -- ends a Mother died before applying -----------------------------------
     def finish_ends(self) -> None:
@@ -166,7 +182,7 @@ class Watchdog:
 
     def _failed_attempt(self, run_id: str, index: int, attempt: int, error: str) -> None:
         state = self.rt.load_run(run_id)
-        if state is None or state.status != "running" or (state.phase_index, state.attempt) != (index, attempt):
+        if state is None or state.status not in ACTIVE_STATUSES or (state.phase_index, state.attempt) != (index, attempt):
             return
         log.warning("phase_attempt_lost", run_id=run_id, phase_index=index, attempt=attempt, error=error)
         on_phase_failure(self.rt, state, error)
@@ -206,7 +222,7 @@ class Watchdog:
             running = []
             for run_id, raw in zip(batch, pipe.execute(raise_on_error=False), strict=True):
                 position = parse_position(raw)
-                if position is not None and position[0] == "running" and position[2] > 0:
+                if position is not None and position[0] in ACTIVE_STATUSES and position[2] > 0:
                     running.append((run_id, keys.phase_job_id(run_id, position[1], position[2])))
             pipe = self.rt.redis.pipeline(transaction=False)
             for _, job_id in running:
@@ -218,7 +234,7 @@ class Watchdog:
 
     def _redispatch(self, run_id: str, job_id: str) -> None:
         state = self.rt.load_run(run_id)
-        if state is None or state.status != "running" or \
+        if state is None or state.status not in ACTIVE_STATUSES or \
                 keys.phase_job_id(run_id, state.phase_index, state.attempt) != job_id:
             return
         log.warning("phase_redispatched", run_id=run_id, job_id=job_id)

@@ -63,7 +63,7 @@ def _worker(url: str, run_id: str, peers: list[str]) -> dict[str, Any]:
     settings.budget.profiles["balanced"].tool_calls = BIG
     clock = ServerClock(client)
     guard = Guard(client, settings, run_id, "bench", clock.today)
-    key = keys.run_budget_key(run_id)
+    key, limits_key = keys.run_budget_key(run_id), keys.run_limits_key(run_id)
     if peers:
         from limits import parse
         from limits.storage import RedisStorage
@@ -78,9 +78,9 @@ def _worker(url: str, run_id: str, peers: list[str]) -> dict[str, Any]:
         with client.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(key)
-                    got = orjson.loads(pipe.execute_command("JSON.GET", key, "$.tool_calls", "$.limits.tool_calls"))
-                    if got["$.tool_calls"][0] >= got["$.limits.tool_calls"][0]:
+                    pipe.watch(key, limits_key)
+                    used = orjson.loads(pipe.execute_command("JSON.GET", key, "$.tool_calls"))[0]
+                    if used >= orjson.loads(pipe.execute_command("JSON.GET", limits_key, "$.limits.tool_calls"))[0]:
                         raise BudgetExhausted("limit")
                     pipe.multi()
                     pipe.execute_command("JSON.NUMINCRBY", key, "$.tool_calls", 1)

@@ -13,7 +13,7 @@ import redis
 
 from mother import keys
 from mother.activity import recent
-from mother.budget import Guard, admit, budget_doc, emergency_stop, open_run_budget, override, rate_check, reset_stop
+from mother.budget import Guard, admit, budget_doc, budget_view, emergency_stop, open_run_budget, override, rate_check, reset_stop
 from mother.budget import submit_with_backpressure
 from mother.clock import ServerClock
 from mother.config import Settings, load_settings
@@ -41,7 +41,8 @@ def _open(client: redis.Redis, run_id: str, settings: Settings = SETTINGS, **kw:
 
 
 def _doc(client: redis.Redis, run_id: str) -> dict:
-    return budget_doc(client, keys.run_budget_key(run_id))
+    """The run's counters with what is enforced on them (limits, overrides, status, stop, fence)."""
+    return budget_view(client, run_id)
 
 
 def _guard(url: str, run_id: str) -> Guard:
@@ -174,9 +175,10 @@ def test_emergency_stop_refuses_mutations_allows_reads_and_reset_resumes(r: redi
         guard.charge_tool(read_only=False)
     guard.charge_tool(read_only=True)
     assert _doc(r, "stop-1")["status"] == "budget_stopped"
-    # the refusals name the run (they were written with run_id '', which no listing of activity could read)
+    # the refusals name the run (they were written with run_id '', which no listing of activity could read), and a
+    # stop is refused in the activity stream once, not at every poll of a worker that waits for the reset (30 in 17 s)
     refusals = [e.data for e in recent(r, 50, run_id="stop-1") if e.type == "budget_refused"]
-    assert refusals[-2:] == [{"code": "budget_stopped", "current": 0, "max": 0}] * 2
+    assert refusals == [{"code": "budget_stopped", "current": 0, "max": 0, "stopped_at": event["at"]}]
     again = emergency_stop(r, "stop-1", "oncall", "second stop", 1000)  # changes nothing: the first stop stands
     assert (again["already"], again["actor"], again["reason"]) == (True, "ops", "runaway loop")
     assert _doc(r, "stop-1")["stop"]["actor"] == "ops"
@@ -190,34 +192,33 @@ def test_emergency_stop_refuses_mutations_allows_reads_and_reset_resumes(r: redi
 
 
 def test_hand_edits_between_tool_charges_are_honoured(r: redis.Redis) -> None:
-    """A charge keeps the run's decoded document for the next one only while the stored text is exactly
-    what it left: edits made by hand with JSON.SET between charges (a limit, a counter of the same width,
-    the status, a field the charge never writes, one between the values it writes) all take effect at once."""
+    """Edits made by hand with JSON.SET between charges (a limit, a counter of the same width, the status, the
+    wall clock's start, a counter the charge itself writes over) all take effect at the next charge."""
     guard = _open(r, "hand-1")
-    key = keys.run_budget_key("hand-1")
+    key, enforced = keys.run_budget_key("hand-1"), keys.run_limits_key("hand-1")
     for _ in range(3):  # from the second charge on, each reads the text the one before it left
         guard.charge_tool(read_only=False)
-    r.execute_command("JSON.SET", key, "$.limits.tool_calls", 3)
+    r.execute_command("JSON.SET", enforced, "$.limits.tool_calls", 3)
     with pytest.raises(BudgetExhausted, match=r"budget_tool_call_exceeded \(3/3\)"):
         guard.charge_tool(read_only=False)
-    r.execute_command("JSON.SET", key, "$.limits.tool_calls", 9)
+    r.execute_command("JSON.SET", enforced, "$.limits.tool_calls", 9)
     guard.charge_tool(read_only=False)  # 4
     guard.charge_tool(read_only=False)  # 5: kept for the next charge
     r.execute_command("JSON.SET", key, "$.tool_calls", 8)  # one digit, as the 5 it replaces
     guard.charge_tool(read_only=False)  # 9: at the limit
     with pytest.raises(BudgetExhausted, match=r"budget_tool_call_exceeded \(9/9\)"):
         guard.charge_tool(read_only=False)
-    r.execute_command("JSON.SET", key, "$.limits.tool_calls", 20)
+    r.execute_command("JSON.SET", enforced, "$.limits.tool_calls", 20)
     guard.charge_tool(read_only=False)  # 10
-    r.execute_command("JSON.SET", key, "$.status", '"budget_stopped"')
+    r.execute_command("JSON.SET", enforced, "$.status", '"budget_stopped"')
     with pytest.raises(BudgetStopped):
         guard.charge_tool(read_only=False)
-    r.execute_command("JSON.SET", key, "$.status", '"active"')
+    r.execute_command("JSON.SET", enforced, "$.status", '"active"')
     guard.charge_tool(read_only=False)  # 11
     r.execute_command("JSON.SET", key, "$.duration_sec", 7)  # one digit, as the 0 it replaces, between the counts
     guard.charge_tool(read_only=False)  # 12: its own count of seconds is written over the 7
     assert _doc(r, "hand-1")["duration_sec"] < 7
-    r.execute_command("JSON.SET", key, "$.started_ms", _doc(r, "hand-1")["started_ms"] - 3_600_000)  # an hour ago
+    r.execute_command("JSON.SET", enforced, "$.started_ms", _doc(r, "hand-1")["started_ms"] - 3_600_000)  # an hour ago
     with pytest.raises(BudgetExhausted, match="budget_wall_clock_exceeded"):
         guard.charge_tool(read_only=False)
     doc = _doc(r, "hand-1")
@@ -375,7 +376,7 @@ def test_a_crossed_run_limit_is_the_records_primary_code(tmp_path: Path) -> None
         record = p.wait(p.client.submit(spec)).termination
         assert (record.reason, record.details) == ("budget_exhausted", "Limit exceeded: budget_tool_call_exceeded (2/2)")
         assert record.contributing_factors == ["budget_tool_call_exceeded (2/2)"]
-        doc = budget_doc(p.redis, keys.run_budget_key(record.run_id))
+        doc = budget_view(p.redis, record.run_id)
         assert (doc["tool_calls"], doc["limits"]["tool_calls"], doc["warning_ratio"]) == (2, 2, 0.8)  # the rest stays
         assert doc["limits_exceeded"] == ["budget_tool_call_exceeded"]
         assert [(c["code"], c["current"], c["max"]) for c in doc["limit_crossings"]] == [("budget_tool_call_exceeded", 2, 2)]
@@ -444,7 +445,7 @@ def test_run_ends_budget_exhausted_end_to_end(tmp_path: Path) -> None:
         # seed 000's turn-start check fires first, with its fail-safe message
         assert (record.reason, record.details) == ("budget_exhausted", "Limit exceeded: turns_exceeded (2/2)")
         assert record.contributing_factors[0] == "Limit exceeded: turns_exceeded (2/2)"
-        doc = budget_doc(p.redis, keys.run_budget_key(run_id))
+        doc = budget_view(p.redis, run_id)
         assert doc["status"] == "closed" and doc["model_calls"] == 2 and doc["tool_calls"] == 2
         assert doc["exhausted"]["termination_reason"] == "budget_exhausted"
         # the spec's record names the resource and the limit's real figures (it said tokens_exceeded, 0 and 0)
@@ -504,8 +505,8 @@ def test_repeated_action_texts_are_charged_as_written_past_the_servers_cache(r: 
     amounts = list(range(1, 71)) + [3, 70, 1]  # 70 distinct texts, then three seen before the cache restarted
     for n in amounts:
         action = orjson.dumps({"read_only": False, "check": ["tool_calls"], "add": {"tool_calls": n}, "day": day})
-        reply = r.fcall("mh_guard", 3, keys.run_budget_key("repeats"), keys.user_daily_budget_key("u1", day),
-                        keys.ACTIVITY_STREAM, action, 1000, "1")
+        reply = r.fcall("mh_guard", 4, keys.run_budget_key("repeats"), keys.user_daily_budget_key("u1", day),
+                        keys.ACTIVITY_STREAM, keys.run_limits_key("repeats"), action, 1000, "1")
         assert reply == '{"ok":true}', reply
     assert _doc(r, "repeats")["tool_calls"] == sum(amounts)
     guard = Guard(r, SETTINGS, "repeats", "u1", lambda: day)
@@ -650,5 +651,64 @@ def call_release(client: redis.Redis, run_id: str, days: list[str], fence: str =
     from mother.functions import call
 
     return call(client, "mh_release_reservations",
-                [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM, *(keys.user_daily_budget_key("u1", d) for d in days)],
+                [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM, keys.run_limits_key(run_id),
+                 *(keys.user_daily_budget_key("u1", d) for d in days)],
                 [SETTINGS.service.activity_maxlen, "test", fence, *days])
+
+
+def test_an_emergency_stop_holds_the_run_and_a_reset_lets_it_finish(pipeline) -> None:
+    """`budget stop` makes run:{id}.status budget_stopped at once (it stayed running); the phase waits at its next
+    mutating action (read-only tools go on), logging one budget_refused entry for the stop, not one per poll; the
+    reset makes it running again and the run succeeds, both steps in its history."""
+    from tests.test_pipeline import wait_until
+
+    spec = example("cancelled", pipeline=[{"name": "execute", "role": "crawler", "model": "scripted"}],
+                   scripts={"crawler": [{"tool_calls": [{"name": "list_dir", "arguments": {}}], "delay_seconds": 1.0},
+                                        {"text": "done"}]})
+    run_id = pipeline.client.submit(spec)
+    wait_until(lambda: (budget_view(pipeline.redis, run_id) or {}).get("model_calls") == 1, step=0.02)  # in its call
+    emergency_stop(pipeline.redis, run_id, "ops", "look first", 1000)
+    assert pipeline.client.status(run_id).status == "budget_stopped"
+    wait_until(lambda: budget_view(pipeline.redis, run_id)["tool_calls"] == 1)  # the read-only tool ran
+    time.sleep(2.0)  # the worker polls every 0.5 s while it waits for the reset
+    refusals = [e for e in recent(pipeline.redis, 500, run_id=run_id) if e.type == "budget_refused"]
+    assert len(refusals) == 1 and refusals[0].data["code"] == "budget_stopped"
+    assert pipeline.client.status(run_id).status == "budget_stopped"
+    reset_stop(pipeline.redis, run_id, "ops", "looked", 1000)
+    envelope = pipeline.wait(run_id, 30)
+    state = pipeline.client.status(run_id)
+    assert envelope.termination.reason == "success" and envelope.output == "done"
+    assert [h.event for h in state.history if h.event.startswith("budget_")] == ["budget_stopped", "budget_reset"]
+
+
+def test_the_guard_enforces_the_users_daily_limits_mother_set_not_the_documents(r: redis.Redis) -> None:
+    """The user's daily document is written by the guard (workers), so the limits it is checked against come
+    from the run's limits document (Mother's): raising them in the daily document by hand changes nothing."""
+    settings = SETTINGS.model_copy(deep=True)
+    settings.budget.per_user_daily.max_total_tokens = 100
+    guard = _open(r, "daily-1", settings)
+    day = ServerClock(r).today()
+    op = guard.reserve_model_call(max_tokens=60, max_spend_micro_usd=0, cloud=False)
+    guard.settle_model_call(op, input_tokens=50, output_tokens=50, spend=0)
+    r.execute_command("JSON.SET", keys.user_daily_budget_key("u1", day), "$.limits.total_tokens", 10**9)
+    with pytest.raises(BudgetExhausted, match=r"budget_user_daily_token_exceeded \(100/100\)"):
+        guard.reserve_model_call(max_tokens=10, max_spend_micro_usd=0, cloud=False)
+
+
+def test_the_wall_clock_warns_at_its_ratio_and_its_deadline_is_a_recorded_crossing(pipeline) -> None:
+    """A run limited to 2 s that works longer: its budget records budget_wall_clock_warning at the profile's
+    ratio (an activity entry with it) and budget_wall_clock_exceeded with its figures when the deadline ends
+    it `timeout` (neither was ever recorded: the wall clock was checked only by the next charge)."""
+    spec = example("cancelled", pipeline=[{"name": "execute", "role": "crawler", "model": "scripted"}],
+                   limit_overrides={"duration_seconds": 2},
+                   scripts={"crawler": [{"text": "slow", "delay_seconds": 20}]})
+    run_id = pipeline.client.submit(spec)
+    record = pipeline.wait(run_id, 30).termination
+    doc = budget_view(pipeline.redis, run_id)
+    warnings = [e.data for e in recent(pipeline.redis, 200, run_id=run_id) if e.type == "budget_warning"]
+    assert record.reason == "timeout"
+    assert "budget_wall_clock_warning" in doc["warnings_triggered"]
+    assert doc["limits_exceeded"] == ["budget_wall_clock_exceeded"]
+    [crossing] = doc["limit_crossings"]
+    assert (crossing["code"], crossing["max"]) == ("budget_wall_clock_exceeded", 2) and crossing["current"] >= 2
+    assert [w["code"] for w in warnings] == ["budget_wall_clock_warning"] and warnings[0]["ratio"] == 0.8

@@ -282,6 +282,8 @@ def test_budget_cli_stop_show_reset_and_stopped_at_deadline(pipeline: Pipeline, 
     assert stop.returncode == 0, stop.stderr
     shown = run_cli("budget", "show", run_id, env=env)
     assert "budget_stopped)" in shown.stdout and "emergency stop by ops" in shown.stdout
+    status = run_cli("status", run_id, env=env)  # the run's own status says so at once (it said running)
+    assert f"{run_id} ({spec['user_id']}): budget_stopped, phase execute attempt 1" in status.stdout, status.stdout
     record = pipeline.wait(run_id, timeout=30).termination
     assert record.reason == "budget_exhausted"
     assert record.details == "Run still emergency-stopped at its phase deadline (stopped by ops: runaway)"
@@ -290,7 +292,7 @@ def test_budget_cli_stop_show_reset_and_stopped_at_deadline(pipeline: Pipeline, 
     late = run_cli("budget", "override", run_id, "--dimension", "tool_calls", "--delta", "5", "--expires-in", "5m",
                    "--actor", "ops", "--reason", "late", env=env)  # an ended run's limits change nothing
     assert late.returncode == 2 and "the run has ended" in late.stderr
-    assert json.loads(pipeline.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))["overrides"] == []
+    assert json.loads(pipeline.redis.execute_command("JSON.GET", keys.run_limits_key(run_id)))["overrides"] == []
     assert run_cli("budget", "show", "--global", env=env).returncode == 0
 
 

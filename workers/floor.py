@@ -125,8 +125,8 @@ def _dispatch(conn: redis.Redis, queue: Queue, clock: ServerClock, pipe: Any, fi
                                "final_artifacts": result["artifacts"]})
         call(pipe, "mh_terminate", [keys.termination_key(run_id), keys.termination_reason_index_key("success"),
                                     keys.run_key(run_id), keys.result_key(run_id), keys.PHASE_DEADLINES,
-                                    keys.RUN_DEADLINES, keys.run_budget_key(run_id), keys.BENCH_FLOOR_ENDING,
-                                    keys.GLOBAL_BUDGET, keys.ADMISSION_WAITING],
+                                    keys.RUN_DEADLINES, keys.run_limits_key(run_id), keys.BENCH_FLOOR_ENDING,
+                                    keys.GLOBAL_BUDGET, keys.ADMISSION_WAITING, keys.RUN_WARNINGS],
              [record, run_id, orjson.dumps({"run_id": run_id, "status": "success", "termination": None}), at, "success",
               entry])
         pipe.xadd(keys.ACTIVITY_STREAM, {"type": "terminated", "run_id": run_id, "at": at}, maxlen=DEFAULT_MAXLEN,

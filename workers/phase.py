@@ -42,7 +42,7 @@ from mother.functions import call
 from mother.logs import configure_logging, get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
 from mother.signing import SignatureInvalid
-from schemas import MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, RunState, Usage
+from schemas import ACTIVE_STATUSES, MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, RunState, Usage
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness, HookDecision
 from workers.metering import COUNTER_PATHS, Meter, parse_counters
@@ -144,7 +144,8 @@ def watch_worker(worker_pid: int) -> None:
 
 def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
     raw = rt.redis.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS)
-    return parse_position(raw) == ("running", index, attempt)
+    position = parse_position(raw)
+    return position is not None and position[0] in ACTIVE_STATUSES and position[1:] == (index, attempt)
 
 
 FirstRead = tuple[RunState | None, Any, Any]  # the run, its counters (raw), the phase's context (raw or checked)

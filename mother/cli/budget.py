@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mother import keys
-from mother.budget import CODES, USER_CODES, budget_doc, emergency_stop, override, reset_stop
+from mother.budget import CODES, USER_CODES, budget_doc, budget_view, emergency_stop, override, reset_stop
 from mother.cli._common import console, fail, handle_errors, redis_client, settings
 from mother.errors import NotFound
 from mother.runtime import Runtime
@@ -80,9 +80,9 @@ def show(
         console.print(_table(key, doc, USER_CODES, doc.get("limits") or {}))
         return
     assert run_id is not None
-    doc = budget_doc(client, keys.run_budget_key(run_id))
+    doc = budget_view(client, run_id)
     if doc is None:
-        raise NotFound(f"no budget for run {run_id!r}; is the run id right?")
+        raise NotFound(f"no budget for run {run_id!r}; is the run id right? (a run waiting for a slot has none yet)")
     title = f"{keys.run_budget_key(run_id)} ({doc['profile']}, status {doc['status']})"
     console.print(_table(title, doc, CODES, _effective(doc)))
     for o in doc.get("overrides") or []:

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from mother import keys
 from mother.activity import recent
+from mother.budget import budget_view
 from mother.cli._common import console, ctrl_c_held, err_console, fail, handle_errors, settings
 from mother.client import MotherClient, check_timeout, load_spec_file, load_spec_text
 from mother.errors import NotFound
@@ -157,9 +158,9 @@ def inspect_run(client: MotherClient, run_id: str) -> dict[str, Any]:
     state = client.status(run_id)
     r = client.redis
     out: dict[str, Any] = {"run": state.to_dict()}
-    for name, key in (("termination", keys.termination_key(run_id)), ("budget", keys.run_budget_key(run_id))):
-        raw = r.execute_command("JSON.GET", key)
-        out[name] = orjson.loads(raw) if raw else None
+    raw = r.execute_command("JSON.GET", keys.termination_key(run_id))
+    out["termination"] = orjson.loads(raw) if raw else None
+    out["budget"] = budget_view(r, run_id)
     out["artifacts"] = []
     for artifact_id in state.artifacts:
         raw = r.execute_command("JSON.GET", keys.artifact_meta_key(artifact_id))

@@ -24,10 +24,8 @@ end
 
 -- a crossed hard limit: its code into limits_exceeded (the spec's string[], in crossing order) and
 -- its figures into limit_crossings (same order); once per code
-local array_writes = 0  -- appends to a document's lists so far: a call that made any keeps no document (keep_doc)
 local function exceeded(key, doc, code, used, limit, at)
   if contains(doc.limits_exceeded, code) then return end
-  array_writes = array_writes + 1
   local entry = {code = code, current = used, max = limit, at = at}
   redis.call('JSON.ARRAPPEND', key, '$.limits_exceeded', cjson.encode(code))
   redis.call('JSON.ARRAPPEND', key, '$.limit_crossings', cjson.encode(entry))
@@ -58,17 +56,18 @@ local function activity(key, maxlen, fields)
 end
 
 -- record warnings / crossings of a doc's dimensions after a charge; ``scope`` ('run' or 'user')
--- names the reason codes, which are only looked up when a threshold is reached
-local function thresholds(key, doc, dims, now, at, scope, act)
-  local ratio = doc.warning_ratio or 0.8
+-- names the reason codes, which are only looked up when a threshold is reached. The limits, their
+-- overrides and the warning ratio come from ``bounds`` (a run's limits document, or the user's daily
+-- limits as Mother set them), never from the counters' own document, which workers may write.
+local function thresholds(key, doc, dims, now, at, scope, act, bounds)
+  local ratio = bounds.warning_ratio or 0.8
   for dim, _ in pairs(dims) do
-    local limit = effective(doc, dim, now)
+    local limit = effective(bounds, dim, now)
     local used = doc[dim]
     if limit and used and used >= ratio * limit then
       local code = code_of(scope, dim)
       local warning = string.gsub(code, '_exceeded$', '_warning')
       if not contains(doc.warnings_triggered, warning) then
-        array_writes = array_writes + 1
         redis.call('JSON.ARRAPPEND', key, '$.warnings_triggered', cjson.encode(warning))
         doc.warnings_triggered = doc.warnings_triggered or {}
         table.insert(doc.warnings_triggered, warning)
@@ -119,92 +118,6 @@ local function reserve(fields, target, dims, sign)
   end
 end
 
--- The run document kept from the call before. Decoding it costs a tool charge a large share of its server
--- work, and a charge changes only a few top-level numbers and a time stamp: the call that makes such a merge
--- keeps its table with the text the merge leaves, as that text's fixed pieces and the value texts between
--- them (keep_doc). The next call reads the document; when its text is exactly those pieces and values, it
--- takes the table instead of decoding, and a charge that writes only those values again keeps the same
--- pieces with its new values, building no string. Any other write (mh_budget_state, mh_override, a hand
--- edit, the run's end, a list append) leaves another text: that call decodes. The table is a pure function
--- of the text, so what the guard decides never depends on the keeping.
-local kept, kept_count = {}, 0
-local KEEP_MAX = 256
-
--- whether ``raw`` is exactly k's text: pieces[1] values[1] pieces[2] ... pieces[n+1], each found where the
--- one before ends (a plain find that matches at its start position compares once)
-local function is_kept_text(raw, k)
-  local pieces, values, pos = k.pieces, k.values, 1
-  for i = 1, #values do
-    if string.find(raw, pieces[i], pos, true) ~= pos then return false end
-    pos = pos + #pieces[i]
-    if string.find(raw, values[i], pos, true) ~= pos then return false end
-    pos = pos + #values[i]
-  end
-  local last = pieces[#values + 1]
-  return pos + #last == #raw + 1 and string.find(raw, last, pos, true) == pos
-end
-
--- the run document, its text and its kept pieces (nil when it was decoded); the caller owns the table
--- and the pieces (they leave the keeping)
-local function run_doc(key)
-  local raw = redis.call('JSON.GET', key)
-  local k = kept[key]
-  if k then kept[key], kept_count = nil, kept_count - 1 end
-  if not raw then return nil end
-  if k and is_kept_text(raw, k) then return k.doc, raw, k end
-  return cjson.decode(raw), raw, nil
-end
-
--- ``raw`` split around the values of the top-level members named in ``fields`` (name -> value text) that hold
--- a number or a plain string: each is found as ,"name": or {"name": before the text's first nested object or
--- array, where it can only be the top-level member itself (inside a string every quote is escaped). Returns
--- {pieces, values (their texts in raw), index (name -> position)}, or nil when a member is not found so.
-local function by_position(x, y) return x[1] < y[1] end
-
-local function split_text(raw, fields)
-  local nested = math.min(string.find(raw, '{', 2, true) or #raw, string.find(raw, '[', 2, true) or #raw)
-  local spans, n = {}, 0
-  for name, _ in pairs(fields) do
-    local s, e = string.find(raw, '"' .. name .. '":', 2, true)
-    if s == nil or e >= nested then return nil end
-    local before = string.byte(raw, s - 1)
-    if before ~= 44 and before ~= 123 then return nil end  -- ',' or '{'
-    local _, last = string.find(raw, '^%-?[%d%.eE+-]+', e + 1)
-    if last == nil then _, last = string.find(raw, '^"[^"\\]*"', e + 1) end
-    if last == nil or last >= nested then return nil end
-    local after = string.byte(raw, last + 1)
-    if after ~= 44 and after ~= 125 then return nil end  -- ',' or '}'
-    n = n + 1
-    spans[n] = {e, last, name}
-  end
-  table.sort(spans, by_position)
-  local k, from = {pieces = {}, values = {}, index = {}}, 1
-  for i, span in ipairs(spans) do
-    k.pieces[i] = string.sub(raw, from, span[1])
-    k.values[i] = string.sub(raw, span[1] + 1, span[2])
-    k.index[span[3]] = i
-    from = span[2] + 1
-  end
-  k.pieces[n + 1] = string.sub(raw, from)
-  return k
-end
-
--- keep ``doc``, the table of ``raw`` with this call's merge of ``fields`` (name -> value text) already in
--- it. ``k``: the pieces ``raw`` was read through, or nil; they serve again when the merge writes only
--- members they leave open, else ``raw`` is split around this merge's members.
-local function keep_doc(key, raw, fields, doc, k)
-  for name, value in pairs(fields) do
-    if type(value) ~= 'string' then return end  -- a nested write (reserved, reservations): not kept
-    if k and k.index[name] == nil then k = nil end
-  end
-  k = k or split_text(raw, fields)
-  if k == nil then return end
-  for name, value in pairs(fields) do k.values[k.index[name]] = value end
-  k.doc = doc
-  if kept_count >= KEEP_MAX then kept, kept_count = {}, 0 end
-  kept[key], kept_count = k, kept_count + 1
-end
-
 -- the user's daily document, created on first use with the limits the caller passes
 local function ensure_user(key, a, day, at)
   local user = get_doc(key)
@@ -225,6 +138,25 @@ local function refuse(key, doc, code, used, limit, at, act)
   activity(act.key, act.maxlen, {type = 'budget_refused', at = at, run_id = act.run_id,
     data = {code = code, current = used or 0, max = limit or 0}})
   return cjson.encode({ok = false, code = code, current = used, max = limit})
+end
+
+-- an emergency stop's refusal: logged once per stop (the stop's time is kept in the counters' stop_refused),
+-- not at every poll of a worker that waits for the reset
+local function refuse_stopped(key, doc, ctl, at, act)
+  local stop_at = type(ctl.stop) == 'table' and ctl.stop.at or ''
+  if doc.stop_refused ~= stop_at then
+    redis.call('JSON.SET', key, '$.stop_refused', cjson.encode(stop_at))
+    activity(act.key, act.maxlen, {type = 'budget_refused', at = at, run_id = act.run_id,
+      data = {code = 'budget_stopped', current = 0, max = 0, stopped_at = stop_at}})
+  end
+  return cjson.encode({ok = false, code = 'budget_stopped'})
+end
+
+-- what a user's daily document is made with and checked against, as Mother set it in the run's limits
+local function user_bounds(ctl)
+  return {user_id = ctl.user_id, user_limits = ctl.user_limits or {}, user_ttl_s = ctl.user_ttl_s,
+          user_warning_ratio = ctl.user_warning_ratio, limits = ctl.user_limits or {},
+          warning_ratio = ctl.user_warning_ratio}
 end
 
 -- Actions the caller marks as repeating (ARGV[3] == '1': the same text on every call, like a tool charge)
@@ -270,12 +202,14 @@ local function fenced(fence, tag)  -- whether attempt ``tag`` is at or before ``
 end
 
 -- mh_guard: check and charge one action against the run's and the user's daily budget.
--- KEYS: 1 budget:run:{id}, 2 budget:user:{user}:daily:{day}, 3 activity
+-- KEYS: 1 budget:run:{id} (the run's counters), 2 budget:user:{user}:daily:{day}, 3 activity,
+--       4 limits:run:{id} (what is enforced: limits, overrides, warning ratio, status and stop, fence, start
+--       time, the user's daily limits; written by Mother and operators only: a worker cannot raise a limit)
 -- ARGV: 1 action JSON: {day, read_only, check[dims], user_check[dims], add{dim:n}, user_add{dim:n},
---        reserve{op, dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}}, and for user actions user_id,
---        user_limits, user_ttl_s, user_warning_ratio, and for a phase attempt's own actions its attempt
---        'index:attempt'}, 2 activity maxlen, 3 '1' when the action's text repeats call after call (its
---        decoding is kept), else absent
+--        reserve{op, dims{dim:n}, user_dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}},
+--        clock ('tick': the wall clock's warning and crossing are recorded; 'deadline': the run's deadline
+--        passed, its crossing is recorded), and for a phase attempt's own actions its attempt 'index:attempt'},
+--       2 activity maxlen, 3 '1' when the action's text repeats call after call (its decoding is kept), else absent
 -- Returns JSON: {ok=true, ...} | {ok=false, code, current, max} | {retry_day=<server day>}
 -- An action of an attempt at or before the run's fence (set when Mother gave back what a failed or lost
 -- attempt held, before retrying it) is refused with code phase_stale: a horse that outlived its attempt
@@ -284,28 +218,30 @@ local function mh_guard(keys, args)
   local a, act, now, at, retry = begin(args, keys[3])
   if retry then return retry end
   local day = a.day
-  local doc, raw, pieces = run_doc(keys[1])
-  if not doc then return cjson.encode({ok = false, code = 'no_budget'}) end
+  local ctl = get_doc(keys[4])
+  local doc = get_doc(keys[1])
+  if not doc or not ctl then return cjson.encode({ok = false, code = 'no_budget'}) end
   if a.attempt ~= nil and not attempt_order(a.attempt) then
     return cjson.encode({ok = false, code = 'invalid_action', error = "attempt must be 'index:attempt'"})
   end
-  if a.attempt and doc.fence and not a.settle and fenced(doc.fence, a.attempt) then
-    return cjson.encode({ok = false, code = 'phase_stale', fence = doc.fence})
+  if a.attempt and ctl.fence and not a.settle and fenced(ctl.fence, a.attempt) then
+    return cjson.encode({ok = false, code = 'phase_stale', fence = ctl.fence})
   end
-  act.run_id = doc.run_id  -- the run its activity entries name, for the user's document too
+  act.run_id = ctl.run_id  -- the run its activity entries name, for the user's document too
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
   local needs_user = a.user_check or a.user_add or (settling and (settling.user_dims or a.settle.user_add))
     or (a.reserve and a.reserve.user_dims)  -- a released reservation's late settle still charges the user
-  local user = needs_user and ensure_user(keys[2], a, day, at) or nil
-  if doc.status == 'closed' and not settling then return cjson.encode({ok = false, code = 'run_terminated'}) end
-  if doc.status == 'budget_stopped' and not a.read_only and not settling then
-    return refuse(keys[1], nil, 'budget_stopped', nil, nil, at, act)
+  local ub = user_bounds(ctl)
+  local user = needs_user and ensure_user(keys[2], ub, day, at) or nil
+  if ctl.status == 'closed' and not settling then return cjson.encode({ok = false, code = 'run_terminated'}) end
+  if ctl.status == 'budget_stopped' and not a.read_only and not settling then
+    return refuse_stopped(keys[1], doc, ctl, at, act)
   end
   local stored_duration = doc.duration_sec
-  doc.duration_sec = math.floor((now - doc.started_ms) / 1000)
+  doc.duration_sec = math.floor((now - ctl.started_ms) / 1000)
+  local wall = effective(ctl, 'duration_sec', now)
   -- checks: a dimension the action consumes must be below its (effective) limit
   if not a.read_only and not settling then
-    local wall = effective(doc, 'duration_sec', now)
     if wall and doc.duration_sec >= wall then
       return refuse(keys[1], doc, code_of('run', 'duration_sec'), doc.duration_sec, wall, at, act)
     end
@@ -313,14 +249,14 @@ local function mh_guard(keys, args)
   if a.check then
     local reserved = doc.reserved or {}
     for _, dim in ipairs(a.check) do
-      local limit = effective(doc, dim, now)
+      local limit = effective(ctl, dim, now)
       local used = (doc[dim] or 0) + (reserved[dim] or 0)
       if limit and used >= limit then return refuse(keys[1], doc, code_of('run', dim), doc[dim] or 0, limit, at, act) end
     end
   end
   if user and a.user_check then
     for _, dim in ipairs(a.user_check) do
-      local limit = (user.limits or {})[dim]
+      local limit = ub.limits[dim]
       local used = (user[dim] or 0) + ((user.reserved or {})[dim] or 0)
       if limit and used >= limit then return refuse(keys[2], user, code_of('user', dim), user[dim] or 0, limit, at, act) end
     end
@@ -347,6 +283,7 @@ local function mh_guard(keys, args)
     run_w.reservations = {[a.reserve.op] = cjson.encode({dims = a.reserve.dims, user_dims = a.reserve.user_dims, at = at,
       attempt = a.attempt})}
   end
+  if a.clock then touched.duration_sec = true end
   if doc.duration_sec ~= stored_duration then run_w.duration_sec = int_text(doc.duration_sec) end
   local stamp = '"' .. at .. '"'  -- an ISO text: nothing in it needs escaping
   run_w.last_updated = stamp
@@ -356,10 +293,11 @@ local function mh_guard(keys, args)
     user_w.last_updated = stamp
     merge(keys[2], user_w)
   end
-  local appended = array_writes
-  thresholds(keys[1], doc, touched, now, at, 'run', act)
-  if array_writes == appended then keep_doc(keys[1], raw, run_w, doc, pieces) end
-  if user then thresholds(keys[2], user, user_touched, now, at, 'user', act) end
+  if a.clock == 'deadline' and wall then  -- the deadline passed: crossed, whatever whole seconds say
+    exceeded(keys[1], doc, code_of('run', 'duration_sec'), math.max(doc.duration_sec, wall), wall, at)
+  end
+  thresholds(keys[1], doc, touched, now, at, 'run', act, ctl)
+  if user then thresholds(keys[2], user, user_touched, now, at, 'user', act, ub) end
   if a.settle then  -- the run's counters after the charge: the next turn's limit check needs no read
     return cjson.encode({ok = true, counters = {model_calls = doc.model_calls, input_tokens = doc.input_tokens,
       output_tokens = doc.output_tokens, spend_micro_usd = doc.spend_micro_usd, duration_sec = doc.duration_sec}})
@@ -372,10 +310,11 @@ end
 -- run's ``reserved``, its user_dims the ``reserved`` of the user's document of the day it was made, and the
 -- reservation becomes a tombstone {at, released=<time>} (no dims): a settle that still comes (a horse that outlived its
 -- attempt) charges what the call used, once, and takes the tombstone away.
--- KEYS: 1 budget:run:{id}, 2 activity, 3.. budget:user:{user}:daily:{day} for the days in ARGV 4..
+-- KEYS: 1 budget:run:{id}, 2 activity, 3 limits:run:{id} (the fence), 4.. budget:user:{user}:daily:{day} for
+--       the days in ARGV 4..
 -- ARGV: 1 activity maxlen, 2 why (for the activity entry), 3 the fence: the attempt 'index:attempt' given
 --       up on (its actions and earlier ones' are refused from now on: mh_guard), or '' for none, 4.. the
---       days (YYYY-MM-DD) of KEYS 3..
+--       days (YYYY-MM-DD) of KEYS 4..
 -- A reservation whose day is not passed is left as it is. Returns JSON {released=n, left=n}.
 local function give_back(fields, target, dims)  -- reserve(fields, target, dims, -1), never below nothing
   reserve(fields, target, dims, -1)
@@ -385,17 +324,22 @@ local function give_back(fields, target, dims)  -- reserve(fields, target, dims,
 end
 
 local function mh_release_reservations(keys, args)
-  local doc = run_doc(keys[1])
+  local doc = get_doc(keys[1])
   if not doc then return cjson.encode({released = 0, left = 0}) end
   local fence = args[3]
   if fence ~= '' and not attempt_order(fence) then
     return redis.error_reply("ERR the fence must be 'index:attempt' or empty, got " .. fence)
   end
+  if fence ~= '' and redis.call('EXISTS', keys[3]) == 1 then
+    local current = cjson.decode(redis.call('JSON.GET', keys[3], '$.fence'))[1]
+    if type(current) ~= 'string' or not fenced(current, fence) then  -- never moved back
+      redis.call('JSON.SET', keys[3], '$.fence', cjson.encode(fence))
+    end
+  end
   local users = {}  -- day -> {key, doc (false: none), w}
-  for i = 3, #keys do users[args[i + 1]] = {key = keys[i]} end
+  for i = 4, #keys do users[args[i]] = {key = keys[i]} end
   local at = iso(now_ms())
   local run_w, released, left, tokens = {reservations = {}}, 0, 0, 0
-  if fence ~= '' and not fenced(doc.fence, fence) then run_w.fence = '"' .. fence .. '"' end  -- never moved back
   for op, r in pairs(doc.reservations or {}) do
     if type(r) == 'table' and r.dims then  -- a tombstone has no dims: nothing is held by it
       local u = users[string.sub(r.at or '', 1, 10)]  -- a reservation's at is server time, as the day key's day
@@ -416,10 +360,7 @@ local function mh_release_reservations(keys, args)
       end
     end
   end
-  if released == 0 then
-    if run_w.fence then merge(keys[1], {fence = run_w.fence}) end
-    return cjson.encode({released = 0, left = left})
-  end
+  if released == 0 then return cjson.encode({released = 0, left = left}) end
   run_w.last_updated = '"' .. at .. '"'
   merge(keys[1], run_w)
   for _, u in pairs(users) do
@@ -433,39 +374,49 @@ local function mh_release_reservations(keys, args)
   return cjson.encode({released = released, left = left})
 end
 
--- mh_budget_state: set a run budget's status (budget_stopped / active / closed) with an event.
--- KEYS: 1 budget:run:{id}, 2 activity.  ARGV: 1 status, 2 event JSON (actor, reason), 3 maxlen, 4 event type
+-- mh_budget_state: set a run's budget status (budget_stopped / active) with an event, and the run's own status
+-- with it at once: a running run becomes budget_stopped, and running again at the reset.
+-- KEYS: 1 limits:run:{id}, 2 activity, 3 run:{id}, 4 budget:run:{id} (its counters, for the event)
+-- ARGV: 1 status, 2 event JSON (actor, reason), 3 maxlen, 4 event type
 -- Returns the stop event JSON (a repeated stop: the standing one, with already=true), or an error text
 -- prefixed 'ERR' (a reset of a run that is not stopped, a change to an ended run).
 local function mh_budget_state(keys, args)
-  local doc = get_doc(keys[1])
-  if not doc then return 'ERR no budget for this run' end
-  if doc.status == 'closed' and args[1] ~= 'closed' then return 'ERR the run has ended' end
-  if args[1] == 'budget_stopped' and doc.status == 'budget_stopped' and type(doc.stop) == 'table' then
-    doc.stop.already = true  -- a second stop changes nothing: the first one's record stands
-    return cjson.encode(doc.stop)
+  local ctl = get_doc(keys[1])
+  if not ctl then return 'ERR no budget for this run (it has not started, or the run id is wrong)' end
+  if ctl.status == 'closed' then return 'ERR the run has ended' end
+  if args[1] == 'budget_stopped' and ctl.status == 'budget_stopped' and type(ctl.stop) == 'table' then
+    ctl.stop.already = true  -- a second stop changes nothing: the first one's record stands
+    return cjson.encode(ctl.stop)
   end
-  if args[1] == 'active' and doc.status ~= 'budget_stopped' then
-    return 'ERR the run is not emergency-stopped (its budget is ' .. tostring(doc.status) .. '); nothing to reset'
+  if args[1] == 'active' and ctl.status ~= 'budget_stopped' then
+    return 'ERR the run is not emergency-stopped (its budget is ' .. tostring(ctl.status) .. '); nothing to reset'
   end
-  local at = iso(now_ms())
+  local now = now_ms()
+  local at = iso(now)
   local ev = cjson.decode(args[2])
   ev.at = at
+  local doc = get_doc(keys[4]) or {}
   ev.counters = {cloud_calls = doc.cloud_calls, total_tokens = doc.total_tokens, tool_calls = doc.tool_calls,
-    model_calls = doc.model_calls, spend_micro_usd = doc.spend_micro_usd, duration_sec = doc.duration_sec,
-    spawns = doc.spawns}
-  redis.call('JSON.SET', keys[1], '$.status', cjson.encode(args[1]))
-  if args[1] == 'budget_stopped' then redis.call('JSON.SET', keys[1], '$.stop', cjson.encode(ev)) end
-  if args[1] == 'active' then redis.call('JSON.SET', keys[1], '$.stop', 'null') end
-  redis.call('JSON.SET', keys[1], '$.last_updated', cjson.encode(at))
+    model_calls = doc.model_calls, spend_micro_usd = doc.spend_micro_usd,
+    duration_sec = math.floor((now - (ctl.started_ms or now)) / 1000), spawns = doc.spawns}
+  redis.call('JSON.MERGE', keys[1], '$', cjson.encode({status = args[1], last_updated = at}))
+  redis.call('JSON.SET', keys[1], '$.stop', args[1] == 'budget_stopped' and cjson.encode(ev) or 'null')
+  local from, to = 'running', 'budget_stopped'
+  if args[1] == 'active' then from, to = 'budget_stopped', 'running' end
+  local run_status = redis.call('EXISTS', keys[3]) == 1 and cjson.decode(redis.call('JSON.GET', keys[3], '$.status'))[1]
+  if run_status == from then
+    redis.call('JSON.MERGE', keys[3], '$', cjson.encode({status = to, updated_at = at}))
+    redis.call('JSON.ARRAPPEND', keys[3], '$.history', cjson.encode({at = at, event = args[4],
+      detail = string.sub(tostring(ev.actor) .. ': ' .. tostring(ev.reason), 1, 4000)}))
+  end
   if args[4] ~= '' then
-    activity(keys[2], tonumber(args[3]), {type = args[4], at = at, run_id = doc.run_id, data = ev})
+    activity(keys[2], tonumber(args[3]), {type = args[4], at = at, run_id = ctl.run_id, data = ev})
   end
   return cjson.encode(ev)
 end
 
 -- mh_override: add a time-boxed limit delta, never above 2x the profile default.
--- KEYS: 1 budget:run:{id}, 2 activity.  ARGV: 1 override JSON {dimension, delta, actor, reason, expires_in_ms}, 2 maxlen
+-- KEYS: 1 limits:run:{id}, 2 activity.  ARGV: 1 override JSON {dimension, delta, actor, reason, expires_in_ms}, 2 maxlen
 local function mh_override(keys, args)
   local doc = get_doc(keys[1])
   if not doc then return 'ERR no budget for this run' end
@@ -540,12 +491,12 @@ local function mh_admit(keys, args)
     end
   end
   local user = ensure_user(keys[2], a, day, at)
-  if user.runs >= user.limits.runs then
-    return refuse(keys[2], user, code_of('user', 'runs'), user.runs, user.limits.runs, at, act)
+  if user.runs >= a.user_limits.runs then  -- Mother's limit, not what the document (workers may write it) says
+    return refuse(keys[2], user, code_of('user', 'runs'), user.runs, a.user_limits.runs, at, act)
   end
   user.runs = user.runs + 1
   merge(keys[2], {runs = int_text(user.runs), last_updated = cjson.encode(at)})
-  thresholds(keys[2], user, {runs = true}, now, at, 'user', act)
+  thresholds(keys[2], user, {runs = true}, now, at, 'user', act, {limits = a.user_limits, warning_ratio = a.user_warning_ratio})
   if redis.call('EXISTS', keys[1]) == 0 then
     redis.call('JSON.SET', keys[1], '$', cjson.encode({concurrent_runs = concurrent, queue_depth = 0, redis_memory_mb = 0, docling_jobs = 0}))
   end

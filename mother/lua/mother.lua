@@ -43,8 +43,10 @@ local function mh_transition(keys, args)
     for i, artifact in ipairs(artifacts) do values[i] = cjson.encode(artifact) end
     redis.call('JSON.ARRAPPEND', keys[1], '$.artifacts', unpack(values))
   end
-  -- the position fields in one JSON.MERGE (a path per field costs a command each)
-  redis.call('JSON.MERGE', keys[1], '$', '{"status":"running","phase_index":' .. int_text(tonumber(args[4]))
+  -- the position fields in one JSON.MERGE (a path per field costs a command each); an emergency stop stays in
+  -- force across the move (its phase waits at its first mutating action)
+  local moved = status == 'budget_stopped' and 'budget_stopped' or 'running'
+  redis.call('JSON.MERGE', keys[1], '$', '{"status":"' .. moved .. '","phase_index":' .. int_text(tonumber(args[4]))
     .. ',"attempt":' .. int_text(tonumber(args[5])) .. ',"phase":' .. cjson.encode(args[6])
     .. ',"updated_at":' .. cjson.encode(args[9]) .. '}')
   redis.call('JSON.ARRAPPEND', keys[1], '$.history', args[10])
@@ -61,10 +63,10 @@ end
 
 -- mh_terminate: the only writer of termination:{run_id}. Write-once (JSON.SET NX).
 -- KEYS: 1 termination:{id}, 2 terminations:reason:{reason}, 3 run:{id}, 4 result:{id},
---       5 phase deadlines zset, 6 run deadlines zset, 7 budget:run:{id} (closed: no new charges),
+--       5 phase deadlines zset, 6 run deadlines zset, 7 limits:run:{id} (closed: no new charges),
 --       8 mother:ending (the run joins it: its end is applied by mh_ended, once), 9 budget:global (its
 --       concurrent_runs gauge is set from the run deadlines at once), 10 admission:waiting (a run waiting
---       for a slot leaves the queue)
+--       for a slot leaves the queue), 11 the run wall-clock warnings zset
 -- ARGV: 1 TerminationRecord JSON, 2 run_id, 3 ResultEnvelope JSON (termination null),
 --       4 timestamp (ISO), 5 reason, 6 history entry JSON
 -- Returns {1, record} when this call won, {0, first record} otherwise.
@@ -93,6 +95,7 @@ local function mh_terminate(keys, args)
     redis.call('JSON.SET', keys[9], '$.concurrent_runs', redis.call('ZCARD', keys[6]))
   end
   redis.call('ZREM', keys[10], args[2])
+  redis.call('ZREM', keys[11], args[2])
   return {1, args[1]}
 end
 
