@@ -33,8 +33,8 @@ __all__ = ["MotherClient", "load_spec_file", "parse_run_record", "parse_spec", "
 
 INTAKE_NOTICE_SECONDS = 3.0  # wait() says when Mother has not taken a run in after this long
 QUEUE_NOTICE_SECONDS = 10.0  # ... and when a phase attempt's job has sat queued, no worker starting it, this long
-EVENT_CANCEL = "cancel"
-EVENT_PHASE_RESULT = "phase_result"
+COMMAND_CANCEL = "cancel"  # on mother:commands: what people ask of Mother
+EVENT_PHASE_RESULT = "phase_result"  # on mother:events: what workers report
 
 
 def parse_spec(spec: RunSpec | dict[str, Any] | str | bytes) -> RunSpec:
@@ -347,11 +347,12 @@ class MotherClient:
         if state.status == "terminated":
             return state
         rate_check(self.redis, self.settings, state.user_id)
-        self.send_event(EVENT_CANCEL, {"run_id": run_id, **audit})
+        self.send_command(COMMAND_CANCEL, {"run_id": run_id, **audit})
         return state
 
-    def send_event(self, event_type: str, payload: dict[str, Any]) -> str:
-        return self.redis.xadd(keys.EVENTS_STREAM, {"type": event_type, "payload": orjson.dumps(payload)})
+    def send_command(self, kind: str, payload: dict[str, Any]) -> str:
+        """Append a command for Mother to ``mother:commands`` (a stream the workers' ACL user cannot write)."""
+        return self.redis.xadd(keys.COMMANDS_STREAM, {"type": kind, "payload": orjson.dumps(payload)})
 
     def runs(self, *, reason: str | None = None, user: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         """Newest runs first: run_id, user, status, phase, reason, details, suggested_action. A run whose

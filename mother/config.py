@@ -20,7 +20,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator,
+                      model_validator)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -107,6 +108,10 @@ class WorkerSettings(_Section):
     max_model_calls_per_phase: int = Field(50, ge=1, le=10_000)
     job_timeout_margin_seconds: int = Field(30, ge=0, le=3600)
     max_tool_output_chars: int = Field(100_000, ge=100, le=1_000_000)
+    allowed_jobs: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")]] = Field(
+        default_factory=list, description="job functions ('package.module.function') workers run besides the project's "
+                                          "own; any other job is refused unrun (anyone who can enqueue an RQ job "
+                                          "could otherwise run any function on every worker host)")
 
 
 class ProfileLimits(_Section):

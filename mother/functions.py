@@ -10,6 +10,7 @@ function set) loads it again and retries once.
 
 from __future__ import annotations
 
+import time
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -18,8 +19,12 @@ import orjson
 import redis
 
 from mother import keys
+from mother.errors import ConfigError
 
-__all__ = ["call", "ensure_loaded", "fcall_command", "follow_ups", "load_functions", "send", "server_now_ms"]
+__all__ = ["FUNCTIONS_PROBE", "call", "ensure_loaded", "fcall_command", "follow_ups", "load_functions", "send", "server_now_ms"]
+
+FUNCTIONS_PROBE = "mh_now"  # a function that writes nothing and ignores its keys: FCALL of it tests an ACL's keys
+
 
 def _read(file: str) -> str:
     return resources.files("mother").joinpath(f"lua/{file}").read_text(encoding="utf-8")
@@ -109,14 +114,31 @@ def server_now_ms(client: redis.Redis) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def ensure_loaded(client: redis.Redis) -> None:
-    """Load each library unless the server already has exactly this code."""
+def ensure_loaded(client: redis.Redis, *, wait_seconds: float = 0.0, log: Any = None) -> None:
+    """Load each library unless the server already has exactly this code. A user whose ACL may not load
+    functions (the workers') waits up to ``wait_seconds`` for a Mother to load them (they start together),
+    then fails naming the fix."""
+    deadline = time.monotonic() + wait_seconds
     for name, source in libraries().items():
-        listed = client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", name, "WITHCODE")
-        codes = []
-        for lib in listed or []:
-            entry = lib if isinstance(lib, dict) else dict(zip(lib[::2], lib[1::2]))
-            code = entry.get("library_code") or entry.get(b"library_code")
-            codes.append(code.decode() if isinstance(code, bytes) else code)
-        if source not in codes:
-            client.execute_command("FUNCTION", "LOAD", "REPLACE", source)
+        while source not in _loaded_codes(client, name):
+            try:
+                client.execute_command("FUNCTION", "LOAD", "REPLACE", source)
+            except redis.exceptions.NoPermissionError:
+                if time.monotonic() >= deadline:
+                    raise ConfigError(
+                        f"the server functions ({name}) are not loaded, or another version of them is, and this ACL "
+                        "user may not load them: start Mother (its user loads them), or run the same version "
+                        "of Mother-Harness everywhere") from None
+                if log is not None:
+                    log.info("waiting_for_server_functions", library=name, why="this ACL user may not load them")
+                time.sleep(0.5)
+
+
+def _loaded_codes(client: redis.Redis, name: str) -> list[str]:
+    """The code of each library named ``name`` on the server (none or one)."""
+    codes = []
+    for lib in client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", name, "WITHCODE") or []:
+        entry = lib if isinstance(lib, dict) else dict(zip(lib[::2], lib[1::2]))
+        code = entry.get("library_code") or entry.get(b"library_code")
+        codes.append(code.decode() if isinstance(code, bytes) else code)
+    return codes

@@ -24,9 +24,6 @@ __all__ = [
     "COMMANDS_STREAM",
     "MOTHER_CONFIG",
     "RUN_CLAIMS",
-    "BENCH_FLOOR_ENDING",
-    "BENCH_FLOOR_STREAM",
-    "BENCH_HOPS_STREAM",
     "DEAD_LETTER_STREAM",
     "BUDGET_LIBRARY",
     "LEDGER_LIBRARY",
@@ -66,6 +63,7 @@ __all__ = [
     "ledger_key",
     "library_policy_key",
     "heartbeat_member",
+    "member_of_job",
     "parse_heartbeat_member",
     "phase_job_id",
     "rate_limit_key",
@@ -114,9 +112,6 @@ MOTHER_CONFIG = "mother:config"  # JSON: the leading Mother's effective limits, 
 FUNCTIONS_LIBRARY = "mother"  # names of the Redis Functions libraries (not keys)
 BUDGET_LIBRARY = "mother_budget"
 LEDGER_LIBRARY = "mother_ledger"
-BENCH_HOPS_STREAM = "mother:bench:hops"  # scripts/bench_pipeline.py: the bare-hop jobs report here to its relay
-BENCH_FLOOR_STREAM = "mother:bench:floor"  # scripts/bench_pipeline.py: the floor's phases report here to its dispatcher
-BENCH_FLOOR_ENDING = "mother:bench:floor:ending"  # the floor's ended runs (mh_terminate's mother:ending: Mother's own stays clear)
 PROBE_KEY = "mother:probe"  # never written: JSON.TYPE of it tells whether RedisJSON is loaded
 
 
@@ -198,6 +193,15 @@ def leader_prefix(pid: int) -> str:
 def heartbeat_member(run_id: str, phase_index: int, attempt: int) -> str:
     """A phase attempt's member in the HEARTBEATS zset (not a key; ids hold no spaces)."""
     return f"{check_id(run_id, 'run_id')} {int(phase_index)} {int(attempt)}"
+
+
+def member_of_job(args: object) -> str | None:
+    """The heartbeat member a phase job's arguments (run_id, phase_index, attempt) name; None when they are
+    not that (a malformed or forged job)."""
+    try:
+        return heartbeat_member(*args)  # type: ignore[misc]
+    except (InvalidSpec, TypeError, ValueError):
+        return None
 
 
 def parse_heartbeat_member(member: str) -> tuple[str, int, int]:

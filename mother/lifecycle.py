@@ -27,7 +27,8 @@ from mother.functions import call, follow_ups
 from mother.ledger import OWN_SPEND_PATH, to_usd
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
-from mother.runtime import Runtime
+from mother.runtime import POSITION_PATHS, Runtime
+from mother.security import digest, mint_token, record_violation
 from mother.termination import build_record, terminate, terminated
 from schemas import ACTIVE_STATUSES, HistoryEntry, PhaseResult, ResultEnvelope, RunSpec, RunState, TerminationReason, TerminationRecord
 
@@ -88,18 +89,21 @@ def transition(
 
 
 def transition_and_load(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to: tuple[int, int],
-                        event: str, detail: str = "", result: PhaseResult | None = None) -> RunState | None:
-    """:func:`transition`, and the run as it is after it, in one round trip; None if ``frm`` was not current."""
+                        event: str, detail: str = "", result: PhaseResult | None = None,
+                        token_digest: str = "") -> RunState | None:
+    """:func:`transition`, and the run as it is after it, in one round trip; None if ``frm`` was not current
+    (or ``token_digest`` is not the attempt's)."""
     pipe = rt.redis.pipeline(transaction=False)
-    call(pipe, "mh_transition", *_transition_call(rt, run_id, spec, frm, to, event, detail, result, False))
+    call(pipe, "mh_transition", *_transition_call(rt, run_id, spec, frm, to, event, detail, result, False, token_digest))
     pipe.execute_command("JSON.GET", keys.run_key(run_id))
     applied, raw = pipe.execute()
     return rt.parse_run(run_id, raw) if applied == 1 else None
 
 
 def _transition_call(rt: Runtime, run_id: str, spec: RunSpec, frm: tuple[int, int], to: tuple[int, int], event: str,
-                     detail: str, result: PhaseResult | None, start: bool) -> tuple[list[str], list[Any]]:
-    """mh_transition's keys and arguments."""
+                     detail: str, result: PhaseResult | None, start: bool,
+                     token_digest: str = "") -> tuple[list[str], list[Any]]:
+    """mh_transition's keys and arguments (``token_digest``: a result's, checked against the attempt's)."""
     phase = spec.pipeline[to[0]].name
     at = rt.clock.now_iso()
     about, attempt = (result.phase, result.attempt) if result is not None else (phase, to[1])
@@ -112,6 +116,7 @@ def _transition_call(rt: Runtime, run_id: str, spec: RunSpec, frm: tuple[int, in
         entry.to_json(),
         result.to_json() if result is not None else "",
         _json_list(result.artifacts if result is not None else []),
+        token_digest,
     ]
 
 
@@ -144,7 +149,7 @@ def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
 def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to: tuple[int, int], event: str,
             outputs: Sequence[tuple[str, str]] | None, detail: str = "", result: PhaseResult | None = None,
             start: bool = False, activity: Sequence[tuple[str, dict[str, Any]]] = (),
-            also: Callable[[Any], None] | None = None) -> bool:
+            also: Callable[[Any], None] | None = None, token_digest: str = "") -> bool:
     """:func:`transition` to ``to`` and :func:`dispatch` it in one server call: the dispatch's writes
     (RQ's own enqueue, the context, the activity entries, the handled entry's XACK, and what ``also``
     queues on the pipeline) are queued on a pipeline that is never executed and ride with
@@ -161,7 +166,9 @@ def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to
         except (ContextBudgetExceeded, ConfigError) as exc:
             unfit = exc
     if comp is None:  # the move on its own first; then the dispatch (composing after it), or the end
-        if not transition(rt, run_id, spec, frm=frm, to=to, event=event, detail=detail, result=result, start=start):
+        moved = call(rt.redis, "mh_transition",
+                     *_transition_call(rt, run_id, spec, frm, to, event, detail, result, start, token_digest))
+        if moved != 1:
             return False
         if also is not None:
             pipe = rt.redis.pipeline(transaction=True)
@@ -178,7 +185,7 @@ def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to
         also(pipe)
     ack = rt.pending_ack
     rt.take_ack(pipe)
-    keys_, args = _transition_call(rt, run_id, spec, frm, to, event, detail, result, start)
+    keys_, args = _transition_call(rt, run_id, spec, frm, to, event, detail, result, start, token_digest)
     more_keys, words = follow_ups(pipe)
     pipe.reset()
     applied = call(rt.redis, "mh_transition", keys_ + more_keys, args + words) == 1
@@ -212,6 +219,7 @@ def _queue_dispatch(rt: Runtime, pipe: Any, run_id: str, spec: RunSpec, index: i
     WATCH inside its pipeline, which must come before any queued command). Returns the job id."""
     job_id = keys.phase_job_id(run_id, index, attempt)
     timeout = int(phase_timeout_seconds(rt, spec, index)) + rt.settings.worker.job_timeout_margin_seconds
+    token = mint_token()  # the attempt's result must carry it; only the worker that claims the attempt gets it
     rt.agents_queue.enqueue_call(
         JOB_FUNCTION,
         args=(run_id, index, attempt),
@@ -222,6 +230,8 @@ def _queue_dispatch(rt: Runtime, pipe: Any, run_id: str, spec: RunSpec, index: i
         description=f"{run_id} phase {spec.pipeline[index].name} attempt {attempt}",
         pipeline=pipe,
     )
+    pipe.set(keys.attempt_token_key(run_id, index, attempt), token, ex=timeout + int(rt.settings.service.claim_idle_seconds))
+    pipe.execute_command("JSON.SET", keys.run_key(run_id), "$.token_digest", orjson.dumps(digest(token)))
     store_context(pipe, rt.emit, comp, rt.settings.context.keep_seconds)
     for event_type, fields in activity:
         rt.emit(pipe, event_type, **fields)
@@ -304,19 +314,26 @@ def admit_waiting(rt: Runtime) -> int:
     return started
 
 
-def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
-    """Accept a worker's PhaseResult if it is for the current attempt; advance or retry.
+def on_phase_result(rt: Runtime, result: PhaseResult, token: str | None = None, *, entry_id: str = "") -> None:
+    """Accept a worker's PhaseResult if it is for the current attempt and carries the attempt's ``token``;
+    advance or retry.
 
     The hot path makes one round trip (:func:`advance`: the fenced transition with the next
-    job, its context and the activity entries). The spec and the earlier outputs come from
-    Mother's cache.
+    job, its context and the activity entries; the token's digest is compared in the same call).
+    The spec and the earlier outputs come from Mother's cache. A result for the current attempt
+    whose token is missing or wrong (a report forged with a worker's credentials) is refused and
+    recorded in ``security:violations``.
     """
     spec = rt.spec(result.run_id)
     if spec is None:
         return
+    token_digest = digest(token)
     if result.status == "failed":
         state = rt.load_run(result.run_id)
         if state is not None and is_current(state, result.phase_index, result.attempt):
+            if state.token_digest != token_digest:
+                _refuse_result(rt, result, entry_id)
+                return
             on_phase_failure(rt, state, result.error or "phase failed", result=result)
         return
     last = result.phase_index + 1 >= len(spec.pipeline)
@@ -326,15 +343,16 @@ def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
     if not last:
         earlier = _earlier_outputs(rt, result.run_id, result.phase_index)
         if not advance(rt, result.run_id, spec, frm=frm, to=to, event="phase_completed", detail=detail, result=result,
-                       outputs=[*earlier, (result.phase, result.output)], activity=[completed]):
-            log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
+                       outputs=[*earlier, (result.phase, result.output)], activity=[completed],
+                       token_digest=token_digest):
+            _not_taken(rt, result, token_digest, entry_id)
             return
         rt.remember_output(result.run_id, result.phase_index, result.phase, result.output)
         return
     done = transition_and_load(rt, result.run_id, spec, frm=frm, to=to, event="phase_completed", detail=detail,
-                               result=result)
+                               result=result, token_digest=token_digest)
     if done is None:
-        log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
+        _not_taken(rt, result, token_digest, entry_id)
         return
     rt.forget(result.run_id)
     n = len(spec.pipeline)
@@ -342,6 +360,28 @@ def on_phase_result(rt: Runtime, result: PhaseResult) -> None:
             contributing_factors=[f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, "
                                   f"{r.evidence_count} evidence" for r in done.results]
             + [f"{r.phase}: {notice}" for r in done.results for notice in r.notices])
+
+
+def _not_taken(rt: Runtime, result: PhaseResult, token_digest: str, entry_id: str) -> None:
+    """Why a result did not move its run: its attempt is no longer current (a late or duplicate result), or
+    it is but the token is not the attempt's (refused and recorded)."""
+    raw = rt.redis.execute_command("JSON.GET", keys.run_key(result.run_id), *POSITION_PATHS, "$.token_digest")
+    got = path_values(raw) if raw else {}
+    current = (got.get("status") in ACTIVE_STATUSES and got.get("phase_index") == result.phase_index
+               and got.get("attempt") == result.attempt)
+    if current and got.get("token_digest") != token_digest:
+        _refuse_result(rt, result, entry_id)
+        return
+    log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
+
+
+def _refuse_result(rt: Runtime, result: PhaseResult, entry_id: str) -> None:
+    log.error("phase_result_refused", run_id=result.run_id, phase=result.phase, attempt=result.attempt,
+              why="its attempt token is missing or wrong", entry_id=entry_id)
+    record_violation(rt.redis, "phase_result_without_token", at=rt.clock.now_iso(),
+                     maxlen=rt.settings.service.activity_maxlen, run_id=result.run_id, phase=result.phase,
+                     attempt=result.attempt, entry_id=entry_id, status=result.status,
+                     why="a result for the current attempt whose token is missing or not the attempt's: refused")
 
 
 def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseResult | None = None) -> None:

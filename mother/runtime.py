@@ -54,17 +54,20 @@ class Runtime:
     _outputs: OrderedDict[str, list[tuple[str, str]]] = field(default_factory=OrderedDict, init=False, repr=False)
     # the stream entry being handled (stream, group, entry_id): the handler's last write may ack it
     pending_ack: tuple[str, str, str] | None = field(default=None, init=False, repr=False)
+    functions_wait_seconds: float = 0.0  # how long to wait for a Mother to load the server functions
 
     def __post_init__(self) -> None:
-        ensure_loaded(self.redis)
+        ensure_loaded(self.redis, wait_seconds=self.functions_wait_seconds, log=get_logger("runtime"))
         self.clock = ServerClock(self.redis)
 
     @classmethod
     def create(cls, settings: Settings) -> Runtime:
         """A long-running process's runtime (Mother, a worker): it waits up to ``redis_wait_seconds`` for
-        a Redis that cannot be reached yet, as when it starts alongside it."""
+        a Redis that cannot be reached yet, as when it starts alongside it, and (a worker, whose ACL user
+        may not load them) for the server functions a Mother loads."""
         return cls(settings=settings, redis=connect_waiting(settings.redis_url, settings.redis_wait_seconds,
-                                                            get_logger("runtime")))
+                                                            get_logger("runtime")),
+                   functions_wait_seconds=settings.redis_wait_seconds)
 
     @cached_property
     def rq_redis(self) -> redis.Redis:

@@ -25,7 +25,7 @@ import redis
 from pydantic import ValidationError
 
 from mother import keys
-from mother.client import EVENT_CANCEL, EVENT_PHASE_RESULT
+from mother.client import COMMAND_CANCEL, EVENT_PHASE_RESULT
 from mother.config import Settings
 from mother.connection import Outage, redis_down, sleep_unless, unless_redis_down
 from mother.functions import call, ensure_loaded
@@ -41,7 +41,7 @@ from schemas import PhaseResult, describe_validation_error
 __all__ = ["Mother"]
 
 log = get_logger("mother")
-STREAMS = (keys.EVENTS_STREAM, keys.SUBMISSIONS_STREAM)
+STREAMS = (keys.EVENTS_STREAM, keys.COMMANDS_STREAM, keys.SUBMISSIONS_STREAM)
 
 
 class Mother:
@@ -192,6 +192,8 @@ class Mother:
                     self.log.warning("event_ignored", entry_id=entry_id, why=not_text)
             elif stream == keys.SUBMISSIONS_STREAM:
                 handle_submission(self.rt, entry_id, fields)
+            elif stream == keys.COMMANDS_STREAM:
+                self.handle_command(entry_id, fields)
             else:
                 self.handle_event(entry_id, fields)
         except Exception as exc:
@@ -224,14 +226,9 @@ class Mother:
             self._end_catastrophically(run_id, exc)
 
     def handle_event(self, entry_id: str, fields: dict[str, Any]) -> None:
-        kind = fields.get("type")
-        try:
-            payload = orjson.loads(fields.get("payload", "{}"))
-        except orjson.JSONDecodeError:
-            self.log.warning("event_ignored", entry_id=entry_id, why="payload is not JSON")
-            return
-        if not isinstance(payload, dict):
-            self.log.warning("event_ignored", entry_id=entry_id, why=f"payload is a JSON {type(payload).__name__}, not an object")
+        """A worker's report on ``mother:events``: a phase result, accepted only with its attempt's token."""
+        kind, payload = fields.get("type"), self._payload(entry_id, fields)
+        if payload is None:
             return
         if kind == EVENT_PHASE_RESULT:
             try:
@@ -239,15 +236,36 @@ class Mother:
             except ValidationError as exc:
                 self.log.warning("event_ignored", entry_id=entry_id, why=describe_validation_error(exc))
                 return
-            on_phase_result(self.rt, result)
-        elif kind == EVENT_CANCEL:
+            on_phase_result(self.rt, result, fields.get("token"), entry_id=entry_id)
+        else:  # a cancel here is not taken: workers can write this stream, people write mother:commands
+            self.log.warning("event_ignored", entry_id=entry_id, why=f"unknown event type {kind!r}"[:300]
+                             + ("; commands go to mother:commands" if kind == COMMAND_CANCEL else ""))
+
+    def handle_command(self, entry_id: str, fields: dict[str, Any]) -> None:
+        """A person's command on ``mother:commands`` (a stream the workers' ACL user cannot write)."""
+        kind, payload = fields.get("type"), self._payload(entry_id, fields)
+        if payload is None:
+            return
+        if kind == COMMAND_CANCEL:
             run_id = payload.get("run_id")
             if not keys.is_id(run_id):
-                self.log.warning("event_ignored", entry_id=entry_id, why=f"cancel names no valid run_id: {run_id!r}"[:300])
+                self.log.warning("command_ignored", entry_id=entry_id, why=f"cancel names no valid run_id: {run_id!r}"[:300])
                 return
             self._cancel(run_id, payload)
         else:
-            self.log.warning("event_ignored", entry_id=entry_id, why=f"unknown event type {kind!r}")
+            self.log.warning("command_ignored", entry_id=entry_id, why=f"unknown command {kind!r}"[:300])
+
+    def _payload(self, entry_id: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+        """An entry's ``payload`` field as a JSON object; None (logged) when it is not one."""
+        try:
+            payload = orjson.loads(fields.get("payload", "{}"))
+        except orjson.JSONDecodeError:
+            self.log.warning("entry_ignored", entry_id=entry_id, why="payload is not JSON")
+            return None
+        if not isinstance(payload, dict):
+            self.log.warning("entry_ignored", entry_id=entry_id, why=f"payload is a JSON {type(payload).__name__}, not an object")
+            return None
+        return payload
 
     def _cancel(self, run_id: str, payload: dict[str, Any]) -> None:
         state = self.rt.load_run(run_id)

@@ -77,6 +77,7 @@ class LocalStack:
     workers: int = 2
     mothers: int = 1
     log_dir: Path | None = None
+    worker_url: str | None = None  # the workers' own URL (their ACL user), when it is not redis_url
     env: dict[str, str] = field(default_factory=dict)
     queues: str = "agents,tools,maintenance"
     restart_limit: int = 5  # restarts of one process within restart_window_seconds before respawn_dead gives up
@@ -94,7 +95,7 @@ class LocalStack:
         env.update({"MOTHER_REDIS_URL": self.redis_url, "MOTHER_LOG_FORMAT": "json", **self.env})
         return env
 
-    def spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         out: IO[bytes] | int | None = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -105,7 +106,7 @@ class LocalStack:
             self._logs[name] = out = handle
         proc = subprocess.Popen(
             [sys.executable, "-m", "mother.cli", *args],
-            env=self._env(), stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            env={**self._env(), **(env or {})}, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         self.procs[name], self._args[name] = proc, args
@@ -120,7 +121,9 @@ class LocalStack:
 
     def add_worker(self, index: int | None = None) -> subprocess.Popen[bytes]:
         index = len([n for n in self.procs if n.startswith("worker-")]) if index is None else index
-        return self.spawn(f"worker-{index}", "worker", "--queues", self.queues, "--name", f"w{index}-{os.getpid()}-{time.monotonic_ns() % 10**6}")
+        return self.spawn(f"worker-{index}", "worker", "--queues", self.queues, "--name",
+                          f"w{index}-{os.getpid()}-{time.monotonic_ns() % 10**6}",
+                          env={"MOTHER_REDIS_URL": self.worker_url} if self.worker_url else None)
 
     def respawn_dead(self) -> list[Exited]:
         """Start each process that exited again (a worker under a fresh RQ name: the dead one's may

@@ -31,7 +31,7 @@ from mother import keys
 from mother.budget import Guard, budget_doc
 from mother.connection import unless_redis_down
 from mother.functions import call
-from mother.lifecycle import (admit_waiting, completed_event, dispatch, end_run, finish_end, on_phase_failure, outputs_of,
+from mother.lifecycle import (JOB_FUNCTION, admit_waiting, completed_event, dispatch, end_run, finish_end, on_phase_failure, outputs_of,
                               phase_timeout_seconds, queue_end_reads, run_duration_seconds)
 from mother.logs import get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
@@ -165,7 +165,9 @@ class Watchdog:
             job = Job.fetch(job_id, connection=self.rt.rq_redis, serializer=self.rt.agents_queue.serializer)
         except NoSuchJobError:
             return
-        if len(job.args) != 3:
+        # only a phase job of ours names an attempt (a refused job naming another run's attempt changes nothing)
+        if job.func_name != JOB_FUNCTION or keys.member_of_job(job.args) is None \
+                or keys.phase_job_id(*job.args) != job_id:
             return
         run_id, index, attempt = job.args
         result = job.latest_result()

@@ -135,5 +135,7 @@ class RunState(Record):
     artifacts: list[Id] = Field(default_factory=list)
     limits: dict[str, JsonValue] = Field(default_factory=dict, description="resolved run limits (seed 000)")
     capabilities: list[str] = Field(default_factory=list, description="the run's capability token (patterns)")
+    token_digest: str | None = Field(None, description="SHA-256 of the current attempt's result token (the token "
+                                     "itself goes only to the worker that claims the attempt)")
     admission: Literal["admitted", "waiting"] | None = Field(
         None, description="intake's decision: admitted (a slot was free), or waiting in the admission queue")

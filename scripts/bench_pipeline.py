@@ -7,12 +7,12 @@ one run on the same workers:
 
   baseline  plain RQ: N chains of 3 no-op jobs (each job enqueues the next)
   relay     the bare hop: N chains of 3 no-op jobs, each reporting to a stream that one
-            central process (workers.noop.relay) reads, enqueueing the next job: Mother's
+            central process (scripts.bench.noop.relay) reads, enqueueing the next job: Mother's
             shape with none of its work, the least a central dispatcher can add
   floor     N no-op runs making the server calls the spec asks of each phase (first read,
             the model call's reserve and settle through mh_guard, artifact, result) and of
             the dispatcher (mh_transition with the next job, context and activity; mh_terminate),
-            with as little Python as can make them (workers.floor): a lower bound on what any
+            with as little Python as can make them (scripts.bench.floor): a lower bound on what any
             dispatcher meeting the spec adds here
   mother    N runs of a three-phase no-op scripted pipeline through Mother
 
@@ -58,8 +58,10 @@ from mother.functions import server_now_ms
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 from schemas import ms_from_iso
-from workers import floor
-from workers.noop import chain_job_id, hop_job_id, relay_command
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the project's root is importable
+from scripts.bench import FLOOR_STREAM, HOPS_STREAM, floor, worker_env  # noqa: E402
+from scripts.bench.noop import chain_job_id, hop_job_id, relay_command  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:
@@ -97,7 +99,7 @@ def _wait(what: str, deadline: float) -> None:
 
 
 # a chain's job function and job ids: plain RQ (each job enqueues the next), relayed (the bare hop) or the floor
-CHAIN_JOBS = {"baseline": ("workers.noop.chain", chain_job_id), "relay": ("workers.noop.hop", hop_job_id),
+CHAIN_JOBS = {"baseline": ("scripts.bench.noop.chain", chain_job_id), "relay": ("scripts.bench.noop.hop", hop_job_id),
               "floor": (floor.JOB, floor.floor_job_id)}
 FINISHED = JobStatus.FINISHED.value.encode()
 
@@ -270,18 +272,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no") as server:
         stack = LocalStack(server.url, workers=args.workers, mothers=0, log_dir=Path(tmp) / "logs",
                            env={"MOTHER_LOG_LEVEL": "WARNING", "MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws"),
-                                **UNLIMITED})
+                                **UNLIMITED, **worker_env()})
         with stack:
             mother = stack.spawn("mother-0", "run")
-            relay = subprocess.Popen(relay_command(server.url))
-            floor_relay = subprocess.Popen(floor.relay_command(server.url))
+            relay = subprocess.Popen(relay_command(server.url), env={**os.environ, **worker_env()})
+            floor_relay = subprocess.Popen(floor.relay_command(server.url), env={**os.environ, **worker_env()})
             roles = {"Mother": mother.pid, "relay": relay.pid, "floor dispatcher": floor_relay.pid}
             try:
                 time.sleep(2.0)  # workers and Mother up
                 # the relays' imports done (each makes its consumer group after them): else what is left of
                 # them would be charged to their first turn
                 conn, deadline = redis.Redis.from_url(server.url), time.monotonic() + 60
-                while not all(conn.exists(stream) for stream in (keys.BENCH_HOPS_STREAM, keys.BENCH_FLOOR_STREAM)):
+                while not all(conn.exists(stream) for stream in (HOPS_STREAM, FLOOR_STREAM)):
                     _wait("the relays' start (their consumer groups)", deadline)
                     time.sleep(0.05)
                 client = MotherClient(settings=load_settings(redis_url=server.url))

@@ -40,6 +40,11 @@ def _delivered(r: redis.Redis, rt: Runtime, result: PhaseResult) -> str:
     return entry_id
 
 
+def _token(r: redis.Redis, result: PhaseResult) -> str | None:
+    """The result token Mother minted for the result's attempt (a worker claims it with GETDEL)."""
+    return r.get(keys.attempt_token_key(result.run_id, result.phase_index, result.attempt))
+
+
 def _calls(r: redis.Redis) -> dict[str, int]:
     return {name: int(stats["calls"]) for name, stats in r.info("commandstats").items()}
 
@@ -56,7 +61,7 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
     job_key = Job.key_for(keys.phase_job_id(run_id, 1, 1))
     activity_before, queued_before = r.xlen(keys.ACTIVITY_STREAM), r.llen("rq:queue:agents")
     before = _calls(r)
-    on_phase_result(rt, result)
+    on_phase_result(rt, result, _token(r, result))
     after = _calls(r)
     assert after.get("cmdstat_exec", 0) == before.get("cmdstat_exec", 0)  # the dispatch rode with the transition
     assert after["cmdstat_fcall"] - before["cmdstat_fcall"] == 1
@@ -73,7 +78,7 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
     duplicate = _delivered(r, rt, result)
     r.delete(job_key)  # so a job written again would show
     state_before, activity_before = r.execute_command("JSON.GET", keys.run_key(run_id)), r.xlen(keys.ACTIVITY_STREAM)
-    on_phase_result(rt, result)
+    on_phase_result(rt, result, _token(r, result))
     assert r.execute_command("JSON.GET", keys.run_key(run_id)) == state_before
     assert not r.exists(job_key) and r.llen("rq:queue:agents") == queued_before + 1
     assert r.xlen(keys.ACTIVITY_STREAM) == activity_before
@@ -89,7 +94,7 @@ def test_with_an_llm_summarizer_the_move_comes_first_and_the_dispatch_after_it(r
                          finished_at="2026-11-22T00:00:00.000Z")
     _delivered(r, rt, result)
     before = _calls(r)
-    on_phase_result(rt, result)
+    on_phase_result(rt, result, _token(r, result))
     after = _calls(r)
     assert (after["cmdstat_fcall"] - before["cmdstat_fcall"], after["cmdstat_exec"] - before["cmdstat_exec"]) == (1, 1)
     run = rt.load_run(run_id)
@@ -98,7 +103,7 @@ def test_with_an_llm_summarizer_the_move_comes_first_and_the_dispatch_after_it(r
 
     _delivered(r, rt, result)
     queued, activity = r.llen("rq:queue:agents"), r.xlen(keys.ACTIVITY_STREAM)
-    on_phase_result(rt, result)
+    on_phase_result(rt, result, _token(r, result))
     assert (r.llen("rq:queue:agents"), r.xlen(keys.ACTIVITY_STREAM)) == (queued, activity)
     assert rt.pending_ack is not None
 
@@ -114,9 +119,9 @@ def test_a_follow_up_whose_keys_are_not_known_is_refused(r: redis.Redis) -> None
 
 
 @pytest.mark.parametrize(("more_keys", "words", "error"), [
-    (["h"], [5, "HSET", "a"], "malformed follow-up command at ARGV 13"),
+    (["h"], [5, "HSET", "a"], "malformed follow-up command at ARGV 14"),
     (["h"], [], r"follow-up keys \(1\) do not match the commands \(0\)"),
-    ([], [3, "HSET", "a", "1"], "malformed follow-up command at ARGV 13"),
+    ([], [3, "HSET", "a", "1"], "malformed follow-up command at ARGV 14"),
 ])
 def test_malformed_follow_ups_are_refused_before_anything_is_written(r: redis.Redis, redis_url: str, more_keys: list,
                                                                     words: list, error: str) -> None:
@@ -144,7 +149,7 @@ def test_a_failed_attempt_is_retried_with_what_it_still_holds_given_back(r: redi
     result = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="failed", error="ConnectionError: Connection reset by peer",
                          finished_at="2026-11-22T00:00:00.000Z")
     _delivered(r, rt, result)
-    on_phase_result(rt, result)
+    on_phase_result(rt, result, _token(r, result))
     run = rt.load_run(run_id)
     assert (run.status, run.phase_index, run.attempt) == ("running", 0, 2)
     assert held_reservations(r, run_id) == {}
@@ -228,7 +233,7 @@ def test_a_success_applied_late_logs_its_last_phase_completed_too(r: redis.Redis
         result = PhaseResult(run_id=run_id, phase=name, phase_index=index, attempt=1, status="completed", output=f"{name} done",
                              confidence=0.9, artifacts=[], finished_at=rt.clock.now_iso())
         _delivered(r, rt, result)
-        on_phase_result(rt, result)
+        on_phase_result(rt, result, _token(r, result))
     last = PhaseResult(run_id=run_id, phase="review", phase_index=2, attempt=1, status="completed", output="approved",
                        confidence=0.75, artifacts=["art-review"], finished_at=rt.clock.now_iso())
     # what the dying Mother did of the success: the result accepted, the record written; nothing logged

@@ -273,7 +273,7 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(pipelin
     try:
         phase.prefetch(run_id, 0, 1)  # the attempt a worker is running now: current
         assert phase._prefetched is not None and phase._prefetched[0] == (run_id, 0, 1)
-        state, _counters, context = phase._prefetched[1]
+        state, _counters, context, _token = phase._prefetched[1]
         assert state is not None and (state.status, state.phase_index, state.attempt) == ("running", 0, 1)
         made = context._manifest  # made by the setup, before the fork (before this test asks for it)
         assert context.run_id == run_id and context.manifest().content_hash == context.content_hash  # checked
@@ -312,7 +312,7 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(pipelin
         os.environ.pop("MOTHER_HOOKS__PROJECT_FILE", None)
         phase._runtime = None
     assert phase._prefetched is None
-    assert [e[1]["type"] for e in pipeline.redis.xrange(keys.EVENTS_STREAM, after, "+")] == ["cancel"]  # no result
+    assert pipeline.redis.xrange(keys.EVENTS_STREAM, after, "+") == []  # no result
     assert pipeline.redis.zscore(keys.HEARTBEATS, keys.heartbeat_member("run-nope", 0, 1)) is None
 
 
@@ -379,9 +379,9 @@ def test_unexpected_error_ends_only_that_run(pipeline: Pipeline) -> None:
     wait_until(lambda: pipeline.redis.exists(keys.run_key(run_id)) and pipeline.client.status(run_id).status == "running")
     # A phase index past the pipeline's end makes the next transition raise inside Mother.
     pipeline.redis.execute_command("JSON.SET", keys.run_key(run_id), "$.phase_index", "7")
-    pipeline.client.send_event("phase_result", {
+    pipeline.redis.xadd(keys.EVENTS_STREAM, {"type": "phase_result", "payload": orjson.dumps({
         "run_id": run_id, "phase": "execute", "phase_index": 7, "attempt": 1, "status": "completed",
-        "output": "x", "finished_at": "2026-01-01T00:00:00.000Z"})
+        "output": "x", "finished_at": "2026-01-01T00:00:00.000Z"})})
     record = pipeline.wait(run_id).termination
     assert record.reason == "catastrophic_error"
     assert record.details.startswith("Mother failed while handling this run: IndexError")
@@ -389,84 +389,17 @@ def test_unexpected_error_ends_only_that_run(pipeline: Pipeline) -> None:
     assert pipeline.wait(other).termination.reason == "success"
 
 
-def test_worker_imports_its_own_packages_job_module_before_forking(pipeline: Pipeline) -> None:
-    """A job from the project's ``workers`` package finds its module imported by the worker (each
-    work-horse inherits it), not by the horse: RQ would import it again in every horse."""
-    import redis
-    from rq import Queue
-    from rq.job import JobStatus
-    from rq.serializers import JSONSerializer
+def test_a_worker_imports_only_its_own_packages_job_modules_before_forking() -> None:
+    """The worker imports the module of a job from the project's ``workers`` package before it forks (each
+    work-horse inherits it; RQ would import it again in every horse), and leaves any other package's job
+    module to the horse, so that package's import-time effects stay out of the long-lived worker."""
+    import sys
 
-    queue = Queue("agents", connection=redis.Redis.from_url(pipeline.url), serializer=JSONSerializer)  # RQ reads bytes
-    worker_pids = {proc.pid for name, proc in pipeline.stack.procs.items() if name.startswith("worker-")}
-    for _ in range(2):
-        job = queue.enqueue_call("workers.noop.imported_in", result_ttl=60)
-        wait_until(lambda: job.get_status(refresh=True) in (JobStatus.FINISHED, JobStatus.FAILED), timeout=30)
-        assert job.get_status() == JobStatus.FINISHED, job.latest_result()
-        imported_by, ran_in = job.return_value()
-        assert imported_by in worker_pids and ran_in != imported_by
+    from workers.phase import preload_module
 
-
-def test_the_benchmarks_bare_hop_chain_completes_through_its_relay(pipeline: Pipeline) -> None:
-    """bench_pipeline's bare hop: each no-op job reports to a stream, the relay enqueues the next step."""
-    import subprocess
-
-    import redis
-    from rq import Queue
-    from rq.job import Job, JobStatus
-    from rq.serializers import JSONSerializer
-
-    from workers.noop import hop_job_id, relay_command
-
-    conn = redis.Redis.from_url(pipeline.url)
-    relay = subprocess.Popen(relay_command(pipeline.url))
-    try:
-        Queue("agents", connection=conn, serializer=JSONSerializer).enqueue_call(
-            "workers.noop.hop", args=(7, 0, 3), job_id=hop_job_id(7, 0), result_ttl=60)
-        last = Job.key_for(hop_job_id(7, 2))
-        wait_until(lambda: conn.hget(last, "status") == JobStatus.FINISHED.value.encode(), timeout=30)
-        assert relay.poll() is None  # still serving
-        assert conn.xpending(keys.BENCH_HOPS_STREAM, "relay")["pending"] == 0  # every step acknowledged
-    finally:
-        relay.kill()
-        relay.wait()
-
-
-def test_the_benchmarks_floor_run_ends_through_its_dispatcher(pipeline: Pipeline) -> None:
-    """bench_pipeline's floor: each phase reserves and settles its model call through the guard, stores its
-    artifact and reports; the dispatcher moves the run on with mh_transition and ends it with mh_terminate."""
-    import subprocess
-
-    import redis
-    from rq import Queue
-    from rq.serializers import JSONSerializer
-
-    from mother.config import load_settings
-    from mother.functions import server_now_ms
-    from workers import floor
-
-    conn = redis.Redis.from_url(pipeline.url)
-    dispatcher = subprocess.Popen(floor.relay_command(pipeline.url))
-    try:
-        pipe = conn.pipeline(transaction=False)
-        floor.open_run(pipe, load_settings(redis_url=pipeline.url), 7, server_now_ms(conn))
-        pipe.execute()
-        Queue("agents", connection=conn, serializer=JSONSerializer).enqueue_call(
-            floor.JOB, args=(7, 0, 3), job_id=floor.floor_job_id(7, 0), result_ttl=60)
-        wait_until(lambda: conn.exists(keys.termination_key("floor-7")), timeout=30)
-        record = orjson.loads(conn.execute_command("JSON.GET", keys.termination_key("floor-7")))
-        assert (record["reason"], record["phase_at_termination"]) == ("success", "review")
-        run = orjson.loads(conn.execute_command("JSON.GET", keys.run_key("floor-7")))
-        assert (run["status"], run["phase_index"], [r["phase"] for r in run["results"]]) == ("terminated", 2, ["plan", "execute"])
-        assert len(run["artifacts"]) == 2 and all(conn.exists(keys.artifact_key(a)) for a in run["artifacts"])
-        budget = orjson.loads(conn.execute_command("JSON.GET", keys.run_budget_key("floor-7")))
-        # three model calls reserved and settled (10 + 2 tokens each), nothing left held
-        closed = orjson.loads(conn.execute_command("JSON.GET", keys.run_limits_key("floor-7"), "$.status"))
-        assert (budget["model_calls"], budget["total_tokens"], budget["reservations"], closed) == (3, 36, {}, ["closed"])
-        assert budget["reserved"]["total_tokens"] == 0
-        assert conn.xpending(keys.BENCH_FLOOR_STREAM, "floor")["pending"] == 0  # every result acknowledged
-        assert conn.zscore(keys.BENCH_FLOOR_ENDING, "floor-7") is not None and conn.zscore(keys.RUNS_ENDING, "floor-7") is None
-        assert dispatcher.poll() is None  # still serving
-    finally:
-        dispatcher.kill()
-        dispatcher.wait()
+    sys.modules.pop("scripts.bench.noop", None)
+    preload_module("scripts.bench.noop.chain")
+    assert "scripts.bench.noop" not in sys.modules
+    sys.modules.pop("workers.spawn", None)
+    preload_module("workers.spawn.SpawnRun")
+    assert "workers.spawn" in sys.modules

@@ -212,14 +212,14 @@ def test_second_terminate_returns_first_record_unchanged(r: redis.Redis, redis_u
 
 
 def test_poison_entry_is_dead_lettered(fresh: Pipeline) -> None:
-    """An event whose handling keeps failing (its run record is corrupt) goes to mother:dead_letter."""
+    """A command whose handling keeps failing (its run record is corrupt) goes to mother:dead_letter."""
     run_id = fresh.client.submit(example("three-phase"))
     fresh.wait(run_id)
     fresh.redis.execute_command("JSON.SET", keys.run_key(run_id), "$.status", '"bogus"')
-    entry = fresh.client.send_event("cancel", {"run_id": run_id, "actor": "t", "reason": "x"})
+    entry = fresh.client.send_command("cancel", {"run_id": run_id, "actor": "t", "reason": "x"})
     dead = wait_until(lambda: fresh.redis.xrange(keys.DEAD_LETTER_STREAM), timeout=30)
-    assert dead[0][1]["entry_id"] == entry and dead[0][1]["stream"] == keys.EVENTS_STREAM
-    assert fresh.redis.xpending(keys.EVENTS_STREAM, "mother")["pending"] == 0
+    assert dead[0][1]["entry_id"] == entry and dead[0][1]["stream"] == keys.COMMANDS_STREAM
+    assert fresh.redis.xpending(keys.COMMANDS_STREAM, "mother")["pending"] == 0
     healthy = fresh.client.submit(example("three-phase"))
     assert fresh.wait(healthy).termination.reason == "success"
 

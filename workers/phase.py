@@ -25,13 +25,16 @@ import orjson
 import redis
 from rq import Queue, Worker
 from rq.worker import WorkerStatus
-from rq.job import Job
+from rq.exceptions import DeserializationError
+from rq.job import Job, JobStatus
+from rq.registry import FailedJobRegistry
 
 from mother import keys
 from mother.roles import role_settings, tool_manifest_error
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
 from mother.connection import ForkHandoffPool, Outage, redis_down
+from mother.security import record_violation
 from mother.server import parent_death_signal
 from mother.budget import Guard
 from mother.context import load as load_context
@@ -50,7 +53,7 @@ from workers.providers import Provider, make_provider
 from workers.spawn import SpawnRun
 from workers.tools import FILE_TOOLS, ToolBox
 
-__all__ = ["ORPHAN_SIGNAL", "PhaseWorker", "beat", "clear_prefetch", "execute", "prefetch", "preload_module", "runtime",
+__all__ = ["ORPHAN_SIGNAL", "PROJECT_JOBS", "PhaseWorker", "job_refusal", "beat", "clear_prefetch", "execute", "prefetch", "preload_module", "runtime",
            "warm_up", "watch_worker"]
 
 log = get_logger("phase")
@@ -148,7 +151,8 @@ def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
     return position is not None and position[0] in ACTIVE_STATUSES and position[1:] == (index, attempt)
 
 
-FirstRead = tuple[RunState | None, Any, Any]  # the run, its counters (raw), the phase's context (raw or checked)
+FirstRead = tuple[RunState | None, Any, Any, str | None]  # the run, its counters (raw), the phase's context
+# (raw or checked), and the attempt's result token (claimed by this read: None when it was not there to claim)
 
 
 @dataclass
@@ -166,17 +170,26 @@ class PhaseSetup:
 
 # what prefetch() read for an attempt, and the phase set up from it (None: the horse sets it up)
 _prefetched: tuple[tuple[str, int, int], FirstRead, PhaseSetup | None] | None = None
+# what prefetch() read, as read: the horse parses it again when prefetch() could not (the token it claimed is there)
+_prefetched_raw: tuple[tuple[str, int, int], tuple[Any, Any, Any, str | None]] | None = None
 
 
-def _first_read(rt: Runtime, run_id: str, phase_index: int, attempt: int) -> FirstRead:
-    """The attempt's first heartbeat with the run, its counters and context: one round trip."""
+def _read_first(rt: Runtime, run_id: str, phase_index: int, attempt: int) -> tuple[Any, Any, Any, str | None]:
+    """The attempt's first heartbeat with the run, its counters and context, and the claim of its result token
+    (GETDEL: the token goes to one worker only), as read: one round trip."""
     pipe = rt.redis.pipeline(transaction=False)
     beat(pipe, keys.heartbeat_member(run_id, phase_index, attempt))
     pipe.execute_command("JSON.GET", keys.run_key(run_id))
     pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
     pipe.execute_command("JSON.GET", keys.context_key(run_id, phase_index))
-    _beat, raw_run, raw_counters, raw_context = pipe.execute()
-    return (RunState.model_validate(orjson.loads(raw_run)) if raw_run else None), raw_counters, raw_context
+    pipe.getdel(keys.attempt_token_key(run_id, phase_index, attempt))
+    _beat, raw_run, raw_counters, raw_context, token = pipe.execute()
+    return raw_run, raw_counters, raw_context, token
+
+
+def _parsed(raw: tuple[Any, Any, Any, str | None]) -> FirstRead:
+    raw_run, raw_counters, raw_context, token = raw
+    return (RunState.model_validate(orjson.loads(raw_run)) if raw_run else None), raw_counters, raw_context, token
 
 
 def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
@@ -185,11 +198,13 @@ def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
     on warm memory and a live connection. In a fresh fork each object made costs copy-on-write page
     faults (on this project's VM ~2.5 ms to parse the run, ~2 ms for the setup) and the read its own
     round trip; here they cost a fraction of that. If anything fails, the horse does it for itself."""
-    global _prefetched
-    _prefetched = None
+    global _prefetched, _prefetched_raw
+    _prefetched = _prefetched_raw = None
     try:
         rt = runtime()
-        state, raw_counters, context = _first_read(rt, run_id, phase_index, attempt)
+        raw = _read_first(rt, run_id, phase_index, attempt)
+        _prefetched_raw = ((run_id, phase_index, attempt), raw)
+        state, raw_counters, context, token = _parsed(raw)
         try:  # the context is checked here too; when it is not valid the horse checks it again and reports why
             context = load_context(context, run_id, phase_index)
         except ContextInvalid:
@@ -200,7 +215,7 @@ def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
                 setup = _prepare(rt, state, phase_index, attempt, parse_counters(raw_counters), context)
             except Exception as exc:  # the horse sets it up again, and its result says what is wrong
                 log.debug("phase_setup_left_to_horse", run_id=run_id, phase_index=phase_index, error=str(exc))
-        _prefetched = ((run_id, phase_index, attempt), (state, raw_counters, context), setup)
+        _prefetched = ((run_id, phase_index, attempt), (state, raw_counters, context, token), setup)
     except Exception as exc:  # the horse makes the same read and reports what is wrong
         log.warning("prefetch_failed", run_id=run_id, phase_index=phase_index, attempt=attempt, error=str(exc))
 
@@ -223,18 +238,9 @@ def preload_module(func_name: str | None) -> None:
         log.warning("job_module_not_preloaded", module=module, error=str(exc))
 
 
-def _member_of(args: Any) -> str | None:
-    """The heartbeat member of a phase job's (run_id, phase_index, attempt); None when they are not that
-    (the horse fails the job with RQ's own error)."""
-    try:
-        return keys.heartbeat_member(*args)
-    except (MotherError, TypeError, ValueError):
-        return None
-
-
 def clear_prefetch() -> None:
-    global _prefetched
-    _prefetched = None
+    global _prefetched, _prefetched_raw
+    _prefetched = _prefetched_raw = None
 
 
 def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
@@ -242,15 +248,24 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     rt = runtime()
     member = keys.heartbeat_member(run_id, phase_index, attempt)
     heartbeat = Heartbeat(rt, member)
-    got = _prefetched
+    got, read = _prefetched, _prefetched_raw
     prepared = None
     if got is not None and got[0] == (run_id, phase_index, attempt):
-        (state, raw_counters, raw_context), prepared = got[1], got[2]
+        (state, raw_counters, raw_context, token), prepared = got[1], got[2]
+    elif read is not None and read[0] == (run_id, phase_index, attempt):  # read by the worker, not parsed there
+        state, raw_counters, raw_context, token = _parsed(read[1])
     else:
-        state, raw_counters, raw_context = _first_read(rt, run_id, phase_index, attempt)
+        state, raw_counters, raw_context, token = _parsed(_read_first(rt, run_id, phase_index, attempt))
     if state is None or not is_current(state, phase_index, attempt):
         rt.redis.zrem(keys.HEARTBEATS, member)  # beaten before the run was read: take it back
         return {"status": "stale"}
+    if token is None:  # claimed before us: this job runs twice, or someone took it to report in its place
+        log.error("attempt_token_missing", run_id=run_id, phase_index=phase_index, attempt=attempt)
+        record_violation(rt.redis, "attempt_token_missing", at=rt.clock.now_iso(),
+                         maxlen=rt.settings.service.activity_maxlen, run_id=run_id, phase_index=phase_index,
+                         attempt=attempt, worker=_worker_name(),
+                         why="the attempt's result token was claimed before this job started; it cannot report")
+        return {"status": "no_token"}  # its heartbeat lapses unless another worker really runs the attempt
     _running = heartbeat
     if _orphaned or _beaten_by_worker != member:
         heartbeat.start()
@@ -274,7 +289,7 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     settling = meters[0].settle_pending(pipe) if meters else False
     if result.status == "completed":
         _store_artifact(pipe, rt, result)
-    pipe.xadd(keys.EVENTS_STREAM, {"type": EVENT_PHASE_RESULT, "payload": result.to_json()})
+    pipe.xadd(keys.EVENTS_STREAM, {"type": EVENT_PHASE_RESULT, "payload": result.to_json(), "token": token})
     pipe.zrem(keys.HEARTBEATS, member)
     replies = pipe.execute()
     if settling:
@@ -283,6 +298,27 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
         except MotherError as exc:  # the result is delivered; the run's counters say what was charged
             log.warning("final_settle_refused", run_id=run_id, error=exc.message)
     return {"status": result.status, "artifacts": result.artifacts}
+
+
+PROJECT_JOBS = frozenset({JOB_FUNCTION})  # the job functions of this project a worker runs (and worker.allowed_jobs)
+
+
+def job_refusal(job: Job, allowed: frozenset[str]) -> str | None:
+    """Why a worker must not run ``job``, or None: only the project's jobs and configured ones run, as plain
+    functions with JSON data and no callbacks (RQ would import and call whatever the job names)."""
+    try:
+        func, instance = job.func_name, job.instance
+    except DeserializationError:
+        return "its data is not JSON (workers read jobs with RQ's JSON serializer)"
+    if func not in allowed:
+        return f"job function {func!r} is not one workers run (the project's jobs, and worker.allowed_jobs)"[:300]
+    if instance is not None:
+        return "it calls a method of an object; workers run plain functions"
+    for kind in ("success", "failure", "stopped"):
+        callback = getattr(job, f"_{kind}_callback_name", None)
+        if callback:
+            return f"it names an on_{kind} callback ({callback!r}); workers run none"[:300]
+    return None
 
 
 class PhaseWorker(Worker):
@@ -294,20 +330,26 @@ class PhaseWorker(Worker):
     rounded up to whole seconds: RQ's timer counts seconds); a horse whose worker dies beats for itself."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        every = max(1, math.ceil(runtime().settings.worker.heartbeat_interval_seconds))
+        settings = runtime().settings
+        every = max(1, math.ceil(settings.worker.heartbeat_interval_seconds))
         kwargs["job_monitoring_interval"] = min(kwargs.get("job_monitoring_interval") or every, every)
         super().__init__(*args, **kwargs)
         self._parent_pid = os.getpid()  # the worker; a horse is a fork of it
+        self.allowed_jobs = PROJECT_JOBS | frozenset(settings.worker.allowed_jobs)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         global _beaten_by_worker
+        refusal = job_refusal(job, self.allowed_jobs)
+        if refusal is not None:
+            self._refuse(job, queue, refusal)
+            return
         pools = [self.connection.connection_pool]
         preload_module(job.func_name)
         if job.func_name == JOB_FUNCTION:
             args = job.args
             if len(args) == 3:  # a malformed job fails in the horse, with RQ's own error
                 prefetch(*args)
-                _beaten_by_worker = _member_of(args)
+                _beaten_by_worker = keys.member_of_job(args)  # None: the horse fails it with RQ's error
             pools.append(runtime().redis.connection_pool)
         if _runtime is not None:  # the horses inherit a clock measured within RESYNC_AFTER_MS
             _runtime.clock.refresh()
@@ -328,6 +370,20 @@ class PhaseWorker(Worker):
             _beaten_by_worker = None
             for pool in handoffs:
                 pool.close_handoff()
+
+    def _refuse(self, job: Job, queue: Queue, why: str) -> None:
+        """Fail ``job`` without running or importing anything it names (no horse, no callbacks, no retry, no
+        webhook), and record it as a security violation: someone able to enqueue RQ jobs tried to run code."""
+        log.error("job_refused", job_id=job.id, queue=queue.name, why=why)
+        with self.connection.pipeline() as pipe:
+            job.set_status(JobStatus.FAILED, pipeline=pipe)
+            FailedJobRegistry(job.origin, connection=self.connection, serializer=self.serializer).add(
+                job, ttl=job.failure_ttl, exc_string=f"refused by worker {self.name}: {why}", pipeline=pipe)
+            pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+            pipe.execute()
+        rt = runtime()
+        record_violation(rt.redis, "job_refused", at=rt.clock.now_iso(), maxlen=rt.settings.service.activity_maxlen,
+                         job_id=job.id, queue=queue.name, worker=self.name, why=why)
 
     def main_work_horse(self, job: Job, queue: Queue) -> None:
         if _beaten_by_worker is not None:  # in the horse: if the worker dies first, beat for the attempt

@@ -14,6 +14,7 @@ import redis
 import typer
 from rich.text import Text
 
+from mother.acl import check as acl_check
 from mother.cli._common import console, describe_url, fail, handle_errors, redis_client, settings
 from mother import keys
 from mother.config import QUEUES, config_path
@@ -91,8 +92,26 @@ def doctor() -> None:
     _row(True, "search module", "present (termination index enabled)" if info.has_search else "absent (optional: FT.SEARCH indexes off)")
     if problems:
         fail(problems[0], "redis_no_json", 1)
-    _serving(client)
+    lacking = _acl(client)
+    if lacking:
+        fail(lacking, "acl_incomplete", 1)
+    try:
+        _serving(client)
+    except redis.exceptions.NoPermissionError as exc:  # a worker's user may not read the lease or RQ's registry
+        _row(None, "mother", f"not checked: this ACL user may not read it ({exc})")
     console.print("all required checks passed.")
+
+
+def _acl(client: redis.Redis) -> str:
+    """Which ACL user the connection is, what it lacks for its role, and what (a worker) it must not be able
+    to do but can. Returns the first lack, '' when none."""
+    report = acl_check(client)
+    _row(True, "ACL user", f"{report.user} (checked for what a {report.role} needs)")
+    for what in report.lacks:
+        _row(False, "ACL", f"user {report.user} may not {what}: grant it (see deploy/users.acl)")
+    for what in report.excess:
+        _row(None, "ACL", f"user {report.user} can {what}: a {report.role}'s credentials must not (deploy/users.acl)")
+    return f"ACL user {report.user} may not {report.lacks[0]}; see deploy/users.acl" if report.lacks else ""
 
 
 def _serving(client: redis.Redis) -> None:

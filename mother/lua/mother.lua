@@ -11,14 +11,16 @@
 -- ARGV: 1 run_id, 2 expected phase_index, 3 expected attempt, 4 new phase_index,
 --       5 new attempt, 6 new phase name, 7 phase timeout ms, 8 run duration ms (0: keep),
 --       9 timestamp (ISO), 10 history entry JSON, 11 accepted PhaseResult JSON or '',
---       12 artifact ids JSON array,
---       13.. the follow-up commands (mother.functions.follow_ups), each as: n, the command's name, then
+--       12 artifact ids JSON array, 13 the SHA-256 of the result's attempt token, which must equal the run's
+--       token_digest ('' when the move is Mother's own: a start, a retry),
+--       14.. the follow-up commands (mother.functions.follow_ups), each as: n, the command's name, then
 --       its n - 1 words after its key (the key is the next of KEYS 4..)
--- Returns 1 when applied, 0 when the run is terminated or the attempt is not current (nothing written);
--- an error, writing nothing, when the follow-ups do not match their keys.
+-- Returns 1 when applied, 0 when the run is terminated or the attempt is not current, -1 when it is current
+-- but the result's token is not the attempt's (nothing written in either case); an error, writing nothing,
+-- when the follow-ups do not match their keys.
 local function mh_transition(keys, args)
   -- the follow-ups, read (and their shape checked) before anything is written: {first ARGV, word count, key}
-  local ops, i = {}, 13
+  local ops, i = {}, 14
   while i <= #args do
     local n, key = tonumber(args[i]), keys[#ops + 4]
     if n == nil or n < 1 or i + n > #args or key == nil then error('malformed follow-up command at ARGV ' .. i) end
@@ -27,12 +29,13 @@ local function mh_transition(keys, args)
   end
   if #ops ~= #keys - 3 then error('follow-up keys (' .. (#keys - 3) .. ') do not match the commands (' .. #ops .. ')') end
   -- the fence (status, phase_index, attempt) in one read; a missing field matches nothing
-  local raw = redis.call('JSON.GET', keys[1], '$.status', '$.phase_index', '$.attempt')
+  local raw = redis.call('JSON.GET', keys[1], '$.status', '$.phase_index', '$.attempt', '$.token_digest')
   if not raw then return 0 end
   local seen = cjson.decode(raw)
   local status = seen['$.status'][1]
   if status == nil or status == 'terminated' then return 0 end
   if seen['$.phase_index'][1] ~= tonumber(args[2]) or seen['$.attempt'][1] ~= tonumber(args[3]) then return 0 end
+  if args[13] ~= '' and seen['$.token_digest'][1] ~= args[13] then return -1 end
   local now = now_ms()
   if args[11] ~= '' then
     redis.call('JSON.ARRAPPEND', keys[1], '$.results', args[11])

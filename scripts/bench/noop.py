@@ -23,7 +23,7 @@ import redis
 from rq import Queue, get_current_job
 from rq.serializers import JSONSerializer
 
-from mother import keys
+from scripts.bench import HOPS_STREAM
 from mother.streams import ensure_group
 
 __all__ = ["chain", "chain_job_id", "hop", "hop_job_id", "imported_in", "relay", "relay_command", "serve"]
@@ -47,7 +47,7 @@ def chain(index: int, step: int, steps: int) -> int:
         job = get_current_job()
         assert job is not None
         queue = Queue(job.origin, connection=job.connection, serializer=job.serializer)
-        queue.enqueue_call("workers.noop.chain", args=(index, step + 1, steps), job_id=chain_job_id(index, step + 1),
+        queue.enqueue_call("scripts.bench.noop.chain", args=(index, step + 1, steps), job_id=chain_job_id(index, step + 1),
                            result_ttl=600)
     return step
 
@@ -62,7 +62,7 @@ def hop(index: int, step: int, steps: int) -> int:
     """Finish step ``step`` of relayed chain ``index``: report it to the relay, which enqueues the next."""
     job = get_current_job()
     assert job is not None
-    job.connection.xadd(keys.BENCH_HOPS_STREAM, {"chain": index, "step": step, "steps": steps},
+    job.connection.xadd(HOPS_STREAM, {"chain": index, "step": step, "steps": steps},
                         maxlen=100_000, approximate=True)
     return step
 
@@ -88,15 +88,15 @@ def relay(url: str) -> None:
     def next_step(pipe: Any, fields: dict[bytes, bytes]) -> None:
         index, step, steps = (int(fields[name]) for name in (b"chain", b"step", b"steps"))
         if step + 1 < steps:
-            queue.enqueue_call("workers.noop.hop", args=(index, step + 1, steps),
+            queue.enqueue_call("scripts.bench.noop.hop", args=(index, step + 1, steps),
                                job_id=hop_job_id(index, step + 1), result_ttl=600, pipeline=pipe)
 
-    serve(conn, keys.BENCH_HOPS_STREAM, RELAY_GROUP, next_step)
+    serve(conn, HOPS_STREAM, RELAY_GROUP, next_step)
 
 
 def relay_command(url: str) -> list[str]:
     """The command that runs :func:`relay` on ``url`` in a process of its own."""
-    return [sys.executable, "-m", "workers.noop", url]
+    return [sys.executable, "-m", "scripts.bench.noop", url]
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from rq import Queue, get_current_job
 from rq.serializers import JSONSerializer
 
 from mother import keys
+from scripts.bench import FLOOR_ENDING, FLOOR_STREAM
 from mother.activity import DEFAULT_MAXLEN
 from mother.budget import Guard, open_run_budget
 from mother.clock import ServerClock
@@ -38,14 +39,14 @@ from mother.functions import call, follow_ups
 from mother.runtime import POSITION_PATHS, parse_position
 from schemas import RunSpec, iso_from_ms
 from workers.metering import COUNTER_PATHS
-from workers.noop import serve
+from scripts.bench.noop import serve
 from workers.phase import beat, runtime
 
 __all__ = ["PHASES", "floor_job_id", "floor_run_id", "open_run", "phase", "relay", "relay_command"]
 
 GROUP = "floor"
 PHASES = ("plan", "execute", "review")
-JOB = "workers.floor.phase"
+JOB = "scripts.bench.floor.phase"
 
 
 def floor_run_id(index: int) -> str:
@@ -97,7 +98,7 @@ def phase(index: int, step: int, steps: int) -> int:
         {"artifact_id": artifact_id, "run_id": run_id, "phase": PHASES[step], "kind": "phase_output", "content": "ok"}))
     pipe.execute_command("JSON.SET", keys.artifact_meta_key(artifact_id), "$", orjson.dumps(
         {"artifact_id": artifact_id, "run_id": run_id, "kind": "phase_output", "size_bytes": 2}))
-    pipe.xadd(keys.BENCH_FLOOR_STREAM, {"result": result, "steps": steps, "index": index})
+    pipe.xadd(FLOOR_STREAM, {"result": result, "steps": steps, "index": index})
     pipe.zrem(keys.HEARTBEATS, member)
     settled = pipe.execute()[0]
     guard.queued_reply(settled)  # raises if the guard refused
@@ -109,7 +110,7 @@ def relay(url: str) -> None:
     conn = redis.Redis.from_url(url)
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
     clock = ServerClock(conn)  # Mother's clock: the server's time with no round trip per result
-    serve(conn, keys.BENCH_FLOOR_STREAM, GROUP, lambda pipe, fields: _dispatch(conn, queue, clock, pipe, fields))
+    serve(conn, FLOOR_STREAM, GROUP, lambda pipe, fields: _dispatch(conn, queue, clock, pipe, fields))
 
 
 def _dispatch(conn: redis.Redis, queue: Queue, clock: ServerClock, pipe: Any, fields: dict[bytes, bytes]) -> None:
@@ -125,7 +126,7 @@ def _dispatch(conn: redis.Redis, queue: Queue, clock: ServerClock, pipe: Any, fi
                                "final_artifacts": result["artifacts"]})
         call(pipe, "mh_terminate", [keys.termination_key(run_id), keys.termination_reason_index_key("success"),
                                     keys.run_key(run_id), keys.result_key(run_id), keys.PHASE_DEADLINES,
-                                    keys.RUN_DEADLINES, keys.run_limits_key(run_id), keys.BENCH_FLOOR_ENDING,
+                                    keys.RUN_DEADLINES, keys.run_limits_key(run_id), FLOOR_ENDING,
                                     keys.GLOBAL_BUDGET, keys.ADMISSION_WAITING, keys.RUN_WARNINGS],
              [record, run_id, orjson.dumps({"run_id": run_id, "status": "success", "termination": None}), at, "success",
               entry])
@@ -144,12 +145,13 @@ def _dispatch(conn: redis.Redis, queue: Queue, clock: ServerClock, pipe: Any, fi
     follow_keys, follow_words = follow_ups(writes)
     writes.reset()
     call(pipe, "mh_transition", [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES, *follow_keys],
-         [run_id, step, 1, step + 1, 1, name, 600_000, 0, at, entry, raw, orjson.dumps(result["artifacts"]), *follow_words])
+         [run_id, step, 1, step + 1, 1, name, 600_000, 0, at, entry, raw, orjson.dumps(result["artifacts"]), "",
+          *follow_words])
 
 
 def relay_command(url: str) -> list[str]:
     """The command that runs :func:`relay` on ``url`` in a process of its own."""
-    return [sys.executable, "-m", "workers.floor", url]
+    return [sys.executable, "-m", "scripts.bench.floor", url]
 
 
 if __name__ == "__main__":

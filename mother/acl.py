@@ -1,0 +1,103 @@
+"""What each of the shipped ACL users (``deploy/users.acl``) needs, and a check of a connection against it.
+
+``mother doctor`` asks the server which user it is connected as (``ACL WHOAMI``) and tries, for that
+user's role, one harmless command per need (a read of a key that does not exist, a delete of one, a
+trim that trims nothing, a server function that writes nothing): a NOPERM names what the user lacks.
+For a worker it also tries what a worker must never do (write run fate, its own limits, people's
+commands, read attempt tokens) and warns when the ACL lets it. The threat model is in docs/security.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import redis
+
+from mother import keys
+from mother.functions import FUNCTIONS_PROBE
+
+__all__ = ["NEEDS", "MUST_NOT", "AclReport", "check", "role_of", "whoami"]
+
+PROBE = "mother-doctor-probe"  # an id no run, artifact or token has: the probes touch keys that do not exist
+HUGE = "1000000000000"
+
+# role -> [(what it is for, a harmless command that needs that permission)]
+NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "worker": [
+        ("read run records", ("JSON.GET", keys.run_key(PROBE))),
+        ("read composed contexts", ("JSON.GET", keys.context_key(PROBE, 0))),
+        ("read run limits", ("JSON.GET", keys.run_limits_key(PROBE))),
+        ("charge budgets through mh_guard", ("FCALL", FUNCTIONS_PROBE, "4", keys.run_budget_key(PROBE),
+                                             keys.user_daily_budget_key(PROBE, "2000-01-01"), keys.ACTIVITY_STREAM,
+                                             keys.run_limits_key(PROBE))),
+        ("claim attempt tokens (GETDEL)", ("GETDEL", keys.attempt_token_key(PROBE, 0, 0))),
+        ("report results on mother:events", ("XTRIM", keys.EVENTS_STREAM, "MAXLEN", "~", HUGE)),
+        ("heartbeat phases", ("FCALL", FUNCTIONS_PROBE, "1", keys.HEARTBEATS)),
+        ("store artifacts", ("JSON.DEL", keys.artifact_key(PROBE))),
+        ("append activity", ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE)),
+        ("record security violations", ("LTRIM", keys.SECURITY_VIOLATIONS, "0", "-1")),
+        ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
+    ],
+    "mother": [
+        ("write termination records", ("JSON.DEL", keys.termination_key(PROBE))),
+        ("write run records", ("JSON.DEL", keys.run_key(PROBE))),
+        ("write run limits", ("JSON.DEL", keys.run_limits_key(PROBE))),
+        ("read people's commands", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),
+        ("take submissions", ("XTRIM", keys.SUBMISSIONS_STREAM, "MAXLEN", "~", HUGE)),
+        ("load the server functions", ("FUNCTION", "LIST", "LIBRARYNAME", PROBE)),
+        ("read Redis memory (INFO)", ("INFO", "memory")),
+        ("read attempt tokens' keys", ("DEL", keys.attempt_token_key(PROBE, 0, 0))),
+    ],
+}
+
+# what a worker's credentials must not be able to do: each a harmless command that needs that permission
+MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "worker": [
+        ("write termination records", ("JSON.DEL", keys.termination_key(PROBE))),
+        ("write run records", ("JSON.DEL", keys.run_key(PROBE))),
+        ("write run limits (raise its own)", ("JSON.DEL", keys.run_limits_key(PROBE))),
+        ("append people's commands (cancel)", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),
+        ("read attempt tokens (GET)", ("GET", keys.attempt_token_key(PROBE, 0, 0))),
+        ("load server functions", ("FUNCTION", "DELETE", PROBE)),
+        ("run scripts of its own (EVAL)", ("EVAL", "return 1", "0")),
+    ],
+}
+
+
+@dataclass
+class AclReport:
+    user: str
+    role: str
+    lacks: list[str]
+    excess: list[str]  # what this role's user can do and must not
+
+
+def whoami(client: redis.Redis) -> str:
+    """The ACL user the connection is authenticated as ('default' without ACLs)."""
+    name = client.execute_command("ACL", "WHOAMI")
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def role_of(user: str) -> str:
+    """The shipped role a user name stands for: worker, or mother (any other name is checked as mother:
+    everything a Mother needs)."""
+    return "worker" if user == "worker" else "mother"
+
+
+def check(client: redis.Redis, role: str | None = None) -> AclReport:
+    """What the connection's user lacks for its role, and (for a worker) what it can do and must not."""
+    user = whoami(client)
+    role = role or role_of(user)
+    lacks = [what for what, command in NEEDS[role] if _denied(client, command)]
+    excess = [what for what, command in MUST_NOT.get(role, []) if not _denied(client, command)]
+    return AclReport(user, role, lacks, excess)
+
+
+def _denied(client: redis.Redis, command: tuple[str, ...]) -> bool:
+    """Whether the server refuses ``command`` for lack of permission (any other reply or error is not that)."""
+    try:
+        client.execute_command(*command)
+    except redis.exceptions.NoPermissionError:
+        return True
+    except redis.ResponseError as exc:
+        return "NOPERM" in str(exc) or "no permissions" in str(exc).lower()
+    return False

@@ -1,0 +1,50 @@
+"""The trust boundary's own records: attempt tokens and security violations.
+
+A phase attempt's result is accepted only with the attempt's token. Mother mints it when it dispatches
+the attempt and stores it in ``attempt_token:{run}:{index}:{attempt}``, which the workers' ACL user may
+only take with GETDEL: the worker that starts the attempt claims it, once, and no other worker can read
+it. Mother keeps only its SHA-256 (``run:{id}.token_digest``) and compares it on the server when the
+result moves the run. A result without the token, or with another, is refused and recorded here.
+
+``security:violations`` is a list, newest first, capped at ``MAX_VIOLATIONS``; each entry is mirrored as a
+``security_violation`` activity entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+import orjson
+
+from mother import keys
+from mother.activity import emit
+
+__all__ = ["MAX_VIOLATIONS", "digest", "mint_token", "record_violation"]
+
+MAX_VIOLATIONS = 10_000
+
+
+def mint_token() -> str:
+    """A new attempt token: 192 random bits, URL-safe text."""
+    return secrets.token_urlsafe(24)
+
+
+def digest(token: str | None) -> str:
+    """What Mother stores of a token (and compares): its SHA-256 in hex; '-' for no token at all, which
+    no digest equals."""
+    return hashlib.sha256(token.encode()).hexdigest() if token else "-"
+
+
+def record_violation(client: Any, kind: str, *, at: str, maxlen: int, run_id: str | None = None,
+                     **data: Any) -> None:
+    """Append a violation to ``security:violations`` (capped) and the activity stream, in one round trip
+    (``client`` may be a pipeline: then the caller executes it)."""
+    entry = {"kind": kind, "at": at, "run_id": run_id, **data}
+    pipe = client if hasattr(client, "command_stack") else client.pipeline(transaction=False)
+    pipe.lpush(keys.SECURITY_VIOLATIONS, orjson.dumps(entry))
+    pipe.ltrim(keys.SECURITY_VIOLATIONS, 0, MAX_VIOLATIONS - 1)
+    emit(pipe, "security_violation", at=at, run_id=run_id, maxlen=maxlen, kind=kind, **data)
+    if pipe is not client:
+        pipe.execute()

@@ -1,0 +1,1 @@
+"""Setup, demo, benchmark and load scripts (not part of the installed product)."""
