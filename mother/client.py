@@ -24,6 +24,7 @@ from mother.config import Settings, load_settings
 from mother.connection import connect, redis_down
 from mother.errors import InvalidSpec, MotherError, NoSuchRun, NotFound, RecordInvalid, RedisUnavailable, WaitTimeout, not_utf8
 from mother.functions import server_now_ms
+from mother.specs import check_models
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
 from schemas import (ACTIVE_STATUSES, MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error,
@@ -161,11 +162,7 @@ class MotherClient:
         payload = parsed.to_json()
         if len(payload) > MAX_SPEC_BYTES:
             raise InvalidSpec(f"spec is {len(payload)} bytes; the limit is {MAX_SPEC_BYTES} bytes")
-        unknown = [p.model for p in parsed.pipeline if p.model not in self.settings.models]
-        if unknown:
-            raise InvalidSpec(
-                f"model {unknown[0]!r} is not in the model catalogue; known: {', '.join(sorted(self.settings.models))}"
-            )
+        check_models(self.settings, parsed)
         assert parsed.run_id is not None
         rate_check(self.redis, self.settings, parsed.user_id)
         submit_with_backpressure(self.redis, self.settings, payload, parsed.run_id)  # claims the run_id on the server

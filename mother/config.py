@@ -82,6 +82,13 @@ class ServiceSettings(_Section):
                                          "died in between) is applied by the watchdog")
     max_deliveries: int = Field(5, ge=1, le=100, description="after this many failed handlings an entry is dead-lettered")
     activity_maxlen: int = Field(100_000, ge=100, description="approximate cap of the activity stream")
+    stream_retention_seconds: float = Field(
+        3600.0, ge=0, le=30 * 86400, description="acknowledged entries of mother:submissions, mother:events and "
+        "mother:commands are kept this long for inspection, then trimmed (never an entry still to be handled)")
+    rejection_retention_seconds: float = Field(
+        30 * 86400.0, ge=0, le=3650 * 86400, description="a refused submission's record (rejection:{entry}) is kept "
+        "this long")
+    dead_letter_maxlen: int = Field(10_000, ge=100, description="approximate cap of mother:dead_letter")
     consumer_group: str = "mother"
 
 
@@ -276,6 +283,9 @@ class ModelConfig(_Section):
     reserved_for_output: int = Field(4_000, ge=0, description="tokens kept for the model's reply")
     escalate_to: str | None = Field(None, description="catalogue name of the larger-context model to escalate to")
     tokenizer: Path | None = Field(None, description="the model's tokenizer.json (HF tokenizers); else the estimate")
+    allow_faults: bool = Field(False, description="a scripted model's replies may inject faults (fail: raise, hang, "
+                               "kill, kill_worker); for tests and demos only: anyone who may submit could otherwise "
+                               "kill workers at will")
 
     @property
     def available_for_context(self) -> int:
@@ -355,6 +365,21 @@ class Settings(BaseSettings):
     harness: HarnessSettings = Field(default_factory=HarnessSettings)
     hooks: HookSettings = Field(default_factory=HookSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _over_shipped_models(cls, value: Any) -> Any:
+        """A catalogue given in part keeps the shipped models it does not name, and a shipped model named
+        with only some settings keeps its others (``MOTHER_MODELS__SCRIPTED__ALLOW_FAULTS=true``)."""
+        if not isinstance(value, dict):
+            return value
+        shipped = {name: model.model_dump() for name, model in _default_models().items()}
+        for name, given in value.items():
+            if isinstance(given, dict) and name in shipped and "provider" not in given:
+                shipped[name] = {**shipped[name], **given}
+            else:
+                shipped[name] = given
+        return shipped
 
     @model_validator(mode="after")
     def _catalogue_links(self) -> Settings:

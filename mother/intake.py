@@ -25,6 +25,7 @@ from mother.lifecycle import end_run, start_run
 from mother.limits import DepthExhausted, resolve_for_spec
 from mother.logs import get_logger
 from mother.runtime import Runtime
+from mother.specs import check_spec
 from mother.signing import SignatureInvalid
 from schemas import MAX_SPEC_BYTES, HistoryEntry, RunSpec, RunState, TerminationReason
 
@@ -45,7 +46,7 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
         return None
     try:
         spec = parse_spec(raw)
-        _check_models(rt, spec)
+        check_spec(rt.settings, spec)
     except InvalidSpec as exc:
         reject(rt, entry_id, fields, exc.message)
         return None
@@ -120,13 +121,6 @@ def _verdict(rt: Runtime, spec: RunSpec, granted: list[str], policy_error: str |
         return "budget_exhausted", depth_error, [f"parent run {spec.parent_run_id} has no depth left"]
     blocked = _assess(rt, spec, granted)
     return ("policyViolation", blocked[0], blocked) if blocked else None
-
-
-def _check_models(rt: Runtime, spec: RunSpec) -> None:
-    for phase in spec.pipeline:
-        if phase.model not in rt.settings.models:
-            known = ", ".join(sorted(rt.settings.models))
-            raise InvalidSpec(f"phase {phase.name}: model {phase.model!r} is not in the model catalogue; known: {known}")
 
 
 def _reserve_for_child(rt: Runtime, spec: RunSpec, limits: dict[str, Any]) -> str | None:

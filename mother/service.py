@@ -319,7 +319,8 @@ class Mother:
                                               f"{self.cfg.max_deliveries} deliveries; it is kept in {keys.DEAD_LETTER_STREAM}")
         pipe = self.rt.redis.pipeline(transaction=True)
         pipe.xadd(keys.DEAD_LETTER_STREAM, {"stream": stream, "entry_id": entry_id,
-                                            "fields": orjson.dumps(fields), "at": self.rt.clock.now_iso()})
+                                            "fields": orjson.dumps(fields), "at": self.rt.clock.now_iso()},
+                  maxlen=self.cfg.dead_letter_maxlen, approximate=True)
         pipe.xack(stream, self.cfg.consumer_group, entry_id)
         self.rt.emit(pipe, "dead_lettered", run_id=run_id, stream=stream, entry_id=entry_id)
         pipe.execute()

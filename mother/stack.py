@@ -27,7 +27,10 @@ from mother import keys
 from mother.functions import call
 from mother.server import _die_with_parent
 
-__all__ = ["Exited", "LocalStack", "exit_text"]
+__all__ = ["DEV_ENV", "Exited", "LocalStack", "exit_text"]
+
+# `mother up --dev`, the demo and the tests: the scripted model's fault injection (kill a worker, hang, raise) on
+DEV_ENV = {"MOTHER_MODELS__SCRIPTED__ALLOW_FAULTS": "true"}
 
 
 @dataclass(frozen=True)

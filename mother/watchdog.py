@@ -61,6 +61,33 @@ class Watchdog:
         if self.ticks % self.reconcile_every == 1:
             self.reconcile()
             self.refresh_gauges()
+            self.trim()
+
+    # -- bounded Redis -------------------------------------------------------
+    def trim(self) -> None:
+        """Trim the streams Mother consumes below what is still to be handled (and their retention), and
+        forget rejections past theirs: Redis stays bounded however many runs pass through."""
+        cfg = self.rt.settings.service
+        for stream in (keys.SUBMISSIONS_STREAM, keys.EVENTS_STREAM, keys.COMMANDS_STREAM):
+            call(self.rt.redis, "mh_trim_stream", [stream], [int(cfg.stream_retention_seconds * 1000)])
+        due = call(self.rt.redis, "mh_due", [keys.REJECTIONS_INDEX], [int(cfg.rejection_retention_seconds * 1000), BATCH])
+        entries = [entry_id for entry_id in due[::2] if keys.is_id(entry_id)]
+        strays = [entry_id for entry_id in due[::2] if not keys.is_id(entry_id)]  # not ours: only the index holds them
+        if strays:
+            self.rt.redis.zrem(keys.REJECTIONS_INDEX, *strays)
+        if not entries:
+            return
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for entry_id in entries:
+            pipe.execute_command("JSON.GET", keys.rejection_key(entry_id), "$.run_id")
+        found = pipe.execute(raise_on_error=False)
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for entry_id, raw in zip(entries, found, strict=True):
+            named = orjson.loads(raw) if isinstance(raw, str) else []
+            run_id = named[0] if named and keys.is_id(named[0]) else ""
+            call(pipe, "mh_forget_rejection", [keys.rejection_key(entry_id), keys.REJECTIONS_INDEX,
+                                               keys.REJECTIONS_BY_RUN], [entry_id, run_id])
+        pipe.execute()
 
     # -- deadlines ---------------------------------------------------------
     def check_deadlines(self) -> None:

@@ -17,7 +17,7 @@ from mother.client import MotherClient, load_spec_file
 from mother.config import load_settings
 from mother.errors import NotFound
 from mother.server import EmbeddedRedis
-from mother.stack import LocalStack
+from mother.stack import DEV_ENV, LocalStack
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -36,7 +36,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mother-demo-") as tmp, EmbeddedRedis(dir=Path(tmp) / "redis") as server:
         console.print(f"embedded Redis at {server.url}")
         with LocalStack(server.url, workers=2, log_dir=Path(tmp) / "logs",
-                        env={"MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "workspaces")}) as stack:
+                        env={"MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "workspaces"),
+                             **DEV_ENV}) as stack:  # the examples inject faults on purpose
             console.print("started Mother and 2 workers")
             client = MotherClient(settings=load_settings(redis_url=server.url))
             run_ids = {}

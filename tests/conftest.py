@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from mother.server import EmbeddedRedis
-from mother.stack import LocalStack
+from mother.stack import DEV_ENV, LocalStack
 
 MOTHER_BIN = Path(sys.executable).parent / "mother"
 
@@ -82,6 +82,7 @@ FAST_ENV = {
     "MOTHER_SERVICE__CLAIM_IDLE_SECONDS": "2",
     "MOTHER_SERVICE__MAX_DELIVERIES": "2",
     "MOTHER_WORKER__HEARTBEAT_INTERVAL_SECONDS": "0.5",
+    **DEV_ENV,  # the examples kill workers, hang and raise on purpose
 }
 
 

@@ -110,3 +110,27 @@ def test_workers_run_only_the_projects_jobs(pipeline, tmp_path: Path) -> None:
     assert "job function 'os.system' is not one workers run" in [v for v in refused if v["job_id"] == shell.id][0]["why"]
     record = pipeline.wait(victim, 30).termination
     assert record.reason == "success" and pipeline.client.status(victim).attempt == 1
+
+
+def test_fault_injection_is_refused_unless_the_deployment_allows_it(r: redis.Redis, redis_url: str) -> None:
+    """A scripted reply with `fail: kill_worker` (or hang, raise, kill) let anyone who may submit kill workers until
+    `mother up` gave up and stopped the whole stack. Mother refuses it at intake unless its scripted model
+    allows faults (`mother up --dev`, the demo, the tests); the client's own settings cannot switch it on."""
+    from mother.client import MotherClient
+    from mother.config import load_settings
+    from mother.intake import handle_submission
+    from mother.runtime import Runtime
+
+    production = Runtime.create(load_settings(redis_url=redis_url))
+    client = MotherClient(settings=load_settings(redis_url=redis_url, models={"scripted": {"allow_faults": True}}))
+    run_id = client.submit(example("worker-killed"))
+    [(entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
+    assert handle_submission(production, entry_id, fields) is None
+    rejection = orjson.loads(r.execute_command("JSON.GET", keys.rejection_key(entry_id)))
+    assert rejection["error"].startswith("scripts.writer: reply 1 injects a fault (fail: kill_worker), which this "
+                                         "deployment does not allow")
+    assert not r.exists(keys.run_key(run_id))
+    dev = Runtime.create(load_settings(redis_url=redis_url, models={"scripted": {"allow_faults": True}}))
+    again = client.submit(example("worker-killed"))
+    [(_, _), (entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
+    assert handle_submission(dev, entry_id, fields).run_id == again

@@ -13,7 +13,7 @@ from rich.text import Text
 from mother.cli._common import console, fail, handle_errors, settings
 from mother.config import check_queues
 from mother.server import EmbeddedRedis
-from mother.stack import Exited, LocalStack
+from mother.stack import DEV_ENV, Exited, LocalStack
 
 __all__ = ["run", "up", "worker"]
 
@@ -60,6 +60,8 @@ def up(
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="embedded Redis port (default from config)")] = None,
     dir: Annotated[Path | None, typer.Option("--dir", help="embedded Redis data dir")] = None,
     workers: Annotated[int, typer.Option(min=0, max=64, help="number of RQ workers")] = 2,
+    dev: Annotated[bool, typer.Option("--dev", help="development: let the scripted model inject faults (kill, "
+                                                    "hang, raise), as the examples do; never in production")] = False,
 ) -> None:
     """Embedded Redis + Mother + N workers in one command; one that exits is started again; Ctrl-C stops them all."""
     cfg = settings()
@@ -72,7 +74,7 @@ def up(
         stopping.append(signum)
 
     with server:
-        stack = LocalStack(server.url, workers=workers, log_dir=server.dir / "logs")
+        stack = LocalStack(server.url, workers=workers, log_dir=server.dir / "logs", env=DEV_ENV if dev else {})
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
         try:

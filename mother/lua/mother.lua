@@ -158,6 +158,51 @@ local function mh_heartbeat(keys, args)
   return 1
 end
 
+-- stream ids as {ms, seq}, and their order
+local function stream_id(text)
+  local ms, seq = string.match(text or '', '^(%d+)-(%d+)$')
+  if not ms then return nil end
+  return {tonumber(ms), tonumber(seq)}
+end
+
+local function earlier(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end
+
+-- mh_trim_stream: trim a stream Mother consumes (submissions, events, commands) below the oldest entry any
+-- of its consumer groups still needs, never dropping work: an entry delivered and not acknowledged
+-- (pending), or not yet delivered; acknowledged entries younger than the retention stay for inspection.
+-- KEYS: 1 the stream.  ARGV: 1 retention ms.
+-- Returns how many entries were trimmed (0 when the stream has no consumer group: nothing is known done).
+local function mh_trim_stream(keys, args)
+  local groups = redis.pcall('XINFO', 'GROUPS', keys[1])
+  if type(groups) ~= 'table' or groups.err or #groups == 0 then return 0 end
+  local keep = {now_ms() - tonumber(args[1]), 0}
+  for _, info in ipairs(groups) do
+    local fields = {}
+    for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
+    local delivered = stream_id(fields['last-delivered-id'])
+    if not delivered then return 0 end
+    local undelivered = {delivered[1], delivered[2] + 1}  -- the group's next entry is after its last delivered one
+    if earlier(undelivered, keep) then keep = undelivered end
+    local pending = redis.call('XPENDING', keys[1], fields.name)  -- {count, oldest id, newest id, consumers}
+    if tonumber(pending[1]) > 0 then
+      local oldest = stream_id(pending[2])
+      if oldest and earlier(oldest, keep) then keep = oldest end
+    end
+  end
+  if keep[1] <= 0 then return 0 end
+  return redis.call('XTRIM', keys[1], 'MINID', int_text(keep[1]) .. '-' .. int_text(keep[2]))
+end
+
+-- mh_forget_rejection: drop a rejection past its retention: its record, its place in the index, and its
+-- run's entry in rejections:by_run while that still names it (a newer rejection of the run stays).
+-- KEYS: 1 rejection:{entry}, 2 rejections zset, 3 rejections:by_run.  ARGV: 1 entry id, 2 run_id ('' for none)
+local function mh_forget_rejection(keys, args)
+  redis.call('DEL', keys[1])
+  redis.call('ZREM', keys[2], args[1])
+  if args[2] ~= '' and redis.call('HGET', keys[3], args[2]) == args[1] then redis.call('HDEL', keys[3], args[2]) end
+  return 1
+end
+
 -- mh_lease: acquire or renew the leader lease.
 -- KEYS: 1 lease key.  ARGV: 1 instance id, 2 ttl ms.
 -- Returns 2 when newly acquired, 1 when renewed, 0 when another instance holds it.
@@ -195,6 +240,8 @@ redis.register_function('mh_terminate', mh_terminate)
 redis.register_function('mh_create_run', mh_create_run)
 redis.register_function('mh_ended', mh_ended)
 redis.register_function('mh_due', mh_due)
+redis.register_function('mh_trim_stream', mh_trim_stream)
+redis.register_function('mh_forget_rejection', mh_forget_rejection)
 redis.register_function('mh_heartbeat', mh_heartbeat)
 redis.register_function('mh_lease', mh_lease)
 redis.register_function('mh_release_lease', mh_release_lease)

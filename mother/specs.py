@@ -1,0 +1,42 @@
+"""A RunSpec checked against the deployment it is submitted to: every model in the catalogue, and no
+scripted fault injection unless the deployment allows it. The client checks early; Mother checks again
+at intake (a raw XADD skips the client)."""
+
+from __future__ import annotations
+
+from mother.config import Settings
+from mother.errors import InvalidSpec
+from schemas import RunSpec
+
+__all__ = ["check_faults", "check_models", "check_spec"]
+
+
+def check_spec(settings: Settings, spec: RunSpec) -> None:
+    """``InvalidSpec`` (one line: what to change) when the spec asks for what this deployment does not have
+    or does not allow: Mother's check at intake."""
+    check_models(settings, spec)
+    check_faults(settings, spec)
+
+
+def check_models(settings: Settings, spec: RunSpec) -> None:
+    """Every phase's model is in the catalogue (a client checks this early with its own settings)."""
+    for phase in spec.pipeline:
+        if phase.model not in settings.models:
+            known = ", ".join(sorted(settings.models))
+            raise InvalidSpec(f"phase {phase.name}: model {phase.model!r} is not in the model catalogue; known: {known}")
+
+
+def check_faults(settings: Settings, spec: RunSpec) -> None:
+    """No scripted reply injects a fault unless a scripted model of the run allows it (Mother's settings
+    decide: a client's own cannot switch fault injection on)."""
+    for role, replies in spec.scripts.items():
+        faulty = next((i for i, reply in enumerate(replies, 1) if reply.fail is not None), None)
+        if faulty is None:
+            continue
+        allowing = [p.model for p in spec.pipeline if settings.models[p.model].provider == "scripted"
+                    and settings.models[p.model].allow_faults]
+        if not allowing:
+            kind = replies[faulty - 1].fail
+            raise InvalidSpec(f"scripts.{role}: reply {faulty} injects a fault (fail: {kind}), which this deployment "
+                              "does not allow: remove it, or enable models.<scripted model>.allow_faults (tests and "
+                              "demos only: `mother up --dev`)", field=f"scripts.{role}")
