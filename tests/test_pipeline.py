@@ -389,17 +389,16 @@ def test_unexpected_error_ends_only_that_run(pipeline: Pipeline) -> None:
     assert pipeline.wait(other).termination.reason == "success"
 
 
-def test_a_worker_imports_only_its_own_packages_job_modules_before_forking() -> None:
-    """The worker imports the module of a job from the project's ``workers`` package before it forks (each
-    work-horse inherits it; RQ would import it again in every horse), and leaves any other package's job
-    module to the horse, so that package's import-time effects stay out of the long-lived worker."""
+def test_a_worker_imports_only_allowed_job_modules_before_forking() -> None:
+    """The worker imports the module of an allowed job (the project's, and worker.allowed_jobs) before it forks
+    (each work-horse inherits it; RQ would import it again in every horse), and never one of a job it does not
+    allow (refused before anything it names is imported)."""
     import sys
 
     from workers.phase import preload_module
 
     sys.modules.pop("scripts.bench.noop", None)
-    preload_module("scripts.bench.noop.chain")
+    preload_module("scripts.bench.noop.chain", frozenset({"workers.phase.execute"}))
     assert "scripts.bench.noop" not in sys.modules
-    sys.modules.pop("workers.spawn", None)
-    preload_module("workers.spawn.SpawnRun")
-    assert "workers.spawn" in sys.modules
+    preload_module("scripts.bench.noop.chain", frozenset({"scripts.bench.noop.chain"}))
+    assert "scripts.bench.noop" in sys.modules

@@ -220,16 +220,13 @@ def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
         log.warning("prefetch_failed", run_id=run_id, phase_index=phase_index, attempt=attempt, error=str(exc))
 
 
-OWN_JOB_PACKAGE = "workers."
-
-
-def preload_module(func_name: str | None) -> None:
-    """Import the module of a job function from the project's own ``workers`` package in the worker,
-    before it forks the work-horse: each horse then finds it loaded, where RQ would import it again in
-    every horse (and, without cached bytecode, compile it: ~1.5 ms a job). Other packages' jobs are
-    left to the horse, as RQ does: their import-time effects stay out of the long-lived worker. An
-    import that fails here is left to the horse too, which reports it as the job's failure."""
-    if not func_name or not func_name.startswith(OWN_JOB_PACKAGE):
+def preload_module(func_name: str | None, allowed: frozenset[str]) -> None:
+    """Import the module of an allowed job function (the project's own, and ``worker.allowed_jobs``: the
+    deployment trusts them) in the worker, before it forks the work-horse: each horse then finds it
+    loaded, where RQ would import it again in every horse (and, without cached bytecode, compile it).
+    A job that is not allowed is refused before this (nothing it names is imported). An import that
+    fails here is left to the horse, which reports it as the job's failure."""
+    if not func_name or func_name not in allowed:
         return
     module = func_name.rpartition(".")[0]
     try:  # a module already loaded is only looked up
@@ -344,7 +341,7 @@ class PhaseWorker(Worker):
             self._refuse(job, queue, refusal)
             return
         pools = [self.connection.connection_pool]
-        preload_module(job.func_name)
+        preload_module(job.func_name, self.allowed_jobs)
         if job.func_name == JOB_FUNCTION:
             args = job.args
             if len(args) == 3:  # a malformed job fails in the horse, with RQ's own error
