@@ -4,7 +4,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 try:
     __version__ = version("mother-harness")
-except PackageNotFoundError:  # running from a source tree without install
+# running from a source tree without install
+except PackageNotFoundError:
     __version__ = "0.0.0+source"
 
 from mother.config import Settings, load_settings

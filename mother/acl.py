@@ -10,14 +10,16 @@ commands, read attempt tokens) and warns when the ACL lets it. The threat model 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import redis
 
 from mother import keys
 from mother.functions import FUNCTIONS_PROBE
 
-__all__ = ["NEEDS", "MUST_NOT", "AclReport", "check", "role_of", "whoami"]
+__all__ = ["MUST_NOT", "NEEDS", "AclReport", "check", "role_of", "whoami"]
 
-PROBE = "mother-doctor-probe"  # an id no run, artifact or token has: the probes touch keys that do not exist
+# an id no run, artifact or token has: the probes touch keys that do not exist
+PROBE = "mother-doctor-probe"
 HUGE = "1000000000000"
 
 # role -> [(what it is for, a harmless command that needs that permission)]
@@ -26,9 +28,18 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("read run records", ("JSON.GET", keys.run_key(PROBE))),
         ("read composed contexts", ("JSON.GET", keys.context_key(PROBE, 0))),
         ("read run limits", ("JSON.GET", keys.run_limits_key(PROBE))),
-        ("charge budgets through mh_guard", ("FCALL", FUNCTIONS_PROBE, "4", keys.run_budget_key(PROBE),
-                                             keys.user_daily_budget_key(PROBE, "2000-01-01"), keys.ACTIVITY_STREAM,
-                                             keys.run_limits_key(PROBE))),
+        (
+            "charge budgets through mh_guard",
+            (
+                "FCALL",
+                FUNCTIONS_PROBE,
+                "4",
+                keys.run_budget_key(PROBE),
+                keys.user_daily_budget_key(PROBE, "2000-01-01"),
+                keys.ACTIVITY_STREAM,
+                keys.run_limits_key(PROBE),
+            ),
+        ),
         ("claim attempt tokens (GETDEL)", ("GETDEL", keys.attempt_token_key(PROBE, 0, 0))),
         ("report results on mother:events", ("XTRIM", keys.EVENTS_STREAM, "MAXLEN", "~", HUGE)),
         ("heartbeat phases", ("FCALL", FUNCTIONS_PROBE, "1", keys.HEARTBEATS)),
@@ -68,7 +79,8 @@ class AclReport:
     user: str
     role: str
     lacks: list[str]
-    excess: list[str]  # what this role's user can do and must not
+    # what this role's user can do and must not
+    excess: list[str]
 
 
 def whoami(client: redis.Redis) -> str:

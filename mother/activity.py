@@ -34,7 +34,9 @@ def emit(
     return event
 
 
-def make_event(event_type: str, *, at: str, run_id: Id | None = None, phase: str | None = None, **data: Any) -> ActivityEvent:
+def make_event(
+    event_type: str, *, at: str, run_id: Id | None = None, phase: str | None = None, **data: Any
+) -> ActivityEvent:
     """One entry, not appended (:func:`emit` appends one)."""
     return ActivityEvent(type=event_type, at=at, run_id=run_id, phase=phase, data=data)
 
@@ -51,8 +53,15 @@ def recent(client: redis.Redis, count: int = 100, run_id: str | None = None) -> 
     Anyone can XADD to the stream, so an entry that is not one of ours (not UTF-8, data that is not
     JSON, a field out of shape) is shown as an ``unreadable_entry`` holding its id, what is wrong and
     its fields, instead of failing the whole listing."""
-    rows = client.execute_command("XREVRANGE", keys.ACTIVITY_STREAM, "+", "-", "COUNT", count * 10 if run_id else count,
-                                  **{NEVER_DECODE: True})
+    rows = client.execute_command(
+        "XREVRANGE",
+        keys.ACTIVITY_STREAM,
+        "+",
+        "-",
+        "COUNT",
+        count * 10 if run_id else count,
+        **{NEVER_DECODE: True},
+    )
     events = [_event(*as_text(raw_id, raw_fields)) for raw_id, raw_fields in rows]
     if run_id is not None:
         events = [e for e in events if e.run_id == run_id][:count]
@@ -69,6 +78,9 @@ def _event(entry_id: str, fields: dict[str, str], not_text: str | None) -> Activ
         except orjson.JSONDecodeError as exc:
             error = f"field 'data' is not JSON: {exc}"
     run_id = fields.get("run_id")
-    return ActivityEvent(type="unreadable_entry", at=iso_from_ms(int(entry_id.split("-")[0])),
-                         run_id=run_id if keys.is_id(run_id) else None,
-                         data={"entry_id": entry_id, "error": error, "fields": fields})
+    return ActivityEvent(
+        type="unreadable_entry",
+        at=iso_from_ms(int(entry_id.split("-")[0])),
+        run_id=run_id if keys.is_id(run_id) else None,
+        data={"entry_id": entry_id, "error": error, "fields": fields},
+    )

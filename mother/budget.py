@@ -27,7 +27,15 @@ import redis
 
 from mother import keys
 from mother.config import ModelConfig, Settings
-from mother.errors import BudgetExhausted, BudgetStopped, InvalidSpec, OverrideRefused, PhaseStale, QueueFull, RateLimited
+from mother.errors import (
+    BudgetExhausted,
+    BudgetStopped,
+    InvalidSpec,
+    OverrideRefused,
+    PhaseStale,
+    QueueFull,
+    RateLimited,
+)
 from mother.functions import call, fcall_command, send
 from schemas import RunSpec, iso_from_ms
 
@@ -71,11 +79,16 @@ USER_CODES: dict[str, str] = {
     "total_tokens": "budget_user_daily_token_exceeded",
 }
 __doc__ += "\n".join(f"    {dim:<18} {code}" for dim, code in CODES.items()) + "\n"
-SEQ_SPAN = 10_000_000  # the admission queue's score: tag * SEQ_SPAN + sequence (mh_admit)
-MAX_AMOUNT = 10**12  # larger is absurd for any dimension (10^12 tokens, $1,000,000 in micro-USD)
+# the admission queue's score: tag * SEQ_SPAN + sequence (mh_admit)
+SEQ_SPAN = 10_000_000
+# larger is absurd for any dimension (10^12 tokens, $1,000,000 in micro-USD)
+MAX_AMOUNT = 10**12
 MICRO = Decimal(1_000_000)
-OK_REPLY = '{"ok":true}'  # mh_guard's reply when the action was charged
-TOOL_ACTIONS = {ro: {"read_only": ro, "check": ["tool_calls"], "add": {"tool_calls": 1}} for ro in (False, True)}
+# mh_guard's reply when the action was charged
+OK_REPLY = '{"ok":true}'
+TOOL_ACTIONS = {
+    ro: {"read_only": ro, "check": ["tool_calls"], "add": {"tool_calls": 1}} for ro in (False, True)
+}
 TOOL_ACTION_NAMES = {False: "tool", True: "tool:read_only"}
 
 
@@ -94,11 +107,15 @@ def check_amount(value: Any, what: str) -> int:
 
 def spend_micro_usd(model: ModelConfig, input_tokens: int, output_tokens: int) -> int:
     """Price of a call in integer micro-USD, rounded up (never a float)."""
-    usd = (model.input_price_per_1k_usd * input_tokens + model.output_price_per_1k_usd * output_tokens) / 1000
+    usd = (
+        model.input_price_per_1k_usd * input_tokens + model.output_price_per_1k_usd * output_tokens
+    ) / 1000
     return int((usd * MICRO).to_integral_value(rounding=ROUND_CEILING))
 
 
-def run_limits(settings: Settings, spec: RunSpec, resolved: dict[str, Any] | None = None) -> tuple[dict[str, int], float]:
+def run_limits(
+    settings: Settings, spec: RunSpec, resolved: dict[str, Any] | None = None
+) -> tuple[dict[str, int], float]:
     """The run's hard limits: profile and DefaultBudget.per_run, capped by the run's resolved
     seed-000 limits (turns → model_calls, tokens, spend, duration_seconds, spawns)."""
     budget = settings.budget
@@ -116,17 +133,30 @@ def run_limits(settings: Settings, spec: RunSpec, resolved: dict[str, Any] | Non
         "spawns": per_run.max_spawns,
     }
     r = resolved or {}
-    caps = {"model_calls": r.get("turns"), "total_tokens": r.get("tokens"), "spawns": r.get("spawns"),
-            "duration_sec": math.ceil(r["duration_seconds"]) if r.get("duration_seconds") is not None else None,
-            "spend_micro_usd": int(Decimal(str(r["spend"])) * MICRO) if r.get("spend") is not None else None}
+    caps = {
+        "model_calls": r.get("turns"),
+        "total_tokens": r.get("tokens"),
+        "spawns": r.get("spawns"),
+        "duration_sec": math.ceil(r["duration_seconds"])
+        if r.get("duration_seconds") is not None
+        else None,
+        "spend_micro_usd": int(Decimal(str(r["spend"])) * MICRO)
+        if r.get("spend") is not None
+        else None,
+    }
     for dim, cap in caps.items():
         if cap is not None:
             limits[dim] = min(limits[dim], int(cap))
     return limits, profile.warning_ratio
 
 
-def open_run_budget(client: redis.Redis | redis.client.Pipeline, settings: Settings, spec: RunSpec, started_ms: int,
-                    resolved: dict[str, Any] | None = None) -> dict[str, Any]:
+def open_run_budget(
+    client: redis.Redis | redis.client.Pipeline,
+    settings: Settings,
+    spec: RunSpec,
+    started_ms: int,
+    resolved: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Create the run's two budget documents (NX: a re-delivered start keeps the first): its counters in
     ``budget:run:{run_id}`` (the spec's BudgetCounter, charged by the guard), and what the guard enforces in
     ``limits:run:{run_id}`` (limits, overrides, warning ratio, status, stop, fence, start time and the
@@ -136,26 +166,60 @@ def open_run_budget(client: redis.Redis | redis.client.Pipeline, settings: Setti
     limits, ratio = run_limits(settings, spec, resolved)
     started_at = iso_from_ms(started_ms)
     counters = {
-        "run_id": spec.run_id, "user_id": spec.user_id, "profile": spec.budget_profile, "started_at": started_at,
-        "last_updated": started_at, **{dim: 0 for dim in CODES}, "input_tokens": 0, "output_tokens": 0,
-        "error_burst_count": 0, "reserved": {"total_tokens": 0, "spend_micro_usd": 0, "cloud_calls": 0, "model_calls": 0},
-        "reservations": {}, "warnings_triggered": [], "limits_exceeded": [], "limit_crossings": [], "exhausted": None,
+        "run_id": spec.run_id,
+        "user_id": spec.user_id,
+        "profile": spec.budget_profile,
+        "started_at": started_at,
+        "last_updated": started_at,
+        **{dim: 0 for dim in CODES},
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "error_burst_count": 0,
+        "reserved": {"total_tokens": 0, "spend_micro_usd": 0, "cloud_calls": 0, "model_calls": 0},
+        "reservations": {},
+        "warnings_triggered": [],
+        "limits_exceeded": [],
+        "limit_crossings": [],
+        "exhausted": None,
         "stop_refused": None,
     }
     user = _user_args(settings, spec.user_id)
     enforced = {
-        "run_id": spec.run_id, "user_id": spec.user_id, "profile": spec.budget_profile, "warning_ratio": ratio,
-        "limits": limits, "overrides": [], "status": "active", "stop": None, "fence": None,
-        "started_at": started_at, "started_ms": started_ms, "last_updated": started_at,
-        "user_limits": user["user_limits"], "user_warning_ratio": user["user_warning_ratio"],
+        "run_id": spec.run_id,
+        "user_id": spec.user_id,
+        "profile": spec.budget_profile,
+        "warning_ratio": ratio,
+        "limits": limits,
+        "overrides": [],
+        "status": "active",
+        "stop": None,
+        "fence": None,
+        "started_at": started_at,
+        "started_ms": started_ms,
+        "last_updated": started_at,
+        "user_limits": user["user_limits"],
+        "user_warning_ratio": user["user_warning_ratio"],
         "user_ttl_s": user["user_ttl_s"],
     }
-    client.execute_command("JSON.SET", keys.run_budget_key(spec.run_id), "$", orjson.dumps(counters), "NX")
-    client.execute_command("JSON.SET", keys.run_limits_key(spec.run_id), "$", orjson.dumps(enforced), "NX")
+    client.execute_command(
+        "JSON.SET", keys.run_budget_key(spec.run_id), "$", orjson.dumps(counters), "NX"
+    )
+    client.execute_command(
+        "JSON.SET", keys.run_limits_key(spec.run_id), "$", orjson.dumps(enforced), "NX"
+    )
     return {**counters, **enforced}
 
 
-ENFORCED_FIELDS = ("profile", "warning_ratio", "limits", "overrides", "status", "stop", "fence", "started_ms")
+ENFORCED_FIELDS = (
+    "profile",
+    "warning_ratio",
+    "limits",
+    "overrides",
+    "status",
+    "stop",
+    "fence",
+    "started_ms",
+)
 
 
 def budget_view(client: redis.Redis, run_id: str) -> dict[str, Any] | None:
@@ -183,7 +247,11 @@ def _user_args(settings: Settings, user_id: str) -> dict[str, Any]:
     daily = settings.budget.per_user_daily
     return {
         "user_id": user_id,
-        "user_limits": {"runs": daily.max_runs, "cloud_calls": daily.max_cloud_calls, "total_tokens": daily.max_total_tokens},
+        "user_limits": {
+            "runs": daily.max_runs,
+            "cloud_calls": daily.max_cloud_calls,
+            "total_tokens": daily.max_total_tokens,
+        },
         "user_ttl_s": (daily.keep_days + 1) * 86400,
         "user_warning_ratio": daily.warning_ratio,
     }
@@ -202,26 +270,62 @@ class Admission:
     position: int = 0
 
 
-def admit(client: redis.Redis | redis.client.Pipeline, settings: Settings, run_id: str, user_id: str, day: str,
-          maxlen: int, *, child: bool = False) -> Admission | None:
+def admit(
+    client: redis.Redis | redis.client.Pipeline,
+    settings: Settings,
+    run_id: str,
+    user_id: str,
+    day: str,
+    maxlen: int,
+    *,
+    child: bool = False,
+) -> Admission | None:
     """Intake: circuit breaker (global gauges), the user's daily run cap and the admission queue, in one
     call, decided once per run. A ``child`` (a spawned run, whose parent waits on it) never waits.
 
     With a pipeline the call is queued (returns None); pass its reply to :func:`admission`."""
     g = settings.budget.global_
-    payload = {"day": day, "run_id": run_id, "child": child, **_user_args(settings, user_id),
-               "global": {"max_concurrent_runs": g.max_concurrent_runs, "max_redis_memory_mb": g.max_redis_memory_mb,
-                          "max_docling_jobs": g.max_docling_jobs, "warning_ratio": g.warning_ratio}}
-    reply = call(client, "mh_admit", [keys.GLOBAL_BUDGET, keys.user_daily_budget_key(user_id, day), keys.RUN_DEADLINES,
-                                      keys.ACTIVITY_STREAM, keys.run_key(run_id), keys.ADMISSION_WAITING,
-                                      keys.ADMISSION_STATE], [orjson.dumps(payload), maxlen])
+    payload = {
+        "day": day,
+        "run_id": run_id,
+        "child": child,
+        **_user_args(settings, user_id),
+        "global": {
+            "max_concurrent_runs": g.max_concurrent_runs,
+            "max_redis_memory_mb": g.max_redis_memory_mb,
+            "max_docling_jobs": g.max_docling_jobs,
+            "warning_ratio": g.warning_ratio,
+        },
+    }
+    reply = call(
+        client,
+        "mh_admit",
+        [
+            keys.GLOBAL_BUDGET,
+            keys.user_daily_budget_key(user_id, day),
+            keys.RUN_DEADLINES,
+            keys.ACTIVITY_STREAM,
+            keys.run_key(run_id),
+            keys.ADMISSION_WAITING,
+            keys.ADMISSION_STATE,
+        ],
+        [orjson.dumps(payload), maxlen],
+    )
     if isinstance(client, redis.client.Pipeline):
         return None
     return admission(client, settings, run_id, user_id, maxlen, reply, child=child)
 
 
-def admission(client: redis.Redis, settings: Settings, run_id: str, user_id: str, maxlen: int, raw: str, *,
-              child: bool = False) -> Admission:
+def admission(
+    client: redis.Redis,
+    settings: Settings,
+    run_id: str,
+    user_id: str,
+    maxlen: int,
+    raw: str,
+    *,
+    child: bool = False,
+) -> Admission:
     """Read mh_admit's reply; when our idea of today differed from the server's, ask again with its day."""
     reply = orjson.loads(raw)
     if "retry_day" in reply:
@@ -229,34 +333,64 @@ def admission(client: redis.Redis, settings: Settings, run_id: str, user_id: str
         assert again is not None
         return again
     if reply["ok"]:
-        return Admission(True, waiting=bool(reply.get("waiting")), position=int(reply.get("position") or 0))
+        return Admission(
+            True, waiting=bool(reply.get("waiting")), position=int(reply.get("position") or 0)
+        )
     if reply["code"] == "circuit_open":
-        return Admission(False, "circuit_open", "System at capacity, try again later",
-                         [f"{reply['gauge']} {reply['current']}/{reply['max']}"])
-    return Admission(False, reply["code"], f"Daily run limit reached for user {user_id} ({reply['current']}/{reply['max']})",
-                     [f"{reply['code']} ({reply['current']}/{reply['max']})"])
+        return Admission(
+            False,
+            "circuit_open",
+            "System at capacity, try again later",
+            [f"{reply['gauge']} {reply['current']}/{reply['max']}"],
+        )
+    return Admission(
+        False,
+        reply["code"],
+        f"Daily run limit reached for user {user_id} ({reply['current']}/{reply['max']})",
+        [f"{reply['code']} ({reply['current']}/{reply['max']})"],
+    )
 
 
 class Guard:
     """The worker's budget guard for one run. Every method is one atomic server call."""
 
-    def __init__(self, client: redis.Redis, settings: Settings, run_id: str, user_id: str, day: Any,
-                 attempt: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        settings: Settings,
+        run_id: str,
+        user_id: str,
+        day: Any,
+        attempt: tuple[int, int] | None = None,
+    ) -> None:
         self.client, self.settings = client, settings
         self.run_id, self.user_id = run_id, user_id
         # a phase attempt's guard: its reservations and charges are refused once Mother has given up on
         # the attempt (the run's fence, set when it gives back what a failed or lost attempt held)
         self.attempt = attempt_tag(*attempt) if attempt is not None else None
-        self.day = day  # a callable returning today's date (server clock) as YYYY-MM-DD
+        # a callable returning today's date (server clock) as YYYY-MM-DD
+        self.day = day
         self.maxlen = settings.service.activity_maxlen
         self._run_key = keys.run_budget_key(run_id)
         self._limits_key = keys.run_limits_key(run_id)
         self._day, self._user_key = "", ""
-        self._repeating: dict[str, tuple[str, tuple[Any, ...]]] = {}  # name → (day, its whole FCALL command)
-        self._queued: tuple[dict[str, Any], str | None] = ({}, None)  # the action last queued on a pipeline
+        self._repeating: dict[
+            str, tuple[str, tuple[Any, ...]]
+            # name → (day, its whole FCALL command)
+        ] = {}
+        self._queued: tuple[dict[str, Any], str | None] = (
+            {},
+            None,
+            # the action last queued on a pipeline
+        )
 
-    def _call(self, action: dict[str, Any], cache_as: str | None = None,
-              pipe: redis.client.Pipeline | None = None, day: str | None = None) -> dict[str, Any]:
+    def _call(
+        self,
+        action: dict[str, Any],
+        cache_as: str | None = None,
+        pipe: redis.client.Pipeline | None = None,
+        day: str | None = None,
+    ) -> dict[str, Any]:
         """One mh_guard call. ``cache_as`` names an action whose JSON never changes (but for the
         day), so the hot path builds its command once a day and sends it as it is. With ``pipe``
         the call is queued on it (returns {}); pass its reply to :meth:`queued_reply`."""
@@ -277,11 +411,19 @@ class Guard:
     def _command(self, action: dict[str, Any], day: str, *, repeats: bool) -> tuple[Any, ...]:
         """mh_guard's command for ``action`` on ``day`` (the user's daily limits are the run's, read by the
         server from ``limits:run:{id}``: nothing the caller says raises them)."""
-        if day != self._day:  # the daily key changes once a day: build it then
+        # the daily key changes once a day: build it then
+        if day != self._day:
             self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
         body = orjson.dumps({**action, "day": day})
-        args = [body, self.maxlen] + ([b"1"] if repeats else [])  # "1": the text repeats, the server keeps its decoding
-        return fcall_command("mh_guard", [self._run_key, self._user_key, keys.ACTIVITY_STREAM, self._limits_key], args)
+        args = [body, self.maxlen] + (
+            [b"1"] if repeats else []
+            # "1": the text repeats, the server keeps its decoding
+        )
+        return fcall_command(
+            "mh_guard",
+            [self._run_key, self._user_key, keys.ACTIVITY_STREAM, self._limits_key],
+            args,
+        )
 
     def queued_reply(self, raw: str) -> dict[str, Any]:
         """The reply of the call last queued on a pipeline."""
@@ -291,22 +433,33 @@ class Guard:
         if raw == OK_REPLY:
             return {"ok": True}
         reply = orjson.loads(raw)
-        if "retry_day" in reply:  # our idea of today differs from the server's: ask again with its day
+        if (
+            "retry_day" in reply
+            # our idea of today differs from the server's: ask again with its day
+        ):
             return self._call(action, cache_as, day=reply["retry_day"])
         if not reply.get("ok"):
             code = reply.get("code", "budget")
             if code == "budget_stopped":
-                raise BudgetStopped(f"run {self.run_id} is emergency-stopped; mutating actions wait for `mother budget reset`",
-                                    limit_code=code)
+                raise BudgetStopped(
+                    f"run {self.run_id} is emergency-stopped; mutating actions wait for `mother budget reset`",
+                    limit_code=code,
+                )
             if code == "run_terminated":
                 raise BudgetExhausted(f"run {self.run_id} has ended", limit_code=code)
             if code == "phase_stale":
-                raise PhaseStale(f"run {self.run_id} gave up on attempt {self.attempt} (fence {reply.get('fence')}); "
-                                 "nothing was charged")
+                raise PhaseStale(
+                    f"run {self.run_id} gave up on attempt {self.attempt} (fence {reply.get('fence')}); "
+                    "nothing was charged"
+                )
             if code == "invalid_action":
                 raise InvalidSpec(f"budget guard refused the call: {reply.get('error')}")
-            raise BudgetExhausted(f"{code} ({reply.get('current')}/{reply.get('max')})", limit_code=code,
-                                  current=reply.get("current"), max=reply.get("max"))
+            raise BudgetExhausted(
+                f"{code} ({reply.get('current')}/{reply.get('max')})",
+                limit_code=code,
+                current=reply.get("current"),
+                max=reply.get("max"),
+            )
         return reply
 
     def _fenced(self, action: dict[str, Any]) -> dict[str, Any]:
@@ -321,9 +474,18 @@ class Guard:
     def charge(self, dimension: str, amount: int = 1, *, read_only: bool = False) -> None:
         """A generic counted action (retrieval_queries, spawns, parallel_agents, ...)."""
         if dimension not in CODES or dimension == "duration_sec":
-            raise InvalidSpec(f"unknown budget dimension {dimension!r}; one of {', '.join(sorted(CODES))}")
-        self._call(self._fenced({"read_only": read_only, "check": [dimension],
-                                 "add": {dimension: check_amount(amount, dimension)}}))
+            raise InvalidSpec(
+                f"unknown budget dimension {dimension!r}; one of {', '.join(sorted(CODES))}"
+            )
+        self._call(
+            self._fenced(
+                {
+                    "read_only": read_only,
+                    "check": [dimension],
+                    "add": {dimension: check_amount(amount, dimension)},
+                }
+            )
+        )
 
     def clock(self, *, deadline: bool = False) -> None:
         """Record the run's wall clock (Mother's watchdog): its warning at the profile's ratio, its crossing at
@@ -339,44 +501,96 @@ class Guard:
         tokens = check_amount(max_tokens, "max_tokens")
         spend = check_amount(max_spend_micro_usd, "max_spend_micro_usd")
         op = uuid.uuid4().hex
-        check = ["model_calls", "total_tokens", "spend_micro_usd"] + (["cloud_calls"] if cloud else [])
+        check = ["model_calls", "total_tokens", "spend_micro_usd"] + (
+            ["cloud_calls"] if cloud else []
+        )
         add = {"model_calls": 1, **({"cloud_calls": 1} if cloud else {})}
-        self._call(self._fenced({"check": check, "user_check": ["total_tokens"] + (["cloud_calls"] if cloud else []),
-                                 "add": add, "user_add": {"cloud_calls": 1} if cloud else {},
-                                 "reserve": {"op": op, "dims": {"total_tokens": tokens, "spend_micro_usd": spend},
-                                             "user_dims": {"total_tokens": tokens}}}))
+        self._call(
+            self._fenced(
+                {
+                    "check": check,
+                    "user_check": ["total_tokens"] + (["cloud_calls"] if cloud else []),
+                    "add": add,
+                    "user_add": {"cloud_calls": 1} if cloud else {},
+                    "reserve": {
+                        "op": op,
+                        "dims": {"total_tokens": tokens, "spend_micro_usd": spend},
+                        "user_dims": {"total_tokens": tokens},
+                    },
+                }
+            )
+        )
         return op
 
-    def settle_model_call(self, op: str, *, input_tokens: int, output_tokens: int, spend: int,
-                          pipe: redis.client.Pipeline | None = None) -> dict[str, Any] | None:
+    def settle_model_call(
+        self,
+        op: str,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        spend: int,
+        pipe: redis.client.Pipeline | None = None,
+    ) -> dict[str, Any] | None:
         """After an LLM call: release the reservation and charge what it really used (never refused).
         Returns the run's counters after it (model_calls, input/output tokens, spend_micro_usd, duration_sec);
         with ``pipe`` the settle is queued on it (returns None)."""
-        used = check_amount(input_tokens, "input_tokens") + check_amount(output_tokens, "output_tokens")
-        return self._call({"settle": {"op": op, "add": {"total_tokens": used, "input_tokens": input_tokens,
-                                                 "output_tokens": output_tokens,
-                                                 "spend_micro_usd": check_amount(spend, "spend")},
-                               "user_add": {"total_tokens": used}}}, pipe=pipe).get("counters")
+        used = check_amount(input_tokens, "input_tokens") + check_amount(
+            output_tokens, "output_tokens"
+        )
+        return self._call(
+            {
+                "settle": {
+                    "op": op,
+                    "add": {
+                        "total_tokens": used,
+                        "input_tokens": input_tokens,
+                        "output_tokens": output_tokens,
+                        "spend_micro_usd": check_amount(spend, "spend"),
+                    },
+                    "user_add": {"total_tokens": used},
+                }
+            },
+            pipe=pipe,
+        ).get("counters")
 
     def reserve_call(self, model: ModelConfig, prompt_tokens: int) -> str:
         """Reserve a call to ``model``: the prompt plus its max output, in tokens and at its prices."""
-        return self.reserve_model_call(max_tokens=prompt_tokens + model.max_output_tokens, cloud=model.cloud,
-                                       max_spend_micro_usd=spend_micro_usd(model, prompt_tokens, model.max_output_tokens))
+        return self.reserve_model_call(
+            max_tokens=prompt_tokens + model.max_output_tokens,
+            cloud=model.cloud,
+            max_spend_micro_usd=spend_micro_usd(model, prompt_tokens, model.max_output_tokens),
+        )
 
-    def settle_call(self, op: str, model: ModelConfig, input_tokens: int, output_tokens: int,
-                    pipe: redis.client.Pipeline | None = None) -> dict[str, Any] | None:
+    def settle_call(
+        self,
+        op: str,
+        model: ModelConfig,
+        input_tokens: int,
+        output_tokens: int,
+        pipe: redis.client.Pipeline | None = None,
+    ) -> dict[str, Any] | None:
         """Settle a call to ``model`` with what it used, priced (queued on ``pipe`` when given)."""
-        return self.settle_model_call(op, input_tokens=input_tokens, output_tokens=output_tokens,
-                                      spend=spend_micro_usd(model, input_tokens, output_tokens), pipe=pipe)
+        return self.settle_model_call(
+            op,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            spend=spend_micro_usd(model, input_tokens, output_tokens),
+            pipe=pipe,
+        )
 
 
-RESERVATIONS_PATH = "$.reservations"  # of budget:run:{id}: op -> {dims, user_dims, at, attempt}, or a tombstone {released}
+# of budget:run:{id}: op -> {dims, user_dims, at, attempt}, or a tombstone {released}
+RESERVATIONS_PATH = "$.reservations"
 
 
 def reservations_of(found: Any) -> dict[str, Any]:
     """Of a run budget's ``reservations`` as read (None without a budget), those still holding something (a
     released one's tombstone holds nothing)."""
-    return {op: r for op, r in found.items() if isinstance(r, dict) and r.get("dims")} if isinstance(found, dict) else {}
+    return (
+        {op: r for op, r in found.items() if isinstance(r, dict) and r.get("dims")}
+        if isinstance(found, dict)
+        else {}
+    )
 
 
 def held_reservations(client: redis.Redis, run_id: str) -> dict[str, Any]:
@@ -390,8 +604,16 @@ def attempt_tag(phase_index: int, attempt: int) -> str:
     return f"{phase_index}:{attempt}"
 
 
-def release_reservations(client: redis.Redis | redis.client.Pipeline, settings: Settings, run_id: str, user_id: str,
-                         held: dict[str, Any], why: str, *, fence: tuple[int, int] | None = None) -> Any:
+def release_reservations(
+    client: redis.Redis | redis.client.Pipeline,
+    settings: Settings,
+    run_id: str,
+    user_id: str,
+    held: dict[str, Any],
+    why: str,
+    *,
+    fence: tuple[int, int] | None = None,
+) -> Any:
     """Give back what ``held`` (:func:`reservations_of`) reserves for calls whose settle will not come: the
     attempt that made them was lost or timed out, or the run ended (a horse killed mid-call left them
     standing, counted against the run's limits and the user's daily tokens for the rest of the day). One
@@ -405,51 +627,114 @@ def release_reservations(client: redis.Redis | redis.client.Pipeline, settings: 
     if not held and fence is None:
         return None
     days = sorted({r["at"][:10] for r in held.values() if isinstance(r.get("at"), str)})
-    return call(client, "mh_release_reservations",
-                [keys.run_budget_key(run_id), keys.ACTIVITY_STREAM, keys.run_limits_key(run_id),
-                 *(keys.user_daily_budget_key(user_id, d) for d in days)],
-                [settings.service.activity_maxlen, why[:300], attempt_tag(*fence) if fence is not None else "", *days])
+    return call(
+        client,
+        "mh_release_reservations",
+        [
+            keys.run_budget_key(run_id),
+            keys.ACTIVITY_STREAM,
+            keys.run_limits_key(run_id),
+            *(keys.user_daily_budget_key(user_id, d) for d in days),
+        ],
+        [
+            settings.service.activity_maxlen,
+            why[:300],
+            attempt_tag(*fence) if fence is not None else "",
+            *days,
+        ],
+    )
 
 
 def audit_fields(actor: str, reason: str) -> dict[str, str]:
     """The who and why an audited budget action records: both required, neither blank."""
     for what, value in (("actor", actor), ("reason", reason)):
         if not isinstance(value, str) or not value.strip():
-            raise InvalidSpec(f"{what} must say {'who acts' if what == 'actor' else 'why'}; it is empty", field=what)
+            raise InvalidSpec(
+                f"{what} must say {'who acts' if what == 'actor' else 'why'}; it is empty",
+                field=what,
+            )
     return {"actor": actor[:128], "reason": reason[:1000]}
 
 
-def _state(client: redis.Redis, run_id: str, status: str, event: dict[str, Any], event_type: str, maxlen: int) -> dict[str, Any]:
-    reply = call(client, "mh_budget_state", [keys.run_limits_key(run_id), keys.ACTIVITY_STREAM, keys.run_key(run_id),
-                                             keys.run_budget_key(run_id)],
-                 [status, orjson.dumps(event), maxlen, event_type])
+def _state(
+    client: redis.Redis,
+    run_id: str,
+    status: str,
+    event: dict[str, Any],
+    event_type: str,
+    maxlen: int,
+) -> dict[str, Any]:
+    reply = call(
+        client,
+        "mh_budget_state",
+        [
+            keys.run_limits_key(run_id),
+            keys.ACTIVITY_STREAM,
+            keys.run_key(run_id),
+            keys.run_budget_key(run_id),
+        ],
+        [status, orjson.dumps(event), maxlen, event_type],
+    )
     if isinstance(reply, str) and reply.startswith("ERR"):
         raise OverrideRefused(f"run {run_id}: {reply[4:]}")
     return orjson.loads(reply)
 
 
-def emergency_stop(client: redis.Redis, run_id: str, actor: str, reason: str, maxlen: int) -> dict[str, Any]:
+def emergency_stop(
+    client: redis.Redis, run_id: str, actor: str, reason: str, maxlen: int
+) -> dict[str, Any]:
     """Set the run ``budget_stopped`` now; the event carries actor, reason, at and the counters."""
-    return _state(client, run_id, "budget_stopped", audit_fields(actor, reason), "budget_stopped", maxlen)
+    return _state(
+        client, run_id, "budget_stopped", audit_fields(actor, reason), "budget_stopped", maxlen
+    )
 
 
-def reset_stop(client: redis.Redis, run_id: str, actor: str, reason: str, maxlen: int) -> dict[str, Any]:
+def reset_stop(
+    client: redis.Redis, run_id: str, actor: str, reason: str, maxlen: int
+) -> dict[str, Any]:
     return _state(client, run_id, "active", audit_fields(actor, reason), "budget_reset", maxlen)
 
 
-def override(client: redis.Redis, run_id: str, *, dimension: str, delta: int, expires_in_s: float, actor: str,
-             reason: str, maxlen: int) -> dict[str, Any]:
+def override(
+    client: redis.Redis,
+    run_id: str,
+    *,
+    dimension: str,
+    delta: int,
+    expires_in_s: float,
+    actor: str,
+    reason: str,
+    maxlen: int,
+) -> dict[str, Any]:
     """A time-boxed, audited change of one limit; the effective limit never exceeds 2x the profile's."""
     if dimension not in CODES:
         raise OverrideRefused(f"unknown dimension {dimension!r}; one of {', '.join(sorted(CODES))}")
     if isinstance(delta, bool) or not isinstance(delta, int) or abs(delta) > MAX_AMOUNT:
-        raise OverrideRefused(f"delta must be a whole number from -{MAX_AMOUNT} to {MAX_AMOUNT}, got {delta!r}")
+        raise OverrideRefused(
+            f"delta must be a whole number from -{MAX_AMOUNT} to {MAX_AMOUNT}, got {delta!r}"
+        )
     if delta == 0:
         raise OverrideRefused("delta must not be 0: such an override changes no limit")
-    if not (isinstance(expires_in_s, int | float) and math.isfinite(expires_in_s) and 1 <= expires_in_s <= 30 * 86400):
-        raise OverrideRefused(f"expires-in must be between 1 second and 30 days, got {expires_in_s!r} s")
-    payload = {"dimension": dimension, "delta": delta, **audit_fields(actor, reason), "expires_in_ms": int(expires_in_s * 1000)}
-    reply = call(client, "mh_override", [keys.run_limits_key(run_id), keys.ACTIVITY_STREAM], [orjson.dumps(payload), maxlen])
+    if not (
+        isinstance(expires_in_s, int | float)
+        and math.isfinite(expires_in_s)
+        and 1 <= expires_in_s <= 30 * 86400
+    ):
+        raise OverrideRefused(
+            f"expires-in must be between 1 second and 30 days, got {expires_in_s!r} s"
+        )
+    payload = {
+        "dimension": dimension,
+        "delta": delta,
+        **audit_fields(actor, reason),
+        "expires_in_ms": int(expires_in_s * 1000),
+    }
+    reply = call(
+        client,
+        "mh_override",
+        [keys.run_limits_key(run_id), keys.ACTIVITY_STREAM],
+        [orjson.dumps(payload), maxlen],
+    )
     if isinstance(reply, str) and reply.startswith("ERR"):
         raise OverrideRefused(f"override refused for run {run_id}: {reply[4:]}")
     return orjson.loads(reply)
@@ -458,26 +743,51 @@ def override(client: redis.Redis, run_id: str, *, dimension: str, delta: int, ex
 def rate_check(client: redis.Redis, settings: Settings, user_id: str) -> int:
     """Count one message of ``user_id``; ``RateLimited`` (429, retry_after) past the window's limit."""
     limit = settings.budget.rate_limit
-    ok, value = call(client, "mh_rate", [keys.rate_limit_key(user_id)],
-                     [limit.messages, limit.window_seconds * 1000, uuid.uuid4().hex])
+    ok, value = call(
+        client,
+        "mh_rate",
+        [keys.rate_limit_key(user_id)],
+        [limit.messages, limit.window_seconds * 1000, uuid.uuid4().hex],
+    )
     if not ok:
         retry = max(0.001, int(value) / 1000)
-        raise RateLimited(f"user {user_id} sent {limit.messages} messages in the last {limit.window_seconds}s; "
-                          f"retry after {retry:.1f}s", retry_after=retry, status=429, user_id=user_id)
+        raise RateLimited(
+            f"user {user_id} sent {limit.messages} messages in the last {limit.window_seconds}s; "
+            f"retry after {retry:.1f}s",
+            retry_after=retry,
+            status=429,
+            user_id=user_id,
+        )
     return int(value)
 
 
-def submit_with_backpressure(client: redis.Redis, settings: Settings, payload: bytes, run_id: str) -> str:
+def submit_with_backpressure(
+    client: redis.Redis, settings: Settings, payload: bytes, run_id: str
+) -> str:
     """Claim ``run_id`` and XADD the spec, unless the queue is at the leading Mother's max depth (atomic, on
     the server): ``QueueFull`` then, or ``InvalidSpec`` when another submission claimed the run_id."""
-    reply = call(client, "mh_submit", [keys.GLOBAL_BUDGET, keys.SUBMISSIONS_STREAM, keys.RUN_CLAIMS,
-                                       keys.ADMISSION_WAITING, keys.MOTHER_CONFIG],
-                 [payload, settings.budget.global_.max_queue_depth, settings.service.consumer_group, run_id])
+    reply = call(
+        client,
+        "mh_submit",
+        [
+            keys.GLOBAL_BUDGET,
+            keys.SUBMISSIONS_STREAM,
+            keys.RUN_CLAIMS,
+            keys.ADMISSION_WAITING,
+            keys.MOTHER_CONFIG,
+        ],
+        [payload, settings.budget.global_.max_queue_depth, settings.service.consumer_group, run_id],
+    )
     if int(reply[0]) == 1:
         return str(reply[1])
     if reply[1] == "run_id_taken":
-        raise InvalidSpec(f"run_id {run_id!r} is already used (by submission {reply[2]}); pick another or omit run_id",
-                          field="run_id")
+        raise InvalidSpec(
+            f"run_id {run_id!r} is already used (by submission {reply[2]}); pick another or omit run_id",
+            field="run_id",
+        )
     depth, most = int(reply[2]), int(reply[3])
-    raise QueueFull(f"the submission queue is full ({depth}/{most} runs waiting to start); try again later",
-                    depth=depth, max=most)
+    raise QueueFull(
+        f"the submission queue is full ({depth}/{most} runs waiting to start); try again later",
+        depth=depth,
+        max=most,
+    )

@@ -24,11 +24,19 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from mother.roles import role_settings
 from mother.errors import ConfigError
+from mother.roles import role_settings
 from mother.yamlfile import YamlProblem, read_yaml
 
-__all__ = ["RiskReport", "assess_risk", "attenuate", "denial", "granted_for", "load_risk_policy", "permits"]
+__all__ = [
+    "RiskReport",
+    "assess_risk",
+    "attenuate",
+    "denial",
+    "granted_for",
+    "load_risk_policy",
+    "permits",
+]
 
 POLICIES = {"allow", "acknowledge_required", "block"}
 
@@ -42,8 +50,11 @@ def denial(granted: list[str], required: list[str]) -> dict[str, Any] | None:
     missing = [r for r in required if not permits(granted, r)]
     if not missing:
         return None
-    return {"name": "error", "code": "permission_denied",
-            "detail": {"missing": missing, "granted": list(granted), "required": list(required)}}
+    return {
+        "name": "error",
+        "code": "permission_denied",
+        "detail": {"missing": missing, "granted": list(granted), "required": list(required)},
+    }
 
 
 def attenuate(parent: list[str], child: list[str]) -> list[str]:
@@ -55,8 +66,11 @@ def attenuate(parent: list[str], child: list[str]) -> list[str]:
 
 def granted_for(settings: Any, role: str, parent: list[str] | None = None) -> list[str]:
     declared = role_settings(settings, role)
-    own = list(declared.permissions) if declared is not None and declared.permissions is not None \
+    own = (
+        list(declared.permissions)
+        if declared is not None and declared.permissions is not None
         else list(settings.harness.default_permissions)
+    )
     return attenuate(parent, own) if parent is not None else sorted(set(own))
 
 
@@ -81,11 +95,17 @@ class RiskReport:
 
 def load_risk_policy(path: Path | None) -> RiskPolicy:
     """The policy file (default: the shipped one), parsed once per file version."""
-    source = Path(str(resources.files("mother").joinpath("capability_risk.yaml"))) if path is None else path
+    source = (
+        Path(str(resources.files("mother").joinpath("capability_risk.yaml")))
+        if path is None
+        else path
+    )
     try:
         stamp = source.stat().st_mtime_ns
     except OSError as exc:
-        raise ConfigError(f"{source}: cannot read the capability risk policy: {exc.strerror}") from None
+        raise ConfigError(
+            f"{source}: cannot read the capability risk policy: {exc.strerror}"
+        ) from None
     return _load_risk_policy(source, stamp)
 
 
@@ -98,12 +118,20 @@ def _load_risk_policy(source: Path, _stamp: int) -> RiskPolicy:
     tiers = data.get("tiers") if isinstance(data, dict) else None
     entries = data.get("classifications") if isinstance(data, dict) else None
     if not isinstance(tiers, dict) or not isinstance(entries, list):
-        raise ConfigError(f"{source}: needs 'tiers' (tier: policy) and 'classifications' (list of pattern, tier)")
+        raise ConfigError(
+            f"{source}: needs 'tiers' (tier: policy) and 'classifications' (list of pattern, tier)"
+        )
     for tier, policy in tiers.items():
         if policy not in POLICIES:
-            raise ConfigError(f"{source}: tier {tier}: policy must be one of {sorted(POLICIES)}, not {policy!r}")
+            raise ConfigError(
+                f"{source}: tier {tier}: policy must be one of {sorted(POLICIES)}, not {policy!r}"
+            )
     for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or entry.get("tier") not in tiers or not isinstance(entry.get("pattern"), str):
+        if (
+            not isinstance(entry, dict)
+            or entry.get("tier") not in tiers
+            or not isinstance(entry.get("pattern"), str)
+        ):
             raise ConfigError(f"{source}: classifications[{i}] needs a pattern and a known tier")
     return RiskPolicy(tiers=tiers, classifications=entries)
 
@@ -128,7 +156,9 @@ def _classify(policy: RiskPolicy, capability: str) -> dict[str, str]:
     return entry
 
 
-def assess_risk(policy: RiskPolicy, granted: list[str], acknowledged: list[str], run_id: str) -> RiskReport:
+def assess_risk(
+    policy: RiskPolicy, granted: list[str], acknowledged: list[str], run_id: str
+) -> RiskReport:
     """Classify every granted capability; collect blocks and warnings (seed 000's _assess_capability_risk)."""
     report = RiskReport()
     for capability in granted:
@@ -137,12 +167,18 @@ def assess_risk(policy: RiskPolicy, granted: list[str], acknowledged: list[str],
         rule = policy.tiers.get(tier, "block")
         report.tiers[capability] = tier
         if rule == "block" and tier not in acknowledged:
-            report.blocked.append(f"capability '{capability}' is classified '{tier}' (policy block); "
-                                  f"acknowledge '{tier}' in the role to allow it")
+            report.blocked.append(
+                f"capability '{capability}' is classified '{tier}' (policy block); "
+                f"acknowledge '{tier}' in the role to allow it"
+            )
         elif rule == "acknowledge_required" and tier not in acknowledged:
-            report.warnings.append(f"Run {run_id}: capability '{capability}' classified as '{tier}' needs acknowledgement")
+            report.warnings.append(
+                f"Run {run_id}: capability '{capability}' classified as '{tier}' needs acknowledgement"
+            )
         if any(ch in capability for ch in "*?["):
             note = entry.get("note") or "a broad grant"
-            report.warnings.append(f"Run {run_id}: capability '{capability}' classified as '{tier}' — {note}. "
-                                   f"Consider acknowledging risk '{tier}' or narrowing it.")
+            report.warnings.append(
+                f"Run {run_id}: capability '{capability}' classified as '{tier}' — {note}. "
+                f"Consider acknowledging risk '{tier}' or narrowing it."
+            )
     return report

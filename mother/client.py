@@ -22,20 +22,43 @@ from mother import keys
 from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import Settings, load_settings
 from mother.connection import connect, redis_down
-from mother.errors import InvalidSpec, MotherError, NoSuchRun, NotFound, RecordInvalid, RedisUnavailable, WaitTimeout, not_utf8
+from mother.errors import (
+    InvalidSpec,
+    MotherError,
+    NoSuchRun,
+    NotFound,
+    RecordInvalid,
+    RedisUnavailable,
+    WaitTimeout,
+    not_utf8,
+)
 from mother.functions import server_now_ms
 from mother.specs import check_models
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
-from schemas import (ACTIVE_STATUSES, MAX_SPEC_BYTES, TERMINATION_REASONS, ResultEnvelope, RunSpec, RunState, describe_validation_error,
-                     ms_from_iso)
+from schemas import (
+    ACTIVE_STATUSES,
+    MAX_SPEC_BYTES,
+    TERMINATION_REASONS,
+    ResultEnvelope,
+    RunSpec,
+    RunState,
+    describe_validation_error,
+    ms_from_iso,
+)
 
 __all__ = ["MotherClient", "load_spec_file", "parse_run_record", "parse_spec", "path_values"]
 
-INTAKE_NOTICE_SECONDS = 3.0  # wait() says when Mother has not taken a run in after this long
-QUEUE_NOTICE_SECONDS = 10.0  # ... and when a phase attempt's job has sat queued, no worker starting it, this long
-COMMAND_CANCEL = "cancel"  # on mother:commands: what people ask of Mother
-EVENT_PHASE_RESULT = "phase_result"  # on mother:events: what workers report
+# wait() says when Mother has not taken a run in after this long
+INTAKE_NOTICE_SECONDS = 3.0
+QUEUE_NOTICE_SECONDS = (
+    # ... and when a phase attempt's job has sat queued, no worker starting it, this long
+    10.0
+)
+# on mother:commands: what people ask of Mother
+COMMAND_CANCEL = "cancel"
+# on mother:events: what workers report
+EVENT_PHASE_RESULT = "phase_result"
 
 
 def parse_spec(spec: RunSpec | dict[str, Any] | str | bytes) -> RunSpec:
@@ -52,9 +75,15 @@ def parse_spec(spec: RunSpec | dict[str, Any] | str | bytes) -> RunSpec:
             return RunSpec.model_validate(spec)
     except ValidationError as exc:
         raise InvalidSpec(f"invalid RunSpec: {describe_validation_error(exc)}") from None
-    except ValueError as exc:  # from_json's "not valid JSON": text that is not UTF-8 is named as such
-        raise InvalidSpec(f"invalid RunSpec: {_not_text(raw) or exc}") from None  # (orjson: 'str is not valid UTF-8')
-    raise InvalidSpec(f"a spec must be a RunSpec, a mapping or JSON text, not {type(spec).__name__}")
+    # from_json's "not valid JSON": text that is not UTF-8 is named as such
+    except ValueError as exc:
+        raise InvalidSpec(
+            f"invalid RunSpec: {_not_text(raw) or exc}"
+            # (orjson: 'str is not valid UTF-8')
+        ) from None
+    raise InvalidSpec(
+        f"a spec must be a RunSpec, a mapping or JSON text, not {type(spec).__name__}"
+    )
 
 
 def parse_run_record(run_id: str, raw: str | bytes) -> RunState:
@@ -66,14 +95,19 @@ def parse_run_record(run_id: str, raw: str | bytes) -> RunState:
         why = f"not JSON: {exc}"
     except ValidationError as exc:
         why = describe_validation_error(exc, limit=2)
-    raise RecordInvalid(f"run {run_id}'s record ({keys.run_key(run_id)}) is not a valid run record ({why}); it was "
-                        "changed outside Mother or written by another version: restore it, or delete the key")
+    raise RecordInvalid(
+        f"run {run_id}'s record ({keys.run_key(run_id)}) is not a valid run record ({why}); it was "
+        "changed outside Mother or written by another version: restore it, or delete the key"
+    )
 
 
 def path_values(raw: str | bytes) -> dict[str, Any]:
     """A reply of JSON.GET with several paths (``{"$.name": [value]}``) as ``{name: value}``; a path the
     record does not hold reads None."""
-    return {k.removeprefix("$."): v[0] if isinstance(v, list) and v else None for k, v in orjson.loads(raw).items()}
+    return {
+        k.removeprefix("$."): v[0] if isinstance(v, list) and v else None
+        for k, v in orjson.loads(raw).items()
+    }
 
 
 def _record(raw: Any) -> dict[str, Any]:
@@ -132,15 +166,24 @@ def load_spec_text(text: str | bytes, source: str, base: Path) -> dict[str, Any]
 
 def check_timeout(timeout: Any) -> None:
     """A wait's timeout: None (wait for good) or a finite number of seconds, 0 or more."""
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-                                or not math.isfinite(timeout) or timeout < 0):
-        raise InvalidSpec(f"timeout must be a finite number of seconds, 0 or more (omit it to wait until the run ends), got {timeout!r}")
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout < 0
+    ):
+        raise InvalidSpec(
+            f"timeout must be a finite number of seconds, 0 or more (omit it to wait until the run ends), got {timeout!r}"
+        )
 
 
 def live_workers(client: redis.Redis, queue: str) -> int:
     """How many RQ workers listen on ``queue`` now: those registered for it whose key is still there (a
     worker's key expires when it stops beating, so one killed without unregistering is not counted)."""
-    from rq.worker_registration import WORKERS_BY_QUEUE_KEY  # here: the CLI's other commands never need rq
+    from rq.worker_registration import (
+        WORKERS_BY_QUEUE_KEY,
+        # here: the CLI's other commands never need rq
+    )
 
     workers = client.smembers(WORKERS_BY_QUEUE_KEY % queue)
     return client.exists(*workers) if workers else 0
@@ -149,7 +192,13 @@ def live_workers(client: redis.Redis, queue: str) -> int:
 class MotherClient:
     """Talks to Mother through Redis only; safe to use from many processes."""
 
-    def __init__(self, url: str | None = None, *, settings: Settings | None = None, client: redis.Redis | None = None):
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        client: redis.Redis | None = None,
+    ):
         self.settings = settings or load_settings(**({"redis_url": url} if url else {}))
         self.redis = client or connect(url or self.settings.redis_url)
 
@@ -165,7 +214,13 @@ class MotherClient:
         check_models(self.settings, parsed)
         assert parsed.run_id is not None
         rate_check(self.redis, self.settings, parsed.user_id)
-        submit_with_backpressure(self.redis, self.settings, payload, parsed.run_id)  # claims the run_id on the server
+        submit_with_backpressure(
+            self.redis,
+            self.settings,
+            payload,
+            parsed.run_id,
+            # claims the run_id on the server
+        )
         return parsed.run_id
 
     # -- read ------------------------------------------------------------
@@ -173,7 +228,8 @@ class MotherClient:
         raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
         if raw is None:
             idle = self._intake_idle()
-            if idle:  # read again: Mother may have taken it in since the first look
+            # read again: Mother may have taken it in since the first look
+            if idle:
                 raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
             if raw is None:
                 raise self._missing(run_id, idle)
@@ -188,15 +244,21 @@ class MotherClient:
         if rejected:
             return InvalidSpec(f"run {run_id} was rejected at intake: {rejected['error']}")
         if idle:
-            return NoSuchRun(f"no run {run_id!r}: Mother has taken in every submission and none is this run "
-                             "(never submitted, or its records are gone); list runs with `mother runs`")
-        return NotFound(f"no run {run_id!r}: not submitted, or not taken in yet (is `mother run` running?); "
-                        "list runs with `mother runs`")
+            return NoSuchRun(
+                f"no run {run_id!r}: Mother has taken in every submission and none is this run "
+                "(never submitted, or its records are gone); list runs with `mother runs`"
+            )
+        return NotFound(
+            f"no run {run_id!r}: not submitted, or not taken in yet (is `mother run` running?); "
+            "list runs with `mother runs`"
+        )
 
     def _intake_idle(self) -> bool:
         """Whether Mother's consumer group has acknowledged every submission (none pending, none
         undelivered); False when that cannot be told (no group yet, lag unknown)."""
-        return group_backlog(self.redis, keys.SUBMISSIONS_STREAM, self.settings.service.consumer_group) == (0, 0)
+        return group_backlog(
+            self.redis, keys.SUBMISSIONS_STREAM, self.settings.service.consumer_group
+        ) == (0, 0)
 
     def result(self, run_id: str) -> ResultEnvelope | None:
         raw = self.redis.execute_command("JSON.GET", keys.result_key(run_id))
@@ -205,7 +267,11 @@ class MotherClient:
     def rejection_for(self, run_id: str) -> dict[str, Any] | None:
         """The newest rejection naming ``run_id`` (``rejections:by_run`` names its entry), or None."""
         entry_id = self.redis.hget(keys.REJECTIONS_BY_RUN, run_id)
-        raw = self.redis.execute_command("JSON.GET", keys.rejection_key(entry_id)) if entry_id else None
+        raw = (
+            self.redis.execute_command("JSON.GET", keys.rejection_key(entry_id))
+            if entry_id
+            else None
+        )
         return orjson.loads(raw) if raw else None
 
     def wait(
@@ -229,8 +295,12 @@ class MotherClient:
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         seen: tuple[Any, ...] | None = None
-        seen_since = started  # when the run got where it is (seen): its last move, on wait()'s clock
-        checked_queue = 0.0  # when the queue was last looked at for a phase no worker has started
+        seen_since = (
+            # when the run got where it is (seen): its last move, on wait()'s clock
+            started
+        )
+        # when the queue was last looked at for a phase no worker has started
+        checked_queue = 0.0
         unknown: NotFound | None = None
         noticed: set[str] = set()
 
@@ -240,37 +310,63 @@ class MotherClient:
             noticed.add(kind)
 
         while True:
-            try:  # one poll: the result, where the run is, and what it waits on (an outage anywhere is waited out)
+            # one poll: the result, where the run is, and what it waits on (an outage anywhere is waited out)
+            try:
                 envelope = self.result(run_id)
                 if envelope is not None and envelope.termination is not None:
                     return envelope
                 try:
-                    state = (self.status(run_id) if on_progress or on_notice or seen is None or unknown is not None
-                             else None)
+                    state = (
+                        self.status(run_id)
+                        if on_progress or on_notice or seen is None or unknown is not None
+                        else None
+                    )
                     unknown = None
                 except NoSuchRun:
-                    raise  # nothing is waiting to be taken in: it never will be (a rejection raises InvalidSpec)
+                    # nothing is waiting to be taken in: it never will be (a rejection raises InvalidSpec)
+                    raise
                 except NotFound as exc:
-                    state, unknown = None, exc  # submitted but not taken in yet: keep waiting
+                    # submitted but not taken in yet: keep waiting
+                    state, unknown = None, exc
                     if time.monotonic() - started >= INTAKE_NOTICE_SECONDS:
-                        notice("intake", f"run {run_id} is not taken in after {INTAKE_NOTICE_SECONDS:g}s; "
-                                         "still waiting (is `mother run` running?)")
-                if state is not None and on_notice is not None and state.admission == "waiting" \
-                        and state.status == "queued":
+                        notice(
+                            "intake",
+                            f"run {run_id} is not taken in after {INTAKE_NOTICE_SECONDS:g}s; "
+                            "still waiting (is `mother run` running?)",
+                        )
+                if (
+                    state is not None
+                    and on_notice is not None
+                    and state.admission == "waiting"
+                    and state.status == "queued"
+                ):
                     where = self.queue_position(run_id)
                     if where is not None:
-                        notice(f"queued {where[0]}", f"run {run_id} waits for a slot: position {where[0]} of "
-                                                     f"{where[1]} in the admission queue ({where[2]} runs running)")
+                        notice(
+                            f"queued {where[0]}",
+                            f"run {run_id} waits for a slot: position {where[0]} of "
+                            f"{where[1]} in the admission queue ({where[2]} runs running)",
+                        )
                 if state is not None and (on_progress is not None or on_notice is not None):
                     marker = (state.status, state.phase, state.attempt)
-                    if marker != seen:  # since its dispatch (a TIME read) only where the notice may use it
-                        seen_since = self._since(state) if on_notice is not None else time.monotonic()
+                    if (
+                        marker != seen
+                        # since its dispatch (a TIME read) only where the notice may use it
+                    ):
+                        seen_since = (
+                            self._since(state) if on_notice is not None else time.monotonic()
+                        )
                         if on_progress is not None:
                             on_progress(state)
                     seen = marker
                     kind, now = f"unstarted {state.phase_index} {state.attempt}", time.monotonic()
-                    if (on_notice is not None and state.status in ACTIVE_STATUSES and kind not in noticed
-                            and now - seen_since >= QUEUE_NOTICE_SECONDS and now - checked_queue >= 1.0):
+                    if (
+                        on_notice is not None
+                        and state.status in ACTIVE_STATUSES
+                        and kind not in noticed
+                        and now - seen_since >= QUEUE_NOTICE_SECONDS
+                        and now - checked_queue >= 1.0
+                    ):
                         checked_queue = now
                         if (why := self.unstarted(state, now - seen_since)) is not None:
                             notice(kind, why)
@@ -281,14 +377,19 @@ class MotherClient:
                     raise
                 notice("outage", f"Redis cannot serve ({exc}); still waiting for it to come back")
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise RedisUnavailable(f"Redis went away while waiting for run {run_id} and is not back after "
-                                           f"{timeout:g}s ({exc})") from None
+                    raise RedisUnavailable(
+                        f"Redis went away while waiting for run {run_id} and is not back after "
+                        f"{timeout:g}s ({exc})"
+                    ) from None
                 time.sleep(max(poll, 0.5))
                 continue
             if deadline is not None and time.monotonic() >= deadline:
-                if unknown is not None:  # never taken in: say so, not that it "goes on"
+                # never taken in: say so, not that it "goes on"
+                if unknown is not None:
                     raise NotFound(f"{unknown.message} (waited {timeout:g}s)")
-                raise WaitTimeout(f"run {run_id} has not ended after {timeout:g}s; it goes on (`mother status {run_id}`)")
+                raise WaitTimeout(
+                    f"run {run_id} has not ended after {timeout:g}s; it goes on (`mother status {run_id}`)"
+                )
             time.sleep(poll)
 
     def queue_position(self, run_id: str) -> tuple[int, int, int] | None:
@@ -315,7 +416,8 @@ class MotherClient:
         """Why the run's current phase attempt has not started, while its RQ job is still queued on
         ``agents`` (``waited``: seconds it has been seen so): no worker listens there (a worker that
         died without saying so is not counted), or all that do are busy. None once a worker has it."""
-        from rq.job import Job  # here: rq costs the CLI's other commands an import they never need
+        # here: rq costs the CLI's other commands an import they never need
+        from rq.job import Job
         from rq.queue import Queue
 
         from mother.runtime import AGENTS_QUEUE
@@ -328,19 +430,28 @@ class MotherClient:
         if status not in ("queued", b"queued"):
             return None
         live = live_workers(self.redis, AGENTS_QUEUE)
-        where = (f"run {state.run_id}: phase {state.phase} (attempt {state.attempt}) has waited {waited:.0f}s "
-                 f"for a worker on queue '{AGENTS_QUEUE}'")
+        where = (
+            f"run {state.run_id}: phase {state.phase} (attempt {state.attempt}) has waited {waited:.0f}s "
+            f"for a worker on queue '{AGENTS_QUEUE}'"
+        )
         if live == 0:
-            return f"{where}, and no worker listens there; still waiting (start one: `mother worker`)"
-        return (f"{where}: the {live} worker(s) listening there are busy, {queued} job(s) queued; still waiting "
-                "(more workers: `mother worker`)")
+            return (
+                f"{where}, and no worker listens there; still waiting (start one: `mother worker`)"
+            )
+        return (
+            f"{where}: the {live} worker(s) listening there are busy, {queued} job(s) queued; still waiting "
+            "(more workers: `mother worker`)"
+        )
 
     # -- act -------------------------------------------------------------
-    def cancel(self, run_id: str, actor: str = "user", reason: str = "cancelled by user") -> RunState:
+    def cancel(
+        self, run_id: str, actor: str = "user", reason: str = "cancelled by user"
+    ) -> RunState:
         """Ask Mother to end the run ``user_cancelled``; returns the run as it was. A run that has
         already ended is left as it is (no request is sent): check the returned ``status``."""
         audit = audit_fields(actor, reason)
-        state = self.status(run_id)  # NotFound for an unknown id
+        # NotFound for an unknown id
+        state = self.status(run_id)
         if state.status == "terminated":
             return state
         rate_check(self.redis, self.settings, state.user_id)
@@ -349,35 +460,64 @@ class MotherClient:
 
     def send_command(self, kind: str, payload: dict[str, Any]) -> str:
         """Append a command for Mother to ``mother:commands`` (a stream the workers' ACL user cannot write)."""
-        return self.redis.xadd(keys.COMMANDS_STREAM, {"type": kind, "payload": orjson.dumps(payload)})
+        return self.redis.xadd(
+            keys.COMMANDS_STREAM, {"type": kind, "payload": orjson.dumps(payload)}
+        )
 
-    def runs(self, *, reason: str | None = None, user: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    def runs(
+        self, *, reason: str | None = None, user: str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
         """Newest runs first: run_id, user, status, phase, reason, details, suggested_action. A run whose
         record is gone (deleted by hand) is still listed, with what its termination record says."""
         if reason is not None and reason not in TERMINATION_REASONS:
-            raise InvalidSpec(f"unknown termination reason {reason!r}; use one of: {', '.join(TERMINATION_REASONS)}",
-                              field="reason")
-        if reason is not None and user is not None:  # the user's runs that ended so (the newest end first), however
+            raise InvalidSpec(
+                f"unknown termination reason {reason!r}; use one of: {', '.join(TERMINATION_REASONS)}",
+                field="reason",
+            )
+        if (
+            reason is not None and user is not None
+            # the user's runs that ended so (the newest end first), however
+        ):
             # many others ended so since: scanning the reason's newest ``limit`` missed them
-            ended = self.redis.zinter({keys.termination_reason_index_key(reason): 1, keys.user_runs_key(user): 0},
-                                      withscores=True)
-            ids = [run_id for run_id, _ in sorted(ended, key=lambda pair: pair[1], reverse=True)[:limit]]
+            ended = self.redis.zinter(
+                {keys.termination_reason_index_key(reason): 1, keys.user_runs_key(user): 0},
+                withscores=True,
+            )
+            ids = [
+                run_id
+                for run_id, _ in sorted(ended, key=lambda pair: pair[1], reverse=True)[:limit]
+            ]
         elif reason is not None:
             ids = self.redis.zrevrange(keys.termination_reason_index_key(reason), 0, limit - 1)
         elif user is not None:
             ids = self.redis.zrevrange(keys.user_runs_key(user), 0, limit - 1)
         else:
             ids = self.redis.zrevrange(keys.RUNS_INDEX, 0, limit - 1)
-        pipe = self.redis.pipeline(transaction=False)  # every run's two reads in one round trip
+        # every run's two reads in one round trip
+        pipe = self.redis.pipeline(transaction=False)
         for run_id in ids:
-            pipe.execute_command("JSON.GET", keys.run_key(run_id), "$.user_id", "$.status", "$.phase", "$.created_at")
+            pipe.execute_command(
+                "JSON.GET", keys.run_key(run_id), "$.user_id", "$.status", "$.phase", "$.created_at"
+            )
             pipe.execute_command("JSON.GET", keys.termination_key(run_id))
         replies = pipe.execute(raise_on_error=False) if ids else []
         rows = []
-        for run_id, run_raw, term_raw in zip(ids, replies[::2], replies[1::2]):
+        for run_id, run_raw, term_raw in zip(ids, replies[::2], replies[1::2], strict=False):
             term = _record(term_raw)
-            unread = run_raw is None or isinstance(run_raw, Exception)  # missing, or a key of another type
+            unread = run_raw is None or isinstance(
+                run_raw,
+                Exception,
+                # missing, or a key of another type
+            )
             run = _record(run_raw) if unread else path_values(run_raw)
-            rows.append({"run_id": run_id, **run,
-                         **{k: term.get(k) for k in ("reason", "phase_at_termination", "details", "suggested_action")}})
+            rows.append(
+                {
+                    "run_id": run_id,
+                    **run,
+                    **{
+                        k: term.get(k)
+                        for k in ("reason", "phase_at_termination", "details", "suggested_action")
+                    },
+                }
+            )
         return rows

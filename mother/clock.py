@@ -33,9 +33,11 @@ from schemas import iso_from_ms
 
 __all__ = ["ServerClock"]
 
-SYNC_TRIES = 3  # measurements per sync while each is wider than GOOD_HALF_WIDTH_MS
+# measurements per sync while each is wider than GOOD_HALF_WIDTH_MS
+SYNC_TRIES = 3
 GOOD_HALF_WIDTH_MS = 5.0
-DRIFT_MS_PER_SECOND = 1.0  # how fast the two clocks may part (NTP slews by at most 0.5 ms/s)
+# how fast the two clocks may part (NTP slews by at most 0.5 ms/s)
+DRIFT_MS_PER_SECOND = 1.0
 RESYNC_AFTER_MS = 60_000.0
 RESYNC_RETRY_MS = 5_000.0
 
@@ -51,10 +53,14 @@ class ServerClock:
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
-        self._offset = 0.0  # server ms - local monotonic ms, the middle of what is known
-        self._half_width = float("inf")  # how far the true offset may be from it, when measured
-        self._measured_at = 0.0  # local monotonic ms
-        self._due = 0.0  # local monotonic ms: measure again from then on
+        # server ms - local monotonic ms, the middle of what is known
+        self._offset = 0.0
+        # how far the true offset may be from it, when measured
+        self._half_width = float("inf")
+        # local monotonic ms
+        self._measured_at = 0.0
+        # local monotonic ms: measure again from then on
+        self._due = 0.0
         self._day_number, self._day_text = -1, ""
         self._second, self._second_text = -1, ""
         self.sync()
@@ -77,7 +83,10 @@ class ServerClock:
     def _sample(self) -> tuple[float, float]:
         """One measurement: the offset's midpoint and half-width."""
         before = _mono_ms()
-        server = server_now_ms(self._client)  # truncated to the ms: the true time is in [server, server + 1)
+        server = server_now_ms(
+            self._client
+            # truncated to the ms: the true time is in [server, server + 1)
+        )
         after = _mono_ms()
         return server + 0.5 - (before + after) / 2, (after - before + 1) / 2
 
@@ -85,9 +94,14 @@ class ServerClock:
         known = self.uncertainty_ms
         low = max(self._offset - known, offset - half_width)
         high = min(self._offset + known, offset + half_width)
-        if low > high:  # the intervals do not meet: the server's clock moved
+        # the intervals do not meet: the server's clock moved
+        if low > high:
             low, high = offset - half_width, offset + half_width
-        self._offset, self._half_width, self._measured_at = (low + high) / 2, (high - low) / 2, _mono_ms()
+        self._offset, self._half_width, self._measured_at = (
+            (low + high) / 2,
+            (high - low) / 2,
+            _mono_ms(),
+        )
         self._due = self._measured_at + RESYNC_AFTER_MS
 
     def refresh(self) -> None:
@@ -102,8 +116,12 @@ class ServerClock:
             if not redis_down(exc):
                 raise
             self._due = now + RESYNC_RETRY_MS
-            log.warning("clock_resync_failed", error=str(exc), uncertainty_ms=round(self.uncertainty_ms, 1),
-                        retry_in_seconds=RESYNC_RETRY_MS / 1000)
+            log.warning(
+                "clock_resync_failed",
+                error=str(exc),
+                uncertainty_ms=round(self.uncertainty_ms, 1),
+                retry_in_seconds=RESYNC_RETRY_MS / 1000,
+            )
 
     def now_ms(self) -> int:
         self.refresh()

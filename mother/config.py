@@ -20,8 +20,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -54,7 +62,9 @@ DEFAULT_CONFIG_FILE = "mother.yaml"
 
 class _Section(BaseModel):
     # a NaN or infinite setting (a ratio, a timeout, a factor) would pass every bound check unnoticed
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False
+    )
 
 
 class ServerSettings(_Section):
@@ -71,28 +81,52 @@ class ServerSettings(_Section):
 class ServiceSettings(_Section):
     """The Mother service: leadership, stream consumption, watchdog."""
 
-    lease_seconds: float = Field(5.0, gt=0.5, le=300, description="leader lease; a standby takes over within it")
+    lease_seconds: float = Field(
+        5.0, gt=0.5, le=300, description="leader lease; a standby takes over within it"
+    )
     block_ms: int = Field(200, ge=1, le=5000, description="XREADGROUP block time")
     batch: int = Field(100, ge=1, le=10_000, description="entries read per stream per loop")
     watchdog_interval_seconds: float = Field(1.0, gt=0, le=60)
-    heartbeat_timeout_seconds: float = Field(10.0, gt=0, le=600, description="a started phase silent this long is lost")
-    claim_idle_seconds: float = Field(30.0, gt=0, le=86400, description="reclaim stream entries pending this long")
+    heartbeat_timeout_seconds: float = Field(
+        10.0, gt=0, le=600, description="a started phase silent this long is lost"
+    )
+    claim_idle_seconds: float = Field(
+        30.0, gt=0, le=86400, description="reclaim stream entries pending this long"
+    )
     finish_end_after_seconds: float = Field(
-        30.0, gt=0, le=3600, description="a run's end whose record is written but not applied this long (its Mother "
-                                         "died in between) is applied by the watchdog")
-    max_deliveries: int = Field(5, ge=1, le=100, description="after this many failed handlings an entry is dead-lettered")
-    activity_maxlen: int = Field(100_000, ge=100, description="approximate cap of the activity stream")
+        30.0,
+        gt=0,
+        le=3600,
+        description="a run's end whose record is written but not applied this long (its Mother "
+        "died in between) is applied by the watchdog",
+    )
+    max_deliveries: int = Field(
+        5, ge=1, le=100, description="after this many failed handlings an entry is dead-lettered"
+    )
+    activity_maxlen: int = Field(
+        100_000, ge=100, description="approximate cap of the activity stream"
+    )
     stream_retention_seconds: float = Field(
-        3600.0, ge=0, le=30 * 86400, description="acknowledged entries of mother:submissions, mother:events and "
-        "mother:commands are kept this long for inspection, then trimmed (never an entry still to be handled)")
+        3600.0,
+        ge=0,
+        le=30 * 86400,
+        description="acknowledged entries of mother:submissions, mother:events and "
+        "mother:commands are kept this long for inspection, then trimmed (never an entry still to be handled)",
+    )
     rejection_retention_seconds: float = Field(
-        30 * 86400.0, ge=0, le=3650 * 86400, description="a refused submission's record (rejection:{entry}) is kept "
-        "this long")
-    dead_letter_maxlen: int = Field(10_000, ge=100, description="approximate cap of mother:dead_letter")
+        30 * 86400.0,
+        ge=0,
+        le=3650 * 86400,
+        description="a refused submission's record (rejection:{entry}) is kept this long",
+    )
+    dead_letter_maxlen: int = Field(
+        10_000, ge=100, description="approximate cap of mother:dead_letter"
+    )
     consumer_group: str = "mother"
 
 
-QUEUES = ("agents", "tools", "maintenance")  # the RQ queues Mother-Harness enqueues on
+# the RQ queues Mother-Harness enqueues on
+QUEUES = ("agents", "tools", "maintenance")
 
 
 def check_queues(names: list[str]) -> list[str]:
@@ -102,23 +136,31 @@ def check_queues(names: list[str]) -> list[str]:
         raise ValueError(f"name at least one queue of {', '.join(QUEUES)}")
     unknown = [n for n in names if n not in QUEUES]
     if unknown:
-        raise ValueError(f"unknown queue {unknown[0]!r}; Mother-Harness enqueues on {', '.join(QUEUES)}")
+        raise ValueError(
+            f"unknown queue {unknown[0]!r}; Mother-Harness enqueues on {', '.join(QUEUES)}"
+        )
     return names
 
 
 class WorkerSettings(_Section):
     """RQ workers and what they run."""
 
-    queues: Annotated[list[str], AfterValidator(check_queues)] = Field(default_factory=lambda: list(QUEUES))
+    queues: Annotated[list[str], AfterValidator(check_queues)] = Field(
+        default_factory=lambda: list(QUEUES)
+    )
     heartbeat_interval_seconds: float = Field(2.0, gt=0, le=60)
     workspace_root: Path = Field(Path(".mother/workspaces"), description="per-run tool workspaces")
     max_model_calls_per_phase: int = Field(50, ge=1, le=10_000)
     job_timeout_margin_seconds: int = Field(30, ge=0, le=3600)
     max_tool_output_chars: int = Field(100_000, ge=100, le=1_000_000)
-    allowed_jobs: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")]] = Field(
-        default_factory=list, description="job functions ('package.module.function') workers run besides the project's "
-                                          "own; any other job is refused unrun (anyone who can enqueue an RQ job "
-                                          "could otherwise run any function on every worker host)")
+    allowed_jobs: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")]] = (
+        Field(
+            default_factory=list,
+            description="job functions ('package.module.function') workers run besides the project's "
+            "own; any other job is refused unrun (anyone who can enqueue an RQ job "
+            "could otherwise run any function on every worker host)",
+        )
+    )
 
 
 class ProfileLimits(_Section):
@@ -134,8 +176,12 @@ class PerRunBudget(_Section):
     """The spec's DefaultBudget.per_run, plus what a run also needs (turns, spend, spawns)."""
 
     max_cloud_calls: int = Field(50, ge=0)
-    max_total_tokens: int = Field(500_000, ge=0, description="replaced by the profile's token_estimate")
-    max_duration_sec: int = Field(1_800, ge=0, description="replaced by the profile's wall_clock_seconds")
+    max_total_tokens: int = Field(
+        500_000, ge=0, description="replaced by the profile's token_estimate"
+    )
+    max_duration_sec: int = Field(
+        1_800, ge=0, description="replaced by the profile's wall_clock_seconds"
+    )
     max_tool_calls: int = Field(100, ge=0, description="replaced by the profile's tool_calls")
     max_retrieval_queries: int = Field(20, ge=0)
     max_parallel_agents: int = Field(5, ge=0)
@@ -149,7 +195,9 @@ class PerUserDailyBudget(_Section):
     max_cloud_calls: int = Field(200, ge=0)
     max_total_tokens: int = Field(2_000_000, ge=0)
     warning_ratio: float = Field(0.8, gt=0, le=1)
-    keep_days: int = Field(3, ge=1, le=366, description="a daily document expires this long after its day")
+    keep_days: int = Field(
+        3, ge=1, le=366, description="a daily document expires this long after its day"
+    )
 
 
 class GlobalBudget(_Section):
@@ -169,22 +217,36 @@ class RateLimit(_Section):
 
 def _profiles() -> dict[str, ProfileLimits]:
     return {
-        "conservative": ProfileLimits(wall_clock_seconds=900, tool_calls=80, token_estimate=80_000, warning_ratio=0.75),
-        "balanced": ProfileLimits(wall_clock_seconds=1800, tool_calls=180, token_estimate=180_000, warning_ratio=0.80),
-        "extended": ProfileLimits(wall_clock_seconds=3600, tool_calls=360, token_estimate=360_000, warning_ratio=0.85),
+        "conservative": ProfileLimits(
+            wall_clock_seconds=900, tool_calls=80, token_estimate=80_000, warning_ratio=0.75
+        ),
+        "balanced": ProfileLimits(
+            wall_clock_seconds=1800, tool_calls=180, token_estimate=180_000, warning_ratio=0.80
+        ),
+        "extended": ProfileLimits(
+            wall_clock_seconds=3600, tool_calls=360, token_estimate=360_000, warning_ratio=0.85
+        ),
     }
 
 
 class BudgetSettings(_Section):
     """Resource budget guards (seed 003 §5, seed 002 profiles, seed 004 rate limit)."""
 
-    profiles: dict[str, ProfileLimits] = Field(default_factory=_profiles, description="per profile, the settings "
-                                               "given replace the shipped ones; the rest keep theirs")
+    profiles: dict[str, ProfileLimits] = Field(
+        default_factory=_profiles,
+        description="per profile, the settings "
+        "given replace the shipped ones; the rest keep theirs",
+    )
     per_run: PerRunBudget = Field(default_factory=PerRunBudget)
     per_user_daily: PerUserDailyBudget = Field(default_factory=PerUserDailyBudget)
     global_: GlobalBudget = Field(default_factory=GlobalBudget, alias="global")
     rate_limit: RateLimit = Field(default_factory=RateLimit)
-    max_override_factor: float = Field(2.0, ge=1, le=100, description="an override never takes a limit past this x the profile default")
+    max_override_factor: float = Field(
+        2.0,
+        ge=1,
+        le=100,
+        description="an override never takes a limit past this x the profile default",
+    )
 
     @field_validator("profiles", mode="before")
     @classmethod
@@ -196,7 +258,9 @@ class BudgetSettings(_Section):
         shipped = {name: limits.model_dump() for name, limits in _profiles().items()}
         unknown = sorted(set(value) - set(shipped))
         if unknown:
-            raise ValueError(f"unknown profile {', '.join(map(repr, unknown))}; the profiles are {', '.join(shipped)}")
+            raise ValueError(
+                f"unknown profile {', '.join(map(repr, unknown))}; the profiles are {', '.join(shipped)}"
+            )
         for name, given in value.items():
             shipped[name] = {**shipped[name], **given} if isinstance(given, dict) else given
         return shipped
@@ -214,7 +278,9 @@ class LimitValues(_Section):
 
 
 def _resilience_defaults() -> LimitValues:
-    return LimitValues(turns=15, tokens=200_000, spend=Decimal("0.50"), spawns=10, depth=5, duration_seconds=600)
+    return LimitValues(
+        turns=15, tokens=200_000, spend=Decimal("0.50"), spawns=10, depth=5, duration_seconds=600
+    )
 
 
 class TurnLimits(_Section):
@@ -222,28 +288,66 @@ class TurnLimits(_Section):
 
     max_tool_calls: int | None = Field(None, ge=1, le=10_000)
     max_consecutive_tools: int | None = Field(None, ge=1, le=10_000)
-    limits: LimitValues = Field(default_factory=LimitValues, description="the role's (directive's) declared limits")
-    hooks: list[dict[str, Any]] = Field(default_factory=list, description="the role's (directive's) hooks")
-    permissions: list[str] | None = Field(None, description="capability patterns (tool.*, model.*, library.*)")
-    acknowledge: list[str] = Field(default_factory=list, description="risk tiers the role acknowledges")
+    limits: LimitValues = Field(
+        default_factory=LimitValues, description="the role's (directive's) declared limits"
+    )
+    hooks: list[dict[str, Any]] = Field(
+        default_factory=list, description="the role's (directive's) hooks"
+    )
+    permissions: list[str] | None = Field(
+        None, description="capability patterns (tool.*, model.*, library.*)"
+    )
+    acknowledge: list[str] = Field(
+        default_factory=list, description="risk tiers the role acknowledges"
+    )
 
 
 class HarnessSettings(_Section):
-    max_tool_calls: int = Field(20, ge=1, le=10_000, description="tool calls per turn (one message's handling)")
-    max_consecutive_tools: int = Field(10, ge=1, le=10_000, description="tool calls without a text reply")
-    context_limit_ratio: float = Field(0.9, gt=0, le=1, description=(
-        "a phase's conversation this full (its prompt estimate over the model's window less reserved_for_output) "
-        "fires context_limit_reached, once per attempt"))
+    max_tool_calls: int = Field(
+        20, ge=1, le=10_000, description="tool calls per turn (one message's handling)"
+    )
+    max_consecutive_tools: int = Field(
+        10, ge=1, le=10_000, description="tool calls without a text reply"
+    )
+    context_limit_ratio: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description=(
+            "a phase's conversation this full (its prompt estimate over the model's window less reserved_for_output) "
+            "fires context_limit_reached, once per attempt"
+        ),
+    )
     roles: dict[str, TurnLimits] = Field(default_factory=dict, description="per-role declarations")
-    limits: LimitValues = Field(default_factory=_resilience_defaults, description="layer 1: resilience defaults")
+    limits: LimitValues = Field(
+        default_factory=_resilience_defaults, description="layer 1: resilience defaults"
+    )
     default_permissions: list[str] = Field(
-        default_factory=lambda: ["tool.read_file", "tool.list_dir", "tool.write_file", "tool.spawn_run", "model.*", "library.*"],
-        description="capabilities of a role that declares none")
-    capability_risk_file: Path | None = Field(None, description="capability_risk.yaml (default: the shipped one)")
-    roles_dir: Path | None = Field(None, description="role (directive) files: {roles_dir}/{role}.yaml")
-    tool_manifests_dir: Path | None = Field(None, description="tool manifests: {dir}/{tool}.yaml, verified before each call")
-    require_signatures: bool = Field(False, description="role files must carry a valid Ed25519 signature")
-    trusted_keys: list[Path] = Field(default_factory=list, description="public keys (signing.pub) that may sign")
+        default_factory=lambda: [
+            "tool.read_file",
+            "tool.list_dir",
+            "tool.write_file",
+            "tool.spawn_run",
+            "model.*",
+            "library.*",
+        ],
+        description="capabilities of a role that declares none",
+    )
+    capability_risk_file: Path | None = Field(
+        None, description="capability_risk.yaml (default: the shipped one)"
+    )
+    roles_dir: Path | None = Field(
+        None, description="role (directive) files: {roles_dir}/{role}.yaml"
+    )
+    tool_manifests_dir: Path | None = Field(
+        None, description="tool manifests: {dir}/{tool}.yaml, verified before each call"
+    )
+    require_signatures: bool = Field(
+        False, description="role files must carry a valid Ed25519 signature"
+    )
+    trusted_keys: list[Path] = Field(
+        default_factory=list, description="public keys (signing.pub) that may sign"
+    )
 
 
 class HookSettings(_Section):
@@ -267,25 +371,46 @@ class ModelConfig(_Section):
     """
 
     provider: Literal["openai", "scripted"]
-    base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1")
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1"
+    )
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
-    model: str | None = Field(None, description="model name sent to the provider (default: the catalogue name)")
-    max_output_tokens: int = Field(1024, ge=1, le=1_000_000, description="max_tokens sent with each call")
+    model: str | None = Field(
+        None, description="model name sent to the provider (default: the catalogue name)"
+    )
+    max_output_tokens: int = Field(
+        1024, ge=1, le=1_000_000, description="max_tokens sent with each call"
+    )
     cloud: bool = Field(False, description="calls count as cloud_calls")
     input_price_per_1k_usd: Decimal = Field(Decimal(0), ge=0, le=1000)
     output_price_per_1k_usd: Decimal = Field(Decimal(0), ge=0, le=1000)
     request_timeout_seconds: float = Field(120.0, gt=0)
-    call_retries: int = Field(1, ge=0, le=10, description=(
-        "times a call that failed transiently (no connection, a timeout, HTTP 408/409/429/5xx) is sent again; "
-        "each attempt is reserved and charged on its own"))
-    max_tokens: int = Field(32_768, ge=256, le=100_000_000, description="the context window in tokens")
+    call_retries: int = Field(
+        1,
+        ge=0,
+        le=10,
+        description=(
+            "times a call that failed transiently (no connection, a timeout, HTTP 408/409/429/5xx) is sent again; "
+            "each attempt is reserved and charged on its own"
+        ),
+    )
+    max_tokens: int = Field(
+        32_768, ge=256, le=100_000_000, description="the context window in tokens"
+    )
     reserved_for_system: int = Field(1_000, ge=0, description="tokens kept for the system prompt")
     reserved_for_output: int = Field(4_000, ge=0, description="tokens kept for the model's reply")
-    escalate_to: str | None = Field(None, description="catalogue name of the larger-context model to escalate to")
-    tokenizer: Path | None = Field(None, description="the model's tokenizer.json (HF tokenizers); else the estimate")
-    allow_faults: bool = Field(False, description="a scripted model's replies may inject faults (fail: raise, hang, "
-                               "kill, kill_worker); for tests and demos only: anyone who may submit could otherwise "
-                               "kill workers at will")
+    escalate_to: str | None = Field(
+        None, description="catalogue name of the larger-context model to escalate to"
+    )
+    tokenizer: Path | None = Field(
+        None, description="the model's tokenizer.json (HF tokenizers); else the estimate"
+    )
+    allow_faults: bool = Field(
+        False,
+        description="a scripted model's replies may inject faults (fail: raise, hang, "
+        "kill, kill_worker); for tests and demos only: anyone who may submit could otherwise "
+        "kill workers at will",
+    )
 
     @property
     def available_for_context(self) -> int:
@@ -294,11 +419,15 @@ class ModelConfig(_Section):
     @model_validator(mode="after")
     def _room_left(self) -> ModelConfig:
         if self.available_for_context <= 0:
-            raise ValueError(f"max_tokens {self.max_tokens} leaves no room after reserved_for_system "
-                             f"{self.reserved_for_system} + reserved_for_output {self.reserved_for_output}")
+            raise ValueError(
+                f"max_tokens {self.max_tokens} leaves no room after reserved_for_system "
+                f"{self.reserved_for_system} + reserved_for_output {self.reserved_for_output}"
+            )
         if self.max_output_tokens > self.reserved_for_output:
-            raise ValueError(f"max_output_tokens {self.max_output_tokens} exceeds reserved_for_output "
-                             f"{self.reserved_for_output}; raise reserved_for_output or lower max_output_tokens")
+            raise ValueError(
+                f"max_output_tokens {self.max_output_tokens} exceeds reserved_for_output "
+                f"{self.reserved_for_output}; raise reserved_for_output or lower max_output_tokens"
+            )
         return self
 
 
@@ -307,29 +436,67 @@ def _default_models() -> dict[str, ModelConfig]:
     models (a small window that escalates to a large one) so the offline demo shows composition."""
     ollama = "http://127.0.0.1:11434/v1"
     return {
-        "scripted": ModelConfig(provider="scripted", max_tokens=8_192, reserved_for_system=512,
-                                reserved_for_output=1_024, escalate_to="scripted-large"),
-        "scripted-large": ModelConfig(provider="scripted", max_tokens=131_072, reserved_for_system=3_000,
-                                      reserved_for_output=15_000),
-        "ollama/qwen2.5:32b": ModelConfig(  # the spec's LocalModelBudget
-            provider="openai", base_url=ollama, model="qwen2.5:32b", max_tokens=128_000, reserved_for_system=3_000,
-            reserved_for_output=15_000, max_output_tokens=4_096, escalate_to="ollama/devstral-2:123b-cloud"),
-        "ollama/devstral-2:123b-cloud": ModelConfig(  # the spec's CloudModelBudget
-            provider="openai", base_url=ollama, model="devstral-2:123b-cloud", cloud=True, max_tokens=200_000,
-            reserved_for_system=5_000, reserved_for_output=25_000, max_output_tokens=8_192),
+        "scripted": ModelConfig(
+            provider="scripted",
+            max_tokens=8_192,
+            reserved_for_system=512,
+            reserved_for_output=1_024,
+            escalate_to="scripted-large",
+        ),
+        "scripted-large": ModelConfig(
+            provider="scripted",
+            max_tokens=131_072,
+            reserved_for_system=3_000,
+            reserved_for_output=15_000,
+        ),
+        # the spec's LocalModelBudget
+        "ollama/qwen2.5:32b": ModelConfig(
+            provider="openai",
+            base_url=ollama,
+            model="qwen2.5:32b",
+            max_tokens=128_000,
+            reserved_for_system=3_000,
+            reserved_for_output=15_000,
+            max_output_tokens=4_096,
+            escalate_to="ollama/devstral-2:123b-cloud",
+        ),
+        # the spec's CloudModelBudget
+        "ollama/devstral-2:123b-cloud": ModelConfig(
+            provider="openai",
+            base_url=ollama,
+            model="devstral-2:123b-cloud",
+            cloud=True,
+            max_tokens=200_000,
+            reserved_for_system=5_000,
+            reserved_for_output=25_000,
+            max_output_tokens=8_192,
+        ),
     }
 
 
 class ContextSettings(_Section):
     """Context composition (seed 003 §3): how Mother fits sections into a model's window."""
 
-    summary_share: float = Field(0.15, gt=0, le=1, description="a summarized section gets at most this share "
-                                 "of available_for_context on the first pass")
-    recent_messages: int = Field(10, ge=1, le=1000, description="the last N messages make recent_messages")
+    summary_share: float = Field(
+        0.15,
+        gt=0,
+        le=1,
+        description="a summarized section gets at most this share "
+        "of available_for_context on the first pass",
+    )
+    recent_messages: int = Field(
+        10, ge=1, le=1000, description="the last N messages make recent_messages"
+    )
     summarizer: Literal["extractive", "llm_generated"] = "extractive"
-    summarizer_model: str | None = Field(None, description="catalogue model for llm_generated summaries")
-    calibration_min_samples: int = Field(3, ge=1, description="provider reports needed before the estimate calibrates")
-    keep_seconds: int = Field(7 * 86400, ge=60, description="composed contexts and summaries expire after this")
+    summarizer_model: str | None = Field(
+        None, description="catalogue model for llm_generated summaries"
+    )
+    calibration_min_samples: int = Field(
+        3, ge=1, description="provider reports needed before the estimate calibrates"
+    )
+    keep_seconds: int = Field(
+        7 * 86400, ge=60, description="composed contexts and summaries expire after this"
+    )
 
 
 class Settings(BaseSettings):
@@ -348,9 +515,11 @@ class Settings(BaseSettings):
         description="redis:// or unix:// URL of a Redis with the JSON module",
     )
     redis_wait_seconds: float = Field(
-        60.0, ge=0, le=86_400,
+        60.0,
+        ge=0,
+        le=86_400,
         description="how long `mother run` and `mother worker` wait at startup for a Redis that cannot be "
-                    "reached yet (starting, restarting, loading its data), logging the wait; 0: stop at once",
+        "reached yet (starting, restarting, loading its data), logging the wait; 0: stop at once",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["auto", "json", "console"] = Field(
@@ -385,9 +554,17 @@ class Settings(BaseSettings):
     def _catalogue_links(self) -> Settings:
         for name, model in self.models.items():
             if model.escalate_to is not None and model.escalate_to not in self.models:
-                raise ValueError(f"models.{name}.escalate_to: {model.escalate_to!r} is not in the catalogue")
-            if model.escalate_to is not None and self.models[model.escalate_to].available_for_context <= model.available_for_context:
-                raise ValueError(f"models.{name}.escalate_to: {model.escalate_to!r} has no larger context window")
+                raise ValueError(
+                    f"models.{name}.escalate_to: {model.escalate_to!r} is not in the catalogue"
+                )
+            if (
+                model.escalate_to is not None
+                and self.models[model.escalate_to].available_for_context
+                <= model.available_for_context
+            ):
+                raise ValueError(
+                    f"models.{name}.escalate_to: {model.escalate_to!r} has no larger context window"
+                )
         summarizer = self.context.summarizer_model
         if summarizer is not None and summarizer not in self.models:
             raise ValueError(f"context.summarizer_model: {summarizer!r} is not in the catalogue")
@@ -421,8 +598,11 @@ def config_path() -> Path | None:
             raise ConfigError(f"{CONFIG_ENV}={named}: {what}; fix the path or unset it")
         return path
     default = Path(DEFAULT_CONFIG_FILE)
-    if default.exists() and not default.is_file():  # was skipped without a word
-        raise ConfigError(f"./{DEFAULT_CONFIG_FILE} is not a file; remove it, or name the config with {CONFIG_ENV}")
+    # was skipped without a word
+    if default.exists() and not default.is_file():
+        raise ConfigError(
+            f"./{DEFAULT_CONFIG_FILE} is not a file; remove it, or name the config with {CONFIG_ENV}"
+        )
     return default if default.is_file() else None
 
 
@@ -449,8 +629,14 @@ def _check_yaml(path: Path) -> None:
 
 
 def _describe(exc: ValidationError, path: Path | None) -> str:
-    where = f" (sources: {path}, MOTHER_* environment)" if path else " (source: MOTHER_* environment)"
-    return "invalid configuration: " + describe_validation_error(exc, limit=20, unknown="unknown setting") + where
+    where = (
+        f" (sources: {path}, MOTHER_* environment)" if path else " (source: MOTHER_* environment)"
+    )
+    return (
+        "invalid configuration: "
+        + describe_validation_error(exc, limit=20, unknown="unknown setting")
+        + where
+    )
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -463,8 +649,11 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
-    except SettingsError as exc:  # a MOTHER_* variable holding a section or list that is not JSON
+    # a MOTHER_* variable holding a section or list that is not JSON
+    except SettingsError as exc:
         field = re.search(r'field "([^"]+)"', str(exc))
         name = f"{ENV_PREFIX}{field.group(1).upper()}" if field else "a MOTHER_* variable"
-        raise ConfigError(f"{name} is not valid JSON ({exc.__cause__ or exc}); give the whole value as JSON, "
-                          f"or set one key with {ENV_PREFIX}SECTION__KEY") from None
+        raise ConfigError(
+            f"{name} is not valid JSON ({exc.__cause__ or exc}); give the whole value as JSON, "
+            f"or set one key with {ENV_PREFIX}SECTION__KEY"
+        ) from None

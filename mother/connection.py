@@ -20,8 +20,21 @@ from redis.maint_notifications import MaintNotificationsConfig
 from mother.errors import MissingJSONModule, MotherError, RedisUnavailable
 from mother.keys import PROBE_KEY
 
-__all__ = ["CONNECTION_OPTIONS", "REDIS_DOWN", "ForkHandoffPool", "Outage", "ServerInfo", "connect", "connect_waiting", "redact_url",
-           "redis_down", "require_json", "server_info", "sleep_unless", "unless_redis_down"]
+__all__ = [
+    "CONNECTION_OPTIONS",
+    "REDIS_DOWN",
+    "ForkHandoffPool",
+    "Outage",
+    "ServerInfo",
+    "connect",
+    "connect_waiting",
+    "redact_url",
+    "redis_down",
+    "require_json",
+    "server_info",
+    "sleep_unless",
+    "unless_redis_down",
+]
 
 # A new connection needs no handshake round trip at all: RESP2 (no HELLO), and none of what
 # redis-py would otherwise add - looking its own version up in the package metadata, CLIENT SETINFO
@@ -29,16 +42,24 @@ __all__ = ["CONNECTION_OPTIONS", "REDIS_DOWN", "ForkHandoffPool", "Outage", "Ser
 # connections (the worker opens them for its work-horse, see ForkHandoffPool), so each of those
 # round trips would be paid per phase. (RESP2 also means FT.SEARCH replies come as [total, id, ...],
 # not redis-py's RESP3 mapping.)
-CONNECTION_OPTIONS: dict[str, object] = {"protocol": 2, "driver_info": None,
-                                         "maint_notifications_config": MaintNotificationsConfig(enabled=False)}
+CONNECTION_OPTIONS: dict[str, object] = {
+    "protocol": 2,
+    "driver_info": None,
+    "maint_notifications_config": MaintNotificationsConfig(enabled=False),
+}
 
 
 # Redis cannot serve us now, and will again without us doing anything: it is restarting or loading
 # (ConnectionError, BusyLoadingError), unreachable (TimeoutError), at maxmemory with noeviction
 # (OutOfMemoryError), or a replica after a failover (ReadOnlyError, MasterDownError). Long-running
 # processes wait such a state out (:class:`Outage`) instead of exiting.
-REDIS_DOWN: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError,
-                                           redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError)
+REDIS_DOWN: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.MasterDownError,
+)
 # the same states, as errors redis-py gives no class of their own: a blocking read cut short by the
 # switch to replica, and writes refused while snapshots or the AOF cannot be written
 _DOWN_REPLIES = ("UNBLOCKED", "MISCONF")
@@ -46,10 +67,14 @@ _DOWN_REPLIES = ("UNBLOCKED", "MISCONF")
 
 def redis_down(exc: BaseException) -> bool:
     """Whether ``exc`` says Redis cannot serve for now (see :data:`REDIS_DOWN`), not that a request was wrong."""
-    return isinstance(exc, REDIS_DOWN) or (isinstance(exc, redis.ResponseError) and str(exc).startswith(_DOWN_REPLIES))
+    return isinstance(exc, REDIS_DOWN) or (
+        isinstance(exc, redis.ResponseError) and str(exc).startswith(_DOWN_REPLIES)
+    )
 
 
-def unless_redis_down(log: Any, event: str, func: Callable[..., Any], *args: Any, **fields: Any) -> bool:
+def unless_redis_down(
+    log: Any, event: str, func: Callable[..., Any], *args: Any, **fields: Any
+) -> bool:
     """``func(*args)`` where one failure must not stop the loop around it: what it raises is logged as
     ``event`` with ``fields`` (a deliberate error in one line, anything else with its traceback) and
     False returned; only Redis going away (:func:`redis_down`) is raised, for the loop to wait out."""
@@ -79,8 +104,15 @@ class Outage:
     ``stop()`` turns true) and :meth:`recovered` after a try that worked (it logs ``redis_back`` once).
     ``context``: more fields for those log lines."""
 
-    def __init__(self, log: Any, during: str, stop: Callable[[], bool] = lambda: False, *, every: float = 30,
-                 **context: Any) -> None:
+    def __init__(
+        self,
+        log: Any,
+        during: str,
+        stop: Callable[[], bool] = lambda: False,
+        *,
+        every: float = 30,
+        **context: Any,
+    ) -> None:
         self.log, self.during, self.stop = log, during, stop
         self.every, self.context = every, context
         self.since: float | None = None
@@ -95,17 +127,33 @@ class Outage:
         now = time.monotonic()
         if self.since is None:
             self.since = self._reported = now
-            self.log.warning("redis_unavailable", during=self.during, error=str(exc), retrying=True, **self.context)
+            self.log.warning(
+                "redis_unavailable",
+                during=self.during,
+                error=str(exc),
+                retrying=True,
+                **self.context,
+            )
         elif now - self._reported >= self.every:
             self._reported = now
-            self.log.warning("redis_still_unavailable", during=self.during, seconds=round(now - self.since), error=str(exc),
-                             **self.context)
+            self.log.warning(
+                "redis_still_unavailable",
+                during=self.during,
+                seconds=round(now - self.since),
+                error=str(exc),
+                **self.context,
+            )
         sleep_unless(self.stop, self._delay)
         self._delay = min(self._delay * 2, 5.0)
 
     def recovered(self) -> None:
         if self.since is not None:
-            self.log.info("redis_back", during=self.during, after_seconds=round(time.monotonic() - self.since, 1), **self.context)
+            self.log.info(
+                "redis_back",
+                during=self.during,
+                after_seconds=round(time.monotonic() - self.since, 1),
+                **self.context,
+            )
             self.since, self._delay = None, 0.2
 
 
@@ -122,7 +170,10 @@ class ForkHandoffPool(redis.ConnectionPool):
     """
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        self._handoff: tuple[redis.connection.AbstractConnection, int] | None = None  # (connection, parent pid)
+        self._handoff: tuple[redis.connection.AbstractConnection, int] | None = (
+            # (connection, parent pid)
+            None
+        )
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def open_for_child(self) -> None:
@@ -140,11 +191,16 @@ class ForkHandoffPool(redis.ConnectionPool):
 
     def make_connection(self) -> redis.connection.AbstractConnection:
         handoff = self._handoff
-        if handoff is None or handoff[1] == os.getpid():  # no handoff, or we are the parent: a new one
+        if (
+            handoff is None or handoff[1] == os.getpid()
+            # no handoff, or we are the parent: a new one
+        ):
             return super().make_connection()
-        self._handoff = None  # the child takes it, once
+        # the child takes it, once
+        self._handoff = None
         conn = handoff[0]
-        conn.pid = os.getpid()  # the pool keeps only its own process's connections
+        # the pool keeps only its own process's connections
+        conn.pid = os.getpid()
         self._created_connections += 1
         return conn
 
@@ -173,7 +229,8 @@ def redact_url(url: str) -> str:
 
 def _format_version(raw: object) -> str:
     try:
-        num = int(raw)  # modules report e.g. 20803 for 2.8.3
+        # modules report e.g. 20803 for 2.8.3
+        num = int(raw)
     except (TypeError, ValueError):
         return str(raw)
     return f"{num // 10000}.{num // 100 % 100}.{num % 100}"
@@ -184,27 +241,45 @@ def server_info(client: redis.Redis, url: str) -> ServerInfo:
     try:
         info = client.info("server")
         probe = client.pipeline(transaction=False)
-        probe.execute_command("JSON.TYPE", PROBE_KEY)  # nil when the module is there
+        # nil when the module is there
+        probe.execute_command("JSON.TYPE", PROBE_KEY)
         probe.execute_command("FT._LIST")
         found = probe.execute(raise_on_error=False)
-    except redis.AuthenticationError as exc:  # a ConnectionError to redis-py: it must come first
-        raise RedisUnavailable(f"Redis at {redact_url(url)} refused our credentials ({exc}); fix the URL",
-                               url=redact_url(url)) from None
-    except (redis.ConnectionError, redis.TimeoutError) as exc:  # refused, timed out, or loading its data
+    # a ConnectionError to redis-py: it must come first
+    except redis.AuthenticationError as exc:
+        raise RedisUnavailable(
+            f"Redis at {redact_url(url)} refused our credentials ({exc}); fix the URL",
+            url=redact_url(url),
+        ) from None
+    except (
+        redis.ConnectionError,
+        redis.TimeoutError,
+        # refused, timed out, or loading its data
+    ) as exc:
         raise RedisUnavailable(
             f"cannot reach Redis at {redact_url(url)} ({exc}); start one with `mother server` "
             "or set MOTHER_REDIS_URL",
-            url=redact_url(url), unreachable=True,
+            url=redact_url(url),
+            unreachable=True,
         ) from None
     modules: dict[str, str] = {}
     try:
         for mod in client.execute_command("MODULE", "LIST") or []:
-            item = {_text(k): v for k, v in (mod.items() if isinstance(mod, dict) else zip(mod[::2], mod[1::2]))}
+            item = {
+                _text(k): v
+                for k, v in (
+                    mod.items() if isinstance(mod, dict) else zip(mod[::2], mod[1::2], strict=False)
+                )
+            }
             modules[_text(item.get("name"))] = _format_version(item.get("ver"))
     except redis.ResponseError:
-        pass  # MODULE LIST may be denied by an ACL; COMMAND INFO below still tells us what we need
+        # MODULE LIST may be denied by an ACL; COMMAND INFO below still tells us what we need
+        pass
     # Only "unknown command" means a module is absent; NOPERM (an ACL) means it is there.
-    present = [not (isinstance(reply, redis.ResponseError) and "unknown command" in str(reply).lower()) for reply in found]
+    present = [
+        not (isinstance(reply, redis.ResponseError) and "unknown command" in str(reply).lower())
+        for reply in found
+    ]
     name = "valkey" if "valkey_version" in info else "redis"
     version = str(info.get("valkey_version") or info.get("redis_version", "unknown"))
     return ServerInfo(
@@ -238,16 +313,24 @@ def connect_waiting(url: str, wait_seconds: float, log: Any) -> redis.Redis:
     that answers but is refused (no JSON module, wrong credentials) and a URL that is not one stop at
     once; so does a wait that runs out, with the last error and how long it waited."""
     deadline = time.monotonic() + wait_seconds
-    outage = Outage(log, "startup", lambda: time.monotonic() >= deadline, every=5,
-                    url=redact_url(url), waiting_up_to_seconds=wait_seconds)
+    outage = Outage(
+        log,
+        "startup",
+        lambda: time.monotonic() >= deadline,
+        every=5,
+        url=redact_url(url),
+        waiting_up_to_seconds=wait_seconds,
+    )
     while True:
         try:
             client = connect(url)
         except RedisUnavailable as exc:
             if not exc.data.get("unreachable") or time.monotonic() >= deadline:
                 if outage.active:
-                    raise RedisUnavailable(f"{exc.message} (waited {wait_seconds:g} s; MOTHER_REDIS_WAIT_SECONDS sets how long)",
-                                           **exc.data) from None
+                    raise RedisUnavailable(
+                        f"{exc.message} (waited {wait_seconds:g} s; MOTHER_REDIS_WAIT_SECONDS sets how long)",
+                        **exc.data,
+                    ) from None
                 raise
             outage.failed(exc)
             continue
@@ -255,16 +338,21 @@ def connect_waiting(url: str, wait_seconds: float, log: Any) -> redis.Redis:
         return client
 
 
-def connect(url: str, *, check: bool = True, decode_responses: bool = True, **kwargs: object) -> redis.Redis:
+def connect(
+    url: str, *, check: bool = True, decode_responses: bool = True, **kwargs: object
+) -> redis.Redis:
     """A client for ``url``; with ``check`` the server must answer and have RedisJSON."""
     try:
-        pool = ForkHandoffPool.from_url(url, decode_responses=decode_responses, **{**CONNECTION_OPTIONS, **kwargs})
+        pool = ForkHandoffPool.from_url(
+            url, decode_responses=decode_responses, **{**CONNECTION_OPTIONS, **kwargs}
+        )
     except ValueError as exc:
         raise RedisUnavailable(
             f"MOTHER_REDIS_URL {redact_url(url)!r} is not a Redis URL ({exc}); use redis://host:port/db or unix:///path"
         ) from None
     client = redis.Redis(connection_pool=pool)
-    client.auto_close_connection_pool = True  # the client owns its pool, as with Redis.from_url
+    # the client owns its pool, as with Redis.from_url
+    client.auto_close_connection_pool = True
     if check:
         require_json(server_info(client, url))
     return client

@@ -21,9 +21,21 @@ import redis
 from mother import keys
 from mother.errors import ConfigError
 
-__all__ = ["FUNCTIONS_PROBE", "call", "ensure_loaded", "fcall_command", "follow_ups", "load_functions", "send", "server_now_ms"]
+__all__ = [
+    "FUNCTIONS_PROBE",
+    "call",
+    "ensure_loaded",
+    "fcall_command",
+    "follow_ups",
+    "load_functions",
+    "send",
+    "server_now_ms",
+]
 
-FUNCTIONS_PROBE = "mh_now"  # a function that writes nothing and ignores its keys: FCALL of it tests an ACL's keys
+FUNCTIONS_PROBE = (
+    # a function that writes nothing and ignores its keys: FCALL of it tests an ACL's keys
+    "mh_now"
+)
 
 
 def _read(file: str) -> str:
@@ -38,11 +50,17 @@ def _with_prelude(source: str) -> str:
 
 def _guard_codes() -> str:
     """mh_guard's reason codes as the JSON text the budget library decodes (one source: mother.budget)."""
-    from mother.budget import CODES, USER_CODES  # here, not at the top: mother.budget imports this module
+    from mother.budget import (
+        CODES,
+        USER_CODES,
+        # here, not at the top: mother.budget imports this module
+    )
 
     text = orjson.dumps({"run": CODES, "user": USER_CODES}).decode()
     if "'" in text or "\\" in text:
-        raise ValueError("reason codes must not contain quotes or backslashes (they are rendered into a Lua string)")
+        raise ValueError(
+            "reason codes must not contain quotes or backslashes (they are rendered into a Lua string)"
+        )
     return text
 
 
@@ -51,7 +69,9 @@ def libraries() -> dict[str, str]:
     """Each library's source as loaded: the prelude inserted, the budget library's reason codes rendered."""
     return {
         keys.FUNCTIONS_LIBRARY: _with_prelude(_read("mother.lua")),
-        keys.BUDGET_LIBRARY: _with_prelude(_read("budget.lua")).replace("__GUARD_CODES__", _guard_codes()),
+        keys.BUDGET_LIBRARY: _with_prelude(_read("budget.lua")).replace(
+            "__GUARD_CODES__", _guard_codes()
+        ),
         keys.LEDGER_LIBRARY: _with_prelude(_read("ledger.lua")),
     }
 
@@ -62,7 +82,9 @@ def load_functions(client: redis.Redis) -> None:
         client.execute_command("FUNCTION", "LOAD", "REPLACE", source)
 
 
-def call(client: redis.Redis | redis.client.Pipeline, name: str, keys_: list[str], args: list[Any]) -> Any:
+def call(
+    client: redis.Redis | redis.client.Pipeline, name: str, keys_: list[str], args: list[Any]
+) -> Any:
     """FCALL ``name`` with ``keys_`` and ``args``; reload the library once if it is missing.
 
     With a pipeline the call is queued and its reply comes from ``execute()``.
@@ -77,18 +99,39 @@ def fcall_command(name: str, keys_: list[str], args: list[Any]) -> tuple[Any, ..
 
 def send(client: redis.Redis | redis.client.Pipeline, command: tuple[Any, ...]) -> Any:
     """Send an FCALL built by :func:`fcall_command`; reload the library once if it is missing."""
-    try:  # execute_command itself: fcall() only adds two calls
+    # execute_command itself: fcall() only adds two calls
+    try:
         return client.execute_command(*command)
     except redis.ResponseError as exc:
-        if "function not found" not in str(exc).lower() or isinstance(client, redis.client.Pipeline):
+        if "function not found" not in str(exc).lower() or isinstance(
+            client, redis.client.Pipeline
+        ):
             raise
         load_functions(client)
         return client.execute_command(*command)
 
 
 # commands whose one key is their first word after the name: what a follow-up may be
-KEY_FIRST = frozenset({"SADD", "HSET", "HDEL", "RPUSH", "LPUSH", "EXPIRE", "PEXPIRE", "PERSIST", "XADD", "XACK", "ZADD",
-                       "ZREM", "SET", "JSON.SET", "JSON.MERGE", "JSON.NUMINCRBY"})
+KEY_FIRST = frozenset(
+    {
+        "SADD",
+        "HSET",
+        "HDEL",
+        "RPUSH",
+        "LPUSH",
+        "EXPIRE",
+        "PEXPIRE",
+        "PERSIST",
+        "XADD",
+        "XACK",
+        "ZADD",
+        "ZREM",
+        "SET",
+        "JSON.SET",
+        "JSON.MERGE",
+        "JSON.NUMINCRBY",
+    }
+)
 
 
 def follow_ups(pipe: redis.client.Pipeline) -> tuple[list[Any], list[Any]]:
@@ -101,8 +144,10 @@ def follow_ups(pipe: redis.client.Pipeline) -> tuple[list[Any], list[Any]]:
     for args, _options in pipe.command_stack:
         name = str(args[0]).upper()
         if name not in KEY_FIRST or len(args) < 2:
-            raise RuntimeError(f"{name} cannot be a follow-up write: only commands whose one key comes first "
-                               f"({', '.join(sorted(KEY_FIRST))})")
+            raise RuntimeError(
+                f"{name} cannot be a follow-up write: only commands whose one key comes first "
+                f"({', '.join(sorted(KEY_FIRST))})"
+            )
         keys_.append(args[1])
         words += [len(args) - 1, args[0], *args[2:]]
     return keys_, words
@@ -128,9 +173,14 @@ def ensure_loaded(client: redis.Redis, *, wait_seconds: float = 0.0, log: Any = 
                     raise ConfigError(
                         f"the server functions ({name}) are not loaded, or another version of them is, and this ACL "
                         "user may not load them: start Mother (its user loads them), or run the same version "
-                        "of Mother-Harness everywhere") from None
+                        "of Mother-Harness everywhere"
+                    ) from None
                 if log is not None:
-                    log.info("waiting_for_server_functions", library=name, why="this ACL user may not load them")
+                    log.info(
+                        "waiting_for_server_functions",
+                        library=name,
+                        why="this ACL user may not load them",
+                    )
                 time.sleep(0.5)
 
 
@@ -138,7 +188,7 @@ def _loaded_codes(client: redis.Redis, name: str) -> list[str]:
     """The code of each library named ``name`` on the server (none or one)."""
     codes = []
     for lib in client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", name, "WITHCODE") or []:
-        entry = lib if isinstance(lib, dict) else dict(zip(lib[::2], lib[1::2]))
+        entry = lib if isinstance(lib, dict) else dict(zip(lib[::2], lib[1::2], strict=False))
         code = entry.get("library_code") or entry.get(b"library_code")
         codes.append(code.decode() if isinstance(code, bytes) else code)
     return codes

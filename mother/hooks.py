@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -33,20 +33,28 @@ import celpy
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mother.roles import role_settings
 from mother.errors import ConfigError
-from mother.yamlfile import YamlProblem, file_text, parse_yaml
 from mother.logs import get_logger
+from mother.roles import role_settings
+from mother.yamlfile import YamlProblem, file_text, parse_yaml
 from schemas import describe_validation_error
 
-__all__ = ["EVENTS", "HarnessAction", "Hook", "HookSet", "load_hook_file", "load_hooks", "parse_hooks"]
+__all__ = [
+    "EVENTS",
+    "HarnessAction",
+    "Hook",
+    "HookSet",
+    "load_hook_file",
+    "load_hooks",
+    "parse_hooks",
+]
 
 log = get_logger("hooks")
 EVENTS = ("run_started", "limit", "error", "after_step", "context_limit_reached")
 LAYERS = {"user": 0, "role": 1, "builtin": 2, "project": 3, "infra": 4}
 
 
-class HarnessAction(str, Enum):
+class HarnessAction(StrEnum):
     CONTINUE = "continue"
     RETRY = "retry"
     SKIP = "skip"
@@ -59,9 +67,12 @@ class HookAction(BaseModel):
 
     type: Literal["continue", "retry", "skip", "fail", "abort", "notice", "spawn"]
     message: str = Field("", max_length=2000)
-    role: str | None = None  # spawn: the child's role
-    task: str | None = None  # spawn: the child's task
-    budget: str | None = None  # spawn: USD for the child
+    # spawn: the child's role
+    role: str | None = None
+    # spawn: the child's task
+    task: str | None = None
+    # spawn: USD for the child
+    budget: str | None = None
 
 
 class HookSpec(BaseModel):
@@ -71,7 +82,9 @@ class HookSpec(BaseModel):
     event: Literal["run_started", "limit", "error", "after_step", "context_limit_reached"]
     condition: str | None = Field(None, max_length=2000)
     action: HookAction | None = None
-    context: str | None = Field(None, max_length=20_000, description="run_started: text for the first message")
+    context: str | None = Field(
+        None, max_length=20_000, description="run_started: text for the first message"
+    )
 
 
 @dataclass
@@ -79,15 +92,19 @@ class Hook:
     spec: HookSpec
     layer: int
     source: str
-    program: Any = None  # compiled CEL, or None for "always"
+    # compiled CEL, or None for "always"
+    program: Any = None
 
     def matches(self, activation: dict[str, Any]) -> bool:
         if self.program is None:
             return True
         try:
             return bool(self.program.evaluate(celpy.json_to_cel(_doubles(activation))))
-        except Exception as exc:  # a condition that cannot be evaluated on this event does not match
-            log.warning("hook_condition_failed", hook=self.spec.id, source=self.source, error=str(exc)[:300])
+        # a condition that cannot be evaluated on this event does not match
+        except Exception as exc:  # noqa: BLE001
+            log.warning(
+                "hook_condition_failed", hook=self.spec.id, source=self.source, error=str(exc)[:300]
+            )
             return False
 
 
@@ -110,7 +127,7 @@ _CEL = celpy.Environment()
 def _compile(condition: str, where: str) -> Any:
     try:
         return _CEL.program(_CEL.compile(condition))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"{where}: bad condition {condition!r}: {reason}") from None
 
@@ -120,7 +137,9 @@ def parse_hooks(items: Any, layer: str, source: str, lines: list[int] | None = N
     if items is None:
         return []
     if not isinstance(items, list):
-        raise ConfigError(f"{source}: hooks must be a list of mappings (id, event, condition, action)")
+        raise ConfigError(
+            f"{source}: hooks must be a list of mappings (id, event, condition, action)"
+        )
     hooks = []
     for i, item in enumerate(items):
         where = f"{source}:{lines[i]}" if lines and i < len(lines) else f"{source}[{i}]"
@@ -154,11 +173,20 @@ def _load_hook_file(path: Path, layer: str, _stamp: int) -> tuple[Hook, ...]:
         data = parse_yaml(text, str(path))
     except YamlProblem as exc:
         raise ConfigError(str(exc)) from None
-    node = yaml.compose(text)  # the same text parsed above: only for the hooks' line numbers
+    # the same text parsed above: only for the hooks' line numbers
+    node = yaml.compose(text)
     if isinstance(data, dict) and "hooks" in data:
         data = data["hooks"]
-        node = next((v for k, v in node.value if k.value == "hooks"), None) if node is not None else None
-    lines = [item.start_mark.line + 1 for item in node.value] if node is not None and hasattr(node, "value") and isinstance(node.value, list) else None
+        node = (
+            next((v for k, v in node.value if k.value == "hooks"), None)
+            if node is not None
+            else None
+        )
+    lines = (
+        [item.start_mark.line + 1 for item in node.value]
+        if node is not None and hasattr(node, "value") and isinstance(node.value, list)
+        else None
+    )
     return tuple(parse_hooks(data, layer, str(path), lines))
 
 
@@ -208,8 +236,11 @@ class HookSet:
 
     def run_context(self, event: str, activation: dict[str, Any]) -> str:
         """Context hooks: every matching hook's text, joined in layer order."""
-        texts = [h.spec.context for h in self.hooks
-                 if h.spec.event == event and h.spec.context and h.matches(activation)]
+        texts = [
+            h.spec.context
+            for h in self.hooks
+            if h.spec.event == event and h.spec.context and h.matches(activation)
+        ]
         return "\n\n".join(t for t in texts if t)
 
 

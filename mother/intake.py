@@ -8,25 +8,26 @@ with the error and the time, an activity entry, and is acknowledged.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import orjson
 
 from mother import keys
-from mother.roles import role_settings
+from mother.activity import flat_fields, make_event
+from mother.budget import Admission, admission, admit
+from mother.capabilities import assess_risk, denial, granted_for, load_risk_policy
 from mother.client import parse_spec
 from mother.errors import ConfigError, InsufficientBudget, InvalidSpec, LedgerError
 from mother.functions import call
 from mother.ledger import checked
-from mother.activity import flat_fields, make_event
-from mother.budget import Admission, admission, admit
-from mother.capabilities import assess_risk, denial, granted_for, load_risk_policy
 from mother.lifecycle import end_run, start_run
 from mother.limits import DepthExhausted, resolve_for_spec
 from mother.logs import get_logger
+from mother.roles import role_settings
 from mother.runtime import Runtime
-from mother.specs import check_spec
 from mother.signing import SignatureInvalid
+from mother.specs import check_spec
 from schemas import MAX_SPEC_BYTES, HistoryEntry, RunSpec, RunState, TerminationReason
 
 __all__ = ["handle_submission", "reject"]
@@ -39,10 +40,21 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
     """Validate and create the run (then start it); reject the entry otherwise."""
     raw = fields.get("spec")
     if raw is None:
-        reject(rt, entry_id, fields, "the entry has no 'spec' field; use XADD mother:submissions '*' spec '<RunSpec JSON>'")
+        reject(
+            rt,
+            entry_id,
+            fields,
+            "the entry has no 'spec' field; use XADD mother:submissions '*' spec '<RunSpec JSON>'",
+        )
         return None
     if len(raw) > MAX_SPEC_BYTES:
-        reject(rt, entry_id, fields, f"spec is {len(raw)} bytes; the limit is {MAX_SPEC_BYTES} bytes", drop=True)
+        reject(
+            rt,
+            entry_id,
+            fields,
+            f"spec is {len(raw)} bytes; the limit is {MAX_SPEC_BYTES} bytes",
+            drop=True,
+        )
         return None
     try:
         spec = parse_spec(raw)
@@ -55,31 +67,45 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
     policy_error = _verify_roles(rt, spec)
     try:
         parent = None if policy_error else _parent(rt, spec)
-        limits = {} if policy_error else resolve_for_spec(rt.settings, spec, dict(parent.limits) if parent else None)
+        limits = (
+            {}
+            if policy_error
+            else resolve_for_spec(rt.settings, spec, dict(parent.limits) if parent else None)
+        )
         depth_error = None
     except DepthExhausted as exc:
         limits, depth_error = {}, exc.message
     except InvalidSpec as exc:
         reject(rt, entry_id, fields, exc.message)
         return None
-    granted = [] if policy_error else granted_for(rt.settings, spec.pipeline[0].role,
-                                                  list(parent.capabilities) if parent else None)
+    granted = (
+        []
+        if policy_error
+        else granted_for(
+            rt.settings, spec.pipeline[0].role, list(parent.capabilities) if parent else None
+        )
+    )
     verdict = _verdict(rt, spec, granted, policy_error, depth_error)
     state = _create(rt, entry_id, spec, fields, limits, granted)
-    if state is None or state.status != "queued":  # refused, or a re-delivery of a run already under way
+    if (
+        state is None or state.status != "queued"
+        # refused, or a re-delivery of a run already under way
+    ):
         return state
     if verdict is not None:
         reason, details, factors = verdict
         end_run(rt, state, reason, details, phase="intake", contributing_factors=factors)
         return state
-    if state.admission is None:  # not decided yet (a re-delivered entry keeps the first decision)
+    # not decided yet (a re-delivered entry keeps the first decision)
+    if state.admission is None:
         admitted = _admit(rt, state, limits)
         if admitted is None:
             return state
         if admitted.waiting:
             log.info("run_queued", run_id=run_id, position=admitted.position)
             return state
-    elif state.admission == "waiting":  # it starts when a slot frees (admit_waiting)
+    # it starts when a slot frees (admit_waiting)
+    elif state.admission == "waiting":
         return state
     start_run(rt, state)
     return state
@@ -94,31 +120,59 @@ def _admit(rt: Runtime, state: RunState, limits: dict[str, Any]) -> Admission | 
     root = spec.parent_run_id is None
     pipe = rt.redis.pipeline(transaction=False)
     if root:
-        rt.ledger.register(run_id, limits.get("spend", rt.settings.budget.per_run.max_spend_usd), pipe=pipe)
+        rt.ledger.register(
+            run_id, limits.get("spend", rt.settings.budget.per_run.max_spend_usd), pipe=pipe
+        )
     else:
-        refused = _reserve_for_child(rt, spec, limits)  # asked before admission counts the run
+        # asked before admission counts the run
+        refused = _reserve_for_child(rt, spec, limits)
         if refused:
-            end_run(rt, state, "budget_exhausted", refused, phase="intake", contributing_factors=[refused])
+            end_run(
+                rt,
+                state,
+                "budget_exhausted",
+                refused,
+                phase="intake",
+                contributing_factors=[refused],
+            )
             return None
     maxlen = rt.settings.service.activity_maxlen
     admit(pipe, rt.settings, run_id, spec.user_id, rt.clock.today(), maxlen, child=not root)
     replies = pipe.execute()
     if root:
         checked(replies[-2])
-    admitted = admission(rt.redis, rt.settings, run_id, spec.user_id, maxlen, replies[-1], child=not root)
+    admitted = admission(
+        rt.redis, rt.settings, run_id, spec.user_id, maxlen, replies[-1], child=not root
+    )
     if not admitted.ok:
-        end_run(rt, state, "budget_exhausted", admitted.details, phase="intake", contributing_factors=admitted.factors)
+        end_run(
+            rt,
+            state,
+            "budget_exhausted",
+            admitted.details,
+            phase="intake",
+            contributing_factors=admitted.factors,
+        )
         return None
     return admitted
 
 
-def _verdict(rt: Runtime, spec: RunSpec, granted: list[str], policy_error: str | None,
-             depth_error: str | None) -> tuple[TerminationReason, str, list[str]] | None:
+def _verdict(
+    rt: Runtime,
+    spec: RunSpec,
+    granted: list[str],
+    policy_error: str | None,
+    depth_error: str | None,
+) -> tuple[TerminationReason, str, list[str]] | None:
     """Why the run must end at intake (reason, details, factors), decided before it is created; None to go on."""
     if policy_error:
         return "policyViolation", policy_error, [policy_error]
     if depth_error:
-        return "budget_exhausted", depth_error, [f"parent run {spec.parent_run_id} has no depth left"]
+        return (
+            "budget_exhausted",
+            depth_error,
+            [f"parent run {spec.parent_run_id} has no depth left"],
+        )
     blocked = _assess(rt, spec, granted)
     return ("policyViolation", blocked[0], blocked) if blocked else None
 
@@ -130,7 +184,11 @@ def _reserve_for_child(rt: Runtime, spec: RunSpec, limits: dict[str, Any]) -> st
     if rt.redis.exists(keys.ledger_key(spec.run_id)):
         return None
     try:
-        rt.ledger.reserve(spec.run_id, limits.get("spend", rt.settings.budget.per_run.max_spend_usd), spec.parent_run_id)
+        rt.ledger.reserve(
+            spec.run_id,
+            limits.get("spend", rt.settings.budget.per_run.max_spend_usd),
+            spec.parent_run_id,
+        )
     except (InsufficientBudget, LedgerError) as exc:
         return exc.message
     return None
@@ -160,21 +218,33 @@ def _assess(rt: Runtime, spec: RunSpec, granted: list[str]) -> list[str]:
     """Risk tiers, once at setup: blocked capabilities (ending the run) and logged warnings;
     the phases' models must be granted too."""
     role = role_settings(rt.settings, spec.pipeline[0].role)
-    report = assess_risk(load_risk_policy(rt.settings.harness.capability_risk_file), granted,
-                         list(role.acknowledge) if role else [], spec.run_id or "")
+    report = assess_risk(
+        load_risk_policy(rt.settings.harness.capability_risk_file),
+        granted,
+        list(role.acknowledge) if role else [],
+        spec.run_id or "",
+    )
     for warning in report.warnings:
         log.warning("capability_risk", run_id=spec.run_id, warning=warning)
     blocked = list(report.blocked)
     for phase in spec.pipeline:
         denied = denial(granted, [f"model.{phase.model}"])
         if denied:
-            blocked.append(f"phase {phase.name}: model {phase.model} is not among the role's capabilities "
-                           f"(missing {denied['detail']['missing'][0]})")
+            blocked.append(
+                f"phase {phase.name}: model {phase.model} is not among the role's capabilities "
+                f"(missing {denied['detail']['missing'][0]})"
+            )
     return blocked
 
 
-def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], limits: dict[str, Any],
-            granted: list[str]) -> RunState | None:
+def _create(
+    rt: Runtime,
+    entry_id: str,
+    spec: RunSpec,
+    fields: dict[str, Any],
+    limits: dict[str, Any],
+    granted: list[str],
+) -> RunState | None:
     """Create and announce ``run:{id}`` in one server call (``mh_create_run``): the run_id claimed for this
     entry, the record made (NX) and indexed, its ``run_submitted`` entry appended. Returns the run (the one
     made, or the existing one when this entry is re-delivered), or None when the run_id belongs to another
@@ -184,28 +254,62 @@ def _create(rt: Runtime, entry_id: str, spec: RunSpec, fields: dict[str, Any], l
     at = rt.clock.iso(score)
     stored = {k: (str(v) if k == "spend" else v) for k, v in limits.items()}
     state = RunState(
-        run_id=spec.run_id, user_id=spec.user_id, spec=spec, created_at=at, updated_at=at, entry_id=entry_id,
-        limits=stored, capabilities=granted,
+        run_id=spec.run_id,
+        user_id=spec.user_id,
+        spec=spec,
+        created_at=at,
+        updated_at=at,
+        entry_id=entry_id,
+        limits=stored,
+        capabilities=granted,
         history=[HistoryEntry(at=at, event="submitted", detail=f"entry {entry_id}")],
     )
-    announced = make_event("run_submitted", at=at, run_id=spec.run_id, user_id=spec.user_id, entry_id=entry_id,
-                           phases=[p.name for p in spec.pipeline])
-    created = call(rt.redis, "mh_create_run",
-                   [keys.run_key(spec.run_id), keys.RUN_CLAIMS, keys.RUNS_INDEX, keys.user_runs_key(spec.user_id),
-                    keys.ACTIVITY_STREAM],
-                   [state.to_json(), spec.run_id, entry_id, score, rt.settings.service.activity_maxlen,
-                    orjson.dumps(flat_fields(announced))])
+    announced = make_event(
+        "run_submitted",
+        at=at,
+        run_id=spec.run_id,
+        user_id=spec.user_id,
+        entry_id=entry_id,
+        phases=[p.name for p in spec.pipeline],
+    )
+    created = call(
+        rt.redis,
+        "mh_create_run",
+        [
+            keys.run_key(spec.run_id),
+            keys.RUN_CLAIMS,
+            keys.RUNS_INDEX,
+            keys.user_runs_key(spec.user_id),
+            keys.ACTIVITY_STREAM,
+        ],
+        [
+            state.to_json(),
+            spec.run_id,
+            entry_id,
+            score,
+            rt.settings.service.activity_maxlen,
+            orjson.dumps(flat_fields(announced)),
+        ],
+    )
     if created != 1:
         existing = rt.load_run(spec.run_id) if created == 0 else None
         if existing is None or existing.entry_id != entry_id:
-            reject(rt, entry_id, fields, f"run_id {spec.run_id!r} is already used by another submission")
+            reject(
+                rt,
+                entry_id,
+                fields,
+                f"run_id {spec.run_id!r} is already used by another submission",
+            )
             return None
-        state = existing  # a re-delivery of the entry that created it
+        # a re-delivery of the entry that created it
+        state = existing
     rt.remember_spec(spec.run_id, state.spec)
     return state
 
 
-def reject(rt: Runtime, entry_id: str, fields: dict[str, Any], error: str, *, drop: bool = False) -> None:
+def reject(
+    rt: Runtime, entry_id: str, fields: dict[str, Any], error: str, *, drop: bool = False
+) -> None:
     """Record why the entry was refused; with ``drop`` also delete its (oversized) payload."""
     raw = str(fields.get("spec", ""))
     guess = _guess_ids(raw)
@@ -222,7 +326,10 @@ def reject(rt: Runtime, entry_id: str, fields: dict[str, Any], error: str, *, dr
     pipe = rt.redis.pipeline(transaction=False)
     pipe.execute_command("JSON.SET", keys.rejection_key(entry_id), "$", orjson.dumps(record))
     pipe.zadd(keys.REJECTIONS_INDEX, {entry_id: at_ms})
-    if "run_id" in guess:  # `status` and `wait` of that run find it in one read, however many came since
+    if (
+        "run_id" in guess
+        # `status` and `wait` of that run find it in one read, however many came since
+    ):
         pipe.hset(keys.REJECTIONS_BY_RUN, guess["run_id"], entry_id)
     rt.emit(pipe, "run_rejected", run_id=guess.get("run_id"), entry_id=entry_id, error=error[:1000])
     if drop:
@@ -244,8 +351,6 @@ def _guess_ids(raw: str) -> dict[str, str]:
         for name in ("run_id", "user_id"):
             value = data.get(name)
             if isinstance(value, str):
-                try:
+                with contextlib.suppress(InvalidSpec):
                     found[name] = keys.check_id(value, name)
-                except InvalidSpec:
-                    pass
     return found

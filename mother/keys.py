@@ -21,25 +21,25 @@ __all__ = [
     "ACTIVITY_STREAM",
     "ADMISSION_STATE",
     "ADMISSION_WAITING",
-    "COMMANDS_STREAM",
-    "MOTHER_CONFIG",
-    "RUN_CLAIMS",
-    "DEAD_LETTER_STREAM",
     "BUDGET_LIBRARY",
-    "LEDGER_LIBRARY",
+    "COMMANDS_STREAM",
+    "DEAD_LETTER_STREAM",
+    "EVENTS_STREAM",
     "FUNCTIONS_LIBRARY",
+    "GLOBAL_BUDGET",
     "HEARTBEATS",
+    "ID_PATTERN",
     "LEADER_LEASE",
+    "LEDGER_LIBRARY",
+    "MOTHER_CONFIG",
     "PHASE_DEADLINES",
+    "PROBE_KEY",
     "REJECTIONS_BY_RUN",
     "REJECTIONS_INDEX",
     "RUNS_INDEX",
+    "RUN_CLAIMS",
     "RUN_DEADLINES",
     "RUN_WARNINGS",
-    "EVENTS_STREAM",
-    "GLOBAL_BUDGET",
-    "ID_PATTERN",
-    "PROBE_KEY",
     "SECURITY_VIOLATIONS",
     "SUBMISSIONS_STREAM",
     "TERMINATION_INDEX",
@@ -50,19 +50,19 @@ __all__ = [
     "archive_artifact_key",
     "artifact_key",
     "artifact_meta_key",
+    "attempt_token_key",
     "check_id",
-    "is_id",
-    "leader_prefix",
     "conflict_key",
     "context_key",
     "context_summary_key",
-    "token_calibration_key",
     "gc_report_key",
     "global_budget_key",
+    "heartbeat_member",
+    "is_id",
+    "leader_prefix",
     "ledger_children_key",
     "ledger_key",
     "library_policy_key",
-    "heartbeat_member",
     "member_of_job",
     "parse_heartbeat_member",
     "phase_job_id",
@@ -70,15 +70,15 @@ __all__ = [
     "rejection_key",
     "result_key",
     "run_budget_key",
-    "run_limits_key",
-    "attempt_token_key",
-    "termination_reason_index_key",
-    "user_runs_key",
     "run_key",
+    "run_limits_key",
     "termination_key",
+    "termination_reason_index_key",
+    "token_calibration_key",
     "tool_stats_key",
     "tools_registry_key",
     "user_daily_budget_key",
+    "user_runs_key",
 ]
 
 ID_PATTERN = r"[A-Za-z0-9_.:-]{1,128}"
@@ -93,26 +93,51 @@ SUBMISSIONS_STREAM = "mother:submissions"
 EVENTS_STREAM = "mother:events"
 ACTIVITY_STREAM = "activity"
 TERMINATION_INDEX = "idx:termination"
-TERMINATION_PREFIX = "termination:"  # the prefix idx:termination indexes
+# the prefix idx:termination indexes
+TERMINATION_PREFIX = "termination:"
 DEAD_LETTER_STREAM = "mother:dead_letter"
-LEADER_LEASE = "mother:leader"  # string: the leading Mother's instance id, "<host>:<pid>:<nonce>"
-RUN_DEADLINES = "mother:deadlines:run"  # zset: run_id scored by the run's deadline (server ms)
-PHASE_DEADLINES = "mother:deadlines:phase"  # zset: run_id scored by its current phase's deadline
-RUN_WARNINGS = "mother:deadlines:run_warning"  # zset: run_id scored by when its wall clock reaches the warning ratio
-HEARTBEATS = "mother:heartbeats"  # zset: phase job id scored by its last heartbeat (server ms)
-RUNS_ENDING = "mother:ending"  # zset: run_id whose record is written and whose end is not yet applied (record's server ms)
-RUNS_INDEX = "runs:all"  # zset: run_id scored by creation time (ms)
-REJECTIONS_INDEX = "rejections"  # zset: submission entry id scored by rejection time
-REJECTIONS_BY_RUN = "rejections:by_run"  # hash: run_id -> the entry id of its newest rejection
-RUN_CLAIMS = "runs:claimed"  # hash: run_id -> the submission entry that claimed it (first come, on the server)
-ADMISSION_WAITING = "admission:waiting"  # zset: runs waiting for a slot, scored by their fair-queue order
-ADMISSION_STATE = "admission:state"  # hash: the fair queue's virtual time, sequence and each user's last tag
-COMMANDS_STREAM = "mother:commands"  # stream: what people ask of Mother (cancel, ...); workers cannot write it
-MOTHER_CONFIG = "mother:config"  # JSON: the leading Mother's effective limits, read by submitters' server calls
-FUNCTIONS_LIBRARY = "mother"  # names of the Redis Functions libraries (not keys)
+# string: the leading Mother's instance id, "<host>:<pid>:<nonce>"
+LEADER_LEASE = "mother:leader"
+# zset: run_id scored by the run's deadline (server ms)
+RUN_DEADLINES = "mother:deadlines:run"
+# zset: run_id scored by its current phase's deadline
+PHASE_DEADLINES = "mother:deadlines:phase"
+# zset: run_id scored by when its wall clock reaches the warning ratio
+RUN_WARNINGS = "mother:deadlines:run_warning"
+# zset: phase job id scored by its last heartbeat (server ms)
+HEARTBEATS = "mother:heartbeats"
+# zset: run_id whose record is written and whose end is not yet applied (record's server ms)
+RUNS_ENDING = "mother:ending"
+# zset: run_id scored by creation time (ms)
+RUNS_INDEX = "runs:all"
+# zset: submission entry id scored by rejection time
+REJECTIONS_INDEX = "rejections"
+# hash: run_id -> the entry id of its newest rejection
+REJECTIONS_BY_RUN = "rejections:by_run"
+# hash: run_id -> the submission entry that claimed it (first come, on the server)
+RUN_CLAIMS = "runs:claimed"
+ADMISSION_WAITING = (
+    # zset: runs waiting for a slot, scored by their fair-queue order
+    "admission:waiting"
+)
+ADMISSION_STATE = (
+    # hash: the fair queue's virtual time, sequence and each user's last tag
+    "admission:state"
+)
+COMMANDS_STREAM = (
+    # stream: what people ask of Mother (cancel, ...); workers cannot write it
+    "mother:commands"
+)
+MOTHER_CONFIG = (
+    # JSON: the leading Mother's effective limits, read by submitters' server calls
+    "mother:config"
+)
+# names of the Redis Functions libraries (not keys)
+FUNCTIONS_LIBRARY = "mother"
 BUDGET_LIBRARY = "mother_budget"
 LEDGER_LIBRARY = "mother_ledger"
-PROBE_KEY = "mother:probe"  # never written: JSON.TYPE of it tells whether RedisJSON is loaded
+# never written: JSON.TYPE of it tells whether RedisJSON is loaded
+PROBE_KEY = "mother:probe"
 
 
 def is_id(value: object) -> bool:
@@ -123,7 +148,11 @@ def is_id(value: object) -> bool:
 def _shown(value: object, most: int = 60) -> str:
     """``repr(value)``, or its start and length if it is long (an error line stays one short line)."""
     text = repr(value)
-    return text if len(text) <= most else f"{text[:most]}… ({len(value) if isinstance(value, str) else len(text)} characters)"
+    return (
+        text
+        if len(text) <= most
+        else f"{text[:most]}… ({len(value) if isinstance(value, str) else len(text)} characters)"
+    )
 
 
 def check_id(value: str, what: str = "id") -> str:
@@ -210,7 +239,9 @@ def parse_heartbeat_member(member: str) -> tuple[str, int, int]:
         run_id, index, attempt = member.split(" ")
         return check_id(run_id, "run_id"), int(index), int(attempt)
     except (ValueError, InvalidSpec):
-        raise InvalidSpec(f"heartbeat member {member[:200]!r} is not '<run_id> <phase_index> <attempt>'") from None
+        raise InvalidSpec(
+            f"heartbeat member {member[:200]!r} is not '<run_id> <phase_index> <attempt>'"
+        ) from None
 
 
 # Budget tracking
@@ -279,7 +310,9 @@ def context_key(run_id: str, phase_index: int) -> str:
 def token_calibration_key(model: str) -> str:
     """Hash: estimated / reported prompt tokens per model, the estimate's running ratio (implied key)."""
     if not _MODEL_RE.fullmatch(model):
-        raise InvalidSpec(f"model name {model[:80]!r} must be 1-128 characters from A-Z a-z 0-9 _ . : / @ -")
+        raise InvalidSpec(
+            f"model name {model[:80]!r} must be 1-128 characters from A-Z a-z 0-9 _ . : / @ -"
+        )
     return f"tokens:calibration:{model}"
 
 

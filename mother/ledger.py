@@ -49,10 +49,15 @@ def to_micro(amount: Decimal | float | str | int, what: str = "amount") -> int:
 
 
 def to_usd(micro: int | float) -> Decimal:
-    return (Decimal(int(micro)) / MICRO).quantize(Decimal("0.000001")).normalize() if micro else Decimal(0)
+    return (
+        (Decimal(int(micro)) / MICRO).quantize(Decimal("0.000001")).normalize()
+        if micro
+        else Decimal(0)
+    )
 
 
-OWN_SPEND_PATH = "$.spend_micro_usd"  # read from budget:run:{id}: the run's own spend
+# read from budget:run:{id}: the run's own spend
+OWN_SPEND_PATH = "$.spend_micro_usd"
 
 
 def own_spend(raw: str | None) -> Decimal:
@@ -71,8 +76,16 @@ def checked(raw: str) -> dict[str, Any]:
 class BudgetLedger:
     """``BudgetLedger(redis_client)`` with the spec's method names and arguments."""
 
-    def __init__(self, redis_client: redis.Redis, activity_maxlen: int = 100_000, clock: ServerClock | None = None) -> None:
-        self.redis = redis_client  # the functions library is (re)loaded on first use if the server lacks it
+    def __init__(
+        self,
+        redis_client: redis.Redis,
+        activity_maxlen: int = 100_000,
+        clock: ServerClock | None = None,
+    ) -> None:
+        self.redis = (
+            # the functions library is (re)loaded on first use if the server lacks it
+            redis_client
+        )
         self.clock = clock or ServerClock(redis_client)
         self.maxlen = activity_maxlen
 
@@ -82,58 +95,105 @@ class BudgetLedger:
     def _node(self, thread_id: str) -> dict[str, Any]:
         raw = self.redis.execute_command("JSON.GET", keys.ledger_key(thread_id))
         if raw is None:
-            raise LedgerError(f"thread {thread_id} is not in the ledger; register it or reserve for it first")
+            raise LedgerError(
+                f"thread {thread_id} is not in the ledger; register it or reserve for it first"
+            )
         return orjson.loads(raw)
 
-    def register(self, thread_id: str, max_spend: Decimal | float | str,
-                 pipe: redis.client.Pipeline | None = None) -> Decimal | None:
+    def register(
+        self,
+        thread_id: str,
+        max_spend: Decimal | float | str,
+        pipe: redis.client.Pipeline | None = None,
+    ) -> Decimal | None:
         """A root thread's ceiling. Registering again with the same ceiling is a no-op.
         With ``pipe`` the call is queued (returns None); pass its reply to :func:`checked`."""
-        raw = call(pipe if pipe is not None else self.redis, "ledger_register", [keys.ledger_key(thread_id)],
-                   [thread_id, to_micro(max_spend, "max_spend"), self.clock.now_iso()])
+        raw = call(
+            pipe if pipe is not None else self.redis,
+            "ledger_register",
+            [keys.ledger_key(thread_id)],
+            [thread_id, to_micro(max_spend, "max_spend"), self.clock.now_iso()],
+        )
         return None if pipe is not None else to_usd(checked(raw)["remaining"])
 
-    def reserve(self, child_id: str, amount: Decimal | float | str, parent_thread_id: str) -> Decimal:
+    def reserve(
+        self, child_id: str, amount: Decimal | float | str, parent_thread_id: str
+    ) -> Decimal:
         """Atomically reserve ``amount`` of the parent's remaining budget for a child; returns what the parent has left."""
         micro = to_micro(amount)
-        reply = self._call("ledger_reserve", [keys.ledger_key(parent_thread_id), keys.ledger_key(child_id),
-                                              keys.ledger_children_key(parent_thread_id)],
-                           [child_id, micro, self.clock.now_iso()])
+        reply = self._call(
+            "ledger_reserve",
+            [
+                keys.ledger_key(parent_thread_id),
+                keys.ledger_key(child_id),
+                keys.ledger_children_key(parent_thread_id),
+            ],
+            [child_id, micro, self.clock.now_iso()],
+        )
         if not reply["ok"]:
             raise InsufficientBudget(
                 f"cannot reserve ${to_usd(micro)} for {child_id}: parent {parent_thread_id} has ${to_usd(reply['remaining'])} left",
-                remaining=str(to_usd(reply["remaining"])), requested=str(to_usd(micro)))
+                remaining=str(to_usd(reply["remaining"])),
+                requested=str(to_usd(micro)),
+            )
         return to_usd(reply["remaining"])
 
     def report_actual(self, thread_id: str, actual_spend: Decimal | float | str) -> Decimal:
         """Set the thread's own spend; an overspend of its reservation is logged (``BudgetOverspend``), not raised."""
-        reply = self._call("ledger_report", [keys.ledger_key(thread_id)], [to_micro(actual_spend, "actual_spend")])
+        reply = self._call(
+            "ledger_report", [keys.ledger_key(thread_id)], [to_micro(actual_spend, "actual_spend")]
+        )
         self._report_overspend(thread_id, reply)
         return to_usd(reply["actual"])
 
     def _report_overspend(self, thread_id: str, report: dict[str, Any]) -> None:
         if report["overspend"] > 0:
-            log.warning("BudgetOverspend", thread_id=thread_id, overspend_usd=str(to_usd(report["overspend"])))
-            emit(self.redis, "budget_overspend", at=self.clock.now_iso(), run_id=thread_id, maxlen=self.maxlen,
-                 overspend_usd=str(to_usd(report["overspend"])))
+            log.warning(
+                "BudgetOverspend",
+                thread_id=thread_id,
+                overspend_usd=str(to_usd(report["overspend"])),
+            )
+            emit(
+                self.redis,
+                "budget_overspend",
+                at=self.clock.now_iso(),
+                run_id=thread_id,
+                maxlen=self.maxlen,
+                overspend_usd=str(to_usd(report["overspend"])),
+            )
 
-    def cascade_spend(self, child_thread_id: str, parent_thread_id: str, actual_spend: Decimal | float | str) -> int:
+    def cascade_spend(
+        self, child_thread_id: str, parent_thread_id: str, actual_spend: Decimal | float | str
+    ) -> int:
         """Add the child's spend to its parent and every ancestor above it; returns how many were updated."""
         chain = _ancestors(self._node(child_thread_id))
         if not chain or chain[0] != parent_thread_id:
             raise LedgerError(f"{parent_thread_id} is not the parent of {child_thread_id}")
-        reply = self._call("ledger_cascade", [keys.ledger_key(child_thread_id), *map(keys.ledger_key, chain)],
-                           [to_micro(actual_spend, "actual_spend")])
+        reply = self._call(
+            "ledger_cascade",
+            [keys.ledger_key(child_thread_id), *map(keys.ledger_key, chain)],
+            [to_micro(actual_spend, "actual_spend")],
+        )
         return int(reply["ancestors"])
 
     def release(self, thread_id: str, final_status: str) -> Decimal:
         """On completion: reserved := actual; the parent's remaining grows by what was not used. Returns that."""
         parent = self._node(thread_id).get("parent_id") or thread_id
-        reply = self._call("ledger_release", [keys.ledger_key(thread_id), keys.ledger_key(parent)], [final_status[:32]])
+        reply = self._call(
+            "ledger_release",
+            [keys.ledger_key(thread_id), keys.ledger_key(parent)],
+            [final_status[:32]],
+        )
         return to_usd(reply.get("freed", 0))
 
-    def close(self, thread_id: str, actual_spend: Decimal | float | str, final_status: str,
-              node: dict[str, Any], pipe: redis.client.Pipeline | None = None) -> Decimal | None:
+    def close(
+        self,
+        thread_id: str,
+        actual_spend: Decimal | float | str,
+        final_status: str,
+        node: dict[str, Any],
+        pipe: redis.client.Pipeline | None = None,
+    ) -> Decimal | None:
         """A thread's end in one server call (``ledger_close``), applied once: report its spend, cascade it to
         its ancestors (if it has a parent), release its reservation; a thread closed already is left as it
         is. ``node`` is its ledger entry as read by the caller.
@@ -143,8 +203,16 @@ class BudgetLedger:
         micro = to_micro(actual_spend, "actual_spend")
         parent = node.get("parent_id") or thread_id
         target = pipe if pipe is not None else self.redis
-        reply = call(target, "ledger_close", [keys.ledger_key(thread_id), keys.ledger_key(parent),
-                                              *map(keys.ledger_key, _ancestors(node))], [micro, final_status[:32]])
+        reply = call(
+            target,
+            "ledger_close",
+            [
+                keys.ledger_key(thread_id),
+                keys.ledger_key(parent),
+                *map(keys.ledger_key, _ancestors(node)),
+            ],
+            [micro, final_status[:32]],
+        )
         return None if pipe is not None else self.closed(thread_id, reply)
 
     def closed(self, thread_id: str, raw_reply: str) -> Decimal:
@@ -160,7 +228,11 @@ class BudgetLedger:
     def can_spawn(self, parent_id: str, requested_budget: Decimal | float | str) -> dict[str, Any]:
         remaining = self.get_remaining(parent_id)
         requested = to_usd(to_micro(requested_budget, "requested_budget"))
-        return {"affordable": requested <= remaining, "remaining": remaining, "requested": requested}
+        return {
+            "affordable": requested <= remaining,
+            "remaining": remaining,
+            "requested": requested,
+        }
 
     def get_tree_spend(self, thread_id: str) -> dict[str, Any]:
         """The subtree's spend: total_actual (this node's actual, which includes cascaded children),
@@ -175,15 +247,19 @@ class BudgetLedger:
                 pipe.smembers(keys.ledger_children_key(child))
             replies = pipe.execute()
             nxt: list[str] = []
-            for raw, children in zip(replies[::2], replies[1::2]):
+            for raw, children in zip(replies[::2], replies[1::2], strict=False):
                 if raw is None:
                     continue
                 count += 1
                 active += orjson.loads(raw)[0] == "active"
                 nxt += sorted(children)
             frontier = nxt
-        return {"total_actual": to_usd(root["actual"]), "total_reserved": to_usd(root["reserved"]),
-                "thread_count": count, "active_count": active}
+        return {
+            "total_actual": to_usd(root["actual"]),
+            "total_reserved": to_usd(root["reserved"]),
+            "thread_count": count,
+            "active_count": active,
+        }
 
 
 def _ancestors(node: dict[str, Any]) -> list[str]:

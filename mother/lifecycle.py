@@ -16,8 +16,16 @@ import orjson
 
 from mother import keys
 from mother.activity import flat_fields, make_event
-from mother.budget import (RESERVATIONS_PATH, SEQ_SPAN, Guard, budget_doc, held_reservations, open_run_budget,
-                           release_reservations, reservations_of)
+from mother.budget import (
+    RESERVATIONS_PATH,
+    SEQ_SPAN,
+    Guard,
+    budget_doc,
+    held_reservations,
+    open_run_budget,
+    release_reservations,
+    reservations_of,
+)
 from mother.capabilities import denial
 from mother.client import path_values
 from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
@@ -30,19 +38,28 @@ from mother.logs import get_logger
 from mother.runtime import POSITION_PATHS, Runtime
 from mother.security import digest, mint_token, record_violation
 from mother.termination import build_record, terminate, terminated
-from schemas import ACTIVE_STATUSES, HistoryEntry, PhaseResult, ResultEnvelope, RunSpec, RunState, TerminationReason, TerminationRecord
+from schemas import (
+    ACTIVE_STATUSES,
+    HistoryEntry,
+    PhaseResult,
+    ResultEnvelope,
+    RunSpec,
+    RunState,
+    TerminationReason,
+    TerminationRecord,
+)
 
 __all__ = [
     "admit_waiting",
     "advance",
     "completed_event",
     "dispatch",
-    "outputs_of",
     "end_run",
     "finish_end",
     "is_current",
     "on_phase_failure",
     "on_phase_result",
+    "outputs_of",
     "phase_timeout_seconds",
     "queue_end_reads",
     "run_duration_seconds",
@@ -85,31 +102,65 @@ def transition(
     for ``phase_completed``, the one being (re)started otherwise. ``start`` also sets
     the run's deadline.
     """
-    return call(rt.redis, "mh_transition", *_transition_call(rt, run_id, spec, frm, to, event, detail, result, start)) == 1
+    return (
+        call(
+            rt.redis,
+            "mh_transition",
+            *_transition_call(rt, run_id, spec, frm, to, event, detail, result, start),
+        )
+        == 1
+    )
 
 
-def transition_and_load(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to: tuple[int, int],
-                        event: str, detail: str = "", result: PhaseResult | None = None,
-                        token_digest: str = "") -> RunState | None:
+def transition_and_load(
+    rt: Runtime,
+    run_id: str,
+    spec: RunSpec,
+    *,
+    frm: tuple[int, int],
+    to: tuple[int, int],
+    event: str,
+    detail: str = "",
+    result: PhaseResult | None = None,
+    token_digest: str = "",
+) -> RunState | None:
     """:func:`transition`, and the run as it is after it, in one round trip; None if ``frm`` was not current
     (or ``token_digest`` is not the attempt's)."""
     pipe = rt.redis.pipeline(transaction=False)
-    call(pipe, "mh_transition", *_transition_call(rt, run_id, spec, frm, to, event, detail, result, False, token_digest))
+    call(
+        pipe,
+        "mh_transition",
+        *_transition_call(rt, run_id, spec, frm, to, event, detail, result, False, token_digest),
+    )
     pipe.execute_command("JSON.GET", keys.run_key(run_id))
     applied, raw = pipe.execute()
     return rt.parse_run(run_id, raw) if applied == 1 else None
 
 
-def _transition_call(rt: Runtime, run_id: str, spec: RunSpec, frm: tuple[int, int], to: tuple[int, int], event: str,
-                     detail: str, result: PhaseResult | None, start: bool,
-                     token_digest: str = "") -> tuple[list[str], list[Any]]:
+def _transition_call(
+    rt: Runtime,
+    run_id: str,
+    spec: RunSpec,
+    frm: tuple[int, int],
+    to: tuple[int, int],
+    event: str,
+    detail: str,
+    result: PhaseResult | None,
+    start: bool,
+    token_digest: str = "",
+) -> tuple[list[str], list[Any]]:
     """mh_transition's keys and arguments (``token_digest``: a result's, checked against the attempt's)."""
     phase = spec.pipeline[to[0]].name
     at = rt.clock.now_iso()
     about, attempt = (result.phase, result.attempt) if result is not None else (phase, to[1])
     entry = HistoryEntry(at=at, event=event, phase=about, attempt=attempt, detail=detail[:4000])
     return [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES], [
-        run_id, frm[0], frm[1], to[0], to[1], phase,
+        run_id,
+        frm[0],
+        frm[1],
+        to[0],
+        to[1],
+        phase,
         int(phase_timeout_seconds(rt, spec, to[0]) * 1000),
         int(run_duration_seconds(rt, spec) * 1000) if start else 0,
         at,
@@ -124,9 +175,15 @@ def _json_list(items: Iterable[str]) -> str:
     return orjson.dumps(list(items)).decode()
 
 
-def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
-             activity: Sequence[tuple[str, dict[str, Any]]] = (),
-             outputs: Sequence[tuple[str, str]] | None = None) -> str | None:
+def dispatch(
+    rt: Runtime,
+    run_id: str,
+    spec: RunSpec,
+    index: int,
+    attempt: int,
+    activity: Sequence[tuple[str, dict[str, Any]]] = (),
+    outputs: Sequence[tuple[str, str]] | None = None,
+) -> str | None:
     """Compose the phase's context, then enqueue one RQ job for the attempt (the payload carries ids only).
 
     The composed context, its summaries, the job and the ``activity`` entries (type, fields)
@@ -146,10 +203,22 @@ def dispatch(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
     return job_id
 
 
-def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to: tuple[int, int], event: str,
-            outputs: Sequence[tuple[str, str]] | None, detail: str = "", result: PhaseResult | None = None,
-            start: bool = False, activity: Sequence[tuple[str, dict[str, Any]]] = (),
-            also: Callable[[Any], None] | None = None, token_digest: str = "") -> bool:
+def advance(
+    rt: Runtime,
+    run_id: str,
+    spec: RunSpec,
+    *,
+    frm: tuple[int, int],
+    to: tuple[int, int],
+    event: str,
+    outputs: Sequence[tuple[str, str]] | None,
+    detail: str = "",
+    result: PhaseResult | None = None,
+    start: bool = False,
+    activity: Sequence[tuple[str, dict[str, Any]]] = (),
+    also: Callable[[Any], None] | None = None,
+    token_digest: str = "",
+) -> bool:
     """:func:`transition` to ``to`` and :func:`dispatch` it in one server call: the dispatch's writes
     (RQ's own enqueue, the context, the activity entries, the handled entry's XACK, and what ``also``
     queues on the pipeline) are queued on a pipeline that is never executed and ride with
@@ -165,9 +234,17 @@ def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to
             comp = _compose(rt, run_id, spec, index, attempt, outputs)
         except (ContextBudgetExceeded, ConfigError) as exc:
             unfit = exc
-    if comp is None:  # the move on its own first; then the dispatch (composing after it), or the end
-        moved = call(rt.redis, "mh_transition",
-                     *_transition_call(rt, run_id, spec, frm, to, event, detail, result, start, token_digest))
+    if (
+        comp is None
+        # the move on its own first; then the dispatch (composing after it), or the end
+    ):
+        moved = call(
+            rt.redis,
+            "mh_transition",
+            *_transition_call(
+                rt, run_id, spec, frm, to, event, detail, result, start, token_digest
+            ),
+        )
         if moved != 1:
             return False
         if also is not None:
@@ -185,23 +262,40 @@ def advance(rt: Runtime, run_id: str, spec: RunSpec, *, frm: tuple[int, int], to
         also(pipe)
     ack = rt.pending_ack
     rt.take_ack(pipe)
-    keys_, args = _transition_call(rt, run_id, spec, frm, to, event, detail, result, start, token_digest)
+    keys_, args = _transition_call(
+        rt, run_id, spec, frm, to, event, detail, result, start, token_digest
+    )
     more_keys, words = follow_ups(pipe)
     pipe.reset()
     applied = call(rt.redis, "mh_transition", keys_ + more_keys, args + words) == 1
     if not applied:
-        rt.pending_ack = ack  # the XACK rode with the dispatch: the caller acknowledges the entry
+        # the XACK rode with the dispatch: the caller acknowledges the entry
+        rt.pending_ack = ack
     return applied
 
 
-def _compose(rt: Runtime, run_id: str, spec: RunSpec, index: int, attempt: int,
-             outputs: Sequence[tuple[str, str]] | None) -> Composition:
+def _compose(
+    rt: Runtime,
+    run_id: str,
+    spec: RunSpec,
+    index: int,
+    attempt: int,
+    outputs: Sequence[tuple[str, str]] | None,
+) -> Composition:
     """The phase's context; ``outputs`` (the earlier phases' (name, output)) found when not given."""
     if outputs is None:
         outputs = _earlier_outputs(rt, run_id, index)
-    return compose(rt.settings, run_id, spec, index, outputs[:index], now_iso=rt.clock.now_iso(),
-                   calibration=rt.calibration, llm=_llm(rt, run_id, spec, attempt),
-                   may_use=lambda model: _may_use(rt, run_id, model))
+    return compose(
+        rt.settings,
+        run_id,
+        spec,
+        index,
+        outputs[:index],
+        now_iso=rt.clock.now_iso(),
+        calibration=rt.calibration,
+        llm=_llm(rt, run_id, spec, attempt),
+        may_use=lambda model: _may_use(rt, run_id, model),
+    )
 
 
 def _earlier_outputs(rt: Runtime, run_id: str, index: int) -> list[tuple[str, str]]:
@@ -213,13 +307,26 @@ def _earlier_outputs(rt: Runtime, run_id: str, index: int) -> list[tuple[str, st
     return outputs
 
 
-def _queue_dispatch(rt: Runtime, pipe: Any, run_id: str, spec: RunSpec, index: int, attempt: int, comp: Composition,
-                    activity: Sequence[tuple[str, dict[str, Any]]]) -> str:
+def _queue_dispatch(
+    rt: Runtime,
+    pipe: Any,
+    run_id: str,
+    spec: RunSpec,
+    index: int,
+    attempt: int,
+    comp: Composition,
+    activity: Sequence[tuple[str, dict[str, Any]]],
+) -> str:
     """Queue the attempt's RQ job, its context and the activity entries on ``pipe``, the job first (RQ may
     WATCH inside its pipeline, which must come before any queued command). Returns the job id."""
     job_id = keys.phase_job_id(run_id, index, attempt)
-    timeout = int(phase_timeout_seconds(rt, spec, index)) + rt.settings.worker.job_timeout_margin_seconds
-    token = mint_token()  # the attempt's result must carry it; only the worker that claims the attempt gets it
+    timeout = (
+        int(phase_timeout_seconds(rt, spec, index)) + rt.settings.worker.job_timeout_margin_seconds
+    )
+    token = (
+        mint_token()
+        # the attempt's result must carry it; only the worker that claims the attempt gets it
+    )
     rt.agents_queue.enqueue_call(
         JOB_FUNCTION,
         args=(run_id, index, attempt),
@@ -230,12 +337,25 @@ def _queue_dispatch(rt: Runtime, pipe: Any, run_id: str, spec: RunSpec, index: i
         description=f"{run_id} phase {spec.pipeline[index].name} attempt {attempt}",
         pipeline=pipe,
     )
-    pipe.set(keys.attempt_token_key(run_id, index, attempt), token, ex=timeout + int(rt.settings.service.claim_idle_seconds))
-    pipe.execute_command("JSON.SET", keys.run_key(run_id), "$.token_digest", orjson.dumps(digest(token)))
+    pipe.set(
+        keys.attempt_token_key(run_id, index, attempt),
+        token,
+        ex=timeout + int(rt.settings.service.claim_idle_seconds),
+    )
+    pipe.execute_command(
+        "JSON.SET", keys.run_key(run_id), "$.token_digest", orjson.dumps(digest(token))
+    )
     store_context(pipe, rt.emit, comp, rt.settings.context.keep_seconds)
     for event_type, fields in activity:
         rt.emit(pipe, event_type, **fields)
-    rt.emit(pipe, "phase_dispatched", run_id=run_id, phase=spec.pipeline[index].name, attempt=attempt, job_id=job_id)
+    rt.emit(
+        pipe,
+        "phase_dispatched",
+        run_id=run_id,
+        phase=spec.pipeline[index].name,
+        attempt=attempt,
+        job_id=job_id,
+    )
     return job_id
 
 
@@ -253,22 +373,40 @@ def _may_use(rt: Runtime, run_id: str, model: str) -> bool:
 def _llm(rt: Runtime, run_id: str, spec: RunSpec, attempt: int) -> LLMSummarizer | None:
     if rt.settings.context.summarizer != "llm_generated":
         return None
-    return llm_summarizer(rt.settings, lambda: Guard(rt.redis, rt.settings, run_id, spec.user_id, rt.clock.today),
-                          spec, attempt)
+    return llm_summarizer(
+        rt.settings,
+        lambda: Guard(rt.redis, rt.settings, run_id, spec.user_id, rt.clock.today),
+        spec,
+        attempt,
+    )
 
 
-def _end_undispatchable(rt: Runtime, run_id: str, spec: RunSpec, index: int, exc: MotherError) -> None:
+def _end_undispatchable(
+    rt: Runtime, run_id: str, spec: RunSpec, index: int, exc: MotherError
+) -> None:
     state = rt.load_run(run_id)
     if state is None:
         return
     phase = spec.pipeline[index].name
     log.warning("context_not_composed", run_id=run_id, phase=phase, error=exc.message)
     if isinstance(exc, ContextBudgetExceeded):
-        end_run(rt, state, "context_budget_exceeded", exc.message, phase=phase,
-                contributing_factors=list(exc.data.get("factors", [])))
+        end_run(
+            rt,
+            state,
+            "context_budget_exceeded",
+            exc.message,
+            phase=phase,
+            contributing_factors=list(exc.data.get("factors", [])),
+        )
     else:
-        end_run(rt, state, "catastrophic_error", exc.message, phase=phase,
-                contributing_factors=["invalid configuration while composing the context"])
+        end_run(
+            rt,
+            state,
+            "catastrophic_error",
+            exc.message,
+            phase=phase,
+            contributing_factors=["invalid configuration while composing the context"],
+        )
 
 
 def start_run(rt: Runtime, state: RunState, *, waited: float | None = None) -> bool:
@@ -286,10 +424,21 @@ def start_run(rt: Runtime, state: RunState, *, waited: float | None = None) -> b
         if waited is not None:
             pipe.zrem(keys.ADMISSION_WAITING, state.run_id)
             pipe.hset(keys.ADMISSION_STATE, "vtime", int(waited) // SEQ_SPAN)
-            pipe.execute_command("JSON.SET", keys.run_key(state.run_id), "$.admission", '"admitted"')
+            pipe.execute_command(
+                "JSON.SET", keys.run_key(state.run_id), "$.admission", '"admitted"'
+            )
 
-    return advance(rt, state.run_id, state.spec, frm=(0, 0), to=(0, 1), event="phase_started", start=True, outputs=[],
-                   also=also)
+    return advance(
+        rt,
+        state.run_id,
+        state.spec,
+        frm=(0, 0),
+        to=(0, 1),
+        event="phase_started",
+        start=True,
+        outputs=[],
+        also=also,
+    )
 
 
 def admit_waiting(rt: Runtime) -> int:
@@ -305,7 +454,10 @@ def admit_waiting(rt: Runtime) -> int:
     started = 0
     for run_id, score in rt.redis.zrange(keys.ADMISSION_WAITING, 0, free - 1, withscores=True):
         state = rt.load_run(run_id) if keys.is_id(run_id) else None
-        if state is None or state.status != "queued":  # ended while it waited (its end took it out), or gone
+        if (
+            state is None or state.status != "queued"
+            # ended while it waited (its end took it out), or gone
+        ):
             rt.redis.zrem(keys.ADMISSION_WAITING, run_id)
             continue
         if start_run(rt, state, waited=score):
@@ -314,7 +466,9 @@ def admit_waiting(rt: Runtime) -> int:
     return started
 
 
-def on_phase_result(rt: Runtime, result: PhaseResult, token: str | None = None, *, entry_id: str = "") -> None:
+def on_phase_result(
+    rt: Runtime, result: PhaseResult, token: str | None = None, *, entry_id: str = ""
+) -> None:
     """Accept a worker's PhaseResult if it is for the current attempt and carries the attempt's ``token``;
     advance or retry.
 
@@ -342,33 +496,67 @@ def on_phase_result(rt: Runtime, result: PhaseResult, token: str | None = None, 
     completed = completed_event(result)
     if not last:
         earlier = _earlier_outputs(rt, result.run_id, result.phase_index)
-        if not advance(rt, result.run_id, spec, frm=frm, to=to, event="phase_completed", detail=detail, result=result,
-                       outputs=[*earlier, (result.phase, result.output)], activity=[completed],
-                       token_digest=token_digest):
+        if not advance(
+            rt,
+            result.run_id,
+            spec,
+            frm=frm,
+            to=to,
+            event="phase_completed",
+            detail=detail,
+            result=result,
+            outputs=[*earlier, (result.phase, result.output)],
+            activity=[completed],
+            token_digest=token_digest,
+        ):
             _not_taken(rt, result, token_digest, entry_id)
             return
         rt.remember_output(result.run_id, result.phase_index, result.phase, result.output)
         return
-    done = transition_and_load(rt, result.run_id, spec, frm=frm, to=to, event="phase_completed", detail=detail,
-                               result=result, token_digest=token_digest)
+    done = transition_and_load(
+        rt,
+        result.run_id,
+        spec,
+        frm=frm,
+        to=to,
+        event="phase_completed",
+        detail=detail,
+        result=result,
+        token_digest=token_digest,
+    )
     if done is None:
         _not_taken(rt, result, token_digest, entry_id)
         return
     rt.forget(result.run_id)
     n = len(spec.pipeline)
-    end_run(rt, done, "success", f"All {n} phase{'s' if n != 1 else ''} completed", phase=result.phase, activity=[completed],
-            contributing_factors=[f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, "
-                                  f"{r.evidence_count} evidence" for r in done.results]
-            + [f"{r.phase}: {notice}" for r in done.results for notice in r.notices])
+    end_run(
+        rt,
+        done,
+        "success",
+        f"All {n} phase{'s' if n != 1 else ''} completed",
+        phase=result.phase,
+        activity=[completed],
+        contributing_factors=[
+            f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, "
+            f"{r.evidence_count} evidence"
+            for r in done.results
+        ]
+        + [f"{r.phase}: {notice}" for r in done.results for notice in r.notices],
+    )
 
 
 def _not_taken(rt: Runtime, result: PhaseResult, token_digest: str, entry_id: str) -> None:
     """Why a result did not move its run: its attempt is no longer current (a late or duplicate result), or
     it is but the token is not the attempt's (refused and recorded)."""
-    raw = rt.redis.execute_command("JSON.GET", keys.run_key(result.run_id), *POSITION_PATHS, "$.token_digest")
+    raw = rt.redis.execute_command(
+        "JSON.GET", keys.run_key(result.run_id), *POSITION_PATHS, "$.token_digest"
+    )
     got = path_values(raw) if raw else {}
-    current = (got.get("status") in ACTIVE_STATUSES and got.get("phase_index") == result.phase_index
-               and got.get("attempt") == result.attempt)
+    current = (
+        got.get("status") in ACTIVE_STATUSES
+        and got.get("phase_index") == result.phase_index
+        and got.get("attempt") == result.attempt
+    )
     if current and got.get("token_digest") != token_digest:
         _refuse_result(rt, result, entry_id)
         return
@@ -376,15 +564,31 @@ def _not_taken(rt: Runtime, result: PhaseResult, token_digest: str, entry_id: st
 
 
 def _refuse_result(rt: Runtime, result: PhaseResult, entry_id: str) -> None:
-    log.error("phase_result_refused", run_id=result.run_id, phase=result.phase, attempt=result.attempt,
-              why="its attempt token is missing or wrong", entry_id=entry_id)
-    record_violation(rt.redis, "phase_result_without_token", at=rt.clock.now_iso(),
-                     maxlen=rt.settings.service.activity_maxlen, run_id=result.run_id, phase=result.phase,
-                     attempt=result.attempt, entry_id=entry_id, status=result.status,
-                     why="a result for the current attempt whose token is missing or not the attempt's: refused")
+    log.error(
+        "phase_result_refused",
+        run_id=result.run_id,
+        phase=result.phase,
+        attempt=result.attempt,
+        why="its attempt token is missing or wrong",
+        entry_id=entry_id,
+    )
+    record_violation(
+        rt.redis,
+        "phase_result_without_token",
+        at=rt.clock.now_iso(),
+        maxlen=rt.settings.service.activity_maxlen,
+        run_id=result.run_id,
+        phase=result.phase,
+        attempt=result.attempt,
+        entry_id=entry_id,
+        status=result.status,
+        why="a result for the current attempt whose token is missing or not the attempt's: refused",
+    )
 
 
-def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseResult | None = None) -> None:
+def on_phase_failure(
+    rt: Runtime, state: RunState, error: str, *, result: PhaseResult | None = None
+) -> None:
     """Retry the current phase while it has retries left; then end ``retries_exhausted``.
 
     A refusal by the budget guard is not retried: the run ends ``budget_exhausted``.
@@ -395,50 +599,119 @@ def on_phase_failure(rt: Runtime, state: RunState, error: str, *, result: PhaseR
         end_for_budget(rt, state, error, fail_safe=code == "limit_exceeded")
         return
     if code is not None and code.startswith("hook_abort:"):
-        reason: TerminationReason = ("budget_exhausted" if code.endswith(":limit")
-                                     else "context_budget_exceeded" if code.endswith(":context_limit_reached")
-                                     else "catastrophic_error")
-        end_run(rt, state, reason, error, phase=phase.name, contributing_factors=[f"{code}: {error[:300]}"])
+        reason: TerminationReason = (
+            "budget_exhausted"
+            if code.endswith(":limit")
+            else "context_budget_exceeded"
+            if code.endswith(":context_limit_reached")
+            else "catastrophic_error"
+        )
+        end_run(
+            rt,
+            state,
+            reason,
+            error,
+            phase=phase.name,
+            contributing_factors=[f"{code}: {error[:300]}"],
+        )
         return
     if code == "signature_invalid":
-        end_run(rt, state, "policyViolation", error, phase=phase.name, contributing_factors=["signature check failed"])
+        end_run(
+            rt,
+            state,
+            "policyViolation",
+            error,
+            phase=phase.name,
+            contributing_factors=["signature check failed"],
+        )
         return
     if code == "config_invalid":
-        end_run(rt, state, "catastrophic_error", error, phase=phase.name, contributing_factors=["invalid configuration"])
+        end_run(
+            rt,
+            state,
+            "catastrophic_error",
+            error,
+            phase=phase.name,
+            contributing_factors=["invalid configuration"],
+        )
         return
-    rt.emit(rt.redis, "phase_failed", run_id=state.run_id, phase=phase.name, attempt=state.attempt, error=error[:1000])
-    failures = _failures(state) + [f"attempt {state.attempt}: {error[:300]}"]
+    rt.emit(
+        rt.redis,
+        "phase_failed",
+        run_id=state.run_id,
+        phase=phase.name,
+        attempt=state.attempt,
+        error=error[:1000],
+    )
+    failures = [*_failures(state), f"attempt {state.attempt}: {error[:300]}"]
     if state.attempt <= phase.max_retries:
         # what the attempt still holds will not be settled (a lost one's call in flight, or a failed one's call
         # whose settle did not reach the server); and its horse may still be alive (lost is not dead), so the
         # same call fences the attempt: the guard refuses its reservations and charges from now on
-        release_reservations(rt.redis, rt.settings, state.run_id, state.user_id, held_reservations(rt.redis, state.run_id),
-                             f"phase {phase.name} attempt {state.attempt} {'was lost' if result is None else 'failed'}: {error}",
-                             fence=(state.phase_index, state.attempt))
-        advance(rt, state.run_id, state.spec, frm=(state.phase_index, state.attempt),
-                to=(state.phase_index, state.attempt + 1), event="phase_retried", detail=error, outputs=outputs_of(state),
-                activity=[("phase_retried", {"run_id": state.run_id, "phase": phase.name, "attempt": state.attempt + 1})])
+        release_reservations(
+            rt.redis,
+            rt.settings,
+            state.run_id,
+            state.user_id,
+            held_reservations(rt.redis, state.run_id),
+            f"phase {phase.name} attempt {state.attempt} {'was lost' if result is None else 'failed'}: {error}",
+            fence=(state.phase_index, state.attempt),
+        )
+        advance(
+            rt,
+            state.run_id,
+            state.spec,
+            frm=(state.phase_index, state.attempt),
+            to=(state.phase_index, state.attempt + 1),
+            event="phase_retried",
+            detail=error,
+            outputs=outputs_of(state),
+            activity=[
+                (
+                    "phase_retried",
+                    {"run_id": state.run_id, "phase": phase.name, "attempt": state.attempt + 1},
+                )
+            ],
+        )
         return
-    end_run(rt, state, "retries_exhausted",
-            f"Phase {phase.name} ({phase.role} on {phase.model}) failed on all {state.attempt} attempts; last error: {error[:500]}",
-            phase=phase.name, contributing_factors=failures)
+    end_run(
+        rt,
+        state,
+        "retries_exhausted",
+        f"Phase {phase.name} ({phase.role} on {phase.model}) failed on all {state.attempt} attempts; last error: {error[:500]}",
+        phase=phase.name,
+        contributing_factors=failures,
+    )
 
 
 def completed_event(result: PhaseResult) -> tuple[str, dict[str, Any]]:
     """The ``phase_completed`` activity entry of an accepted result (logged with the next dispatch, or the end)."""
-    return ("phase_completed", {"run_id": result.run_id, "phase": result.phase, "attempt": result.attempt,
-                                "confidence": result.confidence, "artifacts": result.artifacts})
+    return (
+        "phase_completed",
+        {
+            "run_id": result.run_id,
+            "phase": result.phase,
+            "attempt": result.attempt,
+            "confidence": result.confidence,
+            "artifacts": result.artifacts,
+        },
+    )
 
 
 def _failures(state: RunState) -> list[str]:
     """Earlier attempts' errors of the current phase (each retry's history entry holds the error)."""
-    return [f"attempt {h.attempt - 1}: {h.detail[:300]}" for h in state.history
-            if h.event == "phase_retried" and h.phase == state.phase and h.attempt][:20]
+    return [
+        f"attempt {h.attempt - 1}: {h.detail[:300]}"
+        for h in state.history
+        if h.event == "phase_retried" and h.phase == state.phase and h.attempt
+    ][:20]
 
 
 def is_current(state: RunState, index: int, attempt: int) -> bool:
     """Whether the run is running this attempt (Mother's check of a result; a worker's of its job)."""
-    return state.status in ACTIVE_STATUSES and state.phase_index == index and state.attempt == attempt
+    return (
+        state.status in ACTIVE_STATUSES and state.phase_index == index and state.attempt == attempt
+    )
 
 
 def end_run(
@@ -455,15 +728,38 @@ def end_run(
     (after the ``activity`` entries given, in the same round trip)."""
     at_ms = rt.clock.now_ms()
     at_iso = rt.clock.iso(at_ms)
-    phase_name = phase or state.phase or (state.spec.pipeline[0].name if state.status == "queued" else "intake")
-    record = build_record(run_id=state.run_id, reason=reason, phase=phase_name, details=details, at_ms=at_ms,
-                          at_iso=at_iso, contributing_factors=contributing_factors, final_artifacts=state.artifacts)
-    envelope = ResultEnvelope(run_id=state.run_id, user_id=state.user_id, output=state.results[-1].output if state.results else "",
-                              phases=state.results, artifacts=state.artifacts, created_at=at_iso)
+    phase_name = (
+        phase
+        or state.phase
+        or (state.spec.pipeline[0].name if state.status == "queued" else "intake")
+    )
+    record = build_record(
+        run_id=state.run_id,
+        reason=reason,
+        phase=phase_name,
+        details=details,
+        at_ms=at_ms,
+        at_iso=at_iso,
+        contributing_factors=contributing_factors,
+        final_artifacts=state.artifacts,
+    )
+    envelope = ResultEnvelope(
+        run_id=state.run_id,
+        user_id=state.user_id,
+        output=state.results[-1].output if state.results else "",
+        phases=state.results,
+        artifacts=state.artifacts,
+        created_at=at_iso,
+    )
     pipe = rt.redis.pipeline(transaction=False)
     terminate(pipe, record, envelope)
-    queue_end_reads(pipe, state.run_id)  # its reservations are read after the record closed the budget: none
-    term_reply, node_raw, budget_raw = pipe.execute()  # is made after it (a call in flight settles)
+    queue_end_reads(
+        pipe,
+        state.run_id,
+        # its reservations are read after the record closed the budget: none
+    )
+    # is made after it (a call in flight settles)
+    term_reply, node_raw, budget_raw = pipe.execute()
     won, stored = terminated(term_reply)
     if won:
         finish_end(rt, state, stored, node_raw, budget_raw, activity)
@@ -477,8 +773,16 @@ def queue_end_reads(pipe: Any, run_id: str) -> None:
     pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), OWN_SPEND_PATH, RESERVATIONS_PATH)
 
 
-def finish_end(rt: Runtime, state: RunState, record: TerminationRecord, node_raw: str | None, budget_raw: str | None,
-               activity: Sequence[tuple[str, dict[str, Any]]] = (), *, late: bool = False) -> bool:
+def finish_end(
+    rt: Runtime,
+    state: RunState,
+    record: TerminationRecord,
+    node_raw: str | None,
+    budget_raw: str | None,
+    activity: Sequence[tuple[str, dict[str, Any]]] = (),
+    *,
+    late: bool = False,
+) -> bool:
     """Apply the end of a run whose record is written, in one MULTI: give back the reservations its calls
     still hold, close its ledger entry (report its spend, cascade it, release its reservation), drop its
     queued job, acknowledge the entry being handled, then ``mh_ended``: take it out of ``mother:ending`` and,
@@ -489,33 +793,79 @@ def finish_end(rt: Runtime, state: RunState, record: TerminationRecord, node_raw
     run_id = state.run_id
     budget = path_values(budget_raw) if budget_raw else {}
     pipe = rt.redis.pipeline(transaction=True)
-    release_reservations(pipe, rt.settings, run_id, state.user_id, reservations_of(budget.get("reservations")),
-                         f"the run ended {record.reason}")
+    release_reservations(
+        pipe,
+        rt.settings,
+        run_id,
+        state.user_id,
+        reservations_of(budget.get("reservations")),
+        f"the run ended {record.reason}",
+    )
     ledger_at = None
-    if node_raw is not None:  # report the run's spend (a child's cascades up), release its reservation
+    if (
+        node_raw is not None
+        # report the run's spend (a child's cascades up), release its reservation
+    ):
         ledger_at = len(pipe)
-        rt.ledger.close(run_id, to_usd(budget.get("spend_micro_usd") or 0),
-                        "completed" if record.reason == "success" else record.reason, orjson.loads(node_raw), pipe=pipe)
-    if record.reason != "success" and state.attempt > 0:  # a successful run's last job has finished
-        rt.agents_queue.remove(keys.phase_job_id(run_id, state.phase_index, state.attempt), pipeline=pipe)
+        rt.ledger.close(
+            run_id,
+            to_usd(budget.get("spend_micro_usd") or 0),
+            "completed" if record.reason == "success" else record.reason,
+            orjson.loads(node_raw),
+            pipe=pipe,
+        )
+    # a successful run's last job has finished
+    if record.reason != "success" and state.attempt > 0:
+        rt.agents_queue.remove(
+            keys.phase_job_id(run_id, state.phase_index, state.attempt), pipeline=pipe
+        )
     rt.take_ack(pipe)
     at = rt.clock.now_iso()
     entries = [make_event(kind, at=at, **fields) for kind, fields in activity]
-    entries.append(make_event("terminated", at=at, run_id=run_id, phase=record.phase_at_termination,
-                              reason=record.reason, details=record.details[:1000],
-                              suggested_action=record.suggested_action, **({"late": True} if late else {})))
+    entries.append(
+        make_event(
+            "terminated",
+            at=at,
+            run_id=run_id,
+            phase=record.phase_at_termination,
+            reason=record.reason,
+            details=record.details[:1000],
+            suggested_action=record.suggested_action,
+            **({"late": True} if late else {}),
+        )
+    )
     parent = _parent_holding_slot(state)
-    pipe.zcard(keys.RUN_DEADLINES)  # whether the slot it frees can start a run waiting in the admission queue
+    pipe.zcard(
+        keys.RUN_DEADLINES
+        # whether the slot it frees can start a run waiting in the admission queue
+    )
     pipe.zcard(keys.ADMISSION_WAITING)
-    call(pipe, "mh_ended", [keys.RUNS_ENDING, keys.ACTIVITY_STREAM, *([keys.run_budget_key(parent)] if parent else [])],
-         [run_id, rt.settings.service.activity_maxlen, orjson.dumps([flat_fields(e) for e in entries])])
+    call(
+        pipe,
+        "mh_ended",
+        [
+            keys.RUNS_ENDING,
+            keys.ACTIVITY_STREAM,
+            *([keys.run_budget_key(parent)] if parent else []),
+        ],
+        [
+            run_id,
+            rt.settings.service.activity_maxlen,
+            orjson.dumps([flat_fields(e) for e in entries]),
+        ],
+    )
     replies = pipe.execute()
     if ledger_at is not None:
         rt.ledger.closed(run_id, replies[ledger_at])
     applied = bool(replies[-1])
     if applied:
-        log.info("run_terminated", run_id=run_id, reason=record.reason, phase=record.phase_at_termination,
-                 **({"late": True} if late else {}))
+        log.info(
+            "run_terminated",
+            run_id=run_id,
+            reason=record.reason,
+            phase=record.phase_at_termination,
+            **({"late": True} if late else {}),
+        )
     running, waiting = replies[-3], replies[-2]
     if waiting and running < rt.settings.budget.global_.max_concurrent_runs:
         admit_waiting(rt)
@@ -525,10 +875,16 @@ def finish_end(rt: Runtime, state: RunState, record: TerminationRecord, node_raw
 def _parent_holding_slot(state: RunState) -> str | None:
     """The parent whose parallel_agents slot a spawned child holds (given back at its end)."""
     parent = state.spec.parent_run_id
-    return parent if parent is not None and state.spec.metadata.get("spawned_by") == "spawn_run" else None
+    return (
+        parent
+        if parent is not None and state.spec.metadata.get("spawned_by") == "spawn_run"
+        else None
+    )
 
 
-def end_for_budget(rt: Runtime, state: RunState, error: str, *, fail_safe: bool = False) -> TerminationRecord:
+def end_for_budget(
+    rt: Runtime, state: RunState, error: str, *, fail_safe: bool = False
+) -> TerminationRecord:
     """End the run ``budget_exhausted``: the first crossed limit is primary, every crossing a factor.
 
     With ``fail_safe`` (a run limit hit at a turn's start, no hook handling it) the worker's
@@ -537,7 +893,8 @@ def end_for_budget(rt: Runtime, state: RunState, error: str, *, fail_safe: bool 
     with the spec's resource name and the limit's real figures.
     """
     doc = budget_doc(rt.redis, keys.run_budget_key(state.run_id)) or {}
-    crossed = doc.get("limit_crossings") or []  # limits_exceeded has the codes alone
+    # limits_exceeded has the codes alone
+    crossed = doc.get("limit_crossings") or []
     factors = [f"{c['code']} ({c['current']}/{c['max']})" for c in crossed]
     stated = limit_figures(error)
     if crossed and not fail_safe:
@@ -546,13 +903,23 @@ def end_for_budget(rt: Runtime, state: RunState, error: str, *, fail_safe: bool 
     else:
         first = stated or {"code": "unknown", "current": 0, "max": 0}
         details = error
-        factors = [error] + factors
+        factors = [error, *factors]
     if doc:
-        exhausted = {"run_id": state.run_id, "resource": RESOURCES.get(first["code"], first["code"]),
-                     "limit": first["max"], "consumed": first["current"], "timestamp": rt.clock.now_iso(),
-                     "termination_reason": "budget_exhausted", "termination_details": details}
-        rt.redis.execute_command("JSON.SET", keys.run_budget_key(state.run_id), "$.exhausted", orjson.dumps(exhausted))
-    return end_run(rt, state, "budget_exhausted", details, contributing_factors=factors or [error[:500]])
+        exhausted = {
+            "run_id": state.run_id,
+            "resource": RESOURCES.get(first["code"], first["code"]),
+            "limit": first["max"],
+            "consumed": first["current"],
+            "timestamp": rt.clock.now_iso(),
+            "termination_reason": "budget_exhausted",
+            "termination_details": details,
+        }
+        rt.redis.execute_command(
+            "JSON.SET", keys.run_budget_key(state.run_id), "$.exhausted", orjson.dumps(exhausted)
+        )
+    return end_run(
+        rt, state, "budget_exhausted", details, contributing_factors=factors or [error[:500]]
+    )
 
 
 _FIGURES = re.compile(r"(?P<code>[a-z_]+_exceeded) \((?P<current>-?[\d.]+)/(?P<max>-?[\d.]+)\)")
@@ -564,7 +931,11 @@ def limit_figures(message: str) -> dict[str, Any] | None:
     found = _FIGURES.search(message)
     if found is None:
         return None
-    return {"code": found["code"], "current": _number(found["current"]), "max": _number(found["max"])}
+    return {
+        "code": found["code"],
+        "current": _number(found["current"]),
+        "max": _number(found["max"]),
+    }
 
 
 def _number(text: str) -> int | float:
@@ -575,11 +946,20 @@ def _number(text: str) -> int | float:
 # The spec's BudgetExhausted.resource per limit code (the guard's and the run limits' at a turn's start);
 # the spec names no resource for model calls, spend or spawns, so those keep a name of their own.
 RESOURCES = {
-    "budget_cloud_call_exceeded": "cloud_calls", "budget_user_daily_cloud_call_exceeded": "cloud_calls",
-    "budget_token_estimate_exceeded": "tokens", "budget_user_daily_token_exceeded": "tokens", "tokens_exceeded": "tokens",
-    "budget_wall_clock_exceeded": "duration", "duration_seconds_exceeded": "duration",
-    "budget_tool_call_exceeded": "tools", "budget_retrieval_query_exceeded": "retrieval",
-    "budget_parallel_agent_exceeded": "parallel", "budget_user_daily_runs_exceeded": "queue",
-    "budget_model_call_exceeded": "model_calls", "turns_exceeded": "model_calls",
-    "budget_spend_exceeded": "spend", "spend_exceeded": "spend", "budget_spawn_exceeded": "spawns",
+    "budget_cloud_call_exceeded": "cloud_calls",
+    "budget_user_daily_cloud_call_exceeded": "cloud_calls",
+    "budget_token_estimate_exceeded": "tokens",
+    "budget_user_daily_token_exceeded": "tokens",
+    "tokens_exceeded": "tokens",
+    "budget_wall_clock_exceeded": "duration",
+    "duration_seconds_exceeded": "duration",
+    "budget_tool_call_exceeded": "tools",
+    "budget_retrieval_query_exceeded": "retrieval",
+    "budget_parallel_agent_exceeded": "parallel",
+    "budget_user_daily_runs_exceeded": "queue",
+    "budget_model_call_exceeded": "model_calls",
+    "turns_exceeded": "model_calls",
+    "budget_spend_exceeded": "spend",
+    "spend_exceeded": "spend",
+    "budget_spawn_exceeded": "spawns",
 }

@@ -12,12 +12,12 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from mother.roles import role_settings
 from mother.config import Settings
 from mother.errors import BudgetExhausted
+from mother.roles import role_settings
 from schemas import RunSpec
 
-__all__ = ["LIMIT_NAMES", "DepthExhausted", "check_limits", "resolve_limits", "resolve_for_spec"]
+__all__ = ["LIMIT_NAMES", "DepthExhausted", "check_limits", "resolve_for_spec", "resolve_limits"]
 
 LIMIT_NAMES = ("turns", "tokens", "spend", "duration_seconds", "spawns", "depth")
 CAPPED = ("turns", "tokens", "spend", "spawns", "duration_seconds")
@@ -37,7 +37,9 @@ def _declared(values: Any) -> dict[str, Any]:
     return found
 
 
-def resolve_limits(defaults: Any, role: Any = None, overrides: Any = None, parent: dict[str, Any] | None = None) -> dict[str, Any]:
+def resolve_limits(
+    defaults: Any, role: Any = None, overrides: Any = None, parent: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Merge the layers; the parent caps every value and decrements depth."""
     resolved: dict[str, Any] = {}
     for layer in (defaults, role, overrides):
@@ -50,15 +52,23 @@ def resolve_limits(defaults: Any, role: Any = None, overrides: Any = None, paren
         if "depth" in parent:
             resolved["depth"] = min(resolved.get("depth", 10), parent["depth"] - 1)
             if resolved["depth"] <= 0:
-                raise DepthExhausted("Depth limit exhausted", limit_code="depth_exhausted",
-                                     current=resolved["depth"], max=parent["depth"])
+                raise DepthExhausted(
+                    "Depth limit exhausted",
+                    limit_code="depth_exhausted",
+                    current=resolved["depth"],
+                    max=parent["depth"],
+                )
     return resolved
 
 
-def resolve_for_spec(settings: Settings, spec: RunSpec, parent: dict[str, Any] | None = None) -> dict[str, Any]:
+def resolve_for_spec(
+    settings: Settings, spec: RunSpec, parent: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A run's limits: its first phase's role is the run's directive."""
     role = role_settings(settings, spec.pipeline[0].role)
-    return resolve_limits(settings.harness.limits, role.limits if role else None, spec.limit_overrides, parent)
+    return resolve_limits(
+        settings.harness.limits, role.limits if role else None, spec.limit_overrides, parent
+    )
 
 
 def check_limits(limits: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any] | None:
@@ -72,7 +82,11 @@ def check_limits(limits: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]
     for code, current in checks:
         maximum = limits.get(code)
         if maximum is not None and current >= maximum:
-            return {"limit_code": f"{code}_exceeded", "current_value": current, "current_max": maximum}
+            return {
+                "limit_code": f"{code}_exceeded",
+                "current_value": current,
+                "current_max": maximum,
+            }
     return None
 
 

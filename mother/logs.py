@@ -16,7 +16,12 @@ import structlog
 
 __all__ = ["configure_logging", "get_logger"]
 
-_LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING, "ERROR": logging.ERROR}
+_LEVELS = {
+    "DEBUG": logging.DEBUG,
+    "INFO": logging.INFO,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+}
 _configured = False
 
 
@@ -41,7 +46,10 @@ def configure_logging(
         processors.append(structlog.dev.ConsoleRenderer())
         factory: structlog.typing.WrappedLogger = structlog.PrintLoggerFactory(sys.stderr)
     else:
-        processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer(serializer=orjson.dumps)]
+        processors += [
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(serializer=orjson.dumps),
+        ]
         factory = structlog.BytesLoggerFactory(sys.stderr.buffer)
     structlog.configure(
         processors=processors,

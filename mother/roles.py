@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from mother.config import TurnLimits
 from mother.errors import ConfigError
-from mother.yamlfile import YamlProblem, read_yaml
 from mother.signing import SignatureInvalid, verify_file
+from mother.yamlfile import YamlProblem, read_yaml
 from schemas import describe_validation_error
 
 __all__ = ["role_file", "role_settings", "tool_manifest_error"]
@@ -41,11 +41,16 @@ def role_settings(settings: Any, role: str) -> TurnLimits | None:
     path = role_file(settings, role)
     if path is None:
         if settings.harness.require_signatures:
-            where = (f"{Path(settings.harness.roles_dir) / f'{role}.yaml'}" if settings.harness.roles_dir is not None
-                     else "harness.roles_dir (not set)")
-            raise SignatureInvalid(f"no signed role file for role {role} in {where}, and harness.require_signatures "
-                                   "is on: add the role file and sign it (`mother sign`), or declare the role in "
-                                   "harness.roles")
+            where = (
+                f"{Path(settings.harness.roles_dir) / f'{role}.yaml'}"
+                if settings.harness.roles_dir is not None
+                else "harness.roles_dir (not set)"
+            )
+            raise SignatureInvalid(
+                f"no signed role file for role {role} in {where}, and harness.require_signatures "
+                "is on: add the role file and sign it (`mother sign`), or declare the role in "
+                "harness.roles"
+            )
         return None
     trusted = tuple(settings.harness.trusted_keys) if settings.harness.require_signatures else None
     return _load_role_file(path, path.stat().st_mtime_ns, trusted)
@@ -61,7 +66,9 @@ def _load_role_file(path: Path, _stamp: int, trusted: tuple[Path, ...] | None) -
     except YamlProblem as exc:
         raise ConfigError(f"invalid role file {exc}") from None
     except ValidationError as exc:
-        raise ConfigError(f"{path}: invalid role file: {describe_validation_error(exc, unknown='unknown setting')}") from None
+        raise ConfigError(
+            f"{path}: invalid role file: {describe_validation_error(exc, unknown='unknown setting')}"
+        ) from None
 
 
 def tool_manifest_error(settings: Any, tool: str) -> str | None:

@@ -27,7 +27,8 @@ __all__ = ["AGENTS_QUEUE", "POSITION_PATHS", "Runtime", "parse_position"]
 
 AGENTS_QUEUE = "agents"
 SPEC_CACHE_SIZE = 10_000
-OUTPUT_CACHE_SIZE = 1_000  # runs whose phase outputs Mother keeps for composing the next phase
+# runs whose phase outputs Mother keeps for composing the next phase
+OUTPUT_CACHE_SIZE = 1_000
 
 
 POSITION_PATHS = ("$.status", "$.phase_index", "$.attempt")
@@ -36,11 +37,19 @@ POSITION_PATHS = ("$.status", "$.phase_index", "$.attempt")
 def parse_position(raw: Any) -> tuple[str, int, int] | None:
     """A run's (status, phase_index, attempt) from ``JSON.GET run:{id} *POSITION_PATHS``; None if no run,
     or a record that holds no such position (edited by hand: it is not a run anything can act on)."""
-    if not raw or isinstance(raw, Exception):  # an Exception: a pipeline's reply for a key of another type
+    if not raw or isinstance(
+        raw,
+        Exception,
+        # an Exception: a pipeline's reply for a key of another type
+    ):
         return None
     got = path_values(raw)
     position = got.get("status"), got.get("phase_index"), got.get("attempt")
-    return position if isinstance(position[0], str) and type(position[1]) is type(position[2]) is int else None
+    return (
+        position
+        if isinstance(position[0], str) and type(position[1]) is type(position[2]) is int
+        else None
+    )
 
 
 @dataclass
@@ -51,13 +60,20 @@ class Runtime:
     redis: redis.Redis
     clock: ServerClock = field(init=False)
     _specs: OrderedDict[str, RunSpec] = field(default_factory=OrderedDict, init=False, repr=False)
-    _outputs: OrderedDict[str, list[tuple[str, str]]] = field(default_factory=OrderedDict, init=False, repr=False)
+    _outputs: OrderedDict[str, list[tuple[str, str]]] = field(
+        default_factory=OrderedDict, init=False, repr=False
+    )
     # the stream entry being handled (stream, group, entry_id): the handler's last write may ack it
     pending_ack: tuple[str, str, str] | None = field(default=None, init=False, repr=False)
-    functions_wait_seconds: float = 0.0  # how long to wait for a Mother to load the server functions
+    functions_wait_seconds: float = (
+        # how long to wait for a Mother to load the server functions
+        0.0
+    )
 
     def __post_init__(self) -> None:
-        ensure_loaded(self.redis, wait_seconds=self.functions_wait_seconds, log=get_logger("runtime"))
+        ensure_loaded(
+            self.redis, wait_seconds=self.functions_wait_seconds, log=get_logger("runtime")
+        )
         self.clock = ServerClock(self.redis)
 
     @classmethod
@@ -65,9 +81,13 @@ class Runtime:
         """A long-running process's runtime (Mother, a worker): it waits up to ``redis_wait_seconds`` for
         a Redis that cannot be reached yet, as when it starts alongside it, and (a worker, whose ACL user
         may not load them) for the server functions a Mother loads."""
-        return cls(settings=settings, redis=connect_waiting(settings.redis_url, settings.redis_wait_seconds,
-                                                            get_logger("runtime")),
-                   functions_wait_seconds=settings.redis_wait_seconds)
+        return cls(
+            settings=settings,
+            redis=connect_waiting(
+                settings.redis_url, settings.redis_wait_seconds, get_logger("runtime")
+            ),
+            functions_wait_seconds=settings.redis_wait_seconds,
+        )
 
     @cached_property
     def rq_redis(self) -> redis.Redis:
@@ -91,7 +111,11 @@ class Runtime:
     def emit(self, client: Any, event_type: str, **kwargs: Any) -> ActivityEvent:
         """Append an activity entry stamped with server time (``client`` may be a pipeline)."""
         return activity.emit(
-            client, event_type, at=self.clock.now_iso(), maxlen=self.settings.service.activity_maxlen, **kwargs
+            client,
+            event_type,
+            at=self.clock.now_iso(),
+            maxlen=self.settings.service.activity_maxlen,
+            **kwargs,
         )
 
     def take_ack(self, pipe: Any) -> None:

@@ -37,8 +37,9 @@ def digest(token: str | None) -> str:
     return hashlib.sha256(token.encode()).hexdigest() if token else "-"
 
 
-def record_violation(client: Any, kind: str, *, at: str, maxlen: int, run_id: str | None = None,
-                     **data: Any) -> None:
+def record_violation(
+    client: Any, kind: str, *, at: str, maxlen: int, run_id: str | None = None, **data: Any
+) -> None:
     """Append a violation to ``security:violations`` (capped) and the activity stream, in one round trip
     (``client`` may be a pipeline: then the caller executes it)."""
     entry = {"kind": kind, "at": at, "run_id": run_id, **data}

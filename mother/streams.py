@@ -28,7 +28,8 @@ def group_backlog(client: Any, stream: str, group: str) -> tuple[int, int | None
     ahead of the group's position). None when the stream or the group does not exist."""
     try:
         groups = client.xinfo_groups(stream)
-    except redis.ResponseError:  # no such stream
+    # no such stream
+    except redis.ResponseError:
         return None
     for info in groups:
         if info["name"] == group:
@@ -55,4 +56,5 @@ def _text(raw: bytes, what: str) -> tuple[str, str | None]:
         return raw.decode(), None
     except UnicodeDecodeError as exc:
         return raw.decode(errors="replace"), (
-            f"{what} is {not_utf8(raw, exc)}; stream entries must be UTF-8")
+            f"{what} is {not_utf8(raw, exc)}; stream entries must be UTF-8"
+        )

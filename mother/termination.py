@@ -37,7 +37,13 @@ import redis
 from mother import keys
 from mother.functions import call
 from mother.logs import get_logger
-from schemas import HistoryEntry, ResultEnvelope, SuggestedAction, TerminationReason, TerminationRecord
+from schemas import (
+    HistoryEntry,
+    ResultEnvelope,
+    SuggestedAction,
+    TerminationReason,
+    TerminationRecord,
+)
 
 __all__ = ["RULES", "Rule", "build_record", "ensure_index", "terminate", "terminated"]
 
@@ -58,12 +64,16 @@ RULES: dict[str, Rule] = {
     "retries_exhausted": Rule(True, "escalate_model", "A phase failed on every allowed attempt"),
     "timeout": Rule(True, "retry", "A phase or run deadline passed"),
     "insufficient_evidence": Rule(True, "broaden_scope", "Retrieval was inadequate"),
-    "conflicting_agents": Rule(True, "escalate_model", "Agents disagreed and no tie-breaker succeeded"),
+    "conflicting_agents": Rule(
+        True, "escalate_model", "Agents disagreed and no tie-breaker succeeded"
+    ),
     "user_cancelled": Rule(True, "user_input", "The user cancelled the run"),
     "budget_exhausted": Rule(False, "user_input", "A resource limit was reached"),
     "blocked": Rule(True, "user_input", "The run cannot proceed without input or approval"),
     "catastrophic_error": Rule(False, "abandon", "An unrecoverable system error occurred"),
-    "context_budget_exceeded": Rule(True, "escalate_model", "The required context does not fit the model"),
+    "context_budget_exceeded": Rule(
+        True, "escalate_model", "The required context does not fit the model"
+    ),
 }
 
 
@@ -100,8 +110,12 @@ def terminate(
 ) -> tuple[bool, TerminationRecord] | None:
     """Write the record once. Returns (won, record in force): the first record if we lost.
     With a pipeline the call is queued (returns None); pass its reply to :func:`terminated`."""
-    history = HistoryEntry(at=record.timestamp, event="terminated", phase=record.phase_at_termination,
-                           detail=f"{record.reason}: {record.details}"[:4000])
+    history = HistoryEntry(
+        at=record.timestamp,
+        event="terminated",
+        phase=record.phase_at_termination,
+        detail=f"{record.reason}: {record.details}"[:4000],
+    )
     reply = call(
         client,
         "mh_terminate",
@@ -140,10 +154,27 @@ def ensure_index(client: redis.Redis) -> bool:
     """Create ``idx:termination`` (reason TAG, timestamp NUMERIC) when the search module exists."""
     try:
         client.execute_command(
-            "FT.CREATE", keys.TERMINATION_INDEX, "ON", "JSON", "PREFIX", "1", keys.TERMINATION_PREFIX,
-            "SCHEMA", "$.reason", "AS", "reason", "TAG",
-            "$.timestamp_ms", "AS", "timestamp", "NUMERIC", "SORTABLE",
-            "$.phase_at_termination", "AS", "phase", "TAG",
+            "FT.CREATE",
+            keys.TERMINATION_INDEX,
+            "ON",
+            "JSON",
+            "PREFIX",
+            "1",
+            keys.TERMINATION_PREFIX,
+            "SCHEMA",
+            "$.reason",
+            "AS",
+            "reason",
+            "TAG",
+            "$.timestamp_ms",
+            "AS",
+            "timestamp",
+            "NUMERIC",
+            "SORTABLE",
+            "$.phase_at_termination",
+            "AS",
+            "phase",
+            "TAG",
         )
     except redis.ResponseError as exc:
         text = str(exc).lower()

@@ -43,7 +43,8 @@ __all__ = [
 ]
 
 BYTES_PER_TOKEN = 3.0
-RATIO_BOUNDS = (0.2, 5.0)  # a calibration outside these is a broken report, not a tokenizer
+# a calibration outside these is a broken report, not a tokenizer
+RATIO_BOUNDS = (0.2, 5.0)
 
 
 def _utf8_len(text: str) -> int:
@@ -112,7 +113,9 @@ class TokenizerCounter:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
-        return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        return [
+            len(e.ids) for e in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        ]
 
 
 @lru_cache(maxsize=32)
@@ -121,9 +124,12 @@ def _load_tokenizer(path: str) -> Any:
 
     try:
         return Tokenizer.from_file(str(Path(path).expanduser()))
-    except Exception as exc:  # the library raises a bare Exception for unreadable files
-        raise ConfigError(f"tokenizer {path}: cannot load it ({str(exc)[:200]}); point models.NAME.tokenizer at a "
-                          "tokenizer.json or remove it to use the estimate") from None
+    # the library raises a bare Exception for unreadable files
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(
+            f"tokenizer {path}: cannot load it ({str(exc)[:200]}); point models.NAME.tokenizer at a "
+            "tokenizer.json or remove it to use the estimate"
+        ) from None
 
 
 class Calibration:
@@ -138,8 +144,9 @@ class Calibration:
         now = time.monotonic()
         if cached is not None and now - cached[1] < self.ttl:
             return cached[0]
-        estimated, reported, samples = self.client.hmget(keys.token_calibration_key(model),
-                                                         "estimated", "reported", "samples")
+        estimated, reported, samples = self.client.hmget(
+            keys.token_calibration_key(model), "estimated", "reported", "samples"
+        )
         ratio = ratio_from(estimated, reported, samples, self.min_samples)
         self._cache[model] = (ratio, now)
         return ratio
@@ -164,7 +171,9 @@ def ratio_from(estimated: Any, reported: Any, samples: Any, min_samples: int) ->
     return min(max(ratio, RATIO_BOUNDS[0]), RATIO_BOUNDS[1])
 
 
-def counter_for(settings: Settings, model: str, calibration: Calibration | None = None) -> TokenCounter:
+def counter_for(
+    settings: Settings, model: str, calibration: Calibration | None = None
+) -> TokenCounter:
     """The counter for a catalogue model: its tokenizer, else the (calibrated) estimate."""
     config: ModelConfig = settings.models[model]
     if config.tokenizer is not None:

@@ -31,8 +31,19 @@ from mother import keys
 from mother.budget import Guard, budget_doc
 from mother.connection import unless_redis_down
 from mother.functions import call
-from mother.lifecycle import (JOB_FUNCTION, admit_waiting, completed_event, dispatch, end_run, finish_end, on_phase_failure, outputs_of,
-                              phase_timeout_seconds, queue_end_reads, run_duration_seconds)
+from mother.lifecycle import (
+    JOB_FUNCTION,
+    admit_waiting,
+    completed_event,
+    dispatch,
+    end_run,
+    finish_end,
+    on_phase_failure,
+    outputs_of,
+    phase_timeout_seconds,
+    queue_end_reads,
+    run_duration_seconds,
+)
 from mother.logs import get_logger
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
 from mother.streams import group_backlog
@@ -69,10 +80,25 @@ class Watchdog:
         forget rejections past theirs: Redis stays bounded however many runs pass through."""
         cfg = self.rt.settings.service
         for stream in (keys.SUBMISSIONS_STREAM, keys.EVENTS_STREAM, keys.COMMANDS_STREAM):
-            call(self.rt.redis, "mh_trim_stream", [stream], [int(cfg.stream_retention_seconds * 1000)])
-        due = call(self.rt.redis, "mh_due", [keys.REJECTIONS_INDEX], [int(cfg.rejection_retention_seconds * 1000), BATCH])
+            call(
+                self.rt.redis,
+                "mh_trim_stream",
+                [stream],
+                [int(cfg.stream_retention_seconds * 1000)],
+            )
+        due = call(
+            self.rt.redis,
+            "mh_due",
+            [keys.REJECTIONS_INDEX],
+            [int(cfg.rejection_retention_seconds * 1000), BATCH],
+        )
         entries = [entry_id for entry_id in due[::2] if keys.is_id(entry_id)]
-        strays = [entry_id for entry_id in due[::2] if not keys.is_id(entry_id)]  # not ours: only the index holds them
+        strays = [
+            entry_id
+            for entry_id in due[::2]
+            if not keys.is_id(entry_id)
+            # not ours: only the index holds them
+        ]
         if strays:
             self.rt.redis.zrem(keys.REJECTIONS_INDEX, *strays)
         if not entries:
@@ -85,8 +111,12 @@ class Watchdog:
         for entry_id, raw in zip(entries, found, strict=True):
             named = orjson.loads(raw) if isinstance(raw, str) else []
             run_id = named[0] if named and keys.is_id(named[0]) else ""
-            call(pipe, "mh_forget_rejection", [keys.rejection_key(entry_id), keys.REJECTIONS_INDEX,
-                                               keys.REJECTIONS_BY_RUN], [entry_id, run_id])
+            call(
+                pipe,
+                "mh_forget_rejection",
+                [keys.rejection_key(entry_id), keys.REJECTIONS_INDEX, keys.REJECTIONS_BY_RUN],
+                [entry_id, run_id],
+            )
         pipe.execute()
 
     # -- deadlines ---------------------------------------------------------
@@ -108,7 +138,10 @@ class Watchdog:
             self._guard(state).clock()
 
     def _timeout(self, run_id: str, what: str) -> None:
-        state = self.rt.load_run(run_id) if keys.is_id(run_id) else None  # a member that is no run id: dropped
+        state = (
+            self.rt.load_run(run_id) if keys.is_id(run_id) else None
+            # a member that is no run id: dropped
+        )
         if state is None or state.status == "terminated":
             pipe = self.rt.redis.pipeline(transaction=False)
             pipe.zrem(keys.RUN_DEADLINES, run_id)
@@ -116,27 +149,41 @@ class Watchdog:
             pipe.execute()
             return
         budget = budget_doc(self.rt.redis, keys.run_limits_key(run_id)) or {}
-        if what == "run" and budget:  # the budget records the crossing of its wall clock (and the warning, if due)
+        if (
+            what == "run" and budget
+            # the budget records the crossing of its wall clock (and the warning, if due)
+        ):
             self._guard(state).clock(deadline=True)
         if budget.get("status") == "budget_stopped":
             stop = budget.get("stop") or {}
-            end_run(self.rt, state, "budget_exhausted",
-                    f"Run still emergency-stopped at its {what} deadline (stopped by {stop.get('actor')}: {stop.get('reason')})",
-                    contributing_factors=[f"budget_stopped at {stop.get('at')}", f"{what} deadline passed"])
+            end_run(
+                self.rt,
+                state,
+                "budget_exhausted",
+                f"Run still emergency-stopped at its {what} deadline (stopped by {stop.get('actor')}: {stop.get('reason')})",
+                contributing_factors=[
+                    f"budget_stopped at {stop.get('at')}",
+                    f"{what} deadline passed",
+                ],
+            )
             return
         if what == "run":
             limit = run_duration_seconds(self.rt, state.spec)
             details = f"Run exceeded its duration limit of {limit:g}s during phase {state.phase}"
         else:
             limit = phase_timeout_seconds(self.rt, state.spec, state.phase_index)
-            details = f"Phase {state.phase} (attempt {state.attempt}) exceeded its timeout of {limit:g}s"
+            details = (
+                f"Phase {state.phase} (attempt {state.attempt}) exceeded its timeout of {limit:g}s"
+            )
         factors = [f"{what} deadline {limit:g}s passed"]
         if what == "run":
             factors.append(f"budget_wall_clock_exceeded ({limit:g}/{limit:g})")
         end_run(self.rt, state, "timeout", details, contributing_factors=factors)
 
     def _guard(self, state: RunState) -> Guard:
-        return Guard(self.rt.redis, self.rt.settings, state.run_id, state.user_id, self.rt.clock.today)
+        return Guard(
+            self.rt.redis, self.rt.settings, state.run_id, state.user_id, self.rt.clock.today
+        )
 
     # -- ends a Mother died before applying -----------------------------------
     def finish_ends(self) -> None:
@@ -146,7 +193,8 @@ class Watchdog:
             self._isolated("run end", run_id, self._finish_end, run_id)
 
     def _finish_end(self, run_id: str) -> None:
-        if not keys.is_id(run_id):  # a member that is no run id: dropped
+        # a member that is no run id: dropped
+        if not keys.is_id(run_id):
             self.rt.redis.zrem(keys.RUNS_ENDING, run_id)
             return
         pipe = self.rt.redis.pipeline(transaction=False)
@@ -156,28 +204,43 @@ class Watchdog:
         raw_run, raw_record, node_raw, budget_raw = pipe.execute()
         state = self.rt.parse_run(run_id, raw_run)
         if state is None or raw_record is None:
-            log.error("run_end_not_applied", run_id=run_id, why="its run record or its termination record is gone")
+            log.error(
+                "run_end_not_applied",
+                run_id=run_id,
+                why="its run record or its termination record is gone",
+            )
             self.rt.redis.zrem(keys.RUNS_ENDING, run_id)
             return
         record = TerminationRecord.model_validate(orjson.loads(raw_record))
         # what the dead Mother would have logged with it: a success's last phase_completed (from the run's results)
-        activity = [completed_event(state.results[-1])] if record.reason == "success" and state.results else []
+        activity = (
+            [completed_event(state.results[-1])]
+            if record.reason == "success" and state.results
+            else []
+        )
         if finish_end(self.rt, state, record, node_raw, budget_raw, activity, late=True):
-            log.warning("run_end_applied_late", run_id=run_id, reason=record.reason,
-                        why=f"its record was written {self.rt.settings.service.finish_end_after_seconds:g}s ago or more "
-                            f"and its end not applied (the Mother that wrote it died in between)")
+            log.warning(
+                "run_end_applied_late",
+                run_id=run_id,
+                reason=record.reason,
+                why=f"its record was written {self.rt.settings.service.finish_end_after_seconds:g}s ago or more "
+                f"and its end not applied (the Mother that wrote it died in between)",
+            )
 
     # -- lost workers ------------------------------------------------------
     def check_heartbeats(self) -> None:
         slack = int(self.rt.settings.service.heartbeat_timeout_seconds * 1000)
         due = call(self.rt.redis, "mh_due", [keys.HEARTBEATS], [slack, BATCH])
         for member in due[::2]:
-            self.rt.redis.zrem(keys.HEARTBEATS, member)  # first: a member that is not one goes too
+            # first: a member that is not one goes too
+            self.rt.redis.zrem(keys.HEARTBEATS, member)
             self._isolated("heartbeat", member, self._lost, member, slack)
 
     def _lost(self, member: str, slack: int) -> None:
         run_id, index, attempt = keys.parse_heartbeat_member(member)
-        self._failed_attempt(run_id, index, attempt, f"worker lost: no heartbeat for {slack / 1000:g}s")
+        self._failed_attempt(
+            run_id, index, attempt, f"worker lost: no heartbeat for {slack / 1000:g}s"
+        )
 
     def check_rq(self) -> None:
         queue = self.rt.agents_queue
@@ -189,12 +252,17 @@ class Watchdog:
 
     def _job_failed(self, job_id: str) -> None:
         try:
-            job = Job.fetch(job_id, connection=self.rt.rq_redis, serializer=self.rt.agents_queue.serializer)
+            job = Job.fetch(
+                job_id, connection=self.rt.rq_redis, serializer=self.rt.agents_queue.serializer
+            )
         except NoSuchJobError:
             return
         # only a phase job of ours names an attempt (a refused job naming another run's attempt changes nothing)
-        if job.func_name != JOB_FUNCTION or keys.member_of_job(job.args) is None \
-                or keys.phase_job_id(*job.args) != job_id:
+        if (
+            job.func_name != JOB_FUNCTION
+            or keys.member_of_job(job.args) is None
+            or keys.phase_job_id(*job.args) != job_id
+        ):
             return
         run_id, index, attempt = job.args
         result = job.latest_result()
@@ -211,9 +279,15 @@ class Watchdog:
 
     def _failed_attempt(self, run_id: str, index: int, attempt: int, error: str) -> None:
         state = self.rt.load_run(run_id)
-        if state is None or state.status not in ACTIVE_STATUSES or (state.phase_index, state.attempt) != (index, attempt):
+        if (
+            state is None
+            or state.status not in ACTIVE_STATUSES
+            or (state.phase_index, state.attempt) != (index, attempt)
+        ):
             return
-        log.warning("phase_attempt_lost", run_id=run_id, phase_index=index, attempt=attempt, error=error)
+        log.warning(
+            "phase_attempt_lost", run_id=run_id, phase_index=index, attempt=attempt, error=error
+        )
         on_phase_failure(self.rt, state, error)
 
     # -- gauges --------------------------------------------------------------
@@ -229,10 +303,24 @@ class Watchdog:
         memory_mb = int(r.info("memory")["used_memory"]) // (1024 * 1024)
         concurrent = r.zcard(keys.RUN_DEADLINES)
         pipe = r.pipeline(transaction=True)
-        pipe.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$", orjson.dumps(  # NX: only when there is none
-            {"concurrent_runs": 0, "queue_depth": 0, "redis_memory_mb": 0, "docling_jobs": 0}), "NX")
-        pipe.execute_command("JSON.MERGE", keys.GLOBAL_BUDGET, "$", orjson.dumps(
-            {"concurrent_runs": concurrent, "queue_depth": depth, "redis_memory_mb": memory_mb}))
+        pipe.execute_command(
+            "JSON.SET",
+            keys.GLOBAL_BUDGET,
+            "$",
+            # NX: only when there is none
+            orjson.dumps(
+                {"concurrent_runs": 0, "queue_depth": 0, "redis_memory_mb": 0, "docling_jobs": 0}
+            ),
+            "NX",
+        )
+        pipe.execute_command(
+            "JSON.MERGE",
+            keys.GLOBAL_BUDGET,
+            "$",
+            orjson.dumps(
+                {"concurrent_runs": concurrent, "queue_depth": depth, "redis_memory_mb": memory_mb}
+            ),
+        )
         pipe.execute()
 
     # -- reconcile -----------------------------------------------------------
@@ -244,7 +332,7 @@ class Watchdog:
         """
         run_ids = self.rt.redis.zrange(keys.PHASE_DEADLINES, 0, -1)
         for start in range(0, len(run_ids), BATCH):
-            batch = run_ids[start:start + BATCH]
+            batch = run_ids[start : start + BATCH]
             pipe = self.rt.redis.pipeline(transaction=False)
             for run_id in batch:
                 pipe.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS)
@@ -263,8 +351,13 @@ class Watchdog:
 
     def _redispatch(self, run_id: str, job_id: str) -> None:
         state = self.rt.load_run(run_id)
-        if state is None or state.status not in ACTIVE_STATUSES or \
-                keys.phase_job_id(run_id, state.phase_index, state.attempt) != job_id:
+        if (
+            state is None
+            or state.status not in ACTIVE_STATUSES
+            or keys.phase_job_id(run_id, state.phase_index, state.attempt) != job_id
+        ):
             return
         log.warning("phase_redispatched", run_id=run_id, job_id=job_id)
-        dispatch(self.rt, run_id, state.spec, state.phase_index, state.attempt, outputs=outputs_of(state))
+        dispatch(
+            self.rt, run_id, state.spec, state.phase_index, state.attempt, outputs=outputs_of(state)
+        )

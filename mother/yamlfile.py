@@ -11,12 +11,23 @@ import yaml
 
 from mother.errors import not_utf8
 
-__all__ = ["MAX_YAML_DEPTH", "MAX_YAML_VALUES", "YamlProblem", "describe", "file_text", "parse_yaml", "read_yaml"]
+__all__ = [
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_VALUES",
+    "YamlProblem",
+    "describe",
+    "file_text",
+    "parse_yaml",
+    "read_yaml",
+]
 
 # A document's values counted with every alias (*name) written out, as JSON will write them: 400 bytes
 # of nested aliases can stand for 10^9 strings, which hung the CLI while it built the JSON.
 MAX_YAML_VALUES = 1_000_000
-MAX_YAML_DEPTH = 200  # nesting levels; JSON encoders stop near 1,000 and nothing we read nests past a dozen
+MAX_YAML_DEPTH = (
+    # nesting levels; JSON encoders stop near 1,000 and nothing we read nests past a dozen
+    200
+)
 
 
 class YamlProblem(ValueError):
@@ -27,7 +38,11 @@ def describe(exc: yaml.YAMLError) -> str:
     """A parser error in one line: 'line L, column C: what was wrong'."""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     mark = getattr(exc, "problem_mark", None)
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else str(problem)
+    return (
+        f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+        if mark is not None
+        else str(problem)
+    )
 
 
 def _decoded(raw: bytes, source: str) -> str:
@@ -53,17 +68,24 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, Any] = {}
         for key_node, _value in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be given again
+            if (
+                key_node.tag == "tag:yaml.org,2002:merge"
+                # `<<: *base`: its keys may be given again
+            ):
                 continue
             key = self.construct_object(key_node, deep=deep)
             try:
                 first = seen.get(key)
-            except TypeError:  # an unhashable key: the base loader says so
+            # an unhashable key: the base loader says so
+            except TypeError:
                 break
             if first is not None:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice (first on line {first.line + 1}); keep one",
-                    key_node.start_mark)
+                    None,
+                    None,
+                    f"key {key!r} appears twice (first on line {first.line + 1}); keep one",
+                    key_node.start_mark,
+                )
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
 
@@ -73,11 +95,13 @@ def parse_yaml(text: str | bytes, source: str) -> Any:
     if isinstance(text, bytes):
         text = _decoded(text, source)
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise YamlProblem(f"{source}: not valid YAML: {describe(exc)}") from None
     except RecursionError:
-        raise YamlProblem(f"{source}: nested too deeply to read (more than {MAX_YAML_DEPTH} levels); flatten it") from None
+        raise YamlProblem(
+            f"{source}: nested too deeply to read (more than {MAX_YAML_DEPTH} levels); flatten it"
+        ) from None
     _check_expansion(data, source)
     return data
 
@@ -95,17 +119,23 @@ def _expanded(node: Any, source: str, sizes: dict[int, int], open_: set[int], de
     if known is not None:
         return known
     if id(node) in open_:
-        raise YamlProblem(f"{source}: an alias (*name) refers to a value that contains it; "
-                          "a document that contains itself cannot be sent as JSON")
+        raise YamlProblem(
+            f"{source}: an alias (*name) refers to a value that contains it; "
+            "a document that contains itself cannot be sent as JSON"
+        )
     if depth >= MAX_YAML_DEPTH:
-        raise YamlProblem(f"{source}: nested too deeply (more than {MAX_YAML_DEPTH} levels); flatten it")
+        raise YamlProblem(
+            f"{source}: nested too deeply (more than {MAX_YAML_DEPTH} levels); flatten it"
+        )
     open_.add(id(node))
     total = 1
     for child in node.values() if isinstance(node, dict) else node:
         total += _expanded(child, source, sizes, open_, depth + 1)
         if total > MAX_YAML_VALUES:
-            raise YamlProblem(f"{source}: its aliases (*name) expand to more than {MAX_YAML_VALUES:,} values; "
-                              "write the values out, or use fewer aliases")
+            raise YamlProblem(
+                f"{source}: its aliases (*name) expand to more than {MAX_YAML_VALUES:,} values; "
+                "write the values out, or use fewer aliases"
+            )
     open_.discard(id(node))
     sizes[id(node)] = total
     return total

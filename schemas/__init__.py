@@ -1,6 +1,14 @@
 """Mother-Harness records: pydantic models for every record of the spec. No I/O."""
 
-from schemas._base import Id, Record, Timestamp, describe_validation_error, iso_from_ms, ms_from_iso, within_depth
+from schemas._base import (
+    Id,
+    Record,
+    Timestamp,
+    describe_validation_error,
+    iso_from_ms,
+    ms_from_iso,
+    within_depth,
+)
 from schemas.activity import ACTIVITY_TYPES, ActivityEvent
 from schemas.context import (
     SECTION_ORDER,
@@ -35,27 +43,24 @@ from schemas.termination import (
 
 __all__ = [
     "ACTIVE_STATUSES",
-    "SECTION_ORDER",
-    "ComposedContext",
-    "ComposedSection",
-    "ContextInput",
-    "ContextManifest",
-    "ContextSummary",
-    "ManifestSection",
     "ACTIVITY_TYPES",
     "BUDGET_PROFILES",
     "MAX_OUTPUT_CHARS",
     "MAX_SPEC_BYTES",
     "MODELS",
+    "SECTION_ORDER",
     "SUGGESTED_ACTIONS",
-    "ScriptedReply",
-    "ScriptedToolCall",
-    "ScriptedUsage",
     "TERMINATION_REASONS",
     "ActivityEvent",
+    "ComposedContext",
+    "ComposedSection",
+    "ContextInput",
+    "ContextManifest",
+    "ContextSummary",
     "HistoryEntry",
     "Id",
     "LimitOverrides",
+    "ManifestSection",
     "PhaseResult",
     "PhaseSpec",
     "Record",
@@ -63,6 +68,9 @@ __all__ = [
     "RunSpec",
     "RunState",
     "RunStatus",
+    "ScriptedReply",
+    "ScriptedToolCall",
+    "ScriptedUsage",
     "SuggestedAction",
     "TerminationReason",
     "TerminationRecord",

@@ -10,7 +10,14 @@ import datetime as _dt
 from typing import Annotated, Any, Self
 
 import orjson
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, StringConstraints, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    StringConstraints,
+    ValidationError,
+)
 
 __all__ = [
     "ID_ALPHABET",
@@ -32,7 +39,9 @@ ID_ALPHABET = "1-128 characters from A-Z a-z 0-9 _ . : -"
 Id = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
 ModelName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:/@-]{1,128}$")]
 ShortText = Annotated[str, StringConstraints(max_length=4000)]
-Timestamp = Annotated[str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")]
+Timestamp = Annotated[
+    str, StringConstraints(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+]
 
 # Free-form JSON (metadata, tool arguments) nests at most this deep: the records that carry it sit a few
 # levels down in RedisJSON documents, and RedisJSON refuses a document nested past 128 levels, which
@@ -44,12 +53,17 @@ def within_depth(value: Any, depth: int = 0) -> Any:
     """``value`` itself, or ValueError when a list or mapping in it nests past MAX_JSON_DEPTH."""
     if depth > MAX_JSON_DEPTH:
         raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep; flatten it")
-    for child in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+    for child in (
+        value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    ):
         within_depth(child, depth + 1)
     return value
 
 
-Shallow = AfterValidator(within_depth)  # Annotated[dict[...], Shallow]: free-form JSON of bounded depth
+Shallow = AfterValidator(
+    within_depth
+    # Annotated[dict[...], Shallow]: free-form JSON of bounded depth
+)
 
 
 def _a_number(value: Any) -> Any:
@@ -59,7 +73,10 @@ def _a_number(value: Any) -> Any:
     return value
 
 
-Seconds = Annotated[float, BeforeValidator(_a_number)]  # a duration: a real number, never true/false or "60"
+Seconds = Annotated[
+    float, BeforeValidator(_a_number)
+    # a duration: a real number, never true/false or "60"
+]
 
 
 def iso_from_ms(ms: int) -> str:
@@ -78,7 +95,9 @@ class Record(BaseModel):
 
     # allow_inf_nan=False: NaN and infinities are refused everywhere (JSON has no such numbers, and
     # a NaN limit or amount would compare false with everything)
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False, validate_default=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", str_strip_whitespace=False, validate_default=True, allow_inf_nan=False
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -97,27 +116,38 @@ class Record(BaseModel):
 
 
 _FRIENDLY = {
-    "string_pattern_mismatch": None,  # filled per pattern below
+    # filled per pattern below
+    "string_pattern_mismatch": None,
     "missing": "required field is missing",
     "recursion_depth_exceeded": "nested too deeply; flatten it",
 }
 
 
-def describe_validation_error(exc: ValidationError, limit: int = 5, unknown: str = "unknown field; remove it") -> str:
+def describe_validation_error(
+    exc: ValidationError, limit: int = 5, unknown: str = "unknown field; remove it"
+) -> str:
     """A pydantic error as one readable line: ``field.path: what is wrong; ...`` (``unknown``: what an
     unknown key is called)."""
     parts: list[str] = []
     errors = exc.errors(include_url=False)
     for err in errors[:limit]:
         path = [str(p) for p in err["loc"]]
-        loc = ".".join(path) if len(path) <= 12 else ".".join(path[:6]) + f"… ({len(path)} levels down)"
+        loc = (
+            ".".join(path)
+            if len(path) <= 12
+            else ".".join(path[:6]) + f"… ({len(path)} levels down)"
+        )
         loc = loc or "(whole record)"
         kind = err["type"]
         if kind == "string_pattern_mismatch":
             pattern = str(err.get("ctx", {}).get("pattern", ""))
             msg = f"must be {ID_ALPHABET}" if "{1,128}" in pattern else f"must match {pattern}"
         else:
-            msg = unknown if kind == "extra_forbidden" else _FRIENDLY.get(kind) or err["msg"].removeprefix("Value error, ")
+            msg = (
+                unknown
+                if kind == "extra_forbidden"
+                else _FRIENDLY.get(kind) or err["msg"].removeprefix("Value error, ")
+            )
         parts.append(f"{loc}: {msg}")
     if len(errors) > limit:
         parts.append(f"and {len(errors) - limit} more")

@@ -46,6 +46,9 @@ class ActivityEvent(Record):
     @classmethod
     def from_fields(cls, fields: dict[str, Any]) -> ActivityEvent:
         """Rebuild an entry read back with XRANGE / XREAD (str or bytes fields)."""
-        plain = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v) for k, v in fields.items()}
+        plain = {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in fields.items()
+        }
         data = orjson.loads(plain.pop("data")) if "data" in plain else {}
         return cls.model_validate({**plain, "data": data})

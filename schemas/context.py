@@ -27,8 +27,15 @@ __all__ = [
     "SectionName",
 ]
 
-SectionName = Literal["task_definition", "current_phase", "recent_messages", "retrieval_hits",
-                      "session_summaries", "project_knowledge", "previous_artifacts"]
+SectionName = Literal[
+    "task_definition",
+    "current_phase",
+    "recent_messages",
+    "retrieval_hits",
+    "session_summaries",
+    "project_knowledge",
+    "previous_artifacts",
+]
 
 # The spec's ContextCompositionOrder: (section, priority, required).
 SECTION_ORDER: tuple[tuple[SectionName, int, bool], ...] = (
@@ -49,7 +56,9 @@ class ContextInput(Record):
     """Material beside the task; every entry is one chunk (a message, a hit, a summary, a document)."""
 
     goals: ChunkList = Field(description="goals added to the task_definition section")
-    recent_messages: ChunkList = Field(description="conversation messages, oldest first (the last N are used)")
+    recent_messages: ChunkList = Field(
+        description="conversation messages, oldest first (the last N are used)"
+    )
     retrieval_hits: ChunkList = Field(description="RAG results, best first")
     session_summaries: ChunkList = Field(description="past session summaries (tier 2 memory)")
     project_knowledge: ChunkList = Field(description="project-specific context")
@@ -97,7 +106,9 @@ class ContextManifest(Record):
     model: ModelName
     requested_model: ModelName
     escalation_reason: str | None = None
-    counter: str = Field(description="how tokens were counted: tokenizer:PATH, estimate, or estimate(calibrated xR)")
+    counter: str = Field(
+        description="how tokens were counted: tokenizer:PATH, estimate, or estimate(calibrated xR)"
+    )
     available_for_context: int = Field(ge=0)
     total_tokens: int = Field(ge=0)
     sections: list[ManifestSection]

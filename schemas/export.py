@@ -32,8 +32,13 @@ def export_json_schemas(directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, model in MODELS.items():
-        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **model.model_json_schema()}
+        schema = {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            **model.model_json_schema(),
+        }
         path = directory / f"{name}.schema.json"
-        path.write_bytes(orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+        path.write_bytes(
+            orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+        )
         written.append(path)
     return written

@@ -39,9 +39,13 @@ class PhaseResult(Record):
     artifacts: list[Id] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     error: ShortText | None = None
-    error_code: str | None = Field(None, max_length=64, description="e.g. budget_exhausted: the run ends, no retry")
+    error_code: str | None = Field(
+        None, max_length=64, description="e.g. budget_exhausted: the run ends, no retry"
+    )
     worker: str | None = None
-    notices: list[ShortText] = Field(default_factory=list, description="limits hit and other things the user is told")
+    notices: list[ShortText] = Field(
+        default_factory=list, description="limits hit and other things the user is told"
+    )
     finished_at: Timestamp
     manifest: ContextManifest | None = Field(None, description="what went into the model calls")
 

@@ -6,7 +6,14 @@ import math
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import Field, JsonValue, StrictInt, StringConstraints, field_validator, model_validator
+from pydantic import (
+    Field,
+    JsonValue,
+    StrictInt,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from schemas._base import Id, ModelName, Record, Seconds, Shallow, ShortText, Timestamp
 from schemas.context import ContextInput
@@ -14,6 +21,7 @@ from schemas.results import PhaseResult
 from schemas.script import ScriptedReply
 
 __all__ = [
+    "ACTIVE_STATUSES",
     "BUDGET_PROFILES",
     "MAX_PHASES",
     "MAX_SPEC_BYTES",
@@ -24,16 +32,20 @@ __all__ = [
     "RunSpec",
     "RunState",
     "RunStatus",
-    "ACTIVE_STATUSES",
 ]
 
-MAX_SPEC_BYTES = 1024 * 1024  # a submitted spec, serialised, is at most 1 MiB
+# a submitted spec, serialised, is at most 1 MiB
+MAX_SPEC_BYTES = 1024 * 1024
 MAX_TASK_CHARS = 200_000
 MAX_PHASES = 32
 BUDGET_PROFILES = ("conservative", "balanced", "extended")
 
 RunStatus = Literal["queued", "running", "budget_stopped", "terminated"]
-ACTIVE_STATUSES = ("running", "budget_stopped")  # a run whose current phase attempt may work (stopped: it waits)
+ACTIVE_STATUSES = (
+    "running",
+    "budget_stopped",
+    # a run whose current phase attempt may work (stopped: it waits)
+)
 MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
 
@@ -69,10 +81,15 @@ class PhaseSpec(Record):
     model: ModelName
     max_retries: StrictInt = Field(2, ge=0, le=10)
     timeout_seconds: Seconds | None = Field(None, gt=0, le=86400)
-    max_tool_calls: StrictInt | None = Field(None, ge=1, le=10_000, description="tool calls per turn (seed 004)")
-    max_consecutive_tools: StrictInt | None = Field(None, ge=1, le=10_000, description="tool calls without text")
+    max_tool_calls: StrictInt | None = Field(
+        None, ge=1, le=10_000, description="tool calls per turn (seed 004)"
+    )
+    max_consecutive_tools: StrictInt | None = Field(
+        None, ge=1, le=10_000, description="tool calls without text"
+    )
     exit_criteria: Annotated[str, StringConstraints(max_length=20_000)] | None = Field(
-        None, description="what the phase must deliver (part of the current_phase section)")
+        None, description="what the phase must deliver (part of the current_phase section)"
+    )
 
 
 class RunSpec(Record):
@@ -85,11 +102,17 @@ class RunSpec(Record):
     budget_profile: Literal["conservative", "balanced", "extended"] = "balanced"
     limit_overrides: LimitOverrides = Field(default_factory=LimitOverrides)
     parent_run_id: Id | None = None
-    max_tool_calls: StrictInt | None = Field(None, ge=1, le=10_000, description="per turn, for every phase of the run")
+    max_tool_calls: StrictInt | None = Field(
+        None, ge=1, le=10_000, description="per turn, for every phase of the run"
+    )
     max_consecutive_tools: StrictInt | None = Field(None, ge=1, le=10_000)
     libraries: list[Id] = Field(default_factory=list, max_length=64)
-    metadata: Annotated[dict[MetadataKey, JsonValue], Shallow] = Field(default_factory=dict, max_length=64)
-    context: ContextInput = Field(default_factory=ContextInput, description="material beside the task (seed 003 §3)")
+    metadata: Annotated[dict[MetadataKey, JsonValue], Shallow] = Field(
+        default_factory=dict, max_length=64
+    )
+    context: ContextInput = Field(
+        default_factory=ContextInput, description="material beside the task (seed 003 §3)"
+    )
     scripts: dict[Id, list[ScriptedReply]] = Field(
         default_factory=dict, max_length=64, description="scripted model replies per role"
     )
@@ -131,11 +154,22 @@ class RunState(Record):
     terminated_at: Timestamp | None = None
     reason: str | None = None
     entry_id: str | None = Field(None, description="the mother:submissions entry the run came from")
-    results: list[PhaseResult] = Field(default_factory=list, description="accepted result of each finished phase")
+    results: list[PhaseResult] = Field(
+        default_factory=list, description="accepted result of each finished phase"
+    )
     artifacts: list[Id] = Field(default_factory=list)
-    limits: dict[str, JsonValue] = Field(default_factory=dict, description="resolved run limits (seed 000)")
-    capabilities: list[str] = Field(default_factory=list, description="the run's capability token (patterns)")
-    token_digest: str | None = Field(None, description="SHA-256 of the current attempt's result token (the token "
-                                     "itself goes only to the worker that claims the attempt)")
+    limits: dict[str, JsonValue] = Field(
+        default_factory=dict, description="resolved run limits (seed 000)"
+    )
+    capabilities: list[str] = Field(
+        default_factory=list, description="the run's capability token (patterns)"
+    )
+    token_digest: str | None = Field(
+        None,
+        description="SHA-256 of the current attempt's result token (the token "
+        "itself goes only to the worker that claims the attempt)",
+    )
     admission: Literal["admitted", "waiting"] | None = Field(
-        None, description="intake's decision: admitted (a slot was free), or waiting in the admission queue")
+        None,
+        description="intake's decision: admitted (a slot was free), or waiting in the admission queue",
+    )

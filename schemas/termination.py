@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
-
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, SerializerFunctionWrapHandler, StringConstraints, model_serializer
 
 from schemas._base import Id, Record, ShortText, Timestamp
 
-__all__ = ["SUGGESTED_ACTIONS", "TERMINATION_REASONS", "SuggestedAction", "TerminationReason", "TerminationRecord"]
+__all__ = [
+    "SUGGESTED_ACTIONS",
+    "TERMINATION_REASONS",
+    "SuggestedAction",
+    "TerminationReason",
+    "TerminationRecord",
+]
 
 TerminationReason = Literal[
     "success",
@@ -48,7 +52,9 @@ class TerminationRecord(Record):
     logged_by: Id = "mother"
     final_artifacts: list[Id] = Field(default_factory=list, max_length=10_000)
     timestamp_ms: int | None = Field(
-        None, ge=0, description="timestamp as epoch milliseconds, for numeric range queries (idx:termination)"
+        None,
+        ge=0,
+        description="timestamp as epoch milliseconds, for numeric range queries (idx:termination)",
     )
 
     @model_serializer(mode="wrap")

@@ -38,9 +38,12 @@ NOW = "2026-11-22T00:00:00.000Z"
 def corpus(chunks: int, tokens: int) -> list[str]:
     from pydoc_data.topics import topics
 
-    paragraphs = [p.strip() for t in topics.values() for p in t.split("\n\n") if len(p.strip()) > 40]
+    paragraphs = [
+        p.strip() for t in topics.values() for p in t.split("\n\n") if len(p.strip()) > 40
+    ]
     rng = random.Random(7)
-    size = tokens * 3 // chunks  # bytes per chunk: the raw estimate counts 3 bytes a token
+    # bytes per chunk: the raw estimate counts 3 bytes a token
+    size = tokens * 3 // chunks
     out = []
     for _ in range(chunks):
         text = ""
@@ -55,8 +58,14 @@ def train_tokenizer(texts: list[str], path: Path) -> None:
 
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=16_000, special_tokens=["[UNK]"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=16_000,
+            special_tokens=["[UNK]"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     tok.save(str(path))
 
 
@@ -78,17 +87,31 @@ def main() -> int:
     texts = corpus(args.chunks, args.tokens)
     mb = sum(len(t) for t in texts) / 1e6
     third = len(texts) // 3
-    spec = RunSpec(user_id="bench", task="How do the with statement and context managers handle exceptions?",
-                   pipeline=[{"name": "research", "role": "researcher", "model": "local"}],
-                   context={"retrieval_hits": texts[:third], "session_summaries": texts[third:2 * third],
-                            "project_knowledge": texts[2 * third:]})
-    with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, \
-            EmbeddedRedis(dir=Path(tmp) / "redis", appendfsync="no") as server:
+    spec = RunSpec(
+        user_id="bench",
+        task="How do the with statement and context managers handle exceptions?",
+        pipeline=[{"name": "research", "role": "researcher", "model": "local"}],
+        context={
+            "retrieval_hits": texts[:third],
+            "session_summaries": texts[third : 2 * third],
+            "project_knowledge": texts[2 * third :],
+        },
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp,
+        EmbeddedRedis(dir=Path(tmp) / "redis", appendfsync="no") as server,
+    ):
         tok_path = Path(tmp) / "tokenizer.json"
         train_tokenizer(texts[:50], tok_path)
-        window = {"max_tokens": 128_000, "reserved_for_system": 3_000, "reserved_for_output": 15_000}
+        window = {
+            "max_tokens": 128_000,
+            "reserved_for_system": 3_000,
+            "reserved_for_output": 15_000,
+        }
         estimate = Settings(models={"local": ModelConfig(provider="scripted", **window)})
-        tokenizer = Settings(models={"local": ModelConfig(provider="scripted", tokenizer=tok_path, **window)})
+        tokenizer = Settings(
+            models={"local": ModelConfig(provider="scripted", tokenizer=tok_path, **window)}
+        )
 
         client = redis.Redis.from_url(server.url)
         pipe = client.pipeline(transaction=False)
@@ -107,11 +130,17 @@ def main() -> int:
         t_est_count, est_counts = timed(args.repeat, lambda: EstimateCounter().count_many(texts))
         real = TokenizerCounter(tok_path)
         t_tok_count, tok_counts = timed(args.repeat, lambda: real.count_many(texts))
-        t_est_comp, comp_est = timed(args.repeat, lambda: compose(estimate, "run-bench", spec, 0, [], now_iso=NOW))
-        t_tok_comp, comp_tok = timed(args.repeat, lambda: compose(tokenizer, "run-bench", spec, 0, [], now_iso=NOW))
+        t_est_comp, comp_est = timed(
+            args.repeat, lambda: compose(estimate, "run-bench", spec, 0, [], now_iso=NOW)
+        )
+        t_tok_comp, comp_tok = timed(
+            args.repeat, lambda: compose(tokenizer, "run-bench", spec, 0, [], now_iso=NOW)
+        )
 
-    print(f"material: {len(texts)} chunks, {mb:.2f} MB, {sum(est_counts):,} tokens by the estimate, "
-          f"{sum(tok_counts):,} by the BPE tokenizer; window 128,000 (110,000 available); median of {args.repeat}")
+    print(
+        f"material: {len(texts)} chunks, {mb:.2f} MB, {sum(est_counts):,} tokens by the estimate, "
+        f"{sum(tok_counts):,} by the BPE tokenizer; window 128,000 (110,000 available); median of {args.repeat}"
+    )
     rows = [
         ("baseline: read the bytes from Redis (500 GETs, 1 pipeline)", t_redis, ""),
         ("count tokens: estimate", t_est_count, ""),
@@ -121,7 +150,9 @@ def main() -> int:
     ]
     print(f"{'':58} {'ms':>9} {'MB/s':>9} {'x Redis read':>13}")
     for name, seconds, note in rows:
-        print(f"{name:58} {seconds * 1000:9.1f} {mb / seconds:9.1f} {seconds / t_redis:13.2f}  {note}")
+        print(
+            f"{name:58} {seconds * 1000:9.1f} {mb / seconds:9.1f} {seconds / t_redis:13.2f}  {note}"
+        )
     return 0
 
 

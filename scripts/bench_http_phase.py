@@ -25,14 +25,17 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mother import keys  # noqa: E402
-from mother.client import MotherClient  # noqa: E402
-from mother.config import load_settings  # noqa: E402
-from scripts.bench_pipeline import UNLIMITED, pct, phase_marks  # noqa: E402
-from tests.chat_server import ChatServer  # noqa: E402
-from tests.conftest import start_pipeline, stop_pipeline  # noqa: E402
+import itertools
 
-WARM = 2  # runs of each kind left out
+from mother import keys
+from mother.client import MotherClient
+from mother.config import load_settings
+from scripts.bench_pipeline import UNLIMITED, pct, phase_marks
+from tests.chat_server import ChatServer
+from tests.conftest import start_pipeline, stop_pipeline
+
+# runs of each kind left out
+WARM = 2
 
 
 def main() -> int:
@@ -44,33 +47,57 @@ def main() -> int:
     os.environ.update(UNLIMITED)
     reply = {"text": "ok", "usage": {"prompt_tokens": 10, "completion_tokens": 1}}
     phases: dict[str, list[float]] = {"scripted": [], "http": []}
-    with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, ChatServer([reply] * (3 * args.runs)) as chat:
-        models = {"scripted": {"provider": "scripted"}, "local-llm": {"provider": "openai", "base_url": chat.url}}
-        p = start_pipeline(Path(tmp), workers=1, env={"MOTHER_MODELS": json.dumps(models), "MOTHER_LOG_LEVEL": "WARNING",
-                                                       **UNLIMITED})
+    with (
+        tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp,
+        ChatServer([reply] * (3 * args.runs)) as chat,
+    ):
+        models = {
+            "scripted": {"provider": "scripted"},
+            "local-llm": {"provider": "openai", "base_url": chat.url},
+        }
+        p = start_pipeline(
+            Path(tmp),
+            workers=1,
+            env={"MOTHER_MODELS": json.dumps(models), "MOTHER_LOG_LEVEL": "WARNING", **UNLIMITED},
+        )
         try:
             client = MotherClient(settings=load_settings(redis_url=p.url, models=models))
             for i in range(args.runs):
                 for kind, model in (("scripted", "scripted"), ("http", "local-llm")):
-                    spec = {"user_id": "bench", "task": "no-op", "scripts": {"noop": [{"text": "ok"}]},
-                            "pipeline": [{"name": n, "role": "noop", "model": model} for n in ("plan", "execute", "review")]}
+                    spec = {
+                        "user_id": "bench",
+                        "task": "no-op",
+                        "scripts": {"noop": [{"text": "ok"}]},
+                        "pipeline": [
+                            {"name": n, "role": "noop", "model": model}
+                            for n in ("plan", "execute", "review")
+                        ],
+                    }
                     run_id = client.submit(spec)
                     envelope = client.wait(run_id, timeout=120)
                     if envelope.termination.reason != "success":
-                        raise SystemExit(f"benchmark run {run_id} ended {envelope.termination.reason}: "
-                                         f"{envelope.termination.details}")
+                        raise SystemExit(
+                            f"benchmark run {run_id} ended {envelope.termination.reason}: "
+                            f"{envelope.termination.details}"
+                        )
                     if i >= WARM:
-                        history = orjson.loads(p.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.history"))[0]
+                        history = orjson.loads(
+                            p.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.history")
+                        )[0]
                         marks = phase_marks(history)
-                        phases[kind] += [b - a for a, b in zip(marks, marks[1:])]
+                        phases[kind] += [b - a for a, b in itertools.pairwise(marks)]
         finally:
             stop_pipeline(p)
     print(f"runs={args.runs} of each kind (first {WARM} left out), one at a time, 1 worker")
     print(f"{'':<16}{'phase p50 ms':>14}{'phase p99 ms':>14}")
     for kind, label in (("scripted", "scripted model"), ("http", "HTTP model")):
-        print(f"{label:<16}{statistics.median(phases[kind]):>14.1f}{pct(phases[kind], 0.99):>14.1f}")
-    print(f"the HTTP model adds {statistics.median(phases['http']) - statistics.median(phases['scripted']):.1f} ms per phase "
-          "(the server answers at once: this is the SDK's cost in a work-horse)")
+        print(
+            f"{label:<16}{statistics.median(phases[kind]):>14.1f}{pct(phases[kind], 0.99):>14.1f}"
+        )
+    print(
+        f"the HTTP model adds {statistics.median(phases['http']) - statistics.median(phases['scripted']):.1f} ms per phase "
+        "(the server answers at once: this is the SDK's cost in a work-horse)"
+    )
     return 0
 
 

@@ -50,21 +50,41 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--procs", type=int, default=8)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, EmbeddedRedis(dir=Path(tmp), appendfsync="no") as server:
-        BudgetLedger(redis.Redis.from_url(server.url, decode_responses=True)).register("parent", "1000000")
+    with (
+        tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp,
+        EmbeddedRedis(dir=Path(tmp), appendfsync="no") as server,
+    ):
+        BudgetLedger(redis.Redis.from_url(server.url, decode_responses=True)).register(
+            "parent", "1000000"
+        )
         results = {}
         for kind in ("ping", "ledger"):
             with ProcessPoolExecutor(args.procs) as pool:
-                runs = list(pool.map(_loop, [server.url] * args.procs, [kind] * args.procs, [args.seconds] * args.procs))
+                runs = list(
+                    pool.map(
+                        _loop,
+                        [server.url] * args.procs,
+                        [kind] * args.procs,
+                        [args.seconds] * args.procs,
+                    )
+                )
             lat = sorted(x for r in runs for x in r)
-            results[kind] = (len(lat) / args.seconds, statistics.median(lat) * 1e6, lat[int(0.99 * (len(lat) - 1))] * 1e6)
+            results[kind] = (
+                len(lat) / args.seconds,
+                statistics.median(lat) * 1e6,
+                lat[int(0.99 * (len(lat) - 1))] * 1e6,
+            )
             ops, p50, p99 = results[kind]
             label = "PING" if kind == "ping" else "reserve+settle cycle (6 round trips)"
-            print(f"{label:<40} procs={args.procs} {ops:>9.0f}/s   p50 {p50:>8.1f} µs   p99 {p99:>8.1f} µs")
+            print(
+                f"{label:<40} procs={args.procs} {ops:>9.0f}/s   p50 {p50:>8.1f} µs   p99 {p99:>8.1f} µs"
+            )
         cycles = results["ledger"][0]
         # a cycle: reserve (1), report_actual (1), cascade_spend (lineage read + 1), release (node read + 1)
-        print(f"round trips/s in cycles: {cycles * 6:.0f} = {cycles * 6 / results['ping'][0]:.2f}x PING's; "
-              f"cycles/s = {cycles / results['ping'][0]:.3f}x PING/s")
+        print(
+            f"round trips/s in cycles: {cycles * 6:.0f} = {cycles * 6 / results['ping'][0]:.2f}x PING's; "
+            f"cycles/s = {cycles / results['ping'][0]:.3f}x PING/s"
+        )
     return 0
 
 

@@ -59,9 +59,15 @@ from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 from schemas import ms_from_iso
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: the project's root is importable
-from scripts.bench import FLOOR_STREAM, HOPS_STREAM, floor, worker_env  # noqa: E402
-from scripts.bench.noop import chain_job_id, hop_job_id, relay_command  # noqa: E402
+sys.path.insert(
+    0,
+    str(Path(__file__).resolve().parents[1]),
+    # run as a file: the project's root is importable
+)
+import itertools
+
+from scripts.bench import FLOOR_STREAM, HOPS_STREAM, floor, worker_env
+from scripts.bench.noop import chain_job_id, hop_job_id, relay_command
 
 
 def pct(values: list[float], q: float) -> float:
@@ -78,14 +84,19 @@ def cpu_seconds(pid: int, children: bool = False) -> tuple[float, float, int]:
     return int(fields[first]) / tick, int(fields[first + 1]) / tick, int(fields[faults])
 
 
-def cpu_snapshot(server: EmbeddedRedis, stack: LocalStack, dispatchers: dict[str, int]) -> dict[str, tuple[float, float, int]]:
+def cpu_snapshot(
+    server: EmbeddedRedis, stack: LocalStack, dispatchers: dict[str, int]
+) -> dict[str, tuple[float, float, int]]:
     """CPU (user s, system s, minor faults) so far of every process taking part, by role (``dispatchers``:
     role -> pid)."""
     workers = [p.pid for n, p in stack.procs.items() if n.startswith("worker-")]
-    return {"Redis server": cpu_seconds(server.pid), **{role: cpu_seconds(pid) for role, pid in dispatchers.items()},
-            "workers (own)": _sum(cpu_seconds(pid) for pid in workers),
-            "work-horses": _sum(cpu_seconds(pid, children=True) for pid in workers),
-            "this script (watching)": cpu_seconds(os.getpid())}
+    return {
+        "Redis server": cpu_seconds(server.pid),
+        **{role: cpu_seconds(pid) for role, pid in dispatchers.items()},
+        "workers (own)": _sum(cpu_seconds(pid) for pid in workers),
+        "work-horses": _sum(cpu_seconds(pid, children=True) for pid in workers),
+        "this script (watching)": cpu_seconds(os.getpid()),
+    }
 
 
 def _sum(stats: Iterable[tuple[float, float, int]]) -> tuple[float, float, int]:
@@ -95,17 +106,28 @@ def _sum(stats: Iterable[tuple[float, float, int]]) -> tuple[float, float, int]:
 
 def _wait(what: str, deadline: float) -> None:
     if time.monotonic() > deadline:
-        raise SystemExit(f"benchmark gave up: {what} did not finish in time (see the logs printed above)")
+        raise SystemExit(
+            f"benchmark gave up: {what} did not finish in time (see the logs printed above)"
+        )
 
 
 # a chain's job function and job ids: plain RQ (each job enqueues the next), relayed (the bare hop) or the floor
-CHAIN_JOBS = {"baseline": ("scripts.bench.noop.chain", chain_job_id), "relay": ("scripts.bench.noop.hop", hop_job_id),
-              "floor": (floor.JOB, floor.floor_job_id)}
+CHAIN_JOBS = {
+    "baseline": ("scripts.bench.noop.chain", chain_job_id),
+    "relay": ("scripts.bench.noop.hop", hop_job_id),
+    "floor": (floor.JOB, floor.floor_job_id),
+}
 FINISHED = JobStatus.FINISHED.value.encode()
 
 
-def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
-             with_latencies: bool = True, kind: str = "baseline") -> tuple[float, list[float]]:
+def baseline(
+    url: str,
+    runs: int,
+    first: int = 0,
+    poll: float = 0.05,
+    with_latencies: bool = True,
+    kind: str = "baseline",
+) -> tuple[float, list[float]]:
     """N chains of 3 no-op jobs: each job enqueues the next (plain RQ), or reports to the relay, which
     enqueues it (``relay``: the bare hop through a central process), or to the floor's dispatcher (``floor``:
     each run made as Mother's intake makes it, and done when its termination record is written)."""
@@ -120,8 +142,13 @@ def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
     ask, done = (lambda pipe, key: pipe.hget(key, "status")), FINISHED
     failed_before = queue.failed_job_registry.count
     started = time.perf_counter()
-    if kind == "floor":  # its runs made as Mother's intake makes them
-        pipe, now_ms, settings = conn.pipeline(transaction=False), server_now_ms(conn), load_settings(redis_url=url)
+    # its runs made as Mother's intake makes them
+    if kind == "floor":
+        pipe, now_ms, settings = (
+            conn.pipeline(transaction=False),
+            server_now_ms(conn),
+            load_settings(redis_url=url),
+        )
         for i in chains:
             floor.open_run(pipe, settings, i, now_ms)
         pipe.execute()
@@ -138,17 +165,27 @@ def baseline(url: str, runs: int, first: int = 0, poll: float = 0.05,
             ask(pipe, key)
         pipe.zcard(queue.failed_job_registry.key)
         *got, failed = pipe.execute()
-        if failed > failed_before:  # a chain that lost a job never ends: say why now, not at the deadline
-            raise SystemExit(f"benchmark gave up: a {LABELS[kind]} job failed: {_newest_failure(queue)}")
-        pending -= {key for key, status in zip(list(pending), got) if status == done}
+        if (
+            failed > failed_before
+            # a chain that lost a job never ends: say why now, not at the deadline
+        ):
+            raise SystemExit(
+                f"benchmark gave up: a {LABELS[kind]} job failed: {_newest_failure(queue)}"
+            )
+        pending -= {key for key, status in zip(list(pending), got, strict=False) if status == done}
         if pending:
             time.sleep(poll)
     elapsed = time.perf_counter() - started
     if not with_latencies:
         return elapsed, []
-    time.sleep(0.5)  # RQ may mark a job finished a moment before it stores ended_at
+    # RQ may mark a job finished a moment before it stores ended_at
+    time.sleep(0.5)
     jobs = Job.fetch_many(ids, connection=conn, serializer=JSONSerializer)
-    latencies = [(j.ended_at - j.enqueued_at).total_seconds() * 1000 for j in jobs if j.ended_at and j.enqueued_at]
+    latencies = [
+        (j.ended_at - j.enqueued_at).total_seconds() * 1000
+        for j in jobs
+        if j.ended_at and j.enqueued_at
+    ]
     return elapsed, latencies
 
 
@@ -162,10 +199,17 @@ def _newest_failure(queue: Queue) -> str:
     return f"{job.id} ({job.func_name}): {error}"
 
 
-def through_mother(client: MotherClient, runs: int, poll: float = 0.05) -> tuple[float, list[float], list[str]]:
-    spec = {"user_id": "bench", "task": "no-op", "pipeline": [
-        {"name": n, "role": "noop", "model": "scripted"} for n in ("plan", "execute", "review")],
-        "scripts": {"noop": [{"text": "ok"}]}}
+def through_mother(
+    client: MotherClient, runs: int, poll: float = 0.05
+) -> tuple[float, list[float], list[str]]:
+    spec = {
+        "user_id": "bench",
+        "task": "no-op",
+        "pipeline": [
+            {"name": n, "role": "noop", "model": "scripted"} for n in ("plan", "execute", "review")
+        ],
+        "scripts": {"noop": [{"text": "ok"}]},
+    }
     started = time.perf_counter()
     ids = [client.submit(spec) for _ in range(runs)]
     pending = set(ids)
@@ -175,15 +219,19 @@ def through_mother(client: MotherClient, runs: int, poll: float = 0.05) -> tuple
         pipe = client.redis.pipeline(transaction=False)
         for run_id in pending:
             pipe.exists(keys.termination_key(run_id))
-        done = {run_id for run_id, ok in zip(list(pending), pipe.execute()) if ok}
+        done = {run_id for run_id, ok in zip(list(pending), pipe.execute(), strict=False) if ok}
         pending -= done
         if pending:
             time.sleep(poll)
     elapsed = time.perf_counter() - started
     latencies = []
     for run_id in ids:
-        marks = phase_marks(orjson.loads(client.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.history"))[0])
-        latencies += [b - a for a, b in zip(marks, marks[1:])]
+        marks = phase_marks(
+            orjson.loads(
+                client.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.history")
+            )[0]
+        )
+        latencies += [b - a for a, b in itertools.pairwise(marks)]
     return elapsed, latencies, ids
 
 
@@ -202,7 +250,9 @@ def ping_p50_ms(url: str, count: int = 2000) -> float:
 
 def phase_marks(history: list[dict[str, str]]) -> list[float]:
     """A run's phase_started and phase_completed times in ms (server time), in order."""
-    return [ms_from_iso(h["at"]) for h in history if h["event"] in ("phase_started", "phase_completed")]
+    return [
+        ms_from_iso(h["at"]) for h in history if h["event"] in ("phase_started", "phase_completed")
+    ]
 
 
 def mother_steps(client: MotherClient, run_id: str) -> tuple[float, list[float], float]:
@@ -212,17 +262,24 @@ def mother_steps(client: MotherClient, run_id: str) -> tuple[float, list[float],
     run = orjson.loads(client.redis.execute_command("JSON.GET", keys.run_key(run_id)))
     marks = phase_marks(run["history"])
     submitted = int(run["entry_id"].split("-")[0])
-    return marks[0] - submitted, [b - a for a, b in zip(marks, marks[1:])], ms_from_iso(run["terminated_at"]) - marks[-1]
+    return (
+        marks[0] - submitted,
+        [b - a for a, b in itertools.pairwise(marks)],
+        ms_from_iso(run["terminated_at"]) - marks[-1],
+    )
 
 
 def chain_steps(url: str, chain: int, kind: str = "baseline") -> list[float]:
     """A chain's steps in ms: the first job's enqueue → its end, then each end → the next end (a plain-RQ
     job enqueues the next before it ends; a relayed one reports to the relay, which enqueues it)."""
     job_id = CHAIN_JOBS[kind][1]
-    jobs = Job.fetch_many([job_id(chain, step) for step in range(3)], connection=redis.Redis.from_url(url),
-                          serializer=JSONSerializer)
+    jobs = Job.fetch_many(
+        [job_id(chain, step) for step in range(3)],
+        connection=redis.Redis.from_url(url),
+        serializer=JSONSerializer,
+    )
     ends = [jobs[0].enqueued_at] + [j.ended_at for j in jobs]
-    return [(b - a).total_seconds() * 1000 for a, b in zip(ends, ends[1:])]
+    return [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(ends)]
 
 
 # The benchmark measures throughput, not policy: lift the budget's defaults far out of the way.
@@ -234,9 +291,22 @@ UNLIMITED = {
 }
 
 
-USER, SYSTEM, CPU, FAULTS = slice(0, 1), slice(1, 2), slice(0, 2), slice(2, 3)  # of a role's [user s, system s, faults]
-KINDS = ("baseline", "relay", "floor", "mother")  # plain RQ chains, the bare hop through a relay, the floor, Mother
-SERIAL_KINDS = ("baseline", "relay", "mother")  # one run at a time
+USER, SYSTEM, CPU, FAULTS = (
+    slice(0, 1),
+    slice(1, 2),
+    slice(0, 2),
+    slice(2, 3),
+    # of a role's [user s, system s, faults]
+)
+KINDS = (
+    "baseline",
+    "relay",
+    "floor",
+    "mother",
+    # plain RQ chains, the bare hop through a relay, the floor, Mother
+)
+# one run at a time
+SERIAL_KINDS = ("baseline", "relay", "mother")
 LABELS = {"baseline": "plain RQ", "relay": "bare hop", "floor": "floor", "mother": "Mother"}
 
 
@@ -256,9 +326,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds the runs are split into")
-    parser.add_argument("--serial", type=int, default=30,
-                        help="then this many runs one at a time, alternating with single plain-RQ chains (0: skip)")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="alternating rounds the runs are split into"
+    )
+    parser.add_argument(
+        "--serial",
+        type=int,
+        default=30,
+        help="then this many runs one at a time, alternating with single plain-RQ chains (0: skip)",
+    )
     args = parser.parse_args()
     if args.runs < args.rounds or args.rounds < 1:
         parser.error("--runs must be at least --rounds, and --rounds at least 1")
@@ -266,20 +342,44 @@ def main() -> int:
     per_round = args.runs // args.rounds
     runs = per_round * args.rounds
     secs = dict.fromkeys(KINDS, 0.0)
-    cpu: dict[str, dict[str, list[float]]] = {kind: {} for kind in KINDS}  # role: [user s, system s, faults]
+    cpu: dict[str, dict[str, list[float]]] = {
+        kind: {}
+        for kind in KINDS
+        # role: [user s, system s, faults]
+    }
     lat: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    rounds: dict[str, list[float]] = {"relay": [], "floor": [], "mother": []}  # ms added per phase over plain RQ, per round
-    with tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp, EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no") as server:
-        stack = LocalStack(server.url, workers=args.workers, mothers=0, log_dir=Path(tmp) / "logs",
-                           env={"MOTHER_LOG_LEVEL": "WARNING", "MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws"),
-                                **UNLIMITED, **worker_env()})
+    rounds: dict[str, list[float]] = {
+        "relay": [],
+        "floor": [],
+        "mother": [],
+        # ms added per phase over plain RQ, per round
+    }
+    with (
+        tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp,
+        EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no") as server,
+    ):
+        stack = LocalStack(
+            server.url,
+            workers=args.workers,
+            mothers=0,
+            log_dir=Path(tmp) / "logs",
+            env={
+                "MOTHER_LOG_LEVEL": "WARNING",
+                "MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws"),
+                **UNLIMITED,
+                **worker_env(),
+            },
+        )
         with stack:
             mother = stack.spawn("mother-0", "run")
             relay = subprocess.Popen(relay_command(server.url), env={**os.environ, **worker_env()})
-            floor_relay = subprocess.Popen(floor.relay_command(server.url), env={**os.environ, **worker_env()})
+            floor_relay = subprocess.Popen(
+                floor.relay_command(server.url), env={**os.environ, **worker_env()}
+            )
             roles = {"Mother": mother.pid, "relay": relay.pid, "floor dispatcher": floor_relay.pid}
             try:
-                time.sleep(2.0)  # workers and Mother up
+                # workers and Mother up
+                time.sleep(2.0)
                 # the relays' imports done (each makes its consumer group after them): else what is left of
                 # them would be charged to their first turn
                 conn, deadline = redis.Redis.from_url(server.url), time.monotonic() + 60
@@ -287,7 +387,12 @@ def main() -> int:
                     _wait("the relays' start (their consumer groups)", deadline)
                     time.sleep(0.05)
                 client = MotherClient(settings=load_settings(redis_url=server.url))
-                dispatchers = {"baseline": [], "relay": [relay.pid], "floor": [floor_relay.pid], "mother": [mother.pid]}
+                dispatchers = {
+                    "baseline": [],
+                    "relay": [relay.pid],
+                    "floor": [floor_relay.pid],
+                    "mother": [mother.pid],
+                }
 
                 def others(kind: str) -> list[int]:
                     """The dispatchers that are not ``kind``'s: paused during its turn."""
@@ -296,14 +401,18 @@ def main() -> int:
                 for r in range(args.rounds):
                     took = {}
                     for kind in KINDS if r % 2 == 0 else KINDS[::-1]:
-                        print(f"round {r + 1}/{args.rounds}: {LABELS[kind]}, {per_round} runs on {args.workers} workers...",
-                              file=sys.stderr)
+                        print(
+                            f"round {r + 1}/{args.rounds}: {LABELS[kind]}, {per_round} runs on {args.workers} workers...",
+                            file=sys.stderr,
+                        )
                         before = cpu_snapshot(server, stack, roles)
                         with paused(others(kind)):
                             if kind == "mother":
                                 took[kind], got, _ = through_mother(client, per_round)
                             else:
-                                took[kind], got = baseline(server.url, per_round, first=r * per_round, kind=kind)
+                                took[kind], got = baseline(
+                                    server.url, per_round, first=r * per_round, kind=kind
+                                )
                         lat[kind] += got
                         for role, used in cpu_snapshot(server, stack, roles).items():
                             total = cpu[kind].setdefault(role, [0.0, 0.0, 0.0])
@@ -312,22 +421,42 @@ def main() -> int:
                     for kind in KINDS:
                         secs[kind] += took[kind]
                     for kind in rounds:
-                        rounds[kind].append((took[kind] - took["baseline"]) / (3 * per_round) * 1000)
+                        rounds[kind].append(
+                            (took[kind] - took["baseline"]) / (3 * per_round) * 1000
+                        )
                 serial: dict[str, list[float]] = {kind: [] for kind in SERIAL_KINDS}
-                steps: dict[str, list[float]] = {"baseline": [], "relay": [], "mother": [], "intake": [], "close": []}
+                steps: dict[str, list[float]] = {
+                    "baseline": [],
+                    "relay": [],
+                    "mother": [],
+                    "intake": [],
+                    "close": [],
+                }
                 serial_ids: list[str] = []
-                for i in range(args.serial):  # one run at a time: the latency Mother adds to a run nobody queues behind
+                for i in range(
+                    args.serial
+                    # one run at a time: the latency Mother adds to a run nobody queues behind
+                ):
                     for kind in ("baseline", "relay"):
                         with paused(others(kind)):
-                            serial[kind].append(baseline(server.url, 1, first=runs + i, poll=0.002, with_latencies=False,
-                                                         kind=kind)[0])
+                            serial[kind].append(
+                                baseline(
+                                    server.url,
+                                    1,
+                                    first=runs + i,
+                                    poll=0.002,
+                                    with_latencies=False,
+                                    kind=kind,
+                                )[0]
+                            )
                     with paused(others("mother")):
                         took_s, _, ids = through_mother(client, 1, poll=0.002)
                     serial["mother"].append(took_s)
                     serial_ids += ids
                 with paused(others("baseline")):
                     ping = ping_p50_ms(server.url)
-                time.sleep(0.5)  # RQ may mark a job finished a moment before it stores ended_at
+                # RQ may mark a job finished a moment before it stores ended_at
+                time.sleep(0.5)
                 for i in range(args.serial):
                     steps["baseline"] += chain_steps(server.url, runs + i)
                     steps["relay"] += chain_steps(server.url, runs + i, kind="relay")
@@ -340,22 +469,44 @@ def main() -> int:
                 for proc in (relay, floor_relay):
                     proc.kill()
                     proc.wait()
-    report(args, runs, secs, cpu, lat, rounds, ping, serial if args.serial else None, steps if args.serial else None)
+    report(
+        args,
+        runs,
+        secs,
+        cpu,
+        lat,
+        rounds,
+        ping,
+        serial if args.serial else None,
+        steps if args.serial else None,
+    )
     return 0
 
 
-def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dict[str, dict[str, list[float]]],
-           lat: dict[str, list[float]], rounds: dict[str, list[float]], ping: float,
-           serial: dict[str, list[float]] | None, steps: dict[str, list[float]] | None) -> None:
+def report(
+    args: argparse.Namespace,
+    runs: int,
+    secs: dict[str, float],
+    cpu: dict[str, dict[str, list[float]]],
+    lat: dict[str, list[float]],
+    rounds: dict[str, list[float]],
+    ping: float,
+    serial: dict[str, list[float]] | None,
+    steps: dict[str, list[float]] | None,
+) -> None:
     phases = 3 * runs
     print(f"runs={runs} phases={phases} workers={args.workers} rounds={args.rounds}")
     print(f"{'':<10}{'runs/s':>10}{'phases/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
     for kind in KINDS:
-        print(f"{LABELS[kind]:<10}{runs / secs[kind]:>10.1f}{phases / secs[kind]:>10.1f}"
-              f"{statistics.median(lat[kind]):>10.1f}{pct(lat[kind], 0.99):>10.1f}")
-    print(f"CPU per phase (ms)        {'plain RQ':>10}{'bare hop':>10}{'floor':>10}{'Mother':>10}{'hop added':>10}"
-          f"{'fl. added':>10}{'M. added':>10}")
-    roles = list(cpu["mother"]) + ["all"]
+        print(
+            f"{LABELS[kind]:<10}{runs / secs[kind]:>10.1f}{phases / secs[kind]:>10.1f}"
+            f"{statistics.median(lat[kind]):>10.1f}{pct(lat[kind], 0.99):>10.1f}"
+        )
+    print(
+        f"CPU per phase (ms)        {'plain RQ':>10}{'bare hop':>10}{'floor':>10}{'Mother':>10}{'hop added':>10}"
+        f"{'fl. added':>10}{'M. added':>10}"
+    )
+    roles = [*list(cpu["mother"]), "all"]
 
     def per_phase(kind: str, role: str, field: slice) -> float:
         """A role's (or all roles') user and/or system ms or faults per phase."""
@@ -364,36 +515,58 @@ def report(args: argparse.Namespace, runs: int, secs: dict[str, float], cpu: dic
 
     for role in roles:
         b, h, f, m = (per_phase(k, role, CPU) for k in KINDS)
-        print(f"  {role:<24}{b:>10.2f}{h:>10.2f}{f:>10.2f}{m:>10.2f}{h - b:>+10.2f}{f - b:>+10.2f}{m - b:>+10.2f}"
-              + (f"   (the machine has {os.cpu_count()} cores)" if role == "all" else ""))
-    print(f"Mother's added CPU per phase, split   {'user ms':>10}{'system ms':>10}{'faults':>10}   (system time and page "
-          "faults are what a VM makes dear)")
+        print(
+            f"  {role:<24}{b:>10.2f}{h:>10.2f}{f:>10.2f}{m:>10.2f}{h - b:>+10.2f}{f - b:>+10.2f}{m - b:>+10.2f}"
+            + (f"   (the machine has {os.cpu_count()} cores)" if role == "all" else "")
+        )
+    print(
+        f"Mother's added CPU per phase, split   {'user ms':>10}{'system ms':>10}{'faults':>10}   (system time and page "
+        "faults are what a VM makes dear)"
+    )
     for role in roles:
-        user, system, faults = (per_phase("mother", role, f) - per_phase("baseline", role, f) for f in (USER, SYSTEM, FAULTS))
+        user, system, faults = (
+            per_phase("mother", role, f) - per_phase("baseline", role, f)
+            for f in (USER, SYSTEM, FAULTS)
+        )
         print(f"  {role:<36}{user:>+10.2f}{system:>+10.2f}{faults:>+10.0f}")
     added = {kind: (secs[kind] - secs["baseline"]) / phases * 1000 for kind in rounds}
-    print(f"wall time added per phase over plain RQ: Mother {added['mother']:.2f} ms (ratio Mother/RQ wall time "
-          f"{secs['mother'] / secs['baseline']:.2f}x); per round: " + ", ".join(f"{x:.2f}" for x in rounds["mother"])
-          + f" ms (median {statistics.median(rounds['mother']):.2f})")
-    print(f"  of which the bare hop through a central process {added['relay']:.2f} ms (per round: "
-          + ", ".join(f"{x:.2f}" for x in rounds["relay"]) + f"), and Mother's own work {added['mother'] - added['relay']:.2f} ms")
-    print(f"the floor (the server calls the spec asks of a phase and its dispatch, with as little Python as can make them) "
-          f"adds {added['floor']:.2f} ms per phase (per round: " + ", ".join(f"{x:.2f}" for x in rounds["floor"])
-          + f"): Mother adds {added['mother'] - added['floor']:.2f} ms above it")
-    print(f"a bare Redis round trip here (PING p50, one client, dispatchers paused): {ping * 1000:.0f} µs, so Mother "
-          f"adds {added['mother'] / ping:.1f} round trips' worth per phase (the 2 ms target: {2 / ping:.1f})")
+    print(
+        f"wall time added per phase over plain RQ: Mother {added['mother']:.2f} ms (ratio Mother/RQ wall time "
+        f"{secs['mother'] / secs['baseline']:.2f}x); per round: "
+        + ", ".join(f"{x:.2f}" for x in rounds["mother"])
+        + f" ms (median {statistics.median(rounds['mother']):.2f})"
+    )
+    print(
+        f"  of which the bare hop through a central process {added['relay']:.2f} ms (per round: "
+        + ", ".join(f"{x:.2f}" for x in rounds["relay"])
+        + f"), and Mother's own work {added['mother'] - added['relay']:.2f} ms"
+    )
+    print(
+        f"the floor (the server calls the spec asks of a phase and its dispatch, with as little Python as can make them) "
+        f"adds {added['floor']:.2f} ms per phase (per round: "
+        + ", ".join(f"{x:.2f}" for x in rounds["floor"])
+        + f"): Mother adds {added['mother'] - added['floor']:.2f} ms above it"
+    )
+    print(
+        f"a bare Redis round trip here (PING p50, one client, dispatchers paused): {ping * 1000:.0f} µs, so Mother "
+        f"adds {added['mother'] / ping:.1f} round trips' worth per phase (the 2 ms target: {2 / ping:.1f})"
+    )
     if serial is None or steps is None:
         return
     b, h, m = (statistics.median(serial[k]) * 1000 for k in SERIAL_KINDS)
-    print(f"one run at a time ({args.serial} each, watched every 2 ms): plain RQ chain p50 {b:.1f} ms "
-          f"(p99 {pct(serial['baseline'], 0.99) * 1000:.1f}), bare-hop chain p50 {h:.1f} ms, Mother run p50 {m:.1f} ms "
-          f"(p99 {pct(serial['mother'], 0.99) * 1000:.1f}): Mother adds {(m - b) / 3:.2f} ms per phase to a run's latency "
-          f"(the bare hop {(h - b) / 3:.2f}; {(m - b) / 3 / ping:.1f} round trips' worth)")
+    print(
+        f"one run at a time ({args.serial} each, watched every 2 ms): plain RQ chain p50 {b:.1f} ms "
+        f"(p99 {pct(serial['baseline'], 0.99) * 1000:.1f}), bare-hop chain p50 {h:.1f} ms, Mother run p50 {m:.1f} ms "
+        f"(p99 {pct(serial['mother'], 0.99) * 1000:.1f}): Mother adds {(m - b) / 3:.2f} ms per phase to a run's latency "
+        f"(the bare hop {(h - b) / 3:.2f}; {(m - b) / 3 / ping:.1f} round trips' worth)"
+    )
     med = {k: statistics.median(v) for k, v in steps.items()}
-    print(f"  of which, per run (p50): intake {med['intake']:.2f} ms (submission entry -> first phase dispatched), "
-          f"close {med['close']:.2f} ms (last result -> termination record); per phase (p50): plain RQ step "
-          f"{med['baseline']:.2f} ms, bare-hop step {med['relay']:.2f} ms, Mother phase {med['mother']:.2f} ms "
-          f"(dispatched -> result accepted and next dispatched): {med['mother'] - med['baseline']:.2f} ms added between phases")
+    print(
+        f"  of which, per run (p50): intake {med['intake']:.2f} ms (submission entry -> first phase dispatched), "
+        f"close {med['close']:.2f} ms (last result -> termination record); per phase (p50): plain RQ step "
+        f"{med['baseline']:.2f} ms, bare-hop step {med['relay']:.2f} ms, Mother phase {med['mother']:.2f} ms "
+        f"(dispatched -> result accepted and next dispatched): {med['mother'] - med['baseline']:.2f} ms added between phases"
+    )
 
 
 if __name__ == "__main__":

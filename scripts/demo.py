@@ -33,11 +33,18 @@ EXPECTED = {
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="mother-demo-") as tmp, EmbeddedRedis(dir=Path(tmp) / "redis") as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="mother-demo-") as tmp,
+        EmbeddedRedis(dir=Path(tmp) / "redis") as server,
+    ):
         console.print(f"embedded Redis at {server.url}")
-        with LocalStack(server.url, workers=2, log_dir=Path(tmp) / "logs",
-                        env={"MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "workspaces"),
-                             **DEV_ENV}) as stack:  # the examples inject faults on purpose
+        with LocalStack(
+            server.url,
+            workers=2,
+            log_dir=Path(tmp) / "logs",
+            env={"MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "workspaces"), **DEV_ENV},
+            # the examples inject faults on purpose
+        ) as stack:
             console.print("started Mother and 2 workers")
             client = MotherClient(settings=load_settings(redis_url=server.url))
             run_ids = {}
@@ -52,7 +59,10 @@ def main() -> int:
     wrong = {n: r for n, r in ended.items() if r != EXPECTED[n]}
     for name, reason in wrong.items():
         console.print(f"{name} ended {reason}, expected {EXPECTED[name]}", style="red")
-    console.print("everything stopped." if not wrong else "demo finished with unexpected outcomes", style="red" if wrong else None)
+    console.print(
+        "everything stopped." if not wrong else "demo finished with unexpected outcomes",
+        style="red" if wrong else None,
+    )
     return 1 if wrong else 0
 
 
@@ -66,10 +76,14 @@ def _show_context(client: MotherClient, run_id: str) -> None:
             continue
         for section in phase.manifest.sections:
             if section.summary_id:
-                console.print(f"context-summarized, phase {phase.phase}: {section.section} summarized "
-                              f"{section.source_tokens:,} → {section.tokens:,} tokens ({section.summary_id}) "
-                              f"to fit {phase.manifest.model}'s {phase.manifest.available_for_context:,}")
-    notes = [line for line in envelope.output.splitlines() if line.startswith("Note: Context included")]
+                console.print(
+                    f"context-summarized, phase {phase.phase}: {section.section} summarized "
+                    f"{section.source_tokens:,} → {section.tokens:,} tokens ({section.summary_id}) "
+                    f"to fit {phase.manifest.model}'s {phase.manifest.available_for_context:,}"
+                )
+    notes = [
+        line for line in envelope.output.splitlines() if line.startswith("Note: Context included")
+    ]
     for line in notes:
         console.print(f"  output: {line}")
 
@@ -81,14 +95,17 @@ def _cancel_when_running(client: MotherClient, run_id: str) -> None:
             if client.status(run_id).status == "running":
                 break
         except NotFound:
-            pass  # Mother has not taken it in yet
+            # Mother has not taken it in yet
+            pass
         time.sleep(0.1)
     time.sleep(0.5)
     client.cancel(run_id, actor="demo", reason="the demo cancels this run while it runs")
     console.print(f"cancelled {run_id}")
 
 
-def _wait_all(client: MotherClient, stack: LocalStack, run_ids: dict[str, str], timeout: float = 120) -> dict[str, str]:
+def _wait_all(
+    client: MotherClient, stack: LocalStack, run_ids: dict[str, str], timeout: float = 120
+) -> dict[str, str]:
     ended: dict[str, str] = {}
     deadline = time.monotonic() + timeout
     with console.status("waiting for runs to end...") as status:
@@ -96,7 +113,11 @@ def _wait_all(client: MotherClient, stack: LocalStack, run_ids: dict[str, str], 
             for exited in stack.respawn_dead():
                 if exited.gave_up:
                     raise SystemExit(f"{exited}: see {exited.log}")
-                because = " (as the worker-killed example asks)" if exited.name.startswith("worker-") else ""
+                because = (
+                    " (as the worker-killed example asks)"
+                    if exited.name.startswith("worker-")
+                    else ""
+                )
                 console.print(f"{exited}{because}")
             for name, run_id in run_ids.items():
                 if name in ended:

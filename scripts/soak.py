@@ -41,14 +41,26 @@ SHORT = {
     "MOTHER_BUDGET__RATE_LIMIT__MESSAGES": "1000000",
     "MOTHER_LOG_LEVEL": "WARNING",
 }
-BOUNDED = (keys.SUBMISSIONS_STREAM, keys.EVENTS_STREAM, keys.COMMANDS_STREAM, keys.ACTIVITY_STREAM,
-           keys.DEAD_LETTER_STREAM, keys.REJECTIONS_INDEX, keys.REJECTIONS_BY_RUN, keys.ADMISSION_WAITING)
+BOUNDED = (
+    keys.SUBMISSIONS_STREAM,
+    keys.EVENTS_STREAM,
+    keys.COMMANDS_STREAM,
+    keys.ACTIVITY_STREAM,
+    keys.DEAD_LETTER_STREAM,
+    keys.REJECTIONS_INDEX,
+    keys.REJECTIONS_BY_RUN,
+    keys.ADMISSION_WAITING,
+)
 
 
 def _spec(i: int) -> dict:
-    return {"run_id": f"soak-{i}", "user_id": f"user-{i % 20}", "task": "say hi",
-            "pipeline": [{"name": "only", "role": "writer", "model": "scripted"}],
-            "scripts": {"writer": [{"text": "hi"}]}}
+    return {
+        "run_id": f"soak-{i}",
+        "user_id": f"user-{i % 20}",
+        "task": "say hi",
+        "pipeline": [{"name": "only", "role": "writer", "model": "scripted"}],
+        "scripts": {"writer": [{"text": "hi"}]},
+    }
 
 
 def _usage(conn: redis.Redis, key: str) -> int:
@@ -58,7 +70,9 @@ def _usage(conn: redis.Redis, key: str) -> int:
 def _sample(conn: redis.Redis, done: int, started: float) -> tuple[float, ...]:
     used = int(conn.info("memory")["used_memory"]) / 2**20
     bounded = sum(_usage(conn, k) for k in BOUNDED) / 2**10
-    rejections = sum(_usage(conn, k) for k in conn.scan_iter(match="rejection:*", count=1000)) / 2**10
+    rejections = (
+        sum(_usage(conn, k) for k in conn.scan_iter(match="rejection:*", count=1000)) / 2**10
+    )
     keys_now = conn.dbsize()
     return done, used, bounded + rejections, keys_now, time.monotonic() - started
 
@@ -71,40 +85,60 @@ def main() -> int:
     args = parser.parse_args()
     os.environ.update(SHORT)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="mother-soak-") as tmp, \
-            EmbeddedRedis(dir=Path(tmp) / "redis", appendfsync="no") as server:
-        with LocalStack(server.url, workers=args.workers, log_dir=Path(tmp) / "logs",
-                        env={"MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws")}):
-            client = MotherClient(settings=load_settings(redis_url=server.url))
-            conn = client.redis
-            started = time.monotonic()
-            rows.append(_sample(conn, 0, started))
-            submitted = 0
-            print(f"{'runs':>7} {'used MB':>9} {'bounded KB':>11} {'keys':>8} {'seconds':>8}", flush=True)
-            print("{:>7} {:>9.1f} {:>11.1f} {:>8} {:>8.1f}".format(*rows[0]), flush=True)
-            while submitted < args.runs:
-                try:
-                    if submitted % 10 == 9:  # a refused submission: a rejection record to expire
-                        conn.xadd(keys.SUBMISSIONS_STREAM, {"spec": f"not json {submitted}"})
-                    else:
-                        client.submit(_spec(submitted))
-                except QueueFull:
-                    time.sleep(0.05)
-                    continue
-                submitted += 1
-                if submitted % args.every == 0:
-                    _drain(client, submitted)
-                    rows.append(_sample(conn, submitted, started))
-                    print("{:>7} {:>9.1f} {:>11.1f} {:>8} {:>8.1f}".format(*rows[-1]), flush=True)
-            time.sleep(8)  # past the retentions, and a trim
-            rows.append(_sample(conn, submitted, started))
-            print("{:>7} {:>9.1f} {:>11.1f} {:>8} {:>8.1f}  (after the retentions passed)".format(*rows[-1]), flush=True)
-            per_run = _per_run(conn)
+    with (
+        tempfile.TemporaryDirectory(prefix="mother-soak-") as tmp,
+        EmbeddedRedis(dir=Path(tmp) / "redis", appendfsync="no") as server,
+        LocalStack(
+            server.url,
+            workers=args.workers,
+            log_dir=Path(tmp) / "logs",
+            env={"MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws")},
+        ),
+    ):
+        client = MotherClient(settings=load_settings(redis_url=server.url))
+        conn = client.redis
+        started = time.monotonic()
+        rows.append(_sample(conn, 0, started))
+        submitted = 0
+        print(
+            f"{'runs':>7} {'used MB':>9} {'bounded KB':>11} {'keys':>8} {'seconds':>8}",
+            flush=True,
+        )
+        print("{:>7} {:>9.1f} {:>11.1f} {:>8} {:>8.1f}".format(*rows[0]), flush=True)
+        while submitted < args.runs:
+            try:
+                # a refused submission: a rejection record to expire
+                if submitted % 10 == 9:
+                    conn.xadd(keys.SUBMISSIONS_STREAM, {"spec": f"not json {submitted}"})
+                else:
+                    client.submit(_spec(submitted))
+            except QueueFull:
+                time.sleep(0.05)
+                continue
+            submitted += 1
+            if submitted % args.every == 0:
+                _drain(client, submitted)
+                rows.append(_sample(conn, submitted, started))
+                print("{:>7} {:>9.1f} {:>11.1f} {:>8} {:>8.1f}".format(*rows[-1]), flush=True)
+        # past the retentions, and a trim
+        time.sleep(8)
+        rows.append(_sample(conn, submitted, started))
+        print(
+            "{:>7} {:>9.1f} {:>11.1f} {:>8} {:>8.1f}  (after the retentions passed)".format(
+                *rows[-1]
+            ),
+            flush=True,
+        )
+        per_run = _per_run(conn)
     first, last = rows[1], rows[-1]
-    print(f"\nbounded structures: {first[2]:.0f} KB after {first[0]} runs, {last[2]:.0f} KB after {last[0]} runs")
+    print(
+        f"\nbounded structures: {first[2]:.0f} KB after {first[0]} runs, {last[2]:.0f} KB after {last[0]} runs"
+    )
     print(f"per-run records (kept until the artifact-GC issue): {per_run:.1f} KB a run")
-    print(f"memory after {first[0]} runs {first[1]:.1f} MB, after {last[0]} {last[1]:.1f} MB: "
-          f"{(last[1] - first[1]) * 1024 / max(1, last[0] - first[0]):.2f} KB a run past the first {first[0]}")
+    print(
+        f"memory after {first[0]} runs {first[1]:.1f} MB, after {last[0]} {last[1]:.1f} MB: "
+        f"{(last[1] - first[1]) * 1024 / max(1, last[0] - first[0]):.2f} KB a run past the first {first[0]}"
+    )
     return 0
 
 
@@ -114,7 +148,11 @@ def _drain(client: MotherClient, submitted: int) -> None:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         envelope = client.result(f"soak-{last}")
-        if envelope is not None and envelope.termination is not None and not client.redis.zcard(keys.RUN_DEADLINES):
+        if (
+            envelope is not None
+            and envelope.termination is not None
+            and not client.redis.zcard(keys.RUN_DEADLINES)
+        ):
             return
         time.sleep(0.2)
     raise SystemExit(f"runs did not end within 600 s of the {submitted}th submission")
@@ -127,9 +165,17 @@ def _per_run(conn: redis.Redis) -> float:
         run_id = f"soak-{i}"
         run = conn.execute_command("JSON.GET", keys.run_key(run_id), "$.artifacts")
         artifacts = orjson.loads(run)[0] if run else []
-        names = [keys.run_key(run_id), keys.termination_key(run_id), keys.result_key(run_id), keys.run_budget_key(run_id),
-                 keys.run_limits_key(run_id), keys.context_key(run_id, 0), keys.ledger_key(run_id),
-                 *(keys.artifact_key(a) for a in artifacts), *(keys.artifact_meta_key(a) for a in artifacts)]
+        names = [
+            keys.run_key(run_id),
+            keys.termination_key(run_id),
+            keys.result_key(run_id),
+            keys.run_budget_key(run_id),
+            keys.run_limits_key(run_id),
+            keys.context_key(run_id, 0),
+            keys.ledger_key(run_id),
+            *(keys.artifact_key(a) for a in artifacts),
+            *(keys.artifact_meta_key(a) for a in artifacts),
+        ]
         total += sum(_usage(conn, name) for name in names)
     return total / 20 / 1024
 

@@ -24,38 +24,71 @@ class ChatServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                server.requests.append(
+                    {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+                )
                 if not self.path.endswith("/chat/completions") or not server.replies:
                     self._error(500, {}, "no reply scripted")
                     return
                 reply = server.replies.pop(0)
-                if reply.get("delay"):  # a slow server: the client may time out first
+                # a slow server: the client may time out first
+                if reply.get("delay"):
                     time.sleep(reply["delay"])
-                if "status" in reply:  # an error status (e.g. 503 with a retry-after header)
+                # an error status (e.g. 503 with a retry-after header)
+                if "status" in reply:
                     self._error(reply["status"], reply.get("headers", {}), "scripted error status")
                     return
-                if "body" in reply:  # a reply sent exactly as given (a server that gets the protocol wrong)
-                    self._send(reply["body"] if isinstance(reply["body"], bytes) else json.dumps(reply["body"]).encode())
+                if (
+                    "body" in reply
+                    # a reply sent exactly as given (a server that gets the protocol wrong)
+                ):
+                    self._send(
+                        reply["body"]
+                        if isinstance(reply["body"], bytes)
+                        else json.dumps(reply["body"]).encode()
+                    )
                     return
                 message: dict[str, Any] = {"role": "assistant", "content": reply.get("text")}
                 if reply.get("tool_calls"):
                     message["tool_calls"] = [
-                        {"id": f"call_{i}", "type": "function",
-                         "function": {"name": c["name"],  # arguments_text: sent as is (a model's broken JSON)
-                                      "arguments": c.get("arguments_text") or json.dumps(c["arguments"])}}
+                        {
+                            "id": f"call_{i}",
+                            "type": "function",
+                            "function": {
+                                "name": c[
+                                    "name"
+                                    # arguments_text: sent as is (a model's broken JSON)
+                                ],
+                                "arguments": c.get("arguments_text") or json.dumps(c["arguments"]),
+                            },
+                        }
                         for i, c in enumerate(reply["tool_calls"])
                     ]
                 usage = reply.get("usage", {"prompt_tokens": 10, "completion_tokens": 5})
                 data = {
-                    "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": message,
-                                 "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop"}],
+                    "id": "chatcmpl-test",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": message,
+                            "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop",
+                        }
+                    ],
                 }
-                if usage is not None:  # "usage": None: a server that reports none
+                # "usage": None: a server that reports none
+                if usage is not None:
                     counts = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
-                    data["usage"] = {**usage, "total_tokens": sum(counts) if all(type(c) is int for c in counts) else None}
+                    data["usage"] = {
+                        **usage,
+                        "total_tokens": sum(counts)
+                        if all(type(c) is int for c in counts)
+                        else None,
+                    }
                 self._send(json.dumps(data).encode())
 
             def _error(self, status: int, headers: dict[str, str], message: str) -> None:

@@ -55,10 +55,15 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 def cli_env(env: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> dict[str, str]:
     """This process's environment for a ``mother`` command: MOTHER_* (and ``drop``) left out, ``env`` added."""
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("MOTHER_") and k not in drop}, **(env or {})}
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MOTHER_") and k not in drop},
+        **(env or {}),
+    }
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run the installed ``mother`` command; MOTHER_* from the parent are dropped unless given."""
     base = cli_env(env)
     base.setdefault("COLUMNS", "200")
@@ -82,7 +87,8 @@ FAST_ENV = {
     "MOTHER_SERVICE__CLAIM_IDLE_SECONDS": "2",
     "MOTHER_SERVICE__MAX_DELIVERIES": "2",
     "MOTHER_WORKER__HEARTBEAT_INTERVAL_SECONDS": "0.5",
-    **DEV_ENV,  # the examples kill workers, hang and raise on purpose
+    # the examples kill workers, hang and raise on purpose
+    **DEV_ENV,
 }
 
 
@@ -102,11 +108,18 @@ class Pipeline:
         return self.client.wait(run_id, timeout)
 
 
-def start_pipeline(tmp: Path, *, mothers: int = 1, workers: int = 2, env: dict[str, str] | None = None) -> Pipeline:
+def start_pipeline(
+    tmp: Path, *, mothers: int = 1, workers: int = 2, env: dict[str, str] | None = None
+) -> Pipeline:
     server = EmbeddedRedis(dir=tmp / "redis", appendfsync="no").start()
     workspace = tmp / "workspaces"
-    stack = LocalStack(server.url, workers=workers, mothers=mothers, log_dir=tmp / "logs",
-                       env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(workspace), **(env or {})}).start()
+    stack = LocalStack(
+        server.url,
+        workers=workers,
+        mothers=mothers,
+        log_dir=tmp / "logs",
+        env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(workspace), **(env or {})},
+    ).start()
     return Pipeline(server, stack, workspace)
 
 

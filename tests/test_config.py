@@ -21,12 +21,18 @@ def test_defaults(clean_env: Path) -> None:
 
 def test_yaml_then_env_then_arguments(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """./mother.yaml is read; MOTHER_* beats it; explicit arguments beat both."""
-    (clean_env / "mother.yaml").write_text("redis_url: redis://10.0.0.1:6380/0\nserver:\n  port: 7000\nlog_level: DEBUG\n")
+    (clean_env / "mother.yaml").write_text(
+        "redis_url: redis://10.0.0.1:6380/0\nserver:\n  port: 7000\nlog_level: DEBUG\n"
+    )
     assert load_settings().server.port == 7000
     monkeypatch.setenv("MOTHER_SERVER__PORT", "7100")
     monkeypatch.setenv("MOTHER_REDIS_URL", "redis://127.0.0.1:7100/0")
     cfg = load_settings()
-    assert (cfg.server.port, cfg.redis_url, cfg.log_level) == (7100, "redis://127.0.0.1:7100/0", "DEBUG")
+    assert (cfg.server.port, cfg.redis_url, cfg.log_level) == (
+        7100,
+        "redis://127.0.0.1:7100/0",
+        "DEBUG",
+    )
     assert load_settings(log_level="ERROR").log_level == "ERROR"
 
 
@@ -43,8 +49,12 @@ def test_mother_config_names_the_file(clean_env: Path, monkeypatch: pytest.Monke
     with pytest.raises(ConfigError, match="a directory, not a file; fix the path or unset it"):
         load_settings()
     monkeypatch.delenv("MOTHER_CONFIG")
-    (clean_env / "mother.yaml").mkdir()  # was skipped without a word: the defaults ran instead
-    with pytest.raises(ConfigError, match=r"^\./mother.yaml is not a file; remove it, or name the config with MOTHER_CONFIG$"):
+    # was skipped without a word: the defaults ran instead
+    (clean_env / "mother.yaml").mkdir()
+    with pytest.raises(
+        ConfigError,
+        match=r"^\./mother.yaml is not a file; remove it, or name the config with MOTHER_CONFIG$",
+    ):
         load_settings()
 
 
@@ -56,28 +66,53 @@ def test_mother_config_names_the_file(clean_env: Path, monkeypatch: pytest.Monke
         ("server:\n  port: 70000\n", "server.port: Input should be less than or equal to 65535"),
         ("log_level: LOUD\n", "log_level: Input should be"),
         ("- a\n- b\n", "must be a mapping"),
-        ("redis_url: [unclosed\n", "not valid YAML: line 2, column 1: expected ',' or ']', but got '<stream end>'"),
+        (
+            "redis_url: [unclosed\n",
+            "not valid YAML: line 2, column 1: expected ',' or ']', but got '<stream end>'",
+        ),
         ("redis_url: caf\udce9\n", "not UTF-8 text (byte 0xe9 at offset 14); save it as UTF-8"),
-        ("service:\n  claim_idle_seconds: .inf\n", "service.claim_idle_seconds: Input should be a finite number"),
-        ("budget:\n  max_override_factor: .nan\n", "budget.max_override_factor: Input should be a finite number"),
-        ("worker:\n  queues: [agents, tool]\n", "worker.queues: unknown queue 'tool'; Mother-Harness enqueues on agents, tools, maintenance"),
-        ("budget:\n  profiles:\n    turbo: {tool_calls: 5}\n",
-         "budget.profiles: unknown profile 'turbo'; the profiles are conservative, balanced, extended"),
-        ("budget:\n  profiles:\n    balanced: {tool_calls: -1}\n", "budget.profiles.balanced.tool_calls: Input should be greater than 0"),
-        ("service:\n  batch: 10\nlog_level: INFO\nservice:\n  batch: 20\n",  # the last one won, silently
-         "line 4, column 1: key 'service' appears twice (first on line 1); keep one"),
+        (
+            "service:\n  claim_idle_seconds: .inf\n",
+            "service.claim_idle_seconds: Input should be a finite number",
+        ),
+        (
+            "budget:\n  max_override_factor: .nan\n",
+            "budget.max_override_factor: Input should be a finite number",
+        ),
+        (
+            "worker:\n  queues: [agents, tool]\n",
+            "worker.queues: unknown queue 'tool'; Mother-Harness enqueues on agents, tools, maintenance",
+        ),
+        (
+            "budget:\n  profiles:\n    turbo: {tool_calls: 5}\n",
+            "budget.profiles: unknown profile 'turbo'; the profiles are conservative, balanced, extended",
+        ),
+        (
+            "budget:\n  profiles:\n    balanced: {tool_calls: -1}\n",
+            "budget.profiles.balanced.tool_calls: Input should be greater than 0",
+        ),
+        (
+            # the last one won, silently
+            "service:\n  batch: 10\nlog_level: INFO\nservice:\n  batch: 20\n",
+            "line 4, column 1: key 'service' appears twice (first on line 1); keep one",
+        ),
     ],
 )
 def test_bad_yaml_is_refused(clean_env: Path, text: str, expected: str) -> None:
     """Unknown keys, wrong types and broken YAML each give one line naming the problem."""
-    (clean_env / "mother.yaml").write_bytes(text.encode("utf-8", "surrogateescape"))  # \udce9: a raw byte 0xe9
+    (clean_env / "mother.yaml").write_bytes(
+        text.encode("utf-8", "surrogateescape")
+        # \udce9: a raw byte 0xe9
+    )
     with pytest.raises(ConfigError) as info:
         load_settings()
     assert expected in info.value.message
     assert "\n" not in info.value.message
 
 
-def test_unknown_environment_variable_is_refused(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unknown_environment_variable_is_refused(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A MOTHER_ variable that names no setting is an error, not silently ignored."""
     monkeypatch.setenv("MOTHER_REDIS_ULR", "redis://x")
     with pytest.raises(ConfigError, match="MOTHER_REDIS_ULR names no setting"):
@@ -85,8 +120,9 @@ def test_unknown_environment_variable_is_refused(clean_env: Path, monkeypatch: p
 
 
 @pytest.mark.parametrize("name", ["MOTHER_MODELS", "MOTHER_SERVICE"])
-def test_environment_json_that_does_not_parse_names_the_variable(clean_env: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                  name: str) -> None:
+def test_environment_json_that_does_not_parse_names_the_variable(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
     """A section or map given whole in one variable must be JSON; the error names the variable."""
     monkeypatch.setenv(name, "{bad")
     with pytest.raises(ConfigError) as info:
@@ -95,18 +131,28 @@ def test_environment_json_that_does_not_parse_names_the_variable(clean_env: Path
     assert "\n" not in info.value.message
 
 
-def test_a_profile_given_in_part_keeps_its_other_settings(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_profile_given_in_part_keeps_its_other_settings(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One profile setting from YAML, another from MOTHER_*: that profile's others and the other profiles stay
     shipped (a partial profile was refused as missing fields; a whole one dropped the other two profiles)."""
-    (clean_env / "mother.yaml").write_text("budget:\n  profiles:\n    balanced:\n      tool_calls: 3\n")
+    (clean_env / "mother.yaml").write_text(
+        "budget:\n  profiles:\n    balanced:\n      tool_calls: 3\n"
+    )
     monkeypatch.setenv("MOTHER_BUDGET__PROFILES__BALANCED__WARNING_RATIO", "0.5")
     profiles = load_settings().budget.profiles
-    assert profiles["balanced"].model_dump() == {"wall_clock_seconds": 1800, "tool_calls": 3, "token_estimate": 180_000,
-                                                 "warning_ratio": 0.5}
+    assert profiles["balanced"].model_dump() == {
+        "wall_clock_seconds": 1800,
+        "tool_calls": 3,
+        "token_estimate": 180_000,
+        "warning_ratio": 0.5,
+    }
     assert (profiles["conservative"].tool_calls, profiles["extended"].tool_calls) == (80, 360)
 
 
-def test_mother_up_hands_every_mother_setting_to_its_children(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mother_up_hands_every_mother_setting_to_its_children(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`MOTHER_BUDGET__GLOBAL__MAX_CONCURRENT_RUNS=1000 mother up` was silently ignored: the stack dropped every
     MOTHER_* variable but MOTHER_CONFIG from its processes' environment. The stack's own Redis URL still wins."""
     from mother.stack import LocalStack

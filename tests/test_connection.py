@@ -22,7 +22,8 @@ def _in_child(client: redis.Redis) -> tuple[int, int]:
     """Fork; the child reports the CLIENT ID of its first command and of a pipeline's, then exits."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: never returns
+    # the child: never returns
+    if pid == 0:
         try:
             first = client.client_id()
             pipe = client.pipeline(transaction=False)
@@ -50,9 +51,12 @@ def test_forked_child_starts_on_the_connection_its_parent_opened(redis_url: str)
     handoff = _ids(client) - before
     assert len(handoff) == 1
     (handoff_id,) = handoff
-    assert client.client_id() == own  # the parent keeps its own connection
-    held = pool.get_connection()  # its own, taken: the next one the pool gives is new
-    spare = pool.get_connection()  # and not the child's
+    # the parent keeps its own connection
+    assert client.client_id() == own
+    # its own, taken: the next one the pool gives is new
+    held = pool.get_connection()
+    # and not the child's
+    spare = pool.get_connection()
     try:
         spare.send_command("CLIENT", "ID")
         assert spare.read_response() not in (handoff_id, own)
@@ -65,15 +69,17 @@ def test_forked_child_starts_on_the_connection_its_parent_opened(redis_url: str)
     while handoff_id in _ids(client) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert handoff_id not in _ids(client)
-    first, _ = _in_child(client)  # nothing handed off: the child connects for itself
+    # nothing handed off: the child connects for itself
+    first, _ = _in_child(client)
     assert first not in (handoff_id, own)
-    pool.close_handoff()  # closing twice, or with nothing open, is harmless
+    # closing twice, or with nothing open, is harmless
+    pool.close_handoff()
     client.close()
 
 
 def test_worker_closes_the_connections_it_opened_for_its_horses(pipeline: Pipeline) -> None:
     """Across runs, the connections the workers open for their horses (two per phase) are all closed
-    again: a leak would add 2 × 12 clients over these 12 phases; only a few may come and go with the
+    again: a leak would add 2 x 12 clients over these 12 phases; only a few may come and go with the
     processes' threads."""
     warm = pipeline.client.submit(example("three-phase"))
     pipeline.wait(warm)
@@ -96,10 +102,19 @@ def test_a_long_running_process_waits_for_redis_only_as_long_as_told(tmp_path) -
     for command in ("run", "worker"):
         at_once = run_cli(command, env={"MOTHER_REDIS_URL": url, "MOTHER_REDIS_WAIT_SECONDS": "0"})
         assert at_once.returncode == 2
-        assert at_once.stderr.strip().splitlines() == [at_once.stderr.strip()]  # one line: no wait was logged
+        assert at_once.stderr.strip().splitlines() == [
+            at_once.stderr.strip()
+            # one line: no wait was logged
+        ]
         assert at_once.stderr.startswith(f"error[redis_unavailable]: cannot reach Redis at {url}")
-        waited = run_cli(command, env={"MOTHER_REDIS_URL": url, "MOTHER_REDIS_WAIT_SECONDS": "1",
-                                       "MOTHER_LOG_FORMAT": "json"})
+        waited = run_cli(
+            command,
+            env={
+                "MOTHER_REDIS_URL": url,
+                "MOTHER_REDIS_WAIT_SECONDS": "1",
+                "MOTHER_LOG_FORMAT": "json",
+            },
+        )
         assert waited.returncode == 2
         lines = waited.stderr.strip().splitlines()
         assert '"event":"redis_unavailable"' in lines[0] and '"during":"startup"' in lines[0]
@@ -130,7 +145,9 @@ def test_wrong_credentials_are_said_so_and_not_waited_for(tmp_path) -> None:
         try:
             connect_waiting(url, 30, log)
         except RedisUnavailable as exc:
-            assert exc.message.startswith(f"Redis at {url.replace(':wrong@', ':***@')} refused our credentials")
+            assert exc.message.startswith(
+                f"Redis at {url.replace(':wrong@', ':***@')} refused our credentials"
+            )
             assert exc.message.endswith("; fix the URL")
         else:
             raise AssertionError("a wrong password was accepted")

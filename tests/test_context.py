@@ -16,15 +16,44 @@ from mother import keys
 from mother.budget import open_run_budget
 from mother.clock import ServerClock
 from mother.config import ModelConfig, Settings
-from mother.context import HEADERS, build_sections, compose, context_hash, llm_summarizer, load, store
+from mother.context import (
+    HEADERS,
+    build_sections,
+    compose,
+    context_hash,
+    llm_summarizer,
+    load,
+    store,
+)
 from mother.errors import ConfigError, ContextBudgetExceeded, ContextInvalid
 from mother.runtime import Runtime
 from mother.tokens import Calibration, EstimateCounter, TokenizerCounter, counter_for, raw_estimate
 from schemas import ComposedContext, ContextSummary, RunSpec
 
 NOW = "2026-11-22T00:00:00.000Z"
-WORDS = ("budget window token summary agent phase mother worker queue stream redis context retrieval "
-         "consumer group lease ledger guard script hook limit").split()
+WORDS = [
+    "budget",
+    "window",
+    "token",
+    "summary",
+    "agent",
+    "phase",
+    "mother",
+    "worker",
+    "queue",
+    "stream",
+    "redis",
+    "context",
+    "retrieval",
+    "consumer",
+    "group",
+    "lease",
+    "ledger",
+    "guard",
+    "script",
+    "hook",
+    "limit",
+]
 
 
 def text(nbytes: int, lead: str = "", seed: int = 0) -> str:
@@ -40,12 +69,20 @@ def chunks(section: str, n: int, tokens: int, lead: str = "") -> list[str]:
     """``n`` chunks whose rendered section counts exactly ``tokens`` by the raw estimate."""
     total = tokens * 3 - len(HEADERS[section]) - 1 - 2 * (n - 1)
     each = total // n
-    return [text(each if i < n - 1 else total - each * (n - 1), lead.format(i=i), seed=i) for i in range(n)]
+    return [
+        text(each if i < n - 1 else total - each * (n - 1), lead.format(i=i), seed=i)
+        for i in range(n)
+    ]
 
 
 def model(available: int, **kw: Any) -> ModelConfig:
-    return ModelConfig(provider="scripted", max_tokens=available + 20_000, reserved_for_system=5_000,
-                       reserved_for_output=15_000, **kw)
+    return ModelConfig(
+        provider="scripted",
+        max_tokens=available + 20_000,
+        reserved_for_system=5_000,
+        reserved_for_output=15_000,
+        **kw,
+    )
 
 
 def scenario_spec(model_name: str = "m") -> RunSpec:
@@ -53,12 +90,22 @@ def scenario_spec(model_name: str = "m") -> RunSpec:
     task = text(500 * 3 - len("# Task\n"), "Find why the budget guard slows down under load.")
     phase_line = "# Current phase\nresearch (you are the researcher)\nExit criteria: "
     return RunSpec(
-        user_id="u1", task=task,
-        pipeline=[{"name": "research", "role": "researcher", "model": model_name,
-                   "exit_criteria": text(300 * 3 - len(phase_line))}],
-        context={"recent_messages": chunks("recent_messages", 10, 5_000),
-                 "retrieval_hits": chunks("retrieval_hits", 114, 85_000, "hit {i}:"),
-                 "session_summaries": chunks("session_summaries", 10, 10_000)})
+        user_id="u1",
+        task=task,
+        pipeline=[
+            {
+                "name": "research",
+                "role": "researcher",
+                "model": model_name,
+                "exit_criteria": text(300 * 3 - len(phase_line)),
+            }
+        ],
+        context={
+            "recent_messages": chunks("recent_messages", 10, 5_000),
+            "retrieval_hits": chunks("retrieval_hits", 114, 85_000, "hit {i}:"),
+            "session_summaries": chunks("session_summaries", 10, 10_000),
+        },
+    )
 
 
 def scenario_settings(**models: ModelConfig) -> Settings:
@@ -72,21 +119,30 @@ def test_spec_example_scenario_summarizes_retrieval_to_about_15000() -> None:
     assert [s.source_tokens for s in comp.context.sections] == [500, 300, 5_000, 85_000, 10_000]
     assert [s.section for s in comp.context.sections if s.summary_id] == ["retrieval_hits"]
     assert 14_000 <= got["retrieval_hits"].tokens <= 15_000
-    assert all(got[n].tokens == got[n].source_tokens for n in ("task_definition", "current_phase",
-                                                                "recent_messages", "session_summaries"))
+    assert all(
+        got[n].tokens == got[n].source_tokens
+        for n in ("task_definition", "current_phase", "recent_messages", "session_summaries")
+    )
     assert 29_800 <= comp.context.total_tokens <= 30_800
     assert comp.context.total_tokens == sum(s.tokens for s in comp.context.sections)
     [summary] = comp.summaries
-    assert summary.summary_id == got["retrieval_hits"].summary_id and summary.summary_id.startswith("summary-")
+    assert summary.summary_id == got["retrieval_hits"].summary_id and summary.summary_id.startswith(
+        "summary-"
+    )
     assert summary.source_sections == ["retrieval_hits"] and summary.source_token_count == 85_000
     assert summary.summary_token_count <= 15_000
-    assert summary.compression_ratio == pytest.approx(85_000 / summary.summary_token_count, rel=1e-3)
+    assert summary.compression_ratio == pytest.approx(
+        85_000 / summary.summary_token_count, rel=1e-3
+    )
     assert summary.content_hash == hashlib.sha256(summary.summary_text.encode()).hexdigest()
     assert summary.summarization_method == "extractive" and summary.model_used is None
     assert summary.summary_version == "summary:v1"
-    assert 15 <= len(summary.information_preserved) <= 20  # "top 20 chunks"
+    # "top 20 chunks"
+    assert 15 <= len(summary.information_preserved) <= 20
     assert summary.information_lost and summary.information_lost[-1].startswith("... and ")
-    assert got["retrieval_hits"].content.startswith(f"# Retrieval hits [summarized: {summary.summary_id}, 85,000 -> ")
+    assert got["retrieval_hits"].content.startswith(
+        f"# Retrieval hits [summarized: {summary.summary_id}, 85,000 -> "
+    )
     assert comp.context.escalation_reason is None and comp.context.model == "m"
 
 
@@ -98,14 +154,31 @@ def test_summaries_are_stored_and_logged(r: redis.Redis) -> None:
     store(pipe, rt.emit, comp, 3600)
     pipe.execute()
     summary = comp.summaries[0]
-    stored = ContextSummary.model_validate(orjson.loads(r.execute_command("JSON.GET", keys.context_summary_key(summary.summary_id))))
+    stored = ContextSummary.model_validate(
+        orjson.loads(r.execute_command("JSON.GET", keys.context_summary_key(summary.summary_id)))
+    )
     assert stored == summary
-    assert set(orjson.loads(r.execute_command("JSON.GET", keys.context_summary_key(summary.summary_id)))) >= {
-        "summary_id", "run_id", "created_at", "source_sections", "source_token_count", "summary_token_count",
-        "compression_ratio", "summary_text", "summarization_method", "information_preserved", "information_lost",
-        "summary_version", "content_hash"}
+    assert set(
+        orjson.loads(r.execute_command("JSON.GET", keys.context_summary_key(summary.summary_id)))
+    ) >= {
+        "summary_id",
+        "run_id",
+        "created_at",
+        "source_sections",
+        "source_token_count",
+        "summary_token_count",
+        "compression_ratio",
+        "summary_text",
+        "summarization_method",
+        "information_preserved",
+        "information_lost",
+        "summary_version",
+        "content_hash",
+    }
     assert 0 < r.ttl(keys.context_summary_key(summary.summary_id)) <= 3600
-    ctx = ComposedContext.model_validate(orjson.loads(r.execute_command("JSON.GET", keys.context_key("run-ctx2", 0))))
+    ctx = ComposedContext.model_validate(
+        orjson.loads(r.execute_command("JSON.GET", keys.context_key("run-ctx2", 0)))
+    )
     assert ctx == comp.context
     [entry] = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "context_summarized"]
     data = orjson.loads(entry["data"])
@@ -114,13 +187,26 @@ def test_summaries_are_stored_and_logged(r: redis.Redis) -> None:
 
 
 def test_everything_fits_goes_in_whole() -> None:
-    spec = RunSpec(user_id="u1", task="Small task", pipeline=[{"name": "a", "role": "r", "model": "m"}],
-                   context={"retrieval_hits": ["one hit", "two hit"]})
-    comp = compose(scenario_settings(), "run-ctx3", spec, 0, [("earlier", "its output")], now_iso=NOW)
+    spec = RunSpec(
+        user_id="u1",
+        task="Small task",
+        pipeline=[{"name": "a", "role": "r", "model": "m"}],
+        context={"retrieval_hits": ["one hit", "two hit"]},
+    )
+    comp = compose(
+        scenario_settings(), "run-ctx3", spec, 0, [("earlier", "its output")], now_iso=NOW
+    )
     assert comp.summaries == [] and comp.escalations == []
-    assert [s.section for s in comp.context.sections] == ["task_definition", "current_phase", "retrieval_hits",
-                                                          "previous_artifacts"]
-    assert comp.context.sections[-1].content == "# Earlier phases\n## Output of phase earlier\nits output"
+    assert [s.section for s in comp.context.sections] == [
+        "task_definition",
+        "current_phase",
+        "retrieval_hits",
+        "previous_artifacts",
+    ]
+    assert (
+        comp.context.sections[-1].content
+        == "# Earlier phases\n## Output of phase earlier\nits output"
+    )
     assert comp.context.sections[0].content == "# Task\nSmall task"
 
 
@@ -132,21 +218,32 @@ def test_same_input_same_summary_and_hash() -> None:
 
 
 def test_required_sections_larger_than_the_budget_end_the_run() -> None:
-    spec = RunSpec(user_id="u1", task=text(12_000 * 3), pipeline=[{"name": "a", "role": "r", "model": "m"}])
-    with pytest.raises(ContextBudgetExceeded, match=r"required sections need 12,0\d\d tokens and the window leaves 10,000"):
+    spec = RunSpec(
+        user_id="u1", task=text(12_000 * 3), pipeline=[{"name": "a", "role": "r", "model": "m"}]
+    )
+    with pytest.raises(
+        ContextBudgetExceeded,
+        match=r"required sections need 12,0\d\d tokens and the window leaves 10,000",
+    ):
         compose(Settings(models={"m": model(10_000)}), "run-ctx5", spec, 0, [], now_iso=NOW)
 
 
 def test_escalation_picks_the_larger_model_and_records_why() -> None:
     settings = Settings(models={"m": model(10_000, escalate_to="big"), "big": model(50_000)})
-    spec = RunSpec(user_id="u1", task=text(12_000 * 3), pipeline=[{"name": "a", "role": "r", "model": "m"}],
-                   context={"retrieval_hits": ["a hit"]})
+    spec = RunSpec(
+        user_id="u1",
+        task=text(12_000 * 3),
+        pipeline=[{"name": "a", "role": "r", "model": "m"}],
+        context={"retrieval_hits": ["a hit"]},
+    )
     comp = compose(settings, "run-ctx6", spec, 0, [], now_iso=NOW)
     assert comp.context.model == "big" and comp.context.requested_model == "m"
     assert comp.context.escalation_reason.startswith("m: the required sections need 12,0")
     assert comp.context.escalation_reason.endswith("escalated to big")
     assert comp.context.available_for_context == 50_000 and comp.summaries == []
-    with pytest.raises(ContextBudgetExceeded, match="escalation to big is not among the run's capabilities"):
+    with pytest.raises(
+        ContextBudgetExceeded, match="escalation to big is not among the run's capabilities"
+    ):
         compose(settings, "run-ctx6", spec, 0, [], now_iso=NOW, may_use=lambda m: m != "big")
 
 
@@ -164,16 +261,25 @@ def test_no_section_is_dropped_or_cut_without_a_summary(seed: int) -> None:
     rng = random.Random(seed)
     available = rng.choice([2_000, 6_000, 20_000, 60_000])
     settings = Settings(models={"m": model(available)})
-    ctx = {name: [text(rng.randint(30, 9_000), seed=seed * 10 + i) for i in range(rng.randint(0, 12))]
-           for name in ("recent_messages", "retrieval_hits", "session_summaries", "project_knowledge")}
+    ctx = {
+        name: [text(rng.randint(30, 9_000), seed=seed * 10 + i) for i in range(rng.randint(0, 12))]
+        for name in ("recent_messages", "retrieval_hits", "session_summaries", "project_knowledge")
+    }
     outputs = [(f"p{i}", text(rng.randint(30, 30_000), seed=i)) for i in range(rng.randint(0, 3))]
-    spec = RunSpec(user_id="u1", task=text(rng.randint(10, 3_000)), context=ctx,
-                   pipeline=[{"name": f"p{i}", "role": "r", "model": "m"} for i in range(len(outputs) + 1)])
+    spec = RunSpec(
+        user_id="u1",
+        task=text(rng.randint(10, 3_000)),
+        context=ctx,
+        pipeline=[{"name": f"p{i}", "role": "r", "model": "m"} for i in range(len(outputs) + 1)],
+    )
     try:
         comp = compose(settings, "run-ctx8", spec, len(outputs), outputs, now_iso=NOW)
     except ContextBudgetExceeded as exc:
-        required = sum(EstimateCounter().count(s.content) for s in build_sections(settings, spec, len(outputs), outputs)
-                       if s.required)
+        required = sum(
+            EstimateCounter().count(s.content)
+            for s in build_sections(settings, spec, len(outputs), outputs)
+            if s.required
+        )
         assert required > available or "summary notes" in exc.message
         return
     built = build_sections(settings, spec, len(outputs), outputs)
@@ -199,11 +305,14 @@ def test_agent_refuses_a_context_missing_a_required_section_or_altered() -> None
         load(good, "run-ctx9", 1)
     data = orjson.loads(good)
     data["sections"] = [s for s in data["sections"] if s["section"] != "current_phase"]
-    data["content_hash"] = context_hash(data["model"], [(s["section"], s["content"]) for s in data["sections"]])
-    with pytest.raises(ContextInvalid, match="lacks required section.* current_phase"):
+    data["content_hash"] = context_hash(
+        data["model"], [(s["section"], s["content"]) for s in data["sections"]]
+    )
+    with pytest.raises(ContextInvalid, match=r"lacks required section.* current_phase"):
         load(orjson.dumps(data), "run-ctx9", 0)
     data = orjson.loads(good)
-    data["sections"][2]["content"] = data["sections"][2]["content"][:-10]  # silently cut
+    # silently cut
+    data["sections"][2]["content"] = data["sections"][2]["content"][:-10]
     with pytest.raises(ContextInvalid, match="does not match its content_hash"):
         load(orjson.dumps(data), "run-ctx9", 0)
     with pytest.raises(ContextInvalid, match="malformed"):
@@ -212,35 +321,51 @@ def test_agent_refuses_a_context_missing_a_required_section_or_altered() -> None
 
 def test_catalogue_validation() -> None:
     with pytest.raises(ValueError, match="leaves no room"):
-        ModelConfig(provider="scripted", max_tokens=1_000, reserved_for_system=500, reserved_for_output=500)
+        ModelConfig(
+            provider="scripted", max_tokens=1_000, reserved_for_system=500, reserved_for_output=500
+        )
     with pytest.raises(ValueError, match="max_output_tokens 2048 exceeds reserved_for_output 1000"):
         ModelConfig(provider="scripted", max_output_tokens=2048, reserved_for_output=1000)
     with pytest.raises(ValueError, match="escalate_to: 'nope' is not in the catalogue"):
         Settings(models={"m": model(1_000, escalate_to="nope")})
     with pytest.raises(ValueError, match="has no larger context window"):
         Settings(models={"m": model(1_000, escalate_to="s"), "s": model(500)})
-    with pytest.raises(ValueError, match="needs context.summarizer_model"):
+    with pytest.raises(ValueError, match=r"needs context\.summarizer_model"):
         Settings(context={"summarizer": "llm_generated"})
     shipped = Settings().models
-    assert shipped["ollama/qwen2.5:32b"].available_for_context == 110_000  # the spec's LocalModelBudget
-    assert shipped["ollama/devstral-2:123b-cloud"].available_for_context == 170_000  # CloudModelBudget
+    assert (
+        shipped["ollama/qwen2.5:32b"].available_for_context == 110_000
+        # the spec's LocalModelBudget
+    )
+    assert (
+        shipped["ollama/devstral-2:123b-cloud"].available_for_context == 170_000
+        # CloudModelBudget
+    )
     assert shipped["ollama/devstral-2:123b-cloud"].cloud
     assert shipped["scripted"].escalate_to == "scripted-large"
 
 
 # -- token counting -----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def corpus_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     """A real BPE tokenizer.json trained offline on a third of Python's own documentation topics."""
     from pydoc_data.topics import topics
+
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     texts = [v for _, v in sorted(topics.items())]
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(texts[::3], trainers.BpeTrainer(vocab_size=8000, special_tokens=["[UNK]"],
-                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        texts[::3],
+        trainers.BpeTrainer(
+            vocab_size=8000,
+            special_tokens=["[UNK]"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
     tok.save(str(path))
     return path, texts
@@ -250,14 +375,22 @@ def test_tokenizer_json_counts_exactly(corpus_tokenizer: tuple[Path, list[str]])
     path, texts = corpus_tokenizer
     settings = Settings(models={"m": model(100_000, tokenizer=path)})
     counter = counter_for(settings, "m")
-    assert isinstance(counter, TokenizerCounter) and counter.exact and counter.name == "tokenizer:tokenizer.json"
+    assert (
+        isinstance(counter, TokenizerCounter)
+        and counter.exact
+        and counter.name == "tokenizer:tokenizer.json"
+    )
     from tokenizers import Tokenizer
 
     truth = Tokenizer.from_file(str(path))
     assert counter.count(texts[1]) == len(truth.encode(texts[1], add_special_tokens=False).ids)
     assert counter.count_many(texts[1:4]) == [counter.count(t) for t in texts[1:4]]
-    spec = RunSpec(user_id="u1", task="Explain the with statement", pipeline=[{"name": "a", "role": "r", "model": "m"}],
-                   context={"retrieval_hits": texts[1::2]})
+    spec = RunSpec(
+        user_id="u1",
+        task="Explain the with statement",
+        pipeline=[{"name": "a", "role": "r", "model": "m"}],
+        context={"retrieval_hits": texts[1::2]},
+    )
     settings = Settings(models={"m": model(20_000, tokenizer=path)})
     comp = compose(settings, "run-tok1", spec, 0, [], now_iso=NOW)
     assert comp.context.counter == "tokenizer:tokenizer.json"
@@ -266,7 +399,9 @@ def test_tokenizer_json_counts_exactly(corpus_tokenizer: tuple[Path, list[str]])
         TokenizerCounter(path.parent / "missing.json")
 
 
-def test_estimate_calibrates_to_reported_usage(r: redis.Redis, corpus_tokenizer: tuple[Path, list[str]]) -> None:
+def test_estimate_calibrates_to_reported_usage(
+    r: redis.Redis, corpus_tokenizer: tuple[Path, list[str]]
+) -> None:
     """The raw estimate over-counts (conservative); after the provider's reports its error is small.
 
     The "provider" here is the real tokenizer's count of each request (what prompt_tokens reports);
@@ -277,51 +412,78 @@ def test_estimate_calibrates_to_reported_usage(r: redis.Redis, corpus_tokenizer:
     truth = TokenizerCounter(path)
     learn, judge = texts[1::3], texts[2::3]
     before = [abs(raw_estimate(t) - truth.count(t)) / truth.count(t) for t in judge]
-    assert all(raw_estimate(t) >= truth.count(t) for t in judge)  # conservative: never under
+    # conservative: never under
+    assert all(raw_estimate(t) >= truth.count(t) for t in judge)
     calibration = Calibration(r, min_samples=3, ttl=0)
     assert calibration.ratio("ollama/x") == 1.0
     for t in learn[:2]:
         Calibration.record(r, "ollama/x", raw_estimate(t), truth.count(t))
-    assert calibration.ratio("ollama/x") == 1.0  # not enough samples yet
+    # not enough samples yet
+    assert calibration.ratio("ollama/x") == 1.0
     for t in learn[2:]:
         Calibration.record(r, "ollama/x", raw_estimate(t), truth.count(t))
     counter = EstimateCounter(calibration.ratio("ollama/x"))
     after = [abs(counter.count(t) - truth.count(t)) / truth.count(t) for t in judge]
     total_before = abs(sum(raw_estimate(t) for t in judge) / sum(truth.count(t) for t in judge) - 1)
     total_after = abs(sum(counter.count(t) for t in judge) / sum(truth.count(t) for t in judge) - 1)
-    print(f"\nestimate error on {len(judge)} held-out texts ({sum(map(len, judge)):,} chars): "
-          f"mean per text {statistics.mean(before):.1%} before, {statistics.mean(after):.1%} after calibration; "
-          f"on the total {total_before:.1%} before, {total_after:.1%} after (ratio {counter.ratio:.3f})")
+    print(
+        f"\nestimate error on {len(judge)} held-out texts ({sum(map(len, judge)):,} chars): "
+        f"mean per text {statistics.mean(before):.1%} before, {statistics.mean(after):.1%} after calibration; "
+        f"on the total {total_before:.1%} before, {total_after:.1%} after (ratio {counter.ratio:.3f})"
+    )
     assert statistics.mean(after) < statistics.mean(before) / 2
     assert total_after < 0.05 < total_before
     assert r.hget(keys.token_calibration_key("ollama/x"), "samples") == str(len(learn))
-    rt_settings = Settings(models={"ollama/x": ModelConfig(provider="openai", base_url="http://127.0.0.1:1/v1")})
-    assert counter_for(rt_settings, "ollama/x", calibration).name.startswith("estimate(calibrated x0.")
+    rt_settings = Settings(
+        models={"ollama/x": ModelConfig(provider="openai", base_url="http://127.0.0.1:1/v1")}
+    )
+    assert counter_for(rt_settings, "ollama/x", calibration).name.startswith(
+        "estimate(calibrated x0."
+    )
 
 
 # -- llm_generated summaries --------------------------------------------------------------------
 
+
 def _llm_setup(r: redis.Redis, replies: list[dict[str, Any]]) -> tuple[Settings, RunSpec, Any]:
-    settings = Settings(models={"m": model(100_000), "writer": model(100_000)},
-                        context={"summarizer": "llm_generated", "summarizer_model": "writer"})
-    spec = RunSpec.model_validate({**scenario_spec().model_dump(), "run_id": "run-llm1", "scripts": {"summarizer": replies}})
+    settings = Settings(
+        models={"m": model(100_000), "writer": model(100_000)},
+        context={"summarizer": "llm_generated", "summarizer_model": "writer"},
+    )
+    spec = RunSpec.model_validate(
+        {**scenario_spec().model_dump(), "run_id": "run-llm1", "scripts": {"summarizer": replies}}
+    )
     open_run_budget(r, settings, spec, ServerClock(r).now_ms())
     from mother.budget import Guard
 
-    summarizer = llm_summarizer(settings, lambda: Guard(r, settings, "run-llm1", "u1", ServerClock(r).today), spec)
+    summarizer = llm_summarizer(
+        settings, lambda: Guard(r, settings, "run-llm1", "u1", ServerClock(r).today), spec
+    )
     return settings, spec, summarizer
 
 
 def test_llm_generated_summary_is_metered_and_recorded(r: redis.Redis) -> None:
     settings, spec, summarizer = _llm_setup(
-        r, [{"text": "The guard slows down because every call decodes the budget document.",
-             "usage": {"input_tokens": 14_000, "output_tokens": 20}}])
+        r,
+        [
+            {
+                "text": "The guard slows down because every call decodes the budget document.",
+                "usage": {"input_tokens": 14_000, "output_tokens": 20},
+            }
+        ],
+    )
     comp = compose(settings, "run-llm1", spec, 0, [], now_iso=NOW, llm=summarizer)
     [summary] = comp.summaries
     assert summary.summarization_method == "llm_generated" and summary.model_used == "writer"
-    assert summary.summary_text == "The guard slows down because every call decodes the budget document."
+    assert (
+        summary.summary_text
+        == "The guard slows down because every call decodes the budget document."
+    )
     budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key("run-llm1")))
-    assert budget["model_calls"] == 1 and budget["input_tokens"] == 14_000  # the summarizer's call is charged
+    assert (
+        budget["model_calls"] == 1 and budget["input_tokens"] == 14_000
+        # the summarizer's call is charged
+    )
 
 
 def test_llm_summary_too_long_is_trimmed_and_failure_falls_back(r: redis.Redis) -> None:

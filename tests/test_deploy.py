@@ -32,11 +32,21 @@ def _as(url: str, user: str) -> str:
 def acl_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, MotherClient]]:
     """The embedded server with the shipped ACL file; Mother on the mother user, two workers on the worker user."""
     tmp = tmp_path_factory.mktemp("acl")
-    acl = tmp / "users.acl"  # the shipped users, and an administrator the tests make narrow users with
+    acl = (
+        tmp / "users.acl"
+        # the shipped users, and an administrator the tests make narrow users with
+    )
     acl.write_text(ACL.read_text() + "user admin on >CHANGE-ME-admin ~* &* +@all\n")
-    server = EmbeddedRedis(dir=tmp / "redis", appendfsync="no", extra_args=["--aclfile", str(acl)]).start()
-    stack = LocalStack(_as(server.url, "mother"), workers=2, worker_url=_as(server.url, "worker"), log_dir=tmp / "logs",
-                       env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp / "ws")}).start()
+    server = EmbeddedRedis(
+        dir=tmp / "redis", appendfsync="no", extra_args=["--aclfile", str(acl)]
+    ).start()
+    stack = LocalStack(
+        _as(server.url, "mother"),
+        workers=2,
+        worker_url=_as(server.url, "worker"),
+        log_dir=tmp / "logs",
+        env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp / "ws")},
+    ).start()
     try:
         yield server.url, MotherClient(settings=load_settings(redis_url=_as(server.url, "mother")))
     finally:
@@ -44,18 +54,45 @@ def acl_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, M
         server.stop()
 
 
-def test_the_shipped_acl_runs_multi_phase_runs_with_tools_and_a_child(acl_stack: tuple[str, MotherClient]) -> None:
+def test_the_shipped_acl_runs_multi_phase_runs_with_tools_and_a_child(
+    acl_stack: tuple[str, MotherClient],
+) -> None:
     """With users.acl loaded, Mother as `mother` and workers as `worker` run a three-phase run whose first phase
     writes and lists files and spawns a child run: all succeed (the worker user could not read
     context:{run}:{i}, so every run ended retries_exhausted)."""
     _url, client = acl_stack
     plain = client.submit(example("three-phase"))
-    busy = client.submit(example("three-phase", limit_overrides={"depth": 2, "spend": "1.00"}, scripts={
-        "planner": [{"tool_calls": [{"name": "write_file", "arguments": {"path": "notes.txt", "content": "x"}},
-                                    {"name": "list_dir", "arguments": {}}]},
-                    {"tool_calls": [{"name": "spawn_run", "arguments": {"role": "helper", "task": "t", "budget": "0.10"}}]},
-                    {"text": "parent planned"}],
-        "helper": [{"text": "child done"}], "coder": [{"text": "coded"}], "critic": [{"text": "ok"}]}))
+    busy = client.submit(
+        example(
+            "three-phase",
+            limit_overrides={"depth": 2, "spend": "1.00"},
+            scripts={
+                "planner": [
+                    {
+                        "tool_calls": [
+                            {
+                                "name": "write_file",
+                                "arguments": {"path": "notes.txt", "content": "x"},
+                            },
+                            {"name": "list_dir", "arguments": {}},
+                        ]
+                    },
+                    {
+                        "tool_calls": [
+                            {
+                                "name": "spawn_run",
+                                "arguments": {"role": "helper", "task": "t", "budget": "0.10"},
+                            }
+                        ]
+                    },
+                    {"text": "parent planned"},
+                ],
+                "helper": [{"text": "child done"}],
+                "coder": [{"text": "coded"}],
+                "critic": [{"text": "ok"}],
+            },
+        )
+    )
     for run_id in (plain, busy):
         record = client.wait(run_id, 60).termination
         assert (record.reason, record.details) == ("success", "All 3 phases completed")
@@ -63,13 +100,18 @@ def test_the_shipped_acl_runs_multi_phase_runs_with_tools_and_a_child(acl_stack:
     assert len(children) == 1 and client.result(children[0]).output == "child done"
 
 
-def test_a_workers_credentials_decide_nothing_about_runs(acl_stack: tuple[str, MotherClient]) -> None:
+def test_a_workers_credentials_decide_nothing_about_runs(
+    acl_stack: tuple[str, MotherClient],
+) -> None:
     """As the worker user: no termination, run, result or limits write, no command on mother:commands, no read of
     an attempt token (only its one-time claim), no function of its own, no flush; a server function cannot write
     past the ACL either (raising its own limit through mh_override, ending a run through mh_terminate)."""
     url, client = acl_stack
-    run_id = client.submit(example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 3}]}))
-    worker = connect(_as(url, "worker"))  # includes the JSON-module check
+    run_id = client.submit(
+        example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 3}]})
+    )
+    # includes the JSON-module check
+    worker = connect(_as(url, "worker"))
     limits = keys.run_limits_key(run_id)
     for _ in range(100):
         if client.redis.exists(limits):
@@ -82,64 +124,132 @@ def test_a_workers_credentials_decide_nothing_about_runs(acl_stack: tuple[str, M
         ("JSON.SET", keys.result_key(run_id), "$", "{}"),
         ("JSON.SET", limits, "$.limits.tool_calls", "100000"),
         ("JSON.SET", keys.library_policy_key("lib"), "$", "{}"),
-        ("XADD", keys.COMMANDS_STREAM, "*", "type", "cancel", "payload", orjson.dumps({"run_id": run_id})),
+        (
+            "XADD",
+            keys.COMMANDS_STREAM,
+            "*",
+            "type",
+            "cancel",
+            "payload",
+            orjson.dumps({"run_id": run_id}),
+        ),
         ("GET", keys.attempt_token_key(run_id, 0, 1)),
-        ("EVAL", "return redis.call('JSON.SET', KEYS[1], '$.status', '\"x\"')", "1", keys.run_key(run_id)),
+        (
+            "EVAL",
+            "return redis.call('JSON.SET', KEYS[1], '$.status', '\"x\"')",
+            "1",
+            keys.run_key(run_id),
+        ),
         ("FUNCTION", "DELETE", "mother"),
         ("FLUSHALL",),
     ]
     for command in denied:
         with pytest.raises(redis.exceptions.NoPermissionError):
             worker.execute_command(*command)
-    override = orjson.dumps({"dimension": "tool_calls", "delta": 5, "actor": "w", "reason": "r", "expires_in_ms": 60000})
-    with pytest.raises(redis.ResponseError, match="No permissions"):  # a function cannot write past the ACL either
+    override = orjson.dumps(
+        {"dimension": "tool_calls", "delta": 5, "actor": "w", "reason": "r", "expires_in_ms": 60000}
+    )
+    with pytest.raises(
+        redis.ResponseError,
+        match="No permissions",
+        # a function cannot write past the ACL either
+    ):
         call(worker, "mh_override", [limits, keys.ACTIVITY_STREAM], [override, 1000])
     with pytest.raises(redis.ResponseError, match="No permissions"):
-        call(worker, "mh_terminate", [keys.termination_key(run_id), "terminations:reason:x", keys.run_key(run_id),
-                                      keys.result_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES, limits,
-                                      keys.RUNS_ENDING, keys.GLOBAL_BUDGET, keys.ADMISSION_WAITING, keys.RUN_WARNINGS],
-             ["{}", run_id, "{}", "t", "success", "{}"])
-    assert worker.getdel(keys.attempt_token_key("no-such-run", 0, 1)) is None  # the one-time claim is allowed
+        call(
+            worker,
+            "mh_terminate",
+            [
+                keys.termination_key(run_id),
+                "terminations:reason:x",
+                keys.run_key(run_id),
+                keys.result_key(run_id),
+                keys.PHASE_DEADLINES,
+                keys.RUN_DEADLINES,
+                limits,
+                keys.RUNS_ENDING,
+                keys.GLOBAL_BUDGET,
+                keys.ADMISSION_WAITING,
+                keys.RUN_WARNINGS,
+            ],
+            ["{}", run_id, "{}", "t", "success", "{}"],
+        )
+    assert (
+        worker.getdel(keys.attempt_token_key("no-such-run", 0, 1)) is None
+        # the one-time claim is allowed
+    )
     assert client.wait(run_id, 30).termination.reason == "success"
     assert client.redis.execute_command("JSON.GET", limits, "$.limits.tool_calls") == "[180]"
 
 
-def test_doctor_names_the_acl_user_and_what_it_lacks(acl_stack: tuple[str, MotherClient], tmp_path: Path) -> None:
+def test_doctor_names_the_acl_user_and_what_it_lacks(
+    acl_stack: tuple[str, MotherClient], tmp_path: Path
+) -> None:
     """`mother doctor` says which ACL user it is connected as; the shipped users lack nothing, and a worker user
     that cannot read composed contexts (the shipped file's old defect) is named with what it lacks."""
-    url, client = acl_stack
+    url, _client = acl_stack
     for user in ("mother", "worker"):
         result = run_cli("doctor", env={"MOTHER_REDIS_URL": _as(url, user)})
         assert result.returncode == 0, result.stdout + result.stderr
         assert f"ACL user           {user} (checked for what a {user} needs)" in result.stdout
         assert "FAIL" not in result.stdout and " can " not in result.stdout.split("ACL user")[1]
-    connect(_as(url, "admin")).execute_command("ACL", "SETUSER", "narrow", "on", ">CHANGE-ME-narrow", "resetkeys", "~budget:*",
-                                 "~run:*", "+@all", "-@dangerous", "+info")
+    connect(_as(url, "admin")).execute_command(
+        "ACL",
+        "SETUSER",
+        "narrow",
+        "on",
+        ">CHANGE-ME-narrow",
+        "resetkeys",
+        "~budget:*",
+        "~run:*",
+        "+@all",
+        "-@dangerous",
+        "+info",
+    )
     report = check(connect(_as(url, "narrow")), role="worker")
-    assert "read composed contexts" in report.lacks and "claim attempt tokens (GETDEL)" in report.lacks
-    assert "write run records" in report.excess  # it may write run:* keys: a worker's credentials must not
+    assert (
+        "read composed contexts" in report.lacks and "claim attempt tokens (GETDEL)" in report.lacks
+    )
+    assert (
+        "write run records" in report.excess
+        # it may write run:* keys: a worker's credentials must not
+    )
     assert {what for what, _ in NEEDS["worker"]} > set(report.lacks) and MUST_NOT["worker"]
 
 
-def test_a_worker_started_before_mother_waits_for_the_functions_its_user_may_not_load(tmp_path: Path) -> None:
+def test_a_worker_started_before_mother_waits_for_the_functions_its_user_may_not_load(
+    tmp_path: Path,
+) -> None:
     """The worker user may not load the server functions: a worker that starts first (as in docker compose)
     waits for a Mother to load them, saying so, instead of failing; then runs work."""
     import time
 
-    server = EmbeddedRedis(dir=tmp_path / "redis", appendfsync="no", extra_args=["--aclfile", str(ACL)]).start()
-    stack = LocalStack(_as(server.url, "mother"), workers=1, mothers=0, worker_url=_as(server.url, "worker"),
-                       log_dir=tmp_path / "logs", env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp_path / "ws")})
+    server = EmbeddedRedis(
+        dir=tmp_path / "redis", appendfsync="no", extra_args=["--aclfile", str(ACL)]
+    ).start()
+    stack = LocalStack(
+        _as(server.url, "mother"),
+        workers=1,
+        mothers=0,
+        worker_url=_as(server.url, "worker"),
+        log_dir=tmp_path / "logs",
+        env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp_path / "ws")},
+    )
     try:
         stack.start()
         log = tmp_path / "logs" / "worker-0.log"
         deadline = time.monotonic() + 20
-        while "waiting_for_server_functions" not in (log.read_text() if log.exists() else "") \
-                and time.monotonic() < deadline:
+        while (
+            "waiting_for_server_functions" not in (log.read_text() if log.exists() else "")
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         assert stack.alive() == {"worker-0": True}
         stack.spawn("mother-0", "run")
         client = MotherClient(settings=load_settings(redis_url=_as(server.url, "mother")))
-        assert client.wait(client.submit(example("three-phase")), 60).termination.reason == "success"
+        assert (
+            client.wait(client.submit(example("three-phase")), 60).termination.reason == "success"
+        )
     finally:
         stack.stop()
         server.stop()

@@ -19,7 +19,10 @@ def test_appendix_a_spelling() -> None:
     assert keys.termination_key("run-abc123") == "termination:run-abc123"
     assert keys.run_key("r1") == "run:r1"
     assert keys.run_budget_key("r1") == "budget:run:r1"
-    assert keys.user_daily_budget_key("alice", dt.date(2025, 12, 19)) == "budget:user:alice:daily:2025-12-19"
+    assert (
+        keys.user_daily_budget_key("alice", dt.date(2025, 12, 19))
+        == "budget:user:alice:daily:2025-12-19"
+    )
     assert keys.user_daily_budget_key("alice", "2025-12-19") == "budget:user:alice:daily:2025-12-19"
     assert keys.global_budget_key() == "budget:global"
     assert keys.tools_registry_key() == "registry:tools"
@@ -34,7 +37,11 @@ def test_appendix_a_spelling() -> None:
     assert keys.access_logs_key("lib1") == "access_logs:lib1"
     assert keys.gc_report_key("2025-12-19T02:00:00.000Z") == "gc_report:2025-12-19T02:00:00.000Z"
     assert keys.SECURITY_VIOLATIONS == "security:violations"
-    assert (keys.SUBMISSIONS_STREAM, keys.EVENTS_STREAM, keys.ACTIVITY_STREAM) == ("mother:submissions", "mother:events", "activity")
+    assert (keys.SUBMISSIONS_STREAM, keys.EVENTS_STREAM, keys.ACTIVITY_STREAM) == (
+        "mother:submissions",
+        "mother:events",
+        "activity",
+    )
 
 
 @pytest.mark.parametrize("bad", ["", "has space", "a/b", "x" * 129, "run:{1}", None, 7])
@@ -48,8 +55,10 @@ def test_a_long_bad_id_is_shown_in_part() -> None:
     """The error for a 1,000-character id shows its start and length, not all of it."""
     with pytest.raises(InvalidSpec) as caught:
         keys.check_id("x" * 999 + " ", "run_id")
-    assert caught.value.message == (f"run_id '{'x' * 59}… (1000 characters) is not a valid id: "
-                                    "use 1-128 characters from A-Z a-z 0-9 _ . : -")
+    assert caught.value.message == (
+        f"run_id '{'x' * 59}… (1000 characters) is not a valid id: "
+        "use 1-128 characters from A-Z a-z 0-9 _ . : -"
+    )
 
 
 def test_a_spec_that_is_not_utf8_is_named_so() -> None:
@@ -58,12 +67,22 @@ def test_a_spec_that_is_not_utf8_is_named_so() -> None:
     from mother.client import parse_spec
     from schemas import MAX_SPEC_BYTES
 
-    for spec, byte in ((b'{"task": "caf\xe9"}', "0xe9 at offset 13"), ("\ud800", "0xed at offset 0")):
+    for spec, byte in (
+        (b'{"task": "caf\xe9"}', "0xe9 at offset 13"),
+        ("\ud800", "0xed at offset 0"),
+    ):
         with pytest.raises(InvalidSpec) as caught:
             parse_spec(spec)
-        assert caught.value.message == f"invalid RunSpec: not UTF-8 text (byte {byte}); send UTF-8 JSON"
-    wide = "é" * (MAX_SPEC_BYTES // 2 + 1)  # under the limit in characters, over it in bytes
-    with pytest.raises(InvalidSpec, match=f"spec is {len(wide.encode())} bytes; the limit is {MAX_SPEC_BYTES} bytes"):
+        assert (
+            caught.value.message
+            == f"invalid RunSpec: not UTF-8 text (byte {byte}); send UTF-8 JSON"
+        )
+    # under the limit in characters, over it in bytes
+    wide = "é" * (MAX_SPEC_BYTES // 2 + 1)
+    with pytest.raises(
+        InvalidSpec,
+        match=f"spec is {len(wide.encode())} bytes; the limit is {MAX_SPEC_BYTES} bytes",
+    ):
         parse_spec(wide)
 
 

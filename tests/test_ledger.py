@@ -16,11 +16,16 @@ def test_budget_flow_example(r: redis.Redis) -> None:
     """Seed 000's example step by step, ending at remaining $2.69."""
     ledger = BudgetLedger(r)
     assert ledger.register("root", Decimal("3.00")) == Decimal("3")
-    assert ledger.report_actual("root", 0.15) == Decimal("0.15")            # root uses 2 turns
+    # root uses 2 turns
+    assert ledger.report_actual("root", 0.15) == Decimal("0.15")
     assert ledger.get_remaining("root") == Decimal("2.85")
     assert ledger.reserve("child-a", "0.10", "root") == Decimal("2.75")
     assert ledger.reserve("child-b", 0.10, "root") == Decimal("2.65")
-    assert ledger.can_spawn("root", 0.10) == {"affordable": True, "remaining": Decimal("2.65"), "requested": Decimal("0.1")}
+    assert ledger.can_spawn("root", 0.10) == {
+        "affordable": True,
+        "remaining": Decimal("2.65"),
+        "requested": Decimal("0.1"),
+    }
     ledger.report_actual("child-a", "0.07")
     ledger.cascade_spend("child-a", "root", "0.07")
     assert ledger.release("child-a", "completed") == Decimal("0.03")
@@ -29,8 +34,12 @@ def test_budget_flow_example(r: redis.Redis) -> None:
     ledger.cascade_spend("child-b", "root", "0.09")
     assert ledger.release("child-b", "completed") == Decimal("0.01")
     assert ledger.get_remaining("root") == Decimal("2.69")
-    assert ledger.get_tree_spend("root") == {"total_actual": Decimal("0.31"), "total_reserved": Decimal("3"),
-                                              "thread_count": 3, "active_count": 0}
+    assert ledger.get_tree_spend("root") == {
+        "total_actual": Decimal("0.31"),
+        "total_reserved": Decimal("3"),
+        "thread_count": 3,
+        "active_count": 0,
+    }
 
 
 def test_cascade_reaches_every_ancestor_and_overspend_is_logged(r: redis.Redis) -> None:
@@ -39,7 +48,8 @@ def test_cascade_reaches_every_ancestor_and_overspend_is_logged(r: redis.Redis) 
     ledger.register("r1", 1)
     ledger.reserve("c1", "0.50", "r1")
     ledger.reserve("g1", "0.20", "c1")
-    assert ledger.report_actual("g1", "0.25") == Decimal("0.25")  # 0.05 over its reservation
+    # 0.05 over its reservation
+    assert ledger.report_actual("g1", "0.25") == Decimal("0.25")
     assert ledger.cascade_spend("g1", "c1", "0.25") == 2
     assert ledger.get_tree_spend("r1")["total_actual"] == Decimal("0.25")
     assert any(f["type"] == "budget_overspend" for _, f in r.xrange("activity"))
@@ -58,11 +68,18 @@ def test_a_close_reports_cascades_and_releases_once(r: redis.Redis) -> None:
     assert ledger.get_remaining("c2") == Decimal("0.30")
     assert ledger.close("g2", "0.15", "completed", ledger._node("g2")) == Decimal("0.05")
     after = {t: ledger._node(t) for t in ("r2", "c2", "g2")}
-    assert (after["r2"]["actual"], after["c2"]["actual"], after["g2"]["status"]) == (150_000, 150_000, "completed")
+    assert (after["r2"]["actual"], after["c2"]["actual"], after["g2"]["status"]) == (
+        150_000,
+        150_000,
+        "completed",
+    )
     assert ledger.get_remaining("c2") == Decimal("0.35")
     assert ledger.close("g2", "0.15", "completed", ledger._node("g2")) == Decimal("0")
     assert {t: ledger._node(t) for t in ("r2", "c2", "g2")} == after
-    assert ledger.close("c2", "0.01", "timeout", ledger._node("c2")) == Decimal("0.34")  # its own 0.01 + g2's 0.15
+    assert ledger.close("c2", "0.01", "timeout", ledger._node("c2")) == Decimal(
+        "0.34"
+        # its own 0.01 + g2's 0.15
+    )
     assert ledger.get_remaining("r2") == Decimal("0.84")
 
 
@@ -70,7 +87,9 @@ def test_refusals(r: redis.Redis) -> None:
     """Over-reserving, unknown parents, duplicates and bad amounts each fail with a clear error."""
     ledger = BudgetLedger(r)
     ledger.register("p", "1.00")
-    with pytest.raises(InsufficientBudget, match=r"cannot reserve \$1.5 for c: parent p has \$1 left"):
+    with pytest.raises(
+        InsufficientBudget, match=r"cannot reserve \$1.5 for c: parent p has \$1 left"
+    ):
         ledger.reserve("c", "1.50", "p")
     with pytest.raises(LedgerError, match="no parent thread"):
         ledger.reserve("c", "0.10", "nobody")
@@ -108,6 +127,10 @@ def test_1000_concurrent_reservations_from_8_processes(r: redis.Redis, redis_url
         ledger.report_actual(kid, "0.07")
         ledger.cascade_spend(kid, "parent", "0.07")
         ledger.release(kid, "completed")
-    assert ledger.get_tree_spend("parent") == {"total_actual": Decimal("3.5"), "total_reserved": Decimal("5"),
-                                                "thread_count": 51, "active_count": 0}
+    assert ledger.get_tree_spend("parent") == {
+        "total_actual": Decimal("3.5"),
+        "total_reserved": Decimal("5"),
+        "thread_count": 51,
+        "active_count": 0,
+    }
     assert ledger.get_remaining("parent") == Decimal("1.5")

@@ -50,22 +50,38 @@ def _calls(r: redis.Redis) -> dict[str, int]:
 
 
 def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_duplicate_writes_nothing(
-        r: redis.Redis, redis_url: str) -> None:
+    r: redis.Redis, redis_url: str
+) -> None:
     """The accepted result, the next attempt's RQ job, its context, the activity entries and the entry's XACK
     are made by the one mh_transition call (no MULTI/EXEC of their own, no read of the run); a re-delivered copy of the same
     result finds the attempt no longer current and writes nothing at all, its entry left to the caller to ack."""
     rt, run_id = _started(r, redis_url)
-    result = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="completed", output="the plan",
-                         confidence=0.9, finished_at="2026-11-22T00:00:00.000Z")
+    result = PhaseResult(
+        run_id=run_id,
+        phase="plan",
+        phase_index=0,
+        attempt=1,
+        status="completed",
+        output="the plan",
+        confidence=0.9,
+        finished_at="2026-11-22T00:00:00.000Z",
+    )
     entry_id = _delivered(r, rt, result)
     job_key = Job.key_for(keys.phase_job_id(run_id, 1, 1))
     activity_before, queued_before = r.xlen(keys.ACTIVITY_STREAM), r.llen("rq:queue:agents")
     before = _calls(r)
     on_phase_result(rt, result, _token(r, result))
     after = _calls(r)
-    assert after.get("cmdstat_exec", 0) == before.get("cmdstat_exec", 0)  # the dispatch rode with the transition
+    assert after.get("cmdstat_exec", 0) == before.get(
+        "cmdstat_exec",
+        0,
+        # the dispatch rode with the transition
+    )
     assert after["cmdstat_fcall"] - before["cmdstat_fcall"] == 1
-    assert after["cmdstat_json.get"] - before["cmdstat_json.get"] == 1  # the fence's, in mh_transition: Mother reads nothing
+    assert (
+        after["cmdstat_json.get"] - before["cmdstat_json.get"] == 1
+        # the fence's, in mh_transition: Mother reads nothing
+    )
     run = rt.load_run(run_id)
     assert (run.status, run.phase_index, run.attempt, run.phase) == ("running", 1, 1, "execute")
     assert [p.output for p in run.results] == ["the plan"]
@@ -76,29 +92,53 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
     assert rt.pending_ack is None and r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 0
 
     duplicate = _delivered(r, rt, result)
-    r.delete(job_key)  # so a job written again would show
-    state_before, activity_before = r.execute_command("JSON.GET", keys.run_key(run_id)), r.xlen(keys.ACTIVITY_STREAM)
+    # so a job written again would show
+    r.delete(job_key)
+    state_before, activity_before = (
+        r.execute_command("JSON.GET", keys.run_key(run_id)),
+        r.xlen(keys.ACTIVITY_STREAM),
+    )
     on_phase_result(rt, result, _token(r, result))
     assert r.execute_command("JSON.GET", keys.run_key(run_id)) == state_before
     assert not r.exists(job_key) and r.llen("rq:queue:agents") == queued_before + 1
     assert r.xlen(keys.ACTIVITY_STREAM) == activity_before
-    assert rt.pending_ack == (keys.EVENTS_STREAM, GROUP, duplicate) != (keys.EVENTS_STREAM, GROUP, entry_id)
+    assert (
+        rt.pending_ack
+        == (keys.EVENTS_STREAM, GROUP, duplicate)
+        != (keys.EVENTS_STREAM, GROUP, entry_id)
+    )
     assert r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 1
 
 
-def test_with_an_llm_summarizer_the_move_comes_first_and_the_dispatch_after_it(r: redis.Redis, redis_url: str) -> None:
+def test_with_an_llm_summarizer_the_move_comes_first_and_the_dispatch_after_it(
+    r: redis.Redis, redis_url: str
+) -> None:
     """Composing may call a model, so it waits for the fence: the move is one call, the dispatch its own
     transaction after it; a duplicate is refused by the move and composes and dispatches nothing."""
-    rt, run_id = _started(r, redis_url, context={"summarizer": "llm_generated", "summarizer_model": "scripted"})
-    result = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="completed", output="the plan",
-                         finished_at="2026-11-22T00:00:00.000Z")
+    rt, run_id = _started(
+        r, redis_url, context={"summarizer": "llm_generated", "summarizer_model": "scripted"}
+    )
+    result = PhaseResult(
+        run_id=run_id,
+        phase="plan",
+        phase_index=0,
+        attempt=1,
+        status="completed",
+        output="the plan",
+        finished_at="2026-11-22T00:00:00.000Z",
+    )
     _delivered(r, rt, result)
     before = _calls(r)
     on_phase_result(rt, result, _token(r, result))
     after = _calls(r)
-    assert (after["cmdstat_fcall"] - before["cmdstat_fcall"], after["cmdstat_exec"] - before["cmdstat_exec"]) == (1, 1)
+    assert (
+        after["cmdstat_fcall"] - before["cmdstat_fcall"],
+        after["cmdstat_exec"] - before["cmdstat_exec"],
+    ) == (1, 1)
     run = rt.load_run(run_id)
-    assert (run.phase_index, run.attempt) == (1, 1) and r.exists(Job.key_for(keys.phase_job_id(run_id, 1, 1)))
+    assert (run.phase_index, run.attempt) == (1, 1) and r.exists(
+        Job.key_for(keys.phase_job_id(run_id, 1, 1))
+    )
     assert rt.pending_ack is None and r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 0
 
     _delivered(r, rt, result)
@@ -114,58 +154,94 @@ def test_a_follow_up_whose_keys_are_not_known_is_refused(r: redis.Redis) -> None
     pipe.hset("h", mapping={"a": 1})
     assert follow_ups(pipe) == (["h"], [3, "HSET", "a", 1])
     pipe.delete("a", "b")
-    with pytest.raises(RuntimeError, match=r"^DEL cannot be a follow-up write: only commands whose one key comes first"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^DEL cannot be a follow-up write: only commands whose one key comes first",
+    ):
         follow_ups(pipe)
 
 
-@pytest.mark.parametrize(("more_keys", "words", "error"), [
-    (["h"], [5, "HSET", "a"], "malformed follow-up command at ARGV 14"),
-    (["h"], [], r"follow-up keys \(1\) do not match the commands \(0\)"),
-    ([], [3, "HSET", "a", "1"], "malformed follow-up command at ARGV 14"),
-])
-def test_malformed_follow_ups_are_refused_before_anything_is_written(r: redis.Redis, redis_url: str, more_keys: list,
-                                                                    words: list, error: str) -> None:
+@pytest.mark.parametrize(
+    ("more_keys", "words", "error"),
+    [
+        (["h"], [5, "HSET", "a"], "malformed follow-up command at ARGV 14"),
+        (["h"], [], r"follow-up keys \(1\) do not match the commands \(0\)"),
+        ([], [3, "HSET", "a", "1"], "malformed follow-up command at ARGV 14"),
+    ],
+)
+def test_malformed_follow_ups_are_refused_before_anything_is_written(
+    r: redis.Redis, redis_url: str, more_keys: list, words: list, error: str
+) -> None:
     """A hand-made mh_transition call whose follow-ups do not match their keys is an error and moves nothing."""
     rt, run_id = _started(r, redis_url)
     before = r.execute_command("JSON.GET", keys.run_key(run_id))
-    keys_, args = _transition_call(rt, run_id, rt.spec(run_id), (0, 1), (1, 1), "phase_completed", "", None, False)
+    keys_, args = _transition_call(
+        rt, run_id, rt.spec(run_id), (0, 1), (1, 1), "phase_completed", "", None, False
+    )
     with pytest.raises(redis.ResponseError, match=error):
         call(r, "mh_transition", keys_ + more_keys, args + words)
     assert r.execute_command("JSON.GET", keys.run_key(run_id)) == before and not r.exists("h")
 
 
-def test_a_failed_attempt_is_retried_with_what_it_still_holds_given_back(r: redis.Redis, redis_url: str) -> None:
+def test_a_failed_attempt_is_retried_with_what_it_still_holds_given_back(
+    r: redis.Redis, redis_url: str
+) -> None:
     """A failed attempt whose call's settle never reached the server (its connection failed mid-phase) has no
     settle to come: before the retry is dispatched, Mother gives back what the run holds, with why, and fences
     the attempt: its horse (if it still runs) can reserve nothing the give-back would miss."""
     from mother.budget import Guard, held_reservations
-
     from mother.errors import PhaseStale
 
     rt, run_id = _started(r, redis_url)
     guard = Guard(r, rt.settings, run_id, "alice", rt.clock.today, attempt=(0, 1))
-    op = guard.reserve_call(rt.settings.models["scripted"], 200)  # the attempt's call, never settled
+    op = guard.reserve_call(
+        rt.settings.models["scripted"],
+        200,
+        # the attempt's call, never settled
+    )
     assert list(held_reservations(r, run_id)) == [op]
-    result = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="failed", error="ConnectionError: Connection reset by peer",
-                         finished_at="2026-11-22T00:00:00.000Z")
+    result = PhaseResult(
+        run_id=run_id,
+        phase="plan",
+        phase_index=0,
+        attempt=1,
+        status="failed",
+        error="ConnectionError: Connection reset by peer",
+        finished_at="2026-11-22T00:00:00.000Z",
+    )
     _delivered(r, rt, result)
     on_phase_result(rt, result, _token(r, result))
     run = rt.load_run(run_id)
     assert (run.status, run.phase_index, run.attempt) == ("running", 0, 2)
     assert held_reservations(r, run_id) == {}
     budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key(run_id)))
-    assert budget["reserved"]["total_tokens"] == 0 and set(budget["reservations"][op]) == {"at", "attempt", "released"}
-    [released] = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "reservations_released"]
-    assert orjson.loads(released["data"])["why"] == "phase plan attempt 1 failed: ConnectionError: Connection reset by peer"
+    assert budget["reserved"]["total_tokens"] == 0 and set(budget["reservations"][op]) == {
+        "at",
+        "attempt",
+        "released",
+    }
+    [released] = [
+        f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "reservations_released"
+    ]
+    assert (
+        orjson.loads(released["data"])["why"]
+        == "phase plan attempt 1 failed: ConnectionError: Connection reset by peer"
+    )
     # the failed attempt is fenced with the give-back: its horse, if it still runs, reserves nothing more; the retry does
-    assert orjson.loads(r.execute_command("JSON.GET", keys.run_limits_key(run_id), "$.fence")) == ["0:1"]
+    assert orjson.loads(r.execute_command("JSON.GET", keys.run_limits_key(run_id), "$.fence")) == [
+        "0:1"
+    ]
     with pytest.raises(PhaseStale):
         guard.reserve_call(rt.settings.models["scripted"], 200)
-    retry = Guard(r, rt.settings, run_id, "alice", rt.clock.today, attempt=(0, 2)).reserve_call(rt.settings.models["scripted"], 200)
+    retry = Guard(r, rt.settings, run_id, "alice", rt.clock.today, attempt=(0, 2)).reserve_call(
+        rt.settings.models["scripted"], 200
+    )
     assert list(held_reservations(r, run_id)) == [retry]
 
 
-def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(r: redis.Redis, redis_url: str) -> None:
+def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(
+    r: redis.Redis, redis_url: str
+) -> None:
     """A Mother that wrote a run's record and died before its end's writes leaves the run in mother:ending,
     holding what it held: past finish_end_after_seconds the watchdog applies the end (the reservation given
     back, the queued job dropped, ``terminated`` logged as late); applied again (the dead Mother was only
@@ -181,22 +257,44 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(r:
 
     rt, run_id = _started(r, redis_url, service={"finish_end_after_seconds": 0.2})
     guard = Guard(r, rt.settings, run_id, "alice", rt.clock.today)
-    op = guard.reserve_call(rt.settings.models["scripted"], 200)  # a call in flight when the run ended
+    op = guard.reserve_call(
+        rt.settings.models["scripted"],
+        200,
+        # a call in flight when the run ended
+    )
     job_id = keys.phase_job_id(run_id, 0, 1)
     assert job_id in r.lrange("rq:queue:agents", 0, -1)
-    record = build_record(run_id=run_id, reason="user_cancelled", phase="plan", details="Cancelled by alice: test",
-                          at_ms=rt.clock.now_ms(), at_iso=rt.clock.now_iso())
-    assert terminate(r, record, ResultEnvelope(run_id=run_id, user_id="alice", created_at=record.timestamp))[0]
+    record = build_record(
+        run_id=run_id,
+        reason="user_cancelled",
+        phase="plan",
+        details="Cancelled by alice: test",
+        at_ms=rt.clock.now_ms(),
+        at_iso=rt.clock.now_iso(),
+    )
+    assert terminate(
+        r, record, ResultEnvelope(run_id=run_id, user_id="alice", created_at=record.timestamp)
+    )[0]
     # what the dying Mother left: the record, the run in mother:ending, the reservation held, nothing logged
-    assert r.zscore(keys.RUNS_ENDING, run_id) is not None and list(held_reservations(r, run_id)) == [op]
+    assert r.zscore(keys.RUNS_ENDING, run_id) is not None and list(
+        held_reservations(r, run_id)
+    ) == [op]
 
     def terminated_entries() -> list[dict]:
-        return [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "terminated" and f.get("run_id") == run_id]
+        return [
+            f
+            for _, f in r.xrange(keys.ACTIVITY_STREAM)
+            if f["type"] == "terminated" and f.get("run_id") == run_id
+        ]
 
     client = MotherClient(settings=rt.settings)
-    assert inspect_run(client, run_id)["end_pending_since"] >= record.timestamp  # server time of the record's write
+    assert (
+        inspect_run(client, run_id)["end_pending_since"] >= record.timestamp
+        # server time of the record's write
+    )
     watchdog = Watchdog(rt)
-    watchdog.finish_ends()  # too soon: the Mother that wrote it may still be applying it
+    # too soon: the Mother that wrote it may still be applying it
+    watchdog.finish_ends()
     assert r.zscore(keys.RUNS_ENDING, run_id) is not None and terminated_entries() == []
     time.sleep(0.3)
     user_key = keys.user_daily_budget_key("alice", rt.clock.today())
@@ -204,20 +302,39 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(r:
     assert r.zscore(keys.RUNS_ENDING, run_id) is None and held_reservations(r, run_id) == {}
     assert orjson.loads(r.execute_command("JSON.GET", user_key, "$.reserved.total_tokens")) == [0]
     [entry] = terminated_entries()
-    assert orjson.loads(entry["data"]) == {"reason": "user_cancelled", "details": "Cancelled by alice: test",
-                                           "suggested_action": "user_input", "late": True}
-    [released] = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "reservations_released"]
+    assert orjson.loads(entry["data"]) == {
+        "reason": "user_cancelled",
+        "details": "Cancelled by alice: test",
+        "suggested_action": "user_input",
+        "late": True,
+    }
+    [released] = [
+        f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "reservations_released"
+    ]
     assert orjson.loads(released["data"])["why"] == "the run ended user_cancelled"
-    assert job_id not in r.lrange("rq:queue:agents", 0, -1) and inspect_run(client, run_id)["end_pending_since"] is None
+    assert (
+        job_id not in r.lrange("rq:queue:agents", 0, -1)
+        and inspect_run(client, run_id)["end_pending_since"] is None
+    )
 
     before = {k: r.execute_command("JSON.GET", k) for k in (keys.run_budget_key(run_id), user_key)}
     pipe = r.pipeline(transaction=False)
     queue_end_reads(pipe, run_id)
-    assert not finish_end(rt, rt.load_run(run_id), record, *pipe.execute())  # the stalled Mother's, applied again
-    assert {k: r.execute_command("JSON.GET", k) for k in before} == before and len(terminated_entries()) == 1
+    assert not finish_end(
+        rt,
+        rt.load_run(run_id),
+        record,
+        *pipe.execute(),
+        # the stalled Mother's, applied again
+    )
+    assert {k: r.execute_command("JSON.GET", k) for k in before} == before and len(
+        terminated_entries()
+    ) == 1
 
 
-def test_a_success_applied_late_logs_its_last_phase_completed_too(r: redis.Redis, redis_url: str) -> None:
+def test_a_success_applied_late_logs_its_last_phase_completed_too(
+    r: redis.Redis, redis_url: str
+) -> None:
     """A Mother that died between a successful run's record and the rest of its end had not logged the last
     phase's ``phase_completed`` either (it goes with ``terminated``): the watchdog's late end logs it, from
     the run's results, before ``terminated``."""
@@ -230,34 +347,91 @@ def test_a_success_applied_late_logs_its_last_phase_completed_too(r: redis.Redis
 
     rt, run_id = _started(r, redis_url, service={"finish_end_after_seconds": 0.2})
     for index, name in enumerate(("plan", "execute")):
-        result = PhaseResult(run_id=run_id, phase=name, phase_index=index, attempt=1, status="completed", output=f"{name} done",
-                             confidence=0.9, artifacts=[], finished_at=rt.clock.now_iso())
+        result = PhaseResult(
+            run_id=run_id,
+            phase=name,
+            phase_index=index,
+            attempt=1,
+            status="completed",
+            output=f"{name} done",
+            confidence=0.9,
+            artifacts=[],
+            finished_at=rt.clock.now_iso(),
+        )
         _delivered(r, rt, result)
         on_phase_result(rt, result, _token(r, result))
-    last = PhaseResult(run_id=run_id, phase="review", phase_index=2, attempt=1, status="completed", output="approved",
-                       confidence=0.75, artifacts=["art-review"], finished_at=rt.clock.now_iso())
+    last = PhaseResult(
+        run_id=run_id,
+        phase="review",
+        phase_index=2,
+        attempt=1,
+        status="completed",
+        output="approved",
+        confidence=0.75,
+        artifacts=["art-review"],
+        finished_at=rt.clock.now_iso(),
+    )
     # what the dying Mother did of the success: the result accepted, the record written; nothing logged
-    assert transition_and_load(rt, run_id, rt.spec(run_id), frm=(2, 1), to=(2, 1), event="phase_completed",
-                               detail="confidence 0.75", result=last) is not None
-    record = build_record(run_id=run_id, reason="success", phase="review", details="All 3 phases completed",
-                          at_ms=rt.clock.now_ms(), at_iso=rt.clock.now_iso())
-    assert terminate(r, record, ResultEnvelope(run_id=run_id, user_id="alice", created_at=record.timestamp))[0]
+    assert (
+        transition_and_load(
+            rt,
+            run_id,
+            rt.spec(run_id),
+            frm=(2, 1),
+            to=(2, 1),
+            event="phase_completed",
+            detail="confidence 0.75",
+            result=last,
+        )
+        is not None
+    )
+    record = build_record(
+        run_id=run_id,
+        reason="success",
+        phase="review",
+        details="All 3 phases completed",
+        at_ms=rt.clock.now_ms(),
+        at_iso=rt.clock.now_iso(),
+    )
+    assert terminate(
+        r, record, ResultEnvelope(run_id=run_id, user_id="alice", created_at=record.timestamp)
+    )[0]
 
     def logged() -> list[tuple[str, str, dict]]:
-        return [(f["type"], f.get("phase"), orjson.loads(f.get("data", "{}"))) for _, f in r.xrange(keys.ACTIVITY_STREAM)
-                if f.get("run_id") == run_id and f["type"] in ("phase_completed", "terminated")]
+        return [
+            (f["type"], f.get("phase"), orjson.loads(f.get("data", "{}")))
+            for _, f in r.xrange(keys.ACTIVITY_STREAM)
+            if f.get("run_id") == run_id and f["type"] in ("phase_completed", "terminated")
+        ]
 
-    assert [(t, p) for t, p, _ in logged()] == [("phase_completed", "plan"), ("phase_completed", "execute")]
+    assert [(t, p) for t, p, _ in logged()] == [
+        ("phase_completed", "plan"),
+        ("phase_completed", "execute"),
+    ]
     time.sleep(0.3)
     Watchdog(rt).finish_ends()
     assert logged()[2:] == [
-        ("phase_completed", "review", {"attempt": 1, "confidence": 0.75, "artifacts": ["art-review"]}),
-        ("terminated", "review", {"reason": "success", "details": "All 3 phases completed", "suggested_action": "abandon",
-                                  "late": True}),
+        (
+            "phase_completed",
+            "review",
+            {"attempt": 1, "confidence": 0.75, "artifacts": ["art-review"]},
+        ),
+        (
+            "terminated",
+            "review",
+            {
+                "reason": "success",
+                "details": "All 3 phases completed",
+                "suggested_action": "abandon",
+                "late": True,
+            },
+        ),
     ]
 
 
-def test_a_redelivered_submission_announces_and_counts_its_run_once(r: redis.Redis, redis_url: str) -> None:
+def test_a_redelivered_submission_announces_and_counts_its_run_once(
+    r: redis.Redis, redis_url: str
+) -> None:
     """The run's record, its run_id claim and its run_submitted entry are made in one server call (a Mother
     killed between the record and its announcement left a run no activity entry named), and the admission is
     decided once: handling the same entry again (a Mother that died before acking it) announces nothing,
@@ -272,8 +446,14 @@ def test_a_redelivered_submission_announces_and_counts_its_run_once(r: redis.Red
     announced = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "run_submitted"]
     assert [f["run_id"] for f in announced] == [run_id]
     day = rt.clock.today()
-    assert orjson.loads(r.execute_command("JSON.GET", keys.user_daily_budget_key(again.user_id, day), "$.runs")) == [1]
-    other = r.xadd(keys.SUBMISSIONS_STREAM, fields)  # another entry with the same run_id (a raw XADD)
+    assert orjson.loads(
+        r.execute_command("JSON.GET", keys.user_daily_budget_key(again.user_id, day), "$.runs")
+    ) == [1]
+    other = r.xadd(
+        keys.SUBMISSIONS_STREAM,
+        fields,
+        # another entry with the same run_id (a raw XADD)
+    )
     assert handle_submission(rt, other, fields) is None
     rejection = orjson.loads(r.execute_command("JSON.GET", keys.rejection_key(other)))
     assert rejection["error"] == f"run_id {run_id!r} is already used by another submission"

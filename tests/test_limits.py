@@ -11,8 +11,12 @@ from mother.limits import DepthExhausted, check_limits, fail_safe_message, resol
 
 def test_resolution_example() -> None:
     """resilience turns=15 spend=0.50 depth=5; directive turns=30; overrides turns=10 spend=0.10; parent turns=30 spend=1.00 depth=4."""
-    resolved = resolve_limits({"turns": 15, "spend": 0.50, "depth": 5}, {"turns": 30}, {"turns": 10, "spend": "0.10"},
-                              {"turns": 30, "spend": 1.00, "depth": 4})
+    resolved = resolve_limits(
+        {"turns": 15, "spend": 0.50, "depth": 5},
+        {"turns": 30},
+        {"turns": 10, "spend": "0.10"},
+        {"turns": 30, "spend": 1.00, "depth": 4},
+    )
     assert resolved == {"turns": 10, "spend": Decimal("0.10"), "depth": 3}
 
 
@@ -22,7 +26,7 @@ def test_parent_caps_and_depth_runs_out() -> None:
     child = resolve_limits({"depth": 5}, None, None, {"depth": 3})
     grandchild = resolve_limits({"depth": 5}, None, None, child)
     assert (child["depth"], grandchild["depth"]) == (2, 1)
-    with pytest.raises(DepthExhausted, match="^Depth limit exhausted$"):
+    with pytest.raises(DepthExhausted, match=r"^Depth limit exhausted$"):
         resolve_limits({"depth": 5}, None, None, grandchild)
 
 

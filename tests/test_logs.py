@@ -21,5 +21,10 @@ def test_module_level_logger_renders_json_lines() -> None:
     assert len(lines) == 1
     record = json.loads(lines[0])
     assert {k: record[k] for k in ("event", "component", "run_id", "phase", "level")} == {
-        "event": "hello", "component": "early", "run_id": "r1", "phase": "plan", "level": "info"}
+        "event": "hello",
+        "component": "early",
+        "run_id": "r1",
+        "phase": "plan",
+        "level": "info",
+    }
     assert record["timestamp"].endswith("Z") and "T" in record["timestamp"]

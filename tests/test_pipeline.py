@@ -46,16 +46,29 @@ def test_three_phase_run_succeeds_with_one_record(pipeline: Pipeline) -> None:
     envelope = pipeline.wait(run_id)
     record = envelope.termination
     assert record is not None
-    assert (record.reason, record.phase_at_termination, record.logged_by) == ("success", "review", "mother")
+    assert (record.reason, record.phase_at_termination, record.logged_by) == (
+        "success",
+        "review",
+        "mother",
+    )
     assert (record.can_retry, record.suggested_action) == (False, "abandon")
     assert record.details == "All 3 phases completed"
     assert [r.phase for r in envelope.phases] == ["plan", "execute", "review"]
     assert envelope.output == "Approved: the entry is accurate and concise."
     assert record.final_artifacts == envelope.artifacts and len(record.final_artifacts) == 3
-    meta = orjson.loads(pipeline.redis.execute_command("JSON.GET", keys.artifact_meta_key(record.final_artifacts[0])))
+    meta = orjson.loads(
+        pipeline.redis.execute_command(
+            "JSON.GET", keys.artifact_meta_key(record.final_artifacts[0])
+        )
+    )
     assert meta["run_id"] == run_id and meta["created_at"].endswith("Z")
     usage = envelope.phases[1].usage
-    assert (usage.model_calls, usage.tool_calls, usage.input_tokens, usage.output_tokens) == (3, 2, 2060, 130)
+    assert (usage.model_calls, usage.tool_calls, usage.input_tokens, usage.output_tokens) == (
+        3,
+        2,
+        2060,
+        130,
+    )
     # every model call is settled (each phase's last one with the phase's final write): the run's
     # counters are the phases' usage and no reservation is left
     budget = orjson.loads(pipeline.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))
@@ -76,25 +89,41 @@ def test_every_failure_example_ends_with_its_reason(pipeline: Pipeline) -> None:
     exhausted = pipeline.client.submit(example("retries-exhausted"))
     timeout = pipeline.client.submit(example("timeout"))
     cancelled = pipeline.client.submit(example("cancelled"))
-    wait_until(lambda: pipeline.client.status(cancelled).status == "running" if pipeline.redis.exists(keys.run_key(cancelled)) else False)
+    wait_until(
+        lambda: (
+            pipeline.client.status(cancelled).status == "running"
+            if pipeline.redis.exists(keys.run_key(cancelled))
+            else False
+        )
+    )
     pipeline.client.cancel(cancelled, actor="tester", reason="no longer needed")
 
     rec = pipeline.wait(exhausted).termination
     assert (rec.reason, rec.phase_at_termination, rec.suggested_action, rec.can_retry) == (
-        "retries_exhausted", "execute", "escalate_model", True)
+        "retries_exhausted",
+        "execute",
+        "escalate_model",
+        True,
+    )
     assert rec.details.startswith("Phase execute (coder on scripted) failed on all 3 attempts")
-    assert rec.contributing_factors == [f"attempt {n}: scripted failure of role 'coder' (reply 1)" for n in (1, 2, 3)]
+    assert rec.contributing_factors == [
+        f"attempt {n}: scripted failure of role 'coder' (reply 1)" for n in (1, 2, 3)
+    ]
     types = [e.type for e in recent(pipeline.redis, 50, run_id=exhausted)]
     assert types.count("phase_retried") == 2 and types.count("phase_failed") == 3
 
     rec = pipeline.wait(timeout).termination
-    assert (rec.reason, rec.details) == ("timeout", "Phase execute (attempt 1) exceeded its timeout of 3s")
+    assert (rec.reason, rec.details) == (
+        "timeout",
+        "Phase execute (attempt 1) exceeded its timeout of 3s",
+    )
 
     rec = pipeline.wait(cancelled).termination
     assert (rec.reason, rec.details) == ("user_cancelled", "Cancelled by tester: no longer needed")
     for run_id in (exhausted, timeout, cancelled):
         assert termination_keys(pipeline, run_id) == [keys.termination_key(run_id)]
-    for run_id in (timeout, cancelled):  # their model calls were cut off by the run's end
+    # their model calls were cut off by the run's end
+    for run_id in (timeout, cancelled):
         held_back_nothing(pipeline, run_id)
 
 
@@ -102,29 +131,42 @@ def held_back_nothing(p: Pipeline, run_id: str, released_why: str | None = None)
     """After the run, neither its budget nor its user's daily document holds a reservation (a horse cut off
     by the run's end settles its call itself, a moment later); with ``released_why``, the reservation a lost
     call left was given back by Mother (its tombstone stays, and ``released_why`` starts its activity entry's why)."""
+
     def doc(key: str) -> dict:
         return orjson.loads(p.redis.execute_command("JSON.GET", key))
 
     budget = doc(keys.run_budget_key(run_id))
     user_key = keys.user_daily_budget_key(budget["user_id"], budget["started_at"][:10])
-    wait_until(lambda: doc(keys.run_budget_key(run_id))["reserved"]["total_tokens"] == 0
-               and doc(user_key)["reserved"]["total_tokens"] == 0, timeout=10)
+    wait_until(
+        lambda: (
+            doc(keys.run_budget_key(run_id))["reserved"]["total_tokens"] == 0
+            and doc(user_key)["reserved"]["total_tokens"] == 0
+        ),
+        timeout=10,
+    )
     budget = doc(keys.run_budget_key(run_id))
     assert budget["reserved"]["spend_micro_usd"] == 0
-    assert p.redis.zscore(keys.RUNS_ENDING, run_id) is None  # its end was applied
+    # its end was applied
+    assert p.redis.zscore(keys.RUNS_ENDING, run_id) is None
     # none held: each one left is a release's tombstone (with the attempt that made it, when a horse did)
     assert all(set(r) - {"attempt"} == {"at", "released"} for r in budget["reservations"].values())
     if released_why is not None:
         assert len(budget["reservations"]) == 1
-        [released] = [e for e in recent(p.redis, 50, run_id=run_id) if e.type == "reservations_released"]
-        assert released.data["count"] == 1 and str(released.data["why"]).startswith(released_why), released.data
+        [released] = [
+            e for e in recent(p.redis, 50, run_id=run_id) if e.type == "reservations_released"
+        ]
+        assert released.data["count"] == 1 and str(released.data["why"]).startswith(released_why), (
+            released.data
+        )
 
 
 def test_raw_xadd_submission_completes(pipeline: Pipeline) -> None:
     """A spec appended with a raw XADD (no client, no run_id) runs to success as run-{entry_id}."""
     spec = example("three-phase")
     del spec["run_id"]
-    entry_id = pipeline.redis.execute_command("XADD", keys.SUBMISSIONS_STREAM, "*", "spec", orjson.dumps(spec))
+    entry_id = pipeline.redis.execute_command(
+        "XADD", keys.SUBMISSIONS_STREAM, "*", "spec", orjson.dumps(spec)
+    )
     envelope = pipeline.wait(f"run-{entry_id}")
     assert envelope.termination.reason == "success"
 
@@ -133,9 +175,19 @@ def test_search_index_finds_records_by_reason(pipeline: Pipeline) -> None:
     """FT.SEARCH idx:termination '@reason:{timeout}' returns the timed-out run."""
     run_id = pipeline.client.submit(example("timeout"))
     pipeline.wait(run_id)
-    found = wait_until(lambda: pipeline.redis.execute_command(
-        "FT.SEARCH", keys.TERMINATION_INDEX, "@reason:{timeout}", "NOCONTENT", "LIMIT", "0", "1000"))
-    ids = found[1:]  # RESP2 (our connections' protocol): [total, id, id, ...]
+    found = wait_until(
+        lambda: pipeline.redis.execute_command(
+            "FT.SEARCH",
+            keys.TERMINATION_INDEX,
+            "@reason:{timeout}",
+            "NOCONTENT",
+            "LIMIT",
+            "0",
+            "1000",
+        )
+    )
+    # RESP2 (our connections' protocol): [total, id, id, ...]
+    ids = found[1:]
     assert keys.termination_key(run_id) in ids
 
 
@@ -150,32 +202,93 @@ def _nested(levels: int) -> object:
     ("fields", "error"),
     [
         ({"spec": "{not json"}, "invalid RunSpec: not valid JSON"),
-        ({"spec": orjson.dumps({"task": "t", "pipeline": [{"name": "a", "role": "r", "model": "scripted"}]})},
-         "invalid RunSpec: user_id: required field is missing"),
-        ({"spec": orjson.dumps({"user_id": "u", "task": "x" * 10_000_000,
-                                "pipeline": [{"name": "a", "role": "r", "model": "scripted"}]})},
-         "bytes; the limit is 1048576 bytes"),
-        ({"spec": orjson.dumps({"user_id": "u", "task": "t", "pipeline": [{"name": "a", "role": "r", "model": "gpt-9"}]})},
-         "model 'gpt-9' is not in the model catalogue"),
+        (
+            {
+                "spec": orjson.dumps(
+                    {"task": "t", "pipeline": [{"name": "a", "role": "r", "model": "scripted"}]}
+                )
+            },
+            "invalid RunSpec: user_id: required field is missing",
+        ),
+        (
+            {
+                "spec": orjson.dumps(
+                    {
+                        "user_id": "u",
+                        "task": "x" * 10_000_000,
+                        "pipeline": [{"name": "a", "role": "r", "model": "scripted"}],
+                    }
+                )
+            },
+            "bytes; the limit is 1048576 bytes",
+        ),
+        (
+            {
+                "spec": orjson.dumps(
+                    {
+                        "user_id": "u",
+                        "task": "t",
+                        "pipeline": [{"name": "a", "role": "r", "model": "gpt-9"}],
+                    }
+                )
+            },
+            "model 'gpt-9' is not in the model catalogue",
+        ),
         ({"payload": "x"}, "the entry has no 'spec' field"),
         # nested past RedisJSON's 128 levels once inside the run document: JSON.SET failed inside Mother
-        ({"spec": orjson.dumps({"user_id": "u", "task": "t", "metadata": {"d": _nested(200)},
-                                "pipeline": [{"name": "a", "role": "r", "model": "scripted"}]})},
-         "invalid RunSpec: metadata: nested more than 32 levels deep; flatten it"),
-        ({"spec": b'\xff\xfe{"user_id": "u"}'}, "field 'spec' is not UTF-8 text (byte 0xff at offset 0)"),
-        ({"spec": orjson.dumps({"user_id": "u", "task": "t", "pipeline": [{"name": "a", "role": "r", "model": "scripted"}]}),
-          b"note\xc3": "x"}, "a field name is not UTF-8 text (byte 0xc3 at offset 4)"),
+        (
+            {
+                "spec": orjson.dumps(
+                    {
+                        "user_id": "u",
+                        "task": "t",
+                        "metadata": {"d": _nested(200)},
+                        "pipeline": [{"name": "a", "role": "r", "model": "scripted"}],
+                    }
+                )
+            },
+            "invalid RunSpec: metadata: nested more than 32 levels deep; flatten it",
+        ),
+        (
+            {"spec": b'\xff\xfe{"user_id": "u"}'},
+            "field 'spec' is not UTF-8 text (byte 0xff at offset 0)",
+        ),
+        (
+            {
+                "spec": orjson.dumps(
+                    {
+                        "user_id": "u",
+                        "task": "t",
+                        "pipeline": [{"name": "a", "role": "r", "model": "scripted"}],
+                    }
+                ),
+                b"note\xc3": "x",
+            },
+            "a field name is not UTF-8 text (byte 0xc3 at offset 4)",
+        ),
     ],
 )
-def test_invalid_entries_are_rejected_and_mother_keeps_serving(pipeline: Pipeline, fields: dict, error: str) -> None:
+def test_invalid_entries_are_rejected_and_mother_keeps_serving(
+    pipeline: Pipeline, fields: dict, error: str
+) -> None:
     """Each bad entry gets rejection:{entry_id} with its error and time; a good run after it still succeeds."""
     entry_id = pipeline.redis.xadd(keys.SUBMISSIONS_STREAM, fields)
-    rejection = wait_until(lambda: pipeline.redis.execute_command("JSON.GET", keys.rejection_key(entry_id)))
+    rejection = wait_until(
+        lambda: pipeline.redis.execute_command("JSON.GET", keys.rejection_key(entry_id))
+    )
     record = orjson.loads(rejection)
-    assert error in record["error"] and record["entry_id"] == entry_id and record["at"].endswith("Z")
-    assert any(e.type == "run_rejected" and e.data.get("entry_id") == entry_id for e in recent(pipeline.redis, 200))
+    assert (
+        error in record["error"] and record["entry_id"] == entry_id and record["at"].endswith("Z")
+    )
+    assert any(
+        e.type == "run_rejected" and e.data.get("entry_id") == entry_id
+        for e in recent(pipeline.redis, 200)
+    )
     if "limit is" in error:
-        assert pipeline.redis.xrange(keys.SUBMISSIONS_STREAM, entry_id, entry_id) == []  # oversized payload dropped
+        assert (
+            pipeline.redis.xrange(keys.SUBMISSIONS_STREAM, entry_id, entry_id) == []
+            # oversized payload dropped
+        )
     run_id = pipeline.client.submit(example("three-phase"))
     assert pipeline.wait(run_id).termination.reason == "success"
 
@@ -185,17 +298,28 @@ def test_status_and_wait_name_the_error_of_a_rejected_run(pipeline: Pipeline) ->
     (rejections:by_run names its entry; they read the newest 200 rejections, and missed an older one); a
     run id no rejection names is not mistaken for one."""
     run_id = f"rejected-{uuid.uuid4().hex[:8]}"
-    spec = {"run_id": run_id, "user_id": "u", "task": "t", "pipeline": [{"name": "a", "role": "r", "model": "gpt-9"}]}
+    spec = {
+        "run_id": run_id,
+        "user_id": "u",
+        "task": "t",
+        "pipeline": [{"name": "a", "role": "r", "model": "gpt-9"}],
+    }
     entry_id = pipeline.redis.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(spec)})
-    for other in range(250):  # newer rejections of other runs (and one naming none)
+    # newer rejections of other runs (and one naming none)
+    for other in range(250):
         bad = {**spec, "run_id": f"{run_id}-{other}"} if other else {"spec": "{not json"}
-        last = pipeline.redis.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(bad)} if other else bad)
-    wait_until(lambda: pipeline.redis.execute_command("JSON.GET", keys.rejection_key(last)), timeout=60)
+        last = pipeline.redis.xadd(
+            keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(bad)} if other else bad
+        )
+    wait_until(
+        lambda: pipeline.redis.execute_command("JSON.GET", keys.rejection_key(last)), timeout=60
+    )
     for ask in (pipeline.client.status, lambda rid: pipeline.client.wait(rid, timeout=10)):
         with pytest.raises(InvalidSpec) as refused:
             ask(run_id)
         assert refused.value.message.startswith(
-            f"run {run_id} was rejected at intake: phase a: model 'gpt-9' is not in the model catalogue; known: ")
+            f"run {run_id} was rejected at intake: phase a: model 'gpt-9' is not in the model catalogue; known: "
+        )
     assert pipeline.client.rejection_for(run_id)["entry_id"] == entry_id
     assert pipeline.client.rejection_for(f"{run_id}-249")["entry_id"] == last
     assert pipeline.client.rejection_for(f"{run_id}-x") is None
@@ -204,8 +328,10 @@ def test_status_and_wait_name_the_error_of_a_rejected_run(pipeline: Pipeline) ->
 @pytest.mark.parametrize(
     "fields",
     [
-        {"type": "phase_result", "payload": b"\x80\x81"},  # not UTF-8
-        {"type": "cancel", "payload": "[1, 2]"},  # JSON, not an object
+        # not UTF-8
+        {"type": "phase_result", "payload": b"\x80\x81"},
+        # JSON, not an object
+        {"type": "cancel", "payload": "[1, 2]"},
         {"type": "cancel", "payload": '"run-1"'},
         {"type": "cancel", "payload": '{"run_id": 5}'},
         {"type": "cancel", "payload": '{"run_id": "bad id!"}'},
@@ -217,8 +343,11 @@ def test_bad_event_is_ignored_and_mother_keeps_serving(pipeline: Pipeline, field
     entry_id = pipeline.redis.xadd(keys.EVENTS_STREAM, fields)
     run_id = pipeline.client.submit(example("three-phase"))
     assert pipeline.wait(run_id).termination.reason == "success"
-    pending = pipeline.redis.xpending_range(keys.EVENTS_STREAM, "mother", min=entry_id, max=entry_id, count=1)
-    assert pending == []  # acknowledged: never reclaimed, never dead-lettered
+    pending = pipeline.redis.xpending_range(
+        keys.EVENTS_STREAM, "mother", min=entry_id, max=entry_id, count=1
+    )
+    # acknowledged: never reclaimed, never dead-lettered
+    assert pending == []
 
 
 def test_duplicate_run_id_is_rejected(pipeline: Pipeline) -> None:
@@ -229,9 +358,14 @@ def test_duplicate_run_id_is_rejected(pipeline: Pipeline) -> None:
     with pytest.raises(InvalidSpec, match="is already used"):
         pipeline.client.submit(spec)
     entry_id = pipeline.redis.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(spec)})
-    record = orjson.loads(wait_until(lambda: pipeline.redis.execute_command("JSON.GET", keys.rejection_key(entry_id))))
+    record = orjson.loads(
+        wait_until(lambda: pipeline.redis.execute_command("JSON.GET", keys.rejection_key(entry_id)))
+    )
     assert record["error"] == f"run_id {run_id!r} is already used by another submission"
-    assert pipeline.wait(run_id).termination.reason == "success"  # the first run's record is untouched
+    assert (
+        pipeline.wait(run_id).termination.reason == "success"
+        # the first run's record is untouched
+    )
 
 
 def test_job_for_terminated_run_does_nothing(pipeline: Pipeline) -> None:
@@ -253,7 +387,9 @@ def test_job_for_terminated_run_does_nothing(pipeline: Pipeline) -> None:
     assert pipeline.redis.xlen(keys.EVENTS_STREAM) == before
 
 
-def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
     """The worker makes a phase job's first read before forking (PhaseWorker → prefetch) and, for the
     current attempt, sets the phase up (context, provider, hooks, meter, messages) without writing
     anything: the horse uses it only for that very attempt. A stale attempt gets no setup and does
@@ -263,48 +399,91 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(pipelin
     from mother.hooks import load_hooks
     from workers import phase
 
-    run_id = pipeline.client.submit(example("cancelled"))  # one slow phase
-    wait_until(lambda: pipeline.redis.exists(keys.run_key(run_id)) and pipeline.client.status(run_id).status == "running")
-    last = pipeline.server.client(decode_responses=False).xrevrange(keys.EVENTS_STREAM, count=1)  # not all UTF-8
+    # one slow phase
+    run_id = pipeline.client.submit(example("cancelled"))
+    wait_until(
+        lambda: (
+            pipeline.redis.exists(keys.run_key(run_id))
+            and pipeline.client.status(run_id).status == "running"
+        )
+    )
+    last = pipeline.server.client(decode_responses=False).xrevrange(
+        keys.EVENTS_STREAM,
+        count=1,
+        # not all UTF-8
+    )
     after = f"({last[0][0].decode()}" if last else "-"
     member = keys.heartbeat_member(run_id, 0, 1)
     phase._runtime = None
     os.environ["MOTHER_REDIS_URL"] = pipeline.url
     try:
-        phase.prefetch(run_id, 0, 1)  # the attempt a worker is running now: current
+        # the attempt a worker is running now: current
+        phase.prefetch(run_id, 0, 1)
         assert phase._prefetched is not None and phase._prefetched[0] == (run_id, 0, 1)
         state, _counters, context, _token = phase._prefetched[1]
-        assert state is not None and (state.status, state.phase_index, state.attempt) == ("running", 0, 1)
-        made = context._manifest  # made by the setup, before the fork (before this test asks for it)
-        assert context.run_id == run_id and context.manifest().content_hash == context.content_hash  # checked
+        assert state is not None and (state.status, state.phase_index, state.attempt) == (
+            "running",
+            0,
+            1,
+        )
+        made = (
+            context._manifest
+            # made by the setup, before the fork (before this test asks for it)
+        )
+        assert (
+            context.run_id == run_id and context.manifest().content_hash == context.content_hash
+            # checked
+        )
         setup = phase._prefetched[2]
-        assert setup is not None and setup.context is context and made is not None and made is context.manifest()
+        assert (
+            setup is not None
+            and setup.context is context
+            and made is not None
+            and made is context.manifest()
+        )
         role = state.spec.pipeline[0].role
         expected = [h.spec.id for h in load_hooks(phase.runtime().settings, role).hooks]
         assert expected and [h.spec.id for h in setup.harness.hooks.hooks] == expected
-        assert setup.meter.defer_final and isinstance((setup.meter.counters or {}).get("model_calls"), int)  # the run's, read
-        assert [m["role"] for m in setup.messages] == ["system", "user"] and role in setup.messages[0]["content"]
-        assert not setup.toolbox.workspace.exists()  # nothing written before the horse runs
+        assert setup.meter.defer_final and isinstance(
+            (setup.meter.counters or {}).get("model_calls"),
+            int,
+            # the run's, read
+        )
+        assert [m["role"] for m in setup.messages] == ["system", "user"] and role in setup.messages[
+            0
+        ]["content"]
+        # nothing written before the horse runs
+        assert not setup.toolbox.workspace.exists()
         # a broken hook file: the read is still inherited, the setup is left for the horse to make and report
         bad = tmp_path / "bad-hooks.yaml"
         bad.write_text("- id: x\n  event: [unclosed\n")
         os.environ["MOTHER_HOOKS__PROJECT_FILE"] = str(bad)
         phase._runtime = None
         phase.prefetch(run_id, 0, 1)
-        assert phase._prefetched is not None and phase._prefetched[1][0] is not None and phase._prefetched[2] is None
+        assert (
+            phase._prefetched is not None
+            and phase._prefetched[1][0] is not None
+            and phase._prefetched[2] is None
+        )
         del os.environ["MOTHER_HOOKS__PROJECT_FILE"]
         phase._runtime = None
         pipeline.client.cancel(run_id)
         assert pipeline.wait(run_id).termination.reason == "user_cancelled"
         pipeline.redis.zrem(keys.HEARTBEATS, member)
-        phase.prefetch(run_id, 0, 1)  # the run ended: stale, so no setup
+        # the run ended: stale, so no setup
+        phase.prefetch(run_id, 0, 1)
         assert phase._prefetched is not None and phase._prefetched[1][0].status == "terminated"
         assert phase._prefetched[2] is None
         assert pipeline.redis.zscore(keys.HEARTBEATS, member) is not None
         assert phase.execute(run_id, 0, 1) == {"status": "stale"}
         assert pipeline.redis.zscore(keys.HEARTBEATS, member) is None
-        phase.prefetch("run-nope", 0, 1)  # an unknown run: nothing to inherit but the verdict
-        assert phase._prefetched is not None and phase._prefetched[1][0] is None and phase._prefetched[2] is None
+        # an unknown run: nothing to inherit but the verdict
+        phase.prefetch("run-nope", 0, 1)
+        assert (
+            phase._prefetched is not None
+            and phase._prefetched[1][0] is None
+            and phase._prefetched[2] is None
+        )
         assert phase.execute("run-nope", 0, 1) == {"status": "stale"}
     finally:
         phase.clear_prefetch()
@@ -312,7 +491,8 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(pipelin
         os.environ.pop("MOTHER_HOOKS__PROJECT_FILE", None)
         phase._runtime = None
     assert phase._prefetched is None
-    assert pipeline.redis.xrange(keys.EVENTS_STREAM, after, "+") == []  # no result
+    # no result
+    assert pipeline.redis.xrange(keys.EVENTS_STREAM, after, "+") == []
     assert pipeline.redis.zscore(keys.HEARTBEATS, keys.heartbeat_member("run-nope", 0, 1)) is None
 
 
@@ -328,10 +508,14 @@ def test_phase_the_worker_cannot_set_up_fails_in_the_horse_with_the_reason(tmp_p
     finally:
         stop_pipeline(p)
     assert record.reason == "catastrophic_error"
-    assert "bad-hooks.yaml" in record.details and record.contributing_factors == ["invalid configuration"]
+    assert "bad-hooks.yaml" in record.details and record.contributing_factors == [
+        "invalid configuration"
+    ]
 
 
-def test_wait_says_when_no_worker_starts_a_phase_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wait_says_when_no_worker_starts_a_phase_and_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """wait() tells, once per attempt, of a phase whose job no worker has started: none listens on 'agents'
     (it used to show 'running' and nothing else until the phase's deadline), or all that do are busy; a phase
     a worker has started gets no such notice. The wait counts from the attempt's dispatch, so a wait started
@@ -348,20 +532,33 @@ def test_wait_says_when_no_worker_starts_a_phase_and_why(tmp_path: Path, monkeyp
             p.client.wait(first, 5, on_notice=notices.append)
         assert [re.sub(r"waited \d+s", "waited Ns", n) for n in notices] == [
             f"run {first}: phase execute (attempt 1) has waited Ns for a worker on queue 'agents', and no worker listens "
-            "there; still waiting (start one: `mother worker`)"]
-        notices.clear()  # a wait started late counts from the dispatch (server clock), not from when it looked:
-        with pytest.raises(WaitTimeout):  # it says so at once, though it waits less than QUEUE_NOTICE_SECONDS
+            "there; still waiting (start one: `mother worker`)"
+        ]
+        # a wait started late counts from the dispatch (server clock), not from when it looked:
+        notices.clear()
+        with pytest.raises(
+            WaitTimeout
+            # it says so at once, though it waits less than QUEUE_NOTICE_SECONDS
+        ):
             p.client.wait(first, 0.6, on_notice=notices.append)
-        assert len(notices) == 1 and int(re.findall(r"has waited (\d+)s", notices[0])[0]) >= 2, notices  # > 0.6
-        p.stack.add_worker()  # takes the first run's phase, which then hangs: the worker is busy
-        wait_until(lambda: p.redis.hget(f"rq:job:{keys.phase_job_id(first, 0, 1)}", "status") == "started", timeout=30)
+        assert len(notices) == 1 and int(re.findall(r"has waited (\d+)s", notices[0])[0]) >= 2, (
+            notices
+            # > 0.6
+        )
+        # takes the first run's phase, which then hangs: the worker is busy
+        p.stack.add_worker()
+        wait_until(
+            lambda: p.redis.hget(f"rq:job:{keys.phase_job_id(first, 0, 1)}", "status") == "started",
+            timeout=30,
+        )
         second = p.client.submit(example("cancelled", scripts=hang))
         notices.clear()
         with pytest.raises(WaitTimeout):
             p.client.wait(second, 5, on_notice=notices.append)
         assert [re.sub(r"waited \d+s", "waited Ns", n) for n in notices] == [
             f"run {second}: phase execute (attempt 1) has waited Ns for a worker on queue 'agents': the 1 worker(s) "
-            "listening there are busy, 1 job(s) queued; still waiting (more workers: `mother worker`)"]
+            "listening there are busy, 1 job(s) queued; still waiting (more workers: `mother worker`)"
+        ]
         notices.clear()
         with pytest.raises(WaitTimeout):
             p.client.wait(first, 3, on_notice=notices.append)
@@ -375,13 +572,34 @@ def test_wait_says_when_no_worker_starts_a_phase_and_why(tmp_path: Path, monkeyp
 
 def test_unexpected_error_ends_only_that_run(pipeline: Pipeline) -> None:
     """An exception in Mother's handling of one run ends it catastrophic_error; other runs go on."""
-    run_id = pipeline.client.submit(example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 2}]}))
-    wait_until(lambda: pipeline.redis.exists(keys.run_key(run_id)) and pipeline.client.status(run_id).status == "running")
+    run_id = pipeline.client.submit(
+        example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 2}]})
+    )
+    wait_until(
+        lambda: (
+            pipeline.redis.exists(keys.run_key(run_id))
+            and pipeline.client.status(run_id).status == "running"
+        )
+    )
     # A phase index past the pipeline's end makes the next transition raise inside Mother.
     pipeline.redis.execute_command("JSON.SET", keys.run_key(run_id), "$.phase_index", "7")
-    pipeline.redis.xadd(keys.EVENTS_STREAM, {"type": "phase_result", "payload": orjson.dumps({
-        "run_id": run_id, "phase": "execute", "phase_index": 7, "attempt": 1, "status": "completed",
-        "output": "x", "finished_at": "2026-01-01T00:00:00.000Z"})})
+    pipeline.redis.xadd(
+        keys.EVENTS_STREAM,
+        {
+            "type": "phase_result",
+            "payload": orjson.dumps(
+                {
+                    "run_id": run_id,
+                    "phase": "execute",
+                    "phase_index": 7,
+                    "attempt": 1,
+                    "status": "completed",
+                    "output": "x",
+                    "finished_at": "2026-01-01T00:00:00.000Z",
+                }
+            ),
+        },
+    )
     record = pipeline.wait(run_id).termination
     assert record.reason == "catastrophic_error"
     assert record.details.startswith("Mother failed while handling this run: IndexError")

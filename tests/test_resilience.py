@@ -42,13 +42,27 @@ def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
     assert hb == [keys.heartbeat_member(run_id, 0, 1)]
     # the worker running the job is the one with a work-horse child (the first heartbeat is written by
     # the worker just before it forks, so the horse may be a moment behind it)
-    victims = wait_until(lambda: [n for n, proc in fresh.stack.procs.items() if n.startswith("worker-") and _children(proc.pid)],
-                         timeout=10)
+    victims = wait_until(
+        lambda: [
+            n
+            for n, proc in fresh.stack.procs.items()
+            if n.startswith("worker-") and _children(proc.pid)
+        ],
+        timeout=10,
+    )
     assert len(victims) == 1
     proc = fresh.stack.procs[victims[0]]
     horse = _children(proc.pid)
-    wait_until(lambda: fresh.redis.execute_command("JSON.OBJLEN", keys.run_budget_key(run_id), "$.reservations") == [1],
-               timeout=10)  # killed mid-call: its model call is reserved
+    wait_until(
+        lambda: (
+            fresh.redis.execute_command(
+                "JSON.OBJLEN", keys.run_budget_key(run_id), "$.reservations"
+            )
+            == [1]
+        ),
+        timeout=10,
+        # killed mid-call: its model call is reserved
+    )
     os.kill(proc.pid, signal.SIGKILL)
     for pid in horse:
         os.kill(pid, signal.SIGKILL)
@@ -64,35 +78,57 @@ def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
     assert termination_keys(fresh, run_id) == [keys.termination_key(run_id)]
     # the killed attempt's model call was never settled: its reservation was given back at the retry (it
     # held the run's and the user's daily tokens for the rest of the day); the retry's call was settled
-    held_back_nothing(fresh, run_id, released_why="phase execute attempt 1 was lost: worker lost: no heartbeat")
+    held_back_nothing(
+        fresh, run_id, released_why="phase execute attempt 1 was lost: worker lost: no heartbeat"
+    )
 
 
-def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itself(fresh: Pipeline) -> None:
+def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itself(
+    fresh: Pipeline,
+) -> None:
     """While a work-horse runs a phase, its worker keeps the attempt's heartbeat (the horse starts no
     heartbeat thread: it has one thread). kill -9 of the worker alone: the horse gets the parent-death
     signal, beats for itself past the heartbeat timeout, and its result ends the run: no retry."""
     run_id = fresh.client.submit(_slow(8, attempts=[1]))
     member = keys.heartbeat_member(run_id, 0, 1)
     wait_until(lambda: fresh.redis.zscore(keys.HEARTBEATS, member), timeout=20)
-    victims = wait_until(lambda: [n for n, proc in fresh.stack.procs.items() if n.startswith("worker-") and _children(proc.pid)],
-                         timeout=10)
+    victims = wait_until(
+        lambda: [
+            n
+            for n, proc in fresh.stack.procs.items()
+            if n.startswith("worker-") and _children(proc.pid)
+        ],
+        timeout=10,
+    )
     worker = fresh.stack.procs[victims[0]]
     (horse,) = _children(worker.pid)
     first = fresh.redis.zscore(keys.HEARTBEATS, member)
-    time.sleep(2.5)  # workers beat every 1 s here (0.5 s rounded up to whole seconds)
-    assert fresh.redis.zscore(keys.HEARTBEATS, member) > first  # stamped by the worker...
-    assert _threads(horse) == 1  # ...not by a thread in the horse
+    # workers beat every 1 s here (0.5 s rounded up to whole seconds)
+    time.sleep(2.5)
+    # stamped by the worker...
+    assert fresh.redis.zscore(keys.HEARTBEATS, member) > first
+    # ...not by a thread in the horse
+    assert _threads(horse) == 1
     os.kill(worker.pid, signal.SIGKILL)
-    wait_until(lambda: _threads(horse) == 2, timeout=5)  # the orphaned horse started its own heartbeat
+    wait_until(
+        lambda: _threads(horse) == 2,
+        timeout=5,
+        # the orphaned horse started its own heartbeat
+    )
     orphaned = fresh.redis.zscore(keys.HEARTBEATS, member)
-    time.sleep(4)  # longer than the heartbeat timeout (3 s here)
+    # longer than the heartbeat timeout (3 s here)
+    time.sleep(4)
     assert fresh.redis.zscore(keys.HEARTBEATS, member) > orphaned
     envelope = fresh.wait(run_id, timeout=30)
     assert envelope.termination.reason == "success"
-    assert envelope.output == "finished"  # the orphaned horse's reply, not a retry's
+    # the orphaned horse's reply, not a retry's
+    assert envelope.output == "finished"
     state = fresh.client.status(run_id)
     assert state.attempt == 1 and not [h for h in state.history if h.event == "phase_retried"]
-    assert fresh.redis.zscore(keys.HEARTBEATS, member) is None  # its last write took the member away
+    assert (
+        fresh.redis.zscore(keys.HEARTBEATS, member) is None
+        # its last write took the member away
+    )
 
 
 def _threads(pid: int) -> int:
@@ -112,12 +148,21 @@ def _children(pid: int) -> list[int]:
 
 def test_killed_leader_standby_finishes_the_run(fresh: Pipeline) -> None:
     """kill -9 of the active Mother mid-run → the standby takes the lease and finishes it; one record."""
-    run_id = fresh.client.submit(example("three-phase", scripts={
-        "planner": [{"text": "plan", "delay_seconds": 1.5}],
-        "coder": [{"text": "code", "delay_seconds": 1.5}],
-        "critic": [{"text": "ok"}],
-    }))
-    wait_until(lambda: fresh.redis.exists(keys.run_key(run_id)) and fresh.client.status(run_id).phase == "plan")
+    run_id = fresh.client.submit(
+        example(
+            "three-phase",
+            scripts={
+                "planner": [{"text": "plan", "delay_seconds": 1.5}],
+                "coder": [{"text": "code", "delay_seconds": 1.5}],
+                "critic": [{"text": "ok"}],
+            },
+        )
+    )
+    wait_until(
+        lambda: (
+            fresh.redis.exists(keys.run_key(run_id)) and fresh.client.status(run_id).phase == "plan"
+        )
+    )
     leader = fresh.redis.get(keys.LEADER_LEASE)
     leader_pid = int(leader.split(":")[1])
     names = [n for n, p in fresh.stack.procs.items() if p.pid == leader_pid]
@@ -128,8 +173,15 @@ def test_killed_leader_standby_finishes_the_run(fresh: Pipeline) -> None:
     new_leader = fresh.redis.get(keys.LEADER_LEASE)
     assert new_leader is not None and new_leader != leader
     assert termination_keys(fresh, run_id) == [keys.termination_key(run_id)]
-    completed = [h.phase for h in fresh.client.status(run_id).history if h.event == "phase_completed"]
-    assert completed == ["plan", "execute", "review"]  # each phase accepted exactly once across the takeover
+    completed = [
+        h.phase for h in fresh.client.status(run_id).history if h.event == "phase_completed"
+    ]
+    assert completed == [
+        "plan",
+        "execute",
+        "review",
+        # each phase accepted exactly once across the takeover
+    ]
 
 
 def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path) -> None:
@@ -142,16 +194,33 @@ def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path)
     from mother.config import load_settings
     from mother.runtime import Runtime
 
-    p = start_pipeline(tmp_path, mothers=1, workers=0, env={"MOTHER_SERVICE__FINISH_END_AFTER_SECONDS": "1"})
+    p = start_pipeline(
+        tmp_path, mothers=1, workers=0, env={"MOTHER_SERVICE__FINISH_END_AFTER_SECONDS": "1"}
+    )
     try:
         run_id = p.client.submit(example("three-phase"))
         job_id = keys.phase_job_id(run_id, 0, 1)
-        wait_until(lambda: job_id in p.redis.lrange("rq:queue:agents", 0, -1))  # dispatched; no worker takes it
+        wait_until(
+            lambda: job_id in p.redis.lrange("rq:queue:agents", 0, -1)
+            # dispatched; no worker takes it
+        )
         rt = Runtime.create(load_settings(redis_url=p.server.url))
-        op = Guard(p.redis, rt.settings, run_id, "alice", rt.clock.today).reserve_call(rt.settings.models["scripted"], 200)
-        record = build_record(run_id=run_id, reason="user_cancelled", phase="plan", details="Cancelled by alice: test",
-                              at_ms=rt.clock.now_ms(), at_iso=rt.clock.now_iso())
-        assert terminate(p.redis, record, ResultEnvelope(run_id=run_id, user_id="alice", created_at=record.timestamp))[0]
+        op = Guard(p.redis, rt.settings, run_id, "alice", rt.clock.today).reserve_call(
+            rt.settings.models["scripted"], 200
+        )
+        record = build_record(
+            run_id=run_id,
+            reason="user_cancelled",
+            phase="plan",
+            details="Cancelled by alice: test",
+            at_ms=rt.clock.now_ms(),
+            at_iso=rt.clock.now_iso(),
+        )
+        assert terminate(
+            p.redis,
+            record,
+            ResultEnvelope(run_id=run_id, user_id="alice", created_at=record.timestamp),
+        )[0]
         assert list(held_reservations(p.redis, run_id)) == [op]
         wait_until(lambda: p.redis.zscore(keys.RUNS_ENDING, run_id) is None, timeout=20)
         held_back_nothing(p, run_id, released_why="the run ended user_cancelled")
@@ -174,8 +243,14 @@ def test_two_mothers_give_one_record_per_run(fresh: Pipeline) -> None:
 
 def _race_terminate(url: str, run_id: str, reason: str) -> tuple[bool, str]:
     client = redis.Redis.from_url(url, decode_responses=True)
-    record = build_record(run_id=run_id, reason=reason, phase="execute", details=f"by {reason}",
-                          at_ms=1, at_iso="2026-01-01T00:00:00.001Z")
+    record = build_record(
+        run_id=run_id,
+        reason=reason,
+        phase="execute",
+        details=f"by {reason}",
+        at_ms=1,
+        at_iso="2026-01-01T00:00:00.001Z",
+    )
     envelope = ResultEnvelope(run_id=run_id, user_id="u", created_at="2026-01-01T00:00:00.001Z")
     won, stored = terminate(client, record, envelope)
     return won, stored.reason
@@ -231,30 +306,48 @@ def _intake_caught_up(p: Pipeline) -> bool:
     return group_backlog(p.redis, keys.SUBMISSIONS_STREAM, "mother") == (0, 0)
 
 
-def test_a_submission_dead_lettered_before_it_was_taken_in_is_rejected_not_lost(fresh: Pipeline) -> None:
+def test_a_submission_dead_lettered_before_it_was_taken_in_is_rejected_not_lost(
+    fresh: Pipeline,
+) -> None:
     """A submission whose every delivery died with its Mother (here: delivered to a consumer that
     vanished, retried past max_deliveries) goes to mother:dead_letter with a rejection record, so
     `status` and `wait` say why; before, wait() waited for it for good and status said "not taken in yet"."""
     from mother.errors import InvalidSpec
 
     spec = orjson.dumps(example("three-phase", run_id="run-ghost-1")).decode()
-    wait_until(lambda: _intake_caught_up(fresh), timeout=20)  # Mother has made its group
-    pipe = fresh.redis.pipeline(transaction=True)  # Mother's blocked read is served only after EXEC: it gets none
+    # Mother has made its group
+    wait_until(lambda: _intake_caught_up(fresh), timeout=20)
+    pipe = fresh.redis.pipeline(
+        transaction=True
+        # Mother's blocked read is served only after EXEC: it gets none
+    )
     pipe.xadd(keys.SUBMISSIONS_STREAM, {"spec": spec})
     pipe.xreadgroup("mother", "gone", {keys.SUBMISSIONS_STREAM: ">"}, count=1)
     entry, _ = pipe.execute()
-    fresh.redis.execute_command("XCLAIM", keys.SUBMISSIONS_STREAM, "mother", "gone", 0, entry,
-                                "IDLE", 60_000, "RETRYCOUNT", 5)
+    fresh.redis.execute_command(
+        "XCLAIM",
+        keys.SUBMISSIONS_STREAM,
+        "mother",
+        "gone",
+        0,
+        entry,
+        "IDLE",
+        60_000,
+        "RETRYCOUNT",
+        5,
+    )
     dead = wait_until(lambda: fresh.redis.xrange(keys.DEAD_LETTER_STREAM), timeout=30)
     assert dead[0][1]["entry_id"] == entry and dead[0][1]["stream"] == keys.SUBMISSIONS_STREAM
-    expected = ("run run-ghost-1 was rejected at intake: Mother failed to take this submission in on each of more "
-                "than 2 deliveries; it is kept in mother:dead_letter")
+    expected = (
+        "run run-ghost-1 was rejected at intake: Mother failed to take this submission in on each of more "
+        "than 2 deliveries; it is kept in mother:dead_letter"
+    )
     for ask in (fresh.client.status, lambda run_id: fresh.client.wait(run_id, timeout=10)):
         with pytest.raises(InvalidSpec) as refused:
             ask("run-ghost-1")
         assert refused.value.message == expected
     record = orjson.loads(fresh.redis.execute_command("JSON.GET", keys.rejection_key(entry)))
-    assert record["run_id"] == "run-ghost-1" and record["preview"] == spec[:len(record["preview"])]
+    assert record["run_id"] == "run-ghost-1" and record["preview"] == spec[: len(record["preview"])]
     assert fresh.redis.xpending(keys.SUBMISSIONS_STREAM, "mother")["pending"] == 0
     assert not fresh.redis.exists(keys.run_key("run-ghost-1"))
 
@@ -271,9 +364,16 @@ def test_a_submission_whose_run_record_is_corrupt_stalls_nothing(fresh: Pipeline
     corrupt = '{"run_id":"run-corrupt-1","status":7}'
     fresh.redis.execute_command("JSON.SET", keys.run_key("run-corrupt-1"), "$", corrupt)
     wait_until(lambda: _intake_caught_up(fresh), timeout=20)
-    pipe = fresh.redis.pipeline(transaction=True)  # both in Mother's next read
-    bad = pipe.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(example("three-phase", run_id="run-corrupt-1"))})
-    pipe.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(example("three-phase", run_id="run-behind-1"))})
+    # both in Mother's next read
+    pipe = fresh.redis.pipeline(transaction=True)
+    bad = pipe.xadd(
+        keys.SUBMISSIONS_STREAM,
+        {"spec": orjson.dumps(example("three-phase", run_id="run-corrupt-1"))},
+    )
+    pipe.xadd(
+        keys.SUBMISSIONS_STREAM,
+        {"spec": orjson.dumps(example("three-phase", run_id="run-behind-1"))},
+    )
     bad = pipe.execute()[0]
     assert fresh.wait("run-behind-1", timeout=30).termination.reason == "success"
     dead = wait_until(lambda: fresh.redis.xrange(keys.DEAD_LETTER_STREAM), timeout=30)
@@ -282,8 +382,10 @@ def test_a_submission_whose_run_record_is_corrupt_stalls_nothing(fresh: Pipeline
     assert fresh.redis.execute_command("JSON.GET", keys.run_key("run-corrupt-1")) == corrupt
     result = run_cli("status", "run-corrupt-1", env={"MOTHER_REDIS_URL": fresh.url}, timeout=30)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith("error[record_invalid]: run run-corrupt-1's record (run:run-corrupt-1) is not "
-                                    "a valid run record"), result.stderr
+    assert result.stderr.startswith(
+        "error[record_invalid]: run run-corrupt-1's record (run:run-corrupt-1) is not "
+        "a valid run record"
+    ), result.stderr
     assert fresh.client.submit(example("three-phase", run_id="run-after-1")) == "run-after-1"
     assert fresh.wait("run-after-1", timeout=30).termination.reason == "success"
 
@@ -295,18 +397,37 @@ def test_a_run_record_edited_by_hand_does_not_stop_the_watchdog(fresh: Pipeline)
     every other run is still checked: the hanging run started after them ends timeout at its phase
     deadline. Before, the failure ended the whole tick, so no deadline behind it, lost worker or failed
     job was ever acted on (and the member, parsed before it was removed, stayed for good)."""
-    fresh.redis.execute_command("JSON.SET", keys.run_key("run-edited-1"), "$", '{"run_id":"run-edited-1","status":7}')
+    fresh.redis.execute_command(
+        "JSON.SET", keys.run_key("run-edited-1"), "$", '{"run_id":"run-edited-1","status":7}'
+    )
     fresh.redis.zadd(keys.RUN_DEADLINES, {"run-edited-1": 0, "no run id!": 0})
     fresh.redis.zadd(keys.PHASE_DEADLINES, {"run-edited-1": 0})
-    fresh.redis.zadd(keys.HEARTBEATS, {keys.heartbeat_member("run-edited-1", 0, 1): 0, "not a member at-all": 0})
+    fresh.redis.zadd(
+        keys.HEARTBEATS, {keys.heartbeat_member("run-edited-1", 0, 1): 0, "not a member at-all": 0}
+    )
     run_id = fresh.client.submit(example("timeout"))
     envelope = fresh.wait(run_id, timeout=30)
-    assert envelope.termination.reason == "timeout" and "exceeded its timeout of 3s" in envelope.termination.details
-    assert fresh.redis.zscore(keys.RUN_DEADLINES, "run-edited-1") == 0  # left for its owner to fix
-    assert fresh.redis.zscore(keys.HEARTBEATS, "not a member at-all") is None  # dropped: it could name no attempt
-    assert fresh.redis.zscore(keys.RUN_DEADLINES, "no run id!") is None  # and so is a deadline of no run
-    log = "".join(path.read_text() for path in (fresh.server.dir.parent / "logs").glob("mother-*.log"))
-    assert "watchdog_check_failed" in log and "run-edited-1's record (run:run-edited-1) is not a valid run record" in log
+    assert (
+        envelope.termination.reason == "timeout"
+        and "exceeded its timeout of 3s" in envelope.termination.details
+    )
+    # left for its owner to fix
+    assert fresh.redis.zscore(keys.RUN_DEADLINES, "run-edited-1") == 0
+    assert (
+        fresh.redis.zscore(keys.HEARTBEATS, "not a member at-all") is None
+        # dropped: it could name no attempt
+    )
+    assert (
+        fresh.redis.zscore(keys.RUN_DEADLINES, "no run id!") is None
+        # and so is a deadline of no run
+    )
+    log = "".join(
+        path.read_text() for path in (fresh.server.dir.parent / "logs").glob("mother-*.log")
+    )
+    assert (
+        "watchdog_check_failed" in log
+        and "run-edited-1's record (run:run-edited-1) is not a valid run record" in log
+    )
     assert "heartbeat member 'not a member at-all' is not '<run_id> <phase_index> <attempt>'" in log
 
 
@@ -316,9 +437,15 @@ def test_waiting_for_a_run_that_was_never_submitted_ends_at_once(fresh: Pipeline
     while Mother is paused is still waited for, and its wait ends with the run."""
     from tests.conftest import run_cli
 
-    wait_until(lambda: _intake_caught_up(fresh), timeout=20)  # Mother has made its group and read it
-    line = ("error[not_found]: no run 'run-never-1': Mother has taken in every submission and none is this run "
-            "(never submitted, or its records are gone); list runs with `mother runs`")
+    wait_until(
+        lambda: _intake_caught_up(fresh),
+        timeout=20,
+        # Mother has made its group and read it
+    )
+    line = (
+        "error[not_found]: no run 'run-never-1': Mother has taken in every submission and none is this run "
+        "(never submitted, or its records are gone); list runs with `mother runs`"
+    )
     for args in (("status", "run-never-1"), ("wait", "run-never-1")):
         result = run_cli(*args, env={"MOTHER_REDIS_URL": fresh.url}, timeout=30)
         assert (result.returncode, result.stderr.strip()) == (2, line), args
@@ -332,9 +459,12 @@ def test_waiting_for_a_run_that_was_never_submitted_ends_at_once(fresh: Pipeline
     try:
         run_id = fresh.client.submit(example("three-phase"))
         waited: dict[str, ResultEnvelope] = {}
-        waiter = threading.Thread(target=lambda: waited.update(envelope=fresh.client.wait(run_id, timeout=60)))
+        waiter = threading.Thread(
+            target=lambda: waited.update(envelope=fresh.client.wait(run_id, timeout=60))
+        )
         waiter.start()
-        time.sleep(1.0)  # the waiter sees the run not taken in, with a submission undelivered
+        # the waiter sees the run not taken in, with a submission undelivered
+        time.sleep(1.0)
         assert waiter.is_alive()
     finally:
         for pid in mothers:
@@ -350,20 +480,33 @@ def test_redis_restart_mid_run_is_outlived(tmp_path: Path) -> None:
 
     p = start_pipeline(tmp_path, mothers=1, workers=1)
     try:
-        run_id = p.client.submit(example("three-phase", scripts={
-            "planner": [{"text": "plan", "delay_seconds": 1.5}],
-            "coder": [{"text": "code"}],
-            "critic": [{"text": "ok"}],
-        }))
-        wait_until(lambda: p.redis.zrange(keys.HEARTBEATS, 0, -1), timeout=20)  # the first phase is running
+        run_id = p.client.submit(
+            example(
+                "three-phase",
+                scripts={
+                    "planner": [{"text": "plan", "delay_seconds": 1.5}],
+                    "coder": [{"text": "code"}],
+                    "critic": [{"text": "ok"}],
+                },
+            )
+        )
+        wait_until(
+            lambda: p.redis.zrange(keys.HEARTBEATS, 0, -1),
+            timeout=20,
+            # the first phase is running
+        )
         notices: list[str] = []
         waited: dict[str, ResultEnvelope] = {}
-        waiter = threading.Thread(target=lambda: waited.update(
-            envelope=p.client.wait(run_id, timeout=90, on_notice=notices.append)))
+        waiter = threading.Thread(
+            target=lambda: waited.update(
+                envelope=p.client.wait(run_id, timeout=90, on_notice=notices.append)
+            )
+        )
         waiter.start()
         port, data_dir = p.server.port, p.server.dir
         p.server.stop()
-        time.sleep(3)  # the phase's reply comes while Redis is away
+        # the phase's reply comes while Redis is away
+        time.sleep(3)
         alive_during = p.stack.alive()
         p.server = EmbeddedRedis(port=port, dir=data_dir, appendfsync="no").start()
         waiter.join(timeout=90)
@@ -371,28 +514,51 @@ def test_redis_restart_mid_run_is_outlived(tmp_path: Path) -> None:
         assert len(notices) == 1 and notices[0].startswith("Redis cannot serve (")
         assert waited["envelope"].termination.reason == "success"
         assert termination_keys(p, run_id) == [keys.termination_key(run_id)]
-        completed = [h.phase for h in p.client.status(run_id).history if h.event == "phase_completed"]
+        completed = [
+            h.phase for h in p.client.status(run_id).history if h.event == "phase_completed"
+        ]
         assert completed == ["plan", "execute", "review"]
     finally:
         stop_pipeline(p)
 
 
-@pytest.mark.parametrize(("refuse", "restore"), [
-    (("CONFIG", "SET", "maxmemory", "1"), ("CONFIG", "SET", "maxmemory", "0")),  # at maxmemory, noeviction
-    (("REPLICAOF", "127.0.0.1", "1"), ("REPLICAOF", "NO", "ONE")),  # a replica after a failover: READONLY
-], ids=["maxmemory", "readonly"])
-def test_redis_refusing_writes_is_outlived(tmp_path: Path, refuse: tuple[str, ...], restore: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("refuse", "restore"),
+    [
+        (
+            ("CONFIG", "SET", "maxmemory", "1"),
+            ("CONFIG", "SET", "maxmemory", "0"),
+            # at maxmemory, noeviction
+        ),
+        (
+            ("REPLICAOF", "127.0.0.1", "1"),
+            ("REPLICAOF", "NO", "ONE"),
+            # a replica after a failover: READONLY
+        ),
+    ],
+    ids=["maxmemory", "readonly"],
+)
+def test_redis_refusing_writes_is_outlived(
+    tmp_path: Path, refuse: tuple[str, ...], restore: tuple[str, ...]
+) -> None:
     """While Redis refuses every write for a few seconds, Mother and the worker stay up (they used to
     exit on the first refused write); once it takes writes again, a run goes through as before."""
     p = start_pipeline(tmp_path, mothers=1, workers=1)
     try:
-        assert p.wait(p.client.submit(example("three-phase"))).termination.reason == "success"  # all up
+        assert (
+            p.wait(p.client.submit(example("three-phase"))).termination.reason == "success"
+            # all up
+        )
         p.redis.execute_command(*refuse)
-        time.sleep(3)  # several lease renewals, heartbeats and watchdog ticks are refused
+        # several lease renewals, heartbeats and watchdog ticks are refused
+        time.sleep(3)
         alive_during = p.stack.alive()
         p.redis.execute_command(*restore)
         assert alive_during == p.stack.alive() == {"mother-0": True, "worker-0": True}
-        assert p.wait(p.client.submit(example("three-phase")), timeout=60).termination.reason == "success"
+        assert (
+            p.wait(p.client.submit(example("three-phase")), timeout=60).termination.reason
+            == "success"
+        )
         log = (tmp_path / "logs" / "mother-0.log").read_text()
         assert '"event":"redis_unavailable"' in log and '"event":"redis_back"' in log
     finally:
@@ -408,22 +574,48 @@ def test_mother_and_a_worker_started_before_their_redis_wait_for_it(tmp_path: Pa
 
     port = free_port()
     workspace = tmp_path / "workspaces"
-    stack = LocalStack(f"redis://127.0.0.1:{port}/0", workers=1, mothers=1, log_dir=tmp_path / "logs",
-                       env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(workspace),
-                            "MOTHER_REDIS_WAIT_SECONDS": "60"}).start()
+    stack = LocalStack(
+        f"redis://127.0.0.1:{port}/0",
+        workers=1,
+        mothers=1,
+        log_dir=tmp_path / "logs",
+        env={
+            **FAST_ENV,
+            "MOTHER_WORKER__WORKSPACE_ROOT": str(workspace),
+            "MOTHER_REDIS_WAIT_SECONDS": "60",
+        },
+    ).start()
     server = None
     try:
         logs = {name: tmp_path / "logs" / f"{name}.log" for name in ("mother-0", "worker-0")}
-        wait_until(lambda: all(path.is_file() and '"event":"redis_unavailable"' in path.read_text()
-                               for path in logs.values()), timeout=30)
+        wait_until(
+            lambda: all(
+                path.is_file() and '"event":"redis_unavailable"' in path.read_text()
+                for path in logs.values()
+            ),
+            timeout=30,
+        )
         assert stack.alive() == {"mother-0": True, "worker-0": True}
         server = EmbeddedRedis(port=port, dir=tmp_path / "redis", appendfsync="no").start()
         p = Pipeline(server, stack, workspace)
-        assert p.wait(p.client.submit(example("three-phase")), timeout=60).termination.reason == "success"
+        assert (
+            p.wait(p.client.submit(example("three-phase")), timeout=60).termination.reason
+            == "success"
+        )
         for path in logs.values():
-            waited = [orjson.loads(line) for line in path.read_text().splitlines() if '"during":"startup"' in line]
-            assert [w["event"] for w in waited][0] == "redis_unavailable" and waited[-1]["event"] == "redis_back"
-            assert waited[0]["url"] == f"redis://127.0.0.1:{port}/0" and waited[0]["waiting_up_to_seconds"] == 60
+            waited = [
+                orjson.loads(line)
+                for line in path.read_text().splitlines()
+                if '"during":"startup"' in line
+            ]
+            assert (
+                next(w["event"] for w in waited) == "redis_unavailable"
+                and waited[-1]["event"] == "redis_back"
+            )
+            assert (
+                waited[0]["url"] == f"redis://127.0.0.1:{port}/0"
+                and waited[0]["waiting_up_to_seconds"] == 60
+            )
     finally:
         stack.stop()
         if server is not None:
@@ -437,10 +629,18 @@ def test_a_runs_end_sets_the_concurrent_runs_gauge_at_once(r: redis.Redis, redis
     from mother.functions import load_functions
 
     load_functions(r)
-    r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$", orjson.dumps(
-        {"concurrent_runs": 7, "queue_depth": 0, "redis_memory_mb": 0, "docling_jobs": 0}))
+    r.execute_command(
+        "JSON.SET",
+        keys.GLOBAL_BUDGET,
+        "$",
+        orjson.dumps(
+            {"concurrent_runs": 7, "queue_depth": 0, "redis_memory_mb": 0, "docling_jobs": 0}
+        ),
+    )
     r.zadd(keys.RUN_DEADLINES, {"gauge-1": 1e15, "gauge-2": 1e15})
     r.zadd(keys.ADMISSION_WAITING, {"gauge-1": 1, "other": 2})
     assert _race_terminate(redis_url, "gauge-1", "user_cancelled") == (True, "user_cancelled")
-    assert orjson.loads(r.execute_command("JSON.GET", keys.GLOBAL_BUDGET, "$.concurrent_runs")) == [1]
+    assert orjson.loads(r.execute_command("JSON.GET", keys.GLOBAL_BUDGET, "$.concurrent_runs")) == [
+        1
+    ]
     assert r.zrange(keys.ADMISSION_WAITING, 0, -1) == ["other"]

@@ -19,27 +19,34 @@ def _watchdog(redis_url: str, **service: object) -> Watchdog:
     return Watchdog(Runtime.create(load_settings(redis_url=redis_url, service=service)))
 
 
-def test_streams_are_trimmed_below_the_oldest_entry_still_to_be_handled(r: redis.Redis, redis_url: str) -> None:
+def test_streams_are_trimmed_below_the_oldest_entry_still_to_be_handled(
+    r: redis.Redis, redis_url: str
+) -> None:
     """Past their retention, acknowledged entries of mother:events are trimmed, but never one that is pending
     (delivered, not acknowledged) or not yet delivered: XTRIM MINID at the oldest of those. A stream no
     consumer group reads is left whole (nothing is known to be handled)."""
     watchdog = _watchdog(redis_url, stream_retention_seconds=0)
     ensure_group(r, keys.EVENTS_STREAM, GROUP)
     ids = [r.xadd(keys.EVENTS_STREAM, {"n": str(i)}) for i in range(10)]
-    r.xreadgroup(GROUP, "c", {keys.EVENTS_STREAM: ">"}, count=6)  # 0-5 delivered, 6-9 not yet
-    r.xack(keys.EVENTS_STREAM, GROUP, ids[0], ids[1], ids[3], ids[4], ids[5])  # 2 still pending
+    # 0-5 delivered, 6-9 not yet
+    r.xreadgroup(GROUP, "c", {keys.EVENTS_STREAM: ">"}, count=6)
+    # 2 still pending
+    r.xack(keys.EVENTS_STREAM, GROUP, ids[0], ids[1], ids[3], ids[4], ids[5])
     watchdog.trim()
     assert [i for i, _ in r.xrange(keys.EVENTS_STREAM)] == ids[2:]
     r.xack(keys.EVENTS_STREAM, GROUP, ids[2])
     watchdog.trim()
-    assert [i for i, _ in r.xrange(keys.EVENTS_STREAM)] == ids[6:]  # the undelivered stay
-    r.xadd(keys.SUBMISSIONS_STREAM, {"spec": "{}"})  # no group reads it yet
+    # the undelivered stay
+    assert [i for i, _ in r.xrange(keys.EVENTS_STREAM)] == ids[6:]
+    # no group reads it yet
+    r.xadd(keys.SUBMISSIONS_STREAM, {"spec": "{}"})
     watchdog.trim()
     assert r.xlen(keys.SUBMISSIONS_STREAM) == 1
     kept = _watchdog(redis_url, stream_retention_seconds=3600)
     r.xreadgroup(GROUP, "c", {keys.EVENTS_STREAM: ">"})
     r.xack(keys.EVENTS_STREAM, GROUP, *ids[6:])
-    kept.trim()  # handled, but younger than the retention: kept for inspection
+    # handled, but younger than the retention: kept for inspection
+    kept.trim()
     assert r.xlen(keys.EVENTS_STREAM) == 4
 
 
@@ -51,7 +58,12 @@ def test_rejections_are_forgotten_after_their_retention(r: redis.Redis, redis_ur
     spec = orjson.dumps({"run_id": "twice", "user_id": "u"}).decode()
     reject(rt, "1000-0", {"spec": spec}, "first refusal")
     reject(rt, "2000-0", {"spec": spec}, "second refusal")
-    reject(rt, "3000-0", {"spec": orjson.dumps({"run_id": "old", "user_id": "u"}).decode()}, "old refusal")
+    reject(
+        rt,
+        "3000-0",
+        {"spec": orjson.dumps({"run_id": "old", "user_id": "u"}).decode()},
+        "old refusal",
+    )
     reject(rt, "4000-0", {"spec": "not json"}, "young refusal")
     old = rt.clock.now_ms() - 7200 * 1000
     r.zadd(keys.REJECTIONS_INDEX, {"1000-0": old, "3000-0": old, "not an id!": old})

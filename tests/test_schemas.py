@@ -70,9 +70,18 @@ def test_termination_record_matches_the_spec_example() -> None:
 def test_termination_reasons_are_the_spec_literals() -> None:
     """The eleven reasons of §1, policyViolation spelled as in the spec, plus context_budget_exceeded."""
     assert TERMINATION_REASONS == (
-        "success", "approval_denied", "policyViolation", "retries_exhausted", "timeout",
-        "insufficient_evidence", "conflicting_agents", "user_cancelled", "budget_exhausted",
-        "blocked", "catastrophic_error", "context_budget_exceeded",
+        "success",
+        "approval_denied",
+        "policyViolation",
+        "retries_exhausted",
+        "timeout",
+        "insufficient_evidence",
+        "conflicting_agents",
+        "user_cancelled",
+        "budget_exhausted",
+        "blocked",
+        "catastrophic_error",
+        "context_budget_exceeded",
     )
     assert "reason" in _error(TerminationRecord, {**RECORD, "reason": "policy_violation"})
     assert "suggested_action" in _error(TerminationRecord, {**RECORD, "suggested_action": "pray"})
@@ -81,12 +90,36 @@ def test_termination_reasons_are_the_spec_literals() -> None:
 def test_other_records_round_trip() -> None:
     """RunState, PhaseResult, ResultEnvelope and ActivityEvent survive orjson both ways."""
     spec = RunSpec.model_validate(SPEC)
-    state = RunState(run_id="r1", user_id="alice", spec=spec, created_at=RECORD["timestamp"], updated_at=RECORD["timestamp"])
-    result = PhaseResult(run_id="r1", phase="plan", phase_index=0, attempt=1, status="completed", output="ok",
-                         confidence=0.9, evidence_count=2, artifacts=["a1"], finished_at=RECORD["timestamp"])
-    envelope = ResultEnvelope(run_id="r1", user_id="alice", output="ok", phases=[result], created_at=RECORD["timestamp"],
-                              termination=TerminationRecord.model_validate(RECORD))
-    event = ActivityEvent(type="run_submitted", at=RECORD["timestamp"], run_id="r1", data={"user_id": "alice"})
+    state = RunState(
+        run_id="r1",
+        user_id="alice",
+        spec=spec,
+        created_at=RECORD["timestamp"],
+        updated_at=RECORD["timestamp"],
+    )
+    result = PhaseResult(
+        run_id="r1",
+        phase="plan",
+        phase_index=0,
+        attempt=1,
+        status="completed",
+        output="ok",
+        confidence=0.9,
+        evidence_count=2,
+        artifacts=["a1"],
+        finished_at=RECORD["timestamp"],
+    )
+    envelope = ResultEnvelope(
+        run_id="r1",
+        user_id="alice",
+        output="ok",
+        phases=[result],
+        created_at=RECORD["timestamp"],
+        termination=TerminationRecord.model_validate(RECORD),
+    )
+    event = ActivityEvent(
+        type="run_submitted", at=RECORD["timestamp"], run_id="r1", data={"user_id": "alice"}
+    )
     for model in (state, result, envelope, event):
         assert type(model).from_json(model.to_json()) == model
     assert ActivityEvent.from_fields(event.to_fields()) == event
@@ -101,27 +134,73 @@ def test_other_records_round_trip() -> None:
         ({"task": "x" * 10_000_000}, "task: String should have at most 200000 characters"),
         ({"task": ""}, "task: String should have at least 1 character"),
         ({"pipeline": []}, "pipeline: List should have at least 1 item"),
-        ({"budget_profile": "lavish"}, "budget_profile: Input should be 'conservative', 'balanced' or 'extended'"),
-        ({"limit_overrides": {"spend": -1}}, "limit_overrides.spend: Input should be greater than or equal to 0"),
-        ({"limit_overrides": {"spend": math.inf}}, "limit_overrides.spend: must be a finite number of USD"),
+        (
+            {"budget_profile": "lavish"},
+            "budget_profile: Input should be 'conservative', 'balanced' or 'extended'",
+        ),
+        (
+            {"limit_overrides": {"spend": -1}},
+            "limit_overrides.spend: Input should be greater than or equal to 0",
+        ),
+        (
+            {"limit_overrides": {"spend": math.inf}},
+            "limit_overrides.spend: must be a finite number of USD",
+        ),
         ({"limit_overrides": {"duration_seconds": math.nan}}, "limit_overrides.duration_seconds"),
-        ({"limit_overrides": {"turns": 1.5}}, "limit_overrides.turns: Input should be a valid integer"),
-        ({"limit_overrides": {"turns": "many"}}, "limit_overrides.turns: Input should be a valid integer"),
-        ({"limit_overrides": {"turns": True}}, "limit_overrides.turns: Input should be a valid integer"),
-        ({"limit_overrides": {"spawns": "3"}}, "limit_overrides.spawns: Input should be a valid integer"),
-        ({"limit_overrides": {"duration_seconds": math.inf}}, "limit_overrides.duration_seconds: Input should be a finite number"),
-        ({"limit_overrides": {"duration_seconds": True}},  # was taken as 1 second
-         "limit_overrides.duration_seconds: must be a number of seconds, not bool True"),
-        ({"limit_overrides": {"duration_seconds": "60"}}, "limit_overrides.duration_seconds: must be a number of seconds, not str '60'"),
-        ({"pipeline": [{"name": "a", "role": "r", "model": "m", "timeout_seconds": False}]},
-         "pipeline.0.timeout_seconds: must be a number of seconds, not bool False"),
-        ({"pipeline": [{"name": "a", "role": "r", "model": "m", "timeout_seconds": math.nan}]},
-         "pipeline.0.timeout_seconds: Input should be a finite number"),
-        ({"pipeline": [{"name": "a", "role": "r", "model": "m", "max_retries": False}]},
-         "pipeline.0.max_retries: Input should be a valid integer"),
-        ({"metadata": {"score": math.nan}}, "metadata.score.float: Input should be a finite number"),
-        ({"pipeline": [{"name": "a", "role": "r", "model": "m"}, {"name": "a", "role": "r", "model": "m"}]},
-         "phase names must be distinct; repeated: a"),
+        (
+            {"limit_overrides": {"turns": 1.5}},
+            "limit_overrides.turns: Input should be a valid integer",
+        ),
+        (
+            {"limit_overrides": {"turns": "many"}},
+            "limit_overrides.turns: Input should be a valid integer",
+        ),
+        (
+            {"limit_overrides": {"turns": True}},
+            "limit_overrides.turns: Input should be a valid integer",
+        ),
+        (
+            {"limit_overrides": {"spawns": "3"}},
+            "limit_overrides.spawns: Input should be a valid integer",
+        ),
+        (
+            {"limit_overrides": {"duration_seconds": math.inf}},
+            "limit_overrides.duration_seconds: Input should be a finite number",
+        ),
+        (
+            # was taken as 1 second
+            {"limit_overrides": {"duration_seconds": True}},
+            "limit_overrides.duration_seconds: must be a number of seconds, not bool True",
+        ),
+        (
+            {"limit_overrides": {"duration_seconds": "60"}},
+            "limit_overrides.duration_seconds: must be a number of seconds, not str '60'",
+        ),
+        (
+            {"pipeline": [{"name": "a", "role": "r", "model": "m", "timeout_seconds": False}]},
+            "pipeline.0.timeout_seconds: must be a number of seconds, not bool False",
+        ),
+        (
+            {"pipeline": [{"name": "a", "role": "r", "model": "m", "timeout_seconds": math.nan}]},
+            "pipeline.0.timeout_seconds: Input should be a finite number",
+        ),
+        (
+            {"pipeline": [{"name": "a", "role": "r", "model": "m", "max_retries": False}]},
+            "pipeline.0.max_retries: Input should be a valid integer",
+        ),
+        (
+            {"metadata": {"score": math.nan}},
+            "metadata.score.float: Input should be a finite number",
+        ),
+        (
+            {
+                "pipeline": [
+                    {"name": "a", "role": "r", "model": "m"},
+                    {"name": "a", "role": "r", "model": "m"},
+                ]
+            },
+            "phase names must be distinct; repeated: a",
+        ),
     ],
 )
 def test_runspec_rejects_bad_input_readably(patch: dict, expected: str) -> None:
@@ -135,7 +214,7 @@ def test_missing_field_and_bad_json() -> None:
     """A missing user_id is named; text that is not JSON is refused with one line."""
     spec = {k: v for k, v in SPEC.items() if k != "user_id"}
     assert _error(RunSpec, spec) == "user_id: required field is missing"
-    with pytest.raises(ValueError, match="^not valid JSON"):
+    with pytest.raises(ValueError, match=r"^not valid JSON"):
         RunSpec.from_json(b"{not json")
 
 
@@ -143,6 +222,9 @@ def test_timestamps_are_iso_utc_with_millis() -> None:
     """Server milliseconds format as ISO-8601 UTC with three decimals and Z; other forms are refused."""
     assert iso_from_ms(1766183445123) == "2025-12-19T22:30:45.123Z"
     assert iso_from_ms(5) == "1970-01-01T00:00:00.005Z"
-    assert ms_from_iso("2025-12-19T22:30:45.123Z") == 1766183445123  # the way back, to the millisecond
+    assert (
+        ms_from_iso("2025-12-19T22:30:45.123Z") == 1766183445123
+        # the way back, to the millisecond
+    )
     assert all(ms_from_iso(iso_from_ms(ms)) == ms for ms in range(1766183445000, 1766183446000))
     assert "timestamp" in _error(TerminationRecord, {**RECORD, "timestamp": "2025-12-19 22:30:45"})

@@ -20,28 +20,52 @@ def _violations(r: redis.Redis) -> list[dict]:
     return [orjson.loads(v) for v in r.lrange(keys.SECURITY_VIOLATIONS, 0, -1)]
 
 
-def test_a_result_without_its_attempts_token_is_refused_and_recorded(r: redis.Redis, redis_url: str) -> None:
+def test_a_result_without_its_attempts_token_is_refused_and_recorded(
+    r: redis.Redis, redis_url: str
+) -> None:
     """A phase_result for the current attempt XADDed with a worker's credentials but without the attempt's token
     (or with another) moves nothing: Mother wrote 'success' with forged output for another user's run. It is
     recorded in security:violations and the activity stream; the real result, with the token, is accepted."""
     rt, run_id = _started(r, redis_url)
-    forged = PhaseResult(run_id=run_id, phase="plan", phase_index=0, attempt=1, status="completed", output="forged",
-                         confidence=1.0, finished_at="2026-11-22T00:00:00.000Z")
+    forged = PhaseResult(
+        run_id=run_id,
+        phase="plan",
+        phase_index=0,
+        attempt=1,
+        status="completed",
+        output="forged",
+        confidence=1.0,
+        finished_at="2026-11-22T00:00:00.000Z",
+    )
     on_phase_result(rt, forged, None, entry_id="1-1")
     on_phase_result(rt, forged, "guessed-token", entry_id="1-2")
     failed = forged.model_copy(update={"status": "failed", "error": "boom", "output": ""})
-    on_phase_result(rt, failed, None, entry_id="1-3")  # nor can a forged failure make Mother retry the attempt
+    on_phase_result(
+        rt,
+        failed,
+        None,
+        entry_id="1-3",
+        # nor can a forged failure make Mother retry the attempt
+    )
     run = rt.load_run(run_id)
     assert (run.phase_index, run.attempt, run.results) == (0, 1, [])
     assert [(v["kind"], v["entry_id"], v["run_id"]) for v in _violations(r)] == [
-        ("phase_result_without_token", "1-3", run_id), ("phase_result_without_token", "1-2", run_id),
-        ("phase_result_without_token", "1-1", run_id)]
+        ("phase_result_without_token", "1-3", run_id),
+        ("phase_result_without_token", "1-2", run_id),
+        ("phase_result_without_token", "1-1", run_id),
+    ]
     assert sum(1 for e in recent(r, 100, run_id=run_id) if e.type == "security_violation") == 3
-    token = r.getdel(keys.attempt_token_key(run_id, 0, 1))  # what the worker that runs the attempt claims
+    token = r.getdel(
+        keys.attempt_token_key(run_id, 0, 1)
+        # what the worker that runs the attempt claims
+    )
     on_phase_result(rt, forged.model_copy(update={"output": "the plan"}), token, entry_id="1-4")
     run = rt.load_run(run_id)
     assert (run.phase_index, run.attempt, [x.output for x in run.results]) == (1, 1, ["the plan"])
-    assert run.token_digest is not None and r.exists(keys.attempt_token_key(run_id, 1, 1))  # the next attempt's
+    assert run.token_digest is not None and r.exists(
+        keys.attempt_token_key(run_id, 1, 1)
+        # the next attempt's
+    )
     assert len(_violations(r)) == 3
 
 
@@ -50,11 +74,17 @@ def test_a_cancel_on_the_events_stream_is_not_taken(tmp_path: Path) -> None:
     ignored. People's commands go to mother:commands, which the worker ACL user cannot write."""
     p = start_pipeline(tmp_path, workers=1)
     try:
-        run_id = p.client.submit(example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 1.5}]}))
+        run_id = p.client.submit(
+            example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 1.5}]})
+        )
         wait_until(lambda: p.redis.exists(keys.run_key(run_id)))
-        p.redis.xadd(keys.EVENTS_STREAM, {"type": "cancel", "payload": orjson.dumps({"run_id": run_id})})
+        p.redis.xadd(
+            keys.EVENTS_STREAM, {"type": "cancel", "payload": orjson.dumps({"run_id": run_id})}
+        )
         assert p.wait(run_id, 30).termination.reason == "success"
-        other = p.client.submit(example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 5}]}))
+        other = p.client.submit(
+            example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 5}]})
+        )
         wait_until(lambda: p.redis.exists(keys.run_key(other)))
         p.client.cancel(other, "tester", "via mother:commands")
         assert p.wait(other, 30).termination.reason == "user_cancelled"
@@ -62,7 +92,9 @@ def test_a_cancel_on_the_events_stream_is_not_taken(tmp_path: Path) -> None:
         stop_pipeline(p)
 
 
-def test_a_worker_finding_its_token_taken_reports_nothing_and_the_attempt_is_retried(tmp_path: Path) -> None:
+def test_a_worker_finding_its_token_taken_reports_nothing_and_the_attempt_is_retried(
+    tmp_path: Path,
+) -> None:
     """The token is handed out once (GETDEL). If another holder of worker credentials claimed it first, the worker
     that runs the attempt cannot report: it records attempt_token_missing, and the attempt, lost, is retried with a
     new token, which its worker does get: the run succeeds."""
@@ -79,7 +111,9 @@ def test_a_worker_finding_its_token_taken_reports_nothing_and_the_attempt_is_ret
         stop_pipeline(p)
     assert stolen and envelope.termination.reason == "success"
     assert state.attempt == 2 and [r.attempt for r in state.results] == [2]
-    assert [(v["kind"], v["run_id"], v["attempt"]) for v in violations] == [("attempt_token_missing", run_id, 1)]
+    assert [(v["kind"], v["run_id"], v["attempt"]) for v in violations] == [
+        ("attempt_token_missing", run_id, 1)
+    ]
 
 
 def test_workers_run_only_the_projects_jobs(pipeline, tmp_path: Path) -> None:
@@ -96,23 +130,33 @@ def test_workers_run_only_the_projects_jobs(pipeline, tmp_path: Path) -> None:
     conn = connect(pipeline.url, check=False, decode_responses=False)
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
     marker = tmp_path / f"pwned-{uuid.uuid4().hex[:6]}"
-    victim = pipeline.client.submit(example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 2}]}))
+    victim = pipeline.client.submit(
+        example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 2}]})
+    )
     wait_until(lambda: pipeline.redis.exists(keys.run_key(victim)))
     shell = queue.enqueue_call("os.system", args=(f"touch {marker}",), job_id=f"evil-{marker.name}")
-    posing = queue.enqueue_call("builtins.print", args=(victim, 0, 1), job_id=f"posing-{marker.name}")
+    posing = queue.enqueue_call(
+        "builtins.print", args=(victim, 0, 1), job_id=f"posing-{marker.name}"
+    )
 
     def refused_jobs() -> list[dict]:
         return [v for v in _violations(pipeline.redis) if v["kind"] == "job_refused"]
+
     wait_until(lambda: {shell.id, posing.id} <= {v["job_id"] for v in refused_jobs()}, timeout=20)
     refused = refused_jobs()
     assert {v["job_id"] for v in refused} >= {shell.id, posing.id}
     assert not marker.exists()
-    assert "job function 'os.system' is not one workers run" in [v for v in refused if v["job_id"] == shell.id][0]["why"]
+    assert (
+        "job function 'os.system' is not one workers run"
+        in next(v for v in refused if v["job_id"] == shell.id)["why"]
+    )
     record = pipeline.wait(victim, 30).termination
     assert record.reason == "success" and pipeline.client.status(victim).attempt == 1
 
 
-def test_fault_injection_is_refused_unless_the_deployment_allows_it(r: redis.Redis, redis_url: str) -> None:
+def test_fault_injection_is_refused_unless_the_deployment_allows_it(
+    r: redis.Redis, redis_url: str
+) -> None:
     """A scripted reply with `fail: kill_worker` (or hang, raise, kill) let anyone who may submit kill workers until
     `mother up` gave up and stopped the whole stack. Mother refuses it at intake unless its scripted model
     allows faults (`mother up --dev`, the demo, the tests); the client's own settings cannot switch it on."""
@@ -122,15 +166,21 @@ def test_fault_injection_is_refused_unless_the_deployment_allows_it(r: redis.Red
     from mother.runtime import Runtime
 
     production = Runtime.create(load_settings(redis_url=redis_url))
-    client = MotherClient(settings=load_settings(redis_url=redis_url, models={"scripted": {"allow_faults": True}}))
+    client = MotherClient(
+        settings=load_settings(redis_url=redis_url, models={"scripted": {"allow_faults": True}})
+    )
     run_id = client.submit(example("worker-killed"))
     [(entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
     assert handle_submission(production, entry_id, fields) is None
     rejection = orjson.loads(r.execute_command("JSON.GET", keys.rejection_key(entry_id)))
-    assert rejection["error"].startswith("scripts.writer: reply 1 injects a fault (fail: kill_worker), which this "
-                                         "deployment does not allow")
+    assert rejection["error"].startswith(
+        "scripts.writer: reply 1 injects a fault (fail: kill_worker), which this "
+        "deployment does not allow"
+    )
     assert not r.exists(keys.run_key(run_id))
-    dev = Runtime.create(load_settings(redis_url=redis_url, models={"scripted": {"allow_faults": True}}))
+    dev = Runtime.create(
+        load_settings(redis_url=redis_url, models={"scripted": {"allow_faults": True}})
+    )
     again = client.submit(example("worker-killed"))
     [(_, _), (entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
     assert handle_submission(dev, entry_id, fields).run_id == again

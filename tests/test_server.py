@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from mother.errors import DataDirInUse, DataDirNotWritable, ModuleLoadFailed, PortInUse, ServerBinaryMissing, ServerError
+from mother.errors import (
+    DataDirInUse,
+    DataDirNotWritable,
+    ModuleLoadFailed,
+    PortInUse,
+    ServerBinaryMissing,
+    ServerError,
+)
 from mother.server import EmbeddedRedis, free_port
 from tests.conftest import run_cli
 
@@ -17,7 +24,20 @@ def test_json_and_search_work_and_aof_is_on(r: redis.Redis, embedded: EmbeddedRe
     """JSON.SET/GET and FT.SEARCH work on the session server, with appendonly on."""
     assert r.execute_command("JSON.SET", "a", "$", '{"x":1}') == "OK"
     assert r.execute_command("JSON.GET", "a") == '{"x":1}'
-    r.execute_command("FT.CREATE", "idx:t", "ON", "JSON", "PREFIX", "1", "a", "SCHEMA", "$.x", "AS", "x", "NUMERIC")
+    r.execute_command(
+        "FT.CREATE",
+        "idx:t",
+        "ON",
+        "JSON",
+        "PREFIX",
+        "1",
+        "a",
+        "SCHEMA",
+        "$.x",
+        "AS",
+        "x",
+        "NUMERIC",
+    )
     assert r.config_get("appendonly") == {"appendonly": "yes"}
     assert (Path(embedded.dir) / "appendonlydir").is_dir()
 
@@ -40,11 +60,20 @@ def test_port_in_use() -> None:
         with pytest.raises(PortInUse, match=f"port {port} on 127.0.0.1 is already in use"):
             EmbeddedRedis(port=port, dir=Path("/tmp")).start()
         result = run_cli("server", "--port", str(port), "--dir", "/tmp/mother-port-test")
-    for bad in (0, 70000):  # not a TCP port: an OverflowError from bind() (70000) or a random port (0)
-        with pytest.raises(ServerError, match=f"port {bad} is not a TCP port; pick one from 1 to 65535"):
+    for bad in (
+        0,
+        70000,
+        # not a TCP port: an OverflowError from bind() (70000) or a random port (0)
+    ):
+        with pytest.raises(
+            ServerError, match=f"port {bad} is not a TCP port; pick one from 1 to 65535"
+        ):
             EmbeddedRedis(port=bad, dir=Path("/tmp")).start()
     assert result.returncode == 2
-    assert result.stderr.strip() == f"error[server_port_in_use]: port {port} on 127.0.0.1 is already in use; pick another with --port"
+    assert (
+        result.stderr.strip()
+        == f"error[server_port_in_use]: port {port} on 127.0.0.1 is already in use; pick another with --port"
+    )
 
 
 def test_restart_on_the_same_port_right_after_a_stop(tmp_path: Path) -> None:
@@ -62,12 +91,18 @@ def test_one_server_per_data_dir(tmp_path: Path) -> None:
     """A second server on a data dir in use is refused (they would overwrite each other's AOF); the
     dir is free again once the first stops, and the CLI says so in one line."""
     with EmbeddedRedis(dir=tmp_path) as first:
-        with pytest.raises(DataDirInUse, match=rf"data dir {tmp_path} is in use by the server of pid \d+ "
-                                               rf"\(redis://127\.0\.0\.1:{first.port}/0\); stop that server"):
+        with pytest.raises(
+            DataDirInUse,
+            match=rf"data dir {tmp_path} is in use by the server of pid \d+ "
+            rf"\(redis://127\.0\.0\.1:{first.port}/0\); stop that server",
+        ):
             EmbeddedRedis(dir=tmp_path).start()
         result = run_cli("server", "--port", str(free_port()), "--dir", str(tmp_path))
-        assert result.returncode == 2 and result.stderr.startswith("error[server_dir_in_use]: data dir ")
-        assert first.client().ping()  # the first one is untouched
+        assert result.returncode == 2 and result.stderr.startswith(
+            "error[server_dir_in_use]: data dir "
+        )
+        # the first one is untouched
+        assert first.client().ping()
     with EmbeddedRedis(dir=tmp_path) as again:
         assert again.client().ping()
 

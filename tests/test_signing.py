@@ -19,13 +19,19 @@ def test_cli_generate_sign_verify_and_tamper(tmp_path: Path) -> None:
     assert oct((tmp_path / "k" / "signing.key").stat().st_mode & 0o777) == "0o600"
     role = tmp_path / "coder.yaml"
     role.write_text("max_tool_calls: 5\n")
-    assert run_cli("sign", str(role), "--key", str(tmp_path / "k" / "signing.key"), env=env).returncode == 0
+    assert (
+        run_cli("sign", str(role), "--key", str(tmp_path / "k" / "signing.key"), env=env).returncode
+        == 0
+    )
     ok = run_cli("verify", str(role), env=env)
     assert ok.returncode == 0 and "valid signature by key" in ok.stdout
     role.write_text("max_tool_calls: 500\n")
     bad = run_cli("verify", str(role), env=env)
     assert bad.returncode == 2
-    assert bad.stderr.strip() == f"error[signature_invalid]: {role} does not match its signature: it was altered after signing"
+    assert (
+        bad.stderr.strip()
+        == f"error[signature_invalid]: {role} does not match its signature: it was altered after signing"
+    )
 
 
 def test_unsigned_and_untrusted(tmp_path: Path) -> None:
@@ -37,7 +43,7 @@ def test_unsigned_and_untrusted(tmp_path: Path) -> None:
     with pytest.raises(SignatureInvalid, match=f"^{role} is not signed"):
         verify_file(role, [mine])
     sign_file(role, other_private)
-    with pytest.raises(SignatureInvalid, match="which is not in harness.trusted_keys"):
+    with pytest.raises(SignatureInvalid, match=r"which is not in harness\.trusted_keys"):
         verify_file(role, [mine])
 
 
@@ -49,8 +55,11 @@ def test_required_signatures_gate_runs(tmp_path: Path) -> None:
     role = roles / "writer.yaml"
     role.write_text("max_tool_calls: 5\n")
     sign_file(role, private)
-    env = {"MOTHER_HARNESS__ROLES_DIR": str(roles), "MOTHER_HARNESS__REQUIRE_SIGNATURES": "true",
-           "MOTHER_HARNESS__TRUSTED_KEYS": json.dumps([str(public)])}
+    env = {
+        "MOTHER_HARNESS__ROLES_DIR": str(roles),
+        "MOTHER_HARNESS__REQUIRE_SIGNATURES": "true",
+        "MOTHER_HARNESS__TRUSTED_KEYS": json.dumps([str(public)]),
+    }
     p = start_pipeline(tmp_path, workers=1, env=env)
     try:
         spec = lambda: example("worker-killed", scripts={"writer": [{"text": "written"}]})  # noqa: E731
@@ -64,9 +73,17 @@ def test_required_signatures_gate_runs(tmp_path: Path) -> None:
         stop_pipeline(p)
     assert good.reason == "success"
     assert bad.reason == "policyViolation"
-    assert bad.details == f"role writer: {role} does not match its signature: it was altered after signing"
-    assert no_file.reason == "policyViolation"  # a role with no file would run unsigned with default permissions
-    assert no_file.details.startswith(f"role stranger: no signed role file for role stranger in {roles / 'stranger.yaml'}")
+    assert (
+        bad.details
+        == f"role writer: {role} does not match its signature: it was altered after signing"
+    )
+    assert (
+        no_file.reason == "policyViolation"
+        # a role with no file would run unsigned with default permissions
+    )
+    assert no_file.details.startswith(
+        f"role stranger: no signed role file for role stranger in {roles / 'stranger.yaml'}"
+    )
 
 
 def test_tool_with_altered_manifest_is_blocked_before_execution(tmp_path: Path) -> None:
@@ -77,24 +94,47 @@ def test_tool_with_altered_manifest_is_blocked_before_execution(tmp_path: Path) 
     for name in ("read_file", "list_dir", "write_file", "spawn_run"):
         (manifests / f"{name}.yaml").write_text(f"name: {name}\n")
         sign_file(manifests / f"{name}.yaml", private)
-    (manifests / "write_file.yaml").write_text("name: write_file\nread_only: true\n")  # altered after signing
+    (manifests / "write_file.yaml").write_text(
+        "name: write_file\nread_only: true\n"
+        # altered after signing
+    )
     roles = tmp_path / "roles"
     roles.mkdir()
     (roles / "writer.yaml").write_text("max_tool_calls: 5\n")
     sign_file(roles / "writer.yaml", private)
-    env = {"MOTHER_HARNESS__TOOL_MANIFESTS_DIR": str(manifests), "MOTHER_HARNESS__REQUIRE_SIGNATURES": "true",
-           "MOTHER_HARNESS__ROLES_DIR": str(roles),
-           "MOTHER_HARNESS__TRUSTED_KEYS": json.dumps([str(public)])}
+    env = {
+        "MOTHER_HARNESS__TOOL_MANIFESTS_DIR": str(manifests),
+        "MOTHER_HARNESS__REQUIRE_SIGNATURES": "true",
+        "MOTHER_HARNESS__ROLES_DIR": str(roles),
+        "MOTHER_HARNESS__TRUSTED_KEYS": json.dumps([str(public)]),
+    }
     p = start_pipeline(tmp_path, workers=1, env=env)
     try:
-        spec = example("worker-killed", scripts={"writer": [
-            {"tool_calls": [{"name": "list_dir", "arguments": {}}, {"name": "write_file", "arguments": {"path": "a", "content": "b"}}]},
-            {"text": "done"}]})
+        spec = example(
+            "worker-killed",
+            scripts={
+                "writer": [
+                    {
+                        "tool_calls": [
+                            {"name": "list_dir", "arguments": {}},
+                            {"name": "write_file", "arguments": {"path": "a", "content": "b"}},
+                        ]
+                    },
+                    {"text": "done"},
+                ]
+            },
+        )
         run_id = p.client.submit(spec)
         envelope = p.wait(run_id)
-        blocked = [f for _, f in p.redis.xrange("activity") if f["type"] == "tool_blocked" and f.get("run_id") == run_id]
+        blocked = [
+            f
+            for _, f in p.redis.xrange("activity")
+            if f["type"] == "tool_blocked" and f.get("run_id") == run_id
+        ]
     finally:
         stop_pipeline(p)
     assert envelope.termination.reason == "success"
     assert not (tmp_path / "workspaces" / run_id / "a").exists()
-    assert len(blocked) == 1 and "write_file.yaml does not match its signature" in blocked[0]["data"]
+    assert (
+        len(blocked) == 1 and "write_file.yaml does not match its signature" in blocked[0]["data"]
+    )

@@ -24,16 +24,28 @@ from workers.spawn import SpawnRun
 
 
 def _spawn(role: str, budget: str = "0.10") -> dict:
-    return {"tool_calls": [{"name": "spawn_run", "arguments": {"role": role, "task": f"sub-task for {role}", "budget": budget}}]}
+    return {
+        "tool_calls": [
+            {
+                "name": "spawn_run",
+                "arguments": {"role": role, "task": f"sub-task for {role}", "budget": budget},
+            }
+        ]
+    }
 
 
 def test_parent_spawns_child_and_grandchild_is_refused_by_depth(pipeline: Pipeline) -> None:
     """depth 2: the child runs (depth 1) and succeeds; its own spawn is refused 'Depth limit exhausted'."""
-    spec = example("three-phase", limit_overrides={"depth": 2, "spend": "1.00"}, scripts={
-        "planner": [_spawn("helper"), {"text": "parent planned"}],
-        "helper": [_spawn("helper2"), {"text": "child done"}],
-        "coder": [{"text": "coded"}], "critic": [{"text": "ok"}],
-    })
+    spec = example(
+        "three-phase",
+        limit_overrides={"depth": 2, "spend": "1.00"},
+        scripts={
+            "planner": [_spawn("helper"), {"text": "parent planned"}],
+            "helper": [_spawn("helper2"), {"text": "child done"}],
+            "coder": [{"text": "coded"}],
+            "critic": [{"text": "ok"}],
+        },
+    )
     run_id = pipeline.client.submit(spec)
     envelope = pipeline.wait(run_id, timeout=60)
     assert envelope.termination.reason == "success"
@@ -51,17 +63,31 @@ def test_parent_spawns_child_and_grandchild_is_refused_by_depth(pipeline: Pipeli
     assert (budget["spawns"], budget["parallel_agents"]) == (1, 0)
     tree = BudgetLedger(pipeline.redis).get_tree_spend(run_id)
     # both released at their ends: reserved := actual (the scripted model is free)
-    assert (tree["thread_count"], tree["active_count"], tree["total_actual"], tree["total_reserved"]) == (2, 0, 0, 0)
-    spawned = [f for _, f in pipeline.redis.xrange("activity") if f["type"] == "run_spawned" and f.get("run_id") == run_id]
+    assert (
+        tree["thread_count"],
+        tree["active_count"],
+        tree["total_actual"],
+        tree["total_reserved"],
+    ) == (2, 0, 0, 0)
+    spawned = [
+        f
+        for _, f in pipeline.redis.xrange("activity")
+        if f["type"] == "run_spawned" and f.get("run_id") == run_id
+    ]
     assert len(spawned) == 1
 
 
 def test_spawn_beyond_the_parents_budget_is_refused(pipeline: Pipeline) -> None:
     """A child asking for more than the parent has left is refused to the model; the parent goes on."""
-    spec = example("three-phase", limit_overrides={"spend": "0.05"}, scripts={
-        "planner": [_spawn("helper", budget="0.50"), {"text": "went on without a child"}],
-        "coder": [{"text": "coded"}], "critic": [{"text": "ok"}],
-    })
+    spec = example(
+        "three-phase",
+        limit_overrides={"spend": "0.05"},
+        scripts={
+            "planner": [_spawn("helper", budget="0.50"), {"text": "went on without a child"}],
+            "coder": [{"text": "coded"}],
+            "critic": [{"text": "ok"}],
+        },
+    )
     run_id = pipeline.client.submit(spec)
     envelope = pipeline.wait(run_id, timeout=60)
     assert envelope.termination.reason == "success"
@@ -72,7 +98,9 @@ def test_spawn_beyond_the_parents_budget_is_refused(pipeline: Pipeline) -> None:
 
 def _parent(r: redis.Redis, redis_url: str, max_queue_depth: int = 100) -> tuple[Runtime, RunState]:
     """A parent run taken in by Mother's own intake (no Mother process: nothing reconciles the gauges)."""
-    settings = load_settings(redis_url=redis_url, budget={"global": {"max_queue_depth": max_queue_depth}})
+    settings = load_settings(
+        redis_url=redis_url, budget={"global": {"max_queue_depth": max_queue_depth}}
+    )
     rt = Runtime.create(settings)
     client = MotherClient(settings=settings)
     run_id = client.submit(example("three-phase", limit_overrides={"spend": "1.00"}))
@@ -82,14 +110,22 @@ def _parent(r: redis.Redis, redis_url: str, max_queue_depth: int = 100) -> tuple
     return rt, rt.load_run(run_id)
 
 
-def test_spawn_refused_by_a_full_queue_gives_back_what_it_took(r: redis.Redis, redis_url: str) -> None:
+def test_spawn_refused_by_a_full_queue_gives_back_what_it_took(
+    r: redis.Redis, redis_url: str
+) -> None:
     """QueueFull at the child's submission: the model gets a tool error, the parallel_agents slot and the
     ledger reservation are given back (they used to stay taken for a child that never ran)."""
     rt, state = _parent(r, redis_url, max_queue_depth=1)
-    assert r.xlen(keys.SUBMISSIONS_STREAM) == 1  # the parent's own entry, which no consumer group took in: full
+    assert (
+        r.xlen(keys.SUBMISSIONS_STREAM) == 1
+        # the parent's own entry, which no consumer group took in: full
+    )
     guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today)
     tool = SpawnRun(rt, state, 0, guard, check_alive=lambda: None)
-    with pytest.raises(ToolError, match=r"^cannot spawn: the submission queue is full \(1/1 runs waiting to start\); try again later$"):
+    with pytest.raises(
+        ToolError,
+        match=r"^cannot spawn: the submission queue is full \(1/1 runs waiting to start\); try again later$",
+    ):
         tool.run(Path("."), {"role": "helper", "task": "sub-task", "budget": "0.40"})
     budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key(state.run_id)))
     assert (budget["spawns"], budget["parallel_agents"]) == (1, 0)
@@ -99,19 +135,35 @@ def test_spawn_refused_by_a_full_queue_gives_back_what_it_took(r: redis.Redis, r
     assert list(r.scan_iter(match=f"run:{state.run_id}.c*")) == []
 
 
-@pytest.mark.parametrize(("arguments", "error"), [
-    ({"role": "helper", "task": "t", "budget": "0.1", "limit_overrides": [1]},
-     "spawn_run's limit_overrides must be an object"),
-    ({"role": "helper", "task": "t", "budget": "-1"},
-     "spawn_run arguments are invalid: limit_overrides.spend: Input should be greater than or equal to 0"),
-    ({"role": "helper", "task": "t"}, "spawn_run needs role (string), task (string) and budget (USD)"),
-])
-def test_spawn_with_bad_arguments_is_a_tool_error_naming_the_field(r: redis.Redis, redis_url: str,
-                                                                   arguments: dict, error: str) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        (
+            {"role": "helper", "task": "t", "budget": "0.1", "limit_overrides": [1]},
+            "spawn_run's limit_overrides must be an object",
+        ),
+        (
+            {"role": "helper", "task": "t", "budget": "-1"},
+            "spawn_run arguments are invalid: limit_overrides.spend: Input should be greater than or equal to 0",
+        ),
+        (
+            {"role": "helper", "task": "t"},
+            "spawn_run needs role (string), task (string) and budget (USD)",
+        ),
+    ],
+)
+def test_spawn_with_bad_arguments_is_a_tool_error_naming_the_field(
+    r: redis.Redis, redis_url: str, arguments: dict, error: str
+) -> None:
     """Bad arguments are refused to the model with what to fix, before anything is charged."""
     rt, state = _parent(r, redis_url)
-    tool = SpawnRun(rt, state, 0, Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today),
-                    check_alive=lambda: None)
+    tool = SpawnRun(
+        rt,
+        state,
+        0,
+        Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today),
+        check_alive=lambda: None,
+    )
     with pytest.raises(ToolError) as info:
         tool.run(Path("."), arguments)
     assert info.value.message.startswith(error)

@@ -25,7 +25,8 @@ RETRY_BACKOFF_CAP_SECONDS = 8.0
 
 __all__ = ["LoopOutcome", "TurnLimits", "run_loop"]
 
-DEFAULT_CONFIDENCE = 0.5  # providers that report none (real chat models) get this
+# providers that report none (real chat models) get this
+DEFAULT_CONFIDENCE = 0.5
 
 
 @dataclass(frozen=True)
@@ -66,35 +67,52 @@ def run_loop(
     consecutive = 0
     last_text = ""
     for call_number in range(max_calls):
-        if call_number:  # the caller checked before the first call
+        # the caller checked before the first call
+        if call_number:
             check_alive()
         reply = _model_call(provider, toolbox, messages, meter, harness, check_alive)
         usage.model_calls += 1
         usage.input_tokens += reply.input_tokens
         usage.output_tokens += reply.output_tokens
         if harness is not None:
-            harness.control("after_step", cost={"turns": usage.model_calls, "tokens": usage.input_tokens + usage.output_tokens,
-                                                "current": meter.spend_usd() if meter else 0.0,
-                                                "limit": meter.spend_limit_usd() if meter else 0.0})
+            harness.control(
+                "after_step",
+                cost={
+                    "turns": usage.model_calls,
+                    "tokens": usage.input_tokens + usage.output_tokens,
+                    "current": meter.spend_usd() if meter else 0.0,
+                    "limit": meter.spend_limit_usd() if meter else 0.0,
+                },
+            )
         if reply.text:
-            consecutive, last_text = 0, reply.text  # a text reply resets the consecutive count
+            # a text reply resets the consecutive count
+            consecutive, last_text = 0, reply.text
         if not reply.tool_calls:
             if reply.text is None:
                 raise ProviderError("the model replied with neither text nor tool calls")
             return LoopOutcome(
                 text=reply.text,
                 confidence=reply.confidence if reply.confidence is not None else DEFAULT_CONFIDENCE,
-                evidence_count=reply.evidence_count if reply.evidence_count is not None else evidence,
+                evidence_count=reply.evidence_count
+                if reply.evidence_count is not None
+                else evidence,
                 usage=usage,
             )
-        messages.append({
-            "role": "assistant",
-            "content": reply.text,  # what the model said beside its calls stays in the conversation
-            "tool_calls": [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c)}}
-                for c in reply.tool_calls
-            ],
-        })
+        messages.append(
+            {
+                "role": "assistant",
+                # what the model said beside its calls stays in the conversation
+                "content": reply.text,
+                "tool_calls": [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": _arguments_text(c)},
+                    }
+                    for c in reply.tool_calls
+                ],
+            }
+        )
         for call in reply.tool_calls:
             check_alive()
             refused = toolbox.check_permission(call.name)
@@ -103,7 +121,9 @@ def run_loop(
                     harness.permission_denied(refused)
                 usage.tool_calls += 1
                 consecutive += 1
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": refused_text(refused)})
+                messages.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": refused_text(refused)}
+                )
                 continue
             if meter is not None:
                 tool = toolbox.tools.get(call.name)
@@ -115,11 +135,22 @@ def run_loop(
                 evidence += 1
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result.output})
             hit = _turn_limit_hit(limits, usage.tool_calls, consecutive)
-            if hit:  # the tool that reached the limit has completed; the loop stops here
-                confidence = reply.confidence if reply.confidence is not None else DEFAULT_CONFIDENCE
+            # the tool that reached the limit has completed; the loop stops here
+            if hit:
+                confidence = (
+                    reply.confidence if reply.confidence is not None else DEFAULT_CONFIDENCE
+                )
                 text = f"{hit}; stopped.\n{last_text}".rstrip()
-                return LoopOutcome(text=text, confidence=confidence, evidence_count=evidence, usage=usage, notices=[hit])
-    raise ProviderError(f"the model made {max_calls} calls without a final text reply (worker.max_model_calls_per_phase)")
+                return LoopOutcome(
+                    text=text,
+                    confidence=confidence,
+                    evidence_count=evidence,
+                    usage=usage,
+                    notices=[hit],
+                )
+    raise ProviderError(
+        f"the model made {max_calls} calls without a final text reply (worker.max_model_calls_per_phase)"
+    )
 
 
 def _arguments_text(call: ToolCall) -> str:
@@ -141,8 +172,14 @@ def _turn_limit_hit(limits: TurnLimits, tool_calls: int, consecutive: int) -> st
     return None
 
 
-def _model_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str, Any]], meter: Meter | None,
-                harness: Harness | None = None, check_alive: Callable[[], None] | None = None) -> ModelReply:
+def _model_call(
+    provider: Provider,
+    toolbox: ToolBox,
+    messages: list[dict[str, Any]],
+    meter: Meter | None,
+    harness: Harness | None = None,
+    check_alive: Callable[[], None] | None = None,
+) -> ModelReply:
     """One model call inside a reservation. A transient failure (no connection, a timeout, HTTP
     408/409/429/5xx) is sent again up to ``provider.call_retries`` times, after the server's
     ``retry_after`` or a doubling backoff, each attempt reserved and charged on its own; any other
@@ -156,20 +193,33 @@ def _model_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str, A
                 retries += 1
                 wait = exc.data.get("retry_after")
                 if wait is None:
-                    wait = min(RETRY_BACKOFF_CAP_SECONDS, RETRY_BACKOFF_SECONDS * 2 ** (retries - 1))
-                log.warning("model_call_retried", retry=retries, wait_seconds=wait, error=exc.message)
+                    wait = min(
+                        RETRY_BACKOFF_CAP_SECONDS, RETRY_BACKOFF_SECONDS * 2 ** (retries - 1)
+                    )
+                log.warning(
+                    "model_call_retried", retry=retries, wait_seconds=wait, error=exc.message
+                )
                 if harness is not None:
-                    harness.record("model_call_retried", retry=retries, wait_seconds=wait, error=exc.message)
+                    harness.record(
+                        "model_call_retried", retry=retries, wait_seconds=wait, error=exc.message
+                    )
                 time.sleep(wait)
                 if check_alive is not None:
-                    check_alive()  # a run that ended during the wait stops here
+                    # a run that ended during the wait stops here
+                    check_alive()
                 continue
-            if harness is None or harness.control("error", error={"type": exc.code, "message": exc.message}) is None:
+            if (
+                harness is None
+                or harness.control("error", error={"type": exc.code, "message": exc.message})
+                is None
+            ):
                 raise
             # a hook said continue: call the model again (bounded by the hooks' conditions)
 
 
-def _metered_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str, Any]], meter: Meter | None) -> ModelReply:
+def _metered_call(
+    provider: Provider, toolbox: ToolBox, messages: list[dict[str, Any]], meter: Meter | None
+) -> ModelReply:
     """One model call inside a reservation; what it used is settled even if it failed."""
     if meter is None:
         return provider.complete(messages, toolbox.specs())
@@ -182,8 +232,13 @@ def _metered_call(provider: Provider, toolbox: ToolBox, messages: list[dict[str,
         used = (reply.input_tokens, reply.output_tokens)
         return reply
     except ProviderError as exc:
-        if exc.data.get("may_have_used"):  # the server may have billed it: the prompt's estimate, not nothing
+        if exc.data.get(
+            "may_have_used"
+            # the server may have billed it: the prompt's estimate, not nothing
+        ):
             used = (meter.estimate_failed(exc.message), 0)
         raise
     finally:
-        meter.settle(op, *used, final=reply is not None and not reply.tool_calls and reply.text is not None)
+        meter.settle(
+            op, *used, final=reply is not None and not reply.tool_calls and reply.text is not None
+        )

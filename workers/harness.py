@@ -48,10 +48,16 @@ class Harness:
     def activation(self, name: str, **extra: Any) -> dict[str, Any]:
         """What a hook condition sees: event (name + details), run, and the caller's extras (cost, limit, error)."""
         phase = self.state.spec.pipeline[self.phase_index]
-        return {"event": {"name": name, **extra.pop("event", {})},
-                "run": {"run_id": self.state.run_id, "user_id": self.state.user_id, "phase": phase.name,
-                        "role": phase.role},
-                **extra}
+        return {
+            "event": {"name": name, **extra.pop("event", {})},
+            "run": {
+                "run_id": self.state.run_id,
+                "user_id": self.state.user_id,
+                "phase": phase.name,
+                "role": phase.role,
+            },
+            **extra,
+        }
 
     def context(self) -> str:
         return self.hooks.run_context("run_started", self.activation("run_started"))
@@ -62,24 +68,48 @@ class Harness:
         self._side_effects(name, decision)
         if decision.action in (None, HarnessAction.CONTINUE):
             return decision.action
-        raise HookDecision(f"hook {decision.hook} decided {decision.action.value} on {name}"
-                           + (f": {decision.message}" if decision.message else ""),
-                           action=decision.action.value, event=name, hook=decision.hook)
+        raise HookDecision(
+            f"hook {decision.hook} decided {decision.action.value} on {name}"
+            + (f": {decision.message}" if decision.message else ""),
+            action=decision.action.value,
+            event=name,
+            hook=decision.hook,
+        )
 
     def record(self, event_type: str, **data: Any) -> None:
         """An activity entry for this run and phase."""
-        self.rt.emit(self.rt.redis, event_type, run_id=self.state.run_id,
-                     phase=self.state.spec.pipeline[self.phase_index].name, **data)
+        self.rt.emit(
+            self.rt.redis,
+            event_type,
+            run_id=self.state.run_id,
+            phase=self.state.spec.pipeline[self.phase_index].name,
+            **data,
+        )
 
     def permission_denied(self, event: dict[str, Any]) -> None:
         """Record seed 001's permission_denied event and give the error hooks their say."""
         self.record("permission_denied", **event["detail"])
-        self.control("error", error={"type": "permission_denied", "message": "permission denied", **event["detail"]})
+        self.control(
+            "error",
+            error={"type": "permission_denied", "message": "permission denied", **event["detail"]},
+        )
 
     def _side_effects(self, event: str, decision: Decision) -> None:
         for hook, action in decision.side_effects:
             if action.type == "notice":
-                self.record("hook_notice", hook=hook.spec.id, layer=hook.layer, hook_event=event, message=action.message)
+                self.record(
+                    "hook_notice",
+                    hook=hook.spec.id,
+                    layer=hook.layer,
+                    hook_event=event,
+                    message=action.message,
+                )
             elif action.type == "spawn" and self.spawn is not None:
-                self.spawn({"role": action.role, "task": action.task or action.message, "budget": action.budget or "0",
-                            "wait": False})
+                self.spawn(
+                    {
+                        "role": action.role,
+                        "task": action.task or action.message,
+                        "budget": action.budget or "0",
+                        "wait": False,
+                    }
+                )

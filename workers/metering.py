@@ -30,12 +30,20 @@ __all__ = ["COUNTER_PATHS", "Meter", "estimate_prompt_tokens", "estimate_tokens"
 
 log = get_logger("metering")
 
-COUNTER_PATHS = ("$.model_calls", "$.input_tokens", "$.output_tokens", "$.spend_micro_usd", "$.duration_sec")
+COUNTER_PATHS = (
+    "$.model_calls",
+    "$.input_tokens",
+    "$.output_tokens",
+    "$.spend_micro_usd",
+    "$.duration_sec",
+)
 
 
 def read_counters(client: Any, run_id: str) -> dict[str, Any] | None:
     """The counters the turn-start check needs, from ``budget:run:{run_id}``."""
-    return parse_counters(client.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS))
+    return parse_counters(
+        client.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
+    )
 
 
 def parse_counters(raw: Any) -> dict[str, Any] | None:
@@ -55,9 +63,16 @@ def estimate_prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str,
 
 
 class Meter:
-    def __init__(self, guard: Guard, model: ModelConfig, check_alive: Callable[[], None],
-                 limits: dict[str, Any] | None = None, harness: Any = None, model_name: str | None = None,
-                 context_limit_ratio: float = 0.9) -> None:
+    def __init__(
+        self,
+        guard: Guard,
+        model: ModelConfig,
+        check_alive: Callable[[], None],
+        limits: dict[str, Any] | None = None,
+        harness: Any = None,
+        model_name: str | None = None,
+        context_limit_ratio: float = 0.9,
+    ) -> None:
         self.guard, self.model, self.check_alive, self.harness = guard, model, check_alive, harness
         self.model_name = model_name
         # seed 000's context_limit_reached: fired once, when a prompt fills this much of the model's window
@@ -66,14 +81,33 @@ class Meter:
         self.context_fired = False
         # real models counted by the estimate calibrate it with what the provider reports
         # (a scripted model's usage is made up, so it teaches nothing)
-        self.calibrate_as = model_name if model.tokenizer is None and model.provider != "scripted" else None
-        self._estimate = 0  # the calibrated request estimate of the call in flight (0: nothing to calibrate)
-        self._prompt = 0  # the conservative prompt estimate of the call in flight (what its reservation holds)
-        self.limits = {k: (Decimal(str(v)) if k == "spend" else v) for k, v in (limits or {}).items()}
+        self.calibrate_as = (
+            model_name if model.tokenizer is None and model.provider != "scripted" else None
+        )
+        self._estimate = (
+            # the calibrated request estimate of the call in flight (0: nothing to calibrate)
+            0
+        )
+        self._prompt = (
+            # the conservative prompt estimate of the call in flight (what its reservation holds)
+            0
+        )
+        self.limits = {
+            k: (Decimal(str(v)) if k == "spend" else v) for k, v in (limits or {}).items()
+        }
         self._spend = Decimal(0)
-        self.counters: dict[str, Any] | None = None  # the run's counters as of the last settle (or phase start)
-        self.defer_final = False  # settle the final call with the phase's last write (one round trip fewer)
-        self.pending: tuple[str, int, int] | None = None  # that deferred settle: (op, input, output tokens)
+        self.counters: dict[str, Any] | None = (
+            # the run's counters as of the last settle (or phase start)
+            None
+        )
+        self.defer_final = (
+            # settle the final call with the phase's last write (one round trip fewer)
+            False
+        )
+        self.pending: tuple[str, int, int] | None = (
+            # that deferred settle: (op, input, output tokens)
+            None
+        )
 
     def spend_usd(self) -> float:
         return float(self._spend)
@@ -89,30 +123,59 @@ class Meter:
         """
         if not self.limits:
             return
-        got = self.counters if self.counters is not None else read_counters(self.guard.client, self.guard.run_id)
+        got = (
+            self.counters
+            if self.counters is not None
+            else read_counters(self.guard.client, self.guard.run_id)
+        )
         if got is None:
             return
-        cost = {"turns": got["model_calls"], "input_tokens": got["input_tokens"], "output_tokens": got["output_tokens"],
-                "spend": Decimal(got["spend_micro_usd"]) / 1_000_000, "elapsed_seconds": got["duration_sec"]}
+        cost = {
+            "turns": got["model_calls"],
+            "input_tokens": got["input_tokens"],
+            "output_tokens": got["output_tokens"],
+            "spend": Decimal(got["spend_micro_usd"]) / 1_000_000,
+            "elapsed_seconds": got["duration_sec"],
+        }
         self._spend = cost["spend"]
         event = check_limits(self.limits, cost)
         if event is not None and self.harness is not None:
             decided = self.harness.control(
-                "limit", event={"code": event["limit_code"], "current": event["current_value"], "max": event["current_max"]},
-                limit={"code": event["limit_code"], "current": event["current_value"], "max": event["current_max"]},
-                cost={"current": cost["spend"], "limit": self.limits.get("spend", 0), "turns": cost["turns"]})
-            if decided is not None:  # a hook said continue
+                "limit",
+                event={
+                    "code": event["limit_code"],
+                    "current": event["current_value"],
+                    "max": event["current_max"],
+                },
+                limit={
+                    "code": event["limit_code"],
+                    "current": event["current_value"],
+                    "max": event["current_max"],
+                },
+                cost={
+                    "current": cost["spend"],
+                    "limit": self.limits.get("spend", 0),
+                    "turns": cost["turns"],
+                },
+            )
+            # a hook said continue
+            if decided is not None:
                 return
         if event is not None:
-            raise LimitExceeded(fail_safe_message(event), limit_code=event["limit_code"],
-                                current=str(event["current_value"]), max=str(event["current_max"]))
+            raise LimitExceeded(
+                fail_safe_message(event),
+                limit_code=event["limit_code"],
+                current=str(event["current_value"]),
+                max=str(event["current_max"]),
+            )
 
     def _waiting_out_stops(self, action: Callable[[], Any]) -> Any:
         while True:
             try:
                 return action()
             except BudgetStopped:
-                self.check_alive()  # a run that ended meanwhile stops here
+                # a run that ended meanwhile stops here
+                self.check_alive()
                 time.sleep(STOP_POLL_SECONDS)
 
     def reserve(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
@@ -133,7 +196,12 @@ class Meter:
             return
         self.context_fired = True
         window = self.context_window
-        detail = {"tokens": prompt, "window": window, "ratio": round(prompt / window, 4), "model": self.model_name}
+        detail = {
+            "tokens": prompt,
+            "window": window,
+            "ratio": round(prompt / window, 4),
+            "model": self.model_name,
+        }
         log.warning("context_limit_reached", run_id=self.guard.run_id, **detail)
         self.harness.record("context_limit_reached", **detail)
         self.harness.control("context_limit_reached", event=detail, context=detail)
@@ -143,7 +211,9 @@ class Meter:
         of nothing: the prompt's conservative estimate its reservation was made with, and its output's by
         the same rule. Logged, and recorded in the activity stream as ``usage_estimated``."""
         reply.input_tokens = self._prompt
-        reply.output_tokens = estimate_tokens([reply.text, [[c.name, c.arguments] for c in reply.tool_calls]])
+        reply.output_tokens = estimate_tokens(
+            [reply.text, [[c.name, c.arguments] for c in reply.tool_calls]]
+        )
         self._estimated(reply.usage_note, reply.input_tokens, reply.output_tokens)
 
     def estimate_failed(self, why: str) -> int:
@@ -153,14 +223,28 @@ class Meter:
         return self._prompt
 
     def _estimated(self, why: str | None, input_tokens: int, output_tokens: int) -> None:
-        self._estimate = 0  # an estimate teaches the calibration nothing
-        log.warning("usage_estimated", run_id=self.guard.run_id, model=self.model_name, why=why,
-                    input_tokens=input_tokens, output_tokens=output_tokens)
+        # an estimate teaches the calibration nothing
+        self._estimate = 0
+        log.warning(
+            "usage_estimated",
+            run_id=self.guard.run_id,
+            model=self.model_name,
+            why=why,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        )
         if self.harness is not None:
-            self.harness.record("usage_estimated", model=self.model_name, why=why,
-                                input_tokens=input_tokens, output_tokens=output_tokens)
+            self.harness.record(
+                "usage_estimated",
+                model=self.model_name,
+                why=why,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+            )
 
-    def settle(self, op: str, input_tokens: int, output_tokens: int, *, final: bool = False) -> None:
+    def settle(
+        self, op: str, input_tokens: int, output_tokens: int, *, final: bool = False
+    ) -> None:
         """Settle a call now; a ``final`` one (the text reply that ends the phase) waits, when
         ``defer_final`` is set, for :meth:`settle_pending` to put it in the phase's last write."""
         if final and self.defer_final:

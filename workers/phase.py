@@ -10,6 +10,7 @@ the death of the process leaves it to Mother's watchdog.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import importlib
 import math
 import os
@@ -24,28 +25,43 @@ from typing import Any
 import orjson
 import redis
 from rq import Queue, Worker
-from rq.worker import WorkerStatus
 from rq.exceptions import DeserializationError
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
+from rq.worker import WorkerStatus
 
 from mother import keys
-from mother.roles import role_settings, tool_manifest_error
+from mother.budget import Guard
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
 from mother.connection import ForkHandoffPool, Outage, redis_down
-from mother.security import record_violation
-from mother.server import parent_death_signal
-from mother.budget import Guard
 from mother.context import load as load_context
-from mother.errors import BudgetExhausted, ConfigError, ContextInvalid, LimitExceeded, MotherError, PhaseStale
+from mother.errors import (
+    BudgetExhausted,
+    ConfigError,
+    ContextInvalid,
+    LimitExceeded,
+    MotherError,
+    PhaseStale,
+)
+from mother.functions import call
 from mother.hooks import HarnessAction, load_hooks
 from mother.lifecycle import JOB_FUNCTION, is_current
-from mother.functions import call
 from mother.logs import configure_logging, get_logger
+from mother.roles import role_settings, tool_manifest_error
 from mother.runtime import POSITION_PATHS, Runtime, parse_position
+from mother.security import record_violation
+from mother.server import parent_death_signal
 from mother.signing import SignatureInvalid
-from schemas import ACTIVE_STATUSES, MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, RunState, Usage
+from schemas import (
+    ACTIVE_STATUSES,
+    MAX_OUTPUT_CHARS,
+    ComposedContext,
+    PhaseResult,
+    RunSpec,
+    RunState,
+    Usage,
+)
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness, HookDecision
 from workers.metering import COUNTER_PATHS, Meter, parse_counters
@@ -53,8 +69,20 @@ from workers.providers import Provider, make_provider
 from workers.spawn import SpawnRun
 from workers.tools import FILE_TOOLS, ToolBox
 
-__all__ = ["ORPHAN_SIGNAL", "PROJECT_JOBS", "PhaseWorker", "job_refusal", "beat", "clear_prefetch", "execute", "prefetch", "preload_module", "runtime",
-           "warm_up", "watch_worker"]
+__all__ = [
+    "ORPHAN_SIGNAL",
+    "PROJECT_JOBS",
+    "PhaseWorker",
+    "beat",
+    "clear_prefetch",
+    "execute",
+    "job_refusal",
+    "prefetch",
+    "preload_module",
+    "runtime",
+    "warm_up",
+    "watch_worker",
+]
 
 log = get_logger("phase")
 _runtime: Runtime | None = None
@@ -77,7 +105,8 @@ def warm_up(settings: Settings) -> None:
     log.bind()
     try:
         load_hooks(settings, "")
-    except ConfigError as exc:  # a bad hook file is reported by the phase that loads it
+    # a bad hook file is reported by the phase that loads it
+    except ConfigError as exc:
         log.warning("hooks_not_preloaded", error=exc.message)
 
 
@@ -90,13 +119,15 @@ class Heartbeat:
 
     def __init__(self, rt: Runtime, member: str) -> None:
         self.rt, self.member = rt, member
-        self.stopped: threading.Event | None = None  # made by start(): most phases never need one
+        # made by start(): most phases never need one
+        self.stopped: threading.Event | None = None
 
     def beat(self) -> None:
         beat(self.rt.redis, self.member, existing=True)
 
     def start(self) -> None:
-        if self.stopped is None:  # idempotent: the orphan signal and execute() may both start it
+        # idempotent: the orphan signal and execute() may both start it
+        if self.stopped is None:
             self.stopped = threading.Event()
             _thread.start_new_thread(self.run, (self.stopped,))
 
@@ -108,7 +139,8 @@ class Heartbeat:
         while not stopped.wait(self.rt.settings.worker.heartbeat_interval_seconds):
             try:
                 self.beat()
-            except Exception as exc:  # a missed beat is retried next interval; Mother tolerates a few
+            # a missed beat is retried next interval; Mother tolerates a few
+            except Exception as exc:  # noqa: BLE001
                 log.warning("heartbeat_failed", error=str(exc))
 
 
@@ -125,9 +157,14 @@ def beat(client: Any, member: str, *, existing: bool = False) -> Any:
 # monitor loop), and the horse starts its own thread only when that worker dies first: Linux sends it
 # ORPHAN_SIGNAL then (PR_SET_PDEATHSIG). Where that signal cannot be armed, the horse beats for itself.
 ORPHAN_SIGNAL = signal.SIGUSR2
-_beaten_by_worker: str | None = None  # the attempt (its member) the worker that forked this horse beats for
-_orphaned = False  # this horse's worker died (or cannot tell it would): the horse beats for itself
-_running: Heartbeat | None = None  # the heartbeat of the attempt this process runs now
+_beaten_by_worker: str | None = (
+    # the attempt (its member) the worker that forked this horse beats for
+    None
+)
+# this horse's worker died (or cannot tell it would): the horse beats for itself
+_orphaned = False
+# the heartbeat of the attempt this process runs now
+_running: Heartbeat | None = None
 
 
 def _on_orphaned(_signum: int = 0, _frame: Any = None) -> None:
@@ -148,10 +185,15 @@ def watch_worker(worker_pid: int) -> None:
 def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
     raw = rt.redis.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS)
     position = parse_position(raw)
-    return position is not None and position[0] in ACTIVE_STATUSES and position[1:] == (index, attempt)
+    return (
+        position is not None and position[0] in ACTIVE_STATUSES and position[1:] == (index, attempt)
+    )
 
 
-FirstRead = tuple[RunState | None, Any, Any, str | None]  # the run, its counters (raw), the phase's context
+FirstRead = tuple[
+    RunState | None, Any, Any, str | None
+    # the run, its counters (raw), the phase's context
+]
 # (raw or checked), and the attempt's result token (claimed by this read: None when it was not there to claim)
 
 
@@ -159,7 +201,8 @@ FirstRead = tuple[RunState | None, Any, Any, str | None]  # the run, its counter
 class PhaseSetup:
     """What a phase attempt's agent loop runs with, made before its first model call (:func:`_prepare`)."""
 
-    context: ComposedContext  # its manifest() is made by _prepare too, and kept with it
+    # its manifest() is made by _prepare too, and kept with it
+    context: ComposedContext
     provider: Provider
     toolbox: ToolBox
     harness: Harness
@@ -174,7 +217,9 @@ _prefetched: tuple[tuple[str, int, int], FirstRead, PhaseSetup | None] | None = 
 _prefetched_raw: tuple[tuple[str, int, int], tuple[Any, Any, Any, str | None]] | None = None
 
 
-def _read_first(rt: Runtime, run_id: str, phase_index: int, attempt: int) -> tuple[Any, Any, Any, str | None]:
+def _read_first(
+    rt: Runtime, run_id: str, phase_index: int, attempt: int
+) -> tuple[Any, Any, Any, str | None]:
     """The attempt's first heartbeat with the run, its counters and context, and the claim of its result token
     (GETDEL: the token goes to one worker only), as read: one round trip."""
     pipe = rt.redis.pipeline(transaction=False)
@@ -189,7 +234,12 @@ def _read_first(rt: Runtime, run_id: str, phase_index: int, attempt: int) -> tup
 
 def _parsed(raw: tuple[Any, Any, Any, str | None]) -> FirstRead:
     raw_run, raw_counters, raw_context, token = raw
-    return (RunState.model_validate(orjson.loads(raw_run)) if raw_run else None), raw_counters, raw_context, token
+    return (
+        (RunState.model_validate(orjson.loads(raw_run)) if raw_run else None),
+        raw_counters,
+        raw_context,
+        token,
+    )
 
 
 def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
@@ -205,19 +255,33 @@ def prefetch(run_id: str, phase_index: int, attempt: int) -> None:
         raw = _read_first(rt, run_id, phase_index, attempt)
         _prefetched_raw = ((run_id, phase_index, attempt), raw)
         state, raw_counters, context, token = _parsed(raw)
-        try:  # the context is checked here too; when it is not valid the horse checks it again and reports why
+        # the context is checked here too; when it is not valid the horse checks it again and reports why
+        with contextlib.suppress(ContextInvalid):
             context = load_context(context, run_id, phase_index)
-        except ContextInvalid:
-            pass
         setup = None
         if state is not None and is_current(state, phase_index, attempt):
             try:
-                setup = _prepare(rt, state, phase_index, attempt, parse_counters(raw_counters), context)
-            except Exception as exc:  # the horse sets it up again, and its result says what is wrong
-                log.debug("phase_setup_left_to_horse", run_id=run_id, phase_index=phase_index, error=str(exc))
+                setup = _prepare(
+                    rt, state, phase_index, attempt, parse_counters(raw_counters), context
+                )
+            # the horse sets it up again, and its result says what is wrong
+            except Exception as exc:  # noqa: BLE001
+                log.debug(
+                    "phase_setup_left_to_horse",
+                    run_id=run_id,
+                    phase_index=phase_index,
+                    error=str(exc),
+                )
         _prefetched = ((run_id, phase_index, attempt), (state, raw_counters, context, token), setup)
-    except Exception as exc:  # the horse makes the same read and reports what is wrong
-        log.warning("prefetch_failed", run_id=run_id, phase_index=phase_index, attempt=attempt, error=str(exc))
+    # the horse makes the same read and reports what is wrong
+    except Exception as exc:  # noqa: BLE001
+        log.warning(
+            "prefetch_failed",
+            run_id=run_id,
+            phase_index=phase_index,
+            attempt=attempt,
+            error=str(exc),
+        )
 
 
 def preload_module(func_name: str | None, allowed: frozenset[str]) -> None:
@@ -229,9 +293,10 @@ def preload_module(func_name: str | None, allowed: frozenset[str]) -> None:
     if not func_name or func_name not in allowed:
         return
     module = func_name.rpartition(".")[0]
-    try:  # a module already loaded is only looked up
+    # a module already loaded is only looked up
+    try:
         importlib.import_module(module)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         log.warning("job_module_not_preloaded", module=module, error=str(exc))
 
 
@@ -249,28 +314,52 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     prepared = None
     if got is not None and got[0] == (run_id, phase_index, attempt):
         (state, raw_counters, raw_context, token), prepared = got[1], got[2]
-    elif read is not None and read[0] == (run_id, phase_index, attempt):  # read by the worker, not parsed there
+    elif read is not None and read[0] == (
+        run_id,
+        phase_index,
+        attempt,
+        # read by the worker, not parsed there
+    ):
         state, raw_counters, raw_context, token = _parsed(read[1])
     else:
-        state, raw_counters, raw_context, token = _parsed(_read_first(rt, run_id, phase_index, attempt))
+        state, raw_counters, raw_context, token = _parsed(
+            _read_first(rt, run_id, phase_index, attempt)
+        )
     if state is None or not is_current(state, phase_index, attempt):
-        rt.redis.zrem(keys.HEARTBEATS, member)  # beaten before the run was read: take it back
+        # beaten before the run was read: take it back
+        rt.redis.zrem(keys.HEARTBEATS, member)
         return {"status": "stale"}
-    if token is None:  # claimed before us: this job runs twice, or someone took it to report in its place
+    if (
+        token is None
+        # claimed before us: this job runs twice, or someone took it to report in its place
+    ):
         log.error("attempt_token_missing", run_id=run_id, phase_index=phase_index, attempt=attempt)
-        record_violation(rt.redis, "attempt_token_missing", at=rt.clock.now_iso(),
-                         maxlen=rt.settings.service.activity_maxlen, run_id=run_id, phase_index=phase_index,
-                         attempt=attempt, worker=_worker_name(),
-                         why="the attempt's result token was claimed before this job started; it cannot report")
-        return {"status": "no_token"}  # its heartbeat lapses unless another worker really runs the attempt
+        record_violation(
+            rt.redis,
+            "attempt_token_missing",
+            at=rt.clock.now_iso(),
+            maxlen=rt.settings.service.activity_maxlen,
+            run_id=run_id,
+            phase_index=phase_index,
+            attempt=attempt,
+            worker=_worker_name(),
+            why="the attempt's result token was claimed before this job started; it cannot report",
+        )
+        return {
+            "status": "no_token"
+            # its heartbeat lapses unless another worker really runs the attempt
+        }
     _running = heartbeat
     if _orphaned or _beaten_by_worker != member:
         heartbeat.start()
     started = time.monotonic()
     meters: list[Meter] = []
 
-    def setup() -> PhaseSetup:  # prefetch()'s, else made here
-        return prepared or _prepare(rt, state, phase_index, attempt, parse_counters(raw_counters), raw_context)
+    # prefetch()'s, else made here
+    def setup() -> PhaseSetup:
+        return prepared or _prepare(
+            rt, state, phase_index, attempt, parse_counters(raw_counters), raw_context
+        )
 
     try:
         result = _run(rt, state, phase_index, attempt, started, setup, meters)
@@ -286,18 +375,25 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     settling = meters[0].settle_pending(pipe) if meters else False
     if result.status == "completed":
         _store_artifact(pipe, rt, result)
-    pipe.xadd(keys.EVENTS_STREAM, {"type": EVENT_PHASE_RESULT, "payload": result.to_json(), "token": token})
+    pipe.xadd(
+        keys.EVENTS_STREAM,
+        {"type": EVENT_PHASE_RESULT, "payload": result.to_json(), "token": token},
+    )
     pipe.zrem(keys.HEARTBEATS, member)
     replies = pipe.execute()
     if settling:
         try:
             meters[0].settled(replies[0])
-        except MotherError as exc:  # the result is delivered; the run's counters say what was charged
+        # the result is delivered; the run's counters say what was charged
+        except MotherError as exc:
             log.warning("final_settle_refused", run_id=run_id, error=exc.message)
     return {"status": result.status, "artifacts": result.artifacts}
 
 
-PROJECT_JOBS = frozenset({JOB_FUNCTION})  # the job functions of this project a worker runs (and worker.allowed_jobs)
+PROJECT_JOBS = frozenset(
+    {JOB_FUNCTION}
+    # the job functions of this project a worker runs (and worker.allowed_jobs)
+)
 
 
 def job_refusal(job: Job, allowed: frozenset[str]) -> str | None:
@@ -308,7 +404,9 @@ def job_refusal(job: Job, allowed: frozenset[str]) -> str | None:
     except DeserializationError:
         return "its data is not JSON (workers read jobs with RQ's JSON serializer)"
     if func not in allowed:
-        return f"job function {func!r} is not one workers run (the project's jobs, and worker.allowed_jobs)"[:300]
+        return f"job function {func!r} is not one workers run (the project's jobs, and worker.allowed_jobs)"[
+            :300
+        ]
     if instance is not None:
         return "it calls a method of an object; workers run plain functions"
     for kind in ("success", "failure", "stopped"):
@@ -329,9 +427,12 @@ class PhaseWorker(Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         settings = runtime().settings
         every = max(1, math.ceil(settings.worker.heartbeat_interval_seconds))
-        kwargs["job_monitoring_interval"] = min(kwargs.get("job_monitoring_interval") or every, every)
+        kwargs["job_monitoring_interval"] = min(
+            kwargs.get("job_monitoring_interval") or every, every
+        )
         super().__init__(*args, **kwargs)
-        self._parent_pid = os.getpid()  # the worker; a horse is a fork of it
+        # the worker; a horse is a fork of it
+        self._parent_pid = os.getpid()
         self.allowed_jobs = PROJECT_JOBS | frozenset(settings.worker.allowed_jobs)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
@@ -344,17 +445,23 @@ class PhaseWorker(Worker):
         preload_module(job.func_name, self.allowed_jobs)
         if job.func_name == JOB_FUNCTION:
             args = job.args
-            if len(args) == 3:  # a malformed job fails in the horse, with RQ's own error
+            # a malformed job fails in the horse, with RQ's own error
+            if len(args) == 3:
                 prefetch(*args)
-                _beaten_by_worker = keys.member_of_job(args)  # None: the horse fails it with RQ's error
+                _beaten_by_worker = keys.member_of_job(
+                    args
+                    # None: the horse fails it with RQ's error
+                )
             pools.append(runtime().redis.connection_pool)
-        if _runtime is not None:  # the horses inherit a clock measured within RESYNC_AFTER_MS
+        # the horses inherit a clock measured within RESYNC_AFTER_MS
+        if _runtime is not None:
             _runtime.clock.refresh()
         handoffs = [pool for pool in pools if isinstance(pool, ForkHandoffPool)]
         for pool in handoffs:
             try:
                 pool.open_for_child()
-            except redis.RedisError as exc:  # the horse connects for itself, and reports what is wrong
+            # the horse connects for itself, and reports what is wrong
+            except redis.RedisError as exc:
                 log.warning("horse_connection_not_opened", job_id=job.id, error=str(exc))
         try:
             super().execute_job(job, queue)
@@ -374,16 +481,33 @@ class PhaseWorker(Worker):
         log.error("job_refused", job_id=job.id, queue=queue.name, why=why)
         with self.connection.pipeline() as pipe:
             job.set_status(JobStatus.FAILED, pipeline=pipe)
-            FailedJobRegistry(job.origin, connection=self.connection, serializer=self.serializer).add(
-                job, ttl=job.failure_ttl, exc_string=f"refused by worker {self.name}: {why}", pipeline=pipe)
+            FailedJobRegistry(
+                job.origin, connection=self.connection, serializer=self.serializer
+            ).add(
+                job,
+                ttl=job.failure_ttl,
+                exc_string=f"refused by worker {self.name}: {why}",
+                pipeline=pipe,
+            )
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)
             pipe.execute()
         rt = runtime()
-        record_violation(rt.redis, "job_refused", at=rt.clock.now_iso(), maxlen=rt.settings.service.activity_maxlen,
-                         job_id=job.id, queue=queue.name, worker=self.name, why=why)
+        record_violation(
+            rt.redis,
+            "job_refused",
+            at=rt.clock.now_iso(),
+            maxlen=rt.settings.service.activity_maxlen,
+            job_id=job.id,
+            queue=queue.name,
+            worker=self.name,
+            why=why,
+        )
 
     def main_work_horse(self, job: Job, queue: Queue) -> None:
-        if _beaten_by_worker is not None:  # in the horse: if the worker dies first, beat for the attempt
+        if (
+            _beaten_by_worker is not None
+            # in the horse: if the worker dies first, beat for the attempt
+        ):
             watch_worker(self._parent_pid)
         super().main_work_horse(job, queue)
 
@@ -418,7 +542,8 @@ class PhaseWorker(Worker):
         deadline = time.monotonic() + (job.timeout if job.timeout and job.timeout > 0 else 600) + 60
         next_beat = time.monotonic() + self.job_monitoring_interval
         while pid:
-            if time.monotonic() >= next_beat:  # the horse's phase stays alive once Redis is back
+            # the horse's phase stays alive once Redis is back
+            if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + self.job_monitoring_interval
                 self._beat_for_horse(outage=True)
             try:
@@ -433,7 +558,8 @@ class PhaseWorker(Worker):
                 break
             time.sleep(0.2)
         self._horse_pid = 0
-        self.executions.clear()  # what RQ's monitor would have dropped once the horse ended
+        # what RQ's monitor would have dropped once the horse ended
+        self.executions.clear()
         self._outliving("job", self.set_state, WorkerStatus.IDLE)
 
     def _outliving(self, during: str, func: Any, *args: Any, **kwargs: Any) -> Any:
@@ -465,8 +591,14 @@ class PhaseWorker(Worker):
         self._outliving("maintenance", super().run_maintenance_tasks)
 
 
-def _prepare(rt: Runtime, state: RunState, index: int, attempt: int, counters: dict[str, Any] | None,
-             raw_context: Any) -> PhaseSetup:
+def _prepare(
+    rt: Runtime,
+    state: RunState,
+    index: int,
+    attempt: int,
+    counters: dict[str, Any] | None,
+    raw_context: Any,
+) -> PhaseSetup:
     """Everything the phase's agent loop runs with, up to its first model call: nothing here writes to
     Redis or the workspace, so a worker makes it before forking (:func:`prefetch`) and the horse
     uses it; the horse makes it for itself when that failed. Raises what keeps the phase from running."""
@@ -474,34 +606,81 @@ def _prepare(rt: Runtime, state: RunState, index: int, attempt: int, counters: d
 
     def check_alive() -> None:
         if not _current(rt, state.run_id, index, attempt):
-            raise PhaseStale(f"run {state.run_id} moved on; stopping phase {phase.name} attempt {attempt}")
+            raise PhaseStale(
+                f"run {state.run_id} moved on; stopping phase {phase.name} attempt {attempt}"
+            )
 
-    context = (raw_context if isinstance(raw_context, ComposedContext)  # checked by prefetch()
-               else load_context(raw_context, state.run_id, index))
-    context.manifest()  # made once, here: a worker makes it before forking
-    model = context.model  # the phase's model, or the larger one Mother escalated to
-    provider = make_provider(model, rt.settings.models[model], role=phase.role,
-                             scripts=state.spec.scripts, attempt=attempt, interrupt=check_alive)
-    guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today, attempt=(index, attempt))
+    context = (
+        raw_context
+        # checked by prefetch()
+        if isinstance(raw_context, ComposedContext)
+        else load_context(raw_context, state.run_id, index)
+    )
+    # made once, here: a worker makes it before forking
+    context.manifest()
+    # the phase's model, or the larger one Mother escalated to
+    model = context.model
+    provider = make_provider(
+        model,
+        rt.settings.models[model],
+        role=phase.role,
+        scripts=state.spec.scripts,
+        attempt=attempt,
+        interrupt=check_alive,
+    )
+    guard = Guard(
+        rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today, attempt=(index, attempt)
+    )
     spawner = SpawnRun(rt, state, index, guard, check_alive)
-    toolbox = ToolBox(rt.settings.worker.workspace_root / state.run_id, tools=(*FILE_TOOLS, spawner),
-                      max_output_chars=rt.settings.worker.max_tool_output_chars, granted=list(state.capabilities),
-                      manifest_check=lambda tool: _blocked_tool(rt, state, phase.name, tool))
-    harness = Harness(rt, state, index, load_hooks(rt.settings, phase.role),
-                      spawn=lambda args: spawner.run(toolbox.ensure_workspace(), args))
-    meter = Meter(guard, rt.settings.models[model], check_alive, limits=state.limits, harness=harness,
-                  model_name=model, context_limit_ratio=rt.settings.harness.context_limit_ratio)
+    toolbox = ToolBox(
+        rt.settings.worker.workspace_root / state.run_id,
+        tools=(*FILE_TOOLS, spawner),
+        max_output_chars=rt.settings.worker.max_tool_output_chars,
+        granted=list(state.capabilities),
+        manifest_check=lambda tool: _blocked_tool(rt, state, phase.name, tool),
+    )
+    harness = Harness(
+        rt,
+        state,
+        index,
+        load_hooks(rt.settings, phase.role),
+        spawn=lambda args: spawner.run(toolbox.ensure_workspace(), args),
+    )
+    meter = Meter(
+        guard,
+        rt.settings.models[model],
+        check_alive,
+        limits=state.limits,
+        harness=harness,
+        model_name=model,
+        context_limit_ratio=rt.settings.harness.context_limit_ratio,
+    )
     meter.counters = counters
     meter.defer_final = True
     messages = _messages(phase.role, context)
     extra = harness.context()
     if extra:
         messages[1]["content"] = f"{extra}\n\n{messages[1]['content']}"
-    return PhaseSetup(context, provider, toolbox, harness, meter, messages, turn_limits(rt.settings, state.spec, index))
+    return PhaseSetup(
+        context,
+        provider,
+        toolbox,
+        harness,
+        meter,
+        messages,
+        turn_limits(rt.settings, state.spec, index),
+    )
 
 
-def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
-         setup: Callable[[], PhaseSetup], meters: list[Meter]) -> PhaseResult:
+def _run(
+    rt: Runtime,
+    state: RunState,
+    index: int,
+    attempt: int,
+    started: float,
+    setup: Callable[[], PhaseSetup],
+    meters: list[Meter],
+) -> PhaseResult:
     """The phase's agent loop on ``setup()`` (what it raises fails the phase like the loop's errors);
     its Meter is appended to ``meters`` (its final settle is deferred to the caller's last write)."""
     phase = state.spec.pipeline[index]
@@ -513,50 +692,105 @@ def _run(rt: Runtime, state: RunState, index: int, attempt: int, started: float,
         manifest = context.manifest()
         meters.append(meter)
         try:
-            outcome = run_loop(ready.provider, ready.toolbox, ready.messages, check_alive=meter.check_alive,
-                               max_calls=rt.settings.worker.max_model_calls_per_phase, meter=meter,
-                               limits=ready.limits, harness=harness)
+            outcome = run_loop(
+                ready.provider,
+                ready.toolbox,
+                ready.messages,
+                check_alive=meter.check_alive,
+                max_calls=rt.settings.worker.max_model_calls_per_phase,
+                meter=meter,
+                limits=ready.limits,
+                harness=harness,
+            )
         except HookDecision as decision:
             if decision.action != HarnessAction.SKIP:
                 raise
-            outcome = LoopOutcome(text=f"Skipped: {decision.message}", confidence=0.0, evidence_count=0,
-                                  notices=[decision.message])
+            outcome = LoopOutcome(
+                text=f"Skipped: {decision.message}",
+                confidence=0.0,
+                evidence_count=0,
+                notices=[decision.message],
+            )
     except PhaseStale:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001
         error = exc.message if isinstance(exc, MotherError) else f"{type(exc).__name__}: {exc}"
-        code = ("limit_exceeded" if isinstance(exc, LimitExceeded)
-                else "budget_exhausted" if isinstance(exc, BudgetExhausted)
-                else exc.error_code if isinstance(exc, HookDecision)
-                else "signature_invalid" if isinstance(exc, SignatureInvalid)
-                else "config_invalid" if isinstance(exc, ConfigError)
-                else "context_invalid" if isinstance(exc, ContextInvalid) else None)
+        code = (
+            "limit_exceeded"
+            if isinstance(exc, LimitExceeded)
+            else "budget_exhausted"
+            if isinstance(exc, BudgetExhausted)
+            else exc.error_code
+            if isinstance(exc, HookDecision)
+            else "signature_invalid"
+            if isinstance(exc, SignatureInvalid)
+            else "config_invalid"
+            if isinstance(exc, ConfigError)
+            else "context_invalid"
+            if isinstance(exc, ContextInvalid)
+            else None
+        )
         bound.warning("phase_failed", error=error, error_code=code)
         usage = Usage(duration_ms=int((time.monotonic() - started) * 1000))
-        return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="failed",
-                           error=error[:4000], error_code=code, usage=usage, finished_at=rt.clock.now_iso(),
-                           worker=_worker_name(), manifest=manifest)
+        return PhaseResult(
+            run_id=state.run_id,
+            phase=phase.name,
+            phase_index=index,
+            attempt=attempt,
+            status="failed",
+            error=error[:4000],
+            error_code=code,
+            usage=usage,
+            finished_at=rt.clock.now_iso(),
+            worker=_worker_name(),
+            manifest=manifest,
+        )
     for notice in outcome.notices:
         bound.warning("turn_limit_hit", notice=notice)
-        rt.emit(rt.redis, "turn_limit_hit", run_id=state.run_id, phase=phase.name, attempt=attempt, notice=notice)
+        rt.emit(
+            rt.redis,
+            "turn_limit_hit",
+            run_id=state.run_id,
+            phase=phase.name,
+            attempt=attempt,
+            notice=notice,
+        )
     text = outcome.text + summary_note(context)
-    if len(text) > MAX_OUTPUT_CHARS:  # a PhaseResult holds no more: the attempt failed on it, every time
+    if (
+        len(text) > MAX_OUTPUT_CHARS
+        # a PhaseResult holds no more: the attempt failed on it, every time
+    ):
         notice = f"output cut to its first {MAX_OUTPUT_CHARS} characters; the reply had {len(text)}"
         bound.warning("output_cut", notice=notice)
         outcome.notices.append(notice)
         text = text[:MAX_OUTPUT_CHARS]
-    artifact_id = f"art-{uuid.uuid4().hex[:20]}"  # stored by execute() with the result
+    # stored by execute() with the result
+    artifact_id = f"art-{uuid.uuid4().hex[:20]}"
     outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
-    return PhaseResult(run_id=state.run_id, phase=phase.name, phase_index=index, attempt=attempt, status="completed",
-                       output=text, manifest=manifest, confidence=outcome.confidence, evidence_count=outcome.evidence_count,
-                       artifacts=[artifact_id], usage=outcome.usage, finished_at=rt.clock.now_iso(),
-                       worker=_worker_name(), notices=outcome.notices)
+    return PhaseResult(
+        run_id=state.run_id,
+        phase=phase.name,
+        phase_index=index,
+        attempt=attempt,
+        status="completed",
+        output=text,
+        manifest=manifest,
+        confidence=outcome.confidence,
+        evidence_count=outcome.evidence_count,
+        artifacts=[artifact_id],
+        usage=outcome.usage,
+        finished_at=rt.clock.now_iso(),
+        worker=_worker_name(),
+        notices=outcome.notices,
+    )
 
 
 def _blocked_tool(rt: Runtime, state: RunState, phase: str, tool: str) -> str | None:
     reason = tool_manifest_error(rt.settings, tool)
     if reason:
-        rt.emit(rt.redis, "tool_blocked", run_id=state.run_id, phase=phase, tool=tool, reason=reason)
+        rt.emit(
+            rt.redis, "tool_blocked", run_id=state.run_id, phase=phase, tool=tool, reason=reason
+        )
     return reason
 
 
@@ -572,33 +806,66 @@ def turn_limits(settings: Settings, spec: RunSpec, index: int) -> TurnLimits:
                 return int(value)
         return int(getattr(settings.harness, name))
 
-    return TurnLimits(max_tool_calls=pick("max_tool_calls"), max_consecutive_tools=pick("max_consecutive_tools"))
+    return TurnLimits(
+        max_tool_calls=pick("max_tool_calls"), max_consecutive_tools=pick("max_consecutive_tools")
+    )
 
 
 def _messages(role: str, context: ComposedContext) -> list[dict[str, Any]]:
     """The model's messages: a system prompt, then every composed section in priority order."""
     return [
-        {"role": "system", "content": f"You are the {role} agent of a Mother-Harness run. Finish with a text answer."},
+        {
+            "role": "system",
+            "content": f"You are the {role} agent of a Mother-Harness run. Finish with a text answer.",
+        },
         {"role": "user", "content": "\n\n".join(s.content for s in context.sections)},
     ]
 
 
 def summary_note(context: ComposedContext) -> str:
     """The spec's reference to the summaries the agent was given, appended to its output."""
-    notes = [f"Note: Context included summarized {s.section.replace('_', ' ')} (see {s.summary_id})"
-             for s in context.sections if s.summary_id]
+    notes = [
+        f"Note: Context included summarized {s.section.replace('_', ' ')} (see {s.summary_id})"
+        for s in context.sections
+        if s.summary_id
+    ]
     return ("\n\n" + "\n".join(notes)) if notes else ""
 
 
 def _store_artifact(pipe: Any, rt: Runtime, result: PhaseResult) -> None:
     """Queue the phase's output as ``artifact:{id}`` + ``artifact_meta:{id}`` on ``pipe``."""
     artifact_id, content = result.artifacts[0], result.output
-    pipe.execute_command("JSON.SET", keys.artifact_key(artifact_id), "$", orjson.dumps(
-        {"artifact_id": artifact_id, "run_id": result.run_id, "phase": result.phase, "attempt": result.attempt,
-         "kind": "phase_output", "content": content}))
-    pipe.execute_command("JSON.SET", keys.artifact_meta_key(artifact_id), "$", orjson.dumps(
-        {"artifact_id": artifact_id, "run_id": result.run_id, "phase": result.phase, "kind": "phase_output",
-         "created_at": rt.clock.now_iso(), "size_bytes": len(content.encode()), "content_type": "text/plain"}))
+    pipe.execute_command(
+        "JSON.SET",
+        keys.artifact_key(artifact_id),
+        "$",
+        orjson.dumps(
+            {
+                "artifact_id": artifact_id,
+                "run_id": result.run_id,
+                "phase": result.phase,
+                "attempt": result.attempt,
+                "kind": "phase_output",
+                "content": content,
+            }
+        ),
+    )
+    pipe.execute_command(
+        "JSON.SET",
+        keys.artifact_meta_key(artifact_id),
+        "$",
+        orjson.dumps(
+            {
+                "artifact_id": artifact_id,
+                "run_id": result.run_id,
+                "phase": result.phase,
+                "kind": "phase_output",
+                "created_at": rt.clock.now_iso(),
+                "size_bytes": len(content.encode()),
+                "content_type": "text/plain",
+            }
+        ),
+    )
 
 
 def _worker_name() -> str | None:

@@ -20,13 +20,21 @@ from typing import Any, Protocol
 
 import orjson
 
-from mother.config import ModelConfig
 from mother.budget import check_amount
+from mother.config import ModelConfig
 from mother.errors import InvalidSpec, ProviderError, ScriptExhausted
 from mother.logs import get_logger
 from schemas import ScriptedReply
 
-__all__ = ["ModelReply", "OpenAIProvider", "Provider", "ScriptedProvider", "ToolCall", "make_provider", "sdk_client"]
+__all__ = [
+    "ModelReply",
+    "OpenAIProvider",
+    "Provider",
+    "ScriptedProvider",
+    "ToolCall",
+    "make_provider",
+    "sdk_client",
+]
 
 
 log = get_logger("providers")
@@ -36,8 +44,12 @@ log = get_logger("providers")
 class ToolCall:
     id: str
     name: str
-    arguments: Any  # a JSON object when the model got it right; ToolBox.run refuses anything else
-    text: str | None = None  # the arguments as the model wrote them, when it wrote text: echoed back as they came
+    # a JSON object when the model got it right; ToolBox.run refuses anything else
+    arguments: Any
+    text: str | None = (
+        # the arguments as the model wrote them, when it wrote text: echoed back as they came
+        None
+    )
 
 
 @dataclass
@@ -57,7 +69,9 @@ class Provider(Protocol):
     # how many times the agent loop sends a call again after a ProviderError marked ``transient``
     call_retries: int
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply: ...
+    def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> ModelReply: ...
 
 
 # HTTP statuses worth sending again (the SDK's own rule); its retries are off so each attempt is metered
@@ -68,10 +82,15 @@ RETRY_AFTER_CAP_SECONDS = 30.0
 class ScriptedProvider:
     """Replies from a script, in order; replies limited to other attempts are skipped."""
 
-    call_retries = 0  # a scripted failure fails its attempt
+    # a scripted failure fails its attempt
+    call_retries = 0
 
     def __init__(
-        self, role: str, replies: list[ScriptedReply], attempt: int, interrupt: Callable[[], None] | None = None
+        self,
+        role: str,
+        replies: list[ScriptedReply],
+        attempt: int,
+        interrupt: Callable[[], None] | None = None,
     ) -> None:
         self.role = role
         self.replies = [r for r in replies if r.attempts is None or attempt in r.attempts]
@@ -95,7 +114,10 @@ class ScriptedProvider:
         if reply.delay_seconds:
             self._sleep(reply.delay_seconds)
         self._fail(reply)
-        calls = [ToolCall(f"call-{self.position}-{i}", c.name, dict(c.arguments)) for i, c in enumerate(reply.tool_calls)]
+        calls = [
+            ToolCall(f"call-{self.position}-{i}", c.name, dict(c.arguments))
+            for i, c in enumerate(reply.tool_calls)
+        ]
         return ModelReply(
             text=reply.text,
             tool_calls=calls,
@@ -122,7 +144,10 @@ class ScriptedProvider:
 # request on it, so its connection pool is empty at every fork: a horse's connections are its own.
 _SDK_CLIENTS: dict[tuple[str | None, str, float], Any] = {}
 SDK_CLIENTS_MAX = 64
-sdk_warmed: bool | None = None  # None: not tried in this process; False: the warm-up failed (logged)
+sdk_warmed: bool | None = (
+    # None: not tried in this process; False: the warm-up failed (logged)
+    None
+)
 
 
 def sdk_client(base_url: str | None, api_key: str, timeout: float) -> Any:
@@ -135,17 +160,27 @@ def sdk_client(base_url: str | None, api_key: str, timeout: float) -> Any:
     if client is None:
         if sdk_warmed is None:
             warm_up_sdk()
-        if len(_SDK_CLIENTS) >= SDK_CLIENTS_MAX:  # keys rotated many times over: start again
+        # keys rotated many times over: start again
+        if len(_SDK_CLIENTS) >= SDK_CLIENTS_MAX:
             _SDK_CLIENTS.clear()
         # the SDK's retries are off: the agent loop sends a transient failure again, each attempt inside its
         # own reservation, so an attempt the provider may have billed is never hidden inside another
-        client = _SDK_CLIENTS[key] = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+        client = _SDK_CLIENTS[key] = openai.OpenAI(
+            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0
+        )
     return client
 
 
-_WARM_REPLY = {"id": "warm-up", "object": "chat.completion", "created": 0, "model": "warm-up",
-               "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
-               "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+_WARM_REPLY = {
+    "id": "warm-up",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "warm-up",
+    "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
 
 
 def warm_up_sdk() -> None:
@@ -157,15 +192,23 @@ def warm_up_sdk() -> None:
 
     try:
         try:
-            import httpx2 as http  # the SDK's HTTP library from openai 3 on (constraints.txt pins it)
+            # the SDK's HTTP library from openai 3 on (constraints.txt pins it)
+            import httpx2 as http
         except ImportError:
             import httpx as http  # type: ignore[no-redef]  # before that
         transport = http.MockTransport(lambda request: http.Response(200, json=_WARM_REPLY))
-        with openai.OpenAI(base_url="http://warm-up.invalid/v1", api_key="warm-up", max_retries=0,
-                           http_client=http.Client(transport=transport)) as client:
-            client.chat.completions.create(model="warm-up", messages=[{"role": "user", "content": "warm up"}])
+        with openai.OpenAI(
+            base_url="http://warm-up.invalid/v1",
+            api_key="warm-up",
+            max_retries=0,
+            http_client=http.Client(transport=transport),
+        ) as client:
+            client.chat.completions.create(
+                model="warm-up", messages=[{"role": "user", "content": "warm up"}]
+            )
         sdk_warmed = True
-    except Exception as exc:  # only speed is lost: each horse's first call does this work itself
+    # only speed is lost: each horse's first call does this work itself
+    except Exception as exc:  # noqa: BLE001
         sdk_warmed = False
         log.warning("sdk_warm_up_failed", error=f"{type(exc).__name__}: {exc}"[:300])
 
@@ -178,11 +221,15 @@ class OpenAIProvider:
 
         api_key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
         if config.api_key_env and not api_key:
-            raise ProviderError(f"model {name!r}: environment variable {config.api_key_env} (its API key) is not set")
+            raise ProviderError(
+                f"model {name!r}: environment variable {config.api_key_env} (its API key) is not set"
+            )
         self.model = config.model or name
         self.max_tokens = config.max_output_tokens
         self.call_retries = config.call_retries
-        self._client = sdk_client(config.base_url, api_key or "not-needed", config.request_timeout_seconds)
+        self._client = sdk_client(
+            config.base_url, api_key or "not-needed", config.request_timeout_seconds
+        )
         self._errors = (openai.OpenAIError,)
         self._timeout = openai.APITimeoutError
         self._no_connection = openai.APIConnectionError
@@ -194,27 +241,45 @@ class OpenAIProvider:
         with ``may_have_used``: the agent loop charges the prompt's estimate for it rather than nothing."""
         try:
             response = self._client.chat.completions.create(
-                model=self.model, messages=messages, tools=tools or None, max_tokens=self.max_tokens  # type: ignore[arg-type]
+                model=self.model,
+                messages=messages,
+                tools=tools or None,
+                max_tokens=self.max_tokens,  # type: ignore[arg-type]
             )
         except self._errors as exc:
-            raise ProviderError(f"model {self.model}: {type(exc).__name__}: {str(exc)[:300]}",
-                                may_have_used=isinstance(exc, self._timeout), **self._transient(exc)) from None
-        except ValueError as exc:  # the SDK's JSON decoding of a 2xx body that is not JSON
-            raise ProviderError(f"model {self.model}: the reply is not JSON: {str(exc)[:300]}", may_have_used=True) from None
+            raise ProviderError(
+                f"model {self.model}: {type(exc).__name__}: {str(exc)[:300]}",
+                may_have_used=isinstance(exc, self._timeout),
+                **self._transient(exc),
+            ) from None
+        # the SDK's JSON decoding of a 2xx body that is not JSON
+        except ValueError as exc:
+            raise ProviderError(
+                f"model {self.model}: the reply is not JSON: {str(exc)[:300]}", may_have_used=True
+            ) from None
         try:
             return self._reply(response)
         except _NotACompletion as exc:
             problem = str(exc)
-        except (AttributeError, TypeError, IndexError, KeyError) as exc:  # a body of the wrong shape
+        except (
+            AttributeError,
+            TypeError,
+            IndexError,
+            KeyError,
+            # a body of the wrong shape
+        ) as exc:
             problem = f"the reply is not a chat completion ({type(exc).__name__}: {str(exc)[:200]})"
         raise ProviderError(f"model {self.model}: {problem}", may_have_used=True) from None
 
     def _transient(self, exc: Exception) -> dict[str, Any]:
         """``transient=True`` (and the server's ``retry_after`` seconds, if it sent one) for a failure worth
         sending again: no connection, a timeout, HTTP 408/409/429/5xx."""
-        if isinstance(exc, self._no_connection):  # APITimeoutError is one too
+        # APITimeoutError is one too
+        if isinstance(exc, self._no_connection):
             return {"transient": True}
-        if isinstance(exc, self._status) and (exc.status_code in _TRANSIENT_STATUSES or exc.status_code >= 500):
+        if isinstance(exc, self._status) and (
+            exc.status_code in _TRANSIENT_STATUSES or exc.status_code >= 500
+        ):
             return {"transient": True, "retry_after": _retry_after(exc.response.headers)}
         return {}
 
@@ -233,11 +298,22 @@ class OpenAIProvider:
             if raw is None or isinstance(raw, str):
                 with contextlib.suppress(orjson.JSONDecodeError):
                     arguments = orjson.loads(raw or "{}")
-            calls.append(ToolCall(call.id or f"call-{len(calls)}", call.function.name or "", arguments,
-                                  raw if isinstance(raw, str) else None))
+            calls.append(
+                ToolCall(
+                    call.id or f"call-{len(calls)}",
+                    call.function.name or "",
+                    arguments,
+                    raw if isinstance(raw, str) else None,
+                )
+            )
         input_tokens, output_tokens, note = _usage(response.usage)
-        return ModelReply(text=message.content or None, tool_calls=calls, input_tokens=input_tokens,
-                          output_tokens=output_tokens, usage_note=note)
+        return ModelReply(
+            text=message.content or None,
+            tool_calls=calls,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            usage_note=note,
+        )
 
 
 class _NotACompletion(Exception):
@@ -263,7 +339,11 @@ def _usage(usage: Any) -> tuple[int, int, str | None]:
         return 0, 0, "the server reported no usage"
     counts = (getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None))
     try:
-        return check_amount(counts[0], "prompt_tokens"), check_amount(counts[1], "completion_tokens"), None
+        return (
+            check_amount(counts[0], "prompt_tokens"),
+            check_amount(counts[1], "completion_tokens"),
+            None,
+        )
     except InvalidSpec as exc:
         return 0, 0, f"the server reported unusable usage: {exc.message}"
 
@@ -279,6 +359,8 @@ def make_provider(
 ) -> Provider:
     if config.provider == "scripted":
         if role not in scripts:
-            raise ProviderError(f"model {name!r} is scripted but the spec has no scripts.{role}; add the role's replies")
+            raise ProviderError(
+                f"model {name!r} is scripted but the spec has no scripts.{role}; add the role's replies"
+            )
         return ScriptedProvider(role, scripts[role], attempt, interrupt)
     return OpenAIProvider(name, config)

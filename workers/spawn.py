@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
@@ -30,32 +30,51 @@ from schemas import ResultEnvelope, RunSpec, RunState, describe_validation_error
 __all__ = ["SpawnRun"]
 
 WAIT_POLL_SECONDS = 0.2
-SPAWNED_BY = "spawned_by"  # metadata key: the child holds one of its parent's parallel_agents slots
+# metadata key: the child holds one of its parent's parallel_agents slots
+SPAWNED_BY = "spawned_by"
 
 
 class SpawnRun:
     name = "spawn_run"
-    description = ("Start a child run for another role and (by default) wait for its result. "
-                   "Arguments: role, task, budget (USD), limit_overrides, model, wait.")
-    parameters = {
+    description = (
+        "Start a child run for another role and (by default) wait for its result. "
+        "Arguments: role, task, budget (USD), limit_overrides, model, wait."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
-            "role": {"type": "string"}, "task": {"type": "string"}, "budget": {"type": "string"},
-            "limit_overrides": {"type": "object"}, "model": {"type": "string"}, "wait": {"type": "boolean"},
+            "role": {"type": "string"},
+            "task": {"type": "string"},
+            "budget": {"type": "string"},
+            "limit_overrides": {"type": "object"},
+            "model": {"type": "string"},
+            "wait": {"type": "boolean"},
         },
         "required": ["role", "task", "budget"],
     }
     read_only = False
 
-    def __init__(self, rt: Runtime, state: RunState, phase_index: int, guard: Guard,
-                 check_alive: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        state: RunState,
+        phase_index: int,
+        guard: Guard,
+        check_alive: Callable[[], None],
+    ) -> None:
         self.rt, self.state, self.guard, self.check_alive = rt, state, guard, check_alive
         self.phase = state.spec.pipeline[phase_index]
 
     def run(self, workspace: Path, arguments: dict[str, Any]) -> str:
         spec = self._child_spec(arguments)
         try:
-            resolve_limits({}, None, None, self.state.limits)  # depth check before anything is charged
+            resolve_limits(
+                {},
+                None,
+                None,
+                self.state.limits,
+                # depth check before anything is charged
+            )
         except DepthExhausted as exc:
             raise ToolError(exc.message) from None
         try:
@@ -67,39 +86,72 @@ class SpawnRun:
         assert spec.run_id is not None
         reserved = False
         try:
-            ledger.report_actual(self.state.run_id, self._own_spend())  # so "remaining" counts what we spent
+            ledger.report_actual(
+                self.state.run_id,
+                self._own_spend(),
+                # so "remaining" counts what we spent
+            )
             ledger.reserve(spec.run_id, Decimal(str(arguments["budget"])), self.state.run_id)
             reserved = True
             submit_with_backpressure(self.rt.redis, self.rt.settings, spec.to_json(), spec.run_id)
-        except (InsufficientBudget, InvalidSpec, QueueFull) as exc:  # give back what a child that will not run took
+        except (
+            InsufficientBudget,
+            InvalidSpec,
+            QueueFull,
+            # give back what a child that will not run took
+        ) as exc:
             self.guard.release("parallel_agents")
             if reserved:
                 ledger.release(spec.run_id, "not_submitted")
             raise ToolError(f"cannot spawn: {exc.message}") from None
-        self.rt.emit(self.rt.redis, "run_spawned", run_id=self.state.run_id, phase=self.phase.name,
-                     child_run_id=spec.run_id, role=spec.pipeline[0].role, budget=str(arguments["budget"]))
+        self.rt.emit(
+            self.rt.redis,
+            "run_spawned",
+            run_id=self.state.run_id,
+            phase=self.phase.name,
+            child_run_id=spec.run_id,
+            role=spec.pipeline[0].role,
+            budget=str(arguments["budget"]),
+        )
         if arguments.get("wait", True) is False:
             return f"spawned {spec.run_id}"
         return self._wait(spec.run_id)
 
     def _child_spec(self, arguments: dict[str, Any]) -> RunSpec:
-        role, task, overrides = arguments.get("role"), arguments.get("task"), arguments.get("limit_overrides", {})
+        role, task, overrides = (
+            arguments.get("role"),
+            arguments.get("task"),
+            arguments.get("limit_overrides", {}),
+        )
         if not isinstance(role, str) or not isinstance(task, str) or "budget" not in arguments:
             raise ToolError("spawn_run needs role (string), task (string) and budget (USD)")
         if not isinstance(overrides, dict):
-            raise ToolError("spawn_run's limit_overrides must be an object, e.g. {\"turns\": 10}")
+            raise ToolError('spawn_run\'s limit_overrides must be an object, e.g. {"turns": 10}')
         child_id = f"{self.state.run_id[:100]}.c{uuid.uuid4().hex[:8]}"
         try:
-            return RunSpec.model_validate({
-                "run_id": child_id, "user_id": self.state.user_id, "task": task,
-                "pipeline": [{"name": "execute", "role": role, "model": arguments.get("model") or self.phase.model}],
-                "budget_profile": self.state.spec.budget_profile,
-                "limit_overrides": {**overrides, "spend": str(arguments["budget"])},
-                "parent_run_id": self.state.run_id, "scripts": self.state.spec.model_dump(mode="json")["scripts"],
-                "metadata": {SPAWNED_BY: self.name},
-            })
+            return RunSpec.model_validate(
+                {
+                    "run_id": child_id,
+                    "user_id": self.state.user_id,
+                    "task": task,
+                    "pipeline": [
+                        {
+                            "name": "execute",
+                            "role": role,
+                            "model": arguments.get("model") or self.phase.model,
+                        }
+                    ],
+                    "budget_profile": self.state.spec.budget_profile,
+                    "limit_overrides": {**overrides, "spend": str(arguments["budget"])},
+                    "parent_run_id": self.state.run_id,
+                    "scripts": self.state.spec.model_dump(mode="json")["scripts"],
+                    "metadata": {SPAWNED_BY: self.name},
+                }
+            )
         except ValidationError as exc:
-            raise ToolError(f"spawn_run arguments are invalid: {describe_validation_error(exc)}") from None
+            raise ToolError(
+                f"spawn_run arguments are invalid: {describe_validation_error(exc)}"
+            ) from None
 
     def _wait(self, child_id: str) -> str:
         while True:
@@ -110,7 +162,12 @@ class SpawnRun:
                     term = envelope.termination
                     return f"child {child_id} ended {term.reason}: {term.details}\n{envelope.output}".rstrip()
             time.sleep(WAIT_POLL_SECONDS)
-            self.check_alive()  # the parent ending (deadline, cancel) stops the wait
+            # the parent ending (deadline, cancel) stops the wait
+            self.check_alive()
 
     def _own_spend(self) -> Decimal:
-        return own_spend(self.rt.redis.execute_command("JSON.GET", keys.run_budget_key(self.state.run_id), OWN_SPEND_PATH))
+        return own_spend(
+            self.rt.redis.execute_command(
+                "JSON.GET", keys.run_budget_key(self.state.run_id), OWN_SPEND_PATH
+            )
+        )

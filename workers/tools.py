@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from mother.capabilities import denial
 from mother.errors import ToolError
@@ -27,7 +27,8 @@ MAX_READ_BYTES = 8 * 1024 * 1024
 class Tool(Protocol):
     name: str
     description: str
-    parameters: dict[str, Any]  # JSON Schema of the arguments
+    # JSON Schema of the arguments
+    parameters: dict[str, Any]
     read_only: bool
 
     def run(self, workspace: Path, arguments: dict[str, Any]) -> str: ...
@@ -53,7 +54,11 @@ def _inside(workspace: Path, raw: Any) -> Path:
 class ReadFile:
     name = "read_file"
     description = "Read a UTF-8 text file from the run's workspace."
-    parameters = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+    }
     read_only = True
 
     def run(self, workspace: Path, arguments: dict[str, Any]) -> str:
@@ -65,14 +70,19 @@ class ReadFile:
         if len(data) <= MAX_READ_BYTES:
             return data.decode("utf-8", errors="replace")
         # said first: the tool box cuts the end off what is longer than max_tool_output_chars
-        return (f"[the file is {path.stat().st_size} bytes; read_file read the first {MAX_READ_BYTES}]\n"
-                + data[:MAX_READ_BYTES].decode("utf-8", errors="replace"))
+        return (
+            f"[the file is {path.stat().st_size} bytes; read_file read the first {MAX_READ_BYTES}]\n"
+            + data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
+        )
 
 
 class ListDir:
     name = "list_dir"
     description = "List the entries of a directory in the run's workspace (default: its root)."
-    parameters = {"type": "object", "properties": {"path": {"type": "string"}}}
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+    }
     read_only = True
 
     def run(self, workspace: Path, arguments: dict[str, Any]) -> str:
@@ -85,7 +95,7 @@ class ListDir:
 class WriteFile:
     name = "write_file"
     description = "Write a UTF-8 text file in the run's workspace (directories are created)."
-    parameters = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
         "required": ["path", "content"],
@@ -111,12 +121,25 @@ FILE_TOOLS: tuple[Tool, ...] = (ReadFile(), ListDir(), WriteFile())
 class ToolBox:
     """The tools one phase may call, bound to its workspace."""
 
-    def __init__(self, workspace: Path, tools: tuple[Tool, ...] = FILE_TOOLS, max_output_chars: int = 100_000,
-                 granted: list[str] | None = None, manifest_check: Any = None):
+    def __init__(
+        self,
+        workspace: Path,
+        tools: tuple[Tool, ...] = FILE_TOOLS,
+        max_output_chars: int = 100_000,
+        granted: list[str] | None = None,
+        manifest_check: Any = None,
+    ):
         self.workspace = workspace
-        self.manifest_check = manifest_check  # tool name -> why it may not run (signed manifests), or None
-        self.granted = granted  # the run's capability token; None: no check (library use, tests)
-        self._made = False  # the directory is made when a tool first needs it (most phases call none)
+        self.manifest_check = (
+            # tool name -> why it may not run (signed manifests), or None
+            manifest_check
+        )
+        # the run's capability token; None: no check (library use, tests)
+        self.granted = granted
+        self._made = (
+            # the directory is made when a tool first needs it (most phases call none)
+            False
+        )
         self.tools = {tool.name: tool for tool in tools}
         self.max_output_chars = max_output_chars
 
@@ -136,20 +159,36 @@ class ToolBox:
     def specs(self) -> list[dict[str, Any]]:
         """The tools in the chat-completions ``tools`` format."""
         return [
-            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
             for t in self.tools.values()
         ]
 
     def run(self, name: str, arguments: Any) -> ToolResult:
         tool = self.tools.get(name)
         if tool is None:
-            return ToolResult(name, False, f"error: unknown tool {name!r}; available: {', '.join(sorted(self.tools))}")
+            return ToolResult(
+                name,
+                False,
+                f"error: unknown tool {name!r}; available: {', '.join(sorted(self.tools))}",
+            )
         if not isinstance(arguments, dict):
-            got = f"not JSON: {arguments[:200]!r}" if isinstance(arguments, str) else f"a JSON {type(arguments).__name__}"
+            got = (
+                f"not JSON: {arguments[:200]!r}"
+                if isinstance(arguments, str)
+                else f"a JSON {type(arguments).__name__}"
+            )
             return ToolResult(name, False, f"error: the arguments must be a JSON object, got {got}")
         try:
             within_depth(arguments)
-        except ValueError as exc:  # parsed, but past what JSON tools and RedisJSON documents take
+        # parsed, but past what JSON tools and RedisJSON documents take
+        except ValueError as exc:
             return ToolResult(name, False, f"error: the arguments are {exc}")
         blocked = self.manifest_check(name) if self.manifest_check is not None else None
         if blocked:
@@ -161,5 +200,7 @@ class ToolBox:
         except OSError as exc:
             return ToolResult(name, False, f"error: {exc.strerror or exc}")
         if len(output) > self.max_output_chars:
-            output = output[: self.max_output_chars] + f"\n[truncated: {len(output)} characters in all]"
+            output = (
+                output[: self.max_output_chars] + f"\n[truncated: {len(output)} characters in all]"
+            )
         return ToolResult(name, True, output)

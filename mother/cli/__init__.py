@@ -45,8 +45,12 @@ def main() -> None:
     one line on stderr naming the --help to read, exit 2, like every other error (click drew a box)."""
     try:
         code = app(standalone_mode=False)
-    except typer.TyperException as exc:  # typer's click exceptions: UsageError, BadParameter, NoSuchOption...
-        if type(exc).__name__ == "NoArgsIsHelpError":  # `mother` or `mother budget` alone: show the help
+    # typer's click exceptions: UsageError, BadParameter, NoSuchOption...
+    except typer.TyperException as exc:
+        if (
+            type(exc).__name__ == "NoArgsIsHelpError"
+            # `mother` or `mother budget` alone: show the help
+        ):
             exc.show()  # type: ignore[attr-defined]
             sys.exit(exc.exit_code)
         ctx = getattr(exc, "ctx", None)

@@ -19,7 +19,15 @@ from mother.connection import connect, redact_url
 from mother.errors import MotherError
 from mother.logs import configure_logging
 
-__all__ = ["console", "data_console", "err_console", "fail", "handle_errors", "redis_client", "settings"]
+__all__ = [
+    "console",
+    "data_console",
+    "err_console",
+    "fail",
+    "handle_errors",
+    "redis_client",
+    "settings",
+]
 
 # a table sent to a file or a pipe (no terminal, no COLUMNS) is this wide, not rich's 80 columns, which
 # folded every cell of `mother runs > runs.txt` over several lines
@@ -70,7 +78,10 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             fail("interrupted", "interrupted", 130)
         except (OSError, ValueError) as exc:
-            fail(f"{type(exc).__name__}: {exc}", "os_error" if isinstance(exc, OSError) else "invalid_value")
+            fail(
+                f"{type(exc).__name__}: {exc}",
+                "os_error" if isinstance(exc, OSError) else "invalid_value",
+            )
 
     return wrapper  # type: ignore[return-value]
 

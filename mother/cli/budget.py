@@ -10,14 +10,24 @@ from rich.table import Table
 from rich.text import Text
 
 from mother import keys
-from mother.budget import CODES, USER_CODES, budget_doc, budget_view, emergency_stop, override, reset_stop
+from mother.budget import (
+    CODES,
+    USER_CODES,
+    budget_doc,
+    budget_view,
+    emergency_stop,
+    override,
+    reset_stop,
+)
 from mother.cli._common import console, fail, handle_errors, redis_client, settings
 from mother.errors import NotFound
 from mother.runtime import Runtime
 
 __all__ = ["app"]
 
-app = typer.Typer(help="Budgets: show usage, override a limit, emergency stop and reset.", no_args_is_help=True)
+app = typer.Typer(
+    help="Budgets: show usage, override a limit, emergency stop and reset.", no_args_is_help=True
+)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -33,7 +43,9 @@ def parse_duration(text: str) -> float:
 def _table(title: str, doc: dict[str, Any], dims: dict[str, str], limits: dict[str, Any]) -> Table:
     table = Table(title=title)
     for col in ("dimension", "used", "reserved", "limit", "%", "state"):
-        table.add_column(col, justify="right" if col in ("used", "reserved", "limit", "%") else "left")
+        table.add_column(
+            col, justify="right" if col in ("used", "reserved", "limit", "%") else "left"
+        )
     warnings = set(doc.get("warnings_triggered") or [])
     exceeded = set(doc.get("limits_exceeded") or [])
     for dim, code in dims.items():
@@ -41,8 +53,21 @@ def _table(title: str, doc: dict[str, Any], dims: dict[str, str], limits: dict[s
         used = doc.get(dim, 0) or 0
         reserved = (doc.get("reserved") or {}).get(dim, 0)
         pct = f"{100 * used / limit:.0f}" if limit else "-"
-        state = "EXCEEDED" if code in exceeded else "warning" if code.replace("_exceeded", "_warning") in warnings else ""
-        table.add_row(dim, str(used), str(reserved or ""), str(limit if limit is not None else "-"), pct, state)
+        state = (
+            "EXCEEDED"
+            if code in exceeded
+            else "warning"
+            if code.replace("_exceeded", "_warning") in warnings
+            else ""
+        )
+        table.add_row(
+            dim,
+            str(used),
+            str(reserved or ""),
+            str(limit if limit is not None else "-"),
+            pct,
+            state,
+        )
     return table
 
 
@@ -50,7 +75,9 @@ def _table(title: str, doc: dict[str, Any], dims: dict[str, str], limits: dict[s
 @handle_errors
 def show(
     run_id: Annotated[str | None, typer.Argument(help="a run id")] = None,
-    user: Annotated[str | None, typer.Option(help="a user's counters for today (server date)")] = None,
+    user: Annotated[
+        str | None, typer.Option(help="a user's counters for today (server date)")
+    ] = None,
     global_: Annotated[bool, typer.Option("--global", help="the global gauges")] = False,
 ) -> None:
     """Used / limit / % per dimension, with warnings and crossed limits."""
@@ -62,13 +89,20 @@ def show(
         doc = budget_doc(client, keys.GLOBAL_BUDGET) or {}
         g = cfg.budget.global_
         # the limits in force are the leading Mother's (it publishes them); this process's only without one
-        mine = {"max_concurrent_runs": g.max_concurrent_runs, "max_queue_depth": g.max_queue_depth,
-                "max_redis_memory_mb": g.max_redis_memory_mb, "max_docling_jobs": g.max_docling_jobs}
+        mine = {
+            "max_concurrent_runs": g.max_concurrent_runs,
+            "max_queue_depth": g.max_queue_depth,
+            "max_redis_memory_mb": g.max_redis_memory_mb,
+            "max_docling_jobs": g.max_docling_jobs,
+        }
         published = budget_doc(client, keys.MOTHER_CONFIG)
         source = {**mine, **(published or {})}
         limits = {name.removeprefix("max_"): source[name] for name in mine}
-        title = keys.GLOBAL_BUDGET + (f" (limits of Mother {published.get('published_by')})" if published
-                                      else " (limits of this configuration: no Mother has published its own)")
+        title = keys.GLOBAL_BUDGET + (
+            f" (limits of Mother {published.get('published_by')})"
+            if published
+            else " (limits of this configuration: no Mother has published its own)"
+        )
         console.print(_table(title, doc, {k: "" for k in limits}, limits))
         return
     if user is not None:
@@ -82,20 +116,31 @@ def show(
     assert run_id is not None
     doc = budget_view(client, run_id)
     if doc is None:
-        raise NotFound(f"no budget for run {run_id!r}; is the run id right? (a run waiting for a slot has none yet)")
+        raise NotFound(
+            f"no budget for run {run_id!r}; is the run id right? (a run waiting for a slot has none yet)"
+        )
     title = f"{keys.run_budget_key(run_id)} ({doc['profile']}, status {doc['status']})"
     console.print(_table(title, doc, CODES, _effective(doc)))
     for o in doc.get("overrides") or []:
-        console.print(f"override {o['dimension']} {o['delta']:+d} by {o['actor']} until {o['expires_at']}: {o['reason']}")
+        console.print(
+            f"override {o['dimension']} {o['delta']:+d} by {o['actor']} until {o['expires_at']}: {o['reason']}"
+        )
     if doc.get("stop"):
         stop = doc["stop"]
-        console.print(Text.assemble(("emergency stop", "red"), f" by {stop['actor']} at {stop['at']}: {stop['reason']}"))
+        console.print(
+            Text.assemble(
+                ("emergency stop", "red"), f" by {stop['actor']} at {stop['at']}: {stop['reason']}"
+            )
+        )
 
 
 def _effective(doc: dict[str, Any]) -> dict[str, Any]:
     limits = dict(doc.get("limits") or {})
     for o in doc.get("overrides") or []:
-        limits[o["dimension"]] = limits.get(o["dimension"], 0) + o["delta"]  # shown incl. expired: see the list
+        limits[o["dimension"]] = (
+            limits.get(o["dimension"], 0) + o["delta"]
+            # shown incl. expired: see the list
+        )
     return limits
 
 
@@ -111,29 +156,45 @@ def override_cmd(
 ) -> None:
     """A time-boxed, audited limit change (never above 2x the profile default)."""
     cfg = settings()
-    record = override(redis_client(cfg), run_id, dimension=dimension, delta=delta, expires_in_s=parse_duration(expires_in),
-                      actor=actor, reason=reason, maxlen=cfg.service.activity_maxlen)
+    record = override(
+        redis_client(cfg),
+        run_id,
+        dimension=dimension,
+        delta=delta,
+        expires_in_s=parse_duration(expires_in),
+        actor=actor,
+        reason=reason,
+        maxlen=cfg.service.activity_maxlen,
+    )
     console.print(f"override recorded: {dimension} {delta:+d} until {record['expires_at']}")
 
 
 @app.command("stop")
 @handle_errors
-def stop_cmd(run_id: Annotated[str, typer.Argument()], actor: Annotated[str, typer.Option()],
-             reason: Annotated[str, typer.Option()]) -> None:
+def stop_cmd(
+    run_id: Annotated[str, typer.Argument()],
+    actor: Annotated[str, typer.Option()],
+    reason: Annotated[str, typer.Option()],
+) -> None:
     """Emergency stop: mutating actions are refused at once until `mother budget reset`."""
     cfg = settings()
     event = emergency_stop(redis_client(cfg), run_id, actor, reason, cfg.service.activity_maxlen)
     if event.get("already"):
-        console.print(f"run {run_id} was already budget_stopped (at {event['at']} by {event['actor']}: "
-                      f"{event['reason']}); nothing changed")
+        console.print(
+            f"run {run_id} was already budget_stopped (at {event['at']} by {event['actor']}: "
+            f"{event['reason']}); nothing changed"
+        )
     else:
         console.print(f"run {run_id} is budget_stopped (at {event['at']})")
 
 
 @app.command("reset")
 @handle_errors
-def reset_cmd(run_id: Annotated[str, typer.Argument()], actor: Annotated[str, typer.Option()],
-              reason: Annotated[str, typer.Option()]) -> None:
+def reset_cmd(
+    run_id: Annotated[str, typer.Argument()],
+    actor: Annotated[str, typer.Option()],
+    reason: Annotated[str, typer.Option()],
+) -> None:
     """Lift an emergency stop."""
     cfg = settings()
     event = reset_stop(redis_client(cfg), run_id, actor, reason, cfg.service.activity_maxlen)

@@ -35,12 +35,19 @@ def _progress(state: RunState) -> None:
 
 def _print_envelope(envelope: ResultEnvelope, as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(orjson.dumps(envelope.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps(envelope.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n"
+        )
         return
     term = envelope.termination
     assert term is not None
     colour = "green" if term.reason == "success" else "red"
-    console.print(Text.assemble((term.reason, f"bold {colour}"), f" at phase {term.phase_at_termination}: {term.details}"))
+    console.print(
+        Text.assemble(
+            (term.reason, f"bold {colour}"),
+            f" at phase {term.phase_at_termination}: {term.details}",
+        )
+    )
     for factor in term.contributing_factors:
         console.print(f"  - {factor}")
     console.print(f"suggested action: {term.suggested_action} (can retry: {term.can_retry})")
@@ -51,15 +58,23 @@ def _print_envelope(envelope: ResultEnvelope, as_json: bool) -> None:
 @handle_errors
 def submit(
     spec: Annotated[Path, typer.Argument(help="RunSpec as YAML or JSON ('-' for stdin)")],
-    wait_: Annotated[bool, typer.Option("--wait", help="show progress, then the ResultEnvelope")] = False,
+    wait_: Annotated[
+        bool, typer.Option("--wait", help="show progress, then the ResultEnvelope")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
-    timeout: Annotated[float | None, typer.Option(help="with --wait: give up waiting after this many seconds")] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="with --wait: give up waiting after this many seconds")
+    ] = None,
 ) -> None:
     """Submit a run; print its run_id. With --wait exit 0 only if it ends in success."""
-    check_timeout(timeout)  # before anything is submitted
+    # before anything is submitted
+    check_timeout(timeout)
     client = _client()
-    data: Any = (load_spec_text(sys.stdin.buffer.read(), "standard input", Path.cwd()) if str(spec) == "-"
-                 else load_spec_file(spec))
+    data: Any = (
+        load_spec_text(sys.stdin.buffer.read(), "standard input", Path.cwd())
+        if str(spec) == "-"
+        else load_spec_file(spec)
+    )
     run_id = client.submit(data)
     if not wait_:
         console.print(orjson.dumps({"run_id": run_id}).decode() if as_json else run_id)
@@ -75,10 +90,17 @@ def _notice(text: str) -> None:
 
 def _finish(client: MotherClient, run_id: str, as_json: bool, timeout: float | None) -> None:
     try:
-        envelope = client.wait(run_id, timeout, on_progress=None if as_json else _progress, on_notice=_notice)
-    except KeyboardInterrupt:  # Ctrl-C stops the waiting, not the run: say so, and how to go on
-        fail(f"stopped waiting; {run_id} goes on: `mother wait {run_id}` to wait again, "
-             f"`mother cancel {run_id}` to end it", "interrupted", 130)
+        envelope = client.wait(
+            run_id, timeout, on_progress=None if as_json else _progress, on_notice=_notice
+        )
+    # Ctrl-C stops the waiting, not the run: say so, and how to go on
+    except KeyboardInterrupt:
+        fail(
+            f"stopped waiting; {run_id} goes on: `mother wait {run_id}` to wait again, "
+            f"`mother cancel {run_id}` to end it",
+            "interrupted",
+            130,
+        )
     _print_envelope(envelope, as_json)
     raise typer.Exit(0 if envelope.termination and envelope.termination.reason == "success" else 1)
 
@@ -87,27 +109,40 @@ def _finish(client: MotherClient, run_id: str, as_json: bool, timeout: float | N
 def wait(
     run_id: Annotated[str, typer.Argument()],
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    timeout: Annotated[float | None, typer.Option(help="give up waiting after this many seconds")] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="give up waiting after this many seconds")
+    ] = None,
 ) -> None:
     """Wait for a run to end; print its ResultEnvelope. Exit 0 only for success."""
     _finish(_client(), run_id, as_json, timeout)
 
 
 @handle_errors
-def status(run_id: Annotated[str, typer.Argument()], as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def status(
+    run_id: Annotated[str, typer.Argument()],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
     """Where a run is: status, phase, attempt (or its place in the admission queue), and its history."""
     client = _client()
     state = client.status(run_id)
     if as_json:
         sys.stdout.write(state.model_dump_json(indent=2) + "\n")
         return
-    where = client.queue_position(run_id) if state.status == "queued" and state.admission == "waiting" else None
-    console.print(f"{state.run_id} ({state.user_id}): {state.status}"
-                  + (f", phase {state.phase} attempt {state.attempt}" if state.phase else "")
-                  + (f", waiting for a slot: position {where[0]} of {where[1]}" if where else "")
-                  + (f", reason {state.reason}" if state.reason else ""))
+    where = (
+        client.queue_position(run_id)
+        if state.status == "queued" and state.admission == "waiting"
+        else None
+    )
+    console.print(
+        f"{state.run_id} ({state.user_id}): {state.status}"
+        + (f", phase {state.phase} attempt {state.attempt}" if state.phase else "")
+        + (f", waiting for a slot: position {where[0]} of {where[1]}" if where else "")
+        + (f", reason {state.reason}" if state.reason else "")
+    )
     for entry in state.history[-20:]:
-        console.print(f"  {entry.at}  {entry.event:<16} {entry.phase or '':<12} {entry.detail[:100]}")
+        console.print(
+            f"  {entry.at}  {entry.event:<16} {entry.phase or '':<12} {entry.detail[:100]}"
+        )
 
 
 @handle_errors
@@ -126,10 +161,14 @@ def cancel(
 
 @handle_errors
 def runs(
-    reason: Annotated[str | None, typer.Option(help="only runs that ended with this reason")] = None,
+    reason: Annotated[
+        str | None, typer.Option(help="only runs that ended with this reason")
+    ] = None,
     user: Annotated[str | None, typer.Option(help="only this user's runs")] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
-    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line, for scripts")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="one JSON object per line, for scripts")
+    ] = False,
 ) -> None:
     """A table of the newest runs and why each stopped."""
     rows = _client().runs(reason=reason, user=user, limit=limit)
@@ -144,11 +183,22 @@ def runs_table(rows: list[dict[str, Any]], title: str = "runs") -> Table:
     table = Table(title=title)
     for col in ("run", "user", "status", "reason", "phase", "details", "suggested action"):
         table.add_column(col, overflow="fold", no_wrap=col in ("run", "reason"))
-    for row in rows:  # str(): a record edited by hand may hold any JSON value anywhere
-        table.add_row(*(str(value or "") for value in (
-            row["run_id"], row.get("user_id"), row.get("status"), row.get("reason"),
-            row.get("phase_at_termination") or row.get("phase"), str(row.get("details") or "")[:200],
-            row.get("suggested_action"))))
+    # str(): a record edited by hand may hold any JSON value anywhere
+    for row in rows:
+        table.add_row(
+            *(
+                str(value or "")
+                for value in (
+                    row["run_id"],
+                    row.get("user_id"),
+                    row.get("status"),
+                    row.get("reason"),
+                    row.get("phase_at_termination") or row.get("phase"),
+                    str(row.get("details") or "")[:200],
+                    row.get("suggested_action"),
+                )
+            )
+        )
     return table
 
 
@@ -164,9 +214,15 @@ def inspect_run(client: MotherClient, run_id: str) -> dict[str, Any]:
     out["artifacts"] = []
     for artifact_id in state.artifacts:
         raw = r.execute_command("JSON.GET", keys.artifact_meta_key(artifact_id))
-        out["artifacts"].append(orjson.loads(raw) if raw else {"artifact_id": artifact_id, "missing": True})
+        out["artifacts"].append(
+            orjson.loads(raw) if raw else {"artifact_id": artifact_id, "missing": True}
+        )
     out["activity"] = [e.to_dict() for e in recent(r, 50, run_id=run_id)]
-    pending = r.zscore(keys.RUNS_ENDING, run_id)  # its record is written, the rest of its end not yet applied
+    pending = r.zscore(
+        keys.RUNS_ENDING,
+        run_id,
+        # its record is written, the rest of its end not yet applied
+    )
     out["end_pending_since"] = iso_from_ms(int(pending)) if pending is not None else None
     return out
 
@@ -182,6 +238,7 @@ def resolve_inspect(client: MotherClient, target: str) -> Any:
             raise
         if client.redis.exists(keys.run_key(target)):
             return inspect_run(client, target)
-        raise NotFound(f"no run and no key {target!r}; list runs with `mother runs`, "
-                       "keys with `redis-cli --scan --pattern 'run:*'`") from None
-
+        raise NotFound(
+            f"no run and no key {target!r}; list runs with `mother runs`, "
+            "keys with `redis-cli --scan --pattern 'run:*'`"
+        ) from None

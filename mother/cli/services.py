@@ -30,8 +30,13 @@ def run() -> None:
 
 @handle_errors
 def worker(
-    queues: Annotated[str | None, typer.Option(help="comma-separated RQ queues, in priority order "
-                                                    "(default: worker.queues, i.e. agents,tools,maintenance)")] = None,
+    queues: Annotated[
+        str | None,
+        typer.Option(
+            help="comma-separated RQ queues, in priority order "
+            "(default: worker.queues, i.e. agents,tools,maintenance)"
+        ),
+    ] = None,
     burst: Annotated[bool, typer.Option(help="exit when the queues are empty")] = False,
     name: Annotated[str | None, typer.Option(help="worker name (default: RQ's)")] = None,
 ) -> None:
@@ -57,31 +62,48 @@ def worker(
 
 @handle_errors
 def up(
-    port: Annotated[int | None, typer.Option(min=1, max=65535, help="embedded Redis port (default from config)")] = None,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="embedded Redis port (default from config)")
+    ] = None,
     dir: Annotated[Path | None, typer.Option("--dir", help="embedded Redis data dir")] = None,
     workers: Annotated[int, typer.Option(min=0, max=64, help="number of RQ workers")] = 2,
-    dev: Annotated[bool, typer.Option("--dev", help="development: let the scripted model inject faults (kill, "
-                                                    "hang, raise), as the examples do; never in production")] = False,
+    dev: Annotated[
+        bool,
+        typer.Option(
+            "--dev",
+            help="development: let the scripted model inject faults (kill, "
+            "hang, raise), as the examples do; never in production",
+        ),
+    ] = False,
 ) -> None:
     """Embedded Redis + Mother + N workers in one command; one that exits is started again; Ctrl-C stops them all."""
     cfg = settings()
-    server = EmbeddedRedis(port=port or cfg.server.port, dir=dir or cfg.server.dir,
-                           appendfsync=cfg.server.appendfsync, start_timeout=cfg.server.start_timeout_seconds)
+    server = EmbeddedRedis(
+        port=port or cfg.server.port,
+        dir=dir or cfg.server.dir,
+        appendfsync=cfg.server.appendfsync,
+        start_timeout=cfg.server.start_timeout_seconds,
+    )
     stopping: list[int] = []
-    gave_up: list[Exited] = []  # a process that kept exiting: up stops everything and exits 1
+    # a process that kept exiting: up stops everything and exits 1
+    gave_up: list[Exited] = []
 
     def _on_signal(signum: int, _frame: Any) -> None:
         stopping.append(signum)
 
     with server:
-        stack = LocalStack(server.url, workers=workers, log_dir=server.dir / "logs", env=DEV_ENV if dev else {})
+        stack = LocalStack(
+            server.url, workers=workers, log_dir=server.dir / "logs", env=DEV_ENV if dev else {}
+        )
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
         try:
             stack.start()
             # soft_wrap: a path or the export line folded at the terminal's width could not be pasted
-            console.print(f"up: Redis {server.url}, Mother, {workers} worker(s); logs in {stack.log_dir}",
-                          soft_wrap=True)
+            console.print(
+                f"up: Redis {server.url}, Mother, {workers} worker(s); logs in {stack.log_dir}",
+                soft_wrap=True,
+            )
             console.print(f"export MOTHER_REDIS_URL={server.url}", soft_wrap=True)
             console.print("Ctrl-C stops everything.", style="dim")
             while not stopping and not gave_up:
@@ -90,8 +112,11 @@ def up(
                         console.print(Text(str(exited)), style="yellow", soft_wrap=True)
                         continue
                     gave_up.append(exited)
-                    console.print(Text(f"{exited}, stopping everything; its log: {exited.log}"), style="red",
-                                  soft_wrap=True)
+                    console.print(
+                        Text(f"{exited}, stopping everything; its log: {exited.log}"),
+                        style="red",
+                        soft_wrap=True,
+                    )
                     if last := exited.last_log_line():
                         console.print(Text(f"  its last line: {last[:500]}"), soft_wrap=True)
                 time.sleep(0.5)

@@ -17,10 +17,16 @@ keys_app = typer.Typer(help="Ed25519 keys for signing role files.", no_args_is_h
 
 @keys_app.command("generate")
 @handle_errors
-def generate(directory: Annotated[Path, typer.Option("--dir", help="where to write signing.key / signing.pub")] = Path(".mother/keys")) -> None:
+def generate(
+    directory: Annotated[
+        Path, typer.Option("--dir", help="where to write signing.key / signing.pub")
+    ] = Path(".mother/keys"),
+) -> None:
     """Create an Ed25519 key pair (the private key is written 0600)."""
     private, public = generate_keypair(directory)
-    console.print(f"private key: {private}\npublic key:  {public}  (add it to harness.trusted_keys)")
+    console.print(
+        f"private key: {private}\npublic key:  {public}  (add it to harness.trusted_keys)"
+    )
 
 
 @handle_errors
@@ -36,4 +42,6 @@ def sign(
 def verify(file: Annotated[Path, typer.Argument()]) -> None:
     """Verify FILE against FILE.sig and harness.trusted_keys."""
     cfg = settings()
-    console.print(f"{file}: valid signature by key {verify_file(file, list(cfg.harness.trusted_keys))}")
+    console.print(
+        f"{file}: valid signature by key {verify_file(file, list(cfg.harness.trusted_keys))}"
+    )

@@ -12,11 +12,20 @@ from pathlib import Path
 __all__ = ["BENCH_JOBS", "FLOOR_ENDING", "FLOOR_STREAM", "HOPS_STREAM", "ROOT", "worker_env"]
 
 ROOT = Path(__file__).resolve().parents[2]
-HOPS_STREAM = "mother:bench:hops"  # the bare-hop jobs report here to their relay
-FLOOR_STREAM = "mother:bench:floor"  # the floor's phases report here to its dispatcher
-FLOOR_ENDING = "mother:bench:floor:ending"  # the floor's ended runs (Mother's own mother:ending stays clear)
-BENCH_JOBS = ("scripts.bench.noop.chain", "scripts.bench.noop.hop", "scripts.bench.noop.imported_in",
-              "scripts.bench.floor.phase")
+# the bare-hop jobs report here to their relay
+HOPS_STREAM = "mother:bench:hops"
+# the floor's phases report here to its dispatcher
+FLOOR_STREAM = "mother:bench:floor"
+FLOOR_ENDING = (
+    # the floor's ended runs (Mother's own mother:ending stays clear)
+    "mother:bench:floor:ending"
+)
+BENCH_JOBS = (
+    "scripts.bench.noop.chain",
+    "scripts.bench.noop.hop",
+    "scripts.bench.noop.imported_in",
+    "scripts.bench.floor.phase",
+)
 
 
 def worker_env() -> dict[str, str]:

@@ -30,7 +30,6 @@ from rq import Queue, get_current_job
 from rq.serializers import JSONSerializer
 
 from mother import keys
-from scripts.bench import FLOOR_ENDING, FLOOR_STREAM
 from mother.activity import DEFAULT_MAXLEN
 from mother.budget import Guard, open_run_budget
 from mother.clock import ServerClock
@@ -38,8 +37,9 @@ from mother.config import Settings
 from mother.functions import call, follow_ups
 from mother.runtime import POSITION_PATHS, parse_position
 from schemas import RunSpec, iso_from_ms
-from workers.metering import COUNTER_PATHS
+from scripts.bench import FLOOR_ENDING, FLOOR_STREAM
 from scripts.bench.noop import serve
+from workers.metering import COUNTER_PATHS
 from workers.phase import beat, runtime
 
 __all__ = ["PHASES", "floor_job_id", "floor_run_id", "open_run", "phase", "relay", "relay_command"]
@@ -60,12 +60,33 @@ def floor_job_id(index: int, step: int) -> str:
 def open_run(pipe: Any, settings: Settings, index: int, now_ms: int) -> None:
     """Queue run ``index``'s run document and its run budget (the production one) on ``pipe``."""
     run_id = floor_run_id(index)
-    spec = RunSpec(run_id=run_id, user_id="bench", task="no-op",
-                   pipeline=[{"name": name, "role": "noop", "model": "scripted"} for name in PHASES])
+    spec = RunSpec(
+        run_id=run_id,
+        user_id="bench",
+        task="no-op",
+        pipeline=[{"name": name, "role": "noop", "model": "scripted"} for name in PHASES],
+    )
     at = iso_from_ms(now_ms)
-    pipe.execute_command("JSON.SET", keys.run_key(run_id), "$", orjson.dumps(
-        {"run_id": run_id, "user_id": "bench", "status": "running", "phase_index": 0, "attempt": 1, "phase": PHASES[0],
-         "results": [], "history": [], "artifacts": [], "created_at": at, "updated_at": at}))
+    pipe.execute_command(
+        "JSON.SET",
+        keys.run_key(run_id),
+        "$",
+        orjson.dumps(
+            {
+                "run_id": run_id,
+                "user_id": "bench",
+                "status": "running",
+                "phase_index": 0,
+                "attempt": 1,
+                "phase": PHASES[0],
+                "results": [],
+                "history": [],
+                "artifacts": [],
+                "created_at": at,
+                "updated_at": at,
+            }
+        ),
+    )
     open_run_budget(pipe, settings, spec, now_ms)
 
 
@@ -82,26 +103,58 @@ def phase(index: int, step: int, steps: int) -> int:
     pipe.execute_command("JSON.GET", keys.context_key(run_id, step))
     _beat, position, _counters, _context = pipe.execute()
     if position is None:
-        raise RuntimeError(f"floor run {run_id} has no run document: floor.open_run makes it before the first phase")
+        raise RuntimeError(
+            f"floor run {run_id} has no run document: floor.open_run makes it before the first phase"
+        )
     if parse_position(position) != ("running", step, 1):
         raise RuntimeError(f"floor run {run_id} is not at phase {step}: {position!r}")
     rt = runtime()
     guard = Guard(conn, rt.settings, run_id, "bench", rt.clock.today, attempt=(step, 1))
     op = guard.reserve_model_call(max_tokens=1000, max_spend_micro_usd=0, cloud=False)
     artifact_id = f"art-{uuid.uuid4().hex[:20]}"
-    result = orjson.dumps({"run_id": run_id, "phase": PHASES[step], "phase_index": step, "attempt": 1,
-                           "status": "completed", "output": "ok", "confidence": 1.0, "evidence_count": 0,
-                           "artifacts": [artifact_id], "usage": {"input_tokens": 10, "output_tokens": 2, "model_calls": 1}})
+    result = orjson.dumps(
+        {
+            "run_id": run_id,
+            "phase": PHASES[step],
+            "phase_index": step,
+            "attempt": 1,
+            "status": "completed",
+            "output": "ok",
+            "confidence": 1.0,
+            "evidence_count": 0,
+            "artifacts": [artifact_id],
+            "usage": {"input_tokens": 10, "output_tokens": 2, "model_calls": 1},
+        }
+    )
     pipe = conn.pipeline(transaction=True)
     guard.settle_model_call(op, input_tokens=10, output_tokens=2, spend=0, pipe=pipe)
-    pipe.execute_command("JSON.SET", keys.artifact_key(artifact_id), "$", orjson.dumps(
-        {"artifact_id": artifact_id, "run_id": run_id, "phase": PHASES[step], "kind": "phase_output", "content": "ok"}))
-    pipe.execute_command("JSON.SET", keys.artifact_meta_key(artifact_id), "$", orjson.dumps(
-        {"artifact_id": artifact_id, "run_id": run_id, "kind": "phase_output", "size_bytes": 2}))
+    pipe.execute_command(
+        "JSON.SET",
+        keys.artifact_key(artifact_id),
+        "$",
+        orjson.dumps(
+            {
+                "artifact_id": artifact_id,
+                "run_id": run_id,
+                "phase": PHASES[step],
+                "kind": "phase_output",
+                "content": "ok",
+            }
+        ),
+    )
+    pipe.execute_command(
+        "JSON.SET",
+        keys.artifact_meta_key(artifact_id),
+        "$",
+        orjson.dumps(
+            {"artifact_id": artifact_id, "run_id": run_id, "kind": "phase_output", "size_bytes": 2}
+        ),
+    )
     pipe.xadd(FLOOR_STREAM, {"result": result, "steps": steps, "index": index})
     pipe.zrem(keys.HEARTBEATS, member)
     settled = pipe.execute()[0]
-    guard.queued_reply(settled)  # raises if the guard refused
+    # raises if the guard refused
+    guard.queued_reply(settled)
     return step
 
 
@@ -109,44 +162,123 @@ def relay(url: str) -> None:
     """Dispatch floor runs until killed: per result, the next phase (or the end) and the ack in one transaction."""
     conn = redis.Redis.from_url(url)
     queue = Queue("agents", connection=conn, serializer=JSONSerializer)
-    clock = ServerClock(conn)  # Mother's clock: the server's time with no round trip per result
-    serve(conn, FLOOR_STREAM, GROUP, lambda pipe, fields: _dispatch(conn, queue, clock, pipe, fields))
+    # Mother's clock: the server's time with no round trip per result
+    clock = ServerClock(conn)
+    serve(
+        conn, FLOOR_STREAM, GROUP, lambda pipe, fields: _dispatch(conn, queue, clock, pipe, fields)
+    )
 
 
-def _dispatch(conn: redis.Redis, queue: Queue, clock: ServerClock, pipe: Any, fields: dict[bytes, bytes]) -> None:
+def _dispatch(
+    conn: redis.Redis, queue: Queue, clock: ServerClock, pipe: Any, fields: dict[bytes, bytes]
+) -> None:
     """Queue on ``pipe`` what one phase's result leads to: the next phase's transition, or the run's end."""
     raw = fields[b"result"]
     result = orjson.loads(raw)
     index, step, steps = int(fields[b"index"]), result["phase_index"], int(fields[b"steps"])
     run_id, at = result["run_id"], clock.now_iso()
-    entry = orjson.dumps({"at": at, "event": "phase_completed", "phase": result["phase"], "attempt": 1, "detail": ""})
+    entry = orjson.dumps(
+        {"at": at, "event": "phase_completed", "phase": result["phase"], "attempt": 1, "detail": ""}
+    )
     if step + 1 >= steps:
-        record = orjson.dumps({"run_id": run_id, "reason": "success", "details": "floor run done", "logged_by": "mother",
-                               "timestamp": at, "phase_at_termination": result["phase"],
-                               "final_artifacts": result["artifacts"]})
-        call(pipe, "mh_terminate", [keys.termination_key(run_id), keys.termination_reason_index_key("success"),
-                                    keys.run_key(run_id), keys.result_key(run_id), keys.PHASE_DEADLINES,
-                                    keys.RUN_DEADLINES, keys.run_limits_key(run_id), FLOOR_ENDING,
-                                    keys.GLOBAL_BUDGET, keys.ADMISSION_WAITING, keys.RUN_WARNINGS],
-             [record, run_id, orjson.dumps({"run_id": run_id, "status": "success", "termination": None}), at, "success",
-              entry])
-        pipe.xadd(keys.ACTIVITY_STREAM, {"type": "terminated", "run_id": run_id, "at": at}, maxlen=DEFAULT_MAXLEN,
-                  approximate=True)
+        record = orjson.dumps(
+            {
+                "run_id": run_id,
+                "reason": "success",
+                "details": "floor run done",
+                "logged_by": "mother",
+                "timestamp": at,
+                "phase_at_termination": result["phase"],
+                "final_artifacts": result["artifacts"],
+            }
+        )
+        call(
+            pipe,
+            "mh_terminate",
+            [
+                keys.termination_key(run_id),
+                keys.termination_reason_index_key("success"),
+                keys.run_key(run_id),
+                keys.result_key(run_id),
+                keys.PHASE_DEADLINES,
+                keys.RUN_DEADLINES,
+                keys.run_limits_key(run_id),
+                FLOOR_ENDING,
+                keys.GLOBAL_BUDGET,
+                keys.ADMISSION_WAITING,
+                keys.RUN_WARNINGS,
+            ],
+            [
+                record,
+                run_id,
+                orjson.dumps({"run_id": run_id, "status": "success", "termination": None}),
+                at,
+                "success",
+                entry,
+            ],
+        )
+        pipe.xadd(
+            keys.ACTIVITY_STREAM,
+            {"type": "terminated", "run_id": run_id, "at": at},
+            maxlen=DEFAULT_MAXLEN,
+            approximate=True,
+        )
         return
     name = PHASES[step + 1]
-    writes = conn.pipeline(transaction=True)  # never executed: its commands become mh_transition's follow-ups
-    queue.enqueue_call(JOB, args=(index, step + 1, steps), job_id=floor_job_id(index, step + 1), timeout=600,
-                       result_ttl=600, pipeline=writes)
-    writes.execute_command("JSON.SET", keys.context_key(run_id, step + 1), "$", orjson.dumps(
-        {"run_id": run_id, "phase_index": step + 1, "sections": [{"section": "previous_output", "content": result["output"]}]}))
+    writes = conn.pipeline(
+        transaction=True
+        # never executed: its commands become mh_transition's follow-ups
+    )
+    queue.enqueue_call(
+        JOB,
+        args=(index, step + 1, steps),
+        job_id=floor_job_id(index, step + 1),
+        timeout=600,
+        result_ttl=600,
+        pipeline=writes,
+    )
+    writes.execute_command(
+        "JSON.SET",
+        keys.context_key(run_id, step + 1),
+        "$",
+        orjson.dumps(
+            {
+                "run_id": run_id,
+                "phase_index": step + 1,
+                "sections": [{"section": "previous_output", "content": result["output"]}],
+            }
+        ),
+    )
     for event, phase in (("phase_completed", result["phase"]), ("phase_dispatched", name)):
-        writes.xadd(keys.ACTIVITY_STREAM, {"type": event, "run_id": run_id, "phase": phase, "at": at},
-                    maxlen=DEFAULT_MAXLEN, approximate=True)
+        writes.xadd(
+            keys.ACTIVITY_STREAM,
+            {"type": event, "run_id": run_id, "phase": phase, "at": at},
+            maxlen=DEFAULT_MAXLEN,
+            approximate=True,
+        )
     follow_keys, follow_words = follow_ups(writes)
     writes.reset()
-    call(pipe, "mh_transition", [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES, *follow_keys],
-         [run_id, step, 1, step + 1, 1, name, 600_000, 0, at, entry, raw, orjson.dumps(result["artifacts"]), "",
-          *follow_words])
+    call(
+        pipe,
+        "mh_transition",
+        [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES, *follow_keys],
+        [
+            run_id,
+            step,
+            1,
+            step + 1,
+            1,
+            name,
+            600_000,
+            0,
+            at,
+            entry,
+            raw,
+            orjson.dumps(result["artifacts"]),
+            "",
+            *follow_words,
+        ],
+    )
 
 
 def relay_command(url: str) -> list[str]:

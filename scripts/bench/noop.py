@@ -23,14 +23,24 @@ import redis
 from rq import Queue, get_current_job
 from rq.serializers import JSONSerializer
 
-from scripts.bench import HOPS_STREAM
 from mother.streams import ensure_group
+from scripts.bench import HOPS_STREAM
 
-__all__ = ["chain", "chain_job_id", "hop", "hop_job_id", "imported_in", "relay", "relay_command", "serve"]
+__all__ = [
+    "chain",
+    "chain_job_id",
+    "hop",
+    "hop_job_id",
+    "imported_in",
+    "relay",
+    "relay_command",
+    "serve",
+]
 
 RELAY_GROUP = "relay"
 
-IMPORTED_IN = os.getpid()  # the process that imported this module: the worker, when it preloads it
+# the process that imported this module: the worker, when it preloads it
+IMPORTED_IN = os.getpid()
 
 
 def chain_job_id(index: int, step: int) -> str:
@@ -47,8 +57,12 @@ def chain(index: int, step: int, steps: int) -> int:
         job = get_current_job()
         assert job is not None
         queue = Queue(job.origin, connection=job.connection, serializer=job.serializer)
-        queue.enqueue_call("scripts.bench.noop.chain", args=(index, step + 1, steps), job_id=chain_job_id(index, step + 1),
-                           result_ttl=600)
+        queue.enqueue_call(
+            "scripts.bench.noop.chain",
+            args=(index, step + 1, steps),
+            job_id=chain_job_id(index, step + 1),
+            result_ttl=600,
+        )
     return step
 
 
@@ -62,17 +76,25 @@ def hop(index: int, step: int, steps: int) -> int:
     """Finish step ``step`` of relayed chain ``index``: report it to the relay, which enqueues the next."""
     job = get_current_job()
     assert job is not None
-    job.connection.xadd(HOPS_STREAM, {"chain": index, "step": step, "steps": steps},
-                        maxlen=100_000, approximate=True)
+    job.connection.xadd(
+        HOPS_STREAM,
+        {"chain": index, "step": step, "steps": steps},
+        maxlen=100_000,
+        approximate=True,
+    )
     return step
 
 
-def serve(conn: redis.Redis, stream: str, group: str, handle: Callable[[Any, dict[bytes, bytes]], None]) -> None:
+def serve(
+    conn: redis.Redis, stream: str, group: str, handle: Callable[[Any, dict[bytes, bytes]], None]
+) -> None:
     """Read ``stream`` with consumer group ``group`` until killed; per entry, one transaction: the writes
     ``handle(pipe, fields)`` queues on it, and the ack (a benchmark dispatcher's loop, as Mother's)."""
     ensure_group(conn, stream, group)
     while True:
-        for _stream, entries in conn.xreadgroup(group, group, {stream: ">"}, count=16, block=1000) or []:
+        for _stream, entries in (
+            conn.xreadgroup(group, group, {stream: ">"}, count=16, block=1000) or []
+        ):
             for entry_id, fields in entries:
                 pipe = conn.pipeline()
                 handle(pipe, fields)
@@ -88,8 +110,13 @@ def relay(url: str) -> None:
     def next_step(pipe: Any, fields: dict[bytes, bytes]) -> None:
         index, step, steps = (int(fields[name]) for name in (b"chain", b"step", b"steps"))
         if step + 1 < steps:
-            queue.enqueue_call("scripts.bench.noop.hop", args=(index, step + 1, steps),
-                               job_id=hop_job_id(index, step + 1), result_ttl=600, pipeline=pipe)
+            queue.enqueue_call(
+                "scripts.bench.noop.hop",
+                args=(index, step + 1, steps),
+                job_id=hop_job_id(index, step + 1),
+                result_ttl=600,
+                pipeline=pipe,
+            )
 
     serve(conn, HOPS_STREAM, RELAY_GROUP, next_step)
 
