@@ -70,7 +70,7 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("read attempt tokens (GET)", ("GET", keys.attempt_token_key(PROBE, 0, 0))),
         ("load server functions", ("FUNCTION", "DELETE", PROBE)),
         ("run scripts of its own (EVAL)", ("EVAL", "return 1", "0")),
-    ],
+    ]
 }
 
 

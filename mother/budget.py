@@ -26,6 +26,7 @@ import orjson
 import redis
 
 from mother import keys
+from mother.codes import CODES
 from mother.config import ModelConfig, Settings
 from mother.errors import (
     BudgetExhausted,
@@ -37,50 +38,27 @@ from mother.errors import (
     RateLimited,
 )
 from mother.functions import call, fcall_command, send
+from mother.records.budgets import create_run_budget
 from schemas import RunSpec, iso_from_ms
+from schemas.budget import BudgetCounter, RunLimits
 
 __all__ = [
-    "CODES",
     "MAX_AMOUNT",
-    "SEQ_SPAN",
-    "USER_CODES",
     "Guard",
     "admit",
     "attempt_tag",
-    "budget_doc",
-    "budget_view",
     "emergency_stop",
-    "held_reservations",
     "open_run_budget",
     "override",
     "rate_check",
     "release_reservations",
-    "reservations_of",
     "reset_stop",
     "run_limits",
     "spend_micro_usd",
     "submit_with_backpressure",
 ]
 
-CODES: dict[str, str] = {
-    "duration_sec": "budget_wall_clock_exceeded",
-    "tool_calls": "budget_tool_call_exceeded",
-    "total_tokens": "budget_token_estimate_exceeded",
-    "cloud_calls": "budget_cloud_call_exceeded",
-    "model_calls": "budget_model_call_exceeded",
-    "spend_micro_usd": "budget_spend_exceeded",
-    "retrieval_queries": "budget_retrieval_query_exceeded",
-    "parallel_agents": "budget_parallel_agent_exceeded",
-    "spawns": "budget_spawn_exceeded",
-}
-USER_CODES: dict[str, str] = {
-    "runs": "budget_user_daily_runs_exceeded",
-    "cloud_calls": "budget_user_daily_cloud_call_exceeded",
-    "total_tokens": "budget_user_daily_token_exceeded",
-}
 __doc__ += "\n".join(f"    {dim:<18} {code}" for dim, code in CODES.items()) + "\n"
-# the admission queue's score: tag * SEQ_SPAN + sequence (mh_admit)
-SEQ_SPAN = 10_000_000
 # larger is absurd for any dimension (10^12 tokens, $1,000,000 in micro-USD)
 MAX_AMOUNT = 10**12
 MICRO = Decimal(1_000_000)
@@ -165,82 +143,30 @@ def open_run_budget(
     assert spec.run_id is not None
     limits, ratio = run_limits(settings, spec, resolved)
     started_at = iso_from_ms(started_ms)
-    counters = {
-        "run_id": spec.run_id,
-        "user_id": spec.user_id,
-        "profile": spec.budget_profile,
-        "started_at": started_at,
-        "last_updated": started_at,
-        **{dim: 0 for dim in CODES},
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "error_burst_count": 0,
-        "reserved": {"total_tokens": 0, "spend_micro_usd": 0, "cloud_calls": 0, "model_calls": 0},
-        "reservations": {},
-        "warnings_triggered": [],
-        "limits_exceeded": [],
-        "limit_crossings": [],
-        "exhausted": None,
-        "stop_refused": None,
-    }
+    counters = BudgetCounter(
+        run_id=spec.run_id,
+        user_id=spec.user_id,
+        profile=spec.budget_profile,
+        started_at=started_at,
+        last_updated=started_at,
+        reserved={"total_tokens": 0, "spend_micro_usd": 0, "cloud_calls": 0, "model_calls": 0},
+    )
     user = _user_args(settings, spec.user_id)
-    enforced = {
-        "run_id": spec.run_id,
-        "user_id": spec.user_id,
-        "profile": spec.budget_profile,
-        "warning_ratio": ratio,
-        "limits": limits,
-        "overrides": [],
-        "status": "active",
-        "stop": None,
-        "fence": None,
-        "started_at": started_at,
-        "started_ms": started_ms,
-        "last_updated": started_at,
-        "user_limits": user["user_limits"],
-        "user_warning_ratio": user["user_warning_ratio"],
-        "user_ttl_s": user["user_ttl_s"],
-    }
-    client.execute_command(
-        "JSON.SET", keys.run_budget_key(spec.run_id), "$", orjson.dumps(counters), "NX"
+    enforced = RunLimits(
+        run_id=spec.run_id,
+        user_id=spec.user_id,
+        profile=spec.budget_profile,
+        warning_ratio=ratio,
+        limits=limits,
+        started_at=started_at,
+        started_ms=started_ms,
+        last_updated=started_at,
+        user_limits=user["user_limits"],
+        user_warning_ratio=user["user_warning_ratio"],
+        user_ttl_s=user["user_ttl_s"],
     )
-    client.execute_command(
-        "JSON.SET", keys.run_limits_key(spec.run_id), "$", orjson.dumps(enforced), "NX"
-    )
-    return {**counters, **enforced}
-
-
-ENFORCED_FIELDS = (
-    "profile",
-    "warning_ratio",
-    "limits",
-    "overrides",
-    "status",
-    "stop",
-    "fence",
-    "started_ms",
-)
-
-
-def budget_view(client: redis.Redis, run_id: str) -> dict[str, Any] | None:
-    """A run's budget as one mapping: its counters (``budget:run:{id}``) with what is enforced on them
-    (``limits:run:{id}``: limits, overrides, status, stop, fence); None when the run has no budget."""
-    pipe = client.pipeline(transaction=False)
-    pipe.execute_command("JSON.GET", keys.run_budget_key(run_id))
-    pipe.execute_command("JSON.GET", keys.run_limits_key(run_id))
-    counters, enforced = pipe.execute()
-    if counters is None and enforced is None:
-        return None
-    view = orjson.loads(counters) if counters else {}
-    if enforced:
-        limits = orjson.loads(enforced)
-        view.update({name: limits.get(name) for name in ENFORCED_FIELDS})
-    return view
-
-
-def budget_doc(client: redis.Redis, key: str) -> dict[str, Any] | None:
-    raw = client.execute_command("JSON.GET", key)
-    return orjson.loads(raw) if raw else None
+    create_run_budget(client, counters, enforced)
+    return {**counters.to_dict(), **enforced.to_dict()}
 
 
 def _user_args(settings: Settings, user_id: str) -> dict[str, Any]:
@@ -378,11 +304,8 @@ class Guard:
             str, tuple[str, tuple[Any, ...]]
             # name → (day, its whole FCALL command)
         ] = {}
-        self._queued: tuple[dict[str, Any], str | None] = (
-            {},
-            None,
-            # the action last queued on a pipeline
-        )
+        # the action last queued on a pipeline
+        self._queued: tuple[dict[str, Any], str | None] = ({}, None)
 
     def _call(
         self,
@@ -415,10 +338,8 @@ class Guard:
         if day != self._day:
             self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
         body = orjson.dumps({**action, "day": day})
-        args = [body, self.maxlen] + (
-            [b"1"] if repeats else []
-            # "1": the text repeats, the server keeps its decoding
-        )
+        # "1": the text repeats, the server keeps its decoding
+        args = [body, self.maxlen] + ([b"1"] if repeats else [])
         return fcall_command(
             "mh_guard",
             [self._run_key, self._user_key, keys.ACTIVITY_STREAM, self._limits_key],
@@ -433,10 +354,8 @@ class Guard:
         if raw == OK_REPLY:
             return {"ok": True}
         reply = orjson.loads(raw)
-        if (
-            "retry_day" in reply
-            # our idea of today differs from the server's: ask again with its day
-        ):
+        # our idea of today differs from the server's: ask again with its day
+        if "retry_day" in reply:
             return self._call(action, cache_as, day=reply["retry_day"])
         if not reply.get("ok"):
             code = reply.get("code", "budget")
@@ -577,26 +496,6 @@ class Guard:
             spend=spend_micro_usd(model, input_tokens, output_tokens),
             pipe=pipe,
         )
-
-
-# of budget:run:{id}: op -> {dims, user_dims, at, attempt}, or a tombstone {released}
-RESERVATIONS_PATH = "$.reservations"
-
-
-def reservations_of(found: Any) -> dict[str, Any]:
-    """Of a run budget's ``reservations`` as read (None without a budget), those still holding something (a
-    released one's tombstone holds nothing)."""
-    return (
-        {op: r for op, r in found.items() if isinstance(r, dict) and r.get("dims")}
-        if isinstance(found, dict)
-        else {}
-    )
-
-
-def held_reservations(client: redis.Redis, run_id: str) -> dict[str, Any]:
-    """The model-call reservations the run's budget holds now (one read)."""
-    raw = client.execute_command("JSON.GET", keys.run_budget_key(run_id), RESERVATIONS_PATH)
-    return reservations_of(orjson.loads(raw)[0] if raw else None)
 
 
 def attempt_tag(phase_index: int, attempt: int) -> str:

@@ -20,19 +20,19 @@ from pydantic import ValidationError
 
 from mother import keys
 from mother.budget import audit_fields, rate_check, submit_with_backpressure
-from mother.config import Settings, load_settings
+from mother.config import AGENTS_QUEUE, Settings, load_settings
 from mother.connection import connect, redis_down
 from mother.errors import (
     InvalidSpec,
     MotherError,
     NoSuchRun,
     NotFound,
-    RecordInvalid,
     RedisUnavailable,
     WaitTimeout,
     not_utf8,
 )
 from mother.functions import server_now_ms
+from mother.records import parse_run_record, path_values
 from mother.specs import check_models
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
@@ -47,14 +47,12 @@ from schemas import (
     ms_from_iso,
 )
 
-__all__ = ["MotherClient", "load_spec_file", "parse_run_record", "parse_spec", "path_values"]
+__all__ = ["MotherClient", "load_spec_file", "parse_spec"]
 
 # wait() says when Mother has not taken a run in after this long
 INTAKE_NOTICE_SECONDS = 3.0
-QUEUE_NOTICE_SECONDS = (
-    # ... and when a phase attempt's job has sat queued, no worker starting it, this long
-    10.0
-)
+# ... and when a phase attempt's job has sat queued, no worker starting it, this long
+QUEUE_NOTICE_SECONDS = 10.0
 # on mother:commands: what people ask of Mother
 COMMAND_CANCEL = "cancel"
 # on mother:events: what workers report
@@ -84,30 +82,6 @@ def parse_spec(spec: RunSpec | dict[str, Any] | str | bytes) -> RunSpec:
     raise InvalidSpec(
         f"a spec must be a RunSpec, a mapping or JSON text, not {type(spec).__name__}"
     )
-
-
-def parse_run_record(run_id: str, raw: str | bytes) -> RunState:
-    """``run:{id}`` as read (JSON.GET of the whole document), validated; a one-line ``RecordInvalid`` when
-    it is not a run record (edited by hand, or written by an incompatible version)."""
-    try:
-        return RunState.model_validate(orjson.loads(raw))
-    except orjson.JSONDecodeError as exc:
-        why = f"not JSON: {exc}"
-    except ValidationError as exc:
-        why = describe_validation_error(exc, limit=2)
-    raise RecordInvalid(
-        f"run {run_id}'s record ({keys.run_key(run_id)}) is not a valid run record ({why}); it was "
-        "changed outside Mother or written by another version: restore it, or delete the key"
-    )
-
-
-def path_values(raw: str | bytes) -> dict[str, Any]:
-    """A reply of JSON.GET with several paths (``{"$.name": [value]}``) as ``{name: value}``; a path the
-    record does not hold reads None."""
-    return {
-        k.removeprefix("$."): v[0] if isinstance(v, list) and v else None
-        for k, v in orjson.loads(raw).items()
-    }
 
 
 def _record(raw: Any) -> dict[str, Any]:
@@ -180,10 +154,8 @@ def check_timeout(timeout: Any) -> None:
 def live_workers(client: redis.Redis, queue: str) -> int:
     """How many RQ workers listen on ``queue`` now: those registered for it whose key is still there (a
     worker's key expires when it stops beating, so one killed without unregistering is not counted)."""
-    from rq.worker_registration import (
-        WORKERS_BY_QUEUE_KEY,
-        # here: the CLI's other commands never need rq
-    )
+    # here: the CLI's other commands never need rq
+    from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
     workers = client.smembers(WORKERS_BY_QUEUE_KEY % queue)
     return client.exists(*workers) if workers else 0
@@ -214,13 +186,8 @@ class MotherClient:
         check_models(self.settings, parsed)
         assert parsed.run_id is not None
         rate_check(self.redis, self.settings, parsed.user_id)
-        submit_with_backpressure(
-            self.redis,
-            self.settings,
-            payload,
-            parsed.run_id,
-            # claims the run_id on the server
-        )
+        # claims the run_id on the server
+        submit_with_backpressure(self.redis, self.settings, payload, parsed.run_id)
         return parsed.run_id
 
     # -- read ------------------------------------------------------------
@@ -295,10 +262,8 @@ class MotherClient:
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         seen: tuple[Any, ...] | None = None
-        seen_since = (
-            # when the run got where it is (seen): its last move, on wait()'s clock
-            started
-        )
+        # when the run got where it is (seen): its last move, on wait()'s clock
+        seen_since = started
         # when the queue was last looked at for a phase no worker has started
         checked_queue = 0.0
         unknown: NotFound | None = None
@@ -349,10 +314,8 @@ class MotherClient:
                         )
                 if state is not None and (on_progress is not None or on_notice is not None):
                     marker = (state.status, state.phase, state.attempt)
-                    if (
-                        marker != seen
-                        # since its dispatch (a TIME read) only where the notice may use it
-                    ):
+                    # since its dispatch (a TIME read) only where the notice may use it
+                    if marker != seen:
                         seen_since = (
                             self._since(state) if on_notice is not None else time.monotonic()
                         )
@@ -420,8 +383,6 @@ class MotherClient:
         from rq.job import Job
         from rq.queue import Queue
 
-        from mother.runtime import AGENTS_QUEUE
-
         job_id = keys.phase_job_id(state.run_id, state.phase_index, state.attempt)
         pipe = self.redis.pipeline(transaction=False)
         pipe.hget(Job.key_for(job_id), "status")
@@ -474,10 +435,8 @@ class MotherClient:
                 f"unknown termination reason {reason!r}; use one of: {', '.join(TERMINATION_REASONS)}",
                 field="reason",
             )
-        if (
-            reason is not None and user is not None
-            # the user's runs that ended so (the newest end first), however
-        ):
+        # the user's runs that ended so (the newest end first), however
+        if reason is not None and user is not None:
             # many others ended so since: scanning the reason's newest ``limit`` missed them
             ended = self.redis.zinter(
                 {keys.termination_reason_index_key(reason): 1, keys.user_runs_key(user): 0},
@@ -504,11 +463,8 @@ class MotherClient:
         rows = []
         for run_id, run_raw, term_raw in zip(ids, replies[::2], replies[1::2], strict=False):
             term = _record(term_raw)
-            unread = run_raw is None or isinstance(
-                run_raw,
-                Exception,
-                # missing, or a key of another type
-            )
+            # missing, or a key of another type
+            unread = run_raw is None or isinstance(run_raw, Exception)
             run = _record(run_raw) if unread else path_values(run_raw)
             rows.append(
                 {

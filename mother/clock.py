@@ -83,10 +83,8 @@ class ServerClock:
     def _sample(self) -> tuple[float, float]:
         """One measurement: the offset's midpoint and half-width."""
         before = _mono_ms()
-        server = server_now_ms(
-            self._client
-            # truncated to the ms: the true time is in [server, server + 1)
-        )
+        # truncated to the ms: the true time is in [server, server + 1)
+        server = server_now_ms(self._client)
         after = _mono_ms()
         return server + 0.5 - (before + after) / 2, (after - before + 1) / 2
 

@@ -126,7 +126,9 @@ class ServiceSettings(_Section):
 
 
 # the RQ queues Mother-Harness enqueues on
-QUEUES = ("agents", "tools", "maintenance")
+# the queue of phase jobs
+AGENTS_QUEUE = "agents"
+QUEUES = (AGENTS_QUEUE, "tools", "maintenance")
 
 
 def check_queues(names: list[str]) -> list[str]:

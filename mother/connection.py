@@ -170,10 +170,8 @@ class ForkHandoffPool(redis.ConnectionPool):
     """
 
     def __init__(self, *args: object, **kwargs: object) -> None:
-        self._handoff: tuple[redis.connection.AbstractConnection, int] | None = (
-            # (connection, parent pid)
-            None
-        )
+        # (connection, parent pid)
+        self._handoff: tuple[redis.connection.AbstractConnection, int] | None = None
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
     def open_for_child(self) -> None:
@@ -191,10 +189,8 @@ class ForkHandoffPool(redis.ConnectionPool):
 
     def make_connection(self) -> redis.connection.AbstractConnection:
         handoff = self._handoff
-        if (
-            handoff is None or handoff[1] == os.getpid()
-            # no handoff, or we are the parent: a new one
-        ):
+        # no handoff, or we are the parent: a new one
+        if handoff is None or handoff[1] == os.getpid():
             return super().make_connection()
         # the child takes it, once
         self._handoff = None

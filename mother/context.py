@@ -60,10 +60,8 @@ __all__ = [
 ]
 
 log = get_logger("context")
-UNIT_MAX_TOKENS = (
-    # bigger chunks (or above a quarter of the target) go by paragraph, then sentence
-    1_000
-)
+# bigger chunks (or above a quarter of the target) go by paragraph, then sentence
+UNIT_MAX_TOKENS = 1_000
 # information_preserved / information_lost entries kept (then "... and N more")
 LIST_CAP = 40
 _WORD = re.compile(r"[a-z0-9]{3,}")
@@ -307,10 +305,8 @@ def _note_cost(section: Section, counter: TokenCounter) -> int:
 class Plan:
     # tokens of each section whole
     sizes: dict[str, int]
-    targets: dict[str, int] = field(
-        default_factory=dict
-        # sections to summarize → their token target
-    )
+    # sections to summarize → their token target
+    targets: dict[str, int] = field(default_factory=dict)
 
 
 def fit(
@@ -368,10 +364,8 @@ class Composition:
     context: ComposedContext
     summaries: list[ContextSummary]
     escalations: list[str]
-    fallbacks: list[str] = field(
-        default_factory=list
-        # llm summaries that fell back to extractive, and why
-    )
+    # llm summaries that fell back to extractive, and why
+    fallbacks: list[str] = field(default_factory=list)
 
 
 # An llm summarizer: (section text, token budget) -> (summary text, model used); raises MotherError.
@@ -602,12 +596,16 @@ def store(pipe: Any, emit: Callable[..., Any], comp: Composition, keep_seconds: 
 
 
 def llm_summarizer(
-    settings: Settings, guard_for: Callable[[], Any], spec: RunSpec, attempt: int = 1
+    settings: Settings,
+    guard_for: Callable[[], Any],
+    spec: RunSpec,
+    attempt: int = 1,
+    *,
+    make_provider: Callable[..., Any],
 ) -> LLMSummarizer:
-    """A summarizer that asks ``context.summarizer_model`` (metered against the run's budget)."""
-    # the same providers the agents use
-    from workers.providers import make_provider
-
+    """A summarizer that asks ``context.summarizer_model`` (metered against the run's budget), through
+    ``make_provider`` (the process's model providers: ``workers.providers.make_provider``, the same the
+    agents use, handed in by whoever runs Mother)."""
     name = settings.context.summarizer_model
     assert name is not None
     config = settings.models[name]

@@ -19,6 +19,7 @@ import orjson
 import redis
 
 from mother import keys
+from mother.codes import CODES, SEQ_SPAN, USER_CODES
 from mother.errors import ConfigError
 
 __all__ = [
@@ -32,10 +33,8 @@ __all__ = [
     "server_now_ms",
 ]
 
-FUNCTIONS_PROBE = (
-    # a function that writes nothing and ignores its keys: FCALL of it tests an ACL's keys
-    "mh_now"
-)
+# a function that writes nothing and ignores its keys: FCALL of it tests an ACL's keys
+FUNCTIONS_PROBE = "mh_now"
 
 
 def _read(file: str) -> str:
@@ -49,13 +48,7 @@ def _with_prelude(source: str) -> str:
 
 
 def _guard_codes() -> str:
-    """mh_guard's reason codes as the JSON text the budget library decodes (one source: mother.budget)."""
-    from mother.budget import (
-        CODES,
-        USER_CODES,
-        # here, not at the top: mother.budget imports this module
-    )
-
+    """mh_guard's reason codes as the JSON text the budget library decodes (one source: mother.codes)."""
     text = orjson.dumps({"run": CODES, "user": USER_CODES}).decode()
     if "'" in text or "\\" in text:
         raise ValueError(
@@ -69,9 +62,9 @@ def libraries() -> dict[str, str]:
     """Each library's source as loaded: the prelude inserted, the budget library's reason codes rendered."""
     return {
         keys.FUNCTIONS_LIBRARY: _with_prelude(_read("mother.lua")),
-        keys.BUDGET_LIBRARY: _with_prelude(_read("budget.lua")).replace(
-            "__GUARD_CODES__", _guard_codes()
-        ),
+        keys.BUDGET_LIBRARY: _with_prelude(_read("budget.lua"))
+        .replace("__GUARD_CODES__", _guard_codes())
+        .replace("__SEQ_SPAN__", str(SEQ_SPAN)),
         keys.LEDGER_LIBRARY: _with_prelude(_read("ledger.lua")),
     }
 

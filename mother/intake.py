@@ -87,10 +87,8 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
     )
     verdict = _verdict(rt, spec, granted, policy_error, depth_error)
     state = _create(rt, entry_id, spec, fields, limits, granted)
-    if (
-        state is None or state.status != "queued"
-        # refused, or a re-delivery of a run already under way
-    ):
+    # refused, or a re-delivery of a run already under way
+    if state is None or state.status != "queued":
         return state
     if verdict is not None:
         reason, details, factors = verdict
@@ -326,10 +324,8 @@ def reject(
     pipe = rt.redis.pipeline(transaction=False)
     pipe.execute_command("JSON.SET", keys.rejection_key(entry_id), "$", orjson.dumps(record))
     pipe.zadd(keys.REJECTIONS_INDEX, {entry_id: at_ms})
-    if (
-        "run_id" in guess
-        # `status` and `wait` of that run find it in one read, however many came since
-    ):
+    # `status` and `wait` of that run find it in one read, however many came since
+    if "run_id" in guess:
         pipe.hset(keys.REJECTIONS_BY_RUN, guess["run_id"], entry_id)
     rt.emit(pipe, "run_rejected", run_id=guess.get("run_id"), entry_id=entry_id, error=error[:1000])
     if drop:

@@ -116,22 +116,14 @@ REJECTIONS_INDEX = "rejections"
 REJECTIONS_BY_RUN = "rejections:by_run"
 # hash: run_id -> the submission entry that claimed it (first come, on the server)
 RUN_CLAIMS = "runs:claimed"
-ADMISSION_WAITING = (
-    # zset: runs waiting for a slot, scored by their fair-queue order
-    "admission:waiting"
-)
-ADMISSION_STATE = (
-    # hash: the fair queue's virtual time, sequence and each user's last tag
-    "admission:state"
-)
-COMMANDS_STREAM = (
-    # stream: what people ask of Mother (cancel, ...); workers cannot write it
-    "mother:commands"
-)
-MOTHER_CONFIG = (
-    # JSON: the leading Mother's effective limits, read by submitters' server calls
-    "mother:config"
-)
+# zset: runs waiting for a slot, scored by their fair-queue order
+ADMISSION_WAITING = "admission:waiting"
+# hash: the fair queue's virtual time, sequence and each user's last tag
+ADMISSION_STATE = "admission:state"
+# stream: what people ask of Mother (cancel, ...); workers cannot write it
+COMMANDS_STREAM = "mother:commands"
+# JSON: the leading Mother's effective limits, read by submitters' server calls
+MOTHER_CONFIG = "mother:config"
 # names of the Redis Functions libraries (not keys)
 FUNCTIONS_LIBRARY = "mother"
 BUDGET_LIBRARY = "mother_budget"

@@ -82,10 +82,8 @@ class BudgetLedger:
         activity_maxlen: int = 100_000,
         clock: ServerClock | None = None,
     ) -> None:
-        self.redis = (
-            # the functions library is (re)loaded on first use if the server lacks it
-            redis_client
-        )
+        # the functions library is (re)loaded on first use if the server lacks it
+        self.redis = redis_client
         self.clock = clock or ServerClock(redis_client)
         self.maxlen = activity_maxlen
 

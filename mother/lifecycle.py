@@ -16,18 +16,9 @@ import orjson
 
 from mother import keys
 from mother.activity import flat_fields, make_event
-from mother.budget import (
-    RESERVATIONS_PATH,
-    SEQ_SPAN,
-    Guard,
-    budget_doc,
-    held_reservations,
-    open_run_budget,
-    release_reservations,
-    reservations_of,
-)
+from mother.budget import Guard, open_run_budget, release_reservations
 from mother.capabilities import denial
-from mother.client import path_values
+from mother.codes import RESOURCES, SEQ_SPAN
 from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
 from mother.context import store as store_context
 from mother.errors import ConfigError, ContextBudgetExceeded, MotherError
@@ -35,7 +26,9 @@ from mother.functions import call, follow_ups
 from mother.ledger import OWN_SPEND_PATH, to_usd
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
-from mother.runtime import POSITION_PATHS, Runtime
+from mother.records import POSITION_PATHS, path_values
+from mother.records.budgets import RESERVATIONS_PATH, budget_doc, held_reservations, reservations_of
+from mother.runtime import Runtime
 from mother.security import digest, mint_token, record_violation
 from mother.termination import build_record, terminate, terminated
 from schemas import (
@@ -234,10 +227,8 @@ def advance(
             comp = _compose(rt, run_id, spec, index, attempt, outputs)
         except (ContextBudgetExceeded, ConfigError) as exc:
             unfit = exc
-    if (
-        comp is None
-        # the move on its own first; then the dispatch (composing after it), or the end
-    ):
+    # the move on its own first; then the dispatch (composing after it), or the end
+    if comp is None:
         moved = call(
             rt.redis,
             "mh_transition",
@@ -323,10 +314,8 @@ def _queue_dispatch(
     timeout = (
         int(phase_timeout_seconds(rt, spec, index)) + rt.settings.worker.job_timeout_margin_seconds
     )
-    token = (
-        mint_token()
-        # the attempt's result must carry it; only the worker that claims the attempt gets it
-    )
+    # the attempt's result must carry it; only the worker that claims the attempt gets it
+    token = mint_token()
     rt.agents_queue.enqueue_call(
         JOB_FUNCTION,
         args=(run_id, index, attempt),
@@ -373,11 +362,17 @@ def _may_use(rt: Runtime, run_id: str, model: str) -> bool:
 def _llm(rt: Runtime, run_id: str, spec: RunSpec, attempt: int) -> LLMSummarizer | None:
     if rt.settings.context.summarizer != "llm_generated":
         return None
+    if rt.make_provider is None:
+        raise ConfigError(
+            "context.summarizer llm_generated needs model providers in the process that composes "
+            "contexts: run Mother with `mother run`"
+        )
     return llm_summarizer(
         rt.settings,
         lambda: Guard(rt.redis, rt.settings, run_id, spec.user_id, rt.clock.today),
         spec,
         attempt,
+        make_provider=rt.make_provider,
     )
 
 
@@ -454,10 +449,8 @@ def admit_waiting(rt: Runtime) -> int:
     started = 0
     for run_id, score in rt.redis.zrange(keys.ADMISSION_WAITING, 0, free - 1, withscores=True):
         state = rt.load_run(run_id) if keys.is_id(run_id) else None
-        if (
-            state is None or state.status != "queued"
-            # ended while it waited (its end took it out), or gone
-        ):
+        # ended while it waited (its end took it out), or gone
+        if state is None or state.status != "queued":
             rt.redis.zrem(keys.ADMISSION_WAITING, run_id)
             continue
         if start_run(rt, state, waited=score):
@@ -753,11 +746,8 @@ def end_run(
     )
     pipe = rt.redis.pipeline(transaction=False)
     terminate(pipe, record, envelope)
-    queue_end_reads(
-        pipe,
-        state.run_id,
-        # its reservations are read after the record closed the budget: none
-    )
+    # its reservations are read after the record closed the budget: none
+    queue_end_reads(pipe, state.run_id)
     # is made after it (a call in flight settles)
     term_reply, node_raw, budget_raw = pipe.execute()
     won, stored = terminated(term_reply)
@@ -802,10 +792,8 @@ def finish_end(
         f"the run ended {record.reason}",
     )
     ledger_at = None
-    if (
-        node_raw is not None
-        # report the run's spend (a child's cascades up), release its reservation
-    ):
+    # report the run's spend (a child's cascades up), release its reservation
+    if node_raw is not None:
         ledger_at = len(pipe)
         rt.ledger.close(
             run_id,
@@ -835,10 +823,8 @@ def finish_end(
         )
     )
     parent = _parent_holding_slot(state)
-    pipe.zcard(
-        keys.RUN_DEADLINES
-        # whether the slot it frees can start a run waiting in the admission queue
-    )
+    # whether the slot it frees can start a run waiting in the admission queue
+    pipe.zcard(keys.RUN_DEADLINES)
     pipe.zcard(keys.ADMISSION_WAITING)
     call(
         pipe,
@@ -941,25 +927,3 @@ def limit_figures(message: str) -> dict[str, Any] | None:
 def _number(text: str) -> int | float:
     value = float(text)
     return int(value) if value.is_integer() else value
-
-
-# The spec's BudgetExhausted.resource per limit code (the guard's and the run limits' at a turn's start);
-# the spec names no resource for model calls, spend or spawns, so those keep a name of their own.
-RESOURCES = {
-    "budget_cloud_call_exceeded": "cloud_calls",
-    "budget_user_daily_cloud_call_exceeded": "cloud_calls",
-    "budget_token_estimate_exceeded": "tokens",
-    "budget_user_daily_token_exceeded": "tokens",
-    "tokens_exceeded": "tokens",
-    "budget_wall_clock_exceeded": "duration",
-    "duration_seconds_exceeded": "duration",
-    "budget_tool_call_exceeded": "tools",
-    "budget_retrieval_query_exceeded": "retrieval",
-    "budget_parallel_agent_exceeded": "parallel",
-    "budget_user_daily_runs_exceeded": "queue",
-    "budget_model_call_exceeded": "model_calls",
-    "turns_exceeded": "model_calls",
-    "budget_spend_exceeded": "spend",
-    "spend_exceeded": "spend",
-    "budget_spawn_exceeded": "spawns",
-}

@@ -26,10 +26,7 @@ _configured = False
 
 
 def configure_logging(
-    level: str = "INFO",
-    fmt: Literal["auto", "json", "console"] = "auto",
-    *,
-    force: bool = False,
+    level: str = "INFO", fmt: Literal["auto", "json", "console"] = "auto", *, force: bool = False
 ) -> None:
     """Configure structlog for this process (idempotent unless ``force``)."""
     global _configured

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -13,43 +14,21 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from mother import activity, keys
-from mother.client import parse_run_record, path_values
 from mother.clock import ServerClock
-from mother.config import Settings
+from mother.config import AGENTS_QUEUE, Settings
 from mother.connection import connect, connect_waiting
 from mother.functions import ensure_loaded
 from mother.ledger import BudgetLedger
 from mother.logs import get_logger
+from mother.records import parse_run_record
 from mother.tokens import Calibration
 from schemas import ActivityEvent, RunSpec, RunState
 
-__all__ = ["AGENTS_QUEUE", "POSITION_PATHS", "Runtime", "parse_position"]
+__all__ = ["Runtime"]
 
-AGENTS_QUEUE = "agents"
 SPEC_CACHE_SIZE = 10_000
 # runs whose phase outputs Mother keeps for composing the next phase
 OUTPUT_CACHE_SIZE = 1_000
-
-
-POSITION_PATHS = ("$.status", "$.phase_index", "$.attempt")
-
-
-def parse_position(raw: Any) -> tuple[str, int, int] | None:
-    """A run's (status, phase_index, attempt) from ``JSON.GET run:{id} *POSITION_PATHS``; None if no run,
-    or a record that holds no such position (edited by hand: it is not a run anything can act on)."""
-    if not raw or isinstance(
-        raw,
-        Exception,
-        # an Exception: a pipeline's reply for a key of another type
-    ):
-        return None
-    got = path_values(raw)
-    position = got.get("status"), got.get("phase_index"), got.get("attempt")
-    return (
-        position
-        if isinstance(position[0], str) and type(position[1]) is type(position[2]) is int
-        else None
-    )
 
 
 @dataclass
@@ -65,10 +44,11 @@ class Runtime:
     )
     # the stream entry being handled (stream, group, entry_id): the handler's last write may ack it
     pending_ack: tuple[str, str, str] | None = field(default=None, init=False, repr=False)
-    functions_wait_seconds: float = (
-        # how long to wait for a Mother to load the server functions
-        0.0
-    )
+    # how long to wait for a Mother to load the server functions
+    functions_wait_seconds: float = 0.0
+    # the model providers (workers.providers.make_provider) where this process calls models itself: Mother,
+    # for LLM-generated context summaries; handed in, since mother does not import workers
+    make_provider: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         ensure_loaded(

@@ -18,6 +18,7 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -45,10 +46,17 @@ STREAMS = (keys.EVENTS_STREAM, keys.COMMANDS_STREAM, keys.SUBMISSIONS_STREAM)
 
 
 class Mother:
-    def __init__(self, settings: Settings, *, instance: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        instance: str | None = None,
+        make_provider: Callable[..., Any] | None = None,
+    ) -> None:
         self.settings = settings
         self.cfg = settings.service
         self.rt = Runtime.create(settings)
+        self.rt.make_provider = make_provider
         self.instance = instance or f"{keys.leader_prefix(os.getpid())}{uuid.uuid4().hex[:6]}"
         self.watchdog = Watchdog(self.rt)
         self.stopping = False
@@ -77,10 +85,8 @@ class Mother:
             while not self.stopping:
                 try:
                     if outage.active:
-                        ensure_loaded(
-                            self.rt.redis
-                            # a server that came back empty has no functions
-                        )
+                        # a server that came back empty has no functions
+                        ensure_loaded(self.rt.redis)
                     if not self._hold_lease():
                         outage.recovered()
                         time.sleep(min(0.5, self.cfg.lease_seconds / 4))
@@ -88,10 +94,8 @@ class Mother:
                     self.serve_once()
                     outage.recovered()
                 except Exception as exc:
-                    self.rt.pending_ack = (
-                        # whatever was being handled is unacknowledged: reclaimed later
-                        None
-                    )
+                    # whatever was being handled is unacknowledged: reclaimed later
+                    self.rt.pending_ack = None
                     if redis_down(exc):
                         self.leader = False
                         outage.failed(exc)
@@ -205,13 +209,8 @@ class Mother:
         return handled
 
     def _guarded(self, what: str, func: Any) -> None:
-        unless_redis_down(
-            self.log,
-            "periodic_task_failed",
-            func,
-            task=what,
-            # a bad record must not stop the loop
-        )
+        # a bad record must not stop the loop
+        unless_redis_down(self.log, "periodic_task_failed", func, task=what)
 
     # -- handling ----------------------------------------------------------
     def handle(
@@ -244,10 +243,8 @@ class Mother:
             if not self._failed(stream, entry_id, fields, exc):
                 # left pending: reclaimed later, dead-lettered after max_deliveries
                 return
-        if (
-            self.rt.pending_ack is not None
-            # not already acknowledged with the handler's last write
-        ):
+        # not already acknowledged with the handler's last write
+        if self.rt.pending_ack is not None:
             self.rt.pending_ack = None
             self.rt.redis.xack(stream, self.cfg.consumer_group, entry_id)
 
@@ -413,11 +410,8 @@ class Mother:
 
     def _dead_letter(self, stream: str, entry_id: str, fields: dict[str, Any]) -> None:
         run_id = _run_id_of(fields)
-        if self._not_taken_in(
-            stream,
-            run_id,
-            # its rejection says so (status and wait name it, not "never submitted")
-        ):
+        # its rejection says so (status and wait name it, not "never submitted")
+        if self._not_taken_in(stream, run_id):
             reject(
                 self.rt,
                 entry_id,

@@ -89,27 +89,16 @@ class LocalStack:
     worker_url: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     queues: str = "agents,tools,maintenance"
-    restart_limit: int = (
-        # restarts of one process within restart_window_seconds before respawn_dead gives up
-        5
-    )
+    # restarts of one process within restart_window_seconds before respawn_dead gives up
+    restart_limit: int = 5
     restart_window_seconds: float = 60.0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
-    _logs: dict[str, IO[bytes]] = field(
-        default_factory=dict,
-        init=False,
-        # name -> its log, open while it may run
-    )
-    _args: dict[str, tuple[str, ...]] = field(
-        default_factory=dict,
-        init=False,
-        # name -> its `mother` arguments
-    )
-    _restarts: dict[str, list[float]] = field(
-        default_factory=dict,
-        init=False,
-        # name -> monotonic restart times
-    )
+    # name -> its log, open while it may run
+    _logs: dict[str, IO[bytes]] = field(default_factory=dict, init=False)
+    # name -> its `mother` arguments
+    _args: dict[str, tuple[str, ...]] = field(default_factory=dict, init=False)
+    # name -> monotonic restart times
+    _restarts: dict[str, list[float]] = field(default_factory=dict, init=False)
     _given_up: set[str] = field(default_factory=set, init=False)
 
     def _env(self) -> dict[str, str]:

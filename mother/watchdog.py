@@ -28,7 +28,7 @@ from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from mother import keys
-from mother.budget import Guard, budget_doc
+from mother.budget import Guard
 from mother.connection import unless_redis_down
 from mother.functions import call
 from mother.lifecycle import (
@@ -45,7 +45,9 @@ from mother.lifecycle import (
     run_duration_seconds,
 )
 from mother.logs import get_logger
-from mother.runtime import POSITION_PATHS, Runtime, parse_position
+from mother.records import POSITION_PATHS, parse_position
+from mother.records.budgets import budget_doc
+from mother.runtime import Runtime
 from mother.streams import group_backlog
 from schemas import ACTIVE_STATUSES, RunState, TerminationRecord
 
@@ -93,12 +95,8 @@ class Watchdog:
             [int(cfg.rejection_retention_seconds * 1000), BATCH],
         )
         entries = [entry_id for entry_id in due[::2] if keys.is_id(entry_id)]
-        strays = [
-            entry_id
-            for entry_id in due[::2]
-            if not keys.is_id(entry_id)
-            # not ours: only the index holds them
-        ]
+        # not ours: only the index holds them
+        strays = [entry_id for entry_id in due[::2] if not keys.is_id(entry_id)]
         if strays:
             self.rt.redis.zrem(keys.REJECTIONS_INDEX, *strays)
         if not entries:
@@ -138,10 +136,8 @@ class Watchdog:
             self._guard(state).clock()
 
     def _timeout(self, run_id: str, what: str) -> None:
-        state = (
-            self.rt.load_run(run_id) if keys.is_id(run_id) else None
-            # a member that is no run id: dropped
-        )
+        # a member that is no run id: dropped
+        state = self.rt.load_run(run_id) if keys.is_id(run_id) else None
         if state is None or state.status == "terminated":
             pipe = self.rt.redis.pipeline(transaction=False)
             pipe.zrem(keys.RUN_DEADLINES, run_id)
@@ -149,10 +145,8 @@ class Watchdog:
             pipe.execute()
             return
         budget = budget_doc(self.rt.redis, keys.run_limits_key(run_id)) or {}
-        if (
-            what == "run" and budget
-            # the budget records the crossing of its wall clock (and the warning, if due)
-        ):
+        # the budget records the crossing of its wall clock (and the warning, if due)
+        if what == "run" and budget:
             self._guard(state).clock(deadline=True)
         if budget.get("status") == "budget_stopped":
             stop = budget.get("stop") or {}

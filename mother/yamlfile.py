@@ -24,10 +24,8 @@ __all__ = [
 # A document's values counted with every alias (*name) written out, as JSON will write them: 400 bytes
 # of nested aliases can stand for 10^9 strings, which hung the CLI while it built the JSON.
 MAX_YAML_VALUES = 1_000_000
-MAX_YAML_DEPTH = (
-    # nesting levels; JSON encoders stop near 1,000 and nothing we read nests past a dozen
-    200
-)
+# nesting levels; JSON encoders stop near 1,000 and nothing we read nests past a dozen
+MAX_YAML_DEPTH = 200
 
 
 class YamlProblem(ValueError):
@@ -68,10 +66,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, Any] = {}
         for key_node, _value in node.value:
-            if (
-                key_node.tag == "tag:yaml.org,2002:merge"
-                # `<<: *base`: its keys may be given again
-            ):
+            # `<<: *base`: its keys may be given again
+            if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             key = self.construct_object(key_node, deep=deep)
             try:

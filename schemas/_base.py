@@ -60,10 +60,8 @@ def within_depth(value: Any, depth: int = 0) -> Any:
     return value
 
 
-Shallow = AfterValidator(
-    within_depth
-    # Annotated[dict[...], Shallow]: free-form JSON of bounded depth
-)
+# Annotated[dict[...], Shallow]: free-form JSON of bounded depth
+Shallow = AfterValidator(within_depth)
 
 
 def _a_number(value: Any) -> Any:
@@ -73,10 +71,8 @@ def _a_number(value: Any) -> Any:
     return value
 
 
-Seconds = Annotated[
-    float, BeforeValidator(_a_number)
-    # a duration: a real number, never true/false or "60"
-]
+# a duration: a real number, never true/false or "60"
+Seconds = Annotated[float, BeforeValidator(_a_number)]
 
 
 def iso_from_ms(ms: int) -> str:

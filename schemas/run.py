@@ -41,11 +41,8 @@ MAX_PHASES = 32
 BUDGET_PROFILES = ("conservative", "balanced", "extended")
 
 RunStatus = Literal["queued", "running", "budget_stopped", "terminated"]
-ACTIVE_STATUSES = (
-    "running",
-    "budget_stopped",
-    # a run whose current phase attempt may work (stopped: it waits)
-)
+# a run whose current phase attempt may work (stopped: it waits)
+ACTIVE_STATUSES = ("running", "budget_stopped")
 MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
 

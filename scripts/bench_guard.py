@@ -204,10 +204,8 @@ def main() -> int:
             kinds = ["ping", "guard", "naive", "limits"]
             stats.config_resetstat()
             measured, per_round = measure(server.url, kinds, procs, args.seconds, args.rounds)
-            if (
-                procs == 1
-                # the guard's p50 over PING's in each round: the two turns are 1/4 round apart
-            ):
+            # the guard's p50 over PING's in each round: the two turns are 1/4 round apart
+            if procs == 1:
                 round_ratios = [
                     g / p
                     for g, p in zip(per_round["guard"], per_round["ping"], strict=False)

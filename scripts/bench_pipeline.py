@@ -59,11 +59,8 @@ from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 from schemas import ms_from_iso
 
-sys.path.insert(
-    0,
-    str(Path(__file__).resolve().parents[1]),
-    # run as a file: the project's root is importable
-)
+# run as a file: the project's root is importable
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import itertools
 
 from scripts.bench import FLOOR_STREAM, HOPS_STREAM, floor, worker_env
@@ -165,10 +162,8 @@ def baseline(
             ask(pipe, key)
         pipe.zcard(queue.failed_job_registry.key)
         *got, failed = pipe.execute()
-        if (
-            failed > failed_before
-            # a chain that lost a job never ends: say why now, not at the deadline
-        ):
+        # a chain that lost a job never ends: say why now, not at the deadline
+        if failed > failed_before:
             raise SystemExit(
                 f"benchmark gave up: a {LABELS[kind]} job failed: {_newest_failure(queue)}"
             )
@@ -291,20 +286,10 @@ UNLIMITED = {
 }
 
 
-USER, SYSTEM, CPU, FAULTS = (
-    slice(0, 1),
-    slice(1, 2),
-    slice(0, 2),
-    slice(2, 3),
-    # of a role's [user s, system s, faults]
-)
-KINDS = (
-    "baseline",
-    "relay",
-    "floor",
-    "mother",
-    # plain RQ chains, the bare hop through a relay, the floor, Mother
-)
+# of a role's [user s, system s, faults]
+USER, SYSTEM, CPU, FAULTS = (slice(0, 1), slice(1, 2), slice(0, 2), slice(2, 3))
+# plain RQ chains, the bare hop through a relay, the floor, Mother
+KINDS = ("baseline", "relay", "floor", "mother")
 # one run at a time
 SERIAL_KINDS = ("baseline", "relay", "mother")
 LABELS = {"baseline": "plain RQ", "relay": "bare hop", "floor": "floor", "mother": "Mother"}
@@ -342,18 +327,11 @@ def main() -> int:
     per_round = args.runs // args.rounds
     runs = per_round * args.rounds
     secs = dict.fromkeys(KINDS, 0.0)
-    cpu: dict[str, dict[str, list[float]]] = {
-        kind: {}
-        for kind in KINDS
-        # role: [user s, system s, faults]
-    }
+    # role: [user s, system s, faults]
+    cpu: dict[str, dict[str, list[float]]] = {kind: {} for kind in KINDS}
     lat: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    rounds: dict[str, list[float]] = {
-        "relay": [],
-        "floor": [],
-        "mother": [],
-        # ms added per phase over plain RQ, per round
-    }
+    # ms added per phase over plain RQ, per round
+    rounds: dict[str, list[float]] = {"relay": [], "floor": [], "mother": []}
     with (
         tempfile.TemporaryDirectory(prefix="mother-bench-") as tmp,
         EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no") as server,
@@ -433,10 +411,8 @@ def main() -> int:
                     "close": [],
                 }
                 serial_ids: list[str] = []
-                for i in range(
-                    args.serial
-                    # one run at a time: the latency Mother adds to a run nobody queues behind
-                ):
+                # one run at a time: the latency Mother adds to a run nobody queues behind
+                for i in range(args.serial):
                     for kind in ("baseline", "relay"):
                         with paused(others(kind)):
                             serial[kind].append(

@@ -101,8 +101,7 @@ def main() -> int:
         rows.append(_sample(conn, 0, started))
         submitted = 0
         print(
-            f"{'runs':>7} {'used MB':>9} {'bounded KB':>11} {'keys':>8} {'seconds':>8}",
-            flush=True,
+            f"{'runs':>7} {'used MB':>9} {'bounded KB':>11} {'keys':>8} {'seconds':>8}", flush=True
         )
         print("{:>7} {:>9.1f} {:>11.1f} {:>8} {:>8.1f}".format(*rows[0]), flush=True)
         while submitted < args.runs:

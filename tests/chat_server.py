@@ -40,10 +40,8 @@ class ChatServer:
                 if "status" in reply:
                     self._error(reply["status"], reply.get("headers", {}), "scripted error status")
                     return
-                if (
-                    "body" in reply
-                    # a reply sent exactly as given (a server that gets the protocol wrong)
-                ):
+                # a reply sent exactly as given (a server that gets the protocol wrong)
+                if "body" in reply:
                     self._send(
                         reply["body"]
                         if isinstance(reply["body"], bytes)
@@ -52,15 +50,13 @@ class ChatServer:
                     return
                 message: dict[str, Any] = {"role": "assistant", "content": reply.get("text")}
                 if reply.get("tool_calls"):
+                    # arguments_text: sent as is (a model's broken JSON)
                     message["tool_calls"] = [
                         {
                             "id": f"call_{i}",
                             "type": "function",
                             "function": {
-                                "name": c[
-                                    "name"
-                                    # arguments_text: sent as is (a model's broken JSON)
-                                ],
+                                "name": c["name"],
                                 "arguments": c.get("arguments_text") or json.dumps(c["arguments"]),
                             },
                         }

@@ -16,8 +16,6 @@ from mother.activity import recent
 from mother.budget import (
     Guard,
     admit,
-    budget_doc,
-    budget_view,
     emergency_stop,
     open_run_budget,
     override,
@@ -37,6 +35,7 @@ from mother.errors import (
 )
 from mother.functions import load_functions
 from mother.limits import resolve_for_spec
+from mother.records.budgets import budget_doc, budget_view
 from schemas import RunSpec
 from tests.conftest import start_pipeline, stop_pipeline
 from tests.test_pipeline import example
@@ -295,14 +294,8 @@ def test_emergency_stop_refuses_mutations_allows_reads_and_reset_resumes(r: redi
     assert refusals == [
         {"code": "budget_stopped", "current": 0, "max": 0, "stopped_at": event["at"]}
     ]
-    again = emergency_stop(
-        r,
-        "stop-1",
-        "oncall",
-        "second stop",
-        1000,
-        # changes nothing: the first stop stands
-    )
+    # changes nothing: the first stop stands
+    again = emergency_stop(r, "stop-1", "oncall", "second stop", 1000)
     assert (again["already"], again["actor"], again["reason"]) == (True, "ops", "runaway loop")
     assert _doc(r, "stop-1")["stop"]["actor"] == "ops"
     reset_stop(r, "stop-1", "ops", "fixed", 1000)
@@ -355,22 +348,14 @@ def test_hand_edits_between_tool_charges_are_honoured(r: redis.Redis) -> None:
     r.execute_command("JSON.SET", enforced, "$.status", '"active"')
     # 11
     guard.charge_tool(read_only=False)
-    r.execute_command(
-        "JSON.SET",
-        key,
-        "$.duration_sec",
-        7,
-        # one digit, as the 0 it replaces, between the counts
-    )
+    # one digit, as the 0 it replaces, between the counts
+    r.execute_command("JSON.SET", key, "$.duration_sec", 7)
     # 12: its own count of seconds is written over the 7
     guard.charge_tool(read_only=False)
     assert _doc(r, "hand-1")["duration_sec"] < 7
+    # an hour ago
     r.execute_command(
-        "JSON.SET",
-        enforced,
-        "$.started_ms",
-        _doc(r, "hand-1")["started_ms"] - 3_600_000,
-        # an hour ago
+        "JSON.SET", enforced, "$.started_ms", _doc(r, "hand-1")["started_ms"] - 3_600_000
     )
     with pytest.raises(BudgetExhausted, match="budget_wall_clock_exceeded"):
         guard.charge_tool(read_only=False)
@@ -483,15 +468,8 @@ def test_admission_queues_past_max_concurrent_runs_and_caps_daily_runs(r: redis.
     child = admit(r, settings, "child-1", "u1", day, 1000, child=True)
     assert (child.ok, child.waiting) == (True, False)
     r.zrem(keys.RUN_DEADLINES, "live-1", "child-1")
-    behind = admit(
-        r,
-        settings,
-        "new-2",
-        "u1",
-        day,
-        1000,
-        # a slot is free, but new-1 waits for it first
-    )
+    # a slot is free, but new-1 waits for it first
+    behind = admit(r, settings, "new-2", "u1", day, 1000)
     assert (behind.ok, behind.waiting, behind.position) == (True, True, 2)
     queued = [
         orjson.loads(f["data"])
@@ -566,12 +544,8 @@ def test_a_crossed_run_limit_is_the_records_primary_code(tmp_path: Path) -> None
         )
         assert record.contributing_factors == ["budget_tool_call_exceeded (2/2)"]
         doc = budget_view(p.redis, record.run_id)
-        assert (doc["tool_calls"], doc["limits"]["tool_calls"], doc["warning_ratio"]) == (
-            2,
-            2,
-            0.8,
-            # the rest stays
-        )
+        # the rest stays
+        assert (doc["tool_calls"], doc["limits"]["tool_calls"], doc["warning_ratio"]) == (2, 2, 0.8)
         assert doc["limits_exceeded"] == ["budget_tool_call_exceeded"]
         assert [(c["code"], c["current"], c["max"]) for c in doc["limit_crossings"]] == [
             ("budget_tool_call_exceeded", 2, 2)
@@ -616,13 +590,8 @@ def test_the_queue_depth_is_the_servers_and_the_leading_mothers_limit(r: redis.R
         ),
     )
     r.execute_command("JSON.SET", keys.MOTHER_CONFIG, "$", orjson.dumps({"max_queue_depth": 3}))
-    first = submit_with_backpressure(
-        r,
-        settings,
-        b"{}",
-        "d-1",
-        # the queue is empty: the gauge was stale
-    )
+    # the queue is empty: the gauge was stale
+    first = submit_with_backpressure(r, settings, b"{}", "d-1")
     assert orjson.loads(r.execute_command("JSON.GET", keys.GLOBAL_BUDGET, "$.queue_depth")) == [1]
     for _ in range(2):
         # raw entries count at once
@@ -749,13 +718,8 @@ def test_repeated_action_texts_are_charged_as_written_past_the_servers_cache(
     roomy.budget.profiles["balanced"].tool_calls = 10**9
     _open(r, "repeats", roomy)
     day = ServerClock(r).today()
-    amounts = [
-        *range(1, 71),
-        3,
-        70,
-        1,
-        # 70 distinct texts, then three seen before the cache restarted
-    ]
+    # 70 distinct texts, then three seen before the cache restarted
+    amounts = [*range(1, 71), 3, 70, 1]
     for n in amounts:
         action = orjson.dumps(
             {"read_only": False, "check": ["tool_calls"], "add": {"tool_calls": n}, "day": day}
@@ -839,7 +803,8 @@ def test_reservations_no_settle_will_come_for_are_given_back_and_a_late_settle_c
     the rest of the day. release_reservations gives back each one held, on the run's document and the user's of
     the day it was made, leaves a tombstone, and says so in the activity stream; a settle that still comes
     charges what the call used, once; a reservation of a day not passed is left as it is."""
-    from mother.budget import held_reservations, release_reservations
+    from mother.budget import release_reservations
+    from mother.records.budgets import held_reservations
 
     guard = _open(r, "lost-calls")
     day = ServerClock(r).now_iso()[:10]
@@ -872,25 +837,13 @@ def test_reservations_no_settle_will_come_for_are_given_back_and_a_late_settle_c
         "lost-calls",
         {"count": 2, "total_tokens": 1000, "why": "attempt 1 was lost"},
     )
-    assert (
-        release_reservations(r, SETTINGS, "lost-calls", "u1", held(), "again") is None
-        # nothing held: no call
-    )
+    # nothing held: no call
+    assert release_reservations(r, SETTINGS, "lost-calls", "u1", held(), "again") is None
 
-    guard.settle_model_call(
-        ops[0],
-        input_tokens=70,
-        output_tokens=30,
-        spend=3,
-        # the horse outlived its attempt
-    )
-    guard.settle_model_call(
-        ops[0],
-        input_tokens=70,
-        output_tokens=30,
-        spend=3,
-        # sent twice: charged once
-    )
+    # the horse outlived its attempt
+    guard.settle_model_call(ops[0], input_tokens=70, output_tokens=30, spend=3)
+    # sent twice: charged once
+    guard.settle_model_call(ops[0], input_tokens=70, output_tokens=30, spend=3)
     doc = _doc(r, "lost-calls")
     assert (doc["total_tokens"], doc["spend_micro_usd"], doc["reserved"]["total_tokens"]) == (
         100,
@@ -908,10 +861,8 @@ def test_reservations_no_settle_will_come_for_are_given_back_and_a_late_settle_c
         f"$.reservations.{third}.at",
         '"1999-01-01T00:00:00.000Z"',
     )
-    reply = orjson.loads(
-        call_release(r, "lost-calls", ["2000-01-01"])
-        # its day's document is not among the keys
-    )
+    # its day's document is not among the keys
+    reply = orjson.loads(call_release(r, "lost-calls", ["2000-01-01"]))
     assert (
         reply == {"released": 0, "left": 1}
         and _doc(r, "lost-calls")["reserved"]["total_tokens"] == 50
@@ -923,8 +874,9 @@ def test_an_attempt_given_up_on_can_reserve_and_charge_nothing_more(r: redis.Red
     reserved then stood unreleased until the run's end. The give-back fences the attempt, in the same call:
     its (and earlier attempts') reservations and charges are refused (phase_stale, nothing written), its
     settles still go through, later attempts and phases are not fenced, and the fence never moves back."""
-    from mother.budget import held_reservations, release_reservations
+    from mother.budget import release_reservations
     from mother.errors import PhaseStale
+    from mother.records.budgets import held_reservations
 
     _open(r, "fenced")
     clock = ServerClock(r)
@@ -934,10 +886,8 @@ def test_an_attempt_given_up_on_can_reserve_and_charge_nothing_more(r: redis.Red
 
     old, new = guard(1, 1), guard(1, 2)
     op = old.reserve_model_call(max_tokens=300, max_spend_micro_usd=7, cloud=False)
-    assert (
-        _doc(r, "fenced")["reservations"][op]["attempt"] == "1:1"
-        # each reservation names its attempt
-    )
+    # each reservation names its attempt
+    assert _doc(r, "fenced")["reservations"][op]["attempt"] == "1:1"
     reply = release_reservations(
         r,
         SETTINGS,
@@ -969,20 +919,11 @@ def test_an_attempt_given_up_on_can_reserve_and_charge_nothing_more(r: redis.Red
         before["spawns"],
         before["reservations"],
     )
-    old.settle_model_call(
-        op,
-        input_tokens=40,
-        output_tokens=10,
-        spend=2,
-        # what the woken horse's call used: charged
-    )
+    # what the woken horse's call used: charged
+    old.settle_model_call(op, input_tokens=40, output_tokens=10, spend=2)
     assert (_doc(r, "fenced")["total_tokens"], _doc(r, "fenced")["spend_micro_usd"]) == (50, 2)
-    kept = new.reserve_model_call(
-        max_tokens=20,
-        max_spend_micro_usd=1,
-        cloud=False,
-        # the retry is not fenced
-    )
+    # the retry is not fenced
+    kept = new.reserve_model_call(max_tokens=20, max_spend_micro_usd=1, cloud=False)
     # nor is the next phase
     guard(2, 1).charge_tool(read_only=False)
     assert list(held_reservations(r, "fenced")) == [kept]
@@ -1002,10 +943,8 @@ def test_an_attempt_given_up_on_can_reserve_and_charge_nothing_more(r: redis.Red
     assert _doc(r, "fenced")["fence"] == "2:4"
     with pytest.raises(PhaseStale):
         guard(2, 1).charge_tool(read_only=False)
-    assert (
-        release_reservations(r, SETTINGS, "fenced", "u1", {}, "x") is None
-        # nothing held, nothing to fence: no call
-    )
+    # nothing held, nothing to fence: no call
+    assert release_reservations(r, SETTINGS, "fenced", "u1", {}, "x") is None
     bad = Guard(r, SETTINGS, "fenced", "u1", clock.today)
     bad.attempt = "2-1"
     with pytest.raises(
@@ -1051,17 +990,14 @@ def test_an_emergency_stop_holds_the_run_and_a_reset_lets_it_finish(pipeline) ->
         },
     )
     run_id = pipeline.client.submit(spec)
+    # in its call
     wait_until(
-        lambda: (budget_view(pipeline.redis, run_id) or {}).get("model_calls") == 1,
-        step=0.02,
-        # in its call
+        lambda: (budget_view(pipeline.redis, run_id) or {}).get("model_calls") == 1, step=0.02
     )
     emergency_stop(pipeline.redis, run_id, "ops", "look first", 1000)
     assert pipeline.client.status(run_id).status == "budget_stopped"
-    wait_until(
-        lambda: budget_view(pipeline.redis, run_id)["tool_calls"] == 1
-        # the read-only tool ran
-    )
+    # the read-only tool ran
+    wait_until(lambda: budget_view(pipeline.redis, run_id)["tool_calls"] == 1)
     # the worker polls every 0.5 s while it waits for the reset
     time.sleep(2.0)
     refusals = [e for e in recent(pipeline.redis, 500, run_id=run_id) if e.type == "budget_refused"]

@@ -49,13 +49,8 @@ def test_risk_tiers_block_warn_and_acknowledge() -> None:
         for w in report.warnings
     )
     assert assess_risk(policy, ["*"], ["unrestricted"], "r1").blocked == []
-    again = assess_risk(
-        policy,
-        ["tool.read_file", "tool.*", "*"],
-        [],
-        "r2",
-        # classifications remembered per policy
-    )
+    # classifications remembered per policy
+    again = assess_risk(policy, ["tool.read_file", "tool.*", "*"], [], "r2")
     assert again.tiers == report.tiers and again.blocked == report.blocked
 
 
@@ -73,11 +68,8 @@ def test_risk_policy_file_edit_reclassifies(tmp_path: Path) -> None:
         "tiers: {safe: allow, write: acknowledge_required}\n"
         "classifications: [{pattern: 'tool.*', tier: safe}, {pattern: 'tool.write_file', tier: write}]\n"
     )
-    os.utime(
-        path,
-        ns=(time.time_ns(), time.time_ns() + 1_000_000_000),
-        # a new version even on a coarse clock
-    )
+    # a new version even on a coarse clock
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000_000))
     report = assess_risk(load_risk_policy(path), ["tool.write_file"], [], "r1")
     assert (
         report.tiers == {"tool.write_file": "write"}

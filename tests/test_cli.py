@@ -223,10 +223,8 @@ def test_wait_says_once_when_no_mother_takes_the_run_in(
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert lines[0].startswith("submitted run-")
-    assert lines[1].endswith(
-        "is not taken in after 3s; still waiting (is `mother run` running?)"
-        # not folded
-    )
+    # not folded
+    assert lines[1].endswith("is not taken in after 3s; still waiting (is `mother run` running?)")
     assert lines[2].startswith("error[not_found]: no run ") and lines[2].endswith("(waited 4s)")
     assert len(lines) == 3
 

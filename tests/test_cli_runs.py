@@ -157,21 +157,13 @@ def test_runs_status_cancel_and_errors(pipeline: Pipeline, tmp_path: Path) -> No
     assert missing.returncode == 2 and missing.stderr.startswith(
         "error[not_found]: no run 'no-such-run'"
     )
-    never = run_cli(
-        "wait",
-        "no-such-run",
-        "--timeout",
-        "0.5",
-        env=env,
-        # not "it goes on": it never was
-    )
+    # not "it goes on": it never was
+    never = run_cli("wait", "no-such-run", "--timeout", "0.5", env=env)
     assert never.returncode == 2 and never.stderr.startswith(
         "error[not_found]: no run 'no-such-run'"
     )
-    assert (
-        "Mother has taken in every submission and none is this run" in never.stderr
-        # said at once, not waited out
-    )
+    # said at once, not waited out
+    assert "Mother has taken in every submission and none is this run" in never.stderr
     unknown_reason = run_cli("runs", "--reason", "timed_out", env=env)
     assert unknown_reason.returncode == 2
     assert unknown_reason.stderr.startswith(
@@ -207,10 +199,8 @@ def test_ctrl_c_while_waiting_stops_the_wait_not_the_run(
     assert proc.stderr is not None
     # "submitted RUN"
     run_id = proc.stderr.readline().split()[-1]
-    for line in (
-        proc.stderr
-        # a slow intake adds a notice ("... is `mother run` running?") before the progress
-    ):
+    # a slow intake adds a notice ("... is `mother run` running?") before the progress
+    for line in proc.stderr:
         # the progress line: the phase has started
         if line.startswith(f"{run_id}: running"):
             break
@@ -326,6 +316,7 @@ def test_the_stack_restarts_a_process_that_exits_and_gives_up_on_one_that_keeps_
     """LocalStack.respawn_dead (what `mother up` and the demo supervise with) starts an exited process again
     up to restart_limit times within the window, then reports it once as given up, with its log's last line
     saying why, and leaves it dead; a process killed by a signal is reported by the signal's name."""
+    # a worker that cannot start: it exits 2 before it connects to anything
     stack = LocalStack(
         "redis://127.0.0.1:1/0",
         workers=1,
@@ -333,7 +324,6 @@ def test_the_stack_restarts_a_process_that_exits_and_gives_up_on_one_that_keeps_
         log_dir=tmp_path / "logs",
         queues="nope",
         restart_limit=2,
-        # a worker that cannot start: it exits 2 before it connects to anything
     )
     seen: list[Exited] = []
     with stack:
@@ -365,10 +355,8 @@ def test_the_stack_releases_the_lease_of_a_mother_that_died_holding_it(
     """A Mother killed with -9 while it leads has its lease released by respawn_dead before its successor
     starts (it used to hold it for service.lease_seconds: no Mother led meanwhile); a lease another Mother
     holds is left alone when a Mother that did not lead dies."""
-    lease_seconds = (
-        # far longer than the test: a lease gone must have been released, not run out
-        60
-    )
+    # far longer than the test: a lease gone must have been released, not run out
+    lease_seconds = 60
     stack = LocalStack(
         redis_url,
         workers=0,
@@ -414,13 +402,13 @@ def test_doctor_says_which_mother_leads_and_how_many_workers_listen(pipeline: Pi
     """On a served server doctor names the leading Mother and counts the live workers on each queue."""
     from mother.client import live_workers
 
+    # the module's stack may have just started
     wait_until(
         lambda: (
             pipeline.redis.exists(keys.LEADER_LEASE)
             and live_workers(pipeline.redis, "maintenance") == 2
         ),
         timeout=30,
-        # the module's stack may have just started
     )
     result = run_cli("doctor", env={"MOTHER_REDIS_URL": pipeline.url})
     assert result.returncode == 0, result.stderr
@@ -469,12 +457,8 @@ def test_budget_cli_stop_show_reset_and_stopped_at_deadline(
     assert stop.returncode == 0, stop.stderr
     shown = run_cli("budget", "show", run_id, env=env)
     assert "budget_stopped)" in shown.stdout and "emergency stop by ops" in shown.stdout
-    status = run_cli(
-        "status",
-        run_id,
-        env=env,
-        # the run's own status says so at once (it said running)
-    )
+    # the run's own status says so at once (it said running)
+    status = run_cli("status", run_id, env=env)
     assert (
         f"{run_id} ({spec['user_id']}): budget_stopped, phase execute attempt 1" in status.stdout
     ), status.stdout
@@ -486,6 +470,7 @@ def test_budget_cli_stop_show_reset_and_stopped_at_deadline(
     )
     reset = run_cli("budget", "reset", run_id, "--actor", "ops", "--reason", "late", env=env)
     assert reset.returncode == 2 and "the run has ended" in reset.stderr
+    # an ended run's limits change nothing
     late = run_cli(
         "budget",
         "override",
@@ -501,7 +486,6 @@ def test_budget_cli_stop_show_reset_and_stopped_at_deadline(
         "--reason",
         "late",
         env=env,
-        # an ended run's limits change nothing
     )
     assert late.returncode == 2 and "the run has ended" in late.stderr
     assert (
@@ -627,10 +611,8 @@ def test_runs_by_reason_and_user_finds_the_users_older_runs(pipeline: Pipeline) 
     )
     assert [json.loads(line)["run_id"] for line in got.stdout.splitlines()] == [mine]
     assert pipeline.client.runs(reason="timeout", user=user) == []
-    pipeline.redis.delete(
-        keys.run_key(mine)
-        # its record deleted by hand: still listed for its user, not dropped
-    )
+    # its record deleted by hand: still listed for its user, not dropped
+    pipeline.redis.delete(keys.run_key(mine))
     rows = pipeline.client.runs(user=user)
     assert [(row["run_id"], row.get("status"), row["reason"]) for row in rows] == [
         (mine, None, "success")

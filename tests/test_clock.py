@@ -71,17 +71,11 @@ def test_a_wide_measurement_narrows_the_estimate_and_a_disjoint_one_replaces_it(
 ) -> None:
     clock = ServerClock(redis.Redis.from_url(redis_url))
     offset, width = clock._offset, clock._half_width
-    clock._narrow(
-        offset + 100,
-        150,
-        # a stalled sample: its interval holds the estimate; nothing moves
-    )
+    # a stalled sample: its interval holds the estimate; nothing moves
+    clock._narrow(offset + 100, 150)
     assert abs(clock._offset - offset) <= width + 1 and clock._half_width <= width + 1
-    clock._narrow(
-        offset + 10_000,
-        0.5,
-        # the server's clock stepped 10 s (or another server took over)
-    )
+    # the server's clock stepped 10 s (or another server took over)
+    clock._narrow(offset + 10_000, 0.5)
     assert clock._offset == offset + 10_000 and clock._half_width == 0.5
     server = server_now_ms(clock._client)
     assert abs(clock.now_ms() - (server + 10_000)) < 1_000

@@ -100,10 +100,8 @@ def test_mother_config_names_the_file(clean_env: Path, monkeypatch: pytest.Monke
 )
 def test_bad_yaml_is_refused(clean_env: Path, text: str, expected: str) -> None:
     """Unknown keys, wrong types and broken YAML each give one line naming the problem."""
-    (clean_env / "mother.yaml").write_bytes(
-        text.encode("utf-8", "surrogateescape")
-        # \udce9: a raw byte 0xe9
-    )
+    # \udce9: a raw byte 0xe9
+    (clean_env / "mother.yaml").write_bytes(text.encode("utf-8", "surrogateescape"))
     with pytest.raises(ConfigError) as info:
         load_settings()
     assert expected in info.value.message

@@ -102,10 +102,8 @@ def test_a_long_running_process_waits_for_redis_only_as_long_as_told(tmp_path) -
     for command in ("run", "worker"):
         at_once = run_cli(command, env={"MOTHER_REDIS_URL": url, "MOTHER_REDIS_WAIT_SECONDS": "0"})
         assert at_once.returncode == 2
-        assert at_once.stderr.strip().splitlines() == [
-            at_once.stderr.strip()
-            # one line: no wait was logged
-        ]
+        # one line: no wait was logged
+        assert at_once.stderr.strip().splitlines() == [at_once.stderr.strip()]
         assert at_once.stderr.startswith(f"error[redis_unavailable]: cannot reach Redis at {url}")
         waited = run_cli(
             command,

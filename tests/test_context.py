@@ -333,14 +333,10 @@ def test_catalogue_validation() -> None:
     with pytest.raises(ValueError, match=r"needs context\.summarizer_model"):
         Settings(context={"summarizer": "llm_generated"})
     shipped = Settings().models
-    assert (
-        shipped["ollama/qwen2.5:32b"].available_for_context == 110_000
-        # the spec's LocalModelBudget
-    )
-    assert (
-        shipped["ollama/devstral-2:123b-cloud"].available_for_context == 170_000
-        # CloudModelBudget
-    )
+    # the spec's LocalModelBudget
+    assert shipped["ollama/qwen2.5:32b"].available_for_context == 110_000
+    # CloudModelBudget
+    assert shipped["ollama/devstral-2:123b-cloud"].available_for_context == 170_000
     assert shipped["ollama/devstral-2:123b-cloud"].cloud
     assert shipped["scripted"].escalate_to == "scripted-large"
 
@@ -455,9 +451,13 @@ def _llm_setup(r: redis.Redis, replies: list[dict[str, Any]]) -> tuple[Settings,
     )
     open_run_budget(r, settings, spec, ServerClock(r).now_ms())
     from mother.budget import Guard
+    from workers.providers import make_provider
 
     summarizer = llm_summarizer(
-        settings, lambda: Guard(r, settings, "run-llm1", "u1", ServerClock(r).today), spec
+        settings,
+        lambda: Guard(r, settings, "run-llm1", "u1", ServerClock(r).today),
+        spec,
+        make_provider=make_provider,
     )
     return settings, spec, summarizer
 
@@ -480,10 +480,8 @@ def test_llm_generated_summary_is_metered_and_recorded(r: redis.Redis) -> None:
         == "The guard slows down because every call decodes the budget document."
     )
     budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key("run-llm1")))
-    assert (
-        budget["model_calls"] == 1 and budget["input_tokens"] == 14_000
-        # the summarizer's call is charged
-    )
+    # the summarizer's call is charged
+    assert budget["model_calls"] == 1 and budget["input_tokens"] == 14_000
 
 
 def test_llm_summary_too_long_is_trimmed_and_failure_falls_back(r: redis.Redis) -> None:

@@ -58,10 +58,8 @@ def test_context_summarized_example_succeeds_on_summaries(pipeline: Pipeline) ->
 
 
 def test_required_context_too_big_for_the_phase_model_escalates(pipeline: Pipeline) -> None:
-    task = (
-        "Review this log and say what failed. " + "line " * 6_000
-        # about 10,000 tokens > 6,656 on scripted
-    )
+    # about 10,000 tokens > 6,656 on scripted
+    task = "Review this log and say what failed. " + "line " * 6_000
     run_id = pipeline.client.submit(example("three-phase", task=task))
     envelope = pipeline.wait(run_id)
     assert envelope.termination.reason == "success"
@@ -86,10 +84,8 @@ def test_required_context_that_fits_no_model_ends_context_budget_exceeded(
     assert "required sections need 199,0" in record.details
     assert "(tried scripted -> scripted-large)" in record.details
     assert any("escalated to scripted-large" in f for f in record.contributing_factors)
-    assert not pipeline.redis.exists(
-        keys.context_key(run_id, 0)
-        # nothing half-composed was stored
-    )
+    # nothing half-composed was stored
+    assert not pipeline.redis.exists(keys.context_key(run_id, 0))
 
 
 def test_worker_refuses_an_altered_context_and_the_retry_recomposes(tmp_path: Path) -> None:
@@ -110,9 +106,7 @@ def test_worker_refuses_an_altered_context_and_the_retry_recomposes(tmp_path: Pa
     finally:
         stop_pipeline(p)
     assert envelope.termination.reason == "success"
-    assert (
-        envelope.phases[0].attempt == 2
-        # attempt 1 refused its context; Mother recomposed for attempt 2
-    )
+    # attempt 1 refused its context; Mother recomposed for attempt 2
+    assert envelope.phases[0].attempt == 2
     [retried] = [h for h in history if h["event"] == "phase_retried"]
     assert "does not match its content_hash" in retried["detail"]

@@ -32,10 +32,8 @@ def _as(url: str, user: str) -> str:
 def acl_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, MotherClient]]:
     """The embedded server with the shipped ACL file; Mother on the mother user, two workers on the worker user."""
     tmp = tmp_path_factory.mktemp("acl")
-    acl = (
-        tmp / "users.acl"
-        # the shipped users, and an administrator the tests make narrow users with
-    )
+    # the shipped users, and an administrator the tests make narrow users with
+    acl = tmp / "users.acl"
     acl.write_text(ACL.read_text() + "user admin on >CHANGE-ME-admin ~* &* +@all\n")
     server = EmbeddedRedis(
         dir=tmp / "redis", appendfsync="no", extra_args=["--aclfile", str(acl)]
@@ -149,11 +147,8 @@ def test_a_workers_credentials_decide_nothing_about_runs(
     override = orjson.dumps(
         {"dimension": "tool_calls", "delta": 5, "actor": "w", "reason": "r", "expires_in_ms": 60000}
     )
-    with pytest.raises(
-        redis.ResponseError,
-        match="No permissions",
-        # a function cannot write past the ACL either
-    ):
+    # a function cannot write past the ACL either
+    with pytest.raises(redis.ResponseError, match="No permissions"):
         call(worker, "mh_override", [limits, keys.ACTIVITY_STREAM], [override, 1000])
     with pytest.raises(redis.ResponseError, match="No permissions"):
         call(
@@ -174,10 +169,8 @@ def test_a_workers_credentials_decide_nothing_about_runs(
             ],
             ["{}", run_id, "{}", "t", "success", "{}"],
         )
-    assert (
-        worker.getdel(keys.attempt_token_key("no-such-run", 0, 1)) is None
-        # the one-time claim is allowed
-    )
+    # the one-time claim is allowed
+    assert worker.getdel(keys.attempt_token_key("no-such-run", 0, 1)) is None
     assert client.wait(run_id, 30).termination.reason == "success"
     assert client.redis.execute_command("JSON.GET", limits, "$.limits.tool_calls") == "[180]"
 
@@ -210,10 +203,8 @@ def test_doctor_names_the_acl_user_and_what_it_lacks(
     assert (
         "read composed contexts" in report.lacks and "claim attempt tokens (GETDEL)" in report.lacks
     )
-    assert (
-        "write run records" in report.excess
-        # it may write run:* keys: a worker's credentials must not
-    )
+    # it may write run:* keys: a worker's credentials must not
+    assert "write run records" in report.excess
     assert {what for what, _ in NEEDS["worker"]} > set(report.lacks) and MUST_NOT["worker"]
 
 

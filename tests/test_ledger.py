@@ -76,10 +76,8 @@ def test_a_close_reports_cascades_and_releases_once(r: redis.Redis) -> None:
     assert ledger.get_remaining("c2") == Decimal("0.35")
     assert ledger.close("g2", "0.15", "completed", ledger._node("g2")) == Decimal("0")
     assert {t: ledger._node(t) for t in ("r2", "c2", "g2")} == after
-    assert ledger.close("c2", "0.01", "timeout", ledger._node("c2")) == Decimal(
-        "0.34"
-        # its own 0.01 + g2's 0.15
-    )
+    # its own 0.01 + g2's 0.15
+    assert ledger.close("c2", "0.01", "timeout", ledger._node("c2")) == Decimal("0.34")
     assert ledger.get_remaining("r2") == Decimal("0.84")
 
 

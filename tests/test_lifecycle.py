@@ -24,7 +24,10 @@ GROUP = "mother"
 
 def _started(r: redis.Redis, redis_url: str, **settings: object) -> tuple[Runtime, str]:
     """A three-phase run taken in and started by Mother's own intake: phase 0, attempt 1 dispatched."""
+    from workers.providers import make_provider
+
     rt = Runtime.create(load_settings(redis_url=redis_url, **settings))
+    rt.make_provider = make_provider
     run_id = MotherClient(settings=rt.settings).submit(example("three-phase"))
     [(entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
     assert handle_submission(rt, entry_id, fields) is not None
@@ -72,16 +75,11 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
     before = _calls(r)
     on_phase_result(rt, result, _token(r, result))
     after = _calls(r)
-    assert after.get("cmdstat_exec", 0) == before.get(
-        "cmdstat_exec",
-        0,
-        # the dispatch rode with the transition
-    )
+    # the dispatch rode with the transition
+    assert after.get("cmdstat_exec", 0) == before.get("cmdstat_exec", 0)
     assert after["cmdstat_fcall"] - before["cmdstat_fcall"] == 1
-    assert (
-        after["cmdstat_json.get"] - before["cmdstat_json.get"] == 1
-        # the fence's, in mh_transition: Mother reads nothing
-    )
+    # the fence's, in mh_transition: Mother reads nothing
+    assert after["cmdstat_json.get"] - before["cmdstat_json.get"] == 1
     run = rt.load_run(run_id)
     assert (run.status, run.phase_index, run.attempt, run.phase) == ("running", 1, 1, "execute")
     assert [p.output for p in run.results] == ["the plan"]
@@ -189,16 +187,14 @@ def test_a_failed_attempt_is_retried_with_what_it_still_holds_given_back(
     """A failed attempt whose call's settle never reached the server (its connection failed mid-phase) has no
     settle to come: before the retry is dispatched, Mother gives back what the run holds, with why, and fences
     the attempt: its horse (if it still runs) can reserve nothing the give-back would miss."""
-    from mother.budget import Guard, held_reservations
+    from mother.budget import Guard
     from mother.errors import PhaseStale
+    from mother.records.budgets import held_reservations
 
     rt, run_id = _started(r, redis_url)
     guard = Guard(r, rt.settings, run_id, "alice", rt.clock.today, attempt=(0, 1))
-    op = guard.reserve_call(
-        rt.settings.models["scripted"],
-        200,
-        # the attempt's call, never settled
-    )
+    # the attempt's call, never settled
+    op = guard.reserve_call(rt.settings.models["scripted"], 200)
     assert list(held_reservations(r, run_id)) == [op]
     result = PhaseResult(
         run_id=run_id,
@@ -248,20 +244,18 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(
     stalled, and wakes), it changes nothing."""
     import time
 
-    from mother.budget import Guard, held_reservations
-    from mother.cli.runs import inspect_run
+    from mother.budget import Guard
+    from mother.cli.inspect import inspect_run
     from mother.lifecycle import finish_end, queue_end_reads
+    from mother.records.budgets import held_reservations
     from mother.termination import build_record, terminate
     from mother.watchdog import Watchdog
     from schemas import ResultEnvelope
 
     rt, run_id = _started(r, redis_url, service={"finish_end_after_seconds": 0.2})
     guard = Guard(r, rt.settings, run_id, "alice", rt.clock.today)
-    op = guard.reserve_call(
-        rt.settings.models["scripted"],
-        200,
-        # a call in flight when the run ended
-    )
+    # a call in flight when the run ended
+    op = guard.reserve_call(rt.settings.models["scripted"], 200)
     job_id = keys.phase_job_id(run_id, 0, 1)
     assert job_id in r.lrange("rq:queue:agents", 0, -1)
     record = build_record(
@@ -288,10 +282,8 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(
         ]
 
     client = MotherClient(settings=rt.settings)
-    assert (
-        inspect_run(client, run_id)["end_pending_since"] >= record.timestamp
-        # server time of the record's write
-    )
+    # server time of the record's write
+    assert inspect_run(client, run_id)["end_pending_since"] >= record.timestamp
     watchdog = Watchdog(rt)
     # too soon: the Mother that wrote it may still be applying it
     watchdog.finish_ends()
@@ -320,13 +312,8 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(
     before = {k: r.execute_command("JSON.GET", k) for k in (keys.run_budget_key(run_id), user_key)}
     pipe = r.pipeline(transaction=False)
     queue_end_reads(pipe, run_id)
-    assert not finish_end(
-        rt,
-        rt.load_run(run_id),
-        record,
-        *pipe.execute(),
-        # the stalled Mother's, applied again
-    )
+    # the stalled Mother's, applied again
+    assert not finish_end(rt, rt.load_run(run_id), record, *pipe.execute())
     assert {k: r.execute_command("JSON.GET", k) for k in before} == before and len(
         terminated_entries()
     ) == 1
@@ -449,11 +436,8 @@ def test_a_redelivered_submission_announces_and_counts_its_run_once(
     assert orjson.loads(
         r.execute_command("JSON.GET", keys.user_daily_budget_key(again.user_id, day), "$.runs")
     ) == [1]
-    other = r.xadd(
-        keys.SUBMISSIONS_STREAM,
-        fields,
-        # another entry with the same run_id (a raw XADD)
-    )
+    # another entry with the same run_id (a raw XADD)
+    other = r.xadd(keys.SUBMISSIONS_STREAM, fields)
     assert handle_submission(rt, other, fields) is None
     rejection = orjson.loads(r.execute_command("JSON.GET", keys.rejection_key(other)))
     assert rejection["error"] == f"run_id {run_id!r} is already used by another submission"

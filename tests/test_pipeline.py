@@ -285,10 +285,8 @@ def test_invalid_entries_are_rejected_and_mother_keeps_serving(
         for e in recent(pipeline.redis, 200)
     )
     if "limit is" in error:
-        assert (
-            pipeline.redis.xrange(keys.SUBMISSIONS_STREAM, entry_id, entry_id) == []
-            # oversized payload dropped
-        )
+        # oversized payload dropped
+        assert pipeline.redis.xrange(keys.SUBMISSIONS_STREAM, entry_id, entry_id) == []
     run_id = pipeline.client.submit(example("three-phase"))
     assert pipeline.wait(run_id).termination.reason == "success"
 
@@ -362,10 +360,8 @@ def test_duplicate_run_id_is_rejected(pipeline: Pipeline) -> None:
         wait_until(lambda: pipeline.redis.execute_command("JSON.GET", keys.rejection_key(entry_id)))
     )
     assert record["error"] == f"run_id {run_id!r} is already used by another submission"
-    assert (
-        pipeline.wait(run_id).termination.reason == "success"
-        # the first run's record is untouched
-    )
+    # the first run's record is untouched
+    assert pipeline.wait(run_id).termination.reason == "success"
 
 
 def test_job_for_terminated_run_does_nothing(pipeline: Pipeline) -> None:
@@ -407,11 +403,8 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
             and pipeline.client.status(run_id).status == "running"
         )
     )
-    last = pipeline.server.client(decode_responses=False).xrevrange(
-        keys.EVENTS_STREAM,
-        count=1,
-        # not all UTF-8
-    )
+    # not all UTF-8
+    last = pipeline.server.client(decode_responses=False).xrevrange(keys.EVENTS_STREAM, count=1)
     after = f"({last[0][0].decode()}" if last else "-"
     member = keys.heartbeat_member(run_id, 0, 1)
     phase._runtime = None
@@ -426,14 +419,10 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
             0,
             1,
         )
-        made = (
-            context._manifest
-            # made by the setup, before the fork (before this test asks for it)
-        )
-        assert (
-            context.run_id == run_id and context.manifest().content_hash == context.content_hash
-            # checked
-        )
+        # made by the setup, before the fork (before this test asks for it)
+        made = context._manifest
+        # checked
+        assert context.run_id == run_id and context.manifest().content_hash == context.content_hash
         setup = phase._prefetched[2]
         assert (
             setup is not None
@@ -444,10 +433,9 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
         role = state.spec.pipeline[0].role
         expected = [h.spec.id for h in load_hooks(phase.runtime().settings, role).hooks]
         assert expected and [h.spec.id for h in setup.harness.hooks.hooks] == expected
+        # the run's, read
         assert setup.meter.defer_final and isinstance(
-            (setup.meter.counters or {}).get("model_calls"),
-            int,
-            # the run's, read
+            (setup.meter.counters or {}).get("model_calls"), int
         )
         assert [m["role"] for m in setup.messages] == ["system", "user"] and role in setup.messages[
             0
@@ -536,14 +524,12 @@ def test_wait_says_when_no_worker_starts_a_phase_and_why(
         ]
         # a wait started late counts from the dispatch (server clock), not from when it looked:
         notices.clear()
-        with pytest.raises(
-            WaitTimeout
-            # it says so at once, though it waits less than QUEUE_NOTICE_SECONDS
-        ):
+        # it says so at once, though it waits less than QUEUE_NOTICE_SECONDS
+        with pytest.raises(WaitTimeout):
             p.client.wait(first, 0.6, on_notice=notices.append)
+        # > 0.6
         assert len(notices) == 1 and int(re.findall(r"has waited (\d+)s", notices[0])[0]) >= 2, (
             notices
-            # > 0.6
         )
         # takes the first run's phase, which then hangs: the worker is busy
         p.stack.add_worker()

@@ -106,6 +106,7 @@ def test_tool_call_with_broken_arguments_is_answered_not_fatal(tmp_path: Path) -
     """Arguments that are not JSON, JSON but not an object, or nested past 32 levels get an error the model
     can act on; the assistant message echoes the model's own text; the loop goes on to the final reply."""
     deep = '{"path": ' + "[" * 300 + "]" * 300 + "}"
+    # orjson wrote it back: TypeError
     replies = [
         {
             "tool_calls": [
@@ -113,7 +114,6 @@ def test_tool_call_with_broken_arguments_is_answered_not_fatal(tmp_path: Path) -
                 {"name": "read_file", "arguments_text": '["a.txt"]'},
                 {"name": "read_file", "arguments_text": deep},
             ]
-            # orjson wrote it back: TypeError
         },
         {"text": "gave up"},
     ]
@@ -289,11 +289,8 @@ def test_a_model_that_reports_no_usage_is_charged_an_estimate(tmp_path: Path) ->
         "the server reported unusable usage: prompt_tokens must not be negative, got -1",
     ]
     charged = [(e.data["input_tokens"], e.data["output_tokens"]) for e in estimated]
-    assert all(
-        i > 20 and o > 0
-        for i, o in charged
-        # the request's size in tokens, and the reply's
-    )
+    # the request's size in tokens, and the reply's
+    assert all(i > 20 and o > 0 for i, o in charged)
     assert counters["input_tokens"] == charged[0][0] + 40 + charged[1][0]
     assert counters["output_tokens"] == charged[0][1] + 2 + charged[1][1]
     # every reservation settled
@@ -335,10 +332,8 @@ def test_a_call_that_fails_after_reaching_the_server_is_charged_its_prompt(tmp_p
     assert len(charged) == 3 and all(i > 20 for i in charged)
     assert (counters["input_tokens"], counters["output_tokens"]) == (sum(charged) + 40, 6)
     assert counters["reserved"]["total_tokens"] == 0
-    assert (
-        counters["model_calls"] == len(chat.requests) == 4
-        # every request sent went through the guard
-    )
+    # every request sent went through the guard
+    assert counters["model_calls"] == len(chat.requests) == 4
     retried = [e.data for e in entries if e.type == "model_call_retried"]
     assert [(r["retry"], r["wait_seconds"]) for r in retried] == [(1, 0.5)]
     assert "APITimeoutError" in retried[0]["error"]

@@ -53,6 +53,7 @@ def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
     assert len(victims) == 1
     proc = fresh.stack.procs[victims[0]]
     horse = _children(proc.pid)
+    # killed mid-call: its model call is reserved
     wait_until(
         lambda: (
             fresh.redis.execute_command(
@@ -61,7 +62,6 @@ def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
             == [1]
         ),
         timeout=10,
-        # killed mid-call: its model call is reserved
     )
     os.kill(proc.pid, signal.SIGKILL)
     for pid in horse:
@@ -110,11 +110,8 @@ def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itse
     # ...not by a thread in the horse
     assert _threads(horse) == 1
     os.kill(worker.pid, signal.SIGKILL)
-    wait_until(
-        lambda: _threads(horse) == 2,
-        timeout=5,
-        # the orphaned horse started its own heartbeat
-    )
+    # the orphaned horse started its own heartbeat
+    wait_until(lambda: _threads(horse) == 2, timeout=5)
     orphaned = fresh.redis.zscore(keys.HEARTBEATS, member)
     # longer than the heartbeat timeout (3 s here)
     time.sleep(4)
@@ -125,10 +122,8 @@ def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itse
     assert envelope.output == "finished"
     state = fresh.client.status(run_id)
     assert state.attempt == 1 and not [h for h in state.history if h.event == "phase_retried"]
-    assert (
-        fresh.redis.zscore(keys.HEARTBEATS, member) is None
-        # its last write took the member away
-    )
+    # its last write took the member away
+    assert fresh.redis.zscore(keys.HEARTBEATS, member) is None
 
 
 def _threads(pid: int) -> int:
@@ -176,12 +171,8 @@ def test_killed_leader_standby_finishes_the_run(fresh: Pipeline) -> None:
     completed = [
         h.phase for h in fresh.client.status(run_id).history if h.event == "phase_completed"
     ]
-    assert completed == [
-        "plan",
-        "execute",
-        "review",
-        # each phase accepted exactly once across the takeover
-    ]
+    # each phase accepted exactly once across the takeover
+    assert completed == ["plan", "execute", "review"]
 
 
 def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path) -> None:
@@ -190,8 +181,9 @@ def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path)
     waited finish_end_after_seconds: the reservation a call held given back, the queued job dropped,
     ``terminated`` logged once and marked late."""
     from mother.activity import recent
-    from mother.budget import Guard, held_reservations
+    from mother.budget import Guard
     from mother.config import load_settings
+    from mother.records.budgets import held_reservations
     from mother.runtime import Runtime
 
     p = start_pipeline(
@@ -200,10 +192,8 @@ def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path)
     try:
         run_id = p.client.submit(example("three-phase"))
         job_id = keys.phase_job_id(run_id, 0, 1)
-        wait_until(
-            lambda: job_id in p.redis.lrange("rq:queue:agents", 0, -1)
-            # dispatched; no worker takes it
-        )
+        # dispatched; no worker takes it
+        wait_until(lambda: job_id in p.redis.lrange("rq:queue:agents", 0, -1))
         rt = Runtime.create(load_settings(redis_url=p.server.url))
         op = Guard(p.redis, rt.settings, run_id, "alice", rt.clock.today).reserve_call(
             rt.settings.models["scripted"], 200
@@ -317,10 +307,8 @@ def test_a_submission_dead_lettered_before_it_was_taken_in_is_rejected_not_lost(
     spec = orjson.dumps(example("three-phase", run_id="run-ghost-1")).decode()
     # Mother has made its group
     wait_until(lambda: _intake_caught_up(fresh), timeout=20)
-    pipe = fresh.redis.pipeline(
-        transaction=True
-        # Mother's blocked read is served only after EXEC: it gets none
-    )
+    # Mother's blocked read is served only after EXEC: it gets none
+    pipe = fresh.redis.pipeline(transaction=True)
     pipe.xadd(keys.SUBMISSIONS_STREAM, {"spec": spec})
     pipe.xreadgroup("mother", "gone", {keys.SUBMISSIONS_STREAM: ">"}, count=1)
     entry, _ = pipe.execute()
@@ -413,14 +401,10 @@ def test_a_run_record_edited_by_hand_does_not_stop_the_watchdog(fresh: Pipeline)
     )
     # left for its owner to fix
     assert fresh.redis.zscore(keys.RUN_DEADLINES, "run-edited-1") == 0
-    assert (
-        fresh.redis.zscore(keys.HEARTBEATS, "not a member at-all") is None
-        # dropped: it could name no attempt
-    )
-    assert (
-        fresh.redis.zscore(keys.RUN_DEADLINES, "no run id!") is None
-        # and so is a deadline of no run
-    )
+    # dropped: it could name no attempt
+    assert fresh.redis.zscore(keys.HEARTBEATS, "not a member at-all") is None
+    # and so is a deadline of no run
+    assert fresh.redis.zscore(keys.RUN_DEADLINES, "no run id!") is None
     log = "".join(
         path.read_text() for path in (fresh.server.dir.parent / "logs").glob("mother-*.log")
     )
@@ -437,11 +421,8 @@ def test_waiting_for_a_run_that_was_never_submitted_ends_at_once(fresh: Pipeline
     while Mother is paused is still waited for, and its wait ends with the run."""
     from tests.conftest import run_cli
 
-    wait_until(
-        lambda: _intake_caught_up(fresh),
-        timeout=20,
-        # Mother has made its group and read it
-    )
+    # Mother has made its group and read it
+    wait_until(lambda: _intake_caught_up(fresh), timeout=20)
     line = (
         "error[not_found]: no run 'run-never-1': Mother has taken in every submission and none is this run "
         "(never submitted, or its records are gone); list runs with `mother runs`"
@@ -490,11 +471,8 @@ def test_redis_restart_mid_run_is_outlived(tmp_path: Path) -> None:
                 },
             )
         )
-        wait_until(
-            lambda: p.redis.zrange(keys.HEARTBEATS, 0, -1),
-            timeout=20,
-            # the first phase is running
-        )
+        # the first phase is running
+        wait_until(lambda: p.redis.zrange(keys.HEARTBEATS, 0, -1), timeout=20)
         notices: list[str] = []
         waited: dict[str, ResultEnvelope] = {}
         waiter = threading.Thread(
@@ -522,19 +500,13 @@ def test_redis_restart_mid_run_is_outlived(tmp_path: Path) -> None:
         stop_pipeline(p)
 
 
+# at maxmemory, noeviction
+# a replica after a failover: READONLY
 @pytest.mark.parametrize(
     ("refuse", "restore"),
     [
-        (
-            ("CONFIG", "SET", "maxmemory", "1"),
-            ("CONFIG", "SET", "maxmemory", "0"),
-            # at maxmemory, noeviction
-        ),
-        (
-            ("REPLICAOF", "127.0.0.1", "1"),
-            ("REPLICAOF", "NO", "ONE"),
-            # a replica after a failover: READONLY
-        ),
+        (("CONFIG", "SET", "maxmemory", "1"), ("CONFIG", "SET", "maxmemory", "0")),
+        (("REPLICAOF", "127.0.0.1", "1"), ("REPLICAOF", "NO", "ONE")),
     ],
     ids=["maxmemory", "readonly"],
 )
@@ -545,10 +517,8 @@ def test_redis_refusing_writes_is_outlived(
     exit on the first refused write); once it takes writes again, a run goes through as before."""
     p = start_pipeline(tmp_path, mothers=1, workers=1)
     try:
-        assert (
-            p.wait(p.client.submit(example("three-phase"))).termination.reason == "success"
-            # all up
-        )
+        # all up
+        assert p.wait(p.client.submit(example("three-phase"))).termination.reason == "success"
         p.redis.execute_command(*refuse)
         # several lease renewals, heartbeats and watchdog ticks are refused
         time.sleep(3)

@@ -222,9 +222,7 @@ def test_timestamps_are_iso_utc_with_millis() -> None:
     """Server milliseconds format as ISO-8601 UTC with three decimals and Z; other forms are refused."""
     assert iso_from_ms(1766183445123) == "2025-12-19T22:30:45.123Z"
     assert iso_from_ms(5) == "1970-01-01T00:00:00.005Z"
-    assert (
-        ms_from_iso("2025-12-19T22:30:45.123Z") == 1766183445123
-        # the way back, to the millisecond
-    )
+    # the way back, to the millisecond
+    assert ms_from_iso("2025-12-19T22:30:45.123Z") == 1766183445123
     assert all(ms_from_iso(iso_from_ms(ms)) == ms for ms in range(1766183445000, 1766183446000))
     assert "timestamp" in _error(TerminationRecord, {**RECORD, "timestamp": "2025-12-19 22:30:45"})

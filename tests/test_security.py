@@ -40,13 +40,8 @@ def test_a_result_without_its_attempts_token_is_refused_and_recorded(
     on_phase_result(rt, forged, None, entry_id="1-1")
     on_phase_result(rt, forged, "guessed-token", entry_id="1-2")
     failed = forged.model_copy(update={"status": "failed", "error": "boom", "output": ""})
-    on_phase_result(
-        rt,
-        failed,
-        None,
-        entry_id="1-3",
-        # nor can a forged failure make Mother retry the attempt
-    )
+    # nor can a forged failure make Mother retry the attempt
+    on_phase_result(rt, failed, None, entry_id="1-3")
     run = rt.load_run(run_id)
     assert (run.phase_index, run.attempt, run.results) == (0, 1, [])
     assert [(v["kind"], v["entry_id"], v["run_id"]) for v in _violations(r)] == [
@@ -55,17 +50,13 @@ def test_a_result_without_its_attempts_token_is_refused_and_recorded(
         ("phase_result_without_token", "1-1", run_id),
     ]
     assert sum(1 for e in recent(r, 100, run_id=run_id) if e.type == "security_violation") == 3
-    token = r.getdel(
-        keys.attempt_token_key(run_id, 0, 1)
-        # what the worker that runs the attempt claims
-    )
+    # what the worker that runs the attempt claims
+    token = r.getdel(keys.attempt_token_key(run_id, 0, 1))
     on_phase_result(rt, forged.model_copy(update={"output": "the plan"}), token, entry_id="1-4")
     run = rt.load_run(run_id)
     assert (run.phase_index, run.attempt, [x.output for x in run.results]) == (1, 1, ["the plan"])
-    assert run.token_digest is not None and r.exists(
-        keys.attempt_token_key(run_id, 1, 1)
-        # the next attempt's
-    )
+    # the next attempt's
+    assert run.token_digest is not None and r.exists(keys.attempt_token_key(run_id, 1, 1))
     assert len(_violations(r)) == 3
 
 

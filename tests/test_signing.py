@@ -77,10 +77,8 @@ def test_required_signatures_gate_runs(tmp_path: Path) -> None:
         bad.details
         == f"role writer: {role} does not match its signature: it was altered after signing"
     )
-    assert (
-        no_file.reason == "policyViolation"
-        # a role with no file would run unsigned with default permissions
-    )
+    # a role with no file would run unsigned with default permissions
+    assert no_file.reason == "policyViolation"
     assert no_file.details.startswith(
         f"role stranger: no signed role file for role stranger in {roles / 'stranger.yaml'}"
     )
@@ -94,10 +92,8 @@ def test_tool_with_altered_manifest_is_blocked_before_execution(tmp_path: Path) 
     for name in ("read_file", "list_dir", "write_file", "spawn_run"):
         (manifests / f"{name}.yaml").write_text(f"name: {name}\n")
         sign_file(manifests / f"{name}.yaml", private)
-    (manifests / "write_file.yaml").write_text(
-        "name: write_file\nread_only: true\n"
-        # altered after signing
-    )
+    # altered after signing
+    (manifests / "write_file.yaml").write_text("name: write_file\nread_only: true\n")
     roles = tmp_path / "roles"
     roles.mkdir()
     (roles / "writer.yaml").write_text("max_tool_calls: 5\n")

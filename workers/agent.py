@@ -232,10 +232,8 @@ def _metered_call(
         used = (reply.input_tokens, reply.output_tokens)
         return reply
     except ProviderError as exc:
-        if exc.data.get(
-            "may_have_used"
-            # the server may have billed it: the prompt's estimate, not nothing
-        ):
+        # the server may have billed it: the prompt's estimate, not nothing
+        if exc.data.get("may_have_used"):
             used = (meter.estimate_failed(exc.message), 0)
         raise
     finally:

@@ -17,37 +17,17 @@ from typing import Any
 
 import orjson
 
-from mother import keys
 from mother.budget import Guard
-from mother.client import path_values
 from mother.config import ModelConfig
 from mother.errors import BudgetStopped, LimitExceeded
 from mother.limits import check_limits, fail_safe_message
 from mother.logs import get_logger
+from mother.records.budgets import read_counters
 from mother.tokens import BYTES_PER_TOKEN, Calibration, request_estimate
 
-__all__ = ["COUNTER_PATHS", "Meter", "estimate_prompt_tokens", "estimate_tokens", "read_counters"]
+__all__ = ["Meter", "estimate_prompt_tokens", "estimate_tokens"]
 
 log = get_logger("metering")
-
-COUNTER_PATHS = (
-    "$.model_calls",
-    "$.input_tokens",
-    "$.output_tokens",
-    "$.spend_micro_usd",
-    "$.duration_sec",
-)
-
-
-def read_counters(client: Any, run_id: str) -> dict[str, Any] | None:
-    """The counters the turn-start check needs, from ``budget:run:{run_id}``."""
-    return parse_counters(
-        client.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
-    )
-
-
-def parse_counters(raw: Any) -> dict[str, Any] | None:
-    return None if raw is None else path_values(raw)
 
 
 STOP_POLL_SECONDS = 0.5
@@ -84,30 +64,20 @@ class Meter:
         self.calibrate_as = (
             model_name if model.tokenizer is None and model.provider != "scripted" else None
         )
-        self._estimate = (
-            # the calibrated request estimate of the call in flight (0: nothing to calibrate)
-            0
-        )
-        self._prompt = (
-            # the conservative prompt estimate of the call in flight (what its reservation holds)
-            0
-        )
+        # the calibrated request estimate of the call in flight (0: nothing to calibrate)
+        self._estimate = 0
+        # the conservative prompt estimate of the call in flight (what its reservation holds)
+        self._prompt = 0
         self.limits = {
             k: (Decimal(str(v)) if k == "spend" else v) for k, v in (limits or {}).items()
         }
         self._spend = Decimal(0)
-        self.counters: dict[str, Any] | None = (
-            # the run's counters as of the last settle (or phase start)
-            None
-        )
-        self.defer_final = (
-            # settle the final call with the phase's last write (one round trip fewer)
-            False
-        )
-        self.pending: tuple[str, int, int] | None = (
-            # that deferred settle: (op, input, output tokens)
-            None
-        )
+        # the run's counters as of the last settle (or phase start)
+        self.counters: dict[str, Any] | None = None
+        # settle the final call with the phase's last write (one round trip fewer)
+        self.defer_final = False
+        # that deferred settle: (op, input, output tokens)
+        self.pending: tuple[str, int, int] | None = None
 
     def spend_usd(self) -> float:
         return float(self._spend)

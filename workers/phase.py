@@ -48,8 +48,10 @@ from mother.functions import call
 from mother.hooks import HarnessAction, load_hooks
 from mother.lifecycle import JOB_FUNCTION, is_current
 from mother.logs import configure_logging, get_logger
+from mother.records import POSITION_PATHS, parse_position
+from mother.records.budgets import COUNTER_PATHS, parse_counters
 from mother.roles import role_settings, tool_manifest_error
-from mother.runtime import POSITION_PATHS, Runtime, parse_position
+from mother.runtime import Runtime
 from mother.security import record_violation
 from mother.server import parent_death_signal
 from mother.signing import SignatureInvalid
@@ -64,7 +66,7 @@ from schemas import (
 )
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness, HookDecision
-from workers.metering import COUNTER_PATHS, Meter, parse_counters
+from workers.metering import Meter
 from workers.providers import Provider, make_provider
 from workers.spawn import SpawnRun
 from workers.tools import FILE_TOOLS, ToolBox
@@ -157,10 +159,8 @@ def beat(client: Any, member: str, *, existing: bool = False) -> Any:
 # monitor loop), and the horse starts its own thread only when that worker dies first: Linux sends it
 # ORPHAN_SIGNAL then (PR_SET_PDEATHSIG). Where that signal cannot be armed, the horse beats for itself.
 ORPHAN_SIGNAL = signal.SIGUSR2
-_beaten_by_worker: str | None = (
-    # the attempt (its member) the worker that forked this horse beats for
-    None
-)
+# the attempt (its member) the worker that forked this horse beats for
+_beaten_by_worker: str | None = None
 # this horse's worker died (or cannot tell it would): the horse beats for itself
 _orphaned = False
 # the heartbeat of the attempt this process runs now
@@ -190,10 +190,8 @@ def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
     )
 
 
-FirstRead = tuple[
-    RunState | None, Any, Any, str | None
-    # the run, its counters (raw), the phase's context
-]
+# the run, its counters (raw), the phase's context
+FirstRead = tuple[RunState | None, Any, Any, str | None]
 # (raw or checked), and the attempt's result token (claimed by this read: None when it was not there to claim)
 
 
@@ -314,12 +312,8 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     prepared = None
     if got is not None and got[0] == (run_id, phase_index, attempt):
         (state, raw_counters, raw_context, token), prepared = got[1], got[2]
-    elif read is not None and read[0] == (
-        run_id,
-        phase_index,
-        attempt,
-        # read by the worker, not parsed there
-    ):
+    # read by the worker, not parsed there
+    elif read is not None and read[0] == (run_id, phase_index, attempt):
         state, raw_counters, raw_context, token = _parsed(read[1])
     else:
         state, raw_counters, raw_context, token = _parsed(
@@ -329,10 +323,8 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
         # beaten before the run was read: take it back
         rt.redis.zrem(keys.HEARTBEATS, member)
         return {"status": "stale"}
-    if (
-        token is None
-        # claimed before us: this job runs twice, or someone took it to report in its place
-    ):
+    # claimed before us: this job runs twice, or someone took it to report in its place
+    if token is None:
         log.error("attempt_token_missing", run_id=run_id, phase_index=phase_index, attempt=attempt)
         record_violation(
             rt.redis,
@@ -345,10 +337,8 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
             worker=_worker_name(),
             why="the attempt's result token was claimed before this job started; it cannot report",
         )
-        return {
-            "status": "no_token"
-            # its heartbeat lapses unless another worker really runs the attempt
-        }
+        # its heartbeat lapses unless another worker really runs the attempt
+        return {"status": "no_token"}
     _running = heartbeat
     if _orphaned or _beaten_by_worker != member:
         heartbeat.start()
@@ -390,10 +380,8 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     return {"status": result.status, "artifacts": result.artifacts}
 
 
-PROJECT_JOBS = frozenset(
-    {JOB_FUNCTION}
-    # the job functions of this project a worker runs (and worker.allowed_jobs)
-)
+# the job functions of this project a worker runs (and worker.allowed_jobs)
+PROJECT_JOBS = frozenset({JOB_FUNCTION})
 
 
 def job_refusal(job: Job, allowed: frozenset[str]) -> str | None:
@@ -448,10 +436,8 @@ class PhaseWorker(Worker):
             # a malformed job fails in the horse, with RQ's own error
             if len(args) == 3:
                 prefetch(*args)
-                _beaten_by_worker = keys.member_of_job(
-                    args
-                    # None: the horse fails it with RQ's error
-                )
+                # None: the horse fails it with RQ's error
+                _beaten_by_worker = keys.member_of_job(args)
             pools.append(runtime().redis.connection_pool)
         # the horses inherit a clock measured within RESYNC_AFTER_MS
         if _runtime is not None:
@@ -504,10 +490,8 @@ class PhaseWorker(Worker):
         )
 
     def main_work_horse(self, job: Job, queue: Queue) -> None:
-        if (
-            _beaten_by_worker is not None
-            # in the horse: if the worker dies first, beat for the attempt
-        ):
+        # in the horse: if the worker dies first, beat for the attempt
+        if _beaten_by_worker is not None:
             watch_worker(self._parent_pid)
         super().main_work_horse(job, queue)
 
@@ -756,10 +740,8 @@ def _run(
             notice=notice,
         )
     text = outcome.text + summary_note(context)
-    if (
-        len(text) > MAX_OUTPUT_CHARS
-        # a PhaseResult holds no more: the attempt failed on it, every time
-    ):
+    # a PhaseResult holds no more: the attempt failed on it, every time
+    if len(text) > MAX_OUTPUT_CHARS:
         notice = f"output cut to its first {MAX_OUTPUT_CHARS} characters; the reply had {len(text)}"
         bound.warning("output_cut", notice=notice)
         outcome.notices.append(notice)

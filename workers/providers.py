@@ -46,10 +46,8 @@ class ToolCall:
     name: str
     # a JSON object when the model got it right; ToolBox.run refuses anything else
     arguments: Any
-    text: str | None = (
-        # the arguments as the model wrote them, when it wrote text: echoed back as they came
-        None
-    )
+    # the arguments as the model wrote them, when it wrote text: echoed back as they came
+    text: str | None = None
 
 
 @dataclass
@@ -144,10 +142,8 @@ class ScriptedProvider:
 # request on it, so its connection pool is empty at every fork: a horse's connections are its own.
 _SDK_CLIENTS: dict[tuple[str | None, str, float], Any] = {}
 SDK_CLIENTS_MAX = 64
-sdk_warmed: bool | None = (
-    # None: not tried in this process; False: the warm-up failed (logged)
-    None
-)
+# None: not tried in this process; False: the warm-up failed (logged)
+sdk_warmed: bool | None = None
 
 
 def sdk_client(base_url: str | None, api_key: str, timeout: float) -> Any:

@@ -68,13 +68,8 @@ class SpawnRun:
     def run(self, workspace: Path, arguments: dict[str, Any]) -> str:
         spec = self._child_spec(arguments)
         try:
-            resolve_limits(
-                {},
-                None,
-                None,
-                self.state.limits,
-                # depth check before anything is charged
-            )
+            # depth check before anything is charged
+            resolve_limits({}, None, None, self.state.limits)
         except DepthExhausted as exc:
             raise ToolError(exc.message) from None
         try:
@@ -86,11 +81,8 @@ class SpawnRun:
         assert spec.run_id is not None
         reserved = False
         try:
-            ledger.report_actual(
-                self.state.run_id,
-                self._own_spend(),
-                # so "remaining" counts what we spent
-            )
+            # so "remaining" counts what we spent
+            ledger.report_actual(self.state.run_id, self._own_spend())
             ledger.reserve(spec.run_id, Decimal(str(arguments["budget"])), self.state.run_id)
             reserved = True
             submit_with_backpressure(self.rt.redis, self.rt.settings, spec.to_json(), spec.run_id)

@@ -130,16 +130,12 @@ class ToolBox:
         manifest_check: Any = None,
     ):
         self.workspace = workspace
-        self.manifest_check = (
-            # tool name -> why it may not run (signed manifests), or None
-            manifest_check
-        )
+        # tool name -> why it may not run (signed manifests), or None
+        self.manifest_check = manifest_check
         # the run's capability token; None: no check (library use, tests)
         self.granted = granted
-        self._made = (
-            # the directory is made when a tool first needs it (most phases call none)
-            False
-        )
+        # the directory is made when a tool first needs it (most phases call none)
+        self._made = False
         self.tools = {tool.name: tool for tool in tools}
         self.max_output_chars = max_output_chars
 

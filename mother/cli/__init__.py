@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from mother.cli import admin, budget, runs, services, signing
+from mother.cli import admin, budget, inspect, runs, services, signing
 from mother.cli._common import fail
 
 __all__ = ["app", "main"]
@@ -30,7 +30,7 @@ app.command()(runs.wait)
 app.command()(runs.cancel)
 app.command("runs")(runs.runs)
 app.command()(admin.doctor)
-app.command("inspect")(admin.inspect_key)
+app.command("inspect")(inspect.inspect_key)
 app.command()(admin.version)
 schema_app.command("export")(admin.schema_export)
 app.add_typer(schema_app, name="schema")
@@ -47,10 +47,8 @@ def main() -> None:
         code = app(standalone_mode=False)
     # typer's click exceptions: UsageError, BadParameter, NoSuchOption...
     except typer.TyperException as exc:
-        if (
-            type(exc).__name__ == "NoArgsIsHelpError"
-            # `mother` or `mother budget` alone: show the help
-        ):
+        # `mother` or `mother budget` alone: show the help
+        if type(exc).__name__ == "NoArgsIsHelpError":
             exc.show()  # type: ignore[attr-defined]
             sys.exit(exc.exit_code)
         ctx = getattr(exc, "ctx", None)

@@ -5,24 +5,22 @@ from __future__ import annotations
 import platform
 import signal
 import time
-from itertools import islice
 from pathlib import Path
 from typing import Annotated, Any
 
-import orjson
 import redis
 import typer
 from rich.text import Text
 
 from mother import keys
 from mother.acl import check as acl_check
-from mother.cli._common import console, describe_url, fail, handle_errors, redis_client, settings
+from mother.cli._common import console, describe_url, fail, handle_errors, settings
 from mother.config import QUEUES, config_path
-from mother.connection import connect, server_info
-from mother.errors import MotherError, NotFound
+from mother.connection import server_info
+from mother.errors import MotherError
 from mother.server import EmbeddedRedis
 
-__all__ = ["doctor", "inspect_key", "schema_export", "server", "version"]
+__all__ = ["doctor", "schema_export", "server", "version"]
 
 
 @handle_errors
@@ -170,65 +168,6 @@ def _row(ok: bool | None, what: str, detail: str) -> None:
     """One line of the doctor's report: ok, FAIL, or (``ok`` None) warn."""
     mark = ("ok  ", "green") if ok else ("warn", "yellow") if ok is None else ("FAIL", "red")
     console.print(Text.assemble(mark, f" {what:<18} {detail}"), soft_wrap=True)
-
-
-@handle_errors
-def inspect_key(
-    target: Annotated[
-        str, typer.Argument(help="a run id, or a Redis key such as termination:run-abc123")
-    ],
-) -> None:
-    """Pretty JSON of a run (state, termination, budget, artifacts, activity) or of any key."""
-    from mother.cli.runs import resolve_inspect
-    from mother.client import MotherClient
-
-    cfg = settings()
-    client = MotherClient(settings=cfg, client=redis_client(cfg))
-    console.print_json(orjson.dumps(resolve_inspect(client, target)).decode())
-
-
-def read_key(client: redis.Redis, url: str, key: str) -> Any:
-    """A key's value as plain JSON-ready data, whatever its type (the first 1000 items of a collection,
-    the newest 100 entries of a stream). Read as bytes: what is not UTF-8 is shown as \\xNN escapes."""
-    kind = client.type(key)
-    if kind == "none":
-        raise NotFound(
-            f"key {key!r} does not exist; list keys with `redis-cli --scan --pattern 'run:*'`"
-        )
-    if kind == "ReJSON-RL":
-        return orjson.loads(client.execute_command("JSON.GET", key))
-    with connect(url, check=False, decode_responses=False) as raw:
-        if kind == "string":
-            value = raw.get(key)
-            try:
-                return orjson.loads(value)
-            except orjson.JSONDecodeError:
-                return _readable(value)
-        if kind == "hash":
-            return _readable(dict(islice(raw.hscan_iter(key), 1000)))
-        if kind == "list":
-            return _readable(raw.lrange(key, 0, 999))
-        if kind == "set":
-            return sorted(_readable(list(islice(raw.sscan_iter(key), 1000))))
-        if kind == "zset":
-            return [
-                {"member": _readable(m), "score": s}
-                for m, s in raw.zrange(key, 0, 999, withscores=True)
-            ]
-        if kind == "stream":
-            return [{"id": _readable(i), **_readable(f)} for i, f in raw.xrevrange(key, count=100)]
-    return {"type": kind, "note": "not rendered"}
-
-
-def _readable(value: Any) -> Any:
-    """Bytes as text, with what is not UTF-8 as \\xNN escapes, through dicts and lists."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    if isinstance(value, dict):
-        return {_readable(k): _readable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_readable(v) for v in value]
-    return value
 
 
 @handle_errors

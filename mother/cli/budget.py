@@ -10,17 +10,11 @@ from rich.table import Table
 from rich.text import Text
 
 from mother import keys
-from mother.budget import (
-    CODES,
-    USER_CODES,
-    budget_doc,
-    budget_view,
-    emergency_stop,
-    override,
-    reset_stop,
-)
+from mother.budget import emergency_stop, override, reset_stop
 from mother.cli._common import console, fail, handle_errors, redis_client, settings
+from mother.codes import CODES, USER_CODES
 from mother.errors import NotFound
+from mother.records.budgets import budget_doc, budget_view
 from mother.runtime import Runtime
 
 __all__ = ["app"]
@@ -137,10 +131,8 @@ def show(
 def _effective(doc: dict[str, Any]) -> dict[str, Any]:
     limits = dict(doc.get("limits") or {})
     for o in doc.get("overrides") or []:
-        limits[o["dimension"]] = (
-            limits.get(o["dimension"], 0) + o["delta"]
-            # shown incl. expired: see the list
-        )
+        # shown incl. expired: see the list
+        limits[o["dimension"]] = limits.get(o["dimension"], 0) + o["delta"]
     return limits
 
 

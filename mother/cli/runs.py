@@ -11,15 +11,11 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from mother import keys
-from mother.activity import recent
-from mother.budget import budget_view
 from mother.cli._common import console, ctrl_c_held, err_console, fail, handle_errors, settings
 from mother.client import MotherClient, check_timeout, load_spec_file, load_spec_text
-from mother.errors import NotFound
-from schemas import ResultEnvelope, RunState, iso_from_ms
+from schemas import ResultEnvelope, RunState
 
-__all__ = ["cancel", "inspect_run", "runs", "status", "submit", "wait"]
+__all__ = ["cancel", "runs", "runs_table", "status", "submit", "wait"]
 
 
 def _client() -> MotherClient:
@@ -200,45 +196,3 @@ def runs_table(rows: list[dict[str, Any]], title: str = "runs") -> Table:
             )
         )
     return table
-
-
-def inspect_run(client: MotherClient, run_id: str) -> dict[str, Any]:
-    """Everything about a run: state, termination, result, budget, artifacts, recent activity, and since when
-    its end has waited to be applied (``end_pending_since``: its Mother died between its record and the rest)."""
-    state = client.status(run_id)
-    r = client.redis
-    out: dict[str, Any] = {"run": state.to_dict()}
-    raw = r.execute_command("JSON.GET", keys.termination_key(run_id))
-    out["termination"] = orjson.loads(raw) if raw else None
-    out["budget"] = budget_view(r, run_id)
-    out["artifacts"] = []
-    for artifact_id in state.artifacts:
-        raw = r.execute_command("JSON.GET", keys.artifact_meta_key(artifact_id))
-        out["artifacts"].append(
-            orjson.loads(raw) if raw else {"artifact_id": artifact_id, "missing": True}
-        )
-    out["activity"] = [e.to_dict() for e in recent(r, 50, run_id=run_id)]
-    pending = r.zscore(
-        keys.RUNS_ENDING,
-        run_id,
-        # its record is written, the rest of its end not yet applied
-    )
-    out["end_pending_since"] = iso_from_ms(int(pending)) if pending is not None else None
-    return out
-
-
-def resolve_inspect(client: MotherClient, target: str) -> Any:
-    """``inspect`` takes a key, or a run id (then shows the whole run)."""
-    from mother.cli.admin import read_key
-
-    try:
-        return read_key(client.redis, client.settings.redis_url, target)
-    except NotFound:
-        if not keys.is_id(target):
-            raise
-        if client.redis.exists(keys.run_key(target)):
-            return inspect_run(client, target)
-        raise NotFound(
-            f"no run and no key {target!r}; list runs with `mother runs`, "
-            "keys with `redis-cli --scan --pattern 'run:*'`"
-        ) from None

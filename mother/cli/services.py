@@ -22,8 +22,9 @@ __all__ = ["run", "up", "worker"]
 def run() -> None:
     """Run the Mother service (leader when it holds the lease, standby otherwise)."""
     from mother.service import Mother
+    from workers.providers import make_provider
 
-    mother = Mother(settings())
+    mother = Mother(settings(), make_provider=make_provider)
     mother.install_signal_handlers()
     mother.run_forever()
 

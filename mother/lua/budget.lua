@@ -446,7 +446,8 @@ end
 -- tag is one more than the larger of the queue's virtual time (the tag of the run started last) and its
 -- user's last tag, so the users with waiting runs take turns, and each user's runs keep their order; runs
 -- with one tag go in the order they came (a sequence number). Its score is tag * SEQ_SPAN + sequence.
-local SEQ_SPAN = 10000000
+-- rendered from mother.codes.SEQ_SPAN (a library loads no number from text: read in mh_admit)
+local SEQ_SPAN_TEXT = '__SEQ_SPAN__'
 
 local function hash_number(key, field)
   return tonumber(redis.call('HGET', key, field) or '0') or 0
@@ -504,8 +505,9 @@ local function mh_admit(keys, args)
   local queued = redis.call('ZCARD', keys[6])
   if not a.child and (concurrent >= max or queued > 0) then  -- wait for a slot, behind those already waiting
     local tag = math.max(hash_number(keys[7], 'vtime'), hash_number(keys[7], 'user:' .. a.user_id)) + 1
-    local seq = redis.call('HINCRBY', keys[7], 'seq', 1) % SEQ_SPAN
-    redis.call('ZADD', keys[6], tag * SEQ_SPAN + seq, a.run_id)
+    local span = tonumber(SEQ_SPAN_TEXT)
+    local seq = redis.call('HINCRBY', keys[7], 'seq', 1) % span
+    redis.call('ZADD', keys[6], tag * span + seq, a.run_id)
     redis.call('HSET', keys[7], 'user:' .. a.user_id, tag)
     record_admission(keys[5], '"waiting"')
     local position = redis.call('ZRANK', keys[6], a.run_id) + 1

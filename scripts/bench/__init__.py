@@ -16,10 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 HOPS_STREAM = "mother:bench:hops"
 # the floor's phases report here to its dispatcher
 FLOOR_STREAM = "mother:bench:floor"
-FLOOR_ENDING = (
-    # the floor's ended runs (Mother's own mother:ending stays clear)
-    "mother:bench:floor:ending"
-)
+# the floor's ended runs (Mother's own mother:ending stays clear)
+FLOOR_ENDING = "mother:bench:floor:ending"
 BENCH_JOBS = (
     "scripts.bench.noop.chain",
     "scripts.bench.noop.hop",

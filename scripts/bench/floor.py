@@ -35,11 +35,11 @@ from mother.budget import Guard, open_run_budget
 from mother.clock import ServerClock
 from mother.config import Settings
 from mother.functions import call, follow_ups
-from mother.runtime import POSITION_PATHS, parse_position
+from mother.records import POSITION_PATHS, parse_position
+from mother.records.budgets import COUNTER_PATHS
 from schemas import RunSpec, iso_from_ms
 from scripts.bench import FLOOR_ENDING, FLOOR_STREAM
 from scripts.bench.noop import serve
-from workers.metering import COUNTER_PATHS
 from workers.phase import beat, runtime
 
 __all__ = ["PHASES", "floor_job_id", "floor_run_id", "open_run", "phase", "relay", "relay_command"]
@@ -225,10 +225,8 @@ def _dispatch(
         )
         return
     name = PHASES[step + 1]
-    writes = conn.pipeline(
-        transaction=True
-        # never executed: its commands become mh_transition's follow-ups
-    )
+    # never executed: its commands become mh_transition's follow-ups
+    writes = conn.pipeline(transaction=True)
     queue.enqueue_call(
         JOB,
         args=(index, step + 1, steps),

@@ -1,0 +1,108 @@
+"""``run:{run_id}``: the run record (``schemas.RunState``) and the paths of it the product reads or writes.
+
+Mother writes the record (``mh_create_run``, ``mh_transition``, ``mh_terminate``, ``mh_budget_state``);
+every other reader goes through here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from mother import keys
+from mother.errors import RecordInvalid
+from mother.records._json import path_values
+from schemas import ACTIVE_STATUSES, RunSpec, RunState, describe_validation_error
+
+__all__ = [
+    "ADMISSION_PATH",
+    "CAPABILITIES_PATH",
+    "POSITION_PATHS",
+    "SPEC_PATH",
+    "TOKEN_DIGEST_PATH",
+    "is_active_at",
+    "parse_position",
+    "parse_run_record",
+    "queue_position_read",
+    "read_capabilities",
+    "read_run",
+    "read_spec",
+    "set_admission",
+    "set_token_digest",
+]
+
+POSITION_PATHS = ("$.status", "$.phase_index", "$.attempt")
+SPEC_PATH = "$.spec"
+CAPABILITIES_PATH = "$.capabilities"
+ADMISSION_PATH = "$.admission"
+TOKEN_DIGEST_PATH = "$.token_digest"
+
+
+def parse_run_record(run_id: str, raw: str | bytes) -> RunState:
+    """``run:{id}`` as read (JSON.GET of the whole document), validated; a one-line ``RecordInvalid`` when
+    it is not a run record (edited by hand, or written by an incompatible version)."""
+    try:
+        return RunState.model_validate(orjson.loads(raw))
+    except orjson.JSONDecodeError as exc:
+        why = f"not JSON: {exc}"
+    except ValidationError as exc:
+        why = describe_validation_error(exc, limit=2)
+    raise RecordInvalid(
+        f"run {run_id}'s record ({keys.run_key(run_id)}) is not a valid run record ({why}); it was "
+        "changed outside Mother or written by another version: restore it, or delete the key"
+    )
+
+
+def read_run(client: Any, run_id: str) -> RunState | None:
+    """The run's record, validated; None when there is none."""
+    raw = client.execute_command("JSON.GET", keys.run_key(run_id))
+    return parse_run_record(run_id, raw) if raw else None
+
+
+def read_spec(client: Any, run_id: str) -> RunSpec | None:
+    """The run's spec (immutable once submitted); None when there is no run."""
+    raw = client.execute_command("JSON.GET", keys.run_key(run_id), SPEC_PATH)
+    return RunSpec.model_validate(orjson.loads(raw)[0]) if raw else None
+
+
+def read_capabilities(client: Any, run_id: str) -> list[str]:
+    """The run's capability token (its granted patterns); none when there is no run."""
+    raw = client.execute_command("JSON.GET", keys.run_key(run_id), CAPABILITIES_PATH)
+    return list(orjson.loads(raw)[0]) if raw else []
+
+
+def parse_position(raw: Any) -> tuple[str, int, int] | None:
+    """A run's (status, phase_index, attempt) from ``JSON.GET run:{id} *POSITION_PATHS``; None if no run,
+    or a record that holds no such position (edited by hand: it is not a run anything can act on)."""
+    # an Exception: a pipeline's reply for a key of another type
+    if not raw or isinstance(raw, Exception):
+        return None
+    got = path_values(raw)
+    status, index, attempt = got.get("status"), got.get("phase_index"), got.get("attempt")
+    if isinstance(status, str) and type(index) is type(attempt) is int:
+        return status, index, attempt
+    return None
+
+
+def is_active_at(position: tuple[str, int, int] | None, index: int, attempt: int) -> bool:
+    """Whether a position (:func:`parse_position`) is this attempt of a run that is running (or stopped)."""
+    return (
+        position is not None and position[0] in ACTIVE_STATUSES and position[1:] == (index, attempt)
+    )
+
+
+def queue_position_read(pipe: Any, run_id: str) -> None:
+    """Queue the read of the run's position and its attempt's token digest on ``pipe``."""
+    pipe.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS, TOKEN_DIGEST_PATH)
+
+
+def set_admission(pipe: Any, run_id: str, decision: str) -> None:
+    """Queue the run's admission decision (``admitted`` / ``waiting``) on ``pipe``."""
+    pipe.execute_command("JSON.SET", keys.run_key(run_id), ADMISSION_PATH, orjson.dumps(decision))
+
+
+def set_token_digest(pipe: Any, run_id: str, digest: str) -> None:
+    """Queue the current attempt's token digest on ``pipe`` (its dispatch)."""
+    pipe.execute_command("JSON.SET", keys.run_key(run_id), TOKEN_DIGEST_PATH, orjson.dumps(digest))

@@ -1,0 +1,88 @@
+"""The package layering: schemas import nothing of ours, mother's library never imports workers (only its
+CLI, which runs them), and no module imports itself back through others (no import cycle)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("mother", "workers", "schemas")
+
+
+def _graph() -> dict[str, set[str]]:
+    """Each module of ours and the modules of ours it imports (anywhere in it, functions included)."""
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            imported = []
+            if isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            for target in imported:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    found.add(target)
+        graph[name] = found
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_no_import_cycles() -> None:
+    """No module of ours imports itself back through others."""
+    assert _cycles(_graph()) == []
+
+
+def test_nothing_imports_upward() -> None:
+    """schemas imports nothing of ours; mother's library imports nothing of workers (the CLI may: it runs them)."""
+    upward = [
+        (name, target)
+        for name, targets in _graph().items()
+        for target in targets
+        if (name.startswith("schemas") and not target.startswith("schemas"))
+        or (
+            name.startswith("mother")
+            and not name.startswith("mother.cli")
+            and target.startswith("workers")
+        )
+    ]
+    assert upward == []
