@@ -654,7 +654,6 @@ def rate_check(client: redis.Redis, settings: Settings, user_id: str) -> int:
             f"user {user_id} sent {limit.messages} messages in the last {limit.window_seconds}s; "
             f"retry after {retry:.1f}s",
             retry_after=retry,
-            status=429,
             user_id=user_id,
         )
     return int(value)

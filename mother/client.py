@@ -32,7 +32,9 @@ from mother.errors import (
     not_utf8,
 )
 from mother.functions import server_now_ms
-from mother.records import parse_run_record, path_values
+from mother.records import parse_run_record, path_values, runs
+from mother.records.rejections import read_rejection_for
+from mother.records.results import queue_termination_read, read_result
 from mother.specs import check_models
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
@@ -192,12 +194,12 @@ class MotherClient:
 
     # -- read ------------------------------------------------------------
     def status(self, run_id: str) -> RunState:
-        raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
+        raw = runs.read_raw(self.redis, run_id)
         if raw is None:
             idle = self._intake_idle()
             # read again: Mother may have taken it in since the first look
             if idle:
-                raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id))
+                raw = runs.read_raw(self.redis, run_id)
             if raw is None:
                 raise self._missing(run_id, idle)
         return parse_run_record(run_id, raw)
@@ -228,18 +230,13 @@ class MotherClient:
         ) == (0, 0)
 
     def result(self, run_id: str) -> ResultEnvelope | None:
-        raw = self.redis.execute_command("JSON.GET", keys.result_key(run_id))
-        return ResultEnvelope.model_validate(orjson.loads(raw)) if raw else None
+        """The run's result envelope (with its termination record once it ended), or None."""
+        return read_result(self.redis, run_id)
 
     def rejection_for(self, run_id: str) -> dict[str, Any] | None:
         """The newest rejection naming ``run_id`` (``rejections:by_run`` names its entry), or None."""
-        entry_id = self.redis.hget(keys.REJECTIONS_BY_RUN, run_id)
-        raw = (
-            self.redis.execute_command("JSON.GET", keys.rejection_key(entry_id))
-            if entry_id
-            else None
-        )
-        return orjson.loads(raw) if raw else None
+        found = read_rejection_for(self.redis, run_id)
+        return found.to_dict() if found is not None else None
 
     def wait(
         self,
@@ -455,10 +452,8 @@ class MotherClient:
         # every run's two reads in one round trip
         pipe = self.redis.pipeline(transaction=False)
         for run_id in ids:
-            pipe.execute_command(
-                "JSON.GET", keys.run_key(run_id), "$.user_id", "$.status", "$.phase", "$.created_at"
-            )
-            pipe.execute_command("JSON.GET", keys.termination_key(run_id))
+            runs.queue_listing_read(pipe, run_id)
+            queue_termination_read(pipe, run_id)
         replies = pipe.execute(raise_on_error=False) if ids else []
         rows = []
         for run_id, run_raw, term_raw in zip(ids, replies[::2], replies[1::2], strict=False):

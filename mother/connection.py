@@ -321,11 +321,12 @@ def connect_waiting(url: str, wait_seconds: float, log: Any) -> redis.Redis:
         try:
             client = connect(url)
         except RedisUnavailable as exc:
-            if not exc.data.get("unreachable") or time.monotonic() >= deadline:
+            if not exc.unreachable or time.monotonic() >= deadline:
                 if outage.active:
                     raise RedisUnavailable(
                         f"{exc.message} (waited {wait_seconds:g} s; MOTHER_REDIS_WAIT_SECONDS sets how long)",
-                        **exc.data,
+                        url=exc.url,
+                        unreachable=exc.unreachable,
                     ) from None
                 raise
             outage.failed(exc)

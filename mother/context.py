@@ -54,6 +54,7 @@ __all__ = [
     "extractive_summary",
     "llm_summarizer",
     "load",
+    "queue_load",
     "render",
     "store",
     "summary_notes",
@@ -526,6 +527,11 @@ def _summarize(
     )
     content = summary_notes(section, summary_id, size, extract.tokens, method) + "\n" + extract.text
     return summary, content, fallback
+
+
+def queue_load(pipe: Any, run_id: str, index: int) -> None:
+    """Queue the read of a phase's composed context on ``pipe``; check its reply with :func:`load`."""
+    pipe.execute_command("JSON.GET", keys.context_key(run_id, index))
 
 
 def load(raw: Any, run_id: str, index: int) -> ComposedContext:

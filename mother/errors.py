@@ -1,30 +1,36 @@
 """Every error Mother-Harness raises on purpose.
 
-Each class carries a stable ``code`` (for machines, logs and the CLI's exit
-paths) and a one-line message that says what was wrong and what to do. The CLI
-prints ``error[code]: message`` and never a traceback for these.
+Each class carries a stable ``code`` (for machines, logs, the CLI's exit paths, and a failed phase's
+``error_code``: Mother decides what a failure means by it) and a one-line message that says what was
+wrong and what to do; what a caller needs beyond that is a typed attribute. The CLI prints
+``error[code]: message`` and never a traceback for these.
 
     MotherError                      code
     ├── ConfigError                  config_invalid
-    ├── InvalidSpec                  invalid_spec
+    ├── InvalidSpec                  invalid_spec       (field)
+    ├── PolicyViolation              policy_violation   (a run asked for what policy forbids)
+    │   └── SignatureInvalid         signature_invalid  (a role file or tool manifest fails its signature)
     ├── NotFound                     not_found
+    │   └── NoSuchRun                not_found          (no run, and none waiting to be taken in)
     ├── WaitTimeout                  wait_timeout
-    ├── ProviderError                provider_error
+    ├── ProviderError                provider_error     (transient, retry_after, may_have_used)
     │   └── ScriptExhausted          script_exhausted
     ├── ToolError                    tool_error
     ├── PhaseStale                   phase_stale
+    ├── HookDecision                 hook_decision      (action, event, hook; result_code hook_<action>:<event>)
     ├── BudgetExhausted              budget_exhausted   (limit_code, current, max)
     │   ├── BudgetStopped            budget_stopped     (an emergency stop is in force)
-    │   └── LimitExceeded            limit_exceeded     (a seed-000 run limit at a turn's start)
-    ├── RateLimited                  rate_limited       (status 429, retry_after seconds)
+    │   ├── LimitExceeded            limit_exceeded     (a run limit at a turn's start)
+    │   └── DepthExhausted           depth_exhausted    (a child's parent has no depth left)
+    ├── RateLimited                  rate_limited       (status 429, retry_after, user_id)
     ├── QueueFull                    queue_full         (depth, max)
     ├── OverrideRefused              override_refused
     ├── InsufficientBudget           insufficient_budget (remaining, requested)
     ├── LedgerError                  ledger_error
-    ├── ContextBudgetExceeded        context_budget_exceeded (required, available, model)
+    ├── ContextBudgetExceeded        context_budget_exceeded (factors)
     ├── ContextInvalid               context_invalid    (an agent refused its composed context)
     ├── RecordInvalid                record_invalid     (a record in Redis that is not what its key holds)
-    ├── RedisUnavailable             redis_unavailable
+    ├── RedisUnavailable             redis_unavailable  (url, unreachable)
     │   └── MissingJSONModule        redis_no_json
     └── ServerError                  server_error
         ├── ServerBinaryMissing      server_binary_missing
@@ -32,14 +38,11 @@ prints ``error[code]: message`` and never a traceback for these.
         ├── ModuleLoadFailed         server_module_load_failed
         ├── DataDirNotWritable       server_dir_not_writable
         └── DataDirInUse             server_dir_in_use
-
-Later parts of the system add their own branches (budget, rate limits,
-policies) under ``MotherError`` in this module and redraw the tree.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "BudgetExhausted",
@@ -49,6 +52,8 @@ __all__ = [
     "ContextInvalid",
     "DataDirInUse",
     "DataDirNotWritable",
+    "DepthExhausted",
+    "HookDecision",
     "InsufficientBudget",
     "InvalidSpec",
     "LedgerError",
@@ -60,6 +65,7 @@ __all__ = [
     "NotFound",
     "OverrideRefused",
     "PhaseStale",
+    "PolicyViolation",
     "PortInUse",
     "ProviderError",
     "QueueFull",
@@ -69,6 +75,7 @@ __all__ = [
     "ScriptExhausted",
     "ServerBinaryMissing",
     "ServerError",
+    "SignatureInvalid",
     "ToolError",
     "WaitTimeout",
     "not_utf8",
@@ -78,19 +85,27 @@ __all__ = [
 class MotherError(Exception):
     """Base of every deliberate Mother-Harness error."""
 
-    code: str = "mother_error"
+    code: ClassVar[str] = "mother_error"
 
-    def __init__(self, message: str, **data: Any) -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-        self.data = data
 
     def __str__(self) -> str:
         return self.message
 
+    @property
+    def result_code(self) -> str:
+        """The ``error_code`` a failed phase reports for this error (its code)."""
+        return self.code
+
+    def details(self) -> dict[str, Any]:
+        """What the error carries beyond its message (its typed attributes)."""
+        return {}
+
     def to_dict(self) -> dict[str, Any]:
-        """The error as a JSON-ready mapping: code, message and its data."""
-        return {"code": self.code, "message": self.message, **self.data}
+        """The error as a JSON-ready mapping: code, message and its details."""
+        return {"code": self.code, "message": self.message, **self.details()}
 
 
 class ConfigError(MotherError):
@@ -99,6 +114,25 @@ class ConfigError(MotherError):
 
 class InvalidSpec(MotherError):
     code = "invalid_spec"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def details(self) -> dict[str, Any]:
+        return {"field": self.field} if self.field else {}
+
+
+class PolicyViolation(MotherError):
+    """A run asked for what the deployment's policy forbids (it ends ``policyViolation``)."""
+
+    code = "policy_violation"
+
+
+class SignatureInvalid(PolicyViolation):
+    """A role file or tool manifest is unsigned, altered after signing, or signed by an untrusted key."""
+
+    code = "signature_invalid"
 
 
 class NotFound(MotherError):
@@ -116,9 +150,29 @@ class WaitTimeout(MotherError):
 
 
 class ProviderError(MotherError):
-    """A model provider failed (connection, HTTP error, malformed reply)."""
+    """A model provider failed (connection, HTTP error, malformed reply). ``transient``: worth sending
+    again (no connection, a timeout, HTTP 408/409/429/5xx), after ``retry_after`` seconds when the server
+    said; ``may_have_used``: the server may have worked on (and billed) the call."""
 
     code = "provider_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool = False,
+        retry_after: float | None = None,
+        may_have_used: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.transient, self.retry_after, self.may_have_used = transient, retry_after, may_have_used
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "transient": self.transient,
+            "retry_after": self.retry_after,
+            "may_have_used": self.may_have_used,
+        }
 
 
 class ScriptExhausted(ProviderError):
@@ -139,14 +193,46 @@ class PhaseStale(MotherError):
     code = "phase_stale"
 
 
+class HookDecision(MotherError):
+    """A control hook decided the phase's fate (``action`` on ``event``). The failed phase reports it as
+    ``hook_<action>:<event>`` (:attr:`result_code`), which Mother reads back with :meth:`parse`."""
+
+    code = "hook_decision"
+
+    def __init__(self, message: str, *, action: str, event: str, hook: str) -> None:
+        super().__init__(message)
+        self.action, self.event, self.hook = action, event, hook
+
+    @property
+    def result_code(self) -> str:
+        return f"hook_{self.action}:{self.event}"
+
+    @staticmethod
+    def parse(result_code: str | None) -> tuple[str, str] | None:
+        """(action, event) of a result code made by :attr:`result_code`; None for any other code."""
+        if not result_code or not result_code.startswith("hook_") or ":" not in result_code:
+            return None
+        action, event = result_code.removeprefix("hook_").split(":", 1)
+        return action, event
+
+    def details(self) -> dict[str, Any]:
+        return {"action": self.action, "event": self.event, "hook": self.hook}
+
+
 class BudgetExhausted(MotherError):
-    """An action was refused because a budget dimension is at its hard limit."""
+    """An action was refused because a budget dimension is at its hard limit (``limit_code``, with
+    ``current`` and ``max`` where they are known)."""
 
     code = "budget_exhausted"
 
-    @property
-    def limit_code(self) -> str:
-        return str(self.data.get("limit_code", ""))
+    def __init__(
+        self, message: str, *, limit_code: str = "", current: Any = None, max: Any = None
+    ) -> None:
+        super().__init__(message)
+        self.limit_code, self.current, self.max = limit_code, current, max
+
+    def details(self) -> dict[str, Any]:
+        return {"limit_code": self.limit_code, "current": self.current, "max": self.max}
 
 
 class BudgetStopped(BudgetExhausted):
@@ -161,15 +247,24 @@ class LimitExceeded(BudgetExhausted):
     code = "limit_exceeded"
 
 
+class DepthExhausted(BudgetExhausted):
+    """A child run would have no depth left under its parent."""
+
+    code = "depth_exhausted"
+
+
 class RateLimited(MotherError):
     """Too many messages from one user in the window (HTTP-style 429)."""
 
     code = "rate_limited"
-    status = 429
+    status: ClassVar[int] = 429
 
-    @property
-    def retry_after(self) -> float:
-        return float(self.data["retry_after"])
+    def __init__(self, message: str, *, retry_after: float, user_id: str) -> None:
+        super().__init__(message)
+        self.retry_after, self.user_id = retry_after, user_id
+
+    def details(self) -> dict[str, Any]:
+        return {"status": self.status, "retry_after": self.retry_after, "user_id": self.user_id}
 
 
 class QueueFull(MotherError):
@@ -177,15 +272,29 @@ class QueueFull(MotherError):
 
     code = "queue_full"
 
+    def __init__(self, message: str, *, depth: int, max: int) -> None:
+        super().__init__(message)
+        self.depth, self.max = depth, max
+
+    def details(self) -> dict[str, Any]:
+        return {"depth": self.depth, "max": self.max}
+
 
 class OverrideRefused(MotherError):
     code = "override_refused"
 
 
 class InsufficientBudget(MotherError):
-    """A child's reservation exceeds what its parent has left."""
+    """A child's reservation exceeds what its parent has left (USD, as text)."""
 
     code = "insufficient_budget"
+
+    def __init__(self, message: str, *, remaining: str, requested: str) -> None:
+        super().__init__(message)
+        self.remaining, self.requested = remaining, requested
+
+    def details(self) -> dict[str, Any]:
+        return {"remaining": self.remaining, "requested": self.requested}
 
 
 class LedgerError(MotherError):
@@ -195,9 +304,17 @@ class LedgerError(MotherError):
 
 
 class ContextBudgetExceeded(MotherError):
-    """The required sections of a phase's context fit no model the catalogue can escalate to."""
+    """The required sections of a phase's context fit no model the catalogue can escalate to
+    (``factors``: what was tried)."""
 
     code = "context_budget_exceeded"
+
+    def __init__(self, message: str, *, factors: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.factors = list(factors or [])
+
+    def details(self) -> dict[str, Any]:
+        return {"factors": self.factors}
 
 
 class ContextInvalid(MotherError):
@@ -214,7 +331,16 @@ class RecordInvalid(MotherError):
 
 
 class RedisUnavailable(MotherError):
+    """Redis cannot be reached or refused us (``unreachable``: it did not answer, so waiting may help)."""
+
     code = "redis_unavailable"
+
+    def __init__(self, message: str, *, url: str | None = None, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.url, self.unreachable = url, unreachable
+
+    def details(self) -> dict[str, Any]:
+        return {"url": self.url, "unreachable": self.unreachable}
 
 
 class MissingJSONModule(RedisUnavailable):

@@ -18,17 +18,25 @@ from mother.activity import flat_fields, make_event
 from mother.budget import Admission, admission, admit
 from mother.capabilities import assess_risk, denial, granted_for, load_risk_policy
 from mother.client import parse_spec
-from mother.errors import ConfigError, InsufficientBudget, InvalidSpec, LedgerError
+from mother.errors import (
+    ConfigError,
+    DepthExhausted,
+    InsufficientBudget,
+    InvalidSpec,
+    LedgerError,
+    SignatureInvalid,
+)
 from mother.functions import call
 from mother.ledger import checked
 from mother.lifecycle import end_run, start_run
-from mother.limits import DepthExhausted, resolve_for_spec
+from mother.limits import resolve_for_spec
 from mother.logs import get_logger
+from mother.records.rejections import write_rejection
 from mother.roles import role_settings
 from mother.runtime import Runtime
-from mother.signing import SignatureInvalid
 from mother.specs import check_spec
 from schemas import MAX_SPEC_BYTES, HistoryEntry, RunSpec, RunState, TerminationReason
+from schemas.rejection import Rejection
 
 __all__ = ["handle_submission", "reject"]
 
@@ -312,21 +320,16 @@ def reject(
     raw = str(fields.get("spec", ""))
     guess = _guess_ids(raw)
     at_ms = rt.clock.now_ms()
-    record = {
-        "entry_id": entry_id,
-        "error": error,
-        "code": "invalid_spec",
-        "at": rt.clock.iso(at_ms),
-        "size_bytes": len(raw),
-        "preview": raw[:PREVIEW_CHARS],
+    rejection = Rejection(
+        entry_id=entry_id,
+        error=error,
+        at=rt.clock.iso(at_ms),
+        size_bytes=len(raw),
+        preview=raw[:PREVIEW_CHARS],
         **guess,
-    }
+    )
     pipe = rt.redis.pipeline(transaction=False)
-    pipe.execute_command("JSON.SET", keys.rejection_key(entry_id), "$", orjson.dumps(record))
-    pipe.zadd(keys.REJECTIONS_INDEX, {entry_id: at_ms})
-    # `status` and `wait` of that run find it in one read, however many came since
-    if "run_id" in guess:
-        pipe.hset(keys.REJECTIONS_BY_RUN, guess["run_id"], entry_id)
+    write_rejection(pipe, rejection, at_ms)
     rt.emit(pipe, "run_rejected", run_id=guess.get("run_id"), entry_id=entry_id, error=error[:1000])
     if drop:
         pipe.xdel(keys.SUBMISSIONS_STREAM, entry_id)

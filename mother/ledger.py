@@ -56,13 +56,9 @@ def to_usd(micro: int | float) -> Decimal:
     )
 
 
-# read from budget:run:{id}: the run's own spend
-OWN_SPEND_PATH = "$.spend_micro_usd"
-
-
-def own_spend(raw: str | None) -> Decimal:
-    """A run's own spend in USD from ``JSON.GET budget:run:{id} $.spend_micro_usd`` (0 without a budget)."""
-    return to_usd(orjson.loads(raw)[0]) if raw else Decimal(0)
+def queue_node_read(pipe: Any, thread_id: str) -> None:
+    """Queue the read of a thread's ledger node on ``pipe`` (a run's end needs it: its lineage and reservation)."""
+    pipe.execute_command("JSON.GET", keys.ledger_key(thread_id))
 
 
 def checked(raw: str) -> dict[str, Any]:

@@ -21,15 +21,15 @@ from mother.capabilities import denial
 from mother.codes import RESOURCES, SEQ_SPAN
 from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
 from mother.context import store as store_context
-from mother.errors import ConfigError, ContextBudgetExceeded, MotherError
+from mother.errors import ConfigError, ContextBudgetExceeded, HookDecision, MotherError
 from mother.functions import call, follow_ups
-from mother.ledger import OWN_SPEND_PATH, to_usd
+from mother.ledger import queue_node_read, to_usd
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
-from mother.records import POSITION_PATHS, path_values
-from mother.records.budgets import RESERVATIONS_PATH, budget_doc, held_reservations, reservations_of
+from mother.records import budgets, runs
+from mother.records.budgets import held_reservations
 from mother.runtime import Runtime
-from mother.security import digest, mint_token, record_violation
+from mother.security import digest, mint_token, queue_token, record_violation
 from mother.termination import build_record, terminate, terminated
 from schemas import (
     ACTIVE_STATUSES,
@@ -41,6 +41,7 @@ from schemas import (
     TerminationReason,
     TerminationRecord,
 )
+from schemas.budget import BudgetExhaustedRecord
 
 __all__ = [
     "admit_waiting",
@@ -125,7 +126,7 @@ def transition_and_load(
         "mh_transition",
         *_transition_call(rt, run_id, spec, frm, to, event, detail, result, False, token_digest),
     )
-    pipe.execute_command("JSON.GET", keys.run_key(run_id))
+    runs.queue_read(pipe, run_id)
     applied, raw = pipe.execute()
     return rt.parse_run(run_id, raw) if applied == 1 else None
 
@@ -326,14 +327,10 @@ def _queue_dispatch(
         description=f"{run_id} phase {spec.pipeline[index].name} attempt {attempt}",
         pipeline=pipe,
     )
-    pipe.set(
-        keys.attempt_token_key(run_id, index, attempt),
-        token,
-        ex=timeout + int(rt.settings.service.claim_idle_seconds),
+    queue_token(
+        pipe, run_id, index, attempt, token, timeout + int(rt.settings.service.claim_idle_seconds)
     )
-    pipe.execute_command(
-        "JSON.SET", keys.run_key(run_id), "$.token_digest", orjson.dumps(digest(token))
-    )
+    runs.set_token_digest(pipe, run_id, digest(token))
     store_context(pipe, rt.emit, comp, rt.settings.context.keep_seconds)
     for event_type, fields in activity:
         rt.emit(pipe, event_type, **fields)
@@ -354,9 +351,7 @@ def outputs_of(state: RunState) -> list[tuple[str, str]]:
 
 def _may_use(rt: Runtime, run_id: str, model: str) -> bool:
     """Whether the run's capability token allows ``model`` (read only when an escalation is considered)."""
-    raw = rt.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.capabilities")
-    granted = orjson.loads(raw)[0] if raw else []
-    return denial(granted, [f"model.{model}"]) is None
+    return denial(runs.read_capabilities(rt.redis, run_id), [f"model.{model}"]) is None
 
 
 def _llm(rt: Runtime, run_id: str, spec: RunSpec, attempt: int) -> LLMSummarizer | None:
@@ -391,7 +386,7 @@ def _end_undispatchable(
             "context_budget_exceeded",
             exc.message,
             phase=phase,
-            contributing_factors=list(exc.data.get("factors", [])),
+            contributing_factors=exc.factors,
         )
     else:
         end_run(
@@ -419,9 +414,7 @@ def start_run(rt: Runtime, state: RunState, *, waited: float | None = None) -> b
         if waited is not None:
             pipe.zrem(keys.ADMISSION_WAITING, state.run_id)
             pipe.hset(keys.ADMISSION_STATE, "vtime", int(waited) // SEQ_SPAN)
-            pipe.execute_command(
-                "JSON.SET", keys.run_key(state.run_id), "$.admission", '"admitted"'
-            )
+            runs.set_admission(pipe, state.run_id, "admitted")
 
     return advance(
         rt,
@@ -541,16 +534,9 @@ def on_phase_result(
 def _not_taken(rt: Runtime, result: PhaseResult, token_digest: str, entry_id: str) -> None:
     """Why a result did not move its run: its attempt is no longer current (a late or duplicate result), or
     it is but the token is not the attempt's (refused and recorded)."""
-    raw = rt.redis.execute_command(
-        "JSON.GET", keys.run_key(result.run_id), *POSITION_PATHS, "$.token_digest"
-    )
-    got = path_values(raw) if raw else {}
-    current = (
-        got.get("status") in ACTIVE_STATUSES
-        and got.get("phase_index") == result.phase_index
-        and got.get("attempt") == result.attempt
-    )
-    if current and got.get("token_digest") != token_digest:
+    position, current_digest = runs.read_position_and_digest(rt.redis, result.run_id)
+    current = runs.is_active_at(position, result.phase_index, result.attempt)
+    if current and current_digest != token_digest:
         _refuse_result(rt, result, entry_id)
         return
     log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
@@ -579,6 +565,33 @@ def _refuse_result(rt: Runtime, result: PhaseResult, entry_id: str) -> None:
     )
 
 
+# a failed phase's error_code (its error's code: mother.errors) that ends the run instead of a retry
+BUDGET_CODES = frozenset(
+    {"budget_exhausted", "limit_exceeded", "budget_stopped", "depth_exhausted"}
+)
+FAILURE_ENDINGS: dict[str, tuple[TerminationReason, str]] = {
+    "signature_invalid": ("policyViolation", "signature check failed"),
+    "policy_violation": ("policyViolation", "policy violation"),
+    "config_invalid": ("catastrophic_error", "invalid configuration"),
+}
+# what a hook's abort on an event ends the run with (other events: catastrophic_error)
+HOOK_ABORTS: dict[str, TerminationReason] = {
+    "limit": "budget_exhausted",
+    "context_limit_reached": "context_budget_exceeded",
+}
+
+
+def _failure_ending(code: str | None) -> tuple[TerminationReason, str] | None:
+    """How a failure with ``code`` ends the run (reason, contributing factor; '' to name the code and the
+    error), or None: it is retried."""
+    if code in FAILURE_ENDINGS:
+        return FAILURE_ENDINGS[code]
+    decision = HookDecision.parse(code)
+    if decision is not None and decision[0] == "abort":
+        return HOOK_ABORTS.get(decision[1], "catastrophic_error"), ""
+    return None
+
+
 def on_phase_failure(
     rt: Runtime, state: RunState, error: str, *, result: PhaseResult | None = None
 ) -> None:
@@ -588,44 +601,19 @@ def on_phase_failure(
     """
     phase = state.spec.pipeline[state.phase_index]
     code = result.error_code if result is not None else None
-    if code in ("budget_exhausted", "limit_exceeded"):
+    if code in BUDGET_CODES:
         end_for_budget(rt, state, error, fail_safe=code == "limit_exceeded")
         return
-    if code is not None and code.startswith("hook_abort:"):
-        reason: TerminationReason = (
-            "budget_exhausted"
-            if code.endswith(":limit")
-            else "context_budget_exceeded"
-            if code.endswith(":context_limit_reached")
-            else "catastrophic_error"
-        )
+    ending = _failure_ending(code)
+    if ending is not None:
+        reason, factor = ending
         end_run(
             rt,
             state,
             reason,
             error,
             phase=phase.name,
-            contributing_factors=[f"{code}: {error[:300]}"],
-        )
-        return
-    if code == "signature_invalid":
-        end_run(
-            rt,
-            state,
-            "policyViolation",
-            error,
-            phase=phase.name,
-            contributing_factors=["signature check failed"],
-        )
-        return
-    if code == "config_invalid":
-        end_run(
-            rt,
-            state,
-            "catastrophic_error",
-            error,
-            phase=phase.name,
-            contributing_factors=["invalid configuration"],
+            contributing_factors=[factor or f"{code}: {error[:300]}"],
         )
         return
     rt.emit(
@@ -759,8 +747,8 @@ def end_run(
 def queue_end_reads(pipe: Any, run_id: str) -> None:
     """What a run's end needs read, queued on ``pipe``: its ledger entry (the lineage's end needs it and the
     run's spend) and its spend and reservations."""
-    pipe.execute_command("JSON.GET", keys.ledger_key(run_id))
-    pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), OWN_SPEND_PATH, RESERVATIONS_PATH)
+    queue_node_read(pipe, run_id)
+    budgets.queue_end_read(pipe, run_id)
 
 
 def finish_end(
@@ -781,15 +769,10 @@ def finish_end(
     an end a Mother died before applying (``late``) without a risk of applying it twice. Returns whether
     this call applied it."""
     run_id = state.run_id
-    budget = path_values(budget_raw) if budget_raw else {}
+    spend, held = budgets.parse_end_read(budget_raw)
     pipe = rt.redis.pipeline(transaction=True)
     release_reservations(
-        pipe,
-        rt.settings,
-        run_id,
-        state.user_id,
-        reservations_of(budget.get("reservations")),
-        f"the run ended {record.reason}",
+        pipe, rt.settings, run_id, state.user_id, held, f"the run ended {record.reason}"
     )
     ledger_at = None
     # report the run's spend (a child's cascades up), release its reservation
@@ -797,7 +780,7 @@ def finish_end(
         ledger_at = len(pipe)
         rt.ledger.close(
             run_id,
-            to_usd(budget.get("spend_micro_usd") or 0),
+            to_usd(spend),
             "completed" if record.reason == "success" else record.reason,
             orjson.loads(node_raw),
             pipe=pipe,
@@ -878,7 +861,7 @@ def end_for_budget(
     Also stores the spec's BudgetExhausted record in ``budget:run:{run_id}`` at ``$.exhausted``,
     with the spec's resource name and the limit's real figures.
     """
-    doc = budget_doc(rt.redis, keys.run_budget_key(state.run_id)) or {}
+    doc = budgets.budget_doc(rt.redis, keys.run_budget_key(state.run_id)) or {}
     # limits_exceeded has the codes alone
     crossed = doc.get("limit_crossings") or []
     factors = [f"{c['code']} ({c['current']}/{c['max']})" for c in crossed]
@@ -891,17 +874,16 @@ def end_for_budget(
         details = error
         factors = [error, *factors]
     if doc:
-        exhausted = {
-            "run_id": state.run_id,
-            "resource": RESOURCES.get(first["code"], first["code"]),
-            "limit": first["max"],
-            "consumed": first["current"],
-            "timestamp": rt.clock.now_iso(),
-            "termination_reason": "budget_exhausted",
-            "termination_details": details,
-        }
-        rt.redis.execute_command(
-            "JSON.SET", keys.run_budget_key(state.run_id), "$.exhausted", orjson.dumps(exhausted)
+        budgets.set_exhausted(
+            rt.redis,
+            BudgetExhaustedRecord(
+                run_id=state.run_id,
+                resource=RESOURCES.get(first["code"], first["code"]),
+                limit=first["max"],
+                consumed=first["current"],
+                timestamp=rt.clock.now_iso(),
+                termination_details=details[:4000],
+            ),
         )
     return end_run(
         rt, state, "budget_exhausted", details, contributing_factors=factors or [error[:500]]

@@ -13,18 +13,14 @@ from decimal import Decimal
 from typing import Any
 
 from mother.config import Settings
-from mother.errors import BudgetExhausted
+from mother.errors import DepthExhausted
 from mother.roles import role_settings
 from schemas import RunSpec
 
-__all__ = ["LIMIT_NAMES", "DepthExhausted", "check_limits", "resolve_for_spec", "resolve_limits"]
+__all__ = ["LIMIT_NAMES", "check_limits", "resolve_for_spec", "resolve_limits"]
 
 LIMIT_NAMES = ("turns", "tokens", "spend", "duration_seconds", "spawns", "depth")
 CAPPED = ("turns", "tokens", "spend", "spawns", "duration_seconds")
-
-
-class DepthExhausted(BudgetExhausted):
-    code = "depth_exhausted"
 
 
 def _declared(values: Any) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from mother.config import TurnLimits
-from mother.errors import ConfigError
-from mother.signing import SignatureInvalid, verify_file
+from mother.errors import ConfigError, SignatureInvalid
+from mother.signing import verify_file
 from mother.yamlfile import YamlProblem, read_yaml
 from schemas import describe_validation_error
 

@@ -8,19 +8,18 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-import orjson
 import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from mother import activity, keys
+from mother import activity
 from mother.clock import ServerClock
 from mother.config import AGENTS_QUEUE, Settings
 from mother.connection import connect, connect_waiting
 from mother.functions import ensure_loaded
 from mother.ledger import BudgetLedger
 from mother.logs import get_logger
-from mother.records import parse_run_record
+from mother.records import parse_run_record, runs
 from mother.tokens import Calibration
 from schemas import ActivityEvent, RunSpec, RunState
 
@@ -106,7 +105,7 @@ class Runtime:
             self.pending_ack = None
 
     def load_run(self, run_id: str) -> RunState | None:
-        return self.parse_run(run_id, self.redis.execute_command("JSON.GET", keys.run_key(run_id)))
+        return self.parse_run(run_id, runs.read_raw(self.redis, run_id))
 
     def parse_run(self, run_id: str, raw: str | None) -> RunState | None:
         """``run:{id}`` as read (JSON.GET of the whole document), validated; its spec is remembered."""
@@ -122,11 +121,9 @@ class Runtime:
         if cached is not None:
             self._specs.move_to_end(run_id)
             return cached
-        raw = self.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.spec")
-        if not raw:
-            return None
-        spec = RunSpec.model_validate(orjson.loads(raw)[0])
-        self.remember_spec(run_id, spec)
+        spec = runs.read_spec(self.redis, run_id)
+        if spec is not None:
+            self.remember_spec(run_id, spec)
         return spec
 
     def outputs(self, run_id: str, count: int) -> list[tuple[str, str]] | None:

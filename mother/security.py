@@ -21,7 +21,14 @@ import orjson
 from mother import keys
 from mother.activity import emit
 
-__all__ = ["MAX_VIOLATIONS", "digest", "mint_token", "record_violation"]
+__all__ = [
+    "MAX_VIOLATIONS",
+    "digest",
+    "mint_token",
+    "queue_token",
+    "queue_token_claim",
+    "record_violation",
+]
 
 MAX_VIOLATIONS = 10_000
 
@@ -29,6 +36,18 @@ MAX_VIOLATIONS = 10_000
 def mint_token() -> str:
     """A new attempt token: 192 random bits, URL-safe text."""
     return secrets.token_urlsafe(24)
+
+
+def queue_token(
+    pipe: Any, run_id: str, phase_index: int, attempt: int, token: str, ttl_seconds: int
+) -> None:
+    """Queue the attempt's token on ``pipe`` (its dispatch), expiring after ``ttl_seconds``."""
+    pipe.set(keys.attempt_token_key(run_id, phase_index, attempt), token, ex=ttl_seconds)
+
+
+def queue_token_claim(pipe: Any, run_id: str, phase_index: int, attempt: int) -> None:
+    """Queue the claim of the attempt's token on ``pipe`` (GETDEL: its reply is the token, once; then None)."""
+    pipe.getdel(keys.attempt_token_key(run_id, phase_index, attempt))
 
 
 def digest(token: str | None) -> str:

@@ -33,11 +33,13 @@ from mother.functions import call, ensure_loaded
 from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run, on_phase_result
 from mother.logs import get_logger
+from mother.records.budgets import publish_limits
 from mother.runtime import Runtime
 from mother.streams import as_text, ensure_group
 from mother.termination import ensure_index
 from mother.watchdog import Watchdog
 from schemas import PhaseResult, describe_validation_error
+from schemas.budget import PublishedLimits
 
 __all__ = ["Mother"]
 
@@ -155,19 +157,15 @@ class Mother:
         """Write the limits a submitter's server call checks against (``mother:config``): the leading
         Mother's, so every client, whatever its own settings, is refused at the same queue depth."""
         g = self.settings.budget.global_
-        self.rt.redis.execute_command(
-            "JSON.SET",
-            keys.MOTHER_CONFIG,
-            "$",
-            orjson.dumps(
-                {
-                    "max_queue_depth": g.max_queue_depth,
-                    "max_concurrent_runs": g.max_concurrent_runs,
-                    "max_redis_memory_mb": g.max_redis_memory_mb,
-                    "max_docling_jobs": g.max_docling_jobs,
-                    "published_by": self.instance,
-                    "published_at": self.rt.clock.now_iso(),
-                }
+        publish_limits(
+            self.rt.redis,
+            PublishedLimits(
+                max_queue_depth=g.max_queue_depth,
+                max_concurrent_runs=g.max_concurrent_runs,
+                max_redis_memory_mb=g.max_redis_memory_mb,
+                max_docling_jobs=g.max_docling_jobs,
+                published_by=self.instance,
+                published_at=self.rt.clock.now_iso(),
             ),
         )
 

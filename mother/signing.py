@@ -20,20 +20,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from mother.errors import MotherError
+from mother.errors import SignatureInvalid
 
-__all__ = [
-    "SignatureInvalid",
-    "generate_keypair",
-    "key_id",
-    "sign_file",
-    "signature_path",
-    "verify_file",
-]
-
-
-class SignatureInvalid(MotherError):
-    code = "signature_invalid"
+__all__ = ["generate_keypair", "key_id", "sign_file", "signature_path", "verify_file"]
 
 
 def signature_path(path: Path) -> Path:

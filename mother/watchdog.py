@@ -45,8 +45,10 @@ from mother.lifecycle import (
     run_duration_seconds,
 )
 from mother.logs import get_logger
-from mother.records import POSITION_PATHS, parse_position
-from mother.records.budgets import budget_doc
+from mother.records import parse_position, runs
+from mother.records.budgets import budget_doc, refresh_gauges
+from mother.records.rejections import forget_rejections
+from mother.records.results import queue_termination_read
 from mother.runtime import Runtime
 from mother.streams import group_backlog
 from schemas import ACTIVE_STATUSES, RunState, TerminationRecord
@@ -94,28 +96,7 @@ class Watchdog:
             [keys.REJECTIONS_INDEX],
             [int(cfg.rejection_retention_seconds * 1000), BATCH],
         )
-        entries = [entry_id for entry_id in due[::2] if keys.is_id(entry_id)]
-        # not ours: only the index holds them
-        strays = [entry_id for entry_id in due[::2] if not keys.is_id(entry_id)]
-        if strays:
-            self.rt.redis.zrem(keys.REJECTIONS_INDEX, *strays)
-        if not entries:
-            return
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for entry_id in entries:
-            pipe.execute_command("JSON.GET", keys.rejection_key(entry_id), "$.run_id")
-        found = pipe.execute(raise_on_error=False)
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for entry_id, raw in zip(entries, found, strict=True):
-            named = orjson.loads(raw) if isinstance(raw, str) else []
-            run_id = named[0] if named and keys.is_id(named[0]) else ""
-            call(
-                pipe,
-                "mh_forget_rejection",
-                [keys.rejection_key(entry_id), keys.REJECTIONS_INDEX, keys.REJECTIONS_BY_RUN],
-                [entry_id, run_id],
-            )
-        pipe.execute()
+        forget_rejections(self.rt.redis, list(due[::2]))
 
     # -- deadlines ---------------------------------------------------------
     def check_deadlines(self) -> None:
@@ -192,8 +173,8 @@ class Watchdog:
             self.rt.redis.zrem(keys.RUNS_ENDING, run_id)
             return
         pipe = self.rt.redis.pipeline(transaction=False)
-        pipe.execute_command("JSON.GET", keys.run_key(run_id))
-        pipe.execute_command("JSON.GET", keys.termination_key(run_id))
+        runs.queue_read(pipe, run_id)
+        queue_termination_read(pipe, run_id)
         queue_end_reads(pipe, run_id)
         raw_run, raw_record, node_raw, budget_raw = pipe.execute()
         state = self.rt.parse_run(run_id, raw_run)
@@ -296,26 +277,7 @@ class Watchdog:
         depth += r.zcard(keys.ADMISSION_WAITING)
         memory_mb = int(r.info("memory")["used_memory"]) // (1024 * 1024)
         concurrent = r.zcard(keys.RUN_DEADLINES)
-        pipe = r.pipeline(transaction=True)
-        pipe.execute_command(
-            "JSON.SET",
-            keys.GLOBAL_BUDGET,
-            "$",
-            # NX: only when there is none
-            orjson.dumps(
-                {"concurrent_runs": 0, "queue_depth": 0, "redis_memory_mb": 0, "docling_jobs": 0}
-            ),
-            "NX",
-        )
-        pipe.execute_command(
-            "JSON.MERGE",
-            keys.GLOBAL_BUDGET,
-            "$",
-            orjson.dumps(
-                {"concurrent_runs": concurrent, "queue_depth": depth, "redis_memory_mb": memory_mb}
-            ),
-        )
-        pipe.execute()
+        refresh_gauges(r, concurrent, depth, memory_mb)
 
     # -- reconcile -----------------------------------------------------------
     def reconcile(self) -> None:
@@ -329,7 +291,7 @@ class Watchdog:
             batch = run_ids[start : start + BATCH]
             pipe = self.rt.redis.pipeline(transaction=False)
             for run_id in batch:
-                pipe.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS)
+                runs.queue_position_read(pipe, run_id)
             running = []
             for run_id, raw in zip(batch, pipe.execute(raise_on_error=False), strict=True):
                 position = parse_position(raw)

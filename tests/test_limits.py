@@ -6,7 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from mother.limits import DepthExhausted, check_limits, fail_safe_message, resolve_limits
+from mother.errors import DepthExhausted
+from mother.limits import check_limits, fail_safe_message, resolve_limits
 
 
 def test_resolution_example() -> None:

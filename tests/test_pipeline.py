@@ -371,7 +371,7 @@ def test_job_for_terminated_run_does_nothing(pipeline: Pipeline) -> None:
     run_id = pipeline.client.submit(example("three-phase"))
     pipeline.wait(run_id)
     before = pipeline.redis.xlen(keys.EVENTS_STREAM)
-    phase._runtime = None
+    phase.runtime.cache_clear()
     import os
 
     os.environ["MOTHER_REDIS_URL"] = pipeline.url
@@ -379,7 +379,7 @@ def test_job_for_terminated_run_does_nothing(pipeline: Pipeline) -> None:
         assert phase.execute(run_id, 0, 1) == {"status": "stale"}
     finally:
         del os.environ["MOTHER_REDIS_URL"]
-        phase._runtime = None
+        phase.runtime.cache_clear()
     assert pipeline.redis.xlen(keys.EVENTS_STREAM) == before
 
 
@@ -407,13 +407,13 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
     last = pipeline.server.client(decode_responses=False).xrevrange(keys.EVENTS_STREAM, count=1)
     after = f"({last[0][0].decode()}" if last else "-"
     member = keys.heartbeat_member(run_id, 0, 1)
-    phase._runtime = None
+    phase.runtime.cache_clear()
     os.environ["MOTHER_REDIS_URL"] = pipeline.url
     try:
         # the attempt a worker is running now: current
-        phase.prefetch(run_id, 0, 1)
-        assert phase._prefetched is not None and phase._prefetched[0] == (run_id, 0, 1)
-        state, _counters, context, _token = phase._prefetched[1]
+        got = phase.prefetch(run_id, 0, 1)
+        assert got is not None and got.ids == (run_id, 0, 1) and got.first is not None
+        state, _counters, context, _token = got.first
         assert state is not None and (state.status, state.phase_index, state.attempt) == (
             "running",
             0,
@@ -423,7 +423,7 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
         made = context._manifest
         # checked
         assert context.run_id == run_id and context.manifest().content_hash == context.content_hash
-        setup = phase._prefetched[2]
+        setup = got.setup
         assert (
             setup is not None
             and setup.context is context
@@ -446,39 +446,29 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
         bad = tmp_path / "bad-hooks.yaml"
         bad.write_text("- id: x\n  event: [unclosed\n")
         os.environ["MOTHER_HOOKS__PROJECT_FILE"] = str(bad)
-        phase._runtime = None
-        phase.prefetch(run_id, 0, 1)
-        assert (
-            phase._prefetched is not None
-            and phase._prefetched[1][0] is not None
-            and phase._prefetched[2] is None
-        )
+        phase.runtime.cache_clear()
+        got = phase.prefetch(run_id, 0, 1)
+        assert got is not None and got.first[0] is not None and got.setup is None
         del os.environ["MOTHER_HOOKS__PROJECT_FILE"]
-        phase._runtime = None
+        phase.runtime.cache_clear()
         pipeline.client.cancel(run_id)
         assert pipeline.wait(run_id).termination.reason == "user_cancelled"
         pipeline.redis.zrem(keys.HEARTBEATS, member)
         # the run ended: stale, so no setup
-        phase.prefetch(run_id, 0, 1)
-        assert phase._prefetched is not None and phase._prefetched[1][0].status == "terminated"
-        assert phase._prefetched[2] is None
+        got = phase.prefetch(run_id, 0, 1)
+        assert got is not None and got.first[0].status == "terminated"
+        assert got.setup is None
         assert pipeline.redis.zscore(keys.HEARTBEATS, member) is not None
         assert phase.execute(run_id, 0, 1) == {"status": "stale"}
         assert pipeline.redis.zscore(keys.HEARTBEATS, member) is None
         # an unknown run: nothing to inherit but the verdict
-        phase.prefetch("run-nope", 0, 1)
-        assert (
-            phase._prefetched is not None
-            and phase._prefetched[1][0] is None
-            and phase._prefetched[2] is None
-        )
+        got = phase.prefetch("run-nope", 0, 1)
+        assert got is not None and got.first[0] is None and got.setup is None
         assert phase.execute("run-nope", 0, 1) == {"status": "stale"}
     finally:
-        phase.clear_prefetch()
         del os.environ["MOTHER_REDIS_URL"]
         os.environ.pop("MOTHER_HOOKS__PROJECT_FILE", None)
-        phase._runtime = None
-    assert phase._prefetched is None
+        phase.runtime.cache_clear()
     # no result
     assert pipeline.redis.xrange(keys.EVENTS_STREAM, after, "+") == []
     assert pipeline.redis.zscore(keys.HEARTBEATS, keys.heartbeat_member("run-nope", 0, 1)) is None
@@ -599,7 +589,7 @@ def test_a_worker_imports_only_allowed_job_modules_before_forking() -> None:
     allow (refused before anything it names is imported)."""
     import sys
 
-    from workers.phase import preload_module
+    from workers.worker import preload_module
 
     sys.modules.pop("scripts.bench.noop", None)
     preload_module("scripts.bench.noop.chain", frozenset({"workers.phase.execute"}))

@@ -27,7 +27,9 @@ def test_streams_are_trimmed_below_the_oldest_entry_still_to_be_handled(
     consumer group reads is left whole (nothing is known to be handled)."""
     watchdog = _watchdog(redis_url, stream_retention_seconds=0)
     ensure_group(r, keys.EVENTS_STREAM, GROUP)
-    ids = [r.xadd(keys.EVENTS_STREAM, {"n": str(i)}) for i in range(10)]
+    # entries a minute old: past a retention of 0 s (added now, they would share the server's millisecond)
+    old = watchdog.rt.clock.now_ms() - 60_000
+    ids = [r.xadd(keys.EVENTS_STREAM, {"n": str(i)}, id=f"{old}-{i}") for i in range(10)]
     # 0-5 delivered, 6-9 not yet
     r.xreadgroup(GROUP, "c", {keys.EVENTS_STREAM: ">"}, count=6)
     # 2 still pending

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mother.signing import SignatureInvalid, generate_keypair, sign_file, verify_file
+from mother.errors import SignatureInvalid
+from mother.signing import generate_keypair, sign_file, verify_file
 from tests.conftest import run_cli, start_pipeline, stop_pipeline
 from tests.test_pipeline import example
 

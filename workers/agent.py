@@ -189,9 +189,9 @@ def _model_call(
         try:
             return _metered_call(provider, toolbox, messages, meter)
         except ProviderError as exc:
-            if exc.data.get("transient") and retries < provider.call_retries:
+            if exc.transient and retries < provider.call_retries:
                 retries += 1
-                wait = exc.data.get("retry_after")
+                wait = exc.retry_after
                 if wait is None:
                     wait = min(
                         RETRY_BACKOFF_CAP_SECONDS, RETRY_BACKOFF_SECONDS * 2 ** (retries - 1)
@@ -233,7 +233,7 @@ def _metered_call(
         return reply
     except ProviderError as exc:
         # the server may have billed it: the prompt's estimate, not nothing
-        if exc.data.get("may_have_used"):
+        if exc.may_have_used:
             used = (meter.estimate_failed(exc.message), 0)
         raise
     finally:

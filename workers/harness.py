@@ -15,26 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mother.errors import MotherError
+from mother.errors import HookDecision
 from mother.hooks import Decision, HarnessAction, HookSet
 from mother.runtime import Runtime
 from schemas import RunState
 
-__all__ = ["Harness", "HookDecision"]
-
-
-class HookDecision(MotherError):
-    """A control hook decided the phase's fate."""
-
-    code = "hook_decision"
-
-    @property
-    def action(self) -> HarnessAction:
-        return HarnessAction(self.data["action"])
-
-    @property
-    def error_code(self) -> str:
-        return f"hook_{self.data['action']}:{self.data['event']}"
+__all__ = ["Harness"]
 
 
 @dataclass

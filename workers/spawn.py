@@ -19,13 +19,20 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
-from mother import keys
 from mother.budget import Guard, submit_with_backpressure
-from mother.errors import BudgetExhausted, InsufficientBudget, InvalidSpec, QueueFull, ToolError
-from mother.ledger import OWN_SPEND_PATH, own_spend
-from mother.limits import DepthExhausted, resolve_limits
+from mother.errors import (
+    BudgetExhausted,
+    DepthExhausted,
+    InsufficientBudget,
+    InvalidSpec,
+    QueueFull,
+    ToolError,
+)
+from mother.limits import resolve_limits
+from mother.records.budgets import read_own_spend
+from mother.records.results import read_result
 from mother.runtime import Runtime
-from schemas import ResultEnvelope, RunSpec, RunState, describe_validation_error
+from schemas import RunSpec, RunState, describe_validation_error
 
 __all__ = ["SpawnRun"]
 
@@ -147,19 +154,13 @@ class SpawnRun:
 
     def _wait(self, child_id: str) -> str:
         while True:
-            raw = self.rt.redis.execute_command("JSON.GET", keys.result_key(child_id))
-            if raw is not None:
-                envelope = ResultEnvelope.model_validate_json(raw)
-                if envelope.termination is not None:
-                    term = envelope.termination
-                    return f"child {child_id} ended {term.reason}: {term.details}\n{envelope.output}".rstrip()
+            envelope = read_result(self.rt.redis, child_id)
+            if envelope is not None and envelope.termination is not None:
+                term = envelope.termination
+                return f"child {child_id} ended {term.reason}: {term.details}\n{envelope.output}".rstrip()
             time.sleep(WAIT_POLL_SECONDS)
             # the parent ending (deadline, cancel) stops the wait
             self.check_alive()
 
     def _own_spend(self) -> Decimal:
-        return own_spend(
-            self.rt.redis.execute_command(
-                "JSON.GET", keys.run_budget_key(self.state.run_id), OWN_SPEND_PATH
-            )
-        )
+        return read_own_spend(self.rt.redis, self.state.run_id)

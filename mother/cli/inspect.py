@@ -15,7 +15,9 @@ from mother.cli._common import console, handle_errors, redis_client, settings
 from mother.client import MotherClient
 from mother.connection import connect
 from mother.errors import NotFound
+from mother.records.artifacts import read_artifact_meta
 from mother.records.budgets import budget_view
+from mother.records.results import read_termination
 from schemas import iso_from_ms
 
 __all__ = ["inspect_key", "inspect_run", "read_key", "resolve_inspect"]
@@ -83,15 +85,10 @@ def inspect_run(client: MotherClient, run_id: str) -> dict[str, Any]:
     state = client.status(run_id)
     r = client.redis
     out: dict[str, Any] = {"run": state.to_dict()}
-    raw = r.execute_command("JSON.GET", keys.termination_key(run_id))
-    out["termination"] = orjson.loads(raw) if raw else None
+    record = read_termination(r, run_id)
+    out["termination"] = record.to_dict() if record is not None else None
     out["budget"] = budget_view(r, run_id)
-    out["artifacts"] = []
-    for artifact_id in state.artifacts:
-        raw = r.execute_command("JSON.GET", keys.artifact_meta_key(artifact_id))
-        out["artifacts"].append(
-            orjson.loads(raw) if raw else {"artifact_id": artifact_id, "missing": True}
-        )
+    out["artifacts"] = read_artifact_meta(r, state.artifacts)
     out["activity"] = [e.to_dict() for e in recent(r, 50, run_id=run_id)]
     # its record is written, the rest of its end not yet applied
     pending = r.zscore(keys.RUNS_ENDING, run_id)

@@ -44,7 +44,8 @@ def worker(
     """Run an RQ worker (forking: each job in a work-horse, with heartbeats)."""
     from rq.serializers import JSONSerializer
 
-    from workers.phase import PhaseWorker, runtime, warm_up
+    from workers.phase import runtime
+    from workers.worker import PhaseWorker, warm_up
 
     cfg = settings()
     if queues is None:

@@ -33,8 +33,10 @@ __all__ = [
     "create_run_budget",
     "held_reservations",
     "parse_counters",
+    "parse_end_read",
     "publish_limits",
     "published_limits",
+    "queue_counters_read",
     "queue_end_read",
     "read_counters",
     "read_own_spend",
@@ -116,6 +118,11 @@ def read_counters(client: Any, run_id: str) -> dict[str, Any] | None:
     )
 
 
+def queue_counters_read(pipe: Any, run_id: str) -> None:
+    """Queue the read of the counters the turn-start check needs on ``pipe`` (:func:`parse_counters`)."""
+    pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
+
+
 def parse_counters(raw: Any) -> dict[str, Any] | None:
     return None if raw is None else path_values(raw)
 
@@ -148,6 +155,12 @@ def held_reservations(client: Any, run_id: str) -> dict[str, Any]:
 def queue_end_read(pipe: Any, run_id: str) -> None:
     """Queue what a run's end needs of its counters on ``pipe``: its spend and its reservations."""
     pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), SPEND_PATH, RESERVATIONS_PATH)
+
+
+def parse_end_read(raw: Any) -> tuple[int, dict[str, Any]]:
+    """The reply of :func:`queue_end_read`: the run's spend (micro-USD) and the reservations it still holds."""
+    found = path_values(raw) if raw else {}
+    return int(found.get("spend_micro_usd") or 0), reservations_of(found.get("reservations"))
 
 
 def set_exhausted(client: Any, record: BudgetExhaustedRecord) -> None:

@@ -25,8 +25,13 @@ __all__ = [
     "is_active_at",
     "parse_position",
     "parse_run_record",
+    "queue_listing_read",
     "queue_position_read",
+    "queue_read",
     "read_capabilities",
+    "read_position",
+    "read_position_and_digest",
+    "read_raw",
     "read_run",
     "read_spec",
     "set_admission",
@@ -55,10 +60,23 @@ def parse_run_record(run_id: str, raw: str | bytes) -> RunState:
     )
 
 
+def read_raw(client: Any, run_id: str) -> Any:
+    """The run's record as stored (JSON text), or None: for a caller that parses it itself."""
+    return client.execute_command("JSON.GET", keys.run_key(run_id))
+
+
 def read_run(client: Any, run_id: str) -> RunState | None:
     """The run's record, validated; None when there is none."""
-    raw = client.execute_command("JSON.GET", keys.run_key(run_id))
+    raw = read_raw(client, run_id)
     return parse_run_record(run_id, raw) if raw else None
+
+
+LISTING_PATHS = ("$.user_id", "$.status", "$.phase", "$.created_at")
+
+
+def queue_listing_read(pipe: Any, run_id: str) -> None:
+    """Queue the read of what a listing of runs shows of one (LISTING_PATHS) on ``pipe``."""
+    pipe.execute_command("JSON.GET", keys.run_key(run_id), *LISTING_PATHS)
 
 
 def read_spec(client: Any, run_id: str) -> RunSpec | None:
@@ -93,9 +111,30 @@ def is_active_at(position: tuple[str, int, int] | None, index: int, attempt: int
     )
 
 
+def queue_read(pipe: Any, run_id: str) -> None:
+    """Queue the read of the whole record on ``pipe`` (parse its reply with :func:`parse_run_record`)."""
+    pipe.execute_command("JSON.GET", keys.run_key(run_id))
+
+
+def read_position(client: Any, run_id: str) -> tuple[str, int, int] | None:
+    """The run's (status, phase_index, attempt), or None (:func:`parse_position`)."""
+    return parse_position(client.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS))
+
+
 def queue_position_read(pipe: Any, run_id: str) -> None:
-    """Queue the read of the run's position and its attempt's token digest on ``pipe``."""
-    pipe.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS, TOKEN_DIGEST_PATH)
+    """Queue the read of the run's position on ``pipe`` (parse its reply with :func:`parse_position`)."""
+    pipe.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS)
+
+
+def read_position_and_digest(
+    client: Any, run_id: str
+) -> tuple[tuple[str, int, int] | None, str | None]:
+    """The run's position and its current attempt's token digest (None, None without a run)."""
+    raw = client.execute_command(
+        "JSON.GET", keys.run_key(run_id), *POSITION_PATHS, TOKEN_DIGEST_PATH
+    )
+    digest = path_values(raw).get("token_digest") if raw else None
+    return parse_position(raw), digest if isinstance(digest, str) else None
 
 
 def set_admission(pipe: Any, run_id: str, decision: str) -> None:

@@ -1,0 +1,264 @@
+"""``mother worker``: RQ's forking worker, made for phase jobs and guarded.
+
+- It runs only the project's job functions and ``worker.allowed_jobs`` (:func:`job_refusal`).
+- For a phase job it makes the first read and the phase's setup just before it forks the work-horse,
+  and hands them to the horse on the job (:func:`workers.phase.prefetch`); it connects the horse's
+  connections too (:class:`mother.connection.ForkHandoffPool`).
+- It beats for the attempt its horse runs (:mod:`workers.heartbeat`).
+- It outlives a Redis outage.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import time
+from typing import Any
+
+import redis
+from rq import Queue, Worker
+from rq.exceptions import DeserializationError
+from rq.job import Job, JobStatus
+from rq.registry import FailedJobRegistry
+from rq.worker import WorkerStatus
+
+from mother import keys
+from mother.config import Settings
+from mother.connection import ForkHandoffPool, Outage, redis_down
+from mother.errors import ConfigError
+from mother.hooks import load_hooks
+from mother.lifecycle import JOB_FUNCTION
+from mother.logs import get_logger
+from mother.security import record_violation
+from workers import phase
+from workers.heartbeat import AttemptBeat, beat
+
+__all__ = ["PROJECT_JOBS", "PhaseWorker", "job_refusal", "preload_module", "warm_up"]
+
+log = get_logger("worker")
+
+
+def warm_up(settings: Settings) -> None:
+    """Parse and compile what every phase needs once, in the worker before it forks work-horses
+    (each horse inherits the caches): the shipped and configured hook files, the risk policy, and
+    this module's logger (structlog builds a lazy logger on its first use: ~0.3 ms in every horse)."""
+    log.bind()
+    try:
+        load_hooks(settings, "")
+    # a bad hook file is reported by the phase that loads it
+    except ConfigError as exc:
+        log.warning("hooks_not_preloaded", error=exc.message)
+
+
+# the job functions of this project a worker runs (and worker.allowed_jobs)
+PROJECT_JOBS = frozenset({JOB_FUNCTION})
+
+
+def job_refusal(job: Job, allowed: frozenset[str]) -> str | None:
+    """Why a worker must not run ``job``, or None: only the project's jobs and configured ones run, as plain
+    functions with JSON data and no callbacks (RQ would import and call whatever the job names)."""
+    try:
+        func, instance = job.func_name, job.instance
+    except DeserializationError:
+        return "its data is not JSON (workers read jobs with RQ's JSON serializer)"
+    if func not in allowed:
+        return f"job function {func!r} is not one workers run (the project's jobs, and worker.allowed_jobs)"[
+            :300
+        ]
+    if instance is not None:
+        return "it calls a method of an object; workers run plain functions"
+    for kind in ("success", "failure", "stopped"):
+        callback = getattr(job, f"_{kind}_callback_name", None)
+        if callback:
+            return f"it names an on_{kind} callback ({callback!r}); workers run none"[:300]
+    return None
+
+
+def preload_module(func_name: str | None, allowed: frozenset[str]) -> None:
+    """Import the module of an allowed job function (the project's own, and ``worker.allowed_jobs``: the
+    deployment trusts them) in the worker, before it forks the work-horse: each horse then finds it
+    loaded, where RQ would import it again in every horse (and, without cached bytecode, compile it).
+    A job that is not allowed is refused before this (nothing it names is imported). An import that
+    fails here is left to the horse, which reports it as the job's failure."""
+    if not func_name or func_name not in allowed:
+        return
+    module = func_name.rpartition(".")[0]
+    # a module already loaded is only looked up
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("job_module_not_preloaded", module=module, error=str(exc))
+
+
+class PhaseWorker(Worker):
+    """RQ's forking worker (one work-horse per job, heartbeats and all) that makes a phase job's
+    first read just before it forks (:func:`prefetch`), and forgets it once the horse is done.
+    It also connects the horse's connections before the fork (:class:`ForkHandoffPool`): RQ's for
+    every job, and for a phase job the one the phase itself uses. While a horse runs a phase, the
+    worker beats for the attempt (RQ's monitor loop wakes every ``worker.heartbeat_interval_seconds``,
+    rounded up to whole seconds: RQ's timer counts seconds); a horse whose worker dies beats for itself."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        settings = phase.runtime().settings
+        every = max(1, math.ceil(settings.worker.heartbeat_interval_seconds))
+        kwargs["job_monitoring_interval"] = min(
+            kwargs.get("job_monitoring_interval") or every, every
+        )
+        super().__init__(*args, **kwargs)
+        # the worker; a horse is a fork of it
+        self._parent_pid = os.getpid()
+        self.allowed_jobs = PROJECT_JOBS | frozenset(settings.worker.allowed_jobs)
+        # the attempt whose horse runs now, which this worker beats for (None: no phase job runs)
+        self._beating: str | None = None
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        refusal = job_refusal(job, self.allowed_jobs)
+        if refusal is not None:
+            self._refuse(job, queue, refusal)
+            return
+        pools = [self.connection.connection_pool]
+        preload_module(job.func_name, self.allowed_jobs)
+        rt = phase.runtime()
+        if job.func_name == JOB_FUNCTION:
+            args = job.args
+            # a malformed job fails in the horse, with RQ's own error
+            if len(args) == 3:
+                # what the horse finds on its job: the first read and the setup, and who beats for it
+                setattr(job, phase.HANDED, phase.prefetch(*args))
+                self._beating = keys.member_of_job(args)
+                setattr(job, phase.BEATS, AttemptBeat(self._beating))
+            pools.append(rt.redis.connection_pool)
+        # the horses inherit a clock measured within RESYNC_AFTER_MS
+        rt.clock.refresh()
+        handoffs = [pool for pool in pools if isinstance(pool, ForkHandoffPool)]
+        for pool in handoffs:
+            try:
+                pool.open_for_child()
+            # the horse connects for itself, and reports what is wrong
+            except redis.RedisError as exc:
+                log.warning("horse_connection_not_opened", job_id=job.id, error=str(exc))
+        try:
+            super().execute_job(job, queue)
+        except Exception as exc:
+            if not redis_down(exc):
+                raise
+            self._lost_redis_during(job, exc)
+        finally:
+            self._beating = None
+            for pool in handoffs:
+                pool.close_handoff()
+
+    def _refuse(self, job: Job, queue: Queue, why: str) -> None:
+        """Fail ``job`` without running or importing anything it names (no horse, no callbacks, no retry, no
+        webhook), and record it as a security violation: someone able to enqueue RQ jobs tried to run code."""
+        log.error("job_refused", job_id=job.id, queue=queue.name, why=why)
+        with self.connection.pipeline() as pipe:
+            job.set_status(JobStatus.FAILED, pipeline=pipe)
+            FailedJobRegistry(
+                job.origin, connection=self.connection, serializer=self.serializer
+            ).add(
+                job,
+                ttl=job.failure_ttl,
+                exc_string=f"refused by worker {self.name}: {why}",
+                pipeline=pipe,
+            )
+            pipe.lrem(queue.intermediate_queue_key, 1, job.id)
+            pipe.execute()
+        rt = phase.runtime()
+        record_violation(
+            rt.redis,
+            "job_refused",
+            at=rt.clock.now_iso(),
+            maxlen=rt.settings.service.activity_maxlen,
+            job_id=job.id,
+            queue=queue.name,
+            worker=self.name,
+            why=why,
+        )
+
+    def main_work_horse(self, job: Job, queue: Queue) -> None:
+        # in the horse: if the worker dies first, beat for the attempt
+        beats = getattr(job, phase.BEATS, None)
+        if beats is not None and beats.member is not None:
+            beats.watch_worker(self._parent_pid)
+        super().main_work_horse(job, queue)
+
+    def maintain_heartbeats(self, job: Job, execution: Any) -> None:
+        super().maintain_heartbeats(job, execution)
+        self._beat_for_horse()
+
+    def _beat_for_horse(self, *, outage: bool = False) -> None:
+        """Stamp the attempt the horse runs alive (only while its member is there: the horse's last
+        write takes it away). A failed beat is logged (at debug level during an outage the worker
+        is already reporting); Mother tolerates a few missed ones."""
+        if self._beating is None:
+            return
+        try:
+            beat(self.connection, self._beating, existing=True)
+        except redis.RedisError as exc:
+            (log.debug if outage else log.warning)("heartbeat_failed", error=str(exc))
+
+    # -- outliving a Redis outage ---------------------------------------------------------------
+    # RQ retries its blocking dequeue while Redis is away, but quits on a connection error anywhere
+    # else in its loop (watching the horse, heartbeats, the suspension check, maintenance). A worker
+    # outlives the outage instead (REDIS_DOWN: a restart, a failover, maxmemory): it retries with
+    # backoff and carries on. A phase caught by the outage ends as a lost phase: its heartbeat stops,
+    # and Mother retries it once Redis serves again.
+
+    def _lost_redis_during(self, job: Job, exc: Exception) -> None:
+        """Redis failed while the horse ran: let the horse finish (it keeps its own timeout; past it
+        and a margin it is killed), then wait until Redis takes the worker's state again. RQ's record
+        of the job is left for the started-job cleanup, which Mother's watchdog runs."""
+        log.warning("redis_lost_during_job", job_id=job.id, error=str(exc))
+        pid = self.horse_pid
+        deadline = time.monotonic() + (job.timeout if job.timeout and job.timeout > 0 else 600) + 60
+        next_beat = time.monotonic() + self.job_monitoring_interval
+        while pid:
+            # the horse's phase stays alive once Redis is back
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + self.job_monitoring_interval
+                self._beat_for_horse(outage=True)
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done:
+                break
+            if time.monotonic() > deadline:
+                self.kill_horse()
+                self.wait_for_horse()
+                break
+            time.sleep(0.2)
+        self._horse_pid = 0
+        # what RQ's monitor would have dropped once the horse ended
+        self.executions.clear()
+        self._outliving("job", self.set_state, WorkerStatus.IDLE)
+
+    def _outliving(self, during: str, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """``func(*args, **kwargs)``, retried while Redis cannot serve; only the worker waits: a horse that loses
+        Redis fails its job as it would anyway."""
+        outage = Outage(log, during)
+        while True:
+            try:
+                result = func(*args, **kwargs)
+            except Exception as exc:
+                if not redis_down(exc) or os.getpid() != self._parent_pid:
+                    raise
+                outage.failed(exc)
+                continue
+            outage.recovered()
+            return result
+
+    def dequeue_job_and_maintain_ttl(self, *args: Any) -> Any:
+        # RQ retries its own connection errors here; a read cut short by a failover is retried too
+        return self._outliving("dequeue", super().dequeue_job_and_maintain_ttl, *args)
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> None:
+        self._outliving("heartbeat", super().heartbeat, *args, **kwargs)
+
+    def check_for_suspension(self, burst: bool) -> None:
+        self._outliving("suspension check", super().check_for_suspension, burst)
+
+    def run_maintenance_tasks(self) -> None:
+        self._outliving("maintenance", super().run_maintenance_tasks)
