@@ -26,6 +26,7 @@ __all__ = [
     "FUNCTIONS_PROBE",
     "call",
     "ensure_loaded",
+    "execute",
     "fcall_command",
     "follow_ups",
     "load_functions",
@@ -83,6 +84,38 @@ def call(
     With a pipeline the call is queued and its reply comes from ``execute()``.
     """
     return send(client, fcall_command(name, keys_, args))
+
+
+def execute(pipe: redis.client.Pipeline, *, raise_on_error: bool = True) -> list[Any]:
+    """Execute ``pipe``; an FCALL that found its library missing (a server restarted without persistence,
+    a flushed function set) is sent again once the libraries are loaded, as redis-py's Script does for a
+    pipeline. The function did nothing the first time, so sending it again cannot apply it twice; it is
+    sent after the pipeline's other commands (in a MULTI, outside the transaction). Raises the first other
+    error, unless ``raise_on_error`` is off (errors are then replies)."""
+    stack = [args for args, _options in pipe.command_stack]
+    replies = pipe.execute(raise_on_error=False)
+    missing = [
+        i
+        for i, reply in enumerate(replies)
+        if _function_missing(reply) and str(stack[i][0]).upper() == "FCALL"
+    ]
+    if missing:
+        client = redis.Redis(connection_pool=pipe.connection_pool)
+        load_functions(client)
+        for i in missing:
+            try:
+                replies[i] = client.execute_command(*stack[i])
+            except redis.ResponseError as exc:
+                replies[i] = exc
+    if raise_on_error:
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise reply
+    return replies
+
+
+def _function_missing(reply: Any) -> bool:
+    return isinstance(reply, redis.ResponseError) and "function not found" in str(reply).lower()
 
 
 def fcall_command(name: str, keys_: list[str], args: list[Any]) -> tuple[Any, ...]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from mother import keys
+from mother import calls, keys
 from mother.activity import flat_fields, make_event
 from mother.budget import Admission, admission, admit
 from mother.capabilities import assess_risk, denial, granted_for, load_risk_policy
@@ -26,7 +26,7 @@ from mother.errors import (
     LedgerError,
     SignatureInvalid,
 )
-from mother.functions import call
+from mother.functions import execute
 from mother.ledger import checked
 from mother.lifecycle import end_run, start_run
 from mother.limits import resolve_for_spec
@@ -35,6 +35,7 @@ from mother.records.rejections import write_rejection
 from mother.roles import role_settings
 from mother.runtime import Runtime
 from mother.specs import check_spec
+from mother.streams import Delivery
 from schemas import MAX_SPEC_BYTES, HistoryEntry, RunSpec, RunState, TerminationReason
 from schemas.rejection import Rejection
 
@@ -44,8 +45,11 @@ log = get_logger("intake")
 PREVIEW_CHARS = 500
 
 
-def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> RunState | None:
-    """Validate and create the run (then start it); reject the entry otherwise."""
+def handle_submission(
+    rt: Runtime, entry_id: str, fields: dict[str, Any], *, delivery: Delivery | None = None
+) -> RunState | None:
+    """Validate and create the run (then start it); reject the entry otherwise. ``delivery``: the entry,
+    acknowledged with the write that starts or ends the run."""
     raw = fields.get("spec")
     if raw is None:
         reject(
@@ -100,11 +104,19 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
         return state
     if verdict is not None:
         reason, details, factors = verdict
-        end_run(rt, state, reason, details, phase="intake", contributing_factors=factors)
+        end_run(
+            rt,
+            state,
+            reason,
+            details,
+            phase="intake",
+            contributing_factors=factors,
+            delivery=delivery,
+        )
         return state
     # not decided yet (a re-delivered entry keeps the first decision)
     if state.admission is None:
-        admitted = _admit(rt, state, limits)
+        admitted = _admit(rt, state, limits, delivery)
         if admitted is None:
             return state
         if admitted.waiting:
@@ -113,11 +125,13 @@ def handle_submission(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> Run
     # it starts when a slot frees (admit_waiting)
     elif state.admission == "waiting":
         return state
-    start_run(rt, state)
+    start_run(rt, state, delivery=delivery)
     return state
 
 
-def _admit(rt: Runtime, state: RunState, limits: dict[str, Any]) -> Admission | None:
+def _admit(
+    rt: Runtime, state: RunState, limits: dict[str, Any], delivery: Delivery | None
+) -> Admission | None:
     """The ledger entry (a root's ceiling, or a child's reservation from its parent) and the admission
     decision, in one round trip for a root run. None when the run was ended instead (a refused
     reservation or admission)."""
@@ -140,11 +154,12 @@ def _admit(rt: Runtime, state: RunState, limits: dict[str, Any]) -> Admission | 
                 refused,
                 phase="intake",
                 contributing_factors=[refused],
+                delivery=delivery,
             )
             return None
     maxlen = rt.settings.service.activity_maxlen
     admit(pipe, rt.settings, run_id, spec.user_id, rt.clock.today(), maxlen, child=not root)
-    replies = pipe.execute()
+    replies = execute(pipe)
     if root:
         checked(replies[-2])
     admitted = admission(
@@ -158,6 +173,7 @@ def _admit(rt: Runtime, state: RunState, limits: dict[str, Any]) -> Admission | 
             admitted.details,
             phase="intake",
             contributing_factors=admitted.factors,
+            delivery=delivery,
         )
         return None
     return admitted
@@ -278,24 +294,15 @@ def _create(
         entry_id=entry_id,
         phases=[p.name for p in spec.pipeline],
     )
-    created = call(
+    created = calls.create_run(
         rt.redis,
-        "mh_create_run",
-        [
-            keys.run_key(spec.run_id),
-            keys.RUN_CLAIMS,
-            keys.RUNS_INDEX,
-            keys.user_runs_key(spec.user_id),
-            keys.ACTIVITY_STREAM,
-        ],
-        [
-            state.to_json(),
-            spec.run_id,
-            entry_id,
-            score,
-            rt.settings.service.activity_maxlen,
-            orjson.dumps(flat_fields(announced)),
-        ],
+        run_id=spec.run_id,
+        user_id=spec.user_id,
+        entry_id=entry_id,
+        record=state.to_json(),
+        created_ms=score,
+        activity_maxlen=rt.settings.service.activity_maxlen,
+        announced=flat_fields(announced),
     )
     if created != 1:
         existing = rt.load_run(spec.run_id) if created == 0 else None

@@ -8,28 +8,27 @@ Every end goes through :func:`end_run`, which calls the single termination write
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
-from mother import keys
+from mother import calls, keys
 from mother.activity import flat_fields, make_event
 from mother.budget import Guard, open_run_budget, release_reservations
 from mother.capabilities import denial
-from mother.codes import RESOURCES, SEQ_SPAN
+from mother.codes import SEQ_SPAN
 from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
 from mother.context import store as store_context
-from mother.errors import ConfigError, ContextBudgetExceeded, HookDecision, MotherError
-from mother.functions import call, follow_ups
+from mother.errors import ConfigError, ContextBudgetExceeded, MotherError
+from mother.functions import execute, follow_ups
 from mother.ledger import queue_node_read, to_usd
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
 from mother.records import budgets, runs
-from mother.records.budgets import held_reservations
 from mother.runtime import Runtime
-from mother.security import digest, mint_token, queue_token, record_violation
+from mother.security import digest, mint_token, queue_token
+from mother.streams import Delivery
 from mother.termination import build_record, terminate, terminated
 from schemas import (
     ACTIVE_STATUSES,
@@ -41,7 +40,6 @@ from schemas import (
     TerminationReason,
     TerminationRecord,
 )
-from schemas.budget import BudgetExhaustedRecord
 
 __all__ = [
     "admit_waiting",
@@ -51,8 +49,6 @@ __all__ = [
     "end_run",
     "finish_end",
     "is_current",
-    "on_phase_failure",
-    "on_phase_result",
     "outputs_of",
     "phase_timeout_seconds",
     "queue_end_reads",
@@ -96,14 +92,8 @@ def transition(
     for ``phase_completed``, the one being (re)started otherwise. ``start`` also sets
     the run's deadline.
     """
-    return (
-        call(
-            rt.redis,
-            "mh_transition",
-            *_transition_call(rt, run_id, spec, frm, to, event, detail, result, start),
-        )
-        == 1
-    )
+    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, start)
+    return calls.transition(rt.redis, **args) == 1
 
 
 def transition_and_load(
@@ -121,17 +111,14 @@ def transition_and_load(
     """:func:`transition`, and the run as it is after it, in one round trip; None if ``frm`` was not current
     (or ``token_digest`` is not the attempt's)."""
     pipe = rt.redis.pipeline(transaction=False)
-    call(
-        pipe,
-        "mh_transition",
-        *_transition_call(rt, run_id, spec, frm, to, event, detail, result, False, token_digest),
-    )
+    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, False, token_digest)
+    calls.transition(pipe, **args)
     runs.queue_read(pipe, run_id)
-    applied, raw = pipe.execute()
+    applied, raw = execute(pipe)
     return rt.parse_run(run_id, raw) if applied == 1 else None
 
 
-def _transition_call(
+def _transition_args(
     rt: Runtime,
     run_id: str,
     spec: RunSpec,
@@ -142,31 +129,25 @@ def _transition_call(
     result: PhaseResult | None,
     start: bool,
     token_digest: str = "",
-) -> tuple[list[str], list[Any]]:
-    """mh_transition's keys and arguments (``token_digest``: a result's, checked against the attempt's)."""
+) -> dict[str, Any]:
+    """:func:`mother.calls.transition`'s arguments (``token_digest``: a result's, checked against the attempt's)."""
     phase = spec.pipeline[to[0]].name
     at = rt.clock.now_iso()
     about, attempt = (result.phase, result.attempt) if result is not None else (phase, to[1])
     entry = HistoryEntry(at=at, event=event, phase=about, attempt=attempt, detail=detail[:4000])
-    return [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES], [
-        run_id,
-        frm[0],
-        frm[1],
-        to[0],
-        to[1],
-        phase,
-        int(phase_timeout_seconds(rt, spec, to[0]) * 1000),
-        int(run_duration_seconds(rt, spec) * 1000) if start else 0,
-        at,
-        entry.to_json(),
-        result.to_json() if result is not None else "",
-        _json_list(result.artifacts if result is not None else []),
-        token_digest,
-    ]
-
-
-def _json_list(items: Iterable[str]) -> str:
-    return orjson.dumps(list(items)).decode()
+    return {
+        "run_id": run_id,
+        "expected": frm,
+        "to": to,
+        "phase": phase,
+        "phase_timeout_ms": int(phase_timeout_seconds(rt, spec, to[0]) * 1000),
+        "run_duration_ms": int(run_duration_seconds(rt, spec) * 1000) if start else 0,
+        "at": at,
+        "history": entry.to_json(),
+        "result": result.to_json() if result is not None else "",
+        "artifacts": list(result.artifacts) if result is not None else [],
+        "token_digest": token_digest,
+    }
 
 
 def dispatch(
@@ -177,22 +158,26 @@ def dispatch(
     attempt: int,
     activity: Sequence[tuple[str, dict[str, Any]]] = (),
     outputs: Sequence[tuple[str, str]] | None = None,
+    *,
+    delivery: Delivery | None = None,
 ) -> str | None:
     """Compose the phase's context, then enqueue one RQ job for the attempt (the payload carries ids only).
 
     The composed context, its summaries, the job and the ``activity`` entries (type, fields)
     go out in one transaction (:func:`_queue_dispatch`), so a worker never sees the job without
     its context. ``outputs`` are the earlier phases' (name, output); read from the run when not given.
-    A context that fits no model ends the run ``context_budget_exceeded`` (returns None).
+    A context that fits no model ends the run ``context_budget_exceeded`` (returns None). ``delivery``:
+    the entry being handled, acknowledged with the dispatch.
     """
     try:
         comp = _compose(rt, run_id, spec, index, attempt, outputs)
     except (ContextBudgetExceeded, ConfigError) as exc:
-        _end_undispatchable(rt, run_id, spec, index, exc)
+        _end_undispatchable(rt, run_id, spec, index, exc, delivery=delivery)
         return None
     pipe = rt.rq_redis.pipeline()
     job_id = _queue_dispatch(rt, pipe, run_id, spec, index, attempt, comp, activity)
-    rt.take_ack(pipe)
+    if delivery is not None:
+        delivery.ack_with(pipe)
     pipe.execute()
     return job_id
 
@@ -212,6 +197,7 @@ def advance(
     activity: Sequence[tuple[str, dict[str, Any]]] = (),
     also: Callable[[Any], None] | None = None,
     token_digest: str = "",
+    delivery: Delivery | None = None,
 ) -> bool:
     """:func:`transition` to ``to`` and :func:`dispatch` it in one server call: the dispatch's writes
     (RQ's own enqueue, the context, the activity entries, the handled entry's XACK, and what ``also``
@@ -230,10 +216,9 @@ def advance(
             unfit = exc
     # the move on its own first; then the dispatch (composing after it), or the end
     if comp is None:
-        moved = call(
+        moved = calls.transition(
             rt.redis,
-            "mh_transition",
-            *_transition_call(
+            **_transition_args(
                 rt, run_id, spec, frm, to, event, detail, result, start, token_digest
             ),
         )
@@ -244,25 +229,32 @@ def advance(
             also(pipe)
             pipe.execute()
         if unfit is not None:
-            _end_undispatchable(rt, run_id, spec, index, unfit)
+            _end_undispatchable(rt, run_id, spec, index, unfit, delivery=delivery)
         else:
-            dispatch(rt, run_id, spec, index, attempt, activity=activity, outputs=outputs)
+            dispatch(
+                rt,
+                run_id,
+                spec,
+                index,
+                attempt,
+                activity=activity,
+                outputs=outputs,
+                delivery=delivery,
+            )
         return True
     pipe = rt.rq_redis.pipeline()
     _queue_dispatch(rt, pipe, run_id, spec, index, attempt, comp, activity)
     if also is not None:
         also(pipe)
-    ack = rt.pending_ack
-    rt.take_ack(pipe)
-    keys_, args = _transition_call(
-        rt, run_id, spec, frm, to, event, detail, result, start, token_digest
-    )
-    more_keys, words = follow_ups(pipe)
+    if delivery is not None:
+        delivery.ack_with(pipe)
+    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, start, token_digest)
+    writes = follow_ups(pipe)
     pipe.reset()
-    applied = call(rt.redis, "mh_transition", keys_ + more_keys, args + words) == 1
-    if not applied:
+    applied = calls.transition(rt.redis, **args, follow_ups=writes) == 1
+    if not applied and delivery is not None:
         # the XACK rode with the dispatch: the caller acknowledges the entry
-        rt.pending_ack = ack
+        delivery.unack()
     return applied
 
 
@@ -372,7 +364,13 @@ def _llm(rt: Runtime, run_id: str, spec: RunSpec, attempt: int) -> LLMSummarizer
 
 
 def _end_undispatchable(
-    rt: Runtime, run_id: str, spec: RunSpec, index: int, exc: MotherError
+    rt: Runtime,
+    run_id: str,
+    spec: RunSpec,
+    index: int,
+    exc: MotherError,
+    *,
+    delivery: Delivery | None = None,
 ) -> None:
     state = rt.load_run(run_id)
     if state is None:
@@ -387,6 +385,7 @@ def _end_undispatchable(
             exc.message,
             phase=phase,
             contributing_factors=exc.factors,
+            delivery=delivery,
         )
     else:
         end_run(
@@ -396,10 +395,13 @@ def _end_undispatchable(
             exc.message,
             phase=phase,
             contributing_factors=["invalid configuration while composing the context"],
+            delivery=delivery,
         )
 
 
-def start_run(rt: Runtime, state: RunState, *, waited: float | None = None) -> bool:
+def start_run(
+    rt: Runtime, state: RunState, *, waited: float | None = None, delivery: Delivery | None = None
+) -> bool:
     """Dispatch the first phase of a queued run (no-op if it already started). Its budget documents are
     opened with the move (its wall clock starts now, not while it waited for a slot). A run that waited
     in the admission queue (``waited``: its fair-queue score) leaves it in the same step."""
@@ -426,6 +428,7 @@ def start_run(rt: Runtime, state: RunState, *, waited: float | None = None) -> b
         start=True,
         outputs=[],
         also=also,
+        delivery=delivery,
     )
 
 
@@ -452,219 +455,6 @@ def admit_waiting(rt: Runtime) -> int:
     return started
 
 
-def on_phase_result(
-    rt: Runtime, result: PhaseResult, token: str | None = None, *, entry_id: str = ""
-) -> None:
-    """Accept a worker's PhaseResult if it is for the current attempt and carries the attempt's ``token``;
-    advance or retry.
-
-    The hot path makes one round trip (:func:`advance`: the fenced transition with the next
-    job, its context and the activity entries; the token's digest is compared in the same call).
-    The spec and the earlier outputs come from Mother's cache. A result for the current attempt
-    whose token is missing or wrong (a report forged with a worker's credentials) is refused and
-    recorded in ``security:violations``.
-    """
-    spec = rt.spec(result.run_id)
-    if spec is None:
-        return
-    token_digest = digest(token)
-    if result.status == "failed":
-        state = rt.load_run(result.run_id)
-        if state is not None and is_current(state, result.phase_index, result.attempt):
-            if state.token_digest != token_digest:
-                _refuse_result(rt, result, entry_id)
-                return
-            on_phase_failure(rt, state, result.error or "phase failed", result=result)
-        return
-    last = result.phase_index + 1 >= len(spec.pipeline)
-    to = (result.phase_index, result.attempt) if last else (result.phase_index + 1, 1)
-    frm, detail = (result.phase_index, result.attempt), f"confidence {result.confidence:.2f}"
-    completed = completed_event(result)
-    if not last:
-        earlier = _earlier_outputs(rt, result.run_id, result.phase_index)
-        if not advance(
-            rt,
-            result.run_id,
-            spec,
-            frm=frm,
-            to=to,
-            event="phase_completed",
-            detail=detail,
-            result=result,
-            outputs=[*earlier, (result.phase, result.output)],
-            activity=[completed],
-            token_digest=token_digest,
-        ):
-            _not_taken(rt, result, token_digest, entry_id)
-            return
-        rt.remember_output(result.run_id, result.phase_index, result.phase, result.output)
-        return
-    done = transition_and_load(
-        rt,
-        result.run_id,
-        spec,
-        frm=frm,
-        to=to,
-        event="phase_completed",
-        detail=detail,
-        result=result,
-        token_digest=token_digest,
-    )
-    if done is None:
-        _not_taken(rt, result, token_digest, entry_id)
-        return
-    rt.forget(result.run_id)
-    n = len(spec.pipeline)
-    end_run(
-        rt,
-        done,
-        "success",
-        f"All {n} phase{'s' if n != 1 else ''} completed",
-        phase=result.phase,
-        activity=[completed],
-        contributing_factors=[
-            f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, "
-            f"{r.evidence_count} evidence"
-            for r in done.results
-        ]
-        + [f"{r.phase}: {notice}" for r in done.results for notice in r.notices],
-    )
-
-
-def _not_taken(rt: Runtime, result: PhaseResult, token_digest: str, entry_id: str) -> None:
-    """Why a result did not move its run: its attempt is no longer current (a late or duplicate result), or
-    it is but the token is not the attempt's (refused and recorded)."""
-    position, current_digest = runs.read_position_and_digest(rt.redis, result.run_id)
-    current = runs.is_active_at(position, result.phase_index, result.attempt)
-    if current and current_digest != token_digest:
-        _refuse_result(rt, result, entry_id)
-        return
-    log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
-
-
-def _refuse_result(rt: Runtime, result: PhaseResult, entry_id: str) -> None:
-    log.error(
-        "phase_result_refused",
-        run_id=result.run_id,
-        phase=result.phase,
-        attempt=result.attempt,
-        why="its attempt token is missing or wrong",
-        entry_id=entry_id,
-    )
-    record_violation(
-        rt.redis,
-        "phase_result_without_token",
-        at=rt.clock.now_iso(),
-        maxlen=rt.settings.service.activity_maxlen,
-        run_id=result.run_id,
-        phase=result.phase,
-        attempt=result.attempt,
-        entry_id=entry_id,
-        status=result.status,
-        why="a result for the current attempt whose token is missing or not the attempt's: refused",
-    )
-
-
-# a failed phase's error_code (its error's code: mother.errors) that ends the run instead of a retry
-BUDGET_CODES = frozenset(
-    {"budget_exhausted", "limit_exceeded", "budget_stopped", "depth_exhausted"}
-)
-FAILURE_ENDINGS: dict[str, tuple[TerminationReason, str]] = {
-    "signature_invalid": ("policyViolation", "signature check failed"),
-    "policy_violation": ("policyViolation", "policy violation"),
-    "config_invalid": ("catastrophic_error", "invalid configuration"),
-}
-# what a hook's abort on an event ends the run with (other events: catastrophic_error)
-HOOK_ABORTS: dict[str, TerminationReason] = {
-    "limit": "budget_exhausted",
-    "context_limit_reached": "context_budget_exceeded",
-}
-
-
-def _failure_ending(code: str | None) -> tuple[TerminationReason, str] | None:
-    """How a failure with ``code`` ends the run (reason, contributing factor; '' to name the code and the
-    error), or None: it is retried."""
-    if code in FAILURE_ENDINGS:
-        return FAILURE_ENDINGS[code]
-    decision = HookDecision.parse(code)
-    if decision is not None and decision[0] == "abort":
-        return HOOK_ABORTS.get(decision[1], "catastrophic_error"), ""
-    return None
-
-
-def on_phase_failure(
-    rt: Runtime, state: RunState, error: str, *, result: PhaseResult | None = None
-) -> None:
-    """Retry the current phase while it has retries left; then end ``retries_exhausted``.
-
-    A refusal by the budget guard is not retried: the run ends ``budget_exhausted``.
-    """
-    phase = state.spec.pipeline[state.phase_index]
-    code = result.error_code if result is not None else None
-    if code in BUDGET_CODES:
-        end_for_budget(rt, state, error, fail_safe=code == "limit_exceeded")
-        return
-    ending = _failure_ending(code)
-    if ending is not None:
-        reason, factor = ending
-        end_run(
-            rt,
-            state,
-            reason,
-            error,
-            phase=phase.name,
-            contributing_factors=[factor or f"{code}: {error[:300]}"],
-        )
-        return
-    rt.emit(
-        rt.redis,
-        "phase_failed",
-        run_id=state.run_id,
-        phase=phase.name,
-        attempt=state.attempt,
-        error=error[:1000],
-    )
-    failures = [*_failures(state), f"attempt {state.attempt}: {error[:300]}"]
-    if state.attempt <= phase.max_retries:
-        # what the attempt still holds will not be settled (a lost one's call in flight, or a failed one's call
-        # whose settle did not reach the server); and its horse may still be alive (lost is not dead), so the
-        # same call fences the attempt: the guard refuses its reservations and charges from now on
-        release_reservations(
-            rt.redis,
-            rt.settings,
-            state.run_id,
-            state.user_id,
-            held_reservations(rt.redis, state.run_id),
-            f"phase {phase.name} attempt {state.attempt} {'was lost' if result is None else 'failed'}: {error}",
-            fence=(state.phase_index, state.attempt),
-        )
-        advance(
-            rt,
-            state.run_id,
-            state.spec,
-            frm=(state.phase_index, state.attempt),
-            to=(state.phase_index, state.attempt + 1),
-            event="phase_retried",
-            detail=error,
-            outputs=outputs_of(state),
-            activity=[
-                (
-                    "phase_retried",
-                    {"run_id": state.run_id, "phase": phase.name, "attempt": state.attempt + 1},
-                )
-            ],
-        )
-        return
-    end_run(
-        rt,
-        state,
-        "retries_exhausted",
-        f"Phase {phase.name} ({phase.role} on {phase.model}) failed on all {state.attempt} attempts; last error: {error[:500]}",
-        phase=phase.name,
-        contributing_factors=failures,
-    )
-
-
 def completed_event(result: PhaseResult) -> tuple[str, dict[str, Any]]:
     """The ``phase_completed`` activity entry of an accepted result (logged with the next dispatch, or the end)."""
     return (
@@ -677,15 +467,6 @@ def completed_event(result: PhaseResult) -> tuple[str, dict[str, Any]]:
             "artifacts": result.artifacts,
         },
     )
-
-
-def _failures(state: RunState) -> list[str]:
-    """Earlier attempts' errors of the current phase (each retry's history entry holds the error)."""
-    return [
-        f"attempt {h.attempt - 1}: {h.detail[:300]}"
-        for h in state.history
-        if h.event == "phase_retried" and h.phase == state.phase and h.attempt
-    ][:20]
 
 
 def is_current(state: RunState, index: int, attempt: int) -> bool:
@@ -704,9 +485,11 @@ def end_run(
     phase: str | None = None,
     contributing_factors: list[str] | None = None,
     activity: Sequence[tuple[str, dict[str, Any]]] = (),
+    delivery: Delivery | None = None,
 ) -> TerminationRecord:
     """Write the run's one TerminationRecord and final ResultEnvelope; log ``terminated``
-    (after the ``activity`` entries given, in the same round trip)."""
+    (after the ``activity`` entries given, in the same round trip); ``delivery``: the entry being
+    handled, acknowledged with the end."""
     at_ms = rt.clock.now_ms()
     at_iso = rt.clock.iso(at_ms)
     phase_name = (
@@ -737,10 +520,10 @@ def end_run(
     # its reservations are read after the record closed the budget: none
     queue_end_reads(pipe, state.run_id)
     # is made after it (a call in flight settles)
-    term_reply, node_raw, budget_raw = pipe.execute()
+    term_reply, node_raw, budget_raw = execute(pipe)
     won, stored = terminated(term_reply)
     if won:
-        finish_end(rt, state, stored, node_raw, budget_raw, activity)
+        finish_end(rt, state, stored, node_raw, budget_raw, activity, delivery=delivery)
     return stored
 
 
@@ -760,6 +543,7 @@ def finish_end(
     activity: Sequence[tuple[str, dict[str, Any]]] = (),
     *,
     late: bool = False,
+    delivery: Delivery | None = None,
 ) -> bool:
     """Apply the end of a run whose record is written, in one MULTI: give back the reservations its calls
     still hold, close its ledger entry (report its spend, cascade it, release its reservation), drop its
@@ -790,7 +574,8 @@ def finish_end(
         rt.agents_queue.remove(
             keys.phase_job_id(run_id, state.phase_index, state.attempt), pipeline=pipe
         )
-    rt.take_ack(pipe)
+    if delivery is not None:
+        delivery.ack_with(pipe)
     at = rt.clock.now_iso()
     entries = [make_event(kind, at=at, **fields) for kind, fields in activity]
     entries.append(
@@ -809,21 +594,14 @@ def finish_end(
     # whether the slot it frees can start a run waiting in the admission queue
     pipe.zcard(keys.RUN_DEADLINES)
     pipe.zcard(keys.ADMISSION_WAITING)
-    call(
+    calls.ended(
         pipe,
-        "mh_ended",
-        [
-            keys.RUNS_ENDING,
-            keys.ACTIVITY_STREAM,
-            *([keys.run_budget_key(parent)] if parent else []),
-        ],
-        [
-            run_id,
-            rt.settings.service.activity_maxlen,
-            orjson.dumps([flat_fields(e) for e in entries]),
-        ],
+        run_id=run_id,
+        activity_maxlen=rt.settings.service.activity_maxlen,
+        entries=[flat_fields(e) for e in entries],
+        parent=parent,
     )
-    replies = pipe.execute()
+    replies = execute(pipe)
     if ledger_at is not None:
         rt.ledger.closed(run_id, replies[ledger_at])
     applied = bool(replies[-1])
@@ -849,63 +627,3 @@ def _parent_holding_slot(state: RunState) -> str | None:
         if parent is not None and state.spec.metadata.get("spawned_by") == "spawn_run"
         else None
     )
-
-
-def end_for_budget(
-    rt: Runtime, state: RunState, error: str, *, fail_safe: bool = False
-) -> TerminationRecord:
-    """End the run ``budget_exhausted``: the first crossed limit is primary, every crossing a factor.
-
-    With ``fail_safe`` (a run limit hit at a turn's start, no hook handling it) the worker's
-    message ("Limit exceeded: turns_exceeded (10/10)") is the details and names the primary limit.
-    Also stores the spec's BudgetExhausted record in ``budget:run:{run_id}`` at ``$.exhausted``,
-    with the spec's resource name and the limit's real figures.
-    """
-    doc = budgets.budget_doc(rt.redis, keys.run_budget_key(state.run_id)) or {}
-    # limits_exceeded has the codes alone
-    crossed = doc.get("limit_crossings") or []
-    factors = [f"{c['code']} ({c['current']}/{c['max']})" for c in crossed]
-    stated = limit_figures(error)
-    if crossed and not fail_safe:
-        first = crossed[0]
-        details = f"Limit exceeded: {first['code']} ({first['current']}/{first['max']})"
-    else:
-        first = stated or {"code": "unknown", "current": 0, "max": 0}
-        details = error
-        factors = [error, *factors]
-    if doc:
-        budgets.set_exhausted(
-            rt.redis,
-            BudgetExhaustedRecord(
-                run_id=state.run_id,
-                resource=RESOURCES.get(first["code"], first["code"]),
-                limit=first["max"],
-                consumed=first["current"],
-                timestamp=rt.clock.now_iso(),
-                termination_details=details[:4000],
-            ),
-        )
-    return end_run(
-        rt, state, "budget_exhausted", details, contributing_factors=factors or [error[:500]]
-    )
-
-
-_FIGURES = re.compile(r"(?P<code>[a-z_]+_exceeded) \((?P<current>-?[\d.]+)/(?P<max>-?[\d.]+)\)")
-
-
-def limit_figures(message: str) -> dict[str, Any] | None:
-    """The limit a refusal's message names, with its figures: ``turns_exceeded (10/10)`` or
-    ``budget_tool_call_exceeded (5/5)`` → code, current, max (numbers); None when it names none."""
-    found = _FIGURES.search(message)
-    if found is None:
-        return None
-    return {
-        "code": found["code"],
-        "current": _number(found["current"]),
-        "max": _number(found["max"]),
-    }
-
-
-def _number(text: str) -> int | float:
-    value = float(text)
-    return int(value) if value.is_integer() else value

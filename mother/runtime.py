@@ -41,13 +41,13 @@ class Runtime:
     _outputs: OrderedDict[str, list[tuple[str, str]]] = field(
         default_factory=OrderedDict, init=False, repr=False
     )
-    # the stream entry being handled (stream, group, entry_id): the handler's last write may ack it
-    pending_ack: tuple[str, str, str] | None = field(default=None, init=False, repr=False)
     # how long to wait for a Mother to load the server functions
     functions_wait_seconds: float = 0.0
     # the model providers (workers.providers.make_provider) where this process calls models itself: Mother,
     # for LLM-generated context summaries; handed in, since mother does not import workers
     make_provider: Callable[..., Any] | None = None
+    # what sees a completed phase result before it moves its run (mother.review: conflicts, human gates)
+    review_hooks: list[Callable[..., Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         ensure_loaded(
@@ -96,13 +96,6 @@ class Runtime:
             maxlen=self.settings.service.activity_maxlen,
             **kwargs,
         )
-
-    def take_ack(self, pipe: Any) -> None:
-        """Queue the XACK of the entry being handled on ``pipe`` (its final write), saving a round trip:
-        the entry is then acknowledged exactly when that write is applied."""
-        if self.pending_ack is not None:
-            pipe.xack(*self.pending_ack)
-            self.pending_ack = None
 
     def load_run(self, run_id: str) -> RunState | None:
         return self.parse_run(run_id, runs.read_raw(self.redis, run_id))

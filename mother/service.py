@@ -25,17 +25,18 @@ import orjson
 import redis
 from pydantic import ValidationError
 
-from mother import keys
+from mother import calls, keys
 from mother.client import COMMAND_CANCEL, EVENT_PHASE_RESULT
 from mother.config import Settings
 from mother.connection import Outage, redis_down, sleep_unless, unless_redis_down
-from mother.functions import call, ensure_loaded
+from mother.functions import ensure_loaded
 from mother.intake import handle_submission, reject
-from mother.lifecycle import end_run, on_phase_result
+from mother.lifecycle import end_run
 from mother.logs import get_logger
 from mother.records.budgets import publish_limits
+from mother.review import on_phase_result
 from mother.runtime import Runtime
-from mother.streams import as_text, ensure_group
+from mother.streams import Delivery, as_text, ensure_group
 from mother.termination import ensure_index
 from mother.watchdog import Watchdog
 from schemas import PhaseResult, describe_validation_error
@@ -95,9 +96,8 @@ class Mother:
                         continue
                     self.serve_once()
                     outage.recovered()
+                # whatever was being handled is unacknowledged: reclaimed later
                 except Exception as exc:
-                    # whatever was being handled is unacknowledged: reclaimed later
-                    self.rt.pending_ack = None
                     if redis_down(exc):
                         self.leader = False
                         outage.failed(exc)
@@ -112,7 +112,7 @@ class Mother:
         if not self.leader:
             return
         try:
-            call(self.rt.redis, "mh_release_lease", [keys.LEADER_LEASE], [self.instance])
+            calls.release_lease(self.rt.redis, instance=self.instance)
         # if Redis cannot take it, it expires on its own within lease_seconds
         except Exception as exc:
             if not redis_down(exc):
@@ -125,11 +125,8 @@ class Mother:
         now = time.monotonic()
         if self.leader and now - self._renewed_at < self.cfg.lease_seconds / 3:
             return True
-        got = call(
-            self.rt.redis,
-            "mh_lease",
-            [keys.LEADER_LEASE],
-            [self.instance, int(self.cfg.lease_seconds * 1000)],
+        got = calls.lease(
+            self.rt.redis, instance=self.instance, ttl_ms=int(self.cfg.lease_seconds * 1000)
         )
         self._renewed_at = now
         if got == 0:
@@ -219,7 +216,7 @@ class Mother:
         ``not_text`` says why an entry read as bytes is not UTF-8 (:func:`as_text`): a submission
         is then rejected with that error, an event ignored (both acknowledged).
         """
-        self.rt.pending_ack = (stream, self.cfg.consumer_group, entry_id)
+        delivery = Delivery(stream, self.cfg.consumer_group, entry_id)
         try:
             if not_text is not None:
                 if stream == keys.SUBMISSIONS_STREAM:
@@ -227,13 +224,12 @@ class Mother:
                 else:
                     self.log.warning("event_ignored", entry_id=entry_id, why=not_text)
             elif stream == keys.SUBMISSIONS_STREAM:
-                handle_submission(self.rt, entry_id, fields)
+                handle_submission(self.rt, entry_id, fields, delivery=delivery)
             elif stream == keys.COMMANDS_STREAM:
-                self.handle_command(entry_id, fields)
+                self.handle_command(delivery, fields)
             else:
-                self.handle_event(entry_id, fields)
+                self.handle_event(delivery, fields)
         except Exception as exc:
-            self.rt.pending_ack = None
             if redis_down(exc):
                 # not acknowledged: handled again once Redis serves again / by the next leader
                 raise
@@ -242,8 +238,7 @@ class Mother:
                 # left pending: reclaimed later, dead-lettered after max_deliveries
                 return
         # not already acknowledged with the handler's last write
-        if self.rt.pending_ack is not None:
-            self.rt.pending_ack = None
+        if not delivery.acked:
             self.rt.redis.xack(stream, self.cfg.consumer_group, entry_id)
 
     def _failed(self, stream: str, entry_id: str, fields: dict[str, Any], exc: Exception) -> bool:
@@ -283,8 +278,9 @@ class Mother:
         else:
             self._end_catastrophically(run_id, exc)
 
-    def handle_event(self, entry_id: str, fields: dict[str, Any]) -> None:
-        """A worker's report on ``mother:events``: a phase result, accepted only with its attempt's token."""
+    def handle_event(self, delivery: Delivery, fields: dict[str, Any]) -> None:
+        """A worker's report on ``mother:events``: a phase result, reviewed (mother.review)."""
+        entry_id = delivery.entry_id
         kind, payload = fields.get("type"), self._payload(entry_id, fields)
         if payload is None:
             return
@@ -296,7 +292,7 @@ class Mother:
                     "event_ignored", entry_id=entry_id, why=describe_validation_error(exc)
                 )
                 return
-            on_phase_result(self.rt, result, fields.get("token"), entry_id=entry_id)
+            on_phase_result(self.rt, result, fields.get("token"), delivery=delivery)
         # a cancel here is not taken: workers can write this stream, people write mother:commands
         else:
             self.log.warning(
@@ -306,8 +302,9 @@ class Mother:
                 + ("; commands go to mother:commands" if kind == COMMAND_CANCEL else ""),
             )
 
-    def handle_command(self, entry_id: str, fields: dict[str, Any]) -> None:
+    def handle_command(self, delivery: Delivery, fields: dict[str, Any]) -> None:
         """A person's command on ``mother:commands`` (a stream the workers' ACL user cannot write)."""
+        entry_id = delivery.entry_id
         kind, payload = fields.get("type"), self._payload(entry_id, fields)
         if payload is None:
             return
@@ -320,7 +317,7 @@ class Mother:
                     why=f"cancel names no valid run_id: {run_id!r}"[:300],
                 )
                 return
-            self._cancel(run_id, payload)
+            self._cancel(run_id, payload, delivery)
         else:
             self.log.warning(
                 "command_ignored", entry_id=entry_id, why=f"unknown command {kind!r}"[:300]
@@ -342,7 +339,7 @@ class Mother:
             return None
         return payload
 
-    def _cancel(self, run_id: str, payload: dict[str, Any]) -> None:
+    def _cancel(self, run_id: str, payload: dict[str, Any], delivery: Delivery) -> None:
         state = self.rt.load_run(run_id)
         if state is None or state.status == "terminated":
             return
@@ -354,6 +351,7 @@ class Mother:
             "user_cancelled",
             f"Cancelled by {actor}: {reason}",
             contributing_factors=[f"cancel requested during phase {state.phase or 'intake'}"],
+            delivery=delivery,
         )
 
     def _end_catastrophically(self, run_id: str, exc: Exception) -> None:

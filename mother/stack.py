@@ -23,8 +23,7 @@ from typing import IO
 
 import redis
 
-from mother import keys
-from mother.functions import call
+from mother import calls, keys
 from mother.server import _die_with_parent
 
 __all__ = ["DEV_ENV", "Exited", "LocalStack", "exit_text"]
@@ -199,7 +198,7 @@ class LocalStack:
                 if holder is None or not holder.decode().startswith(keys.leader_prefix(proc.pid)):
                     return ""
                 # compare-and-delete on the server: a lease taken by another Mother meanwhile is left alone
-                released = call(client, "mh_release_lease", [keys.LEADER_LEASE], [holder])
+                released = calls.release_lease(client, instance=holder)
         # the lease then runs out on its own
         except redis.RedisError as exc:
             return f"its leader lease is left to expire (Redis: {exc})"

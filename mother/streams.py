@@ -4,13 +4,35 @@ named, never a crash."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from mother.errors import not_utf8
 
-__all__ = ["as_text", "ensure_group", "group_backlog"]
+__all__ = ["Delivery", "as_text", "ensure_group", "group_backlog"]
+
+
+@dataclass
+class Delivery:
+    """A stream entry being handled by a consumer group: the write that acts on it acknowledges it in the
+    same transaction (:meth:`ack_with`), or, when no write does, the handler's caller does after it."""
+
+    stream: str
+    group: str
+    entry_id: str
+    acked: bool = False
+
+    def ack_with(self, pipe: Any) -> None:
+        """Queue the entry's XACK on ``pipe`` (once)."""
+        if not self.acked:
+            pipe.xack(self.stream, self.group, self.entry_id)
+            self.acked = True
+
+    def unack(self) -> None:
+        """The write that carried the XACK was not applied: the entry is not acknowledged yet."""
+        self.acked = False
 
 
 def ensure_group(client: Any, stream: str, group: str) -> None:

@@ -34,8 +34,7 @@ from typing import Any
 import orjson
 import redis
 
-from mother import keys
-from mother.functions import call
+from mother import calls, keys
 from mother.logs import get_logger
 from schemas import (
     HistoryEntry,
@@ -116,30 +115,14 @@ def terminate(
         phase=record.phase_at_termination,
         detail=f"{record.reason}: {record.details}"[:4000],
     )
-    reply = call(
+    reply = calls.terminate(
         client,
-        "mh_terminate",
-        [
-            keys.termination_key(record.run_id),
-            keys.termination_reason_index_key(record.reason),
-            keys.run_key(record.run_id),
-            keys.result_key(record.run_id),
-            keys.PHASE_DEADLINES,
-            keys.RUN_DEADLINES,
-            keys.run_limits_key(record.run_id),
-            keys.RUNS_ENDING,
-            keys.GLOBAL_BUDGET,
-            keys.ADMISSION_WAITING,
-            keys.RUN_WARNINGS,
-        ],
-        [
-            record.to_json(),
-            record.run_id,
-            envelope.model_copy(update={"termination": None}).to_json(),
-            record.timestamp,
-            record.reason,
-            history.to_json(),
-        ],
+        run_id=record.run_id,
+        reason=record.reason,
+        record=record.to_json(),
+        envelope=envelope.model_copy(update={"termination": None}).to_json(),
+        at=record.timestamp,
+        history=history.to_json(),
     )
     return None if isinstance(client, redis.client.Pipeline) else terminated(reply)
 

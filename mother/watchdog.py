@@ -27,10 +27,9 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
-from mother import keys
+from mother import calls, keys
 from mother.budget import Guard
 from mother.connection import unless_redis_down
-from mother.functions import call
 from mother.lifecycle import (
     JOB_FUNCTION,
     admit_waiting,
@@ -38,7 +37,6 @@ from mother.lifecycle import (
     dispatch,
     end_run,
     finish_end,
-    on_phase_failure,
     outputs_of,
     phase_timeout_seconds,
     queue_end_reads,
@@ -49,6 +47,7 @@ from mother.records import parse_position, runs
 from mother.records.budgets import budget_doc, refresh_gauges
 from mother.records.rejections import forget_rejections
 from mother.records.results import queue_termination_read
+from mother.review import on_attempt_lost
 from mother.runtime import Runtime
 from mother.streams import group_backlog
 from schemas import ACTIVE_STATUSES, RunState, TerminationRecord
@@ -84,28 +83,23 @@ class Watchdog:
         forget rejections past theirs: Redis stays bounded however many runs pass through."""
         cfg = self.rt.settings.service
         for stream in (keys.SUBMISSIONS_STREAM, keys.EVENTS_STREAM, keys.COMMANDS_STREAM):
-            call(
-                self.rt.redis,
-                "mh_trim_stream",
-                [stream],
-                [int(cfg.stream_retention_seconds * 1000)],
+            calls.trim_stream(
+                self.rt.redis, stream, retention_ms=int(cfg.stream_retention_seconds * 1000)
             )
-        due = call(
+        due = calls.due(
             self.rt.redis,
-            "mh_due",
-            [keys.REJECTIONS_INDEX],
-            [int(cfg.rejection_retention_seconds * 1000), BATCH],
+            keys.REJECTIONS_INDEX,
+            slack_ms=int(cfg.rejection_retention_seconds * 1000),
+            limit=BATCH,
         )
-        forget_rejections(self.rt.redis, list(due[::2]))
+        forget_rejections(self.rt.redis, [entry_id for entry_id, _ in due])
 
     # -- deadlines ---------------------------------------------------------
     def check_deadlines(self) -> None:
         for zset, what in ((keys.RUN_DEADLINES, "run"), (keys.PHASE_DEADLINES, "phase")):
-            due = call(self.rt.redis, "mh_due", [zset], [0, BATCH])
-            for run_id in due[::2]:
+            for run_id, _ in calls.due(self.rt.redis, zset, limit=BATCH):
                 self._isolated(f"{what} deadline", run_id, self._timeout, run_id, what)
-        due = call(self.rt.redis, "mh_due", [keys.RUN_WARNINGS], [0, BATCH])
-        for run_id in due[::2]:
+        for run_id, _ in calls.due(self.rt.redis, keys.RUN_WARNINGS, limit=BATCH):
             self._isolated("wall-clock warning", run_id, self._wall_clock_warning, run_id)
 
     def _wall_clock_warning(self, run_id: str) -> None:
@@ -163,8 +157,7 @@ class Watchdog:
     # -- ends a Mother died before applying -----------------------------------
     def finish_ends(self) -> None:
         slack = int(self.rt.settings.service.finish_end_after_seconds * 1000)
-        due = call(self.rt.redis, "mh_due", [keys.RUNS_ENDING], [slack, BATCH])
-        for run_id in due[::2]:
+        for run_id, _ in calls.due(self.rt.redis, keys.RUNS_ENDING, slack_ms=slack, limit=BATCH):
             self._isolated("run end", run_id, self._finish_end, run_id)
 
     def _finish_end(self, run_id: str) -> None:
@@ -205,8 +198,7 @@ class Watchdog:
     # -- lost workers ------------------------------------------------------
     def check_heartbeats(self) -> None:
         slack = int(self.rt.settings.service.heartbeat_timeout_seconds * 1000)
-        due = call(self.rt.redis, "mh_due", [keys.HEARTBEATS], [slack, BATCH])
-        for member in due[::2]:
+        for member, _ in calls.due(self.rt.redis, keys.HEARTBEATS, slack_ms=slack, limit=BATCH):
             # first: a member that is not one goes too
             self.rt.redis.zrem(keys.HEARTBEATS, member)
             self._isolated("heartbeat", member, self._lost, member, slack)
@@ -263,7 +255,7 @@ class Watchdog:
         log.warning(
             "phase_attempt_lost", run_id=run_id, phase_index=index, attempt=attempt, error=error
         )
-        on_phase_failure(self.rt, state, error)
+        on_attempt_lost(self.rt, state, error)
 
     # -- gauges --------------------------------------------------------------
     def refresh_gauges(self) -> None:

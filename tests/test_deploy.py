@@ -10,12 +10,12 @@ import orjson
 import pytest
 import redis
 
-from mother import keys
+from mother import calls, keys
 from mother.acl import MUST_NOT, NEEDS, check
+from mother.budget import override
 from mother.client import MotherClient
 from mother.config import load_settings
 from mother.connection import connect
-from mother.functions import call
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 from tests.conftest import FAST_ENV, run_cli
@@ -144,30 +144,27 @@ def test_a_workers_credentials_decide_nothing_about_runs(
     for command in denied:
         with pytest.raises(redis.exceptions.NoPermissionError):
             worker.execute_command(*command)
-    override = orjson.dumps(
-        {"dimension": "tool_calls", "delta": 5, "actor": "w", "reason": "r", "expires_in_ms": 60000}
-    )
     # a function cannot write past the ACL either
     with pytest.raises(redis.ResponseError, match="No permissions"):
-        call(worker, "mh_override", [limits, keys.ACTIVITY_STREAM], [override, 1000])
-    with pytest.raises(redis.ResponseError, match="No permissions"):
-        call(
+        override(
             worker,
-            "mh_terminate",
-            [
-                keys.termination_key(run_id),
-                "terminations:reason:x",
-                keys.run_key(run_id),
-                keys.result_key(run_id),
-                keys.PHASE_DEADLINES,
-                keys.RUN_DEADLINES,
-                limits,
-                keys.RUNS_ENDING,
-                keys.GLOBAL_BUDGET,
-                keys.ADMISSION_WAITING,
-                keys.RUN_WARNINGS,
-            ],
-            ["{}", run_id, "{}", "t", "success", "{}"],
+            run_id,
+            dimension="tool_calls",
+            delta=5,
+            expires_in_s=60,
+            actor="w",
+            reason="r",
+            maxlen=1000,
+        )
+    with pytest.raises(redis.ResponseError, match="No permissions"):
+        calls.terminate(
+            worker,
+            run_id=run_id,
+            reason="success",
+            record=b"{}",
+            envelope=b"{}",
+            at="t",
+            history=b"{}",
         )
     # the one-time claim is allowed
     assert worker.getdel(keys.attempt_token_key("no-such-run", 0, 1)) is None

@@ -8,14 +8,15 @@ import pytest
 import redis
 from rq.job import Job
 
-from mother import keys
+from mother import calls, keys
 from mother.client import EVENT_PHASE_RESULT, MotherClient
 from mother.config import load_settings
-from mother.functions import call, follow_ups
+from mother.functions import follow_ups
 from mother.intake import handle_submission
-from mother.lifecycle import _transition_call, on_phase_result
+from mother.lifecycle import _transition_args
+from mother.review import on_phase_result
 from mother.runtime import Runtime
-from mother.streams import ensure_group
+from mother.streams import Delivery, ensure_group
 from schemas import PhaseResult
 from tests.test_pipeline import example
 
@@ -35,12 +36,11 @@ def _started(r: redis.Redis, redis_url: str, **settings: object) -> tuple[Runtim
     return rt, run_id
 
 
-def _delivered(r: redis.Redis, rt: Runtime, result: PhaseResult) -> str:
-    """Append ``result`` to the events stream, read it as Mother's group does, and make it the entry being handled."""
+def _delivered(r: redis.Redis, rt: Runtime, result: PhaseResult) -> Delivery:
+    """Append ``result`` to the events stream and read it as Mother's group does: the entry being handled."""
     r.xadd(keys.EVENTS_STREAM, {"type": EVENT_PHASE_RESULT, "payload": result.to_json()})
     [(_, [(entry_id, _)])] = r.xreadgroup(GROUP, "test", {keys.EVENTS_STREAM: ">"}, count=1)
-    rt.pending_ack = (keys.EVENTS_STREAM, GROUP, entry_id)
-    return entry_id
+    return Delivery(keys.EVENTS_STREAM, GROUP, entry_id)
 
 
 def _token(r: redis.Redis, result: PhaseResult) -> str | None:
@@ -69,11 +69,11 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
         confidence=0.9,
         finished_at="2026-11-22T00:00:00.000Z",
     )
-    entry_id = _delivered(r, rt, result)
+    delivery = _delivered(r, rt, result)
     job_key = Job.key_for(keys.phase_job_id(run_id, 1, 1))
     activity_before, queued_before = r.xlen(keys.ACTIVITY_STREAM), r.llen("rq:queue:agents")
     before = _calls(r)
-    on_phase_result(rt, result, _token(r, result))
+    on_phase_result(rt, result, _token(r, result), delivery=delivery)
     after = _calls(r)
     # the dispatch rode with the transition
     assert after.get("cmdstat_exec", 0) == before.get("cmdstat_exec", 0)
@@ -87,7 +87,7 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
     assert "the plan" in r.execute_command("JSON.GET", keys.context_key(run_id, 1))
     types = [fields["type"] for _, fields in r.xrange(keys.ACTIVITY_STREAM)][activity_before:]
     assert types == ["phase_completed", "phase_dispatched"]
-    assert rt.pending_ack is None and r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 0
+    assert delivery.acked and r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 0
 
     duplicate = _delivered(r, rt, result)
     # so a job written again would show
@@ -96,15 +96,12 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
         r.execute_command("JSON.GET", keys.run_key(run_id)),
         r.xlen(keys.ACTIVITY_STREAM),
     )
-    on_phase_result(rt, result, _token(r, result))
+    on_phase_result(rt, result, _token(r, result), delivery=duplicate)
     assert r.execute_command("JSON.GET", keys.run_key(run_id)) == state_before
     assert not r.exists(job_key) and r.llen("rq:queue:agents") == queued_before + 1
     assert r.xlen(keys.ACTIVITY_STREAM) == activity_before
-    assert (
-        rt.pending_ack
-        == (keys.EVENTS_STREAM, GROUP, duplicate)
-        != (keys.EVENTS_STREAM, GROUP, entry_id)
-    )
+    # the duplicate moved nothing, so nothing acknowledged it: its caller does
+    assert not duplicate.acked and duplicate.entry_id != delivery.entry_id
     assert r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 1
 
 
@@ -125,9 +122,9 @@ def test_with_an_llm_summarizer_the_move_comes_first_and_the_dispatch_after_it(
         output="the plan",
         finished_at="2026-11-22T00:00:00.000Z",
     )
-    _delivered(r, rt, result)
+    delivery = _delivered(r, rt, result)
     before = _calls(r)
-    on_phase_result(rt, result, _token(r, result))
+    on_phase_result(rt, result, _token(r, result), delivery=delivery)
     after = _calls(r)
     assert (
         after["cmdstat_fcall"] - before["cmdstat_fcall"],
@@ -137,13 +134,13 @@ def test_with_an_llm_summarizer_the_move_comes_first_and_the_dispatch_after_it(
     assert (run.phase_index, run.attempt) == (1, 1) and r.exists(
         Job.key_for(keys.phase_job_id(run_id, 1, 1))
     )
-    assert rt.pending_ack is None and r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 0
+    assert delivery.acked and r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 0
 
-    _delivered(r, rt, result)
+    delivery = _delivered(r, rt, result)
     queued, activity = r.llen("rq:queue:agents"), r.xlen(keys.ACTIVITY_STREAM)
-    on_phase_result(rt, result, _token(r, result))
+    on_phase_result(rt, result, _token(r, result), delivery=delivery)
     assert (r.llen("rq:queue:agents"), r.xlen(keys.ACTIVITY_STREAM)) == (queued, activity)
-    assert rt.pending_ack is not None
+    assert not delivery.acked
 
 
 def test_a_follow_up_whose_keys_are_not_known_is_refused(r: redis.Redis) -> None:
@@ -173,11 +170,11 @@ def test_malformed_follow_ups_are_refused_before_anything_is_written(
     """A hand-made mh_transition call whose follow-ups do not match their keys is an error and moves nothing."""
     rt, run_id = _started(r, redis_url)
     before = r.execute_command("JSON.GET", keys.run_key(run_id))
-    keys_, args = _transition_call(
+    args = _transition_args(
         rt, run_id, rt.spec(run_id), (0, 1), (1, 1), "phase_completed", "", None, False
     )
     with pytest.raises(redis.ResponseError, match=error):
-        call(r, "mh_transition", keys_ + more_keys, args + words)
+        calls.transition(r, **args, follow_ups=(more_keys, words))
     assert r.execute_command("JSON.GET", keys.run_key(run_id)) == before and not r.exists("h")
 
 
@@ -205,8 +202,8 @@ def test_a_failed_attempt_is_retried_with_what_it_still_holds_given_back(
         error="ConnectionError: Connection reset by peer",
         finished_at="2026-11-22T00:00:00.000Z",
     )
-    _delivered(r, rt, result)
-    on_phase_result(rt, result, _token(r, result))
+    delivery = _delivered(r, rt, result)
+    on_phase_result(rt, result, _token(r, result), delivery=delivery)
     run = rt.load_run(run_id)
     assert (run.status, run.phase_index, run.attempt) == ("running", 0, 2)
     assert held_reservations(r, run_id) == {}
@@ -345,8 +342,8 @@ def test_a_success_applied_late_logs_its_last_phase_completed_too(
             artifacts=[],
             finished_at=rt.clock.now_iso(),
         )
-        _delivered(r, rt, result)
-        on_phase_result(rt, result, _token(r, result))
+        delivery = _delivered(r, rt, result)
+        on_phase_result(rt, result, _token(r, result), delivery=delivery)
     last = PhaseResult(
         run_id=run_id,
         phase="review",

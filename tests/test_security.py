@@ -9,7 +9,8 @@ import redis
 
 from mother import keys
 from mother.activity import recent
-from mother.lifecycle import on_phase_result
+from mother.review import on_phase_result
+from mother.streams import Delivery
 from schemas import PhaseResult
 from tests.conftest import start_pipeline, stop_pipeline
 from tests.test_lifecycle import _started
@@ -37,11 +38,13 @@ def test_a_result_without_its_attempts_token_is_refused_and_recorded(
         confidence=1.0,
         finished_at="2026-11-22T00:00:00.000Z",
     )
-    on_phase_result(rt, forged, None, entry_id="1-1")
-    on_phase_result(rt, forged, "guessed-token", entry_id="1-2")
+    on_phase_result(rt, forged, None, delivery=Delivery(keys.EVENTS_STREAM, "mother", "1-1"))
+    on_phase_result(
+        rt, forged, "guessed-token", delivery=Delivery(keys.EVENTS_STREAM, "mother", "1-2")
+    )
     failed = forged.model_copy(update={"status": "failed", "error": "boom", "output": ""})
     # nor can a forged failure make Mother retry the attempt
-    on_phase_result(rt, failed, None, entry_id="1-3")
+    on_phase_result(rt, failed, None, delivery=Delivery(keys.EVENTS_STREAM, "mother", "1-3"))
     run = rt.load_run(run_id)
     assert (run.phase_index, run.attempt, run.results) == (0, 1, [])
     assert [(v["kind"], v["entry_id"], v["run_id"]) for v in _violations(r)] == [
@@ -52,7 +55,12 @@ def test_a_result_without_its_attempts_token_is_refused_and_recorded(
     assert sum(1 for e in recent(r, 100, run_id=run_id) if e.type == "security_violation") == 3
     # what the worker that runs the attempt claims
     token = r.getdel(keys.attempt_token_key(run_id, 0, 1))
-    on_phase_result(rt, forged.model_copy(update={"output": "the plan"}), token, entry_id="1-4")
+    on_phase_result(
+        rt,
+        forged.model_copy(update={"output": "the plan"}),
+        token,
+        delivery=Delivery(keys.EVENTS_STREAM, "mother", "1-4"),
+    )
     run = rt.load_run(run_id)
     assert (run.phase_index, run.attempt, [x.output for x in run.results]) == (1, 1, ["the plan"])
     # the next attempt's

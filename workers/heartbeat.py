@@ -18,8 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from mother import keys
-from mother.functions import call
+from mother import calls
 from mother.logs import get_logger
 from mother.server import parent_death_signal
 
@@ -32,7 +31,7 @@ ORPHAN_SIGNAL = signal.SIGUSR2
 def beat(client: Any, member: str, *, existing: bool = False) -> Any:
     """Stamp ``member`` alive in ``mother:heartbeats`` at server time (queued when ``client`` is a
     pipeline). ``existing``: only if it is still there (returns 0 when it is not)."""
-    return call(client, "mh_heartbeat", [keys.HEARTBEATS], [member, "XX"] if existing else [member])
+    return calls.heartbeat(client, member, existing=existing)
 
 
 class Heartbeat:

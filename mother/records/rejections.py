@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from mother import keys
-from mother.functions import call
+from mother import calls, keys
+from mother.functions import execute
 from schemas.rejection import Rejection
 
 __all__ = ["forget_rejections", "read_rejection_for", "write_rejection"]
@@ -49,10 +49,5 @@ def forget_rejections(client: Any, entry_ids: list[str]) -> None:
     for entry_id, raw in zip(valid, found, strict=True):
         named = orjson.loads(raw) if isinstance(raw, str) else []
         run_id = named[0] if named and keys.is_id(named[0]) else ""
-        call(
-            pipe,
-            "mh_forget_rejection",
-            [keys.rejection_key(entry_id), keys.REJECTIONS_INDEX, keys.REJECTIONS_BY_RUN],
-            [entry_id, run_id],
-        )
-    pipe.execute()
+        calls.forget_rejection(pipe, entry_id=entry_id, run_id=run_id)
+    execute(pipe)

@@ -29,18 +29,19 @@ import redis
 from rq import Queue, get_current_job
 from rq.serializers import JSONSerializer
 
-from mother import keys
+from mother import calls, keys
 from mother.activity import DEFAULT_MAXLEN
 from mother.budget import Guard, open_run_budget
 from mother.clock import ServerClock
 from mother.config import Settings
-from mother.functions import call, follow_ups
+from mother.functions import follow_ups
 from mother.records import POSITION_PATHS, parse_position
 from mother.records.budgets import COUNTER_PATHS
 from schemas import RunSpec, iso_from_ms
 from scripts.bench import FLOOR_ENDING, FLOOR_STREAM
 from scripts.bench.noop import serve
-from workers.phase import beat, runtime
+from workers.heartbeat import beat
+from workers.phase import runtime
 
 __all__ = ["PHASES", "floor_job_id", "floor_run_id", "open_run", "phase", "relay", "relay_command"]
 
@@ -192,30 +193,15 @@ def _dispatch(
                 "final_artifacts": result["artifacts"],
             }
         )
-        call(
+        calls.terminate(
             pipe,
-            "mh_terminate",
-            [
-                keys.termination_key(run_id),
-                keys.termination_reason_index_key("success"),
-                keys.run_key(run_id),
-                keys.result_key(run_id),
-                keys.PHASE_DEADLINES,
-                keys.RUN_DEADLINES,
-                keys.run_limits_key(run_id),
-                FLOOR_ENDING,
-                keys.GLOBAL_BUDGET,
-                keys.ADMISSION_WAITING,
-                keys.RUN_WARNINGS,
-            ],
-            [
-                record,
-                run_id,
-                orjson.dumps({"run_id": run_id, "status": "success", "termination": None}),
-                at,
-                "success",
-                entry,
-            ],
+            run_id=run_id,
+            reason="success",
+            record=record,
+            envelope=orjson.dumps({"run_id": run_id, "status": "success", "termination": None}),
+            at=at,
+            history=entry,
+            ending=FLOOR_ENDING,
         )
         pipe.xadd(
             keys.ACTIVITY_STREAM,
@@ -254,28 +240,21 @@ def _dispatch(
             maxlen=DEFAULT_MAXLEN,
             approximate=True,
         )
-    follow_keys, follow_words = follow_ups(writes)
+    follow = follow_ups(writes)
     writes.reset()
-    call(
+    calls.transition(
         pipe,
-        "mh_transition",
-        [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES, *follow_keys],
-        [
-            run_id,
-            step,
-            1,
-            step + 1,
-            1,
-            name,
-            600_000,
-            0,
-            at,
-            entry,
-            raw,
-            orjson.dumps(result["artifacts"]),
-            "",
-            *follow_words,
-        ],
+        run_id=run_id,
+        expected=(step, 1),
+        to=(step + 1, 1),
+        phase=name,
+        phase_timeout_ms=600_000,
+        run_duration_ms=0,
+        at=at,
+        history=entry,
+        result=raw,
+        artifacts=result["artifacts"],
+        follow_ups=follow,
     )
 
 

@@ -1,0 +1,503 @@
+"""Mother's review of a phase's outcome: one table from what the outcome is to what Mother does.
+
+    outcome                                    state     what Mother does
+    a completed result, phases left            ADVANCE   accept it and dispatch the next phase, in one call
+    a completed result, the last phase         SUCCEED   accept it; the run ends success
+    a failed result whose code ends the run    END       budget_exhausted, policyViolation, catastrophic_error, ...
+    a failed or lost attempt, retries left     RETRY     give back what it held, fence it, dispatch the next attempt
+    a failed or lost attempt, none left        EXHAUST   the run ends retries_exhausted
+    a result for an attempt no longer current  STALE     logged, nothing written
+    a result for the current attempt, without
+      the attempt's token                      REFUSED   nothing moved; a security violation recorded
+
+ADVANCE and SUCCEED are decided from the result alone and checked on the server in the call that makes
+them (the attempt still current, the token the attempt's): when that check fails the result is STALE
+or REFUSED. Before a completed result moves the run, every review hook of the runtime sees it and may
+decide otherwise (the place where conflict detection and human gates plug in): a hook returns another
+:class:`Review` (say, an END with its reason) or None to agree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from mother import keys
+from mother.budget import release_reservations
+from mother.codes import RESOURCES
+from mother.errors import HookDecision
+from mother.lifecycle import (
+    advance,
+    completed_event,
+    end_run,
+    is_current,
+    outputs_of,
+    transition_and_load,
+)
+from mother.logs import get_logger
+from mother.records import budgets, runs
+from mother.records.budgets import held_reservations
+from mother.runtime import Runtime
+from mother.security import digest, record_violation
+from mother.streams import Delivery
+from schemas import PhaseResult, RunSpec, RunState, TerminationReason, TerminationRecord
+from schemas.budget import BudgetExhaustedRecord
+
+__all__ = [
+    "BUDGET_CODES",
+    "FAILURE_ENDINGS",
+    "HOOK_ABORTS",
+    "Review",
+    "ReviewHook",
+    "State",
+    "end_for_budget",
+    "limit_figures",
+    "on_attempt_lost",
+    "on_phase_result",
+]
+
+log = get_logger("review")
+
+
+class State(StrEnum):
+    ADVANCE = "advance"
+    SUCCEED = "succeed"
+    END = "end"
+    RETRY = "retry"
+    EXHAUST = "exhaust"
+    STALE = "stale"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class Review:
+    """What Mother does with an outcome: the state, and for END the reason and the contributing factor."""
+
+    state: State
+    reason: TerminationReason | None = None
+    factor: str = ""
+
+
+# a hook: (the runtime, the completed result, the review decided so far) -> another review, or None to agree
+ReviewHook = Callable[[Runtime, PhaseResult, Review], Review | None]
+
+# a failed phase's error_code (its error's code: mother.errors) that ends the run instead of a retry
+BUDGET_CODES = frozenset(
+    {"budget_exhausted", "limit_exceeded", "budget_stopped", "depth_exhausted"}
+)
+FAILURE_ENDINGS: dict[str, tuple[TerminationReason, str]] = {
+    "signature_invalid": ("policyViolation", "signature check failed"),
+    "policy_violation": ("policyViolation", "policy violation"),
+    "config_invalid": ("catastrophic_error", "invalid configuration"),
+}
+# what a hook's abort on an event ends the run with (other events: catastrophic_error)
+HOOK_ABORTS: dict[str, TerminationReason] = {
+    "limit": "budget_exhausted",
+    "context_limit_reached": "context_budget_exceeded",
+}
+
+
+def completed_review(spec: RunSpec, result: PhaseResult) -> Review:
+    """ADVANCE, or SUCCEED after the last phase."""
+    last = result.phase_index + 1 >= len(spec.pipeline)
+    return Review(State.SUCCEED if last else State.ADVANCE)
+
+
+def failure_review(state: RunState, code: str | None) -> Review:
+    """END (by the failure's code), else RETRY while the phase has retries left, else EXHAUST."""
+    if code in BUDGET_CODES:
+        return Review(State.END, "budget_exhausted", code or "")
+    if code in FAILURE_ENDINGS:
+        reason, factor = FAILURE_ENDINGS[code]
+        return Review(State.END, reason, factor)
+    decision = HookDecision.parse(code)
+    if decision is not None and decision[0] == "abort":
+        return Review(State.END, HOOK_ABORTS.get(decision[1], "catastrophic_error"))
+    retries = state.spec.pipeline[state.phase_index].max_retries
+    return Review(State.RETRY if state.attempt <= retries else State.EXHAUST)
+
+
+# -- the way in -------------------------------------------------------------------------------------
+
+
+def on_phase_result(
+    rt: Runtime, result: PhaseResult, token: str | None = None, *, delivery: Delivery | None = None
+) -> State:
+    """Review a worker's PhaseResult and act on it (the table above). ``token``: the one the result came
+    with; ``delivery``: the entry it came in, acknowledged with the write that acts on it. Returns the
+    state the result ended in. The hot path makes one round trip (ADVANCE: the fenced transition with
+    the next job, its context and the activity entries); the spec and earlier outputs come from
+    Mother's cache."""
+    spec = rt.spec(result.run_id)
+    if spec is None:
+        return State.STALE
+    token_digest = digest(token)
+    entry_id = delivery.entry_id if delivery is not None else ""
+    if result.status == "failed":
+        state = rt.load_run(result.run_id)
+        if state is None or not is_current(state, result.phase_index, result.attempt):
+            return _act(State.STALE, rt, result=result)
+        if state.token_digest != token_digest:
+            return _act(State.REFUSED, rt, result=result, entry_id=entry_id)
+        review = failure_review(state, result.error_code)
+        return _act(
+            review.state,
+            rt,
+            state=state,
+            result=result,
+            review=review,
+            delivery=delivery,
+            error=result.error or "phase failed",
+        )
+    review = completed_review(spec, result)
+    for hook in rt.review_hooks:
+        review = hook(rt, result, review) or review
+    return _act(
+        review.state,
+        rt,
+        result=result,
+        review=review,
+        delivery=delivery,
+        spec=spec,
+        token_digest=token_digest,
+        entry_id=entry_id,
+    )
+
+
+def on_attempt_lost(rt: Runtime, state: RunState, error: str) -> State:
+    """An attempt whose worker was lost (no heartbeat) or whose job failed outside the phase: RETRY or EXHAUST."""
+    review = failure_review(state, None)
+    return _act(review.state, rt, state=state, review=review, error=error)
+
+
+# -- the actions --------------------------------------------------------------------------------------
+
+
+def _act(which: State, rt: Runtime, **ctx: Any) -> State:
+    """Do what ``which`` says; an ADVANCE or SUCCEED whose server-side check fails becomes STALE or REFUSED."""
+    done = ACTIONS[which](rt, **ctx)
+    return done if isinstance(done, State) else which
+
+
+def _advance(
+    rt: Runtime,
+    *,
+    result: PhaseResult,
+    spec: RunSpec,
+    token_digest: str,
+    entry_id: str,
+    delivery: Delivery | None,
+    **_: Any,
+) -> State | None:
+    earlier = _earlier_outputs(rt, result)
+    moved = advance(
+        rt,
+        result.run_id,
+        spec,
+        frm=(result.phase_index, result.attempt),
+        to=(result.phase_index + 1, 1),
+        event="phase_completed",
+        detail=f"confidence {result.confidence:.2f}",
+        result=result,
+        outputs=[*earlier, (result.phase, result.output)],
+        activity=[completed_event(result)],
+        token_digest=token_digest,
+        delivery=delivery,
+    )
+    if not moved:
+        return _not_taken(rt, result, token_digest, entry_id)
+    rt.remember_output(result.run_id, result.phase_index, result.phase, result.output)
+    return None
+
+
+def _succeed(
+    rt: Runtime,
+    *,
+    result: PhaseResult,
+    spec: RunSpec,
+    token_digest: str,
+    entry_id: str,
+    delivery: Delivery | None,
+    **_: Any,
+) -> State | None:
+    done = transition_and_load(
+        rt,
+        result.run_id,
+        spec,
+        frm=(result.phase_index, result.attempt),
+        to=(result.phase_index, result.attempt),
+        event="phase_completed",
+        detail=f"confidence {result.confidence:.2f}",
+        result=result,
+        token_digest=token_digest,
+    )
+    if done is None:
+        return _not_taken(rt, result, token_digest, entry_id)
+    rt.forget(result.run_id)
+    n = len(spec.pipeline)
+    factors = [
+        f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, {r.evidence_count} evidence"
+        for r in done.results
+    ]
+    factors += [f"{r.phase}: {notice}" for r in done.results for notice in r.notices]
+    end_run(
+        rt,
+        done,
+        "success",
+        f"All {n} phase{'s' if n != 1 else ''} completed",
+        phase=result.phase,
+        activity=[completed_event(result)],
+        contributing_factors=factors,
+        delivery=delivery,
+    )
+    return None
+
+
+def _end(
+    rt: Runtime,
+    *,
+    review: Review,
+    delivery: Delivery | None,
+    error: str = "",
+    state: RunState | None = None,
+    result: PhaseResult | None = None,
+    **_: Any,
+) -> None:
+    if state is None and result is not None:  # a hook ended a completed result's run
+        state = rt.load_run(result.run_id)
+    if state is None or review.reason is None:
+        return
+    if review.reason == "budget_exhausted" and review.factor in BUDGET_CODES:
+        end_for_budget(
+            rt, state, error, fail_safe=review.factor == "limit_exceeded", delivery=delivery
+        )
+        return
+    code = result.error_code if result is not None else None
+    phase = state.spec.pipeline[state.phase_index].name
+    end_run(
+        rt,
+        state,
+        review.reason,
+        error or review.factor,
+        phase=phase,
+        contributing_factors=[review.factor or f"{code}: {error[:300]}"],
+        delivery=delivery,
+    )
+
+
+def _retry(
+    rt: Runtime,
+    *,
+    state: RunState,
+    error: str,
+    delivery: Delivery | None = None,
+    result: PhaseResult | None = None,
+    **_: Any,
+) -> None:
+    phase = state.spec.pipeline[state.phase_index]
+    rt.emit(
+        rt.redis,
+        "phase_failed",
+        run_id=state.run_id,
+        phase=phase.name,
+        attempt=state.attempt,
+        error=error[:1000],
+    )
+    # what the attempt still holds will not be settled (a lost one's call in flight, or a failed one's call whose
+    # settle did not reach the server); and its horse may still be alive (lost is not dead), so the same call
+    # fences the attempt: the guard refuses its reservations and charges from now on
+    lost = "was lost" if result is None else "failed"
+    release_reservations(
+        rt.redis,
+        rt.settings,
+        state.run_id,
+        state.user_id,
+        held_reservations(rt.redis, state.run_id),
+        f"phase {phase.name} attempt {state.attempt} {lost}: {error}",
+        fence=(state.phase_index, state.attempt),
+    )
+    advance(
+        rt,
+        state.run_id,
+        state.spec,
+        frm=(state.phase_index, state.attempt),
+        to=(state.phase_index, state.attempt + 1),
+        event="phase_retried",
+        detail=error,
+        outputs=outputs_of(state),
+        delivery=delivery,
+        activity=[
+            (
+                "phase_retried",
+                {"run_id": state.run_id, "phase": phase.name, "attempt": state.attempt + 1},
+            )
+        ],
+    )
+
+
+def _exhaust(
+    rt: Runtime, *, state: RunState, error: str, delivery: Delivery | None = None, **_: Any
+) -> None:
+    phase = state.spec.pipeline[state.phase_index]
+    rt.emit(
+        rt.redis,
+        "phase_failed",
+        run_id=state.run_id,
+        phase=phase.name,
+        attempt=state.attempt,
+        error=error[:1000],
+    )
+    failures = [*_failures(state), f"attempt {state.attempt}: {error[:300]}"]
+    end_run(
+        rt,
+        state,
+        "retries_exhausted",
+        f"Phase {phase.name} ({phase.role} on {phase.model}) failed on all {state.attempt} attempts; "
+        f"last error: {error[:500]}",
+        phase=phase.name,
+        contributing_factors=failures,
+        delivery=delivery,
+    )
+
+
+def _stale(rt: Runtime, *, result: PhaseResult, **_: Any) -> None:
+    log.info("stale_phase_result", run_id=result.run_id, phase=result.phase, attempt=result.attempt)
+
+
+def _refused(rt: Runtime, *, result: PhaseResult, entry_id: str = "", **_: Any) -> None:
+    log.error(
+        "phase_result_refused",
+        run_id=result.run_id,
+        phase=result.phase,
+        attempt=result.attempt,
+        why="its attempt token is missing or wrong",
+        entry_id=entry_id,
+    )
+    record_violation(
+        rt.redis,
+        "phase_result_without_token",
+        at=rt.clock.now_iso(),
+        maxlen=rt.settings.service.activity_maxlen,
+        run_id=result.run_id,
+        phase=result.phase,
+        attempt=result.attempt,
+        entry_id=entry_id,
+        status=result.status,
+        why="a result for the current attempt whose token is missing or not the attempt's: refused",
+    )
+
+
+ACTIONS: dict[State, Callable[..., State | None]] = {
+    State.ADVANCE: _advance,
+    State.SUCCEED: _succeed,
+    State.END: _end,
+    State.RETRY: _retry,
+    State.EXHAUST: _exhaust,
+    State.STALE: _stale,
+    State.REFUSED: _refused,
+}
+
+
+def _not_taken(rt: Runtime, result: PhaseResult, token_digest: str, entry_id: str) -> State:
+    """Why a completed result did not move its run: its attempt is no longer current (a late or duplicate
+    result: STALE), or it is but the token is not the attempt's (REFUSED)."""
+    position, current_digest = runs.read_position_and_digest(rt.redis, result.run_id)
+    if (
+        runs.is_active_at(position, result.phase_index, result.attempt)
+        and current_digest != token_digest
+    ):
+        return _act(State.REFUSED, rt, result=result, entry_id=entry_id)
+    return _act(State.STALE, rt, result=result)
+
+
+def _earlier_outputs(rt: Runtime, result: PhaseResult) -> list[tuple[str, str]]:
+    """The phases before this one's (name, output): from Mother's cache, else read from the run."""
+    outputs = rt.outputs(result.run_id, result.phase_index)
+    if outputs is None:
+        state = rt.load_run(result.run_id)
+        outputs = outputs_of(state)[: result.phase_index] if state is not None else []
+    return outputs
+
+
+def _failures(state: RunState) -> list[str]:
+    """Earlier attempts' errors of the current phase (each retry's history entry holds the error)."""
+    return [
+        f"attempt {h.attempt - 1}: {h.detail[:300]}"
+        for h in state.history
+        if h.event == "phase_retried" and h.phase == state.phase and h.attempt
+    ][:20]
+
+
+# -- a budget's end ------------------------------------------------------------------------------------
+
+
+def end_for_budget(
+    rt: Runtime,
+    state: RunState,
+    error: str,
+    *,
+    fail_safe: bool = False,
+    delivery: Delivery | None = None,
+) -> TerminationRecord:
+    """End the run ``budget_exhausted``: the first crossed limit is primary, every crossing a factor.
+
+    With ``fail_safe`` (a run limit hit at a turn's start, no hook handling it) the worker's message
+    ("Limit exceeded: turns_exceeded (10/10)") is the details and names the primary limit. Also stores
+    the spec's BudgetExhausted record in the run's counters, with the spec's resource name and the
+    limit's real figures."""
+    doc = budgets.budget_doc(rt.redis, keys.run_budget_key(state.run_id)) or {}
+    # limits_exceeded has the codes alone
+    crossed = doc.get("limit_crossings") or []
+    factors = [f"{c['code']} ({c['current']}/{c['max']})" for c in crossed]
+    stated = limit_figures(error)
+    if crossed and not fail_safe:
+        first = crossed[0]
+        details = f"Limit exceeded: {first['code']} ({first['current']}/{first['max']})"
+    else:
+        first = stated or {"code": "unknown", "current": 0, "max": 0}
+        details = error
+        factors = [error, *factors]
+    if doc:
+        budgets.set_exhausted(
+            rt.redis,
+            BudgetExhaustedRecord(
+                run_id=state.run_id,
+                resource=RESOURCES.get(first["code"], first["code"]),
+                limit=first["max"],
+                consumed=first["current"],
+                timestamp=rt.clock.now_iso(),
+                termination_details=details[:4000],
+            ),
+        )
+    return end_run(
+        rt,
+        state,
+        "budget_exhausted",
+        details,
+        contributing_factors=factors or [error[:500]],
+        delivery=delivery,
+    )
+
+
+_FIGURES = re.compile(r"(?P<code>[a-z_]+_exceeded) \((?P<current>-?[\d.]+)/(?P<max>-?[\d.]+)\)")
+
+
+def limit_figures(message: str) -> dict[str, Any] | None:
+    """The limit a refusal's message names, with its figures: ``turns_exceeded (10/10)`` or
+    ``budget_tool_call_exceeded (5/5)`` → code, current, max (numbers); None when it names none."""
+    found = _FIGURES.search(message)
+    if found is None:
+        return None
+    return {
+        "code": found["code"],
+        "current": _number(found["current"]),
+        "max": _number(found["max"]),
+    }
+
+
+def _number(text: str) -> int | float:
+    value = float(text)
+    return int(value) if value.is_integer() else value
