@@ -1,6 +1,7 @@
 """Mother-Harness: the Mother service and the library its parts share."""
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 try:
     __version__ = version("mother-harness")
@@ -13,8 +14,12 @@ from mother.connection import ServerInfo, connect, server_info
 from mother.errors import MotherError
 from mother.server import EmbeddedRedis
 
+if TYPE_CHECKING:
+    from mother.client import MotherClient
+
 __all__ = [
     "EmbeddedRedis",
+    "MotherClient",
     "MotherError",
     "ServerInfo",
     "Settings",
@@ -23,3 +28,12 @@ __all__ = [
     "load_settings",
     "server_info",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # the client is imported on first use: a worker or Mother importing mother.* does not pay for it
+    if name == "MotherClient":
+        from mother.client import MotherClient
+
+        return MotherClient
+    raise AttributeError(f"module 'mother' has no attribute {name!r}")

@@ -8,6 +8,7 @@ import orjson
 import redis
 from pydantic import ValidationError
 from redis.client import NEVER_DECODE
+from redis.typing import EncodableT, FieldT
 
 from mother import keys
 from mother.streams import as_text
@@ -30,7 +31,8 @@ def emit(
 ) -> ActivityEvent:
     """Append one entry (accepts a pipeline, so callers batch it with their writes)."""
     event = make_event(event_type, at=at, run_id=run_id, phase=phase, **data)
-    client.xadd(keys.ACTIVITY_STREAM, event.to_fields(), maxlen=maxlen, approximate=True)
+    fields: dict[FieldT, EncodableT] = dict(event.to_fields().items())
+    client.xadd(keys.ACTIVITY_STREAM, fields, maxlen=maxlen, approximate=True)
     return event
 
 
@@ -82,5 +84,5 @@ def _event(entry_id: str, fields: dict[str, str], not_text: str | None) -> Activ
         type="unreadable_entry",
         at=iso_from_ms(int(entry_id.split("-")[0])),
         run_id=run_id if keys.is_id(run_id) else None,
-        data={"entry_id": entry_id, "error": error, "fields": fields},
+        data={"entry_id": entry_id, "error": error, "fields": {**fields}},
     )

@@ -1,4 +1,4 @@
-"""Resource budget guards: one atomic server call per action (seed 003 §5, seed 002, seed 004).
+"""Resource budget guards: one atomic server call per action (limits, profiles, overrides, rate limit).
 
 Counters live in RedisJSON documents: ``budget:run:{run_id}``,
 ``budget:user:{user_id}:daily:{YYYY-MM-DD}`` (the server's UTC date; expires

@@ -1,4 +1,4 @@
-"""Capabilities (seed 001) and their risk tiers (seed 000).
+"""Capability tokens and their risk tiers.
 
 A run's capability token is minted at intake from its role's declared permissions
 (``harness.roles.{role}.permissions``, else ``harness.default_permissions``): a list
@@ -159,7 +159,7 @@ def _classify(policy: RiskPolicy, capability: str) -> dict[str, str]:
 def assess_risk(
     policy: RiskPolicy, granted: list[str], acknowledged: list[str], run_id: str
 ) -> RiskReport:
-    """Classify every granted capability; collect blocks and warnings (seed 000's _assess_capability_risk)."""
+    """Classify every granted capability; collect blocks and warnings (the spec's _assess_capability_risk)."""
     report = RiskReport()
     for capability in granted:
         entry = _classify(policy, capability)

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis
@@ -75,11 +75,11 @@ def parse_spec(spec: RunSpec | dict[str, Any] | str | bytes) -> RunSpec:
             return RunSpec.model_validate(spec)
     except ValidationError as exc:
         raise InvalidSpec(f"invalid RunSpec: {describe_validation_error(exc)}") from None
-    # from_json's "not valid JSON": text that is not UTF-8 is named as such
+    # from_json's "not valid JSON": text that is not UTF-8 is named as such (orjson says only
+    # 'str is not valid UTF-8')
     except ValueError as exc:
         raise InvalidSpec(
-            f"invalid RunSpec: {_not_text(raw) or exc}"
-            # (orjson: 'str is not valid UTF-8')
+            f"invalid RunSpec: {(isinstance(raw, bytes) and _not_text(raw)) or exc}"
         ) from None
     raise InvalidSpec(
         f"a spec must be a RunSpec, a mapping or JSON text, not {type(spec).__name__}"
@@ -418,9 +418,11 @@ class MotherClient:
 
     def send_command(self, kind: str, payload: dict[str, Any]) -> str:
         """Append a command for Mother to ``mother:commands`` (a stream the workers' ACL user cannot write)."""
-        return self.redis.xadd(
+        entry_id = self.redis.xadd(
             keys.COMMANDS_STREAM, {"type": kind, "payload": orjson.dumps(payload)}
         )
+        # the connection decodes replies
+        return cast(str, entry_id)
 
     def runs(
         self, *, reason: str | None = None, user: str | None = None, limit: int = 50
@@ -432,23 +434,27 @@ class MotherClient:
                 f"unknown termination reason {reason!r}; use one of: {', '.join(TERMINATION_REASONS)}",
                 field="reason",
             )
-        # the user's runs that ended so (the newest end first), however
+        # the user's runs that ended so (the newest end first), however many others ended so
+        # since: scanning the reason's newest ``limit`` would miss them
         if reason is not None and user is not None:
-            # many others ended so since: scanning the reason's newest ``limit`` missed them
-            ended = self.redis.zinter(
-                {keys.termination_reason_index_key(reason): 1, keys.user_runs_key(user): 0},
-                withscores=True,
+            ended = cast(
+                "list[tuple[str, float]]",
+                self.redis.zinter(
+                    {keys.termination_reason_index_key(reason): 1, keys.user_runs_key(user): 0},
+                    withscores=True,
+                ),
             )
             ids = [
                 run_id
                 for run_id, _ in sorted(ended, key=lambda pair: pair[1], reverse=True)[:limit]
             ]
-        elif reason is not None:
-            ids = self.redis.zrevrange(keys.termination_reason_index_key(reason), 0, limit - 1)
-        elif user is not None:
-            ids = self.redis.zrevrange(keys.user_runs_key(user), 0, limit - 1)
         else:
-            ids = self.redis.zrevrange(keys.RUNS_INDEX, 0, limit - 1)
+            if reason is not None:
+                index = keys.termination_reason_index_key(reason)
+            else:
+                index = keys.user_runs_key(user) if user is not None else keys.RUNS_INDEX
+            # the connection decodes replies
+            ids = cast("list[str]", self.redis.zrevrange(index, 0, limit - 1))
         # every run's two reads in one round trip
         pipe = self.redis.pipeline(transaction=False)
         for run_id in ids:

@@ -166,7 +166,7 @@ class WorkerSettings(_Section):
 
 
 class ProfileLimits(_Section):
-    """A budget profile (seed 002): the dimensions it sets and its soft-warning ratio."""
+    """A budget profile (conservative / balanced / extended): the dimensions it sets and its soft-warning ratio."""
 
     wall_clock_seconds: int = Field(gt=0)
     tool_calls: int = Field(gt=0)
@@ -232,7 +232,7 @@ def _profiles() -> dict[str, ProfileLimits]:
 
 
 class BudgetSettings(_Section):
-    """Resource budget guards (seed 003 §5, seed 002 profiles, seed 004 rate limit)."""
+    """Resource budget guards: per-run, per-user-daily and global limits, budget profiles, the message rate limit."""
 
     profiles: dict[str, ProfileLimits] = Field(
         default_factory=_profiles,
@@ -286,7 +286,7 @@ def _resilience_defaults() -> LimitValues:
 
 
 class TurnLimits(_Section):
-    """A role's declarations: seed 004 turn limits and seed 000 run limits."""
+    """A role's declarations: its per-turn tool limits and its run limits."""
 
     max_tool_calls: int | None = Field(None, ge=1, le=10_000)
     max_consecutive_tools: int | None = Field(None, ge=1, le=10_000)
@@ -477,7 +477,7 @@ def _default_models() -> dict[str, ModelConfig]:
 
 
 class ContextSettings(_Section):
-    """Context composition (seed 003 §3): how Mother fits sections into a model's window."""
+    """Context budget ownership: how Mother fits sections into a model's window."""
 
     summary_share: float = Field(
         0.15,

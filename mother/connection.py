@@ -161,9 +161,8 @@ class ForkHandoffPool(redis.ConnectionPool):
     """redis-py's connection pool, plus a connection a parent opens for the child it is about to fork.
 
     A forked process cannot use its parent's pooled connections (redis-py resets the pool in the
-    child), so an RQ work-horse used to connect anew for every job: ~0.8 ms of the horse's CPU on
-    a small VM (a cold process; the same connect costs the warm worker ~0.25 ms) and a TCP
-    handshake on the phase's path. :meth:`open_for_child` connects in the parent just before the
+    child), so an RQ work-horse used to connect anew for every job, with a TCP handshake on the
+    phase's path (its cost: docs/benchmarks.md, "What a work-horse is spared"). :meth:`open_for_child` connects in the parent just before the
     fork; the child's first new connection is that one (its socket inherited, already connected);
     the parent never uses it, and :meth:`close_handoff` closes it once the child has ended.
     Without a handoff the pool behaves exactly like redis-py's.
@@ -187,7 +186,7 @@ class ForkHandoffPool(redis.ConnectionPool):
         if handoff is not None and handoff[1] == os.getpid():
             handoff[0].disconnect()
 
-    def make_connection(self) -> redis.connection.AbstractConnection:
+    def make_connection(self) -> redis.connection.ConnectionInterface:
         handoff = self._handoff
         # no handoff, or we are the parent: a new one
         if handoff is None or handoff[1] == os.getpid():
@@ -224,6 +223,8 @@ def redact_url(url: str) -> str:
 
 
 def _format_version(raw: object) -> str:
+    if not isinstance(raw, int | str | bytes):
+        return str(raw)
     try:
         # modules report e.g. 20803 for 2.8.3
         num = int(raw)
@@ -247,11 +248,8 @@ def server_info(client: redis.Redis, url: str) -> ServerInfo:
             f"Redis at {redact_url(url)} refused our credentials ({exc}); fix the URL",
             url=redact_url(url),
         ) from None
-    except (
-        redis.ConnectionError,
-        redis.TimeoutError,
-        # refused, timed out, or loading its data
-    ) as exc:
+    # refused, timed out, or loading its data
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise RedisUnavailable(
             f"cannot reach Redis at {redact_url(url)} ({exc}); start one with `mother server` "
             "or set MOTHER_REDIS_URL",

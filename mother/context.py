@@ -1,4 +1,4 @@
-"""Context composition (seed 003 §3): Mother decides what every agent sees, and never cuts silently.
+"""Context budget ownership: Mother decides what every agent sees, and never cuts silently.
 
 Before each phase Mother builds the spec's sections in priority order::
 
@@ -43,7 +43,7 @@ from mother.errors import ContextBudgetExceeded, ContextInvalid, MotherError
 from mother.logs import get_logger
 from mother.tokens import Calibration, TokenCounter, counter_for, raw_estimate
 from schemas import SECTION_ORDER, ComposedContext, ComposedSection, ContextSummary, RunSpec
-from schemas.context import SectionName
+from schemas.context import SectionName, SummaryMethod
 
 __all__ = [
     "Composition",
@@ -305,9 +305,9 @@ def _note_cost(section: Section, counter: TokenCounter) -> int:
 @dataclass
 class Plan:
     # tokens of each section whole
-    sizes: dict[str, int]
+    sizes: dict[SectionName, int]
     # sections to summarize → their token target
-    targets: dict[str, int] = field(default_factory=dict)
+    targets: dict[SectionName, int] = field(default_factory=dict)
 
 
 def fit(
@@ -478,7 +478,7 @@ def _summarize(
     llm: LLMSummarizer | None,
 ) -> tuple[ContextSummary, str, str | None]:
     source_hash = hashlib.sha256(section.content.encode()).hexdigest()
-    method = "llm_generated" if llm is not None else "extractive"
+    method: SummaryMethod = "llm_generated" if llm is not None else "extractive"
     summary_id = (
         "summary-"
         + hashlib.sha256(
@@ -520,7 +520,7 @@ def _summarize(
         compression_ratio=round(size / max(1, extract.tokens), 3),
         summary_text=extract.text,
         summarization_method=method,
-        model_used=model_used,  # type: ignore[arg-type]
+        model_used=model_used,
         information_preserved=extract.preserved,
         information_lost=extract.lost,
         content_hash=hashlib.sha256(extract.text.encode()).hexdigest(),

@@ -199,7 +199,7 @@ class HookDecision(MotherError):
 
     code = "hook_decision"
 
-    def __init__(self, message: str, *, action: str, event: str, hook: str) -> None:
+    def __init__(self, message: str, *, action: str, event: str, hook: str | None) -> None:
         super().__init__(message)
         self.action, self.event, self.hook = action, event, hook
 

@@ -212,9 +212,10 @@ def ensure_loaded(client: redis.Redis, *, wait_seconds: float = 0.0, log: Any = 
 
 def _loaded_codes(client: redis.Redis, name: str) -> list[str]:
     """The code of each library named ``name`` on the server (none or one)."""
-    codes = []
+    codes: list[str] = []
     for lib in client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", name, "WITHCODE") or []:
         entry = lib if isinstance(lib, dict) else dict(zip(lib[::2], lib[1::2], strict=False))
         code = entry.get("library_code") or entry.get(b"library_code")
-        codes.append(code.decode() if isinstance(code, bytes) else code)
+        if code is not None:
+            codes.append(code.decode() if isinstance(code, bytes) else str(code))
     return codes

@@ -1,4 +1,4 @@
-"""Hooks (seed 000): event-driven behaviour around every turn, with CEL conditions.
+"""Hooks: event-driven behaviour around every turn, with CEL conditions.
 
 Sources, in layer order:
 
@@ -15,7 +15,7 @@ notices, and never decide), ``context_limit_reached`` (control: fired once per a
 when the conversation fills ``harness.context_limit_ratio`` of the model's window; an
 ``abort`` ends the run ``context_budget_exceeded``). Conditions are CEL expressions (cel-python), e.g.
 ``cost.current > cost.limit * 0.9``; numbers are doubles. Actions: ``continue``,
-``retry``, ``skip``, ``fail``, ``abort`` (seed 001's HarnessAction), ``notice`` (an
+``retry``, ``skip``, ``fail``, ``abort`` (the SafetyHarness's HarnessAction), ``notice`` (an
 activity entry, no decision) and ``spawn`` (start a child run, no decision).
 A bad hook file is refused at load with the file, the line and the reason.
 """

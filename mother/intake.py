@@ -333,7 +333,8 @@ def reject(
         at=rt.clock.iso(at_ms),
         size_bytes=len(raw),
         preview=raw[:PREVIEW_CHARS],
-        **guess,
+        run_id=guess.get("run_id"),
+        user_id=guess.get("user_id"),
     )
     pipe = rt.redis.pipeline(transaction=False)
     write_rejection(pipe, rejection, at_ms)

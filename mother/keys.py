@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import socket
+from typing import TypeGuard
 
 from mother.errors import InvalidSpec
 
@@ -132,7 +133,7 @@ LEDGER_LIBRARY = "mother_ledger"
 PROBE_KEY = "mother:probe"
 
 
-def is_id(value: object) -> bool:
+def is_id(value: object) -> TypeGuard[str]:
     """Whether ``value`` is a valid id (:func:`check_id` without the error)."""
     return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
 

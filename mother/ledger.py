@@ -1,4 +1,4 @@
-"""The hierarchical spend ledger (seed 000's BudgetLedger), in Redis.
+"""The hierarchical spend ledger (the spec's BudgetLedger), in Redis.
 
 Each thread (a run) has ``ledger:{thread_id}``. A root registers its ceiling; a child
 reserves part of its parent's remaining budget atomically::
@@ -16,7 +16,7 @@ accepted); inside it is integer micro-USD.
 from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis
@@ -85,6 +85,10 @@ class BudgetLedger:
 
     def _call(self, name: str, keys_: list[str], args: list[Any]) -> dict[str, Any]:
         return checked(call(self.redis, name, keys_, args))
+
+    def _children(self, thread_id: str) -> list[str]:
+        # the connection decodes replies
+        return sorted(cast("set[str]", self.redis.smembers(keys.ledger_children_key(thread_id))))
 
     def _node(self, thread_id: str) -> dict[str, Any]:
         raw = self.redis.execute_command("JSON.GET", keys.ledger_key(thread_id))
@@ -233,7 +237,7 @@ class BudgetLedger:
         total_reserved (this node's reservation), thread_count and active_count (descendants still active)."""
         root = self._node(thread_id)
         count, active = 1, 0
-        frontier = sorted(self.redis.smembers(keys.ledger_children_key(thread_id)))
+        frontier = self._children(thread_id)
         while frontier:
             pipe = self.redis.pipeline(transaction=False)
             for child in frontier:

@@ -9,7 +9,7 @@ Every end goes through :func:`end_run`, which calls the single termination write
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -62,8 +62,8 @@ JOB_FUNCTION = "workers.phase.execute"
 
 
 def run_duration_seconds(rt: Runtime, spec: RunSpec) -> float:
-    """The run's wall clock: the smaller of its budget profile's (seed 002) and its resolved
-    duration_seconds (seed 000: defaults → role → limit_overrides; parent caps not applied here)."""
+    """The run's wall clock: the smaller of its budget profile's and its resolved
+    duration_seconds (limit resolution: defaults → role → limit_overrides; parent caps not applied here)."""
     profile = rt.settings.budget.profiles[spec.budget_profile].wall_clock_seconds
     resolved = resolve_for_spec(rt.settings, spec).get("duration_seconds")
     return min(profile, resolved) if resolved is not None else profile
@@ -443,7 +443,12 @@ def admit_waiting(rt: Runtime) -> int:
     if waiting == 0 or free <= 0:
         return 0
     started = 0
-    for run_id, score in rt.redis.zrange(keys.ADMISSION_WAITING, 0, free - 1, withscores=True):
+    # the connection decodes replies
+    waiting_runs = cast(
+        "list[tuple[str, float]]",
+        rt.redis.zrange(keys.ADMISSION_WAITING, 0, free - 1, withscores=True),
+    )
+    for run_id, score in waiting_runs:
         state = rt.load_run(run_id) if keys.is_id(run_id) else None
         # ended while it waited (its end took it out), or gone
         if state is None or state.status != "queued":
@@ -517,9 +522,9 @@ def end_run(
     )
     pipe = rt.redis.pipeline(transaction=False)
     terminate(pipe, record, envelope)
-    # its reservations are read after the record closed the budget: none
+    # its reservations are read after the record closed the budget: none is made after it (a
+    # call in flight settles)
     queue_end_reads(pipe, state.run_id)
-    # is made after it (a call in flight settles)
     term_reply, node_raw, budget_raw = execute(pipe)
     won, stored = terminated(term_reply)
     if won:

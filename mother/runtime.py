@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-import redis
+from redis import Redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
@@ -35,7 +35,7 @@ class Runtime:
     """One process's view of the system (Mother, a worker, or a CLI command)."""
 
     settings: Settings
-    redis: redis.Redis
+    redis: Redis
     clock: ServerClock = field(init=False)
     _specs: OrderedDict[str, RunSpec] = field(default_factory=OrderedDict, init=False, repr=False)
     _outputs: OrderedDict[str, list[tuple[str, str]]] = field(
@@ -69,7 +69,7 @@ class Runtime:
         )
 
     @cached_property
-    def rq_redis(self) -> redis.Redis:
+    def rq_redis(self) -> Redis:
         """RQ wants a connection that returns bytes."""
         return connect(self.settings.redis_url, check=False, decode_responses=False)
 
@@ -80,7 +80,7 @@ class Runtime:
 
     @cached_property
     def ledger(self) -> BudgetLedger:
-        """The budget ledger (seed 001) on this process's connection and clock."""
+        """The hierarchical budget ledger on this process's connection and clock."""
         return BudgetLedger(self.redis, self.settings.service.activity_maxlen, self.clock)
 
     @cached_property

@@ -276,6 +276,8 @@ class Mother:
                 f"Mother failed to take this submission in: {type(exc).__name__}: {exc}",
             )
         else:
+            # _failed returns before this for an event that names no run
+            assert run_id is not None
             self._end_catastrophically(run_id, exc)
 
     def handle_event(self, delivery: Delivery, fields: dict[str, Any]) -> None:

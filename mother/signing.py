@@ -1,4 +1,4 @@
-"""Signed definitions (seed 001): Ed25519 signatures over role files, verified before use.
+"""Signed definitions (the SafetyHarness's verification): Ed25519 signatures over role files, verified before use.
 
 ``mother keys generate`` writes ``signing.key`` (PEM, private, 0600) and
 ``signing.pub`` (base64 raw public key). ``mother sign FILE`` writes ``FILE.sig``

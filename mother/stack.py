@@ -113,7 +113,8 @@ class LocalStack:
         out: IO[bytes] | int | None = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            handle = open(self._log_path(name), "ab")  # noqa: SIM115 - closed in stop() or on a respawn
+            # closed in stop() or on a respawn
+            handle = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115
             previous = self._logs.pop(name, None)
             # the handle of a process of this name that exited
             if previous is not None:

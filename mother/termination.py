@@ -1,4 +1,4 @@
-"""Seed 003 §1: one immutable TerminationRecord per run, written only here.
+"""Termination records: one immutable TerminationRecord per run, written only here.
 
 :func:`terminate` is the single writer of ``termination:{run_id}``. It runs the
 ``mh_terminate`` server function, which in one atomic step writes the record with

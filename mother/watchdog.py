@@ -20,7 +20,7 @@ Runs every ``service.watchdog_interval_seconds`` on the leader:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from rq.exceptions import NoSuchJobError
@@ -278,7 +278,8 @@ class Watchdog:
         Two pipelined round trips per batch (each run's status and attempt, then whether
         its job exists); only a run that lost its job is loaded whole.
         """
-        run_ids = self.rt.redis.zrange(keys.PHASE_DEADLINES, 0, -1)
+        # the connection decodes replies
+        run_ids = cast("list[str]", self.rt.redis.zrange(keys.PHASE_DEADLINES, 0, -1))
         for start in range(0, len(run_ids), BATCH):
             batch = run_ids[start : start + BATCH]
             pipe = self.rt.redis.pipeline(transaction=False)

@@ -1,4 +1,4 @@
-"""Context composition records (seed 003 §3): what a run brings, what an agent receives.
+"""Context budget ownership records: what a run brings, what an agent receives.
 
 - ``ContextInput``: the optional material a run's spec carries beside its task
   (recent messages, retrieval hits, session summaries, project knowledge).
@@ -25,7 +25,10 @@ __all__ = [
     "ContextSummary",
     "ManifestSection",
     "SectionName",
+    "SummaryMethod",
 ]
+
+SummaryMethod = Literal["extractive", "llm_generated", "hybrid"]
 
 SectionName = Literal[
     "task_definition",
@@ -49,19 +52,26 @@ SECTION_ORDER: tuple[tuple[SectionName, int, bool], ...] = (
 )
 
 Chunk = Annotated[str, StringConstraints(min_length=1, max_length=1_000_000)]
-ChunkList = Annotated[list[Chunk], Field(default_factory=list, max_length=10_000)]
+ChunkList = Annotated[list[Chunk], Field(max_length=10_000)]
 
 
 class ContextInput(Record):
     """Material beside the task; every entry is one chunk (a message, a hit, a summary, a document)."""
 
-    goals: ChunkList = Field(description="goals added to the task_definition section")
-    recent_messages: ChunkList = Field(
-        description="conversation messages, oldest first (the last N are used)"
+    goals: ChunkList = Field(
+        default_factory=list, description="goals added to the task_definition section"
     )
-    retrieval_hits: ChunkList = Field(description="RAG results, best first")
-    session_summaries: ChunkList = Field(description="past session summaries (tier 2 memory)")
-    project_knowledge: ChunkList = Field(description="project-specific context")
+    recent_messages: ChunkList = Field(
+        default_factory=list,
+        description="conversation messages, oldest first (the last N are used)",
+    )
+    retrieval_hits: ChunkList = Field(default_factory=list, description="RAG results, best first")
+    session_summaries: ChunkList = Field(
+        default_factory=list, description="past session summaries (tier 2 memory)"
+    )
+    project_knowledge: ChunkList = Field(
+        default_factory=list, description="project-specific context"
+    )
 
 
 class ContextSummary(Record):
@@ -75,7 +85,7 @@ class ContextSummary(Record):
     summary_token_count: int = Field(ge=0)
     compression_ratio: float = Field(ge=0)
     summary_text: str
-    summarization_method: Literal["extractive", "llm_generated", "hybrid"]
+    summarization_method: SummaryMethod
     model_used: str | None = None
     information_preserved: list[str] = Field(default_factory=list)
     information_lost: list[str] = Field(default_factory=list)

@@ -47,7 +47,7 @@ MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
 
 class LimitOverrides(Record):
-    """Per-run limits a submitter (or a spawning parent) asks for; seed 000's limit types.
+    """Per-run limits a submitter (or a spawning parent) asks for; the spec's limit types.
 
     ``spend`` is USD as a decimal (never a float inside the system); every value
     must be finite and non-negative; counts are integers, never booleans or numeric strings.
@@ -79,7 +79,7 @@ class PhaseSpec(Record):
     max_retries: StrictInt = Field(2, ge=0, le=10)
     timeout_seconds: Seconds | None = Field(None, gt=0, le=86400)
     max_tool_calls: StrictInt | None = Field(
-        None, ge=1, le=10_000, description="tool calls per turn (seed 004)"
+        None, ge=1, le=10_000, description="tool calls per turn (per-turn tool limits)"
     )
     max_consecutive_tools: StrictInt | None = Field(
         None, ge=1, le=10_000, description="tool calls without text"
@@ -108,7 +108,8 @@ class RunSpec(Record):
         default_factory=dict, max_length=64
     )
     context: ContextInput = Field(
-        default_factory=ContextInput, description="material beside the task (seed 003 §3)"
+        default_factory=ContextInput,
+        description="material beside the task (context budget ownership)",
     )
     scripts: dict[Id, list[ScriptedReply]] = Field(
         default_factory=dict, max_length=64, description="scripted model replies per role"
@@ -156,7 +157,7 @@ class RunState(Record):
     )
     artifacts: list[Id] = Field(default_factory=list)
     limits: dict[str, JsonValue] = Field(
-        default_factory=dict, description="resolved run limits (seed 000)"
+        default_factory=dict, description="resolved run limits (four-layer limit resolution)"
     )
     capabilities: list[str] = Field(
         default_factory=list, description="the run's capability token (patterns)"

@@ -1,4 +1,4 @@
-"""Seed 003 §1: every run ends with exactly one ``TerminationRecord``."""
+"""Termination records: every run ends with exactly one ``TerminationRecord``."""
 
 from __future__ import annotations
 

@@ -38,12 +38,12 @@ def main() -> int:
         EmbeddedRedis(dir=Path(tmp) / "redis") as server,
     ):
         console.print(f"embedded Redis at {server.url}")
+        # DEV_ENV: the examples inject faults on purpose
         with LocalStack(
             server.url,
             workers=2,
             log_dir=Path(tmp) / "logs",
             env={"MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "workspaces"), **DEV_ENV},
-            # the examples inject faults on purpose
         ) as stack:
             console.print("started Mother and 2 workers")
             client = MotherClient(settings=load_settings(redis_url=server.url))

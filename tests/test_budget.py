@@ -634,7 +634,7 @@ def test_run_ends_budget_exhausted_end_to_end(tmp_path: Path) -> None:
         )
         run_id = p.client.submit(spec)
         record = p.wait(run_id).termination
-        # seed 000's turn-start check fires first, with its fail-safe message
+        # the ledger's turn-start check fires first, with its fail-safe message
         assert (record.reason, record.details) == (
             "budget_exhausted",
             "Limit exceeded: turns_exceeded (2/2)",

@@ -23,7 +23,7 @@ def test_attenuation_is_an_intersection() -> None:
 
 
 def test_permission_denied_payload() -> None:
-    """The event names missing, granted and required exactly (seed 001)."""
+    """The event names missing, granted and required exactly (as the SafetyHarness's permission_denied event does)."""
     assert denial(["tool.read_file"], ["tool.write_file"]) == {
         "name": "error",
         "code": "permission_denied",

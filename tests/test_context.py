@@ -1,4 +1,4 @@
-"""Context budget ownership (seed 003 §3): composition, summaries, escalation, validation, counting."""
+"""Context budget ownership: composition, summaries, escalation, validation, counting."""
 
 from __future__ import annotations
 

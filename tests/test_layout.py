@@ -4,6 +4,9 @@ CLI, which runs them), and no module imports itself back through others (no impo
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +28,14 @@ def _graph() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 imported = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                imported = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+                # ``from mother import keys`` imports the module mother.keys, as ``import mother.keys``
+                # does (both run the package's __init__ first, which no edge counts)
+                imported = [
+                    f"{node.module}.{alias.name}"
+                    if f"{node.module}.{alias.name}" in modules
+                    else node.module
+                    for alias in node.names
+                ]
             for target in imported:
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
@@ -86,3 +96,27 @@ def test_nothing_imports_upward() -> None:
         )
     ]
     assert upward == []
+
+
+def test_the_package_exports_its_entry_points() -> None:
+    """``from mother import MotherClient, Settings, load_settings, MotherError`` works, the client
+    only once asked for (a worker importing mother.* does not load it), and each package says it is
+    typed (PEP 561)."""
+    code = (
+        "import sys, mother\n"
+        "assert 'mother.client' not in sys.modules, 'mother imports the client eagerly'\n"
+        "from mother import MotherClient, MotherError, Settings, load_settings\n"
+        "from mother.client import MotherClient as Client\n"
+        "assert MotherClient is Client and {'MotherClient', 'MotherError', 'Settings',"
+        " 'load_settings'} <= set(mother.__all__)\n"
+        "try:\n    mother.NoSuchName\nexcept AttributeError:\n    pass\n"
+        "else:\n    raise SystemExit('an unknown name resolved')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]
+    for package in PACKAGES:
+        assert (ROOT / package / "py.typed").is_file()
+        assert "py.typed" in data[package]

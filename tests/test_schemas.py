@@ -62,13 +62,13 @@ def test_runspec_round_trips_through_orjson() -> None:
 
 
 def test_termination_record_matches_the_spec_example() -> None:
-    """The spec's §1 storage example validates field for field and round-trips unchanged."""
+    """The termination records' storage example validates field for field and round-trips unchanged."""
     record = TerminationRecord.model_validate(RECORD)
     assert orjson.loads(record.to_json()) == RECORD
 
 
 def test_termination_reasons_are_the_spec_literals() -> None:
-    """The eleven reasons of §1, policyViolation spelled as in the spec, plus context_budget_exceeded."""
+    """The eleven termination reasons of the spec, policyViolation spelled as in the spec, plus context_budget_exceeded."""
     assert TERMINATION_REASONS == (
         "success",
         "approval_denied",

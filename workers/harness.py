@@ -73,7 +73,7 @@ class Harness:
         )
 
     def permission_denied(self, event: dict[str, Any]) -> None:
-        """Record seed 001's permission_denied event and give the error hooks their say."""
+        """Record the SafetyHarness's permission_denied event and give the error hooks their say."""
         self.record("permission_denied", **event["detail"])
         self.control(
             "error",

@@ -55,7 +55,7 @@ class Meter:
     ) -> None:
         self.guard, self.model, self.check_alive, self.harness = guard, model, check_alive, harness
         self.model_name = model_name
-        # seed 000's context_limit_reached: fired once, when a prompt fills this much of the model's window
+        # the hooks' context_limit_reached: fired once, when a prompt fills this much of the model's window
         self.context_window = model.max_tokens - model.reserved_for_output
         self.context_limit = math.ceil(context_limit_ratio * self.context_window)
         self.context_fired = False

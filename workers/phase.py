@@ -388,9 +388,10 @@ def _run(
         raise
     except Exception as exc:  # noqa: BLE001
         # Mother decides what the failure means by its code (mother.lifecycle.on_phase_failure)
-        known = isinstance(exc, MotherError)
-        error = exc.message if known else f"{type(exc).__name__}: {exc}"
-        code = exc.result_code if known else None
+        if isinstance(exc, MotherError):
+            error, code = exc.message, exc.result_code
+        else:
+            error, code = f"{type(exc).__name__}: {exc}", None
         bound.warning("phase_failed", error=error, error_code=code)
         usage = Usage(duration_ms=int((time.monotonic() - started) * 1000))
         return PhaseResult(

@@ -137,7 +137,7 @@ class ScriptedProvider:
 
 
 # One SDK client per endpoint, key and timeout for the life of the process: making one loads the TLS trust
-# store, 30-90 ms on this project's VM (and ~850 page faults in a fresh fork). A worker makes it while it sets a
+# store (its cost: docs/benchmarks.md, "What a work-horse is spared"). A worker makes it while it sets a
 # phase up before forking (workers.phase.prefetch), so each work-horse inherits it ready. The worker sends no
 # request on it, so its connection pool is empty at every fork: a horse's connections are its own.
 _SDK_CLIENTS: dict[tuple[str | None, str, float], Any] = {}
@@ -181,8 +181,8 @@ _WARM_REPLY = {
 
 def warm_up_sdk() -> None:
     """Send one chat completion through the SDK to an in-memory transport (no socket, no server): the first
-    call in a process loads and builds what the SDK makes lazily, ~60 ms and ~2,000 page faults in a fresh
-    work-horse. Done once in the worker, before it forks, each horse's first call starts warm."""
+    call in a process loads and builds what the SDK makes lazily (docs/benchmarks.md has its cost in a
+    fresh work-horse). Done once in the worker, before it forks, each horse's first call starts warm."""
     global sdk_warmed
     import openai
 
@@ -191,7 +191,8 @@ def warm_up_sdk() -> None:
             # the SDK's HTTP library from openai 3 on (constraints.txt pins it)
             import httpx2 as http
         except ImportError:
-            import httpx as http  # type: ignore[no-redef]  # before that
+            # before that
+            import httpx as http  # type: ignore[no-redef,import-not-found,unused-ignore]
         transport = http.MockTransport(lambda request: http.Response(200, json=_WARM_REPLY))
         with openai.OpenAI(
             base_url="http://warm-up.invalid/v1",
@@ -237,10 +238,7 @@ class OpenAIProvider:
         with ``may_have_used``: the agent loop charges the prompt's estimate for it rather than nothing."""
         try:
             response = self._client.chat.completions.create(
-                model=self.model,
-                messages=messages,
-                tools=tools or None,
-                max_tokens=self.max_tokens,  # type: ignore[arg-type]
+                model=self.model, messages=messages, tools=tools or None, max_tokens=self.max_tokens
             )
         except self._errors as exc:
             raise ProviderError(
@@ -257,13 +255,8 @@ class OpenAIProvider:
             return self._reply(response)
         except _NotACompletion as exc:
             problem = str(exc)
-        except (
-            AttributeError,
-            TypeError,
-            IndexError,
-            KeyError,
-            # a body of the wrong shape
-        ) as exc:
+        # a body of the wrong shape
+        except (AttributeError, TypeError, IndexError, KeyError) as exc:
             problem = f"the reply is not a chat completion ({type(exc).__name__}: {str(exc)[:200]})"
         raise ProviderError(f"model {self.model}: {problem}", may_have_used=True) from None
 
@@ -286,7 +279,7 @@ class OpenAIProvider:
         message = response.choices[0].message
         if message is None:
             raise _NotACompletion("the reply's first choice has no message")
-        calls = []
+        calls: list[ToolCall] = []
         for call in message.tool_calls or []:
             # an object as it came (some servers send one, not its JSON text); text that is not JSON too:
             # ToolBox.run tells the model

@@ -93,12 +93,8 @@ class SpawnRun:
             ledger.reserve(spec.run_id, Decimal(str(arguments["budget"])), self.state.run_id)
             reserved = True
             submit_with_backpressure(self.rt.redis, self.rt.settings, spec.to_json(), spec.run_id)
-        except (
-            InsufficientBudget,
-            InvalidSpec,
-            QueueFull,
-            # give back what a child that will not run took
-        ) as exc:
+        # give back what a child that will not run took
+        except (InsufficientBudget, InvalidSpec, QueueFull) as exc:
             self.guard.release("parallel_agents")
             if reserved:
                 ledger.release(spec.run_id, "not_submitted")

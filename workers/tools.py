@@ -28,7 +28,7 @@ class Tool(Protocol):
     name: str
     description: str
     # JSON Schema of the arguments
-    parameters: dict[str, Any]
+    parameters: ClassVar[dict[str, Any]]
     read_only: bool
 
     def run(self, workspace: Path, arguments: dict[str, Any]) -> str: ...

@@ -42,7 +42,8 @@ log = get_logger("worker")
 def warm_up(settings: Settings) -> None:
     """Parse and compile what every phase needs once, in the worker before it forks work-horses
     (each horse inherits the caches): the shipped and configured hook files, the risk policy, and
-    this module's logger (structlog builds a lazy logger on its first use: ~0.3 ms in every horse)."""
+    this module's logger (structlog builds a lazy logger on its first use, which every horse would
+    repeat; docs/benchmarks.md has the figures)."""
     log.bind()
     try:
         load_hooks(settings, "")

@@ -6,7 +6,7 @@ import platform
 import signal
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import redis
 import typer
@@ -152,6 +152,8 @@ def _serving(client: redis.Redis) -> None:
     from mother.client import live_workers
 
     leader, left_ms = client.get(keys.LEADER_LEASE), client.pttl(keys.LEADER_LEASE)
+    # the connection decodes replies
+    leader = cast("str | None", leader)
     if leader:
         _row(True, "mother", f"{leader} leads (its lease has {max(left_ms, 0) / 1000:.1f}s left)")
     else:

@@ -102,25 +102,25 @@ def show(
     if user is not None:
         rt = Runtime(settings=cfg, redis=client)
         key = keys.user_daily_budget_key(user, rt.clock.today())
-        doc = budget_doc(client, key)
-        if doc is None:
+        counters = budget_doc(client, key)
+        if counters is None:
             raise NotFound(f"no counters for user {user} today ({key})")
-        console.print(_table(key, doc, USER_CODES, doc.get("limits") or {}))
+        console.print(_table(key, counters, USER_CODES, counters.get("limits") or {}))
         return
     assert run_id is not None
-    doc = budget_view(client, run_id)
-    if doc is None:
+    view = budget_view(client, run_id)
+    if view is None:
         raise NotFound(
             f"no budget for run {run_id!r}; is the run id right? (a run waiting for a slot has none yet)"
         )
-    title = f"{keys.run_budget_key(run_id)} ({doc['profile']}, status {doc['status']})"
-    console.print(_table(title, doc, CODES, _effective(doc)))
-    for o in doc.get("overrides") or []:
+    title = f"{keys.run_budget_key(run_id)} ({view['profile']}, status {view['status']})"
+    console.print(_table(title, view, CODES, _effective(view)))
+    for o in view.get("overrides") or []:
         console.print(
             f"override {o['dimension']} {o['delta']:+d} by {o['actor']} until {o['expires_at']}: {o['reason']}"
         )
-    if doc.get("stop"):
-        stop = doc["stop"]
+    if view.get("stop"):
+        stop = view["stop"]
         console.print(
             Text.assemble(
                 ("emergency stop", "red"), f" by {stop['actor']} at {stop['at']}: {stop['reason']}"

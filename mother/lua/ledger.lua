@@ -1,5 +1,5 @@
 #!lua name=mother_ledger
--- The hierarchical spend ledger (seed 000's BudgetLedger) in Redis. One document per
+-- The hierarchical spend ledger (the spec's BudgetLedger) in Redis. One document per
 -- thread (run): ledger:{id} = {thread_id, parent_id, ancestors[], max_spend, reserved,
 -- own_spend, actual, active_reserved, status}, and its children in the set ledger_children:{id}
 -- (kept out of the document so a busy parent stays small to decode). Money is integer micro-USD.

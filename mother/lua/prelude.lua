@@ -38,8 +38,8 @@ local function iso(ms)
   return iso_prefix .. tail, iso_day
 end
 
--- an integer's exact JSON text (Lua numbers are doubles, exact below 2^53): '%d' within that range (it
--- formats faster), '%.0f' beyond (it never writes an exponent)
+-- an integer's exact JSON text (Lua numbers are doubles, exact below 2^53): '%d' within that range,
+-- '%.0f' beyond (it never writes an exponent)
 local function int_text(n)
   if n > -9007199254740992 and n < 9007199254740992 then return string.format('%d', n) end
   return string.format('%.0f', n)
