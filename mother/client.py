@@ -11,6 +11,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -256,86 +257,20 @@ class MotherClient:
         ``mother worker`` running? see :meth:`unstarted`).
         """
         check_timeout(timeout)
-        started = time.monotonic()
-        deadline = None if timeout is None else started + timeout
-        seen: tuple[Any, ...] | None = None
-        # when the run got where it is (seen): its last move, on wait()'s clock
-        seen_since = started
-        # when the queue was last looked at for a phase no worker has started
-        checked_queue = 0.0
-        unknown: NotFound | None = None
-        noticed: set[str] = set()
-
-        def notice(kind: str, text: str) -> None:
-            if kind not in noticed and on_notice is not None:
-                on_notice(text)
-            noticed.add(kind)
-
+        watch = _Watch(self, run_id, on_progress, on_notice)
+        deadline = None if timeout is None else watch.started + timeout
         while True:
-            # one poll: the result, where the run is, and what it waits on (an outage anywhere is waited out)
+            # an outage anywhere in a look is waited out
             try:
-                envelope = self.result(run_id)
-                if envelope is not None and envelope.termination is not None:
+                envelope = watch.look()
+                if envelope is not None:
                     return envelope
-                try:
-                    state = (
-                        self.status(run_id)
-                        if on_progress or on_notice or seen is None or unknown is not None
-                        else None
-                    )
-                    unknown = None
-                except NoSuchRun:
-                    # nothing is waiting to be taken in: it never will be (a rejection raises InvalidSpec)
-                    raise
-                except NotFound as exc:
-                    # submitted but not taken in yet: keep waiting
-                    state, unknown = None, exc
-                    if time.monotonic() - started >= INTAKE_NOTICE_SECONDS:
-                        notice(
-                            "intake",
-                            f"run {run_id} is not taken in after {INTAKE_NOTICE_SECONDS:g}s; "
-                            "still waiting (is `mother run` running?)",
-                        )
-                if (
-                    state is not None
-                    and on_notice is not None
-                    and state.admission == "waiting"
-                    and state.status == "queued"
-                ):
-                    where = self.queue_position(run_id)
-                    if where is not None:
-                        notice(
-                            f"queued {where[0]}",
-                            f"run {run_id} waits for a slot: position {where[0]} of "
-                            f"{where[1]} in the admission queue ({where[2]} runs running)",
-                        )
-                if state is not None and (on_progress is not None or on_notice is not None):
-                    marker = (state.status, state.phase, state.attempt)
-                    # since its dispatch (a TIME read) only where the notice may use it
-                    if marker != seen:
-                        seen_since = (
-                            self._since(state) if on_notice is not None else time.monotonic()
-                        )
-                        if on_progress is not None:
-                            on_progress(state)
-                    seen = marker
-                    kind, now = f"unstarted {state.phase_index} {state.attempt}", time.monotonic()
-                    if (
-                        on_notice is not None
-                        and state.status in ACTIVE_STATUSES
-                        and kind not in noticed
-                        and now - seen_since >= QUEUE_NOTICE_SECONDS
-                        and now - checked_queue >= 1.0
-                    ):
-                        checked_queue = now
-                        if (why := self.unstarted(state, now - seen_since)) is not None:
-                            notice(kind, why)
-                elif seen is None:
-                    seen = ()
             except redis.RedisError as exc:
                 if not redis_down(exc):
                     raise
-                notice("outage", f"Redis cannot serve ({exc}); still waiting for it to come back")
+                watch.notice(
+                    "outage", f"Redis cannot serve ({exc}); still waiting for it to come back"
+                )
                 if deadline is not None and time.monotonic() >= deadline:
                     raise RedisUnavailable(
                         f"Redis went away while waiting for run {run_id} and is not back after "
@@ -345,8 +280,8 @@ class MotherClient:
                 continue
             if deadline is not None and time.monotonic() >= deadline:
                 # never taken in: say so, not that it "goes on"
-                if unknown is not None:
-                    raise NotFound(f"{unknown.message} (waited {timeout:g}s)")
+                if watch.unknown is not None:
+                    raise NotFound(f"{watch.unknown.message} (waited {timeout:g}s)")
                 raise WaitTimeout(
                     f"run {run_id} has not ended after {timeout:g}s; it goes on (`mother status {run_id}`)"
                 )
@@ -478,3 +413,102 @@ class MotherClient:
                 }
             )
         return rows
+
+
+@dataclass
+class _Watch:
+    """One :meth:`MotherClient.wait`'s view of its run: what it has seen, and which notices it has
+    given (each once)."""
+
+    client: MotherClient
+    run_id: str
+    on_progress: Callable[[RunState], None] | None
+    on_notice: Callable[[str], None] | None
+    started: float = field(default_factory=time.monotonic)
+    # where the run was last seen: (status, phase, attempt); () once known to exist, when nothing
+    # is told of its moves
+    seen: tuple[Any, ...] | None = None
+    # when the run got where it is (seen): its last move, on wait()'s clock
+    seen_since: float = 0.0
+    # when the queue was last looked at for a phase no worker has started
+    checked_queue: float = 0.0
+    # the run is not taken in yet (why)
+    unknown: NotFound | None = None
+    noticed: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.seen_since = self.started
+
+    def notice(self, kind: str, text: str) -> None:
+        if kind not in self.noticed and self.on_notice is not None:
+            self.on_notice(text)
+        self.noticed.add(kind)
+
+    def look(self) -> ResultEnvelope | None:
+        """One poll: the run's final envelope once it has one; else where the run is and what it
+        waits on, told as asked."""
+        envelope = self.client.result(self.run_id)
+        if envelope is not None and envelope.termination is not None:
+            return envelope
+        state = self._state()
+        if state is not None and self.on_notice is not None:
+            self._tell_admission(state)
+        if state is not None and (self.on_progress is not None or self.on_notice is not None):
+            self._tell_progress(state)
+        elif self.seen is None:
+            self.seen = ()
+        return None
+
+    def _state(self) -> RunState | None:
+        # read once to know the run exists, then only while someone is told or it is not taken in
+        told = self.on_progress is not None or self.on_notice is not None
+        if not (told or self.seen is None or self.unknown is not None):
+            return None
+        try:
+            state = self.client.status(self.run_id)
+        # nothing is waiting to be taken in: it never will be (a rejection raises InvalidSpec)
+        except NoSuchRun:
+            raise
+        # submitted but not taken in yet: keep waiting
+        except NotFound as exc:
+            self.unknown = exc
+            if time.monotonic() - self.started >= INTAKE_NOTICE_SECONDS:
+                self.notice(
+                    "intake",
+                    f"run {self.run_id} is not taken in after {INTAKE_NOTICE_SECONDS:g}s; "
+                    "still waiting (is `mother run` running?)",
+                )
+            return None
+        self.unknown = None
+        return state
+
+    def _tell_admission(self, state: RunState) -> None:
+        if state.admission != "waiting" or state.status != "queued":
+            return
+        where = self.client.queue_position(self.run_id)
+        if where is not None:
+            self.notice(
+                f"queued {where[0]}",
+                f"run {self.run_id} waits for a slot: position {where[0]} of "
+                f"{where[1]} in the admission queue ({where[2]} runs running)",
+            )
+
+    def _tell_progress(self, state: RunState) -> None:
+        marker = (state.status, state.phase, state.attempt)
+        if marker != self.seen:
+            # since its dispatch (a TIME read) only where the notice may use it
+            self.seen_since = (
+                self.client._since(state) if self.on_notice is not None else time.monotonic()
+            )
+            if self.on_progress is not None:
+                self.on_progress(state)
+        self.seen = marker
+        if self.on_notice is None or state.status not in ACTIVE_STATUSES:
+            return
+        kind, now = f"unstarted {state.phase_index} {state.attempt}", time.monotonic()
+        waited = now - self.seen_since
+        if kind in self.noticed or waited < QUEUE_NOTICE_SECONDS or now - self.checked_queue < 1.0:
+            return
+        self.checked_queue = now
+        if (why := self.client.unstarted(state, waited)) is not None:
+            self.notice(kind, why)

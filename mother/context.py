@@ -389,30 +389,11 @@ def compose(
 
     ``may_use(model)`` says whether the run's capabilities allow escalating to ``model``.
     """
-    requested = model = spec.pipeline[index].model
+    requested = spec.pipeline[index].model
     sections = build_sections(settings, spec, index, outputs)
-    escalations: list[str] = []
-    chain = [model]
-    while True:
-        config = settings.models[model]
-        counter = counter_for(settings, model, calibration)
-        plan = fit(sections, counter, config.available_for_context, settings.context.summary_share)
-        if isinstance(plan, Plan):
-            break
-        refused = config.escalate_to is not None and not may_use(config.escalate_to)
-        if config.escalate_to is None or refused:
-            why = (
-                f"escalation to {config.escalate_to} is not among the run's capabilities (model.{config.escalate_to})"
-                if refused
-                else "nothing larger to escalate to"
-            )
-            raise ContextBudgetExceeded(
-                f"Context does not fit phase {spec.pipeline[index].name}: on {model}, {plan}; {why} (tried {' -> '.join(chain)})",
-                factors=[*escalations, f"{model}: {plan}; {why}"],
-            )
-        escalations.append(f"{model}: {plan}; escalated to {config.escalate_to}")
-        model = config.escalate_to
-        chain.append(model)
+    model, counter, plan, escalations = _fit_escalating(
+        settings, spec.pipeline[index].name, requested, sections, calibration, may_use
+    )
     query = _terms(" ".join(s.content for s in sections if s.required))
     composed: list[ComposedSection] = []
     summaries: list[ContextSummary] = []
@@ -464,6 +445,41 @@ def compose(
         composed_at=now_iso,
     )
     return Composition(context, summaries, escalations, fallbacks)
+
+
+def _fit_escalating(
+    settings: Settings,
+    phase: str,
+    model: str,
+    sections: Sequence[Section],
+    calibration: Calibration | None,
+    may_use: Callable[[str], bool],
+) -> tuple[str, TokenCounter, Plan, list[str]]:
+    """The first model of ``model``'s escalation chain whose window takes the sections: the model,
+    its counter, the plan, and why each smaller one was passed; ContextBudgetExceeded when none
+    does (or the next is not among the run's capabilities)."""
+    escalations: list[str] = []
+    chain = [model]
+    while True:
+        config = settings.models[model]
+        counter = counter_for(settings, model, calibration)
+        plan = fit(sections, counter, config.available_for_context, settings.context.summary_share)
+        if isinstance(plan, Plan):
+            return model, counter, plan, escalations
+        refused = config.escalate_to is not None and not may_use(config.escalate_to)
+        if config.escalate_to is None or refused:
+            why = (
+                f"escalation to {config.escalate_to} is not among the run's capabilities (model.{config.escalate_to})"
+                if refused
+                else "nothing larger to escalate to"
+            )
+            raise ContextBudgetExceeded(
+                f"Context does not fit phase {phase}: on {model}, {plan}; {why} (tried {' -> '.join(chain)})",
+                factors=[*escalations, f"{model}: {plan}; {why}"],
+            )
+        escalations.append(f"{model}: {plan}; escalated to {config.escalate_to}")
+        model = config.escalate_to
+        chain.append(model)
 
 
 def _summarize(

@@ -9,6 +9,7 @@ with the error and the time, an activity entry, and is acknowledged.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -50,6 +51,37 @@ def handle_submission(
 ) -> RunState | None:
     """Validate and create the run (then start it); reject the entry otherwise. ``delivery``: the entry,
     acknowledged with the write that starts or ends the run."""
+    spec = _read_spec(rt, entry_id, fields)
+    if spec is None:
+        return None
+    try:
+        decision = _decide(rt, spec)
+    except InvalidSpec as exc:
+        reject(rt, entry_id, fields, exc.message)
+        return None
+    state = _create(rt, entry_id, spec, fields, decision.limits, decision.granted)
+    # refused, or a re-delivery of a run already under way
+    if state is None or state.status != "queued":
+        return state
+    if decision.verdict is not None:
+        reason, details, factors = decision.verdict
+        end_run(
+            rt,
+            state,
+            reason,
+            details,
+            phase="intake",
+            contributing_factors=factors,
+            delivery=delivery,
+        )
+        return state
+    _start_or_queue(rt, state, decision.limits, delivery)
+    return state
+
+
+def _read_spec(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> RunSpec | None:
+    """The entry's spec, valid and named (``run-{entry id}`` when it names no run_id); None when the
+    entry was rejected instead."""
     raw = fields.get("spec")
     if raw is None:
         reject(
@@ -74,59 +106,57 @@ def handle_submission(
     except InvalidSpec as exc:
         reject(rt, entry_id, fields, exc.message)
         return None
-    run_id = spec.run_id or f"run-{entry_id}"
-    spec = spec.model_copy(update={"run_id": run_id})
+    return spec.model_copy(update={"run_id": spec.run_id or f"run-{entry_id}"})
+
+
+@dataclass(frozen=True)
+class _Decision:
+    """What intake gives a run, decided before it is created: its resolved limits and capabilities,
+    and why it must end at once (reason, details, factors), or None to go on."""
+
+    limits: dict[str, Any]
+    granted: list[str]
+    verdict: tuple[TerminationReason, str, list[str]] | None = None
+
+
+def _decide(rt: Runtime, spec: RunSpec) -> _Decision:
+    """The run's limits, capabilities and verdict; InvalidSpec when its parent is no run or its
+    limits cannot be resolved."""
     policy_error = _verify_roles(rt, spec)
+    if policy_error:
+        return _Decision({}, [], ("policyViolation", policy_error, [policy_error]))
+    parent = _parent(rt, spec)
+    depth_error: str | None = None
     try:
-        parent = None if policy_error else _parent(rt, spec)
-        limits = (
-            {}
-            if policy_error
-            else resolve_for_spec(rt.settings, spec, dict(parent.limits) if parent else None)
-        )
-        depth_error = None
+        limits = resolve_for_spec(rt.settings, spec, dict(parent.limits) if parent else None)
     except DepthExhausted as exc:
         limits, depth_error = {}, exc.message
-    except InvalidSpec as exc:
-        reject(rt, entry_id, fields, exc.message)
-        return None
-    granted = (
-        []
-        if policy_error
-        else granted_for(
-            rt.settings, spec.pipeline[0].role, list(parent.capabilities) if parent else None
-        )
+    granted = granted_for(
+        rt.settings, spec.pipeline[0].role, list(parent.capabilities) if parent else None
     )
-    verdict = _verdict(rt, spec, granted, policy_error, depth_error)
-    state = _create(rt, entry_id, spec, fields, limits, granted)
-    # refused, or a re-delivery of a run already under way
-    if state is None or state.status != "queued":
-        return state
-    if verdict is not None:
-        reason, details, factors = verdict
-        end_run(
-            rt,
-            state,
-            reason,
-            details,
-            phase="intake",
-            contributing_factors=factors,
-            delivery=delivery,
-        )
-        return state
+    if depth_error:
+        factors = [f"parent run {spec.parent_run_id} has no depth left"]
+        return _Decision(limits, granted, ("budget_exhausted", depth_error, factors))
+    blocked = _assess(rt, spec, granted)
+    return _Decision(limits, granted, ("policyViolation", blocked[0], blocked) if blocked else None)
+
+
+def _start_or_queue(
+    rt: Runtime, state: RunState, limits: dict[str, Any], delivery: Delivery | None
+) -> None:
+    """Start the run now, or leave it queued until a slot frees (admit_waiting starts it)."""
     # not decided yet (a re-delivered entry keeps the first decision)
     if state.admission is None:
         admitted = _admit(rt, state, limits, delivery)
+        # None: ended instead (a refused reservation or admission)
         if admitted is None:
-            return state
+            return
         if admitted.waiting:
-            log.info("run_queued", run_id=run_id, position=admitted.position)
-            return state
-    # it starts when a slot frees (admit_waiting)
+            log.info("run_queued", run_id=state.run_id, position=admitted.position)
+            return
     elif state.admission == "waiting":
-        return state
+        return
     start_run(rt, state, delivery=delivery)
-    return state
 
 
 def _admit(
@@ -177,26 +207,6 @@ def _admit(
         )
         return None
     return admitted
-
-
-def _verdict(
-    rt: Runtime,
-    spec: RunSpec,
-    granted: list[str],
-    policy_error: str | None,
-    depth_error: str | None,
-) -> tuple[TerminationReason, str, list[str]] | None:
-    """Why the run must end at intake (reason, details, factors), decided before it is created; None to go on."""
-    if policy_error:
-        return "policyViolation", policy_error, [policy_error]
-    if depth_error:
-        return (
-            "budget_exhausted",
-            depth_error,
-            [f"parent run {spec.parent_run_id} has no depth left"],
-        )
-    blocked = _assess(rt, spec, granted)
-    return ("policyViolation", blocked[0], blocked) if blocked else None
 
 
 def _reserve_for_child(rt: Runtime, spec: RunSpec, limits: dict[str, Any]) -> str | None:

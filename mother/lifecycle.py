@@ -581,21 +581,6 @@ def finish_end(
         )
     if delivery is not None:
         delivery.ack_with(pipe)
-    at = rt.clock.now_iso()
-    entries = [make_event(kind, at=at, **fields) for kind, fields in activity]
-    entries.append(
-        make_event(
-            "terminated",
-            at=at,
-            run_id=run_id,
-            phase=record.phase_at_termination,
-            reason=record.reason,
-            details=record.details[:1000],
-            suggested_action=record.suggested_action,
-            **({"late": True} if late else {}),
-        )
-    )
-    parent = _parent_holding_slot(state)
     # whether the slot it frees can start a run waiting in the admission queue
     pipe.zcard(keys.RUN_DEADLINES)
     pipe.zcard(keys.ADMISSION_WAITING)
@@ -603,8 +588,8 @@ def finish_end(
         pipe,
         run_id=run_id,
         activity_maxlen=rt.settings.service.activity_maxlen,
-        entries=[flat_fields(e) for e in entries],
-        parent=parent,
+        entries=_end_entries(rt.clock.now_iso(), record, activity, late),
+        parent=_parent_holding_slot(state),
     )
     replies = execute(pipe)
     if ledger_at is not None:
@@ -622,6 +607,27 @@ def finish_end(
     if waiting and running < rt.settings.budget.global_.max_concurrent_runs:
         admit_waiting(rt)
     return applied
+
+
+def _end_entries(
+    at: str, record: TerminationRecord, activity: Sequence[tuple[str, dict[str, Any]]], late: bool
+) -> list[list[str]]:
+    """The activity entries a run's end logs (once, by ``mh_ended``): the caller's, then
+    ``terminated``."""
+    entries = [make_event(kind, at=at, **fields) for kind, fields in activity]
+    entries.append(
+        make_event(
+            "terminated",
+            at=at,
+            run_id=record.run_id,
+            phase=record.phase_at_termination,
+            reason=record.reason,
+            details=record.details[:1000],
+            suggested_action=record.suggested_action,
+            **({"late": True} if late else {}),
+        )
+    )
+    return [flat_fields(e) for e in entries]
 
 
 def _parent_holding_slot(state: RunState) -> str | None:

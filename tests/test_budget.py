@@ -1053,9 +1053,7 @@ def test_the_wall_clock_warns_at_its_ratio_and_its_deadline_is_a_recorded_crossi
     assert "budget_wall_clock_warning" in doc["warnings_triggered"]
     assert doc["limits_exceeded"] == ["budget_wall_clock_exceeded"]
     [crossing] = doc["limit_crossings"]
-    assert (crossing["code"], crossing["max"]) == ("budget_wall_clock_exceeded", 2) and crossing[
-        "current"
-    ] >= 2
-    assert [w["code"] for w in warnings] == ["budget_wall_clock_warning"] and warnings[0][
-        "ratio"
-    ] == 0.8
+    assert (crossing["code"], crossing["max"]) == ("budget_wall_clock_exceeded", 2)
+    assert crossing["current"] >= 2
+    assert [w["code"] for w in warnings] == ["budget_wall_clock_warning"]
+    assert warnings[0]["ratio"] == 0.8

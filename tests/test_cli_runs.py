@@ -488,12 +488,8 @@ def test_budget_cli_stop_show_reset_and_stopped_at_deadline(
         env=env,
     )
     assert late.returncode == 2 and "the run has ended" in late.stderr
-    assert (
-        json.loads(pipeline.redis.execute_command("JSON.GET", keys.run_limits_key(run_id)))[
-            "overrides"
-        ]
-        == []
-    )
+    limits = json.loads(pipeline.redis.execute_command("JSON.GET", keys.run_limits_key(run_id)))
+    assert limits["overrides"] == []
     assert run_cli("budget", "show", "--global", env=env).returncode == 0
 
 

@@ -75,74 +75,33 @@ def run_loop(
         usage.input_tokens += reply.input_tokens
         usage.output_tokens += reply.output_tokens
         if harness is not None:
-            harness.control(
-                "after_step",
-                cost={
-                    "turns": usage.model_calls,
-                    "tokens": usage.input_tokens + usage.output_tokens,
-                    "current": meter.spend_usd() if meter else 0.0,
-                    "limit": meter.spend_limit_usd() if meter else 0.0,
-                },
-            )
+            harness.control("after_step", cost=_step_cost(usage, meter))
         if reply.text:
             # a text reply resets the consecutive count
             consecutive, last_text = 0, reply.text
+        confidence = reply.confidence if reply.confidence is not None else DEFAULT_CONFIDENCE
         if not reply.tool_calls:
             if reply.text is None:
                 raise ProviderError("the model replied with neither text nor tool calls")
+            if reply.evidence_count is not None:
+                evidence = reply.evidence_count
             return LoopOutcome(
-                text=reply.text,
-                confidence=reply.confidence if reply.confidence is not None else DEFAULT_CONFIDENCE,
-                evidence_count=reply.evidence_count
-                if reply.evidence_count is not None
-                else evidence,
-                usage=usage,
+                text=reply.text, confidence=confidence, evidence_count=evidence, usage=usage
             )
-        messages.append(
-            {
-                "role": "assistant",
-                # what the model said beside its calls stays in the conversation
-                "content": reply.text,
-                "tool_calls": [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": _arguments_text(c)},
-                    }
-                    for c in reply.tool_calls
-                ],
-            }
-        )
+        messages.append(_assistant_message(reply))
         for call in reply.tool_calls:
             check_alive()
-            refused = toolbox.check_permission(call.name)
-            if refused is not None:
-                if harness is not None:
-                    harness.permission_denied(refused)
-                usage.tool_calls += 1
-                consecutive += 1
-                messages.append(
-                    {"role": "tool", "tool_call_id": call.id, "content": refused_text(refused)}
-                )
-                continue
-            if meter is not None:
-                tool = toolbox.tools.get(call.name)
-                meter.tool(read_only=tool.read_only if tool is not None else True)
-            result = toolbox.run(call.name, call.arguments)
+            content, ran, evidential = _tool_call(toolbox, call, meter, harness)
             usage.tool_calls += 1
             consecutive += 1
-            if result.ok and toolbox.tools[call.name].read_only:
-                evidence += 1
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": result.output})
-            hit = _turn_limit_hit(limits, usage.tool_calls, consecutive)
-            # the tool that reached the limit has completed; the loop stops here
+            evidence += evidential
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+            # the tool that reached the limit has completed; the loop stops here (a refused
+            # call ran nothing and does not stop it)
+            hit = _turn_limit_hit(limits, usage.tool_calls, consecutive) if ran else None
             if hit:
-                confidence = (
-                    reply.confidence if reply.confidence is not None else DEFAULT_CONFIDENCE
-                )
-                text = f"{hit}; stopped.\n{last_text}".rstrip()
                 return LoopOutcome(
-                    text=text,
+                    text=f"{hit}; stopped.\n{last_text}".rstrip(),
                     confidence=confidence,
                     evidence_count=evidence,
                     usage=usage,
@@ -151,6 +110,49 @@ def run_loop(
     raise ProviderError(
         f"the model made {max_calls} calls without a final text reply (worker.max_model_calls_per_phase)"
     )
+
+
+def _step_cost(usage: Usage, meter: Meter | None) -> dict[str, Any]:
+    """What the after_step hooks see of the phase's cost so far."""
+    return {
+        "turns": usage.model_calls,
+        "tokens": usage.input_tokens + usage.output_tokens,
+        "current": meter.spend_usd() if meter else 0.0,
+        "limit": meter.spend_limit_usd() if meter else 0.0,
+    }
+
+
+def _assistant_message(reply: ModelReply) -> dict[str, Any]:
+    """The model's turn as the conversation keeps it: what it said beside its calls, and the calls."""
+    return {
+        "role": "assistant",
+        "content": reply.text,
+        "tool_calls": [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": _arguments_text(c)},
+            }
+            for c in reply.tool_calls
+        ],
+    }
+
+
+def _tool_call(
+    toolbox: ToolBox, call: ToolCall, meter: Meter | None, harness: Harness | None
+) -> tuple[str, bool, bool]:
+    """Run one call the model made, or refuse it: what the model is told, whether the tool ran, and
+    whether its result is evidence (a read-only tool that succeeded)."""
+    refused = toolbox.check_permission(call.name)
+    if refused is not None:
+        if harness is not None:
+            harness.permission_denied(refused)
+        return refused_text(refused), False, False
+    if meter is not None:
+        tool = toolbox.tools.get(call.name)
+        meter.tool(read_only=tool.read_only if tool is not None else True)
+    result = toolbox.run(call.name, call.arguments)
+    return result.output, True, result.ok and toolbox.tools[call.name].read_only
 
 
 def _arguments_text(call: ToolCall) -> str:

@@ -361,29 +361,9 @@ def _run(
     manifest = None
     try:
         ready = setup()
-        context, meter, harness = ready.context, ready.meter, ready.harness
-        manifest = context.manifest()
-        meters.append(meter)
-        try:
-            outcome = run_loop(
-                ready.provider,
-                ready.toolbox,
-                ready.messages,
-                check_alive=meter.check_alive,
-                max_calls=rt.settings.worker.max_model_calls_per_phase,
-                meter=meter,
-                limits=ready.limits,
-                harness=harness,
-            )
-        except HookDecision as decision:
-            if decision.action != HarnessAction.SKIP:
-                raise
-            outcome = LoopOutcome(
-                text=f"Skipped: {decision.message}",
-                confidence=0.0,
-                evidence_count=0,
-                notices=[decision.message],
-            )
+        manifest = ready.context.manifest()
+        meters.append(ready.meter)
+        outcome = _agent_loop(rt, ready)
     except PhaseStale:
         raise
     except Exception as exc:  # noqa: BLE001
@@ -417,13 +397,7 @@ def _run(
             attempt=attempt,
             notice=notice,
         )
-    text = outcome.text + summary_note(context)
-    # a PhaseResult holds no more: the attempt failed on it, every time
-    if len(text) > MAX_OUTPUT_CHARS:
-        notice = f"output cut to its first {MAX_OUTPUT_CHARS} characters; the reply had {len(text)}"
-        bound.warning("output_cut", notice=notice)
-        outcome.notices.append(notice)
-        text = text[:MAX_OUTPUT_CHARS]
+    text = _output(outcome, ready.context, bound)
     # stored by execute() with the result
     artifact_id = f"art-{uuid.uuid4().hex[:20]}"
     outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
@@ -443,6 +417,42 @@ def _run(
         worker=_worker_name(),
         notices=outcome.notices,
     )
+
+
+def _agent_loop(rt: Runtime, ready: PhaseSetup) -> LoopOutcome:
+    """The agent loop on a phase's setup; a control hook's skip ends it with a skipped outcome."""
+    try:
+        return run_loop(
+            ready.provider,
+            ready.toolbox,
+            ready.messages,
+            check_alive=ready.meter.check_alive,
+            max_calls=rt.settings.worker.max_model_calls_per_phase,
+            meter=ready.meter,
+            limits=ready.limits,
+            harness=ready.harness,
+        )
+    except HookDecision as decision:
+        if decision.action != HarnessAction.SKIP:
+            raise
+        return LoopOutcome(
+            text=f"Skipped: {decision.message}",
+            confidence=0.0,
+            evidence_count=0,
+            notices=[decision.message],
+        )
+
+
+def _output(outcome: LoopOutcome, context: ComposedContext, bound: Any) -> str:
+    """The phase's output: the final text and the context's summary note, cut to what a
+    PhaseResult holds (a longer one failed the attempt, every time), with a notice when cut."""
+    text = outcome.text + summary_note(context)
+    if len(text) > MAX_OUTPUT_CHARS:
+        notice = f"output cut to its first {MAX_OUTPUT_CHARS} characters; the reply had {len(text)}"
+        bound.warning("output_cut", notice=notice)
+        outcome.notices.append(notice)
+        text = text[:MAX_OUTPUT_CHARS]
+    return text
 
 
 def _blocked_tool(rt: Runtime, state: RunState, phase: str, tool: str) -> str | None:
