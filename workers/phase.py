@@ -359,6 +359,19 @@ def _run(
     phase = state.spec.pipeline[index]
     bound = log.bind(run_id=state.run_id, phase=phase.name, attempt=attempt)
     manifest = None
+
+    def result(**outcome: Any) -> PhaseResult:
+        return PhaseResult(
+            run_id=state.run_id,
+            phase=phase.name,
+            phase_index=index,
+            attempt=attempt,
+            manifest=manifest,
+            finished_at=rt.clock.now_iso(),
+            worker=_worker_name(),
+            **outcome,
+        )
+
     try:
         ready = setup()
         manifest = ready.context.manifest()
@@ -374,19 +387,7 @@ def _run(
             error, code = f"{type(exc).__name__}: {exc}", None
         bound.warning("phase_failed", error=error, error_code=code)
         usage = Usage(duration_ms=int((time.monotonic() - started) * 1000))
-        return PhaseResult(
-            run_id=state.run_id,
-            phase=phase.name,
-            phase_index=index,
-            attempt=attempt,
-            status="failed",
-            error=error[:4000],
-            error_code=code,
-            usage=usage,
-            finished_at=rt.clock.now_iso(),
-            worker=_worker_name(),
-            manifest=manifest,
-        )
+        return result(status="failed", error=error[:4000], error_code=code, usage=usage)
     for notice in outcome.notices:
         bound.warning("turn_limit_hit", notice=notice)
         rt.emit(
@@ -401,20 +402,13 @@ def _run(
     # stored by execute() with the result
     artifact_id = f"art-{uuid.uuid4().hex[:20]}"
     outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
-    return PhaseResult(
-        run_id=state.run_id,
-        phase=phase.name,
-        phase_index=index,
-        attempt=attempt,
+    return result(
         status="completed",
         output=text,
-        manifest=manifest,
         confidence=outcome.confidence,
         evidence_count=outcome.evidence_count,
         artifacts=[artifact_id],
         usage=outcome.usage,
-        finished_at=rt.clock.now_iso(),
-        worker=_worker_name(),
         notices=outcome.notices,
     )
 
