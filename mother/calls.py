@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from mother import keys
+from mother.errors import GateRefused
 from mother.functions import call
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "due",
     "ended",
     "forget_rejection",
+    "gate_refusal",
     "heartbeat",
     "lease",
     "release_lease",
@@ -43,18 +45,31 @@ def transition(
     result: bytes | str,
     artifacts: list[str],
     token_digest: str = "",
+    gate: str = "",
     follow_ups: tuple[list[Any], list[Any]] = ([], []),
 ) -> Any:
     """``mh_transition``: move the run from attempt ``expected`` to ``to`` (phase index, attempt) if
     ``expected`` is still current (and ``token_digest``, when given, is the attempt's), setting the
     phase deadline (and, with ``run_duration_ms``, the run's) and making the ``follow_ups`` (keys,
-    words: :func:`mother.functions.follow_ups`) in the same call. Replies 1 applied, 0 not current,
-    -1 current but another token."""
+    words: :func:`mother.functions.follow_ups`) in the same call. ``gate``: a gate op (JSON: open one
+    after the move, or close the one the run waits on before it; :mod:`mother.gates`). Replies 1
+    applied, 0 not current, -1 current but another token, -2..-5 the gate may not be closed
+    (:func:`gate_refusal`)."""
     more_keys, words = follow_ups
     return call(
         client,
         "mh_transition",
-        [keys.run_key(run_id), keys.PHASE_DEADLINES, keys.RUN_DEADLINES, *more_keys],
+        [
+            keys.run_key(run_id),
+            keys.PHASE_DEADLINES,
+            keys.RUN_DEADLINES,
+            keys.GATE_DEADLINES,
+            keys.GATE_WARNINGS,
+            keys.RUNS_WAITING,
+            keys.RUN_WARNINGS,
+            keys.run_limits_key(run_id),
+            *more_keys,
+        ],
         [
             run_id,
             expected[0],
@@ -69,6 +84,7 @@ def transition(
             result,
             orjson.dumps(artifacts).decode(),
             token_digest,
+            gate,
             *words,
         ],
     )
@@ -84,9 +100,12 @@ def terminate(
     at: str,
     history: bytes,
     ending: str = keys.RUNS_ENDING,
+    gate: str = "",
 ) -> Any:
     """``mh_terminate``: write the run's one termination record (NX) and everything that goes with it.
-    Replies [1, record] when this call won, [0, the first record] otherwise."""
+    ``gate``: a close op (a denial, an expiry): the run ends only while it still waits on that gate.
+    Replies [1, record] when this call won, [0, the first record] otherwise, [-2..-5, None] when the
+    gate op was refused (:func:`gate_refusal`)."""
     return call(
         client,
         "mh_terminate",
@@ -102,8 +121,37 @@ def terminate(
             keys.GLOBAL_BUDGET,
             keys.ADMISSION_WAITING,
             keys.RUN_WARNINGS,
+            keys.GATE_DEADLINES,
+            keys.GATE_WARNINGS,
+            keys.RUNS_WAITING,
         ],
-        [record, run_id, envelope, at, reason, history],
+        [record, run_id, envelope, at, reason, history, gate],
+    )
+
+
+# what mh_transition and mh_terminate reply when a gate may not be closed
+_GATE_REFUSALS = {
+    -2: (
+        "not_waiting",
+        "does not wait on gate {gate}: it was decided already, or it waits on another",
+    ),
+    -3: ("expired", "gate {gate}'s deadline has passed; the run ends blocked"),
+    -4: ("not_allowed", "{actor} may not decide gate {gate} (see its approvers)"),
+    -5: ("digest_mismatch", "gate {gate} asks approval of other content than the digest given"),
+}
+
+
+def gate_refusal(code: int, *, run_id: str, gate_id: str, actor: str) -> GateRefused | None:
+    """The one-line error for a gate op's refusal code; None for a code that is not one."""
+    found = _GATE_REFUSALS.get(code)
+    if found is None:
+        return None
+    why, text = found
+    return GateRefused(
+        f"run {run_id} " + text.format(gate=gate_id, actor=actor)
+        if why == "not_waiting"
+        else text.format(gate=gate_id, actor=actor),
+        why=why,
     )
 
 

@@ -46,7 +46,7 @@ def permits(granted: list[str], required: str) -> bool:
 
 
 def denial(granted: list[str], required: list[str]) -> dict[str, Any] | None:
-    """Seed 001's permission_denied event for ``required``, or None when all are granted."""
+    """The SafetyHarness's permission_denied event for ``required``, or None when all are granted."""
     missing = [r for r in required if not permits(granted, r)]
     if not missing:
         return None

@@ -24,6 +24,7 @@ from mother.budget import audit_fields, rate_check, submit_with_backpressure
 from mother.config import AGENTS_QUEUE, Settings, load_settings
 from mother.connection import connect, redis_down
 from mother.errors import (
+    GateRefused,
     InvalidSpec,
     MotherError,
     NoSuchRun,
@@ -33,6 +34,7 @@ from mother.errors import (
     not_utf8,
 )
 from mother.functions import server_now_ms
+from mother.gates.build import check_decision
 from mother.records import parse_run_record, path_values, runs
 from mother.records.rejections import read_rejection_for
 from mother.records.results import queue_termination_read, read_result
@@ -43,6 +45,7 @@ from schemas import (
     ACTIVE_STATUSES,
     MAX_SPEC_BYTES,
     TERMINATION_REASONS,
+    Gate,
     ResultEnvelope,
     RunSpec,
     RunState,
@@ -50,7 +53,14 @@ from schemas import (
     ms_from_iso,
 )
 
-__all__ = ["MotherClient", "load_spec_file", "parse_spec"]
+__all__ = [
+    "MotherClient",
+    "error_from",
+    "gate_command",
+    "load_spec_file",
+    "parse_spec",
+    "waiting_row",
+]
 
 # wait() says when Mother has not taken a run in after this long
 INTAKE_NOTICE_SECONDS = 3.0
@@ -58,6 +68,10 @@ INTAKE_NOTICE_SECONDS = 3.0
 QUEUE_NOTICE_SECONDS = 10.0
 # on mother:commands: what people ask of Mother
 COMMAND_CANCEL = "cancel"
+# ... and their decisions on gates (mother.gates.decide); Mother replies on mother:reply:{entry}
+GATE_COMMANDS = ("approve", "deny", "answer")
+# how long Mother keeps a reply to a command
+REPLY_TTL_SECONDS = 3600
 # on mother:events: what workers report
 EVENT_PHASE_RESULT = "phase_result"
 
@@ -152,6 +166,49 @@ def check_timeout(timeout: Any) -> None:
         raise InvalidSpec(
             f"timeout must be a finite number of seconds, 0 or more (omit it to wait until the run ends), got {timeout!r}"
         )
+
+
+def waiting_row(state: RunState) -> dict[str, Any]:
+    """What a listing shows of a run waiting for a person, and the command that decides it."""
+    gate = state.gate
+    assert gate is not None
+    return {
+        "run_id": state.run_id,
+        "user": state.user_id,
+        "phase": gate.phase,
+        "gate_id": gate.gate_id,
+        "kind": gate.kind,
+        "subject": gate.subject,
+        "question": gate.question,
+        "approvers": gate.approvers,
+        "since": gate.opened_at,
+        "deadline": gate.deadline,
+        "digest": gate.digest,
+        "command": gate_command(state.run_id, gate),
+    }
+
+
+def gate_command(run_id: str, gate: Gate) -> str:
+    """The command that decides ``gate``."""
+    who = gate.approvers[0] if gate.approvers else "YOU"
+    if gate.kind == "input":
+        return (
+            f"mother answer {run_id} --actor {who} --text '...' (or mother approve / mother deny "
+            f"{run_id} --actor {who} --reason '...')"
+        )
+    return f"mother approve {run_id} --actor {who} --reason '...' (or mother deny)"
+
+
+def error_from(reply: dict[str, Any]) -> MotherError:
+    """The error a reply of Mother's names (code, message and its details), as raised here."""
+    code, message = reply.get("code"), str(reply.get("message", "Mother refused the command"))
+    if code == "gate_refused":
+        return GateRefused(message, why=str(reply.get("why", "")))
+    if code == "invalid_spec":
+        return InvalidSpec(message, field=reply.get("field"))
+    if code == "not_found":
+        return NotFound(message)
+    return MotherError(message)
 
 
 def live_workers(client: redis.Redis, queue: str) -> int:
@@ -351,6 +408,122 @@ class MotherClient:
         self.send_command(COMMAND_CANCEL, {"run_id": run_id, **audit})
         return state
 
+    def approve(
+        self,
+        run_id: str,
+        *,
+        actor: str,
+        reason: str,
+        gate_id: str | None = None,
+        digest: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Approve what the run waits for (a phase to start, a tool call, a conflict's work): the run goes
+        on. ``digest``: approve only if the gate asks for exactly that content. Returns Mother's reply;
+        GateRefused (changing nothing) when the run does not wait on that gate, its deadline passed, the
+        actor may not decide it, or the digest differs."""
+        return self._decide("approve", run_id, actor, reason, gate_id, digest, None, timeout)
+
+    def deny(
+        self,
+        run_id: str,
+        *,
+        actor: str,
+        reason: str,
+        gate_id: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Deny what the run waits for: it ends ``approval_denied``."""
+        return self._decide("deny", run_id, actor, reason, gate_id, None, None, timeout)
+
+    def answer(
+        self,
+        run_id: str,
+        text: str,
+        *,
+        actor: str,
+        reason: str = "",
+        gate_id: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Answer the question the run waits on (a conflict's): the work is accepted and ``text`` joins
+        the context of every later phase (a required part of it)."""
+        return self._decide("answer", run_id, actor, reason, gate_id, None, text, timeout)
+
+    def _decide(
+        self,
+        kind: str,
+        run_id: str,
+        actor: Any,
+        reason: Any,
+        gate_id: str | None,
+        digest: str | None,
+        text: Any,
+        timeout: float | None,
+    ) -> dict[str, Any]:
+        """Check what can be checked here (one-line errors, nothing sent), send the decision on
+        ``mother:commands`` and wait for Mother's reply (its checks are the ones that count: atomic, on
+        the server)."""
+        check_decision(kind, actor, reason, text)
+        check_timeout(timeout)
+        keys.check_id(run_id, "run_id")
+        state = self.status(run_id)
+        gate = state.gate
+        if state.status != "waiting" or gate is None:
+            raise GateRefused(
+                f"run {run_id} is not waiting for a person (status {state.status}); "
+                "`mother runs --waiting` lists the runs that are",
+                why="not_waiting",
+            )
+        if gate_id is not None and gate_id != gate.gate_id:
+            raise GateRefused(
+                f"run {run_id} waits on gate {gate.gate_id}, not {gate_id}", why="wrong_gate"
+            )
+        if gate.approvers and actor not in gate.approvers:
+            raise GateRefused(
+                f"{actor} may not decide gate {gate.gate_id}; its approvers: {', '.join(gate.approvers)}",
+                why="not_allowed",
+            )
+        payload = {"run_id": run_id, "gate_id": gate.gate_id, "actor": actor, "reason": reason}
+        if digest is not None:
+            payload["digest"] = digest
+        if text is not None:
+            payload["text"] = text
+        entry_id = self.send_command(kind, payload)
+        return self.command_reply(entry_id, timeout or self.settings.gates.reply_seconds)
+
+    def command_reply(self, entry_id: str, timeout: float) -> dict[str, Any]:
+        """Mother's reply to the command ``entry_id``: what it did, or the one-line error it refused it
+        with (raised). WaitTimeout when no Mother replied in ``timeout`` seconds (the command stays queued
+        and is taken when one runs)."""
+        got = self.redis.blpop([keys.command_reply_key(entry_id)], timeout=max(0.01, timeout))
+        if got is None:
+            raise WaitTimeout(
+                f"no Mother replied within {timeout:g}s (is `mother run` running?); the command "
+                f"{entry_id} stays queued and is taken when one runs: see `mother status`"
+            )
+        reply = orjson.loads(cast("list[str]", got)[1])
+        if reply.get("ok"):
+            return {k: v for k, v in reply.items() if k != "ok"}
+        raise error_from(reply)
+
+    def waiting(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The runs that wait for a person, the longest waiting first: run_id, user, what it waits for
+        (gate, kind, subject, question), who may decide, since and deadline."""
+        ids = cast("list[str]", self.redis.zrange(keys.RUNS_WAITING, 0, limit - 1))
+        pipe = self.redis.pipeline(transaction=False)
+        for run_id in ids:
+            runs.queue_read(pipe, run_id)
+        rows = []
+        for run_id, raw in zip(ids, pipe.execute(raise_on_error=False) if ids else [], strict=True):
+            if not raw or isinstance(raw, Exception):
+                continue
+            state = parse_run_record(run_id, raw)
+            if state.gate is None or state.status != "waiting":
+                continue
+            rows.append(waiting_row(state))
+        return rows
+
     def send_command(self, kind: str, payload: dict[str, Any]) -> str:
         """Append a command for Mother to ``mother:commands`` (a stream the workers' ACL user cannot write)."""
         entry_id = self.redis.xadd(
@@ -453,6 +626,7 @@ class _Watch:
         state = self._state()
         if state is not None and self.on_notice is not None:
             self._tell_admission(state)
+            self._tell_gate(state)
         if state is not None and (self.on_progress is not None or self.on_notice is not None):
             self._tell_progress(state)
         elif self.seen is None:
@@ -492,6 +666,18 @@ class _Watch:
                 f"run {self.run_id} waits for a slot: position {where[0]} of "
                 f"{where[1]} in the admission queue ({where[2]} runs running)",
             )
+
+    def _tell_gate(self, state: RunState) -> None:
+        gate = state.gate
+        if state.status != "waiting" or gate is None:
+            return
+        what = "an answer to" if gate.kind == "input" else "approval of"
+        who = f"; who may decide: {', '.join(gate.approvers)}" if gate.approvers else ""
+        self.notice(
+            f"gate {gate.gate_id}",
+            f"run {self.run_id} waits for {what} {gate.subject} (gate {gate.gate_id}, until "
+            f"{gate.deadline}{who}): {gate_command(self.run_id, gate)}",
+        )
 
     def _tell_progress(self, state: RunState) -> None:
         marker = (state.status, state.phase, state.attempt)

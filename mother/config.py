@@ -41,6 +41,7 @@ from pydantic_settings import (
 from mother.errors import ConfigError
 from mother.yamlfile import YamlProblem, read_yaml
 from schemas import describe_validation_error
+from schemas.conflict import ConflictStrategy, ConflictType, RoleKind
 
 __all__ = [
     "BudgetSettings",
@@ -211,7 +212,7 @@ class GlobalBudget(_Section):
 
 
 class RateLimit(_Section):
-    """Seed 004 US3: messages per user in a sliding window (server time)."""
+    """The per-user message rate limit: messages per user in a sliding window (server time)."""
 
     messages: int = Field(100, ge=1)
     window_seconds: int = Field(3600, ge=1)
@@ -269,7 +270,7 @@ class BudgetSettings(_Section):
 
 
 class LimitValues(_Section):
-    """Seed 000's limit types; unset means "not declared at this layer"."""
+    """The spec's limit types; unset means "not declared at this layer"."""
 
     turns: int | None = Field(None, ge=0, le=100_000)
     tokens: int | None = Field(None, ge=0, le=10**12)
@@ -301,6 +302,17 @@ class TurnLimits(_Section):
     )
     acknowledge: list[str] = Field(
         default_factory=list, description="risk tiers the role acknowledges"
+    )
+    kind: RoleKind | None = Field(
+        None,
+        description="work (produces output), review (decides on another phase's output: a "
+        "critic, a reviewer) or test (a test run's verdict); default: conflicts.role_kinds",
+    )
+    require_approval: bool = Field(
+        False, description="a person approves each phase of this role before it starts"
+    )
+    approval_tools: list[str] = Field(
+        default_factory=list, description="tools this role may call only once a person approved"
     )
 
 
@@ -501,6 +513,80 @@ class ContextSettings(_Section):
     )
 
 
+def _default_policy() -> dict[ConflictType, list[ConflictStrategy]]:
+    """The spec's complete conflict resolution policy table."""
+    return {
+        "critic_vs_coder": ["run_arbiter", "escalate_model", "request_user_input"],
+        "low_confidence_output": ["escalate_model", "prefer_higher_evidence", "request_user_input"],
+        "competing_proposals": ["prefer_higher_confidence", "run_arbiter", "request_user_input"],
+        "evidence_contradiction": ["prefer_higher_evidence", "run_arbiter", "terminate_blocked"],
+        "test_vs_review": ["prefer_higher_evidence", "run_arbiter", "fail_safe"],
+        "retrieval_ambiguity": ["escalate_model", "request_user_input", "terminate_blocked"],
+    }
+
+
+class ConflictSettings(_Section):
+    """Conflict resolution: how Mother decides when agents disagree (docs/conflicts.md)."""
+
+    policy: dict[ConflictType, list[ConflictStrategy]] = Field(
+        default_factory=_default_policy,
+        description="per conflict type, the strategies to try in order (the spec's table)",
+    )
+    low_confidence_threshold: float = Field(
+        0.5, ge=0, le=1, description="a work phase below this confidence is low_confidence_output"
+    )
+    arbiter_role: str = Field("arbiter", description="the role run_arbiter runs")
+    arbiter_model: str | None = Field(
+        None,
+        description="the arbiter's model (default: the reviewing phase's model's escalate_to, "
+        "else its model)",
+    )
+    role_kinds: dict[str, RoleKind] = Field(
+        default_factory=dict,
+        description="the kind of a role that declares none in its role file (e.g. tester: test)",
+    )
+    max_conflicts_per_run: int = Field(
+        10, ge=1, le=1000, description="a run that raises more ends conflicting_agents"
+    )
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _over_default_policy(cls, value: Any) -> Any:
+        """A policy given in part keeps the spec's entries for the types it does not name."""
+        return {**_default_policy(), **value} if isinstance(value, dict) else value
+
+    @field_validator("policy")
+    @classmethod
+    def _strategies_given(
+        cls, value: dict[ConflictType, list[ConflictStrategy]]
+    ) -> dict[ConflictType, list[ConflictStrategy]]:
+        for kind, strategies in value.items():
+            if not strategies:
+                raise ValueError(f"conflicts.policy.{kind}: give at least one strategy")
+        return value
+
+
+class GateSettings(_Section):
+    """Human gates: runs that wait for a person's approval or answer (docs/conflicts.md)."""
+
+    timeout_seconds: float = Field(
+        86_400,
+        gt=0,
+        le=30 * 86_400,
+        description="how long a gate waits before the run ends blocked",
+    )
+    warning_ratio: float = Field(
+        0.8, gt=0, lt=1, description="a gate_deadline_warning when this share of the wait is gone"
+    )
+    approvers: list[str] = Field(
+        default_factory=list,
+        description="who may decide gates (a run's approvers replace it); empty: anyone",
+    )
+    reply_seconds: float = Field(
+        10.0, gt=0, le=600, description="how long approve/deny/answer wait for Mother's reply"
+    )
+
+
 class Settings(BaseSettings):
     """Every setting of Mother-Harness. Later parts add their sections here."""
 
@@ -536,6 +622,8 @@ class Settings(BaseSettings):
     harness: HarnessSettings = Field(default_factory=HarnessSettings)
     hooks: HookSettings = Field(default_factory=HookSettings)
     context: ContextSettings = Field(default_factory=ContextSettings)
+    conflicts: ConflictSettings = Field(default_factory=ConflictSettings)
+    gates: GateSettings = Field(default_factory=GateSettings)
 
     @field_validator("models", mode="before")
     @classmethod
@@ -572,6 +660,9 @@ class Settings(BaseSettings):
             raise ValueError(f"context.summarizer_model: {summarizer!r} is not in the catalogue")
         if self.context.summarizer == "llm_generated" and summarizer is None:
             raise ValueError("context.summarizer llm_generated needs context.summarizer_model")
+        arbiter = self.conflicts.arbiter_model
+        if arbiter is not None and arbiter not in self.models:
+            raise ValueError(f"conflicts.arbiter_model: {arbiter!r} is not in the catalogue")
         return self
 
     @classmethod

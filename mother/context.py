@@ -155,9 +155,15 @@ def render(header: str, chunks: Sequence[str]) -> str:
 
 
 def build_sections(
-    settings: Settings, spec: RunSpec, index: int, outputs: Sequence[tuple[str, str]]
+    settings: Settings,
+    spec: RunSpec,
+    index: int,
+    outputs: Sequence[tuple[str, str]],
+    notes: Sequence[str] = (),
 ) -> list[Section]:
-    """The run's sections for phase ``index`` (``outputs``: earlier phases' (name, output)); empty ones are absent."""
+    """The run's sections for phase ``index`` (``outputs``: earlier phases' (name, output)); empty ones are
+    absent. ``notes`` (people's answers, conflict decisions) join the current_phase section, which is
+    required: no summary or cut drops them."""
     phase = spec.pipeline[index]
     ctx = spec.context
     task = [spec.task] + (
@@ -166,6 +172,8 @@ def build_sections(
     current = f"{phase.name} (you are the {phase.role})"
     if phase.exit_criteria:
         current += f"\nExit criteria: {phase.exit_criteria}"
+    if notes:
+        current += "\n## Decisions so far\n" + "\n".join(f"- {n}" for n in notes)
     chunks: dict[str, list[str]] = {
         "task_definition": task,
         "current_phase": [current],
@@ -380,6 +388,7 @@ def compose(
     index: int,
     outputs: Sequence[tuple[str, str]],
     *,
+    notes: Sequence[str] = (),
     now_iso: str,
     calibration: Calibration | None = None,
     llm: LLMSummarizer | None = None,
@@ -390,7 +399,7 @@ def compose(
     ``may_use(model)`` says whether the run's capabilities allow escalating to ``model``.
     """
     requested = spec.pipeline[index].model
-    sections = build_sections(settings, spec, index, outputs)
+    sections = build_sections(settings, spec, index, outputs, notes)
     model, counter, plan, escalations = _fit_escalating(
         settings, spec.pipeline[index].name, requested, sections, calibration, may_use
     )

@@ -18,6 +18,9 @@ wrong and what to do; what a caller needs beyond that is a typed attribute. The 
     ├── ToolError                    tool_error
     ├── PhaseStale                   phase_stale
     ├── HookDecision                 hook_decision      (action, event, hook; result_code hook_<action>:<event>)
+    ├── ApprovalRequired             approval_required  (request: the tool call a person must approve)
+    ├── VerdictMissing               verdict_missing    (a reviewing phase stated no verdict)
+    ├── GateRefused                  gate_refused       (why: not_waiting, wrong_gate, expired, not_allowed, digest_mismatch)
     ├── BudgetExhausted              budget_exhausted   (limit_code, current, max)
     │   ├── BudgetStopped            budget_stopped     (an emergency stop is in force)
     │   ├── LimitExceeded            limit_exceeded     (a run limit at a turn's start)
@@ -45,6 +48,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "ApprovalRequired",
     "BudgetExhausted",
     "BudgetStopped",
     "ConfigError",
@@ -53,6 +57,7 @@ __all__ = [
     "DataDirInUse",
     "DataDirNotWritable",
     "DepthExhausted",
+    "GateRefused",
     "HookDecision",
     "InsufficientBudget",
     "InvalidSpec",
@@ -77,6 +82,7 @@ __all__ = [
     "ServerError",
     "SignatureInvalid",
     "ToolError",
+    "VerdictMissing",
     "WaitTimeout",
     "not_utf8",
 ]
@@ -265,6 +271,40 @@ class RateLimited(MotherError):
 
     def details(self) -> dict[str, Any]:
         return {"status": self.status, "retry_after": self.retry_after, "user_id": self.user_id}
+
+
+class ApprovalRequired(MotherError):
+    """A phase called a tool that needs a person's approval first: the phase stops before the call, and
+    Mother opens an approval gate for exactly that call (``request``: tool, digest, arguments)."""
+
+    code = "approval_required"
+
+    def __init__(self, message: str, *, request: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.request = request
+
+    def details(self) -> dict[str, Any]:
+        return {"request": self.request}
+
+
+class VerdictMissing(MotherError):
+    """A reviewing phase (a critic's, a test run's, an arbiter's) ended without stating its verdict."""
+
+    code = "verdict_missing"
+
+
+class GateRefused(MotherError):
+    """An approve, deny or answer that cannot be taken: the run does not wait (or not on that gate), the
+    gate's deadline passed, the actor may not decide it, or the approval names other content."""
+
+    code = "gate_refused"
+
+    def __init__(self, message: str, *, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+    def details(self) -> dict[str, Any]:
+        return {"why": self.why}
 
 
 class QueueFull(MotherError):

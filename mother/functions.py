@@ -156,6 +156,7 @@ KEY_FIRST = frozenset(
         "JSON.SET",
         "JSON.MERGE",
         "JSON.NUMINCRBY",
+        "JSON.ARRAPPEND",
     }
 )
 

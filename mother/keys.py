@@ -24,9 +24,13 @@ __all__ = [
     "ADMISSION_WAITING",
     "BUDGET_LIBRARY",
     "COMMANDS_STREAM",
+    "CONFLICT_INDEX",
+    "CONFLICT_PREFIX",
     "DEAD_LETTER_STREAM",
     "EVENTS_STREAM",
     "FUNCTIONS_LIBRARY",
+    "GATE_DEADLINES",
+    "GATE_WARNINGS",
     "GLOBAL_BUDGET",
     "HEARTBEATS",
     "ID_PATTERN",
@@ -38,6 +42,7 @@ __all__ = [
     "REJECTIONS_BY_RUN",
     "REJECTIONS_INDEX",
     "RUNS_INDEX",
+    "RUNS_WAITING",
     "RUN_CLAIMS",
     "RUN_DEADLINES",
     "RUN_WARNINGS",
@@ -53,6 +58,7 @@ __all__ = [
     "artifact_meta_key",
     "attempt_token_key",
     "check_id",
+    "command_reply_key",
     "conflict_key",
     "context_key",
     "context_summary_key",
@@ -125,6 +131,15 @@ ADMISSION_STATE = "admission:state"
 COMMANDS_STREAM = "mother:commands"
 # JSON: the leading Mother's effective limits, read by submitters' server calls
 MOTHER_CONFIG = "mother:config"
+# zset: run_id waiting for a person, scored by its gate's deadline (server ms)
+GATE_DEADLINES = "mother:deadlines:gate"
+# zset: run_id scored by when its gate's deadline warning is due
+GATE_WARNINGS = "mother:deadlines:gate_warning"
+# zset: run_id waiting for a person, scored by when it began to wait (oldest first: mother runs --waiting)
+RUNS_WAITING = "runs:waiting"
+# RediSearch index over conflict:{id} (type, strategy, decision, time), when the search module is there
+CONFLICT_INDEX = "idx:conflict"
+CONFLICT_PREFIX = "conflict:"
 # names of the Redis Functions libraries (not keys)
 FUNCTIONS_LIBRARY = "mother"
 BUDGET_LIBRARY = "mother_budget"
@@ -291,6 +306,11 @@ def conflict_key(conflict_id: str) -> str:
 
 
 # Context summaries and composed contexts
+def command_reply_key(entry_id: str) -> str:
+    """list: Mother's reply to the mother:commands entry ``entry_id`` (the CLI blocks on it; expires)."""
+    return f"mother:reply:{entry_id}"
+
+
 def context_summary_key(summary_id: str) -> str:
     return f"context_summary:{check_id(summary_id, 'summary_id')}"
 

@@ -22,16 +22,19 @@ from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
 from mother.context import store as store_context
 from mother.errors import ConfigError, ContextBudgetExceeded, MotherError
 from mother.functions import execute, follow_ups
+from mother.gates.build import open_op, phase_gate
 from mother.ledger import queue_node_read, to_usd
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
 from mother.records import budgets, runs
+from mother.roles import phase_needs_approval
 from mother.runtime import Runtime
 from mother.security import digest, mint_token, queue_token
 from mother.streams import Delivery
 from mother.termination import build_record, terminate, terminated
 from schemas import (
     ACTIVE_STATUSES,
+    Gate,
     HistoryEntry,
     PhaseResult,
     ResultEnvelope,
@@ -55,6 +58,8 @@ __all__ = [
     "run_duration_seconds",
     "start_run",
     "transition",
+    "transition_and_load",
+    "wait_on_gate",
 ]
 
 log = get_logger("lifecycle")
@@ -107,15 +112,32 @@ def transition_and_load(
     detail: str = "",
     result: PhaseResult | None = None,
     token_digest: str = "",
+    gate: str = "",
+    follow_ups: tuple[list[Any], list[Any]] = ([], []),
 ) -> RunState | None:
     """:func:`transition`, and the run as it is after it, in one round trip; None if ``frm`` was not current
-    (or ``token_digest`` is not the attempt's)."""
+    (or ``token_digest`` is not the attempt's, or the ``gate`` op was refused: :data:`last_refusal`)."""
     pipe = rt.redis.pipeline(transaction=False)
     args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, False, token_digest)
-    calls.transition(pipe, **args)
+    calls.transition(pipe, **args, gate=gate, follow_ups=follow_ups)
     runs.queue_read(pipe, run_id)
     applied, raw = execute(pipe)
-    return rt.parse_run(run_id, raw) if applied == 1 else None
+    if applied != 1:
+        _refused_gate(applied, run_id, gate)
+        return None
+    return rt.parse_run(run_id, raw)
+
+
+def _refused_gate(reply: int, run_id: str, gate: str) -> None:
+    """Raise the one-line GateRefused for a refused gate op (a reply of -2..-5)."""
+    if not gate or reply >= -1:
+        return
+    op = orjson.loads(gate)
+    refusal = calls.gate_refusal(
+        int(reply), run_id=run_id, gate_id=op.get("close", ""), actor=op.get("actor", "")
+    )
+    if refusal is not None:
+        raise refusal
 
 
 def _transition_args(
@@ -198,6 +220,7 @@ def advance(
     also: Callable[[Any], None] | None = None,
     token_digest: str = "",
     delivery: Delivery | None = None,
+    gate: str = "",
 ) -> bool:
     """:func:`transition` to ``to`` and :func:`dispatch` it in one server call: the dispatch's writes
     (RQ's own enqueue, the context, the activity entries, the handled entry's XACK, and what ``also``
@@ -206,8 +229,30 @@ def advance(
 
     A context that fits no model still moves the run (so its end names the phase and keeps the
     accepted result), then ends it. An LLM summarizer composes only after the move: it may call a model.
+    A phase that needs a person's approval before it starts (:func:`mother.roles.phase_needs_approval`)
+    is not dispatched: the run moves to its attempt 0 and waits on an approval gate. ``gate``: the close
+    op of the gate the run waits on (a person's decision lets it move); a refused one raises GateRefused.
     """
     index, attempt = to
+    # a phase's first attempt waits for its approval, unless this move is that approval
+    if attempt == 1 and frm != (index, 0) and phase_needs_approval(rt.settings, spec, index):
+        return _wait_for_approval(
+            rt,
+            run_id,
+            spec,
+            frm=frm,
+            index=index,
+            event=event,
+            detail=detail,
+            result=result,
+            start=start,
+            outputs=outputs,
+            activity=activity,
+            also=also,
+            token_digest=token_digest,
+            delivery=delivery,
+            close=gate,
+        )
     comp, unfit = None, None
     if rt.settings.context.summarizer != "llm_generated":
         try:
@@ -221,8 +266,10 @@ def advance(
             **_transition_args(
                 rt, run_id, spec, frm, to, event, detail, result, start, token_digest
             ),
+            gate=gate,
         )
         if moved != 1:
+            _refused_gate(moved, run_id, gate)
             return False
         if also is not None:
             pipe = rt.redis.pipeline(transaction=True)
@@ -251,11 +298,84 @@ def advance(
     args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, start, token_digest)
     writes = follow_ups(pipe)
     pipe.reset()
-    applied = calls.transition(rt.redis, **args, follow_ups=writes) == 1
-    if not applied and delivery is not None:
+    reply = calls.transition(rt.redis, **args, gate=gate, follow_ups=writes)
+    if reply != 1 and delivery is not None:
         # the XACK rode with the dispatch: the caller acknowledges the entry
         delivery.unack()
-    return applied
+    _refused_gate(reply, run_id, gate)
+    return bool(reply == 1)
+
+
+def _wait_for_approval(
+    rt: Runtime,
+    run_id: str,
+    spec: RunSpec,
+    *,
+    frm: tuple[int, int],
+    index: int,
+    outputs: Sequence[tuple[str, str]] | None,
+    **move: Any,
+) -> bool:
+    """Move the run to phase ``index``'s attempt 0 and open an approval gate for the phase, instead of
+    dispatching it (``move``: the rest of :func:`wait_on_gate`'s arguments)."""
+    earlier = list(outputs) if outputs is not None else _earlier_outputs(rt, run_id, index)
+    gate = phase_gate(rt.settings, spec, index, earlier)
+    return wait_on_gate(rt, run_id, spec, gate, frm=frm, to=(index, 0), **move)
+
+
+def wait_on_gate(
+    rt: Runtime,
+    run_id: str,
+    spec: RunSpec,
+    gate: Gate,
+    *,
+    frm: tuple[int, int],
+    to: tuple[int, int],
+    event: str,
+    detail: str = "",
+    result: PhaseResult | None = None,
+    start: bool = False,
+    activity: Sequence[tuple[str, dict[str, Any]]] = (),
+    also: Callable[[Any], None] | None = None,
+    token_digest: str = "",
+    delivery: Delivery | None = None,
+    close: str = "",
+) -> bool:
+    """Move the run from ``frm`` to ``to`` and open ``gate`` with the move, in one server call: the run
+    then waits for a person (no job, no phase deadline, its wall clock paused). The accepted ``result``,
+    the activity entries (and ``gate_opened``), what ``also`` queues and the handled entry's ack ride
+    along; ``close``: the close op of a gate the run waits on now (a person's decision that leads to the
+    next gate). Returns whether the move applied (a refused close raises GateRefused)."""
+    pipe = rt.rq_redis.pipeline()
+    for event_type, fields in activity:
+        rt.emit(pipe, event_type, **fields)
+    rt.emit(
+        pipe,
+        "gate_opened",
+        run_id=run_id,
+        phase=gate.phase,
+        gate_id=gate.gate_id,
+        kind=gate.kind,
+        subject=gate.subject,
+        approvers=gate.approvers,
+    )
+    if also is not None:
+        also(pipe)
+    if delivery is not None:
+        delivery.ack_with(pipe)
+    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, start, token_digest)
+    writes = follow_ups(pipe)
+    pipe.reset()
+    op = open_op(rt.settings, gate)
+    if close:
+        op = orjson.dumps({**orjson.loads(close), **orjson.loads(op)}).decode()
+    reply = calls.transition(rt.redis, **args, gate=op, follow_ups=writes)
+    if reply != 1 and delivery is not None:
+        delivery.unack()
+    _refused_gate(reply, run_id, close)
+    if reply == 1:
+        log.info("run_waiting", run_id=run_id, gate_id=gate.gate_id, subject=gate.subject)
+    return bool(reply == 1)
 
 
 def _compose(
@@ -275,6 +395,7 @@ def _compose(
         spec,
         index,
         outputs[:index],
+        notes=rt.notes(run_id),
         now_iso=rt.clock.now_iso(),
         calibration=rt.calibration,
         llm=_llm(rt, run_id, spec, attempt),
@@ -407,6 +528,8 @@ def start_run(
     in the admission queue (``waited``: its fair-queue score) leaves it in the same step."""
     if state.status != "queued":
         return False
+    # what its phases' contexts are given beside the outputs: nothing yet (no read needed)
+    rt.remember_notes(state.run_id, state.notes)
 
     def also(pipe: Any) -> None:
         now = rt.clock.now_ms()
@@ -491,10 +614,13 @@ def end_run(
     contributing_factors: list[str] | None = None,
     activity: Sequence[tuple[str, dict[str, Any]]] = (),
     delivery: Delivery | None = None,
+    gate: str = "",
 ) -> TerminationRecord:
     """Write the run's one TerminationRecord and final ResultEnvelope; log ``terminated``
     (after the ``activity`` entries given, in the same round trip); ``delivery``: the entry being
-    handled, acknowledged with the end."""
+    handled, acknowledged with the end. The run's conflicts are among the contributing factors.
+    ``gate``: the close op of the gate the run waits on (a denial, an expiry): the run ends only while
+    it still waits on it (GateRefused otherwise)."""
     at_ms = rt.clock.now_ms()
     at_iso = rt.clock.iso(at_ms)
     phase_name = (
@@ -509,7 +635,7 @@ def end_run(
         details=details,
         at_ms=at_ms,
         at_iso=at_iso,
-        contributing_factors=contributing_factors,
+        contributing_factors=_with_conflicts(contributing_factors or [], state),
         final_artifacts=state.artifacts,
     )
     envelope = ResultEnvelope(
@@ -521,15 +647,28 @@ def end_run(
         created_at=at_iso,
     )
     pipe = rt.redis.pipeline(transaction=False)
-    terminate(pipe, record, envelope)
+    terminate(pipe, record, envelope, gate=gate)
     # its reservations are read after the record closed the budget: none is made after it (a
     # call in flight settles)
     queue_end_reads(pipe, state.run_id)
     term_reply, node_raw, budget_raw = execute(pipe)
-    won, stored = terminated(term_reply)
+    won, stored = terminated(term_reply, lambda code: _gate_refusal_error(code, state.run_id, gate))
     if won:
         finish_end(rt, state, stored, node_raw, budget_raw, activity, delivery=delivery)
     return stored
+
+
+def _gate_refusal_error(code: int, run_id: str, gate: str) -> Exception:
+    try:
+        _refused_gate(code, run_id, gate)
+    except MotherError as exc:
+        return exc
+    return RuntimeError(f"mh_terminate refused a gate op with {code}")
+
+
+def _with_conflicts(factors: list[str], state: RunState) -> list[str]:
+    """The factors given, then the run's conflict notes (how each conflict was settled) not among them."""
+    return [*factors, *(n for n in state.notes if n.startswith("conflict ") and n not in factors)]
 
 
 def queue_end_reads(pipe: Any, run_id: str) -> None:

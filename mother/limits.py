@@ -1,4 +1,4 @@
-"""Seed 000's four-layer limit resolution, and the check at the start of every turn.
+"""The four-layer limit resolution, and the check at the start of every turn.
 
     defaults (config harness.limits) → the role's declared limits → limit_overrides
     → the parent's values as upper bounds (min)
@@ -68,7 +68,7 @@ def resolve_for_spec(
 
 
 def check_limits(limits: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any] | None:
-    """Seed 000's check at the start of a turn: the first exceeded limit, or None."""
+    """The check at the start of a turn: the first exceeded limit, or None."""
     checks = (
         ("turns", cost.get("turns", 0)),
         ("tokens", cost.get("input_tokens", 0) + cost.get("output_tokens", 0)),

@@ -9,12 +9,16 @@
     a result for an attempt no longer current  STALE     logged, nothing written
     a result for the current attempt, without
       the attempt's token                      REFUSED   nothing moved; a security violation recorded
+    a result a review hook acted on itself     HANDLED   nothing more (a conflict's strategy, a gate)
 
 ADVANCE and SUCCEED are decided from the result alone and checked on the server in the call that makes
 them (the attempt still current, the token the attempt's): when that check fails the result is STALE
-or REFUSED. Before a completed result moves the run, every review hook of the runtime sees it and may
-decide otherwise (the place where conflict detection and human gates plug in): a hook returns another
-:class:`Review` (say, an END with its reason) or None to agree.
+or REFUSED. Before a result moves the run, every review hook of the runtime sees it (an
+:class:`Outcome`) and may decide otherwise: a hook returns another :class:`Review` (say, an END with its
+reason, or HANDLED when it acted itself) or None to agree. Mother installs two
+(:func:`mother.conflicts.install`): conflict resolution (a reviewing phase's verdict, low confidence,
+competing proposals, findings; a strategy's extra attempt) and human gates (a tool call that needs
+approval).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from mother.lifecycle import (
 from mother.logs import get_logger
 from mother.records import budgets, runs
 from mother.records.budgets import held_reservations
+from mother.records.runs import attempt_view
 from mother.runtime import Runtime
 from mother.security import digest, record_violation
 from mother.streams import Delivery
@@ -50,10 +55,12 @@ __all__ = [
     "BUDGET_CODES",
     "FAILURE_ENDINGS",
     "HOOK_ABORTS",
+    "Outcome",
     "Review",
     "ReviewHook",
     "State",
     "end_for_budget",
+    "end_success",
     "limit_figures",
     "on_attempt_lost",
     "on_phase_result",
@@ -70,6 +77,7 @@ class State(StrEnum):
     EXHAUST = "exhaust"
     STALE = "stale"
     REFUSED = "refused"
+    HANDLED = "handled"
 
 
 @dataclass(frozen=True)
@@ -81,8 +89,25 @@ class Review:
     factor: str = ""
 
 
-# a hook: (the runtime, the completed result, the review decided so far) -> another review, or None to agree
-ReviewHook = Callable[[Runtime, PhaseResult, Review], Review | None]
+@dataclass
+class Outcome:
+    """One phase result under review, and what acting on it needs: the spec (Mother's cache), the digest
+    of the token it came with, the entry it came in (acknowledged with the write that acts on it), and
+    for a failed result the run as read."""
+
+    result: PhaseResult
+    spec: RunSpec
+    token_digest: str
+    delivery: Delivery | None = None
+    state: RunState | None = None
+
+    @property
+    def entry_id(self) -> str:
+        return self.delivery.entry_id if self.delivery is not None else ""
+
+
+# a hook: (the runtime, the result under review, the review decided so far) -> another review, or None
+ReviewHook = Callable[[Runtime, Outcome, Review], Review | None]
 
 # a failed phase's error_code (its error's code: mother.errors) that ends the run instead of a retry
 BUDGET_CODES = frozenset(
@@ -117,7 +142,9 @@ def failure_review(state: RunState, code: str | None) -> Review:
     if decision is not None and decision[0] == "abort":
         return Review(State.END, HOOK_ABORTS.get(decision[1], "catastrophic_error"))
     retries = state.spec.pipeline[state.phase_index].max_retries
-    return Review(State.RETRY if state.attempt <= retries else State.EXHAUST)
+    # a phase's retries count from its first attempt, or from where a person let it go on
+    used = state.attempt - state.retry_base
+    return Review(State.RETRY if used <= retries else State.EXHAUST)
 
 
 # -- the way in -------------------------------------------------------------------------------------
@@ -134,15 +161,15 @@ def on_phase_result(
     spec = rt.spec(result.run_id)
     if spec is None:
         return State.STALE
-    token_digest = digest(token)
-    entry_id = delivery.entry_id if delivery is not None else ""
+    outcome = Outcome(result, spec, digest(token), delivery)
     if result.status == "failed":
         state = rt.load_run(result.run_id)
         if state is None or not is_current(state, result.phase_index, result.attempt):
             return _act(State.STALE, rt, result=result)
-        if state.token_digest != token_digest:
-            return _act(State.REFUSED, rt, result=result, entry_id=entry_id)
-        review = failure_review(state, result.error_code)
+        if state.token_digest != outcome.token_digest:
+            return _act(State.REFUSED, rt, result=result, entry_id=outcome.entry_id)
+        outcome.state = state
+        review = _hooked(rt, outcome, failure_review(state, result.error_code))
         return _act(
             review.state,
             rt,
@@ -151,10 +178,9 @@ def on_phase_result(
             review=review,
             delivery=delivery,
             error=result.error or "phase failed",
+            entry_id=outcome.entry_id,
         )
-    review = completed_review(spec, result)
-    for hook in rt.review_hooks:
-        review = hook(rt, result, review) or review
+    review = _hooked(rt, outcome, completed_review(spec, result))
     return _act(
         review.state,
         rt,
@@ -162,9 +188,19 @@ def on_phase_result(
         review=review,
         delivery=delivery,
         spec=spec,
-        token_digest=token_digest,
-        entry_id=entry_id,
+        token_digest=outcome.token_digest,
+        entry_id=outcome.entry_id,
     )
+
+
+def _hooked(rt: Runtime, outcome: Outcome, review: Review) -> Review:
+    """The review after every hook had its say (a hook that acted itself makes it HANDLED: the rest
+    are not asked)."""
+    for hook in rt.review_hooks:
+        review = hook(rt, outcome, review) or review
+        if review.state == State.HANDLED:
+            break
+    return review
 
 
 def on_attempt_lost(rt: Runtime, state: RunState, error: str) -> State:
@@ -237,23 +273,40 @@ def _succeed(
     if done is None:
         return _not_taken(rt, result, token_digest, entry_id)
     rt.forget(result.run_id)
-    n = len(spec.pipeline)
+    end_success(rt, done, result.phase, [completed_event(result)], delivery)
+    return None
+
+
+def end_success(
+    rt: Runtime,
+    done: RunState,
+    phase: str,
+    activity: list[tuple[str, dict[str, Any]]],
+    delivery: Delivery | None,
+) -> None:
+    """End a run whose last phase's result is accepted: ``success``, each phase's figures a factor."""
+    n = len(done.spec.pipeline)
     factors = [
         f"{r.phase}: attempt {r.attempt}, confidence {r.confidence:.2f}, {r.evidence_count} evidence"
         for r in done.results
     ]
     factors += [f"{r.phase}: {notice}" for r in done.results for notice in r.notices]
+    settled = [
+        f"{found[1]} by {found[2]} ({found[3]})"
+        for note in done.notes
+        if (found := _SETTLED.match(note)) is not None
+    ]
     end_run(
         rt,
         done,
         "success",
-        f"All {n} phase{'s' if n != 1 else ''} completed",
-        phase=result.phase,
-        activity=[completed_event(result)],
+        f"All {n} phase{'s' if n != 1 else ''} completed"
+        + (f"; conflicts settled: {'; '.join(settled)}"[:1000] if settled else ""),
+        phase=phase,
+        activity=activity,
         contributing_factors=factors,
         delivery=delivery,
     )
-    return None
 
 
 def _end(
@@ -319,10 +372,11 @@ def _retry(
         f"phase {phase.name} attempt {state.attempt} {lost}: {error}",
         fence=(state.phase_index, state.attempt),
     )
+    # a conflict strategy's attempt (an arbiter, ...) is retried as itself
     advance(
         rt,
         state.run_id,
-        state.spec,
+        attempt_view(state).spec,
         frm=(state.phase_index, state.attempt),
         to=(state.phase_index, state.attempt + 1),
         event="phase_retried",
@@ -390,6 +444,10 @@ def _refused(rt: Runtime, *, result: PhaseResult, entry_id: str = "", **_: Any) 
     )
 
 
+def _handled(rt: Runtime, **_: Any) -> None:
+    """A hook acted on the result itself."""
+
+
 ACTIONS: dict[State, Callable[..., State | None]] = {
     State.ADVANCE: _advance,
     State.SUCCEED: _succeed,
@@ -398,6 +456,7 @@ ACTIONS: dict[State, Callable[..., State | None]] = {
     State.EXHAUST: _exhaust,
     State.STALE: _stale,
     State.REFUSED: _refused,
+    State.HANDLED: _handled,
 }
 
 
@@ -482,6 +541,8 @@ def end_for_budget(
     )
 
 
+# a conflict's note (mother.conflicts.engine): its type, the strategy that settled it, the decision
+_SETTLED = re.compile(r"conflict \S+ \((\w+)\): (\S+) -> (\w+)")
 _FIGURES = re.compile(r"(?P<code>[a-z_]+_exceeded) \((?P<current>-?[\d.]+)/(?P<max>-?[\d.]+)\)")
 
 

@@ -18,9 +18,19 @@ from mother.config import TurnLimits
 from mother.errors import ConfigError, SignatureInvalid
 from mother.signing import verify_file
 from mother.yamlfile import YamlProblem, read_yaml
-from schemas import describe_validation_error
+from schemas import RunSpec, describe_validation_error
+from schemas.conflict import RoleKind
 
-__all__ = ["role_file", "role_settings", "tool_manifest_error"]
+__all__ = [
+    "approval_tools",
+    "phase_kind",
+    "phase_needs_approval",
+    "reviewed_index",
+    "role_file",
+    "role_kind",
+    "role_settings",
+    "tool_manifest_error",
+]
 
 
 def role_file(settings: Any, role: str) -> Path | None:
@@ -69,6 +79,53 @@ def _load_role_file(path: Path, _stamp: int, trusted: tuple[Path, ...] | None) -
         raise ConfigError(
             f"{path}: invalid role file: {describe_validation_error(exc, unknown='unknown setting')}"
         ) from None
+
+
+def role_kind(settings: Any, role: str) -> RoleKind | None:
+    """What a role declares it does (work, review, test): its role file's or harness.roles entry's
+    ``kind``, else ``conflicts.role_kinds``; None when it declares nothing."""
+    declared = role_settings(settings, role)
+    if declared is not None and declared.kind is not None:
+        return declared.kind
+    kind: RoleKind | None = settings.conflicts.role_kinds.get(role)
+    return kind
+
+
+def phase_kind(settings: Any, spec: RunSpec, index: int) -> RoleKind:
+    """What phase ``index`` does: its own ``kind``, else its role's (:func:`role_kind`), else review
+    when it names the phase it ``reviews``, else work. A reviewing or testing phase states a verdict."""
+    phase = spec.pipeline[index]
+    if phase.kind is not None:
+        return phase.kind
+    declared = role_kind(settings, phase.role)
+    if declared is not None:
+        return declared
+    return "review" if phase.reviews is not None else "work"
+
+
+def reviewed_index(settings: Any, spec: RunSpec, index: int) -> int | None:
+    """The pipeline index of the phase a reviewing phase reviews: its ``reviews``, else the nearest
+    earlier phase that produces work; None when there is none."""
+    named = spec.pipeline[index].reviews
+    if named is not None:
+        return next((i for i, p in enumerate(spec.pipeline) if p.name == named), None)
+    for i in range(index - 1, -1, -1):
+        if phase_kind(settings, spec, i) == "work":
+            return i
+    return None
+
+
+def phase_needs_approval(settings: Any, spec: RunSpec, index: int) -> bool:
+    """Whether a person approves phase ``index`` before it starts (the phase's or its role's say)."""
+    phase = spec.pipeline[index]
+    declared = role_settings(settings, phase.role)
+    return phase.require_approval or (declared is not None and declared.require_approval)
+
+
+def approval_tools(settings: Any, spec: RunSpec, role: str) -> set[str]:
+    """The tools a phase of ``role`` may call only once a person approved the call."""
+    declared = role_settings(settings, role)
+    return set(spec.approval_tools) | set(declared.approval_tools if declared is not None else ())
 
 
 def tool_manifest_error(settings: Any, tool: str) -> str | None:

@@ -41,6 +41,7 @@ class Runtime:
     _outputs: OrderedDict[str, list[tuple[str, str]]] = field(
         default_factory=OrderedDict, init=False, repr=False
     )
+    _notes: OrderedDict[str, list[str]] = field(default_factory=OrderedDict, init=False, repr=False)
     # how long to wait for a Mother to load the server functions
     functions_wait_seconds: float = 0.0
     # the model providers (workers.providers.make_provider) where this process calls models itself: Mother,
@@ -106,6 +107,7 @@ class Runtime:
             return None
         state = parse_run_record(run_id, raw)
         self.remember_spec(run_id, state.spec)
+        self.remember_notes(run_id, state.notes)
         return state
 
     def spec(self, run_id: str) -> RunSpec | None:
@@ -139,6 +141,21 @@ class Runtime:
 
     def forget(self, run_id: str) -> None:
         self._outputs.pop(run_id, None)
+
+    def notes(self, run_id: str) -> list[str]:
+        """The run's notes (people's answers, conflict decisions: every later phase's context has them),
+        from a small LRU cache or ``$.notes``."""
+        cached = self._notes.get(run_id)
+        if cached is None:
+            cached = runs.read_notes(self.redis, run_id)
+            self.remember_notes(run_id, cached)
+        return list(cached)
+
+    def remember_notes(self, run_id: str, notes: list[str]) -> None:
+        self._notes[run_id] = list(notes)
+        self._notes.move_to_end(run_id)
+        while len(self._notes) > SPEC_CACHE_SIZE:
+            self._notes.popitem(last=False)
 
     def remember_spec(self, run_id: str, spec: RunSpec) -> None:
         self._specs[run_id] = spec

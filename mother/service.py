@@ -26,14 +26,18 @@ import redis
 from pydantic import ValidationError
 
 from mother import calls, keys
-from mother.client import COMMAND_CANCEL, EVENT_PHASE_RESULT
+from mother.client import COMMAND_CANCEL, EVENT_PHASE_RESULT, GATE_COMMANDS, REPLY_TTL_SECONDS
 from mother.config import Settings
+from mother.conflicts import install as install_review_hooks
 from mother.connection import Outage, redis_down, sleep_unless, unless_redis_down
+from mother.errors import InvalidSpec, MotherError
 from mother.functions import ensure_loaded
+from mother.gates.decide import decide
 from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run
 from mother.logs import get_logger
 from mother.records.budgets import publish_limits
+from mother.records.conflicts import ensure_index as ensure_conflict_index
 from mother.review import on_phase_result
 from mother.runtime import Runtime
 from mother.streams import Delivery, as_text, ensure_group
@@ -60,6 +64,8 @@ class Mother:
         self.cfg = settings.service
         self.rt = Runtime.create(settings)
         self.rt.make_provider = make_provider
+        # conflict resolution and human gates review every phase result
+        install_review_hooks(self.rt)
         self.instance = instance or f"{keys.leader_prefix(os.getpid())}{uuid.uuid4().hex[:6]}"
         self.watchdog = Watchdog(self.rt)
         self.stopping = False
@@ -143,10 +149,11 @@ class Mother:
     def _become_leader(self) -> None:
         self.publish_config()
         self.ensure_groups()
-        try:
-            ensure_index(self.rt.redis)
-        except redis.ResponseError as exc:
-            self.log.warning("termination_index_unavailable", error=str(exc))
+        for what, make in (("termination", ensure_index), ("conflict", ensure_conflict_index)):
+            try:
+                make(self.rt.redis)
+            except redis.ResponseError as exc:
+                self.log.warning(f"{what}_index_unavailable", error=str(exc))
         self.reclaim(min_idle_ms=0)
         self.watchdog.reconcile()
 
@@ -320,6 +327,8 @@ class Mother:
                 )
                 return
             self._cancel(run_id, payload, delivery)
+        elif kind in GATE_COMMANDS:
+            self._gate_command(str(kind), payload, delivery)
         else:
             self.log.warning(
                 "command_ignored", entry_id=entry_id, why=f"unknown command {kind!r}"[:300]
@@ -355,6 +364,51 @@ class Mother:
             contributing_factors=[f"cancel requested during phase {state.phase or 'intake'}"],
             delivery=delivery,
         )
+
+    def _gate_command(self, kind: str, payload: dict[str, Any], delivery: Delivery) -> None:
+        """A person's decision on a gate (approve, deny, answer): taken, or refused changing nothing;
+        either way Mother replies on ``mother:reply:{entry}`` (the CLI waits for it) and a refusal is
+        kept in the activity stream."""
+        run_id = payload.get("run_id")
+        try:
+            if not isinstance(run_id, str) or not keys.is_id(run_id):
+                raise InvalidSpec(f"{kind} names no valid run_id: {run_id!r}"[:300], field="run_id")
+            reply: dict[str, Any] = {
+                "ok": True,
+                **decide(
+                    self.rt,
+                    run_id,
+                    kind,
+                    actor=payload.get("actor"),
+                    reason=payload.get("reason", ""),
+                    gate_id=payload.get("gate_id"),
+                    digest=payload.get("digest"),
+                    answer=payload.get("text"),
+                    delivery=delivery,
+                ),
+            }
+        except MotherError as exc:
+            reply = {"ok": False, **exc.to_dict()}
+            self.log.warning(
+                "gate_decision_refused",
+                entry_id=delivery.entry_id,
+                run_id=run_id,
+                error=exc.message,
+            )
+            self.rt.emit(
+                self.rt.redis,
+                "gate_decision_refused",
+                run_id=run_id if keys.is_id(run_id) else None,
+                entry_id=delivery.entry_id,
+                decision=kind,
+                actor=str(payload.get("actor"))[:128],
+                error=exc.message[:1000],
+            )
+        pipe = self.rt.redis.pipeline(transaction=True)
+        key = keys.command_reply_key(delivery.entry_id)
+        pipe.rpush(key, orjson.dumps(reply))
+        pipe.expire(key, REPLY_TTL_SECONDS)
+        pipe.execute()
 
     def _end_catastrophically(self, run_id: str, exc: Exception) -> None:
         state = self.rt.load_run(run_id)

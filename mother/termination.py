@@ -28,6 +28,7 @@ The rule table below fills ``can_retry`` and ``suggested_action`` per reason:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,10 +106,15 @@ def build_record(
 
 
 def terminate(
-    client: redis.Redis | redis.client.Pipeline, record: TerminationRecord, envelope: ResultEnvelope
+    client: redis.Redis | redis.client.Pipeline,
+    record: TerminationRecord,
+    envelope: ResultEnvelope,
+    *,
+    gate: str = "",
 ) -> tuple[bool, TerminationRecord] | None:
     """Write the record once. Returns (won, record in force): the first record if we lost.
-    With a pipeline the call is queued (returns None); pass its reply to :func:`terminated`."""
+    With a pipeline the call is queued (returns None); pass its reply to :func:`terminated`.
+    ``gate``: a gate close op (a denial, an expiry): the run ends only while it waits on that gate."""
     history = HistoryEntry(
         at=record.timestamp,
         event="terminated",
@@ -123,13 +129,19 @@ def terminate(
         envelope=envelope.model_copy(update={"termination": None}).to_json(),
         at=record.timestamp,
         history=history.to_json(),
+        gate=gate,
     )
     return None if isinstance(client, redis.client.Pipeline) else terminated(reply)
 
 
-def terminated(reply: list[Any]) -> tuple[bool, TerminationRecord]:
-    """mh_terminate's reply: (whether this call won, the record in force)."""
+def terminated(
+    reply: list[Any], refused: Callable[[int], Exception] | None = None
+) -> tuple[bool, TerminationRecord]:
+    """mh_terminate's reply: (whether this call won, the record in force). A gate op's refusal (a
+    negative reply) raises what ``refused`` makes of its code."""
     won, stored = reply
+    if int(won) < 0:
+        raise (refused or (lambda code: RuntimeError(f"gate op refused ({code})")))(int(won))
     return bool(won), TerminationRecord.model_validate(orjson.loads(stored))
 
 

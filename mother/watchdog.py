@@ -30,6 +30,7 @@ from rq.registry import FailedJobRegistry, StartedJobRegistry
 from mother import calls, keys
 from mother.budget import Guard
 from mother.connection import unless_redis_down
+from mother.gates.decide import expire
 from mother.lifecycle import (
     JOB_FUNCTION,
     admit_waiting,
@@ -101,6 +102,41 @@ class Watchdog:
                 self._isolated(f"{what} deadline", run_id, self._timeout, run_id, what)
         for run_id, _ in calls.due(self.rt.redis, keys.RUN_WARNINGS, limit=BATCH):
             self._isolated("wall-clock warning", run_id, self._wall_clock_warning, run_id)
+        # a warning before its deadline, even when both are due at one tick
+        for run_id, _ in calls.due(self.rt.redis, keys.GATE_WARNINGS, limit=BATCH):
+            self._isolated("gate warning", run_id, self._gate_warning, run_id)
+        for run_id, _ in calls.due(self.rt.redis, keys.GATE_DEADLINES, limit=BATCH):
+            self._isolated("gate deadline", run_id, self._gate_expired, run_id)
+
+    def _gate_expired(self, run_id: str) -> None:
+        """Nobody decided the gate in time: the run ends blocked (fail closed)."""
+        if not keys.is_id(run_id) or not expire(self.rt, run_id):
+            self.rt.redis.zrem(keys.GATE_DEADLINES, run_id)
+
+    def _gate_warning(self, run_id: str) -> None:
+        """A gate's deadline is near (gates.warning_ratio of its wait gone): said once, in the activity
+        stream and the log, with the command that decides it."""
+        self.rt.redis.zrem(keys.GATE_WARNINGS, run_id)
+        state = self.rt.load_run(run_id) if keys.is_id(run_id) else None
+        gate = state.gate if state is not None and state.status == "waiting" else None
+        if gate is None:
+            return
+        self.rt.emit(
+            self.rt.redis,
+            "gate_deadline_warning",
+            run_id=run_id,
+            phase=gate.phase,
+            gate_id=gate.gate_id,
+            deadline=gate.deadline,
+            approvers=gate.approvers,
+        )
+        log.warning(
+            "gate_deadline_near",
+            run_id=run_id,
+            gate_id=gate.gate_id,
+            deadline=gate.deadline,
+            subject=gate.subject,
+        )
 
     def _wall_clock_warning(self, run_id: str) -> None:
         """A run's wall clock reached its profile's warning ratio: the budget records the warning (an

@@ -10,6 +10,15 @@ from schemas._base import (
     within_depth,
 )
 from schemas.activity import ACTIVITY_TYPES, ActivityEvent
+from schemas.conflict import (
+    CONFLICT_STRATEGIES,
+    CONFLICT_TYPES,
+    ConflictResolution,
+    ConflictStrategy,
+    ConflictType,
+    Detour,
+    Verdict,
+)
 from schemas.context import (
     SECTION_ORDER,
     ComposedContext,
@@ -20,6 +29,7 @@ from schemas.context import (
     ManifestSection,
 )
 from schemas.export import MODELS, export_json_schemas
+from schemas.gate import ApprovalRequest, Gate, GateDecision
 from schemas.results import MAX_OUTPUT_CHARS, PhaseResult, ResultEnvelope, Usage
 from schemas.run import (
     ACTIVE_STATUSES,
@@ -45,6 +55,8 @@ __all__ = [
     "ACTIVE_STATUSES",
     "ACTIVITY_TYPES",
     "BUDGET_PROFILES",
+    "CONFLICT_STRATEGIES",
+    "CONFLICT_TYPES",
     "MAX_OUTPUT_CHARS",
     "MAX_SPEC_BYTES",
     "MODELS",
@@ -52,11 +64,18 @@ __all__ = [
     "SUGGESTED_ACTIONS",
     "TERMINATION_REASONS",
     "ActivityEvent",
+    "ApprovalRequest",
     "ComposedContext",
     "ComposedSection",
+    "ConflictResolution",
+    "ConflictStrategy",
+    "ConflictType",
     "ContextInput",
     "ContextManifest",
     "ContextSummary",
+    "Detour",
+    "Gate",
+    "GateDecision",
     "HistoryEntry",
     "Id",
     "LimitOverrides",
@@ -76,6 +95,7 @@ __all__ = [
     "TerminationRecord",
     "Timestamp",
     "Usage",
+    "Verdict",
     "describe_validation_error",
     "export_json_schemas",
     "iso_from_ms",

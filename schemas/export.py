@@ -8,7 +8,9 @@ import orjson
 from pydantic import BaseModel
 
 from schemas.activity import ActivityEvent
+from schemas.conflict import ConflictResolution
 from schemas.context import ComposedContext, ContextSummary
+from schemas.gate import Gate
 from schemas.results import PhaseResult, ResultEnvelope
 from schemas.run import RunSpec, RunState
 from schemas.termination import TerminationRecord
@@ -24,6 +26,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "ActivityEvent": ActivityEvent,
     "ContextSummary": ContextSummary,
     "ComposedContext": ComposedContext,
+    "ConflictResolution": ConflictResolution,
+    "Gate": Gate,
 }
 
 

@@ -7,7 +7,9 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from schemas._base import Id, Record, ShortText, Timestamp
+from schemas.conflict import Finding, Verdict
 from schemas.context import ContextManifest
+from schemas.gate import ApprovalRequest
 from schemas.termination import TerminationRecord
 
 __all__ = ["MAX_OUTPUT_CHARS", "PhaseResult", "ResultEnvelope", "Usage"]
@@ -48,6 +50,15 @@ class PhaseResult(Record):
     )
     finished_at: Timestamp
     manifest: ContextManifest | None = Field(None, description="what went into the model calls")
+    verdict: Verdict | None = Field(
+        None, description="a reviewing role's decision on the work it reviews"
+    )
+    findings: list[Finding] = Field(
+        default_factory=list, description="contradicting sources, ambiguous retrieval"
+    )
+    approval_request: ApprovalRequest | None = Field(
+        None, description="the tool call the phase stopped before (error_code approval_required)"
+    )
 
 
 class ResultEnvelope(Record):

@@ -16,7 +16,9 @@ from pydantic import (
 )
 
 from schemas._base import Id, ModelName, Record, Seconds, Shallow, ShortText, Timestamp
+from schemas.conflict import Detour, RoleKind
 from schemas.context import ContextInput
+from schemas.gate import Gate
 from schemas.results import PhaseResult
 from schemas.script import ScriptedReply
 
@@ -40,10 +42,14 @@ MAX_TASK_CHARS = 200_000
 MAX_PHASES = 32
 BUDGET_PROFILES = ("conservative", "balanced", "extended")
 
-RunStatus = Literal["queued", "running", "budget_stopped", "terminated"]
+RunStatus = Literal["queued", "running", "budget_stopped", "waiting", "terminated"]
 # a run whose current phase attempt may work (stopped: it waits)
 ACTIVE_STATUSES = ("running", "budget_stopped")
 MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+# a scripts key: a role, or role@model for the replies of that role on that model only
+ScriptKey = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}(@[A-Za-z0-9_.:/@-]{1,128})?$")
+]
 
 
 class LimitOverrides(Record):
@@ -87,6 +93,24 @@ class PhaseSpec(Record):
     exit_criteria: Annotated[str, StringConstraints(max_length=20_000)] | None = Field(
         None, description="what the phase must deliver (part of the current_phase section)"
     )
+    require_approval: bool = Field(
+        False, description="a person approves the phase before it starts (mother approve)"
+    )
+    kind: RoleKind | None = Field(
+        None,
+        description="work, review or test (states a verdict on another phase's output); default: "
+        "the role's declaration, else review when the phase names `reviews`, else work",
+    )
+    reviews: Id | None = Field(
+        None,
+        description="a reviewing phase: the earlier phase whose output it reviews "
+        "(default: the nearest earlier phase that produces work)",
+    )
+    group: Id | None = Field(
+        None,
+        description="phases with the same group are competing proposals for one step: "
+        "outputs that differ are a competing_proposals conflict",
+    )
 
 
 class RunSpec(Record):
@@ -111,8 +135,26 @@ class RunSpec(Record):
         default_factory=ContextInput,
         description="material beside the task (context budget ownership)",
     )
-    scripts: dict[Id, list[ScriptedReply]] = Field(
-        default_factory=dict, max_length=64, description="scripted model replies per role"
+    scripts: dict[ScriptKey, list[ScriptedReply]] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="scripted model replies per role, or per role@model (an escalated re-run's)",
+    )
+    approvers: list[Id] = Field(
+        default_factory=list,
+        max_length=100,
+        description="who may decide this run's gates (default: gates.approvers)",
+    )
+    approval_tools: list[Id] = Field(
+        default_factory=list,
+        max_length=100,
+        description="tools a phase may call only once a person approved the call",
+    )
+    gate_timeout_seconds: Seconds | None = Field(
+        None,
+        gt=0,
+        le=30 * 86400,
+        description="how long a gate waits (default gates.timeout_seconds)",
     )
 
     @model_validator(mode="after")
@@ -123,6 +165,11 @@ class RunSpec(Record):
             raise ValueError(f"phase names must be distinct; repeated: {', '.join(dupes)}")
         if self.parent_run_id is not None and self.parent_run_id == self.run_id:
             raise ValueError("parent_run_id must differ from run_id")
+        for i, phase in enumerate(self.pipeline):
+            if phase.reviews is not None and phase.reviews not in names[:i]:
+                raise ValueError(
+                    f"phase {phase.name} reviews {phase.reviews!r}, which is not an earlier phase"
+                )
         return self
 
 
@@ -170,4 +217,23 @@ class RunState(Record):
     admission: Literal["admitted", "waiting"] | None = Field(
         None,
         description="intake's decision: admitted (a slot was free), or waiting in the admission queue",
+    )
+    detour: Detour | None = Field(
+        None, description="the current attempt is a conflict strategy's (an arbiter, ...)"
+    )
+    gate: Gate | None = Field(None, description="what the run waits for (status waiting)")
+    gates: list[Gate] = Field(default_factory=list, description="decided gates, with decisions")
+    conflicts: list[Id] = Field(default_factory=list, description="its conflict:{id} records")
+    notes: list[Annotated[str, StringConstraints(max_length=110_000)]] = Field(
+        default_factory=list,
+        description="people's answers and conflict decisions, in every later phase's context",
+    )
+    grants: list[str] = Field(
+        default_factory=list, description="approved tool calls (their digests)"
+    )
+    retry_base: int = Field(
+        0, ge=0, description="the attempt the current phase's retries count from"
+    )
+    pending_result: PhaseResult | None = Field(
+        None, description="the result a gate holds until a person decides"
     )

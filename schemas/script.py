@@ -39,6 +39,13 @@ class ScriptedReply(Record):
     evidence_count: int = Field(0, ge=0)
     delay_seconds: float = Field(0.0, ge=0.0, le=3600.0)
     fail: Literal["raise", "hang", "kill", "kill_worker"] | None = None
+    verdict: Literal["accept", "reject"] | None = Field(
+        None, description="a reviewing role's decision (else read from the text: VERDICT: ...)"
+    )
+    findings: list[Literal["contradiction", "ambiguity"]] = Field(
+        default_factory=list, max_length=2
+    )
+    winner: Id | None = Field(None, description="an arbiter's chosen proposal (a phase name)")
     attempts: list[Annotated[int, Field(ge=1)]] | None = None
 
     @model_validator(mode="after")

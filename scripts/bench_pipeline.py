@@ -63,7 +63,7 @@ from schemas import ms_from_iso
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import itertools
 
-from scripts.bench import FLOOR_STREAM, HOPS_STREAM, floor, worker_env
+from scripts.bench import FLOOR_STREAM, HOPS_STREAM, UNLIMITED, floor, worker_env
 from scripts.bench.noop import chain_job_id, hop_job_id, relay_command
 
 
@@ -275,15 +275,6 @@ def chain_steps(url: str, chain: int, kind: str = "baseline") -> list[float]:
     )
     ends = [jobs[0].enqueued_at] + [j.ended_at for j in jobs]
     return [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(ends)]
-
-
-# The benchmark measures throughput, not policy: lift the budget's defaults far out of the way.
-UNLIMITED = {
-    "MOTHER_BUDGET__RATE_LIMIT__MESSAGES": "100000000",
-    "MOTHER_BUDGET__PER_USER_DAILY__MAX_RUNS": "100000000",
-    "MOTHER_BUDGET__GLOBAL__MAX_CONCURRENT_RUNS": "100000000",
-    "MOTHER_BUDGET__GLOBAL__MAX_QUEUE_DEPTH": "100000000",
-}
 
 
 # of a role's [user s, system s, faults]

@@ -29,6 +29,12 @@ EXPECTED = {
     "cancelled": "user_cancelled",
     "worker-killed": "success",
     "context-summarized": "success",
+    "conflict-arbiter": "success",
+    "conflict-escalation": "success",
+    "conflict-ask-user": "success",
+    "approval-denied": "approval_denied",
+    "gate-timeout": "blocked",
+    "conflicting-agents": "conflicting_agents",
 }
 
 
@@ -52,6 +58,7 @@ def main() -> int:
                 run_ids[name] = client.submit(load_spec_file(EXAMPLES / f"{name}.yaml"))
                 console.print(f"submitted {name:<18} → {run_ids[name]}")
             _cancel_when_running(client, run_ids["cancelled"])
+            _decide_when_waiting(client, run_ids)
             ended = _wait_all(client, stack, run_ids)
         rows = client.runs(limit=len(run_ids))
         console.print(runs_table(rows, title="runs and why each stopped"))
@@ -101,6 +108,32 @@ def _cancel_when_running(client: MotherClient, run_id: str) -> None:
     time.sleep(0.5)
     client.cancel(run_id, actor="demo", reason="the demo cancels this run while it runs")
     console.print(f"cancelled {run_id}")
+
+
+def _decide_when_waiting(client: MotherClient, run_ids: dict[str, str]) -> None:
+    """Play the people: answer the run that asks, deny the deploy (gate-timeout is left to expire)."""
+    decisions = {
+        "conflict-ask-user": lambda run_id: client.answer(
+            run_id, "Use the UTC date.", actor="alice", reason="the demo answers"
+        ),
+        "approval-denied": lambda run_id: client.deny(
+            run_id, actor="ops", reason="the demo denies the deploy: freeze week"
+        ),
+    }
+    for name, decide in decisions.items():
+        run_id = run_ids[name]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                status = client.status(run_id).status
+            except NotFound:
+                status = "queued"
+            if status in ("waiting", "terminated"):
+                break
+            time.sleep(0.1)
+        if status == "waiting":
+            reply = decide(run_id)
+            console.print(f"{reply['actor']} decided {name}: {reply['decision']}")
 
 
 def _wait_all(

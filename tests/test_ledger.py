@@ -13,7 +13,7 @@ from mother.ledger import BudgetLedger
 
 
 def test_budget_flow_example(r: redis.Redis) -> None:
-    """Seed 000's example step by step, ending at remaining $2.69."""
+    """The spec's ledger example step by step, ending at remaining $2.69."""
     ledger = BudgetLedger(r)
     assert ledger.register("root", Decimal("3.00")) == Decimal("3")
     # root uses 2 turns

@@ -1,4 +1,4 @@
-"""Seed 000's limit resolution and the turn-start check."""
+"""The four-layer limit resolution and the turn-start check."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 
-from mother.review import Review, State, on_phase_result
+from mother.review import Outcome, Review, State, on_phase_result
 from schemas import PhaseResult
 from tests.test_lifecycle import _delivered, _started, _token
 
@@ -50,7 +50,8 @@ def test_a_review_hook_sees_a_completed_result_before_it_moves_the_run(
     rt, run_id = _started(r, redis_url)
     seen = []
 
-    def hook(_rt: object, result: PhaseResult, review: Review) -> Review | None:
+    def hook(_rt: object, outcome: Outcome, review: Review) -> Review | None:
+        result = outcome.result
         seen.append((result.phase, review.state))
         if "disagree" in result.output:
             return Review(State.END, "conflicting_agents", "the critic and the coder disagree")

@@ -1,4 +1,4 @@
-"""Seed 004 User Stories 1 and 2: tool calls per turn and consecutive tool calls, on the real loop and pipeline."""
+"""Per-turn tool limits: tool calls per turn and consecutive tool calls, on the real loop and pipeline."""
 
 from __future__ import annotations
 

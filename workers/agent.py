@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from mother.errors import ProviderError
+from mother.errors import ApprovalRequired, ProviderError
 from mother.logs import get_logger
 from schemas import Usage
 from workers.harness import Harness
@@ -31,7 +31,7 @@ DEFAULT_CONFIDENCE = 0.5
 
 @dataclass(frozen=True)
 class TurnLimits:
-    """Seed 004: tool calls per turn, and tool calls in a row without a text reply."""
+    """Per-turn tool limits: tool calls per turn, and tool calls in a row without a text reply."""
 
     max_tool_calls: int = 20
     max_consecutive_tools: int = 10
@@ -44,6 +44,10 @@ class LoopOutcome:
     evidence_count: int
     usage: Usage = field(default_factory=Usage)
     notices: list[str] = field(default_factory=list)
+    # the final reply's, as a scripted model stated them (else None / empty: read from the text)
+    verdict: str | None = None
+    findings: list[str] = field(default_factory=list)
+    winner: str | None = None
 
 
 def run_loop(
@@ -86,7 +90,13 @@ def run_loop(
             if reply.evidence_count is not None:
                 evidence = reply.evidence_count
             return LoopOutcome(
-                text=reply.text, confidence=confidence, evidence_count=evidence, usage=usage
+                text=reply.text,
+                confidence=confidence,
+                evidence_count=evidence,
+                usage=usage,
+                verdict=reply.verdict,
+                findings=list(reply.findings),
+                winner=reply.winner,
             )
         messages.append(_assistant_message(reply))
         for call in reply.tool_calls:
@@ -148,6 +158,13 @@ def _tool_call(
         if harness is not None:
             harness.permission_denied(refused)
         return refused_text(refused), False, False
+    request = toolbox.needs_approval(call.name, call.arguments)
+    if request is not None:
+        raise ApprovalRequired(
+            f"tool {call.name} needs a person's approval before it runs; the phase stopped before "
+            "the call and runs again once it is approved",
+            request=request,
+        )
     if meter is not None:
         tool = toolbox.tools.get(call.name)
         meter.tool(read_only=tool.read_only if tool is not None else True)

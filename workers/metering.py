@@ -86,7 +86,7 @@ class Meter:
         return float(self.limits.get("spend", 0))
 
     def check_turn(self) -> None:
-        """Seed 000: at the start of every turn, the run's limits against its counters.
+        """The turn-start check: at the start of every turn, the run's limits against its counters.
 
         An exceeded limit is a ``limit`` event for the run's hooks; unless one says continue,
         the fail-safe applies: ``LimitExceeded("Limit exceeded: turns_exceeded (10/10)")``.
@@ -157,7 +157,7 @@ class Meter:
         return self._waiting_out_stops(lambda: self.guard.reserve_call(self.model, prompt))
 
     def check_context(self, prompt: int) -> None:
-        """Seed 000's ``context_limit_reached``, before a call whose prompt (the conservative estimate its
+        """The hooks' ``context_limit_reached``, before a call whose prompt (the conservative estimate its
         reservation is made with) fills ``harness.context_limit_ratio`` of the model's window less
         ``reserved_for_output``: an activity entry, then the event for the hooks (once per attempt). No
         decision carries on; ``abort`` ends the run ``context_budget_exceeded``, ``skip``/``retry``/``fail``

@@ -29,25 +29,35 @@ from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
 from mother.context import load as load_context
 from mother.context import queue_load as queue_context_load
-from mother.errors import ContextInvalid, HookDecision, MotherError, PhaseStale
+from mother.errors import ApprovalRequired, ContextInvalid, HookDecision, MotherError, PhaseStale
 from mother.hooks import HarnessAction, load_hooks
 from mother.lifecycle import is_current
 from mother.logs import configure_logging, get_logger
 from mother.records import parse_run_record, runs
 from mother.records.artifacts import store_artifact
 from mother.records.budgets import parse_counters, queue_counters_read
-from mother.roles import role_settings, tool_manifest_error
+from mother.records.runs import attempt_view
+from mother.roles import (
+    approval_tools,
+    phase_kind,
+    reviewed_index,
+    role_settings,
+    tool_manifest_error,
+)
 from mother.runtime import Runtime
 from mother.security import queue_token_claim, record_violation
 from schemas import MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, RunState, Usage
 from schemas.artifact import Artifact
+from schemas.conflict import Verdict
+from schemas.gate import ApprovalRequest
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness
 from workers.heartbeat import AttemptBeat, Heartbeat, beat
 from workers.metering import Meter
 from workers.providers import Provider, make_provider
 from workers.spawn import SpawnRun
-from workers.tools import FILE_TOOLS, ToolBox
+from workers.tools import FILE_TOOLS, ToolBox, approval_request
+from workers.verdict import findings_in, verdict_for
 
 __all__ = [
     "BEATS",
@@ -125,9 +135,10 @@ def _read_first(
 
 
 def _parsed(run_id: str, raw: tuple[Any, Any, Any, str | None]) -> FirstRead:
+    """The first read, parsed; the run as its current attempt runs it (a conflict's arbiter, ...)."""
     raw_run, raw_counters, raw_context, token = raw
     return (
-        (parse_run_record(run_id, raw_run) if raw_run else None),
+        (attempt_view(parse_run_record(run_id, raw_run)) if raw_run else None),
         raw_counters,
         raw_context,
         token,
@@ -305,12 +316,16 @@ def _prepare(
         rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today, attempt=(index, attempt)
     )
     spawner = SpawnRun(rt, state, index, guard, check_alive)
+    needing = approval_tools(rt.settings, state.spec, phase.role)
     toolbox = ToolBox(
         rt.settings.worker.workspace_root / state.run_id,
         tools=(*FILE_TOOLS, spawner),
         max_output_chars=rt.settings.worker.max_tool_output_chars,
         granted=list(state.capabilities),
         manifest_check=lambda tool: _blocked_tool(rt, state, phase.name, tool),
+        approval=lambda tool, arguments: approval_request(
+            phase.name, tool, arguments, needing, state.grants
+        ),
     )
     harness = Harness(
         rt,
@@ -372,22 +387,36 @@ def _run(
             **outcome,
         )
 
+    # stored by execute() with the result
+    artifact_id = f"art-{uuid.uuid4().hex[:20]}"
     try:
         ready = setup()
         manifest = ready.context.manifest()
         meters.append(ready.meter)
         outcome = _agent_loop(rt, ready)
+        verdict = _verdict(rt, state, index, outcome, ready.context.model, artifact_id)
     except PhaseStale:
         raise
     except Exception as exc:  # noqa: BLE001
-        # Mother decides what the failure means by its code (mother.lifecycle.on_phase_failure)
+        # Mother decides what the failure means by its code (mother.review)
         if isinstance(exc, MotherError):
             error, code = exc.message, exc.result_code
         else:
             error, code = f"{type(exc).__name__}: {exc}", None
         bound.warning("phase_failed", error=error, error_code=code)
         usage = Usage(duration_ms=int((time.monotonic() - started) * 1000))
-        return result(status="failed", error=error[:4000], error_code=code, usage=usage)
+        request = (
+            ApprovalRequest.model_validate(exc.request)
+            if isinstance(exc, ApprovalRequired)
+            else None
+        )
+        return result(
+            status="failed",
+            error=error[:4000],
+            error_code=code,
+            usage=usage,
+            approval_request=request,
+        )
     for notice in outcome.notices:
         bound.warning("turn_limit_hit", notice=notice)
         rt.emit(
@@ -399,8 +428,6 @@ def _run(
             notice=notice,
         )
     text = _output(outcome, ready.context, bound)
-    # stored by execute() with the result
-    artifact_id = f"art-{uuid.uuid4().hex[:20]}"
     outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
     return result(
         status="completed",
@@ -410,6 +437,31 @@ def _run(
         artifacts=[artifact_id],
         usage=outcome.usage,
         notices=outcome.notices,
+        verdict=verdict,
+        findings=outcome.findings or findings_in(outcome.text),
+    )
+
+
+def _verdict(
+    rt: Runtime, state: RunState, index: int, outcome: LoopOutcome, model: str, artifact_id: str
+) -> Verdict | None:
+    """A reviewing role's verdict on the work it reviews (VerdictMissing when it states none)."""
+    phase = state.spec.pipeline[index]
+    kind = phase_kind(rt.settings, state.spec, index)
+    if kind == "work":
+        return None
+    reviewed = reviewed_index(rt.settings, state.spec, index)
+    return verdict_for(
+        kind,
+        stated=outcome.verdict,
+        text=outcome.text,
+        confidence=outcome.confidence,
+        evidence_count=outcome.evidence_count,
+        artifact_ids=[artifact_id],
+        role=phase.role,
+        model=model,
+        reviews=state.spec.pipeline[reviewed].name if reviewed is not None else None,
+        winner=outcome.winner,
     )
 
 

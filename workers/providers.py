@@ -58,6 +58,10 @@ class ModelReply:
     output_tokens: int = 0
     confidence: float | None = None
     evidence_count: int | None = None
+    # what a scripted reply states outright (a real model's are read from its text: workers.verdict)
+    verdict: str | None = None
+    findings: list[str] = field(default_factory=list)
+    winner: str | None = None
     # why the token counts are not the provider's (it reported none, or numbers that cannot be counts):
     # the meter then charges its own estimate (workers.metering.Meter.estimate_usage)
     usage_note: str | None = None
@@ -123,6 +127,9 @@ class ScriptedProvider:
             output_tokens=reply.usage.output_tokens,
             confidence=reply.confidence,
             evidence_count=reply.evidence_count,
+            verdict=reply.verdict,
+            findings=list(reply.findings),
+            winner=reply.winner,
         )
 
     def _fail(self, reply: ScriptedReply) -> None:
@@ -347,9 +354,11 @@ def make_provider(
     interrupt: Callable[[], None] | None = None,
 ) -> Provider:
     if config.provider == "scripted":
-        if role not in scripts:
+        # the role's replies on this model (an escalated re-run's), else the role's
+        key = f"{role}@{name}" if f"{role}@{name}" in scripts else role
+        if key not in scripts:
             raise ProviderError(
                 f"model {name!r} is scripted but the spec has no scripts.{role}; add the role's replies"
             )
-        return ScriptedProvider(role, scripts[role], attempt, interrupt)
+        return ScriptedProvider(key, scripts[key], attempt, interrupt)
     return OpenAIProvider(name, config)

@@ -8,15 +8,19 @@ model sees its message and can correct itself; the phase goes on.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
+
+import orjson
 
 from mother.capabilities import denial
 from mother.errors import ToolError
 from schemas import within_depth
 
-__all__ = ["FILE_TOOLS", "Tool", "ToolBox", "ToolResult"]
+__all__ = ["FILE_TOOLS", "Tool", "ToolBox", "ToolResult", "approval_request", "call_digest"]
 
 MAX_WRITE_BYTES = 5 * 1024 * 1024
 # read_file reads no more than this (a file in the workspace may be huge; the model sees at most
@@ -118,6 +122,28 @@ class WriteFile:
 FILE_TOOLS: tuple[Tool, ...] = (ReadFile(), ListDir(), WriteFile())
 
 
+def call_digest(phase: str, tool: str, arguments: Any) -> str:
+    """What an approval of a tool call is bound to: the phase, the tool and its exact arguments."""
+    canonical = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(f"{phase}\0{tool}\0".encode() + canonical).hexdigest()
+
+
+def approval_request(
+    phase: str, tool: str, arguments: Any, needing: Collection[str], grants: Collection[str]
+) -> dict[str, Any] | None:
+    """The request for a call of a tool in ``needing`` whose digest is not among the run's ``grants``."""
+    if tool not in needing:
+        return None
+    digest = call_digest(phase, tool, arguments)
+    if digest in grants:
+        return None
+    return {
+        "tool": tool,
+        "digest": digest,
+        "arguments": arguments if isinstance(arguments, dict) else {},
+    }
+
+
 class ToolBox:
     """The tools one phase may call, bound to its workspace."""
 
@@ -128,8 +154,11 @@ class ToolBox:
         max_output_chars: int = 100_000,
         granted: list[str] | None = None,
         manifest_check: Any = None,
+        approval: Callable[[str, Any], dict[str, Any] | None] | None = None,
     ):
         self.workspace = workspace
+        # (tool name, arguments) -> the approval request for a call that needs one not yet given, or None
+        self.approval = approval
         # tool name -> why it may not run (signed manifests), or None
         self.manifest_check = manifest_check
         # the run's capability token; None: no check (library use, tests)
@@ -151,6 +180,10 @@ class ToolBox:
         if self.granted is None:
             return None
         return denial(self.granted, [f"tool.{name}"])
+
+    def needs_approval(self, name: str, arguments: Any) -> dict[str, Any] | None:
+        """The approval request for this call when a person must approve it first (and has not)."""
+        return self.approval(name, arguments) if self.approval is not None else None
 
     def specs(self) -> list[dict[str, Any]]:
         """The tools in the chat-completions ``tools`` format."""

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from mother.cli import admin, budget, inspect, runs, services, signing
+from mother.cli import admin, budget, gates, inspect, runs, services, signing
 from mother.cli._common import fail
 
 __all__ = ["app", "main"]
@@ -29,6 +29,9 @@ app.command()(runs.status)
 app.command()(runs.wait)
 app.command()(runs.cancel)
 app.command("runs")(runs.runs)
+app.command()(gates.approve)
+app.command()(gates.deny)
+app.command()(gates.answer)
 app.command()(admin.doctor)
 app.command("inspect")(inspect.inspect_key)
 app.command()(admin.version)

@@ -17,6 +17,7 @@ from mother.connection import connect
 from mother.errors import NotFound
 from mother.records.artifacts import read_artifact_meta
 from mother.records.budgets import budget_view
+from mother.records.conflicts import read_conflicts
 from mother.records.results import read_termination
 from schemas import iso_from_ms
 
@@ -80,7 +81,7 @@ def _readable(value: Any) -> Any:
 
 
 def inspect_run(client: MotherClient, run_id: str) -> dict[str, Any]:
-    """Everything about a run: state, termination, result, budget, artifacts, recent activity, and since when
+    """Everything about a run: state, termination, result, budget, artifacts, conflicts, recent activity, and since when
     its end has waited to be applied (``end_pending_since``: its Mother died between its record and the rest)."""
     state = client.status(run_id)
     r = client.redis
@@ -89,6 +90,7 @@ def inspect_run(client: MotherClient, run_id: str) -> dict[str, Any]:
     out["termination"] = record.to_dict() if record is not None else None
     out["budget"] = budget_view(r, run_id)
     out["artifacts"] = read_artifact_meta(r, state.artifacts)
+    out["conflicts"] = [c.to_dict() for c in read_conflicts(r, state.conflicts)]
     out["activity"] = [e.to_dict() for e in recent(r, 50, run_id=run_id)]
     # its record is written, the rest of its end not yet applied
     pending = r.zscore(keys.RUNS_ENDING, run_id)

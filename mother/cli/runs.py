@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from mother.cli._common import console, ctrl_c_held, err_console, fail, handle_errors, settings
-from mother.client import MotherClient, check_timeout, load_spec_file, load_spec_text
+from mother.cli.gates import print_waiting
+from mother.client import MotherClient, check_timeout, gate_command, load_spec_file, load_spec_text
 from schemas import ResultEnvelope, RunState
 
 __all__ = ["cancel", "runs", "runs_table", "status", "submit", "wait"]
@@ -135,6 +136,15 @@ def status(
         + (f", waiting for a slot: position {where[0]} of {where[1]}" if where else "")
         + (f", reason {state.reason}" if state.reason else "")
     )
+    if state.gate is not None and state.status == "waiting":
+        gate = state.gate
+        console.print(
+            f"  waits for {gate.kind}: {gate.subject} (gate {gate.gate_id}, until {gate.deadline}; "
+            f"who may decide: {', '.join(gate.approvers) or 'anyone'})"
+        )
+        if gate.question:
+            console.print(Text(f"  {gate.question[:2000]}"))
+        console.print(Text(f"  decide: {gate_command(run_id, gate)}"))
     for entry in state.history[-20:]:
         console.print(
             f"  {entry.at}  {entry.event:<16} {entry.phase or '':<12} {entry.detail[:100]}"
@@ -165,8 +175,20 @@ def runs(
     as_json: Annotated[
         bool, typer.Option("--json", help="one JSON object per line, for scripts")
     ] = False,
+    waiting: Annotated[
+        bool,
+        typer.Option(
+            "--waiting",
+            help="runs that wait for a person, longest first, with the command to decide",
+        ),
+    ] = False,
 ) -> None:
     """A table of the newest runs and why each stopped."""
+    if waiting:
+        if reason is not None or user is not None:
+            fail("--waiting lists every waiting run: drop --reason and --user", "usage")
+        print_waiting(as_json, limit)
+        return
     rows = _client().runs(reason=reason, user=user, limit=limit)
     if as_json:
         sys.stdout.write("".join(orjson.dumps(row).decode() + "\n" for row in rows))

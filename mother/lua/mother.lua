@@ -4,30 +4,118 @@
 -- passed in KEYS; no key is built here. Time comes from the server (TIME).
 -- Validate first, write last: a function that refuses writes nothing.
 
+-- Human gates (mother/gates): a run that waits for a person has status 'waiting' and its gate at $.gate. The
+-- gate zsets: KEYS of mh_transition 4 (deadlines), 5 (deadline warnings), 6 (runs:waiting, by when it began).
+
+-- Whether a decision may close the open gate: 0 when it may, else why not: -2 the run does not wait on
+-- that gate, -3 the gate's deadline passed, -4 the actor may not decide it, -5 the approval names other
+-- content (digest). ``op``: {close = gate_id, actor = ..., digest = ... or '', expire = true for Mother's
+-- own decision at the deadline}.
+local function check_gate(run_key, status, op, now)
+  if status ~= 'waiting' then return -2 end
+  local raw = redis.call('JSON.GET', run_key, '$.gate.gate_id', '$.gate.deadline_ms', '$.gate.approvers',
+    '$.gate.digest')
+  local g = cjson.decode(raw)
+  if g['$.gate.gate_id'][1] ~= op.close then return -2 end
+  if op.expire then return 0 end
+  local deadline = g['$.gate.deadline_ms'][1]
+  if type(deadline) == 'number' and now >= deadline then return -3 end
+  local approvers = g['$.gate.approvers'][1]
+  if type(approvers) == 'table' and #approvers > 0 then
+    local allowed = false
+    for _, name in ipairs(approvers) do if name == op.actor then allowed = true end end
+    if not allowed then return -4 end
+  end
+  if op.digest and op.digest ~= '' and op.digest ~= g['$.gate.digest'][1] then return -5 end
+  return 0
+end
+
+-- Close the open gate with ``decision`` (GateDecision JSON, stamped here with the server's time), keeping it
+-- in $.gates; with ``resume`` the run's wall clock goes on where it paused (the time it waited does not count:
+-- its deadline and warning move out by it, and so does the guard's start time in limits:run:{id}).
+-- zsets: gate deadlines, gate warnings, runs:waiting, run deadlines, run warnings; limits: limits:run:{id}.
+local function close_gate(run_key, run_id, decision, now, resume, zsets, limits)
+  redis.call('JSON.SET', run_key, '$.gate.decision', decision)
+  redis.call('JSON.SET', run_key, '$.gate.decision.at', cjson.encode((iso(now))))
+  if resume then
+    local t = cjson.decode(redis.call('JSON.GET', run_key, '$.gate.deadline_ms', '$.gate.timeout_ms',
+      '$.gate.paused_run_ms', '$.gate.paused_warn_ms'))
+    local deadline, timeout = t['$.gate.deadline_ms'][1], t['$.gate.timeout_ms'][1]
+    local waited = (type(deadline) == 'number' and type(timeout) == 'number') and math.max(0, now - (deadline - timeout)) or 0
+    local run_left, warn_left = t['$.gate.paused_run_ms'][1], t['$.gate.paused_warn_ms'][1]
+    if type(run_left) == 'number' then redis.call('ZADD', zsets[4], now + run_left, run_id) end
+    if type(warn_left) == 'number' then redis.call('ZADD', zsets[5], now + warn_left, run_id) end
+    if waited > 0 and limits and redis.call('EXISTS', limits) == 1 then
+      redis.call('JSON.NUMINCRBY', limits, '$.started_ms', waited)
+    end
+  end
+  local gate = redis.call('JSON.GET', run_key, '$.gate')
+  redis.call('JSON.ARRAPPEND', run_key, '$.gates', string.sub(gate, 2, -2))
+  redis.call('JSON.SET', run_key, '$.gate', 'null')
+  redis.call('ZREM', zsets[1], run_id)
+  redis.call('ZREM', zsets[2], run_id)
+  redis.call('ZREM', zsets[3], run_id)
+end
+
+-- Open a gate on a run just moved: it waits (no phase deadline) and its wall clock pauses (what was left
+-- of it is kept on the gate). ``op``: {open = the Gate's JSON text, timeout_ms = ..., warn_ms = ...}.
+local function open_gate(keys, run_id, op, now)
+  local deadline = now + op.timeout_ms
+  local fields = {'"opened_at":' .. cjson.encode((iso(now))), '"deadline":' .. cjson.encode((iso(deadline))),
+    '"deadline_ms":' .. int_text(deadline)}
+  local run_deadline = redis.call('ZSCORE', keys[3], run_id)
+  if run_deadline then
+    fields[#fields + 1] = '"paused_run_ms":' .. int_text(math.max(0, tonumber(run_deadline) - now))
+    redis.call('ZREM', keys[3], run_id)
+  end
+  local warning = redis.call('ZSCORE', keys[7], run_id)
+  if warning then
+    fields[#fields + 1] = '"paused_warn_ms":' .. int_text(math.max(0, tonumber(warning) - now))
+    redis.call('ZREM', keys[7], run_id)
+  end
+  redis.call('JSON.SET', keys[1], '$.gate', op.open)
+  redis.call('JSON.MERGE', keys[1], '$.gate', '{' .. table.concat(fields, ',') .. '}')
+  redis.call('JSON.SET', keys[1], '$.status', '"waiting"')
+  redis.call('ZREM', keys[2], run_id)
+  redis.call('ZADD', keys[4], deadline, run_id)
+  if op.warn_ms and op.warn_ms > 0 and op.warn_ms < op.timeout_ms then
+    redis.call('ZADD', keys[5], now + op.warn_ms, run_id)
+  end
+  redis.call('ZADD', keys[6], now, run_id)
+end
+
 -- mh_transition: move a run to a phase attempt, fenced by the attempt the caller saw, and make the
 -- follow-up writes that belong to the move (the new attempt's RQ job, its context, activity entries:
--- its dispatch) in the same call, only if it was applied.
--- KEYS: 1 run:{id}, 2 phase deadlines zset, 3 run deadlines zset, 4.. one per follow-up command, its key
+-- its dispatch) in the same call, only if it was applied. A move may also open a gate (the run then waits
+-- for a person) or close the gate the run waits on (a person's decision); nothing else moves a waiting run.
+-- KEYS: 1 run:{id}, 2 phase deadlines zset, 3 run deadlines zset, 4 gate deadlines zset, 5 gate warnings
+--       zset, 6 runs:waiting zset, 7 run wall-clock warnings zset, 8 limits:run:{id},
+--       9.. one per follow-up command, its key
 -- ARGV: 1 run_id, 2 expected phase_index, 3 expected attempt, 4 new phase_index,
 --       5 new attempt, 6 new phase name, 7 phase timeout ms, 8 run duration ms (0: keep),
 --       9 timestamp (ISO), 10 history entry JSON, 11 accepted PhaseResult JSON or '',
 --       12 artifact ids JSON array, 13 the SHA-256 of the result's attempt token, which must equal the run's
---       token_digest ('' when the move is Mother's own: a start, a retry),
---       14.. the follow-up commands (mother.functions.follow_ups), each as: n, the command's name, then
---       its n - 1 words after its key (the key is the next of KEYS 4..)
--- Returns 1 when applied, 0 when the run is terminated or the attempt is not current, -1 when it is current
--- but the result's token is not the attempt's (nothing written in either case); an error, writing nothing,
--- when the follow-ups do not match their keys.
+--       token_digest ('' when the move is Mother's own: a start, a retry), 14 the gate op JSON or '' (open:
+--       see open_gate; close: see check_gate, with decision = the GateDecision's JSON text),
+--       15.. the follow-up commands (mother.functions.follow_ups), each as: n, the command's name, then
+--       its n - 1 words after its key (the key is the next of KEYS 9..)
+-- Returns 1 when applied, 0 when the run is terminated, waits (and no gate is closed) or the attempt is not
+-- current, -1 when it is current but the result's token is not the attempt's, -2..-5 when the gate may not
+-- be closed (check_gate) -- nothing written but 1; an error, writing nothing, when the follow-ups do not
+-- match their keys.
+local FIRST_FOLLOW_UP_KEY = 9
 local function mh_transition(keys, args)
   -- the follow-ups, read (and their shape checked) before anything is written: {first ARGV, word count, key}
-  local ops, i = {}, 14
+  local ops, i = {}, 15
   while i <= #args do
-    local n, key = tonumber(args[i]), keys[#ops + 4]
+    local n, key = tonumber(args[i]), keys[#ops + FIRST_FOLLOW_UP_KEY]
     if n == nil or n < 1 or i + n > #args or key == nil then error('malformed follow-up command at ARGV ' .. i) end
     ops[#ops + 1] = {i, n, key}
     i = i + n + 1
   end
-  if #ops ~= #keys - 3 then error('follow-up keys (' .. (#keys - 3) .. ') do not match the commands (' .. #ops .. ')') end
+  if #ops ~= #keys - FIRST_FOLLOW_UP_KEY + 1 then
+    error('follow-up keys (' .. (#keys - FIRST_FOLLOW_UP_KEY + 1) .. ') do not match the commands (' .. #ops .. ')')
+  end
   -- the fence (status, phase_index, attempt) in one read; a missing field matches nothing
   local raw = redis.call('JSON.GET', keys[1], '$.status', '$.phase_index', '$.attempt', '$.token_digest')
   if not raw then return 0 end
@@ -36,7 +124,15 @@ local function mh_transition(keys, args)
   if status == nil or status == 'terminated' then return 0 end
   if seen['$.phase_index'][1] ~= tonumber(args[2]) or seen['$.attempt'][1] ~= tonumber(args[3]) then return 0 end
   if args[13] ~= '' and seen['$.token_digest'][1] ~= args[13] then return -1 end
+  local gate = args[14] ~= '' and cjson.decode(args[14]) or nil
   local now = now_ms()
+  if gate and gate.close then
+    local refused = check_gate(keys[1], status, gate, now)
+    if refused ~= 0 then return refused end
+    close_gate(keys[1], args[1], gate.decision, now, true, {keys[4], keys[5], keys[6], keys[3], keys[7]}, keys[8])
+  elseif status == 'waiting' then
+    return 0
+  end
   if args[11] ~= '' then
     redis.call('JSON.ARRAPPEND', keys[1], '$.results', args[11])
   end
@@ -47,11 +143,18 @@ local function mh_transition(keys, args)
     redis.call('JSON.ARRAPPEND', keys[1], '$.artifacts', unpack(values))
   end
   -- the position fields in one JSON.MERGE (a path per field costs a command each); an emergency stop stays in
-  -- force across the move (its phase waits at its first mutating action)
+  -- force across the move (its phase waits at its first mutating action). A new phase starts with no detour
+  -- and its retries counted from its first attempt.
   local moved = status == 'budget_stopped' and 'budget_stopped' or 'running'
+  if status == 'waiting' then
+    local ctl = redis.call('EXISTS', keys[8]) == 1 and redis.call('JSON.GET', keys[8], '$.status')
+    if ctl and string.find(ctl, 'budget_stopped', 1, true) then moved = 'budget_stopped' end
+  end
+  local fresh = ''
+  if tonumber(args[4]) ~= seen['$.phase_index'][1] then fresh = ',"retry_base":0,"detour":null' end
   redis.call('JSON.MERGE', keys[1], '$', '{"status":"' .. moved .. '","phase_index":' .. int_text(tonumber(args[4]))
     .. ',"attempt":' .. int_text(tonumber(args[5])) .. ',"phase":' .. cjson.encode(args[6])
-    .. ',"updated_at":' .. cjson.encode(args[9]) .. '}')
+    .. ',"updated_at":' .. cjson.encode(args[9]) .. fresh .. '}')
   redis.call('JSON.ARRAPPEND', keys[1], '$.history', args[10])
   redis.call('ZADD', keys[2], now + tonumber(args[7]), args[1])
   if tonumber(args[8]) > 0 then
@@ -61,6 +164,7 @@ local function mh_transition(keys, args)
     local at, n = op[1], op[2]
     redis.call(args[at + 1], op[3], unpack(args, at + 2, at + n))
   end
+  if gate and gate.open then open_gate(keys, args[1], gate, now) end
   return 1
 end
 
@@ -69,16 +173,26 @@ end
 --       5 phase deadlines zset, 6 run deadlines zset, 7 limits:run:{id} (closed: no new charges),
 --       8 mother:ending (the run joins it: its end is applied by mh_ended, once), 9 budget:global (its
 --       concurrent_runs gauge is set from the run deadlines at once), 10 admission:waiting (a run waiting
---       for a slot leaves the queue), 11 the run wall-clock warnings zset
+--       for a slot leaves the queue), 11 the run wall-clock warnings zset, 12 gate deadlines, 13 gate
+--       warnings, 14 runs:waiting (a run waiting for a person leaves them)
 -- ARGV: 1 TerminationRecord JSON, 2 run_id, 3 ResultEnvelope JSON (termination null),
---       4 timestamp (ISO), 5 reason, 6 history entry JSON
--- Returns {1, record} when this call won, {0, first record} otherwise.
+--       4 timestamp (ISO), 5 reason, 6 history entry JSON, 7 '' or a gate close op (a person's denial, the
+--       gate's expiry: the end happens only if the run still waits on that gate; see check_gate)
+-- Returns {1, record} when this call won, {0, first record} otherwise, {-2..-5, false} when the gate op
+-- was refused (nothing written).
 local function mh_terminate(keys, args)
+  local gate = args[7] and args[7] ~= '' and cjson.decode(args[7]) or nil
+  local now = now_ms()
+  if gate then
+    local raw = redis.call('JSON.GET', keys[3], '$.status')
+    local status = raw and cjson.decode(raw)[1] or nil
+    local refused = check_gate(keys[3], status, gate, now)
+    if refused ~= 0 then return {refused, false} end
+  end
   local won = redis.call('JSON.SET', keys[1], '$', args[1], 'NX')
   if not won then
     return {0, redis.call('JSON.GET', keys[1])}
   end
-  local now = now_ms()
   redis.call('ZADD', keys[2], now, args[2])
   if redis.call('EXISTS', keys[3]) == 1 then
     local ts = cjson.encode(args[4])
@@ -99,6 +213,13 @@ local function mh_terminate(keys, args)
   end
   redis.call('ZREM', keys[10], args[2])
   redis.call('ZREM', keys[11], args[2])
+  if gate then
+    close_gate(keys[3], args[2], gate.decision, now, false, {keys[12], keys[13], keys[14]})
+  elseif keys[12] then
+    redis.call('ZREM', keys[12], args[2])
+    redis.call('ZREM', keys[13], args[2])
+    redis.call('ZREM', keys[14], args[2])
+  end
   return {1, args[1]}
 end
 

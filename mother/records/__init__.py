@@ -8,6 +8,7 @@ them are in ``mother/lua``.
 - :mod:`mother.records.results`: ``result:{id}``, ``termination:{id}``
 - :mod:`mother.records.rejections`: ``rejection:{entry}``, ``rejections``, ``rejections:by_run``
 - :mod:`mother.records.artifacts`: ``artifact:{id}``, ``artifact_meta:{id}``
+- :mod:`mother.records.conflicts`: ``conflict:{id}`` (and ``idx:conflict``)
 
 The spend ledger (``ledger:{id}``) is :mod:`mother.ledger`'s, the composed contexts
 (``context:{run}:{i}``) :mod:`mother.context`'s.

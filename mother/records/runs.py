@@ -22,13 +22,16 @@ __all__ = [
     "POSITION_PATHS",
     "SPEC_PATH",
     "TOKEN_DIGEST_PATH",
+    "attempt_view",
     "is_active_at",
     "parse_position",
     "parse_run_record",
     "queue_listing_read",
+    "queue_note",
     "queue_position_read",
     "queue_read",
     "read_capabilities",
+    "read_notes",
     "read_position",
     "read_position_and_digest",
     "read_raw",
@@ -43,6 +46,37 @@ SPEC_PATH = "$.spec"
 CAPABILITIES_PATH = "$.capabilities"
 ADMISSION_PATH = "$.admission"
 TOKEN_DIGEST_PATH = "$.token_digest"
+
+
+def attempt_view(state: RunState) -> RunState:
+    """The run as its current attempt runs it: a conflict strategy's attempt (``state.detour``: an
+    arbiter, an escalated re-run, a second review) stands in for the phase at ``phase_index``, with
+    its role, model, name and instructions. Without a detour, the run itself."""
+    detour = state.detour
+    if detour is None or state.phase_index >= len(state.spec.pipeline):
+        return state
+    own = state.spec.pipeline[state.phase_index]
+    stands_for = state.spec.pipeline[detour.for_phase]
+    # an arbiter states a verdict on the work in question; an escalated re-run does the work again
+    role_of = (
+        {"kind": "review", "reviews": detour.reviews}
+        if detour.kind == "arbiter"
+        else {"kind": stands_for.kind, "reviews": stands_for.reviews, "group": stands_for.group}
+    )
+    phase = own.model_copy(
+        update={
+            "name": detour.name,
+            "role": detour.role,
+            "model": detour.model,
+            "timeout_seconds": stands_for.timeout_seconds or own.timeout_seconds,
+            "exit_criteria": detour.instructions or stands_for.exit_criteria,
+            "require_approval": False,
+            **role_of,
+        }
+    )
+    pipeline = [*state.spec.pipeline]
+    pipeline[state.phase_index] = phase
+    return state.model_copy(update={"spec": state.spec.model_copy(update={"pipeline": pipeline})})
 
 
 def parse_run_record(run_id: str, raw: str | bytes) -> RunState:
@@ -135,6 +169,21 @@ def read_position_and_digest(
     )
     digest = path_values(raw).get("token_digest") if raw else None
     return parse_position(raw), digest if isinstance(digest, str) else None
+
+
+NOTES_PATH = "$.notes"
+
+
+def read_notes(client: Any, run_id: str) -> list[str]:
+    """The run's notes (answers, conflict decisions); none without a run or notes."""
+    raw = client.execute_command("JSON.GET", keys.run_key(run_id), NOTES_PATH)
+    found = orjson.loads(raw)[0] if raw else []
+    return [n for n in found if isinstance(n, str)] if isinstance(found, list) else []
+
+
+def queue_note(pipe: Any, run_id: str, note: str) -> None:
+    """Queue appending a note to the run (a follow-up of the move that decides it)."""
+    pipe.execute_command("JSON.ARRAPPEND", keys.run_key(run_id), NOTES_PATH, orjson.dumps(note))
 
 
 def set_admission(pipe: Any, run_id: str, decision: str) -> None:

@@ -26,6 +26,15 @@ BENCH_JOBS = (
 )
 
 
+# A benchmark measures throughput, not policy: the budget's defaults lifted far out of the way.
+UNLIMITED = {
+    "MOTHER_BUDGET__RATE_LIMIT__MESSAGES": "100000000",
+    "MOTHER_BUDGET__PER_USER_DAILY__MAX_RUNS": "100000000",
+    "MOTHER_BUDGET__GLOBAL__MAX_CONCURRENT_RUNS": "100000000",
+    "MOTHER_BUDGET__GLOBAL__MAX_QUEUE_DEPTH": "100000000",
+}
+
+
 def worker_env() -> dict[str, str]:
     """What a stack's processes need to run the benchmark's jobs: the project's root importable, the jobs allowed."""
     return {"PYTHONPATH": str(ROOT), "MOTHER_WORKER__ALLOWED_JOBS": json.dumps(list(BENCH_JOBS))}
