@@ -260,6 +260,26 @@ def test_an_escalation_past_the_runs_budget_is_refused(alone: Pipeline) -> None:
     assert conflict.status == "open" and conflict.steps[-1].outcome == "pending"
 
 
+def test_an_arbiter_past_the_runs_budget_is_refused(alone: Pipeline) -> None:
+    """The arbiter is charged like any phase: with the run's tokens spent by the proposals, its turn is
+    refused at the start and the run ends budget_exhausted."""
+    a = {"name": "propose_a", "role": "architect", "model": "scripted", "group": "design"}
+    b = {"name": "propose_b", "role": "engineer", "model": "scripted", "group": "design"}
+    spec = _spec(
+        [a, b],
+        {
+            "architect": [_reply("one queue per tenant", 0.8)],
+            "engineer": [_reply("one shared queue", 0.8)],
+            "arbiter": [_reply("WINNER: propose_b\nVERDICT: ACCEPT", 0.9)],
+        },
+        limit_overrides={"tokens": 150},
+    )
+    termination, (conflict,) = _ran(alone, spec)
+    assert termination.reason == "budget_exhausted" and "tokens_exceeded" in termination.details
+    assert budget_view(alone.redis, spec["run_id"])["model_calls"] == 2
+    assert [(s.strategy, s.outcome) for s in conflict.steps] == [("run_arbiter", "pending")]
+
+
 def test_fail_safe_and_terminate_blocked_stop_the_run(alone: Pipeline) -> None:
     """fail_safe rejects the work (conflicting_agents); terminate_blocked stops an ambiguous retrieval as
     insufficient_evidence, unresolved."""

@@ -174,6 +174,16 @@ def test_mother_refuses_a_raw_decision_with_a_reply_and_an_activity_entry(gated:
     assert gated.wait(run_id).termination.reason == "success"
 
 
+def test_a_waiting_run_can_be_cancelled(gated: Pipeline) -> None:
+    run_id = gated.client.submit(example("approval-denied", gate_timeout_seconds=600))
+    _waiting(gated, run_id)
+    gated.client.cancel(run_id, actor="ops", reason="not needed any more")
+    assert gated.wait(run_id).termination.reason == "user_cancelled"
+    for zset in (keys.GATE_DEADLINES, keys.GATE_WARNINGS, keys.RUNS_WAITING):
+        assert gated.redis.zscore(zset, run_id) is None
+    assert run_id not in [row["run_id"] for row in gated.client.waiting()]
+
+
 def test_a_gate_nobody_decides_ends_the_run_blocked_after_a_warning(gated: Pipeline) -> None:
     run_id = gated.client.submit(example("gate-timeout", gate_timeout_seconds=2))
     termination = gated.wait(run_id, timeout=30).termination

@@ -165,3 +165,43 @@ def test_a_spec_whose_phase_reviews_no_earlier_phase_is_refused() -> None:
                 ],
             }
         )
+
+
+def test_a_roles_declaration_makes_its_phases_review_and_need_approval() -> None:
+    """A role file's (here harness.roles') kind and require_approval apply to every phase of the role;
+    a phase's own kind comes first; conflicts.role_kinds covers roles that declare nothing."""
+    from mother.roles import phase_kind, phase_needs_approval
+
+    settings = Settings(
+        harness={"roles": {"critic": {"kind": "review"}, "deployer": {"require_approval": True}}},
+        conflicts={"role_kinds": {"tester": "test"}},
+    )
+    spec = RunSpec.model_validate(
+        {
+            "user_id": "alice",
+            "task": "t",
+            "pipeline": [
+                CODE,
+                {"name": "review", "role": "critic", "model": "scripted"},
+                {"name": "test", "role": "tester", "model": "scripted"},
+                {"name": "deploy", "role": "deployer", "model": "scripted"},
+                {"name": "note", "role": "critic", "model": "scripted", "kind": "work"},
+            ],
+        }
+    )
+    assert [phase_kind(settings, spec, i) for i in range(5)] == [
+        "work",
+        "review",
+        "test",
+        "work",
+        "work",
+    ]
+    assert [phase_needs_approval(settings, spec, i) for i in range(5)] == [
+        False,
+        False,
+        False,
+        True,
+        False,
+    ]
+    # without any declaration a critic is a phase like any other
+    assert phase_kind(Settings(), spec, 1) == "work"
