@@ -34,7 +34,7 @@ from mother.errors import (
     not_utf8,
 )
 from mother.functions import server_now_ms
-from mother.gates.build import check_decision
+from mother.gates.build import check_decision, gate_waited_on
 from mother.records import parse_run_record, path_values, runs
 from mother.records.rejections import read_rejection_for
 from mother.records.results import queue_termination_read, read_result
@@ -467,23 +467,7 @@ class MotherClient:
         check_decision(kind, actor, reason, text)
         check_timeout(timeout)
         keys.check_id(run_id, "run_id")
-        state = self.status(run_id)
-        gate = state.gate
-        if state.status != "waiting" or gate is None:
-            raise GateRefused(
-                f"run {run_id} is not waiting for a person (status {state.status}); "
-                "`mother runs --waiting` lists the runs that are",
-                why="not_waiting",
-            )
-        if gate_id is not None and gate_id != gate.gate_id:
-            raise GateRefused(
-                f"run {run_id} waits on gate {gate.gate_id}, not {gate_id}", why="wrong_gate"
-            )
-        if gate.approvers and actor not in gate.approvers:
-            raise GateRefused(
-                f"{actor} may not decide gate {gate.gate_id}; its approvers: {', '.join(gate.approvers)}",
-                why="not_allowed",
-            )
+        gate = gate_waited_on(self.status(run_id), gate_id, actor)
         payload = {"run_id": run_id, "gate_id": gate.gate_id, "actor": actor, "reason": reason}
         if digest is not None:
             payload["digest"] = digest

@@ -64,6 +64,7 @@ __all__ = [
     "limit_figures",
     "on_attempt_lost",
     "on_phase_result",
+    "release_attempt",
 ]
 
 log = get_logger("review")
@@ -359,19 +360,8 @@ def _retry(
         attempt=state.attempt,
         error=error[:1000],
     )
-    # what the attempt still holds will not be settled (a lost one's call in flight, or a failed one's call whose
-    # settle did not reach the server); and its horse may still be alive (lost is not dead), so the same call
-    # fences the attempt: the guard refuses its reservations and charges from now on
     lost = "was lost" if result is None else "failed"
-    release_reservations(
-        rt.redis,
-        rt.settings,
-        state.run_id,
-        state.user_id,
-        held_reservations(rt.redis, state.run_id),
-        f"phase {phase.name} attempt {state.attempt} {lost}: {error}",
-        fence=(state.phase_index, state.attempt),
-    )
+    release_attempt(rt, state, f"phase {phase.name} attempt {state.attempt} {lost}: {error}")
     # a conflict strategy's attempt (an arbiter, ...) is retried as itself
     advance(
         rt,
@@ -389,6 +379,22 @@ def _retry(
                 {"run_id": state.run_id, "phase": phase.name, "attempt": state.attempt + 1},
             )
         ],
+    )
+
+
+def release_attempt(rt: Runtime, state: RunState, why: str) -> None:
+    """Give back what the run's current attempt still holds, and fence the attempt: what it holds will
+    not be settled (a lost one's call in flight, or a failed one's call whose settle did not reach the
+    server), and its horse may still be alive (lost is not dead), so the same call makes the guard
+    refuse its reservations and charges from now on."""
+    release_reservations(
+        rt.redis,
+        rt.settings,
+        state.run_id,
+        state.user_id,
+        held_reservations(rt.redis, state.run_id),
+        why,
+        fence=(state.phase_index, state.attempt),
     )
 
 

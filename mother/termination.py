@@ -37,6 +37,7 @@ import redis
 
 from mother import calls, keys
 from mother.logs import get_logger
+from mother.records._json import ensure_json_index
 from schemas import (
     HistoryEntry,
     ResultEnvelope,
@@ -146,37 +147,18 @@ def terminated(
 
 
 def ensure_index(client: redis.Redis) -> bool:
-    """Create ``idx:termination`` (reason TAG, timestamp NUMERIC) when the search module exists."""
-    try:
-        client.execute_command(
-            "FT.CREATE",
-            keys.TERMINATION_INDEX,
-            "ON",
-            "JSON",
-            "PREFIX",
-            "1",
-            keys.TERMINATION_PREFIX,
-            "SCHEMA",
-            "$.reason",
-            "AS",
-            "reason",
-            "TAG",
-            "$.timestamp_ms",
-            "AS",
-            "timestamp",
-            "NUMERIC",
-            "SORTABLE",
-            "$.phase_at_termination",
-            "AS",
-            "phase",
-            "TAG",
-        )
-    except redis.ResponseError as exc:
-        text = str(exc).lower()
-        if "already exists" in text:
-            return True
-        if "unknown command" in text:
-            return False
-        raise
-    log.info("termination_index_created", index=keys.TERMINATION_INDEX)
-    return True
+    """Create ``idx:termination`` (reason and phase TAGs, timestamp NUMERIC) when the search module
+    exists; False without it."""
+    made = ensure_json_index(
+        client,
+        keys.TERMINATION_INDEX,
+        keys.TERMINATION_PREFIX,
+        [
+            ("$.reason", "reason", "TAG"),
+            ("$.phase_at_termination", "phase", "TAG"),
+            ("$.timestamp_ms", "timestamp", "NUMERIC"),
+        ],
+    )
+    if made:
+        log.info("termination_index_ready", index=keys.TERMINATION_INDEX)
+    return made

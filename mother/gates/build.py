@@ -13,8 +13,8 @@ import orjson
 
 from mother import keys
 from mother.config import Settings
-from mother.errors import InvalidSpec
-from schemas import RunSpec
+from mother.errors import GateRefused, InvalidSpec
+from schemas import RunSpec, RunState
 from schemas.conflict import ConflictResolution
 from schemas.gate import MAX_ANSWER_CHARS, ApprovalRequest, Gate, GateDecision, GateKind
 
@@ -25,6 +25,7 @@ __all__ = [
     "check_decision",
     "close_op",
     "conflict_gate",
+    "gate_waited_on",
     "new_gate_id",
     "open_op",
     "phase_digest",
@@ -64,6 +65,28 @@ def check_decision(
     elif answer is not None:
         raise InvalidSpec(f"only an answer carries text, not a {decision}", field="answer")
     return cast(Decision, decision), actor, reason, answer
+
+
+def gate_waited_on(state: RunState, gate_id: str | None = None, actor: str | None = None) -> Gate:
+    """The gate the run waits on; GateRefused when it waits on none, on another than ``gate_id``, or
+    ``actor`` is not among its approvers."""
+    gate = state.gate
+    if state.status != "waiting" or gate is None:
+        raise GateRefused(
+            f"run {state.run_id} is not waiting for a person (status {state.status}); "
+            "`mother runs --waiting` lists the runs that are",
+            why="not_waiting",
+        )
+    if gate_id is not None and gate_id != gate.gate_id:
+        raise GateRefused(
+            f"run {state.run_id} waits on gate {gate.gate_id}, not {gate_id}", why="wrong_gate"
+        )
+    if actor is not None and gate.approvers and actor not in gate.approvers:
+        raise GateRefused(
+            f"{actor} may not decide gate {gate.gate_id}; its approvers: {', '.join(gate.approvers)}",
+            why="not_allowed",
+        )
+    return gate
 
 
 def new_gate_id(index: int, attempt: int, kind: GateKind) -> str:

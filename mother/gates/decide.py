@@ -14,7 +14,7 @@ from typing import Any
 
 from mother import conflicts, keys
 from mother.errors import GateRefused, NotFound
-from mother.gates.build import check_decision, close_op
+from mother.gates.build import check_decision, close_op, gate_waited_on
 from mother.lifecycle import advance, end_run
 from mother.logs import get_logger
 from mother.records.runs import attempt_view
@@ -34,17 +34,7 @@ def waiting_on(rt: Runtime, run_id: str, gate_id: str | None = None) -> tuple[Ru
     state = rt.load_run(run_id)
     if state is None:
         raise NotFound(f"no run {run_id!r}; list runs that wait with `mother runs --waiting`")
-    if state.status != "waiting" or state.gate is None:
-        raise GateRefused(
-            f"run {run_id} is not waiting for a person (status {state.status}); "
-            "`mother runs --waiting` lists the runs that are",
-            why="not_waiting",
-        )
-    if gate_id is not None and gate_id != state.gate.gate_id:
-        raise GateRefused(
-            f"run {run_id} waits on gate {state.gate.gate_id}, not {gate_id}", why="wrong_gate"
-        )
-    return state, state.gate
+    return state, gate_waited_on(state, gate_id)
 
 
 def decide(

@@ -4,13 +4,11 @@ is; approved, the phase runs again and may make exactly that call (:mod:`mother.
 
 from __future__ import annotations
 
-from mother.budget import release_reservations
 from mother.gates.build import tool_gate
 from mother.lifecycle import wait_on_gate
 from mother.logs import get_logger
-from mother.records.budgets import held_reservations
 from mother.records.runs import attempt_view
-from mother.review import Outcome, Review, State
+from mother.review import Outcome, Review, State, release_attempt
 from mother.runtime import Runtime
 
 __all__ = ["review_hook"]
@@ -33,14 +31,8 @@ def review_hook(rt: Runtime, outcome: Outcome, review: Review) -> Review | None:
     view = attempt_view(state)
     index, attempt = state.phase_index, state.attempt
     gate = tool_gate(rt.settings, view.spec, index, attempt, result.approval_request)
-    release_reservations(
-        rt.redis,
-        rt.settings,
-        state.run_id,
-        state.user_id,
-        held_reservations(rt.redis, state.run_id),
-        f"phase {result.phase} attempt {attempt} waits for approval of {gate.subject}",
-        fence=(index, attempt),
+    release_attempt(
+        rt, state, f"phase {result.phase} attempt {attempt} waits for approval of {gate.subject}"
     )
     waiting = wait_on_gate(
         rt,

@@ -1,12 +1,13 @@
-"""Reading RedisJSON replies."""
+"""Reading RedisJSON replies, and indexing JSON documents with the search module."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
+import redis
 
-__all__ = ["path_values"]
+__all__ = ["ensure_json_index", "path_values"]
 
 
 def path_values(raw: str | bytes) -> dict[str, Any]:
@@ -16,3 +17,25 @@ def path_values(raw: str | bytes) -> dict[str, Any]:
         k.removeprefix("$."): v[0] if isinstance(v, list) and v else None
         for k, v in orjson.loads(raw).items()
     }
+
+
+def ensure_json_index(
+    client: redis.Redis, index: str, prefix: str, fields: list[tuple[str, str, str]]
+) -> bool:
+    """Create a search index over the JSON documents under ``prefix`` (``fields``: path, name, type;
+    the last one sortable) unless it exists: True when it does, False without the search module."""
+    words: list[str] = []
+    for path, name, kind in fields:
+        words += [path, "AS", name, kind]
+    try:
+        client.execute_command(
+            "FT.CREATE", index, "ON", "JSON", "PREFIX", "1", prefix, "SCHEMA", *words, "SORTABLE"
+        )
+    except redis.ResponseError as exc:
+        text = str(exc).lower()
+        if "already exists" in text:
+            return True
+        if "unknown command" in text:
+            return False
+        raise
+    return True

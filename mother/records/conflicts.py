@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from mother import keys
 from mother.errors import RecordInvalid
 from mother.logs import get_logger
+from mother.records._json import ensure_json_index
 from schemas import describe_validation_error
 from schemas.conflict import ConflictResolution
 
@@ -61,38 +62,21 @@ def read_conflicts(client: Any, conflict_ids: list[str]) -> list[ConflictResolut
 
 
 def ensure_index(client: redis.Redis) -> bool:
-    """Create ``idx:conflict`` (type, strategy, decision, status TAGs; detected NUMERIC) when the search
-    module exists; False without it."""
-    schema = [
-        ("$.conflict_type", "type", "TAG"),
-        ("$.strategy_applied", "strategy", "TAG"),
-        ("$.final_decision", "decision", "TAG"),
-        ("$.status", "status", "TAG"),
-        ("$.run_id", "run", "TAG"),
-        ("$.detected_ms", "detected", "NUMERIC"),
-    ]
-    words: list[str] = []
-    for path, name, kind in schema:
-        words += [path, "AS", name, kind]
-    try:
-        client.execute_command(
-            "FT.CREATE",
-            keys.CONFLICT_INDEX,
-            "ON",
-            "JSON",
-            "PREFIX",
-            "1",
-            keys.CONFLICT_PREFIX,
-            "SCHEMA",
-            *words,
-            "SORTABLE",
-        )
-    except redis.ResponseError as exc:
-        text = str(exc).lower()
-        if "already exists" in text:
-            return True
-        if "unknown command" in text:
-            return False
-        raise
-    log.info("conflict_index_created", index=keys.CONFLICT_INDEX)
-    return True
+    """Create ``idx:conflict`` (type, strategy, decision, status and run TAGs; detected NUMERIC) when
+    the search module exists; False without it."""
+    made = ensure_json_index(
+        client,
+        keys.CONFLICT_INDEX,
+        keys.CONFLICT_PREFIX,
+        [
+            ("$.conflict_type", "type", "TAG"),
+            ("$.strategy_applied", "strategy", "TAG"),
+            ("$.final_decision", "decision", "TAG"),
+            ("$.status", "status", "TAG"),
+            ("$.run_id", "run", "TAG"),
+            ("$.detected_ms", "detected", "NUMERIC"),
+        ],
+    )
+    if made:
+        log.info("conflict_index_ready", index=keys.CONFLICT_INDEX)
+    return made
