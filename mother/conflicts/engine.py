@@ -32,9 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from mother import keys
 from mother.capabilities import denial
 from mother.conflicts.detect import FINDINGS, Found, detect, may_conflict, party
 from mother.functions import follow_ups
@@ -666,12 +663,7 @@ def _record_writes(ctx: Ctx, pipe: Any, *, note: str | None = None) -> None:
     """The conflict's record, its id on the run (once), and a note, queued on ``pipe``."""
     records.queue_write(pipe, ctx.conflict)
     if ctx.opened and ctx.conflict.conflict_id not in ctx.state.conflicts:
-        pipe.execute_command(
-            "JSON.ARRAPPEND",
-            keys.run_key(ctx.run_id),
-            "$.conflicts",
-            orjson.dumps(ctx.conflict.conflict_id),
-        )
+        runs.queue_conflict_id(pipe, ctx.run_id, ctx.conflict.conflict_id)
     if note is not None:
         runs.queue_note(pipe, ctx.run_id, note)
         if ctx.decided is not None and ctx.decided.decision == "answer" and ctx.decided.answer:
@@ -696,12 +688,11 @@ def _accept(ctx: Ctx, accepted: PhaseResult, note: str) -> None:
     spec = state.spec
     r, a = ctx.position
     own = accepted.model_copy(update={"phase": spec.pipeline[r].name, "phase_index": r})
-    run_key = keys.run_key(ctx.run_id)
 
     def also(pipe: Any) -> None:
         _record_writes(ctx, pipe, note=note)
-        pipe.execute_command("JSON.SET", run_key, "$.pending_result", "null")
-        pipe.execute_command("JSON.SET", run_key, "$.detour", "null")
+        runs.queue_pending_result(pipe, ctx.run_id, None)
+        runs.queue_detour(pipe, ctx.run_id, None)
 
     notes = _new_notes(ctx, note)
     rt.forget(ctx.run_id)
@@ -789,20 +780,19 @@ def _detour(
     conflict's record, the detour and the result under review written with the move)."""
     rt, state = ctx.rt, ctx.state
     r, a = ctx.position
-    run_key = keys.run_key(ctx.run_id)
     view = attempt_view(state.model_copy(update={"detour": detour}))
 
     def also(pipe: Any) -> None:
         _record_writes(ctx, pipe)
-        pipe.execute_command("JSON.SET", run_key, "$.detour", detour.to_json())
+        runs.queue_detour(pipe, ctx.run_id, detour)
         if ctx.opened:
-            pipe.execute_command("JSON.SET", run_key, "$.pending_result", ctx.result.to_json())
+            runs.queue_pending_result(pipe, ctx.run_id, ctx.result)
         if replace is not None:
             index, result = replace
             kept = result.model_copy(
                 update={"phase": state.spec.pipeline[index].name, "phase_index": index}
             )
-            pipe.execute_command("JSON.SET", run_key, f"$.results[{index}]", kept.to_json())
+            runs.queue_result_replaced(pipe, ctx.run_id, index, kept)
 
     rt.forget(ctx.run_id)
     return advance(
@@ -825,13 +815,12 @@ def _wait(ctx: Ctx, gate: Gate) -> bool:
     """The run waits for a person on ``gate`` (request_user_input), the result under review kept."""
     rt, state = ctx.rt, ctx.state
     r, a = ctx.position
-    run_key = keys.run_key(ctx.run_id)
 
     def also(pipe: Any) -> None:
         _record_writes(ctx, pipe)
         if ctx.opened:
-            pipe.execute_command("JSON.SET", run_key, "$.pending_result", ctx.result.to_json())
-        pipe.execute_command("JSON.SET", run_key, "$.detour", "null")
+            runs.queue_pending_result(pipe, ctx.run_id, ctx.result)
+        runs.queue_detour(pipe, ctx.run_id, None)
 
     rt.forget(ctx.run_id)
     return wait_on_gate(

@@ -17,6 +17,7 @@ from mother.errors import GateRefused, NotFound
 from mother.gates.build import check_decision, close_op, gate_waited_on
 from mother.lifecycle import advance, end_run
 from mother.logs import get_logger
+from mother.records import runs
 from mother.records.runs import attempt_view
 from mother.runtime import Runtime
 from mother.streams import Delivery
@@ -101,14 +102,12 @@ def _approve(
 ) -> None:
     """An approved phase is dispatched; an approved tool call's phase runs again, allowed that call."""
     index, attempt = state.phase_index, state.attempt
-    run_key = keys.run_key(state.run_id)
     request = gate.tool
 
     def also(pipe: Any) -> None:
+        # the phase's retries count from here: waiting for approval was no failure
         if request is not None:
-            pipe.execute_command("JSON.ARRAPPEND", run_key, "$.grants", f'"{request.digest}"')
-            # the phase's retries count from here: waiting for approval was no failure
-            pipe.execute_command("JSON.SET", run_key, "$.retry_base", attempt)
+            runs.queue_grant(pipe, state.run_id, request.digest, retry_base=attempt)
 
     moved = advance(
         rt,

@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from mother import keys
 from mother.errors import RecordInvalid
 from mother.records._json import path_values
-from schemas import ACTIVE_STATUSES, RunSpec, RunState, describe_validation_error
+from schemas import ACTIVE_STATUSES, PhaseResult, RunSpec, RunState, describe_validation_error
+from schemas.conflict import Detour
 
 __all__ = [
     "ADMISSION_PATH",
@@ -26,10 +27,15 @@ __all__ = [
     "is_active_at",
     "parse_position",
     "parse_run_record",
+    "queue_conflict_id",
+    "queue_detour",
+    "queue_grant",
     "queue_listing_read",
     "queue_note",
+    "queue_pending_result",
     "queue_position_read",
     "queue_read",
+    "queue_result_replaced",
     "read_capabilities",
     "read_notes",
     "read_position",
@@ -184,6 +190,39 @@ def read_notes(client: Any, run_id: str) -> list[str]:
 def queue_note(pipe: Any, run_id: str, note: str) -> None:
     """Queue appending a note to the run (a follow-up of the move that decides it)."""
     pipe.execute_command("JSON.ARRAPPEND", keys.run_key(run_id), NOTES_PATH, orjson.dumps(note))
+
+
+def queue_detour(pipe: Any, run_id: str, detour: Detour | None) -> None:
+    """Queue setting (or, with None, clearing) the strategy attempt the run's next attempt is."""
+    value = detour.to_json() if detour is not None else "null"
+    pipe.execute_command("JSON.SET", keys.run_key(run_id), "$.detour", value)
+
+
+def queue_pending_result(pipe: Any, run_id: str, result: PhaseResult | None) -> None:
+    """Queue keeping (or, with None, dropping) the result a conflict or a gate holds."""
+    value = result.to_json() if result is not None else "null"
+    pipe.execute_command("JSON.SET", keys.run_key(run_id), "$.pending_result", value)
+
+
+def queue_result_replaced(pipe: Any, run_id: str, index: int, result: PhaseResult) -> None:
+    """Queue replacing phase ``index``'s accepted result (an escalated re-run's takes its place)."""
+    pipe.execute_command(
+        "JSON.SET", keys.run_key(run_id), f"$.results[{int(index)}]", result.to_json()
+    )
+
+
+def queue_conflict_id(pipe: Any, run_id: str, conflict_id: str) -> None:
+    """Queue adding a conflict to the run's list of them."""
+    pipe.execute_command(
+        "JSON.ARRAPPEND", keys.run_key(run_id), "$.conflicts", orjson.dumps(conflict_id)
+    )
+
+
+def queue_grant(pipe: Any, run_id: str, digest: str, retry_base: int) -> None:
+    """Queue an approved tool call's grant, and the attempt its phase's retries count from."""
+    run_key = keys.run_key(run_id)
+    pipe.execute_command("JSON.ARRAPPEND", run_key, "$.grants", orjson.dumps(digest))
+    pipe.execute_command("JSON.SET", run_key, "$.retry_base", int(retry_base))
 
 
 def set_admission(pipe: Any, run_id: str, decision: str) -> None:
