@@ -129,7 +129,9 @@ class ServiceSettings(_Section):
 # the RQ queues Mother-Harness enqueues on
 # the queue of phase jobs
 AGENTS_QUEUE = "agents"
-QUEUES = (AGENTS_QUEUE, "tools", "maintenance")
+# the queue of phases a registry tool handles (tool_only plans)
+TOOLS_QUEUE = "tools"
+QUEUES = (AGENTS_QUEUE, TOOLS_QUEUE, "maintenance")
 
 
 def check_queues(names: list[str]) -> list[str]:
@@ -342,6 +344,11 @@ class HarnessSettings(_Section):
             "tool.list_dir",
             "tool.write_file",
             "tool.spawn_run",
+            "tool.git_status",
+            "tool.run_tests",
+            "tool.resize_image",
+            "tool.ocr_extract",
+            "tool.render_text",
             "model.*",
             "library.*",
         ],
@@ -587,6 +594,32 @@ class GateSettings(_Section):
     )
 
 
+class ToolSettings(_Section):
+    """The deterministic tool registry (``registry:tools``) and routing before the model."""
+
+    manifests_dir: Path | None = Field(
+        None,
+        description="your tool manifests ({dir}/*.yaml), synced beside the shipped ones by "
+        "`mother tools sync`; one with a shipped tool's tool_id replaces it",
+    )
+    shipped: bool = Field(True, description="sync the shipped tools (mother/tools/manifests)")
+    routing: bool = Field(
+        True, description="route a phase's task to the registry before the model (tool_only plans)"
+    )
+    default_timeout_ms: int = Field(
+        30_000, ge=1, le=3_600_000, description="a tool's timeout when its manifest sets none"
+    )
+    allow_fallback_to_llm: bool = Field(
+        True, description="when every tool of a tool_only plan fails, the phase goes to the model"
+    )
+    refresh_seconds: float = Field(
+        5.0, ge=0, le=3600, description="how often Mother and workers re-read registry:tools"
+    )
+    max_output_bytes: int = Field(
+        8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024, description="a tool's output, at most"
+    )
+
+
 class Settings(BaseSettings):
     """Every setting of Mother-Harness. Later parts add their sections here."""
 
@@ -624,6 +657,7 @@ class Settings(BaseSettings):
     context: ContextSettings = Field(default_factory=ContextSettings)
     conflicts: ConflictSettings = Field(default_factory=ConflictSettings)
     gates: GateSettings = Field(default_factory=GateSettings)
+    tools: ToolSettings = Field(default_factory=ToolSettings)
 
     @field_validator("models", mode="before")
     @classmethod

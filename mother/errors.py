@@ -16,6 +16,7 @@ wrong and what to do; what a caller needs beyond that is a typed attribute. The 
     ├── ProviderError                provider_error     (transient, retry_after, may_have_used)
     │   └── ScriptExhausted          script_exhausted
     ├── ToolError                    tool_error
+    │   └── ToolTransient            tool_transient     (a tool failure worth trying again)
     ├── PhaseStale                   phase_stale
     ├── HookDecision                 hook_decision      (action, event, hook; result_code hook_<action>:<event>)
     ├── ApprovalRequired             approval_required  (request: the tool call a person must approve)
@@ -191,6 +192,13 @@ class ToolError(MotherError):
     """A tool refused its arguments; the model sees this message."""
 
     code = "tool_error"
+
+
+class ToolTransient(ToolError):
+    """A tool failed for a reason that may pass (a lock held, a resource busy): the executor tries it again,
+    up to its manifest's ``max_retries``."""
+
+    code = "tool_transient"
 
 
 class PhaseStale(MotherError):

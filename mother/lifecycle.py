@@ -389,7 +389,7 @@ def _compose(
     """The phase's context; ``outputs`` (the earlier phases' (name, output)) found when not given."""
     if outputs is None:
         outputs = _earlier_outputs(rt, run_id, index)
-    return compose(
+    comp = compose(
         rt.settings,
         run_id,
         spec,
@@ -401,6 +401,11 @@ def _compose(
         llm=_llm(rt, run_id, spec, attempt),
         may_use=lambda model: _may_use(rt, run_id, model),
     )
+    # tools first: a phase whose task a registry tool handles carries its candidates (a tool_only plan)
+    routed = rt.tools.plan(spec, index)
+    if routed.candidates:
+        comp.context = comp.context.model_copy(update={"tool_plan": routed.candidates})
+    return comp
 
 
 def _earlier_outputs(rt: Runtime, run_id: str, index: int) -> list[tuple[str, str]]:
@@ -430,7 +435,9 @@ def _queue_dispatch(
     )
     # the attempt's result must carry it; only the worker that claims the attempt gets it
     token = mint_token()
-    rt.agents_queue.enqueue_call(
+    plan = comp.context.tool_plan
+    queue = rt.tools_queue if plan else rt.agents_queue
+    queue.enqueue_call(
         JOB_FUNCTION,
         args=(run_id, index, attempt),
         job_id=job_id,
@@ -454,6 +461,8 @@ def _queue_dispatch(
         phase=spec.pipeline[index].name,
         attempt=attempt,
         job_id=job_id,
+        plan="tool_only" if plan else "agent",
+        **({"tools": [c.tool_id for c in plan]} if plan else {}),
     )
     return job_id
 

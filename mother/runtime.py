@@ -14,13 +14,14 @@ from rq.serializers import JSONSerializer
 
 from mother import activity
 from mother.clock import ServerClock
-from mother.config import AGENTS_QUEUE, Settings
+from mother.config import AGENTS_QUEUE, TOOLS_QUEUE, Settings
 from mother.connection import connect, connect_waiting
 from mother.functions import ensure_loaded
 from mother.ledger import BudgetLedger
 from mother.logs import get_logger
 from mother.records import parse_run_record, runs
 from mother.tokens import Calibration
+from mother.tools.router import ToolsCache
 from schemas import ActivityEvent, RunSpec, RunState
 
 __all__ = ["Runtime"]
@@ -83,6 +84,16 @@ class Runtime:
     def ledger(self) -> BudgetLedger:
         """The hierarchical budget ledger on this process's connection and clock."""
         return BudgetLedger(self.redis, self.settings.service.activity_maxlen, self.clock)
+
+    @cached_property
+    def tools(self) -> ToolsCache:
+        """``registry:tools`` and its router, re-read every ``tools.refresh_seconds``."""
+        return ToolsCache(self.redis, self.settings)
+
+    @cached_property
+    def tools_queue(self) -> Queue:
+        """The queue of phases whose task a registry tool handles (tool_only plans)."""
+        return Queue(TOOLS_QUEUE, connection=self.rq_redis, serializer=JSONSerializer)
 
     @cached_property
     def agents_queue(self) -> Queue:

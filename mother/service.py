@@ -38,10 +38,12 @@ from mother.lifecycle import end_run
 from mother.logs import get_logger
 from mother.records.budgets import publish_limits
 from mother.records.conflicts import ensure_index as ensure_conflict_index
+from mother.records.tools import read_registry
 from mother.review import on_phase_result
 from mother.runtime import Runtime
 from mother.streams import Delivery, as_text, ensure_group
 from mother.termination import ensure_index
+from mother.tools import sync as sync_tools
 from mother.watchdog import Watchdog
 from schemas import PhaseResult, describe_validation_error
 from schemas.budget import PublishedLimits
@@ -154,8 +156,20 @@ class Mother:
                 make(self.rt.redis)
             except redis.ResponseError as exc:
                 self.log.warning(f"{what}_index_unavailable", error=str(exc))
+        self.ensure_tools()
         self.reclaim(min_idle_ms=0)
         self.watchdog.reconcile()
+
+    def ensure_tools(self) -> None:
+        """Sync the tool registry when none exists yet (a fresh install routes with the shipped tools);
+        a registry someone synced is left as it is. A manifest that is wrong is logged, not fatal: the
+        phases then go to the model."""
+        try:
+            if read_registry(self.rt.redis) is None:
+                registry = sync_tools(self.rt.redis, self.settings, self.rt.clock.now_iso())
+                self.log.info("tool_registry_synced", tools=registry.routing_order)
+        except MotherError as exc:
+            self.log.warning("tool_registry_not_synced", error=exc.message)
 
     def publish_config(self) -> None:
         """Write the limits a submitter's server call checks against (``mother:config``): the leading

@@ -50,6 +50,7 @@ from schemas.termination import (
     TerminationReason,
     TerminationRecord,
 )
+from schemas.tool import REGISTRY_VERSION, DeterministicTool, ToolCandidate, ToolRegistry, ToolStats
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -60,6 +61,7 @@ __all__ = [
     "MAX_OUTPUT_CHARS",
     "MAX_SPEC_BYTES",
     "MODELS",
+    "REGISTRY_VERSION",
     "SECTION_ORDER",
     "SUGGESTED_ACTIONS",
     "TERMINATION_REASONS",
@@ -73,6 +75,7 @@ __all__ = [
     "ContextInput",
     "ContextManifest",
     "ContextSummary",
+    "DeterministicTool",
     "Detour",
     "Gate",
     "GateDecision",
@@ -94,6 +97,9 @@ __all__ = [
     "TerminationReason",
     "TerminationRecord",
     "Timestamp",
+    "ToolCandidate",
+    "ToolRegistry",
+    "ToolStats",
     "Usage",
     "Verdict",
     "describe_validation_error",

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, PrivateAttr, StringConstraints
 
 from schemas._base import Id, ModelName, Record, Timestamp
+from schemas.tool import ToolCandidate
 
 __all__ = [
     "SECTION_ORDER",
@@ -125,6 +126,11 @@ class ContextManifest(Record):
     summary_ids: list[Id] = Field(default_factory=list)
     content_hash: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
     composed_at: Timestamp
+    tool_plan: list[ToolCandidate] = Field(
+        default_factory=list,
+        description="registry tools Mother's router found for the phase's task, tried in order before "
+        "the model (a tool_only plan); empty: the phase goes to the model",
+    )
 
 
 class ComposedContext(ContextManifest):

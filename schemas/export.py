@@ -14,6 +14,7 @@ from schemas.gate import Gate
 from schemas.results import PhaseResult, ResultEnvelope
 from schemas.run import RunSpec, RunState
 from schemas.termination import TerminationRecord
+from schemas.tool import DeterministicTool, ToolRegistry, ToolStats
 
 __all__ = ["MODELS", "export_json_schemas"]
 
@@ -28,6 +29,9 @@ MODELS: dict[str, type[BaseModel]] = {
     "ComposedContext": ComposedContext,
     "ConflictResolution": ConflictResolution,
     "Gate": Gate,
+    "DeterministicTool": DeterministicTool,
+    "ToolRegistry": ToolRegistry,
+    "ToolStats": ToolStats,
 }
 
 

@@ -56,6 +56,9 @@ class PhaseResult(Record):
     findings: list[Finding] = Field(
         default_factory=list, description="contradicting sources, ambiguous retrieval"
     )
+    handled_by: Id | None = Field(
+        None, description="the registry tool that did the phase (a tool_only plan: no model call)"
+    )
     approval_request: ApprovalRequest | None = Field(
         None, description="the tool call the phase stopped before (error_code approval_required)"
     )

@@ -111,6 +111,19 @@ class PhaseSpec(Record):
         description="phases with the same group are competing proposals for one step: "
         "outputs that differ are a competing_proposals conflict",
     )
+    task: Annotated[str, StringConstraints(min_length=1, max_length=2000)] | None = Field(
+        None,
+        description="what this phase does, routed to the tool registry before the model (default: "
+        "the run's task when the pipeline has one phase)",
+    )
+    inputs: Annotated[dict[str, JsonValue], Shallow] = Field(
+        default_factory=dict,
+        description="inputs for a registry tool that handles the phase (beside what its pattern "
+        "extracts from the task)",
+    )
+    tools: Literal["auto", "off"] = Field(
+        "auto", description="off: never route this phase to a registry tool"
+    )
 
 
 class RunSpec(Record):

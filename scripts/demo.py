@@ -35,6 +35,9 @@ EXPECTED = {
     "approval-denied": "approval_denied",
     "gate-timeout": "blocked",
     "conflicting-agents": "conflicting_agents",
+    "tool-run-tests": "success",
+    "tool-fallback": "success",
+    "tool-ocr": "success",
 }
 
 
@@ -63,6 +66,7 @@ def main() -> int:
         rows = client.runs(limit=len(run_ids))
         console.print(runs_table(rows, title="runs and why each stopped"))
         _show_context(client, run_ids["context-summarized"])
+        _show_tools(client, {n: run_ids[n] for n in run_ids if n.startswith("tool-")})
     wrong = {n: r for n, r in ended.items() if r != EXPECTED[n]}
     for name, reason in wrong.items():
         console.print(f"{name} ended {reason}, expected {EXPECTED[name]}", style="red")
@@ -93,6 +97,21 @@ def _show_context(client: MotherClient, run_id: str) -> None:
     ]
     for line in notes:
         console.print(f"  output: {line}")
+
+
+def _show_tools(client: MotherClient, run_ids: dict[str, str]) -> None:
+    """Which phases a registry tool did (no model call), and which went to the model."""
+    for name, run_id in run_ids.items():
+        envelope = client.result(run_id)
+        if envelope is None:
+            continue
+        for phase in envelope.phases:
+            how = (
+                f"done by tool {phase.handled_by}, no model call"
+                if phase.handled_by
+                else f"done by the model ({phase.usage.model_calls} calls)"
+            )
+            console.print(f"{name}, phase {phase.phase}: {how}: {phase.output[:90]}")
 
 
 def _cancel_when_running(client: MotherClient, run_id: str) -> None:

@@ -66,7 +66,11 @@ def test_openai_provider_runs_the_tool_loop(
         "write_file",
     }
     tool_msg = second["body"]["messages"][-1]
-    assert tool_msg == {"role": "tool", "tool_call_id": "call_0", "content": "alpha"}
+    assert tool_msg == {
+        "role": "tool",
+        "tool_call_id": "call_0",
+        "content": '{"content":"alpha","bytes":5,"truncated":false}',
+    }
 
 
 def test_sdk_client_is_made_once_per_endpoint_and_serves_forked_horses() -> None:
@@ -416,8 +420,9 @@ def test_scripted_provider_follows_attempts_and_runs_out() -> None:
 
 def test_read_file_reads_a_huge_file_only_in_part(tmp_path: Path) -> None:
     """A file past MAX_READ_BYTES is read in part (it was read whole into the work-horse's memory, to show
-    the model 100,000 characters of it), and the model is told first how big it is."""
-    from workers.tools import MAX_READ_BYTES
+    the model 100,000 characters of it); the output says how big it is and that it was cut."""
+    from workers.tools import MAX_READ_BYTES, shipped_tools
+    from workers.tools.executor import ToolExecutor
 
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -425,16 +430,15 @@ def test_read_file_reads_a_huge_file_only_in_part(tmp_path: Path) -> None:
     with (workspace / "huge.log").open("wb") as f:
         f.truncate(64 << 20)
     (workspace / "small.txt").write_text("hello")
+    outcome = ToolExecutor().run(shipped_tools()["read_file"], workspace, {"path": "huge.log"})
+    assert outcome.ok and outcome.output is not None
+    assert outcome.output["bytes"] == 64 << 20 and outcome.output["truncated"] is True
+    assert len(outcome.output["content"]) == MAX_READ_BYTES
     box = ToolBox(workspace, max_output_chars=1000)
     result = box.run("read_file", {"path": "huge.log"})
-    assert result.ok
-    assert result.output.startswith(
-        f"[the file is {64 << 20} bytes; read_file read the first {MAX_READ_BYTES}]\n\x00"
-    )
-    assert result.output.endswith(
-        f"\n[truncated: {MAX_READ_BYTES + len(result.output.split(chr(10))[0]) + 1} characters in all]"
-    )
-    assert box.run("read_file", {"path": "small.txt"}).output == "hello"
+    assert result.ok and result.output.startswith('{"content":"\\u0000')
+    assert result.output.endswith(" characters in all]") and "[truncated: " in result.output
+    assert orjson.loads(box.run("read_file", {"path": "small.txt"}).output)["content"] == "hello"
 
 
 @pytest.mark.parametrize("path", ["../escape.txt", "/etc/passwd", "a/../../x", "link/inside.txt"])
@@ -456,12 +460,12 @@ def test_tools_refuse_paths_outside_the_workspace(tmp_path: Path, path: str) -> 
 def test_tools_inside_the_workspace(tmp_path: Path) -> None:
     """write_file, list_dir and read_file work inside; unknown tools and missing files are errors."""
     box = ToolBox(tmp_path / "ws")
-    assert (
-        box.run("write_file", {"path": "d/a.txt", "content": "hi"}).output
-        == "wrote 2 bytes to d/a.txt"
-    )
-    assert box.run("list_dir", {}).output == "d/"
-    assert box.run("read_file", {"path": "d/a.txt"}).output == "hi"
+    assert orjson.loads(box.run("write_file", {"path": "d/a.txt", "content": "hi"}).output) == {
+        "path": "d/a.txt",
+        "bytes": 2,
+    }
+    assert orjson.loads(box.run("list_dir", {}).output) == {"entries": ["d/"]}
+    assert orjson.loads(box.run("read_file", {"path": "d/a.txt"}).output)["content"] == "hi"
     assert box.run("read_file", {"path": "nope"}).output == "error: no file 'nope' in the workspace"
     assert box.run("rm_rf", {}).output.startswith("error: unknown tool 'rm_rf'")
     assert orjson.loads(orjson.dumps(box.specs()))[0]["type"] == "function"

@@ -166,10 +166,9 @@ def _tool_call(
             request=request,
         )
     if meter is not None:
-        tool = toolbox.tools.get(call.name)
-        meter.tool(read_only=tool.read_only if tool is not None else True)
+        meter.tool(read_only=toolbox.is_read_only(call.name))
     result = toolbox.run(call.name, call.arguments)
-    return result.output, True, result.ok and toolbox.tools[call.name].read_only
+    return result.output, True, result.ok and toolbox.is_read_only(call.name)
 
 
 def _arguments_text(call: ToolCall) -> str:

@@ -56,7 +56,9 @@ from workers.heartbeat import AttemptBeat, Heartbeat, beat
 from workers.metering import Meter
 from workers.providers import Provider, make_provider
 from workers.spawn import SpawnRun
-from workers.tools import FILE_TOOLS, ToolBox, approval_request
+from workers.tools import ToolBox, approval_request, output_text, shipped_tools
+from workers.tools.executor import ToolExecutor
+from workers.tools.plan import PlanOutcome, run_plan, verdict_of
 from workers.verdict import findings_in, verdict_for
 
 __all__ = [
@@ -105,6 +107,9 @@ class PhaseSetup:
     meter: Meter
     messages: list[dict[str, Any]]
     limits: TurnLimits
+    # the tools whose calls wait for a person's approval; whether a failed tool_only plan goes to the model
+    needing: frozenset[str] = frozenset()
+    allow_fallback: bool = True
 
 
 @dataclass
@@ -316,10 +321,26 @@ def _prepare(
         rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today, attempt=(index, attempt)
     )
     spawner = SpawnRun(rt, state, index, guard, check_alive)
-    needing = approval_tools(rt.settings, state.spec, phase.role)
+    registry = rt.tools.registry if rt.tools.current() is not None else None
+    listed = registry.tools if registry is not None else list(shipped_tools().values())
+    eligible = [t for t in listed if t.allows(phase.role)]
+    needing = approval_tools(rt.settings, state.spec, phase.role) | {
+        t.tool_id for t in eligible if t.approval_required
+    }
     toolbox = ToolBox(
         rt.settings.worker.workspace_root / state.run_id,
-        tools=(*FILE_TOOLS, spawner),
+        registry=eligible,
+        local=(spawner,),
+        executor=ToolExecutor(
+            rt.redis,
+            default_timeout_ms=(
+                registry.default_timeout_ms
+                if registry is not None
+                else rt.settings.tools.default_timeout_ms
+            ),
+            max_output_bytes=rt.settings.tools.max_output_bytes,
+            allowed_entrypoints=frozenset(rt.settings.worker.allowed_jobs),
+        ),
         max_output_chars=rt.settings.worker.max_tool_output_chars,
         granted=list(state.capabilities),
         manifest_check=lambda tool: _blocked_tool(rt, state, phase.name, tool),
@@ -357,6 +378,12 @@ def _prepare(
         meter,
         messages,
         turn_limits(rt.settings, state.spec, index),
+        needing=frozenset(needing),
+        allow_fallback=(
+            registry.allow_fallback_to_llm
+            if registry is not None
+            else rt.settings.tools.allow_fallback_to_llm
+        ),
     )
 
 
@@ -393,7 +420,8 @@ def _run(
         ready = setup()
         manifest = ready.context.manifest()
         meters.append(ready.meter)
-        outcome = _agent_loop(rt, ready)
+        handled = _tool_plan(rt, state, index, ready)
+        outcome = _tool_outcome(handled) if handled is not None else _agent_loop(rt, ready)
         verdict = _verdict(rt, state, index, outcome, ready.context.model, artifact_id)
     except PhaseStale:
         raise
@@ -439,6 +467,44 @@ def _run(
         notices=outcome.notices,
         verdict=verdict,
         findings=outcome.findings or findings_in(outcome.text),
+        handled_by=handled.outcome.tool_id if handled is not None else None,
+    )
+
+
+def _tool_plan(rt: Runtime, state: RunState, index: int, ready: PhaseSetup) -> PlanOutcome | None:
+    """Run the phase's tool_only plan, if Mother routed it to tools: the tool that did it, or None."""
+    plan = ready.context.tool_plan
+    if not plan:
+        return None
+
+    def charge(read_only: bool) -> None:
+        ready.meter.check_alive()
+        ready.meter.tool(read_only=read_only)
+
+    return run_plan(
+        rt,
+        state,
+        index,
+        plan,
+        tools=ready.toolbox.registry,
+        executor=ready.toolbox.executor,
+        workspace=ready.toolbox.ensure_workspace(),
+        charge=charge,
+        needing=ready.needing,
+        allow_fallback=ready.allow_fallback,
+    )
+
+
+def _tool_outcome(handled: PlanOutcome) -> LoopOutcome:
+    """A phase a tool did, as the agent loop's outcome: its output as text, certain, no model call."""
+    output = handled.outcome.output or {}
+    evidence = output.get("tests_run") if isinstance(output.get("tests_run"), int) else 1
+    return LoopOutcome(
+        text=f"[{handled.outcome.tool_id}] {output_text(output)}",
+        confidence=1.0,
+        evidence_count=max(1, int(evidence or 1)),
+        usage=Usage(tool_calls=handled.calls),
+        verdict=verdict_of(output),
     )
 
 

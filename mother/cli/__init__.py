@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from mother.cli import admin, budget, gates, inspect, runs, services, signing
+from mother.cli import admin, budget, gates, inspect, runs, services, signing, tools
 from mother.cli._common import fail
 
 __all__ = ["app", "main"]
@@ -38,6 +38,7 @@ app.command()(admin.version)
 schema_app.command("export")(admin.schema_export)
 app.add_typer(schema_app, name="schema")
 app.add_typer(budget.app, name="budget")
+app.add_typer(tools.app, name="tools")
 app.add_typer(signing.keys_app, name="keys")
 app.command()(signing.sign)
 app.command()(signing.verify)

@@ -356,6 +356,33 @@ local function mh_now(keys, args)
   return out
 end
 
+-- mh_tool_stat: count one call of a registry tool and stamp it with the server's clock, in one step, so
+-- concurrent workers never lose a count (`redis-cli JSON.GET tool_stats:git_status`).
+-- KEYS: 1 tool_stats:{tool_id}.  ARGV: 1 ok (1|0), 2 execution time in ms.
+local function mh_tool_stat(keys, args)
+  local ok = args[1] == '1'
+  local ms = tonumber(args[2])
+  if ms == nil or ms < 0 or ms ~= ms or ms == math.huge then
+    return redis.error_reply('ERR execution time must be a finite number of ms >= 0, got ' .. tostring(args[2]))
+  end
+  local doc = get_doc(keys[1]) or {}
+  local succ = tonumber(doc.success_count) or 0
+  local fail = tonumber(doc.failure_count) or 0
+  local total = (tonumber(doc.total_execution_ms) or 0) + ms
+  if ok then succ = succ + 1 else fail = fail + 1 end
+  local calls = succ + fail
+  local out = {
+    success_count = succ,
+    failure_count = fail,
+    success_rate = math.floor(succ / calls * 1000000 + 0.5) / 1000000,
+    avg_execution_ms = math.floor(total / calls * 1000 + 0.5) / 1000,
+    total_execution_ms = total,
+    last_used = iso(now_ms()),
+  }
+  redis.call('JSON.SET', keys[1], '$', cjson.encode(out))
+  return {succ, fail}
+end
+
 redis.register_function('mh_transition', mh_transition)
 redis.register_function('mh_terminate', mh_terminate)
 redis.register_function('mh_create_run', mh_create_run)
@@ -366,4 +393,5 @@ redis.register_function('mh_forget_rejection', mh_forget_rejection)
 redis.register_function('mh_heartbeat', mh_heartbeat)
 redis.register_function('mh_lease', mh_lease)
 redis.register_function('mh_release_lease', mh_release_lease)
+redis.register_function('mh_tool_stat', mh_tool_stat)
 redis.register_function{function_name='mh_now', callback=mh_now, flags={'no-writes'}}

@@ -1,15 +1,18 @@
-"""Tools the agent loop can call, and the one interface the tool registry will plug into.
+"""Tools the agent loop can call, and the interface both kinds plug into.
 
-Each run has a workspace directory (``worker.workspace_root/{run_id}``); the file
-tools resolve every path inside it and refuse anything that escapes (``..``,
-absolute paths, symlinks pointing out). A tool's refusal is a ``ToolError``: the
-model sees its message and can correct itself; the phase goes on.
+Registry tools (``registry:tools``: the file tools, git_status, run_tests, resize_image, ocr_extract,
+render_text and whatever a deployment adds) run through the one executor
+(:mod:`workers.tools.executor`), each in a process of its own with its timeout; local tools
+(``spawn_run``: it needs the run's guard) run in the phase's process. Each run has a workspace directory
+(``worker.workspace_root/{run_id}``); the tools resolve every path inside it. A tool's refusal is
+an error text the model sees and can correct; the phase goes on.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -18,17 +21,31 @@ import orjson
 
 from mother.capabilities import denial
 from mother.errors import ToolError
+from mother.tools.registry import load_manifest, shipped_dir
 from schemas import within_depth
+from schemas.tool import DeterministicTool
+from workers.tools.executor import ToolExecutor
+from workers.tools.files import MAX_READ_BYTES, MAX_WRITE_BYTES
 
-__all__ = ["FILE_TOOLS", "Tool", "ToolBox", "ToolResult", "approval_request", "call_digest"]
+__all__ = [
+    "FILE_TOOL_IDS",
+    "MAX_READ_BYTES",
+    "MAX_WRITE_BYTES",
+    "Tool",
+    "ToolBox",
+    "ToolResult",
+    "approval_request",
+    "call_digest",
+    "output_text",
+    "shipped_tools",
+]
 
-MAX_WRITE_BYTES = 5 * 1024 * 1024
-# read_file reads no more than this (a file in the workspace may be huge; the model sees at most
-# worker.max_tool_output_chars, at most 1,000,000 characters, of it anyway)
-MAX_READ_BYTES = 8 * 1024 * 1024
+FILE_TOOL_IDS = ("read_file", "list_dir", "write_file")
 
 
 class Tool(Protocol):
+    """A local tool (run in the phase's own process)."""
+
     name: str
     description: str
     # JSON Schema of the arguments
@@ -45,81 +62,16 @@ class ToolResult:
     output: str
 
 
-def _inside(workspace: Path, raw: Any) -> Path:
-    if not isinstance(raw, str) or not raw or "\x00" in raw:
-        raise ToolError("path must be a non-empty string")
-    root = workspace.resolve()
-    target = (root / raw).resolve()
-    if target != root and root not in target.parents:
-        raise ToolError(f"path {raw!r} is outside the run's workspace; use a path relative to it")
-    return target
+@functools.cache
+def shipped_tools() -> dict[str, DeterministicTool]:
+    """The shipped manifests, by tool_id (what a process uses when no registry is synced)."""
+    tools = (load_manifest(path) for path in sorted(shipped_dir().glob("*.yaml")))
+    return {t.tool_id: t for t in tools}
 
 
-class ReadFile:
-    name = "read_file"
-    description = "Read a UTF-8 text file from the run's workspace."
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {"path": {"type": "string"}},
-        "required": ["path"],
-    }
-    read_only = True
-
-    def run(self, workspace: Path, arguments: dict[str, Any]) -> str:
-        path = _inside(workspace, arguments.get("path"))
-        if not path.is_file():
-            raise ToolError(f"no file {arguments.get('path')!r} in the workspace")
-        with path.open("rb") as f:
-            data = f.read(MAX_READ_BYTES + 1)
-        if len(data) <= MAX_READ_BYTES:
-            return data.decode("utf-8", errors="replace")
-        # said first: the tool box cuts the end off what is longer than max_tool_output_chars
-        return (
-            f"[the file is {path.stat().st_size} bytes; read_file read the first {MAX_READ_BYTES}]\n"
-            + data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
-        )
-
-
-class ListDir:
-    name = "list_dir"
-    description = "List the entries of a directory in the run's workspace (default: its root)."
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {"path": {"type": "string"}},
-    }
-    read_only = True
-
-    def run(self, workspace: Path, arguments: dict[str, Any]) -> str:
-        path = _inside(workspace, arguments.get("path", "."))
-        if not path.is_dir():
-            raise ToolError(f"no directory {arguments.get('path', '.')!r} in the workspace")
-        return "\n".join(sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir()))
-
-
-class WriteFile:
-    name = "write_file"
-    description = "Write a UTF-8 text file in the run's workspace (directories are created)."
-    parameters: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-        "required": ["path", "content"],
-    }
-    read_only = False
-
-    def run(self, workspace: Path, arguments: dict[str, Any]) -> str:
-        path = _inside(workspace, arguments.get("path"))
-        content = arguments.get("content")
-        if not isinstance(content, str):
-            raise ToolError("content must be a string")
-        data = content.encode("utf-8")
-        if len(data) > MAX_WRITE_BYTES:
-            raise ToolError(f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        return f"wrote {len(data)} bytes to {path.relative_to(workspace.resolve())}"
-
-
-FILE_TOOLS: tuple[Tool, ...] = (ReadFile(), ListDir(), WriteFile())
+def output_text(output: dict[str, Any]) -> str:
+    """What the model is told a registry tool returned: its output object as JSON."""
+    return orjson.dumps(output).decode()
 
 
 def call_digest(phase: str, tool: str, arguments: Any) -> str:
@@ -145,12 +97,15 @@ def approval_request(
 
 
 class ToolBox:
-    """The tools one phase may call, bound to its workspace."""
+    """The tools one phase may call, bound to its workspace: ``registry`` tools (default: the shipped
+    file tools) run by ``executor``, and ``local`` tools."""
 
     def __init__(
         self,
         workspace: Path,
-        tools: tuple[Tool, ...] = FILE_TOOLS,
+        registry: Sequence[DeterministicTool] | None = None,
+        local: Sequence[Tool] = (),
+        executor: ToolExecutor | None = None,
         max_output_chars: int = 100_000,
         granted: list[str] | None = None,
         manifest_check: Any = None,
@@ -165,7 +120,12 @@ class ToolBox:
         self.granted = granted
         # the directory is made when a tool first needs it (most phases call none)
         self._made = False
-        self.tools = {tool.name: tool for tool in tools}
+        if registry is None:
+            registry = [shipped_tools()[t] for t in FILE_TOOL_IDS]
+        self.registry = {t.tool_id: t for t in registry}
+        self.local = {t.name: t for t in local}
+        self.tools: dict[str, DeterministicTool | Tool] = {**self.registry, **self.local}
+        self.executor = executor or ToolExecutor()
         self.max_output_chars = max_output_chars
 
     def ensure_workspace(self) -> Path:
@@ -185,9 +145,13 @@ class ToolBox:
         """The approval request for this call when a person must approve it first (and has not)."""
         return self.approval(name, arguments) if self.approval is not None else None
 
+    def is_read_only(self, name: str) -> bool:
+        tool = self.tools.get(name)
+        return bool(tool.read_only) if tool is not None else True
+
     def specs(self) -> list[dict[str, Any]]:
         """The tools in the chat-completions ``tools`` format."""
-        return [
+        return [t.openai_function() for t in self.registry.values()] + [
             {
                 "type": "function",
                 "function": {
@@ -196,12 +160,11 @@ class ToolBox:
                     "parameters": t.parameters,
                 },
             }
-            for t in self.tools.values()
+            for t in self.local.values()
         ]
 
     def run(self, name: str, arguments: Any) -> ToolResult:
-        tool = self.tools.get(name)
-        if tool is None:
+        if name not in self.tools:
             return ToolResult(
                 name,
                 False,
@@ -222,12 +185,19 @@ class ToolBox:
         blocked = self.manifest_check(name) if self.manifest_check is not None else None
         if blocked:
             return ToolResult(name, False, f"error: tool blocked before execution: {blocked}")
-        try:
-            output = tool.run(self.ensure_workspace(), arguments)
-        except ToolError as exc:
-            return ToolResult(name, False, f"error: {exc.message}")
-        except OSError as exc:
-            return ToolResult(name, False, f"error: {exc.strerror or exc}")
+        registered = self.registry.get(name)
+        if registered is not None:
+            outcome = self.executor.run(registered, self.ensure_workspace(), arguments)
+            if not outcome.ok or outcome.output is None:
+                return ToolResult(name, False, f"error: {outcome.error}")
+            output = output_text(outcome.output)
+        else:
+            try:
+                output = self.local[name].run(self.ensure_workspace(), arguments)
+            except ToolError as exc:
+                return ToolResult(name, False, f"error: {exc.message}")
+            except OSError as exc:
+                return ToolResult(name, False, f"error: {exc.strerror or exc}")
         if len(output) > self.max_output_chars:
             output = (
                 output[: self.max_output_chars] + f"\n[truncated: {len(output)} characters in all]"

@@ -1,0 +1,242 @@
+"""The one executor of registry tools: the agent loop's tool calls and a phase's ``tool_only`` plan both
+run a tool here.
+
+A call: the inputs are checked against the tool's input schema; the tool runs in a forked child process
+in a session of its own, so at its ``timeout_ms`` the whole process group (the tool and whatever it
+started: git, pytest) is killed, not left running; its output is checked against the output schema;
+a transient failure (``ToolTransient``) is tried again up to the manifest's ``max_retries``; every call
+is counted in ``tool_stats:{tool_id}`` by the server. Charging ``tool_calls`` is the caller's (the agent
+loop's meter, or the tool plan's), before it calls :meth:`ToolExecutor.run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import select
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from mother.errors import MotherError, ToolError, ToolTransient
+from mother.logs import get_logger
+from mother.records.tools import record_call
+from mother.tools.contracts import check_inputs, check_output, with_defaults
+from schemas.tool import DeterministicTool
+
+__all__ = ["ToolExecutor", "ToolOutcome", "entrypoint_refusal", "load_entrypoint"]
+
+log = get_logger("tools")
+
+# the modules whose functions a manifest may name as its entrypoint (others: worker.allowed_jobs)
+ENTRYPOINT_PACKAGE = "workers.tools."
+
+
+@dataclass
+class ToolOutcome:
+    tool_id: str
+    ok: bool
+    output: dict[str, Any] | None
+    error: str | None
+    duration_ms: float
+    tries: int
+    timed_out: bool = False
+
+
+def entrypoint_refusal(entrypoint: str, allowed: frozenset[str] = frozenset()) -> str | None:
+    """Why a worker will not import ``entrypoint`` ('package.module:function'), or None."""
+    module, _, func = entrypoint.partition(":")
+    if module.startswith(ENTRYPOINT_PACKAGE) or f"{module}.{func}" in allowed:
+        return None
+    return (
+        f"entrypoint {entrypoint!r} is outside {ENTRYPOINT_PACKAGE}*; list '{module}.{func}' in "
+        "worker.allowed_jobs to let workers run it"
+    )
+
+
+def load_entrypoint(
+    entrypoint: str, allowed: frozenset[str] = frozenset()
+) -> Callable[[Path, dict[str, Any]], Any]:
+    refusal = entrypoint_refusal(entrypoint, allowed)
+    if refusal:
+        raise ToolError(refusal)
+    module, _, func = entrypoint.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as exc:
+        raise ToolError(f"entrypoint {entrypoint!r} cannot be loaded: {exc}") from None
+    if not callable(fn):
+        raise ToolError(f"entrypoint {entrypoint!r} is not a function")
+    return fn
+
+
+def _child(
+    fn: Callable[[Path, dict[str, Any]], Any], workspace: Path, inputs: Any, out: int
+) -> None:
+    """In the forked child: run the tool, write its result as JSON to ``out``, exit without cleanup (the
+    parent's connections and threads are not this process's to close)."""
+    code = 0
+    try:
+        os.setsid()
+        try:
+            result: dict[str, Any] = {"output": fn(workspace, inputs)}
+        except ToolTransient as exc:
+            result = {"error": exc.message, "transient": True}
+        except ToolError as exc:
+            result = {"error": exc.message}
+        except MotherError as exc:
+            result = {"error": exc.message}
+        except OSError as exc:
+            result = {"error": f"{exc.strerror or exc}", "transient": exc.errno in _TRANSIENT}
+        except Exception as exc:  # noqa: BLE001
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        try:
+            data = orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
+        except TypeError as exc:
+            data = orjson.dumps({"error": f"the tool's output is not JSON: {exc}"})
+        view = memoryview(data)
+        while view:
+            written = os.write(out, view)
+            view = view[written:]
+    except BaseException:  # noqa: BLE001
+        code = 1
+    finally:
+        os._exit(code)
+
+
+# errno values worth a second try: busy, try again, interrupted, timed out
+_TRANSIENT = {11, 16, 4, 110}
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def run_isolated(
+    fn: Callable[[Path, dict[str, Any]], Any],
+    workspace: Path,
+    inputs: dict[str, Any],
+    timeout_s: float,
+    max_bytes: int,
+) -> dict[str, Any]:
+    """``fn(workspace, inputs)`` in a forked child: {"output": ...} or {"error": ..., "transient"?,
+    "timed_out"?}. At ``timeout_s`` the child's process group is killed."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        _child(fn, workspace, inputs, write_end)
+    os.close(write_end)
+    deadline = time.monotonic() + timeout_s
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                _kill_group(pid)
+                return {
+                    "error": f"timed out after {timeout_s * 1000:.0f} ms; its processes were killed",
+                    "timed_out": True,
+                }
+            ready, _, _ = select.select([read_end], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(read_end, 1 << 20)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > max_bytes:
+                _kill_group(pid)
+                return {"error": f"its output passed tools.max_output_bytes ({max_bytes} bytes)"}
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+    # the child has written everything; what it started in its session goes with it
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        return {"error": f"the tool's process ended without a result (exit status {status})"}
+    try:
+        result: dict[str, Any] = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError:
+        return {"error": "the tool's process wrote a result that is not JSON"}
+    return result
+
+
+class ToolExecutor:
+    """Runs registry tools for one process: ``stats`` is the connection ``tool_stats`` are counted on
+    (None: not counted), ``default_timeout_ms`` a tool's timeout when its manifest sets none."""
+
+    def __init__(
+        self,
+        stats: Any = None,
+        *,
+        default_timeout_ms: int = 30_000,
+        max_output_bytes: int = 8 * 1024 * 1024,
+        allowed_entrypoints: frozenset[str] = frozenset(),
+    ) -> None:
+        self.stats = stats
+        self.default_timeout_ms = default_timeout_ms
+        self.max_output_bytes = max_output_bytes
+        self.allowed_entrypoints = allowed_entrypoints
+
+    def timeout_ms(self, tool: DeterministicTool) -> int:
+        return tool.timeout_ms if tool.timeout_ms is not None else self.default_timeout_ms
+
+    def run(self, tool: DeterministicTool, workspace: Path, inputs: dict[str, Any]) -> ToolOutcome:
+        """Run ``tool`` on ``inputs`` (its schema's defaults filled in); never raises for the tool's own
+        failure: the outcome says what went wrong, in one line."""
+        started = time.monotonic()
+        tries = 0
+        error: str | None = None
+        timed_out = False
+        try:
+            inputs = with_defaults(tool, inputs)
+            check_inputs(tool, inputs)
+            fn = load_entrypoint(tool.entrypoint, self.allowed_entrypoints)
+            workspace.mkdir(parents=True, exist_ok=True)
+            while True:
+                tries += 1
+                got = run_isolated(
+                    fn, workspace, inputs, self.timeout_ms(tool) / 1000, self.max_output_bytes
+                )
+                if "output" in got:
+                    check_output(tool, got["output"])
+                    return self._done(tool, started, tries, got["output"], None)
+                error, timed_out = str(got.get("error")), bool(got.get("timed_out"))
+                if not got.get("transient") or tries > tool.max_retries:
+                    break
+                log.info("tool_retried", tool=tool.tool_id, try_=tries, error=error)
+        except ToolError as exc:
+            error = exc.message
+        return self._done(tool, started, tries, None, error, timed_out)
+
+    def _done(
+        self,
+        tool: DeterministicTool,
+        started: float,
+        tries: int,
+        output: dict[str, Any] | None,
+        error: str | None,
+        timed_out: bool = False,
+    ) -> ToolOutcome:
+        ms = (time.monotonic() - started) * 1000
+        outcome = ToolOutcome(tool.tool_id, error is None, output, error, ms, tries, timed_out)
+        if self.stats is not None:
+            try:
+                record_call(self.stats, tool.tool_id, ok=outcome.ok, execution_ms=round(ms, 3))
+            # the call's outcome stands; its count is lost, and said so
+            except Exception as exc:  # noqa: BLE001
+                log.warning("tool_stats_not_recorded", tool=tool.tool_id, error=str(exc))
+        return outcome
