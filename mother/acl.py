@@ -41,6 +41,11 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
             ),
         ),
         ("claim attempt tokens (GETDEL)", ("GETDEL", keys.attempt_token_key(PROBE, 0, 0))),
+        ("read the tool registry", ("JSON.TYPE", keys.TOOLS_REGISTRY)),
+        (
+            "count tool calls through mh_tool_stat",
+            ("FCALL", FUNCTIONS_PROBE, "1", keys.tool_stats_key(PROBE)),
+        ),
         ("report results on mother:events", ("XTRIM", keys.EVENTS_STREAM, "MAXLEN", "~", HUGE)),
         ("heartbeat phases", ("FCALL", FUNCTIONS_PROBE, "1", keys.HEARTBEATS)),
         ("store artifacts", ("JSON.DEL", keys.artifact_key(PROBE))),
@@ -69,6 +74,8 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("append people's commands (cancel)", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),
         ("read attempt tokens (GET)", ("GET", keys.attempt_token_key(PROBE, 0, 0))),
         ("load server functions", ("FUNCTION", "DELETE", PROBE)),
+        # a path no registry has: deletes nothing even where it is allowed
+        ("write the tool registry", ("JSON.DEL", keys.TOOLS_REGISTRY, "$.mother_doctor_probe")),
         ("run scripts of its own (EVAL)", ("EVAL", "return 1", "0")),
     ]
 }

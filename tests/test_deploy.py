@@ -16,6 +16,7 @@ from mother.budget import override
 from mother.client import MotherClient
 from mother.config import load_settings
 from mother.connection import connect
+from mother.records.tools import read_stats
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 from tests.conftest import FAST_ENV, run_cli
@@ -96,6 +97,11 @@ def test_the_shipped_acl_runs_multi_phase_runs_with_tools_and_a_child(
         assert (record.reason, record.details) == ("success", "All 3 phases completed")
     children = [k.split(":", 1)[1] for k in client.redis.scan_iter(match=f"run:{busy}.c*")]
     assert len(children) == 1 and client.result(children[0]).output == "child done"
+    # the worker user counted its tool calls (mh_tool_stat on tool_stats:*), and read the registry
+    # Mother synced (the three-phase run's tools come from registry:tools)
+    stats = read_stats(client.redis, ["write_file", "list_dir"])
+    assert stats["write_file"].success_count >= 2 and stats["list_dir"].success_count >= 1
+    assert client.redis.exists(keys.TOOLS_REGISTRY)
 
 
 def test_a_workers_credentials_decide_nothing_about_runs(

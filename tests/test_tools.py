@@ -450,6 +450,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     stop_pipeline(p)
 
 
+def _waiting(p: Pipeline, run_id: str) -> Any:
+    """The run once it waits for a person (it must not end first)."""
+    from mother.errors import NotFound
+
+    def ready() -> Any:
+        try:
+            state = p.client.status(run_id)
+        # not taken in yet
+        except NotFound:
+            return None
+        assert state.status != "terminated", state.reason
+        return state if state.status == "waiting" else None
+
+    return wait_until(ready, timeout=60)
+
+
 def _activity(p: Pipeline, run_id: str) -> list[Any]:
     return [e for e in recent(p.redis, 2000) if e.run_id == run_id]
 
@@ -515,12 +531,7 @@ def test_an_approval_required_tool_waits_for_a_person(stack: Pipeline) -> None:
     spec = example("tool-run-tests", approval_tools=["run_tests"])
     run_id = stack.client.submit(spec)
 
-    def waiting() -> Any:
-        state = stack.client.status(run_id)
-        assert state.status != "terminated", state.reason
-        return state if state.status == "waiting" else None
-
-    state = wait_until(waiting, timeout=60)
+    state = _waiting(stack, run_id)
     assert state.gate is not None and state.gate.kind == "approval"
     assert "run_tests" in state.gate.subject
     stack.client.approve(run_id, actor="ops", reason="tests may run")
@@ -570,3 +581,36 @@ def test_writing_tools_are_refused_after_an_emergency_stop(r: redis.Redis) -> No
     for tool in (tools["write_file"], destructive):
         with pytest.raises(BudgetStopped):
             guard.charge_tool(read_only=tool.read_only)
+
+
+def test_an_approval_required_manifest_gates_its_tool(stack: Pipeline, tmp_path: Path) -> None:
+    """A manifest with approval_required makes the plan wait on a gate for exactly its call (the
+    registry is re-read within tools.refresh_seconds); denied, the run ends approval_denied."""
+    import time
+
+    from mother.config import load_settings
+
+    data = yaml.safe_load((Path("mother/tools/manifests") / "run_tests.yaml").read_text())
+    data["approval_required"] = True
+    (tmp_path / "run_tests.yaml").write_text(yaml.safe_dump(data))
+    settings = load_settings(redis_url=stack.url)
+    sync(
+        stack.redis,
+        settings.model_copy(
+            update={"tools": settings.tools.model_copy(update={"manifests_dir": tmp_path})}
+        ),
+        NOW,
+    )
+    try:
+        # Mother and the workers re-read the registry every tools.refresh_seconds (5 s)
+        time.sleep(settings.tools.refresh_seconds + 0.5)
+        run_id = stack.client.submit(example("tool-run-tests"))
+
+        state = _waiting(stack, run_id)
+        assert state.gate is not None and "run_tests" in state.gate.subject
+        stack.client.deny(run_id, actor="ops", reason="not on this branch")
+        record = stack.wait(run_id).termination
+        assert record is not None and record.reason == "approval_denied"
+    finally:
+        sync(stack.redis, settings, NOW)
+        time.sleep(settings.tools.refresh_seconds + 0.5)

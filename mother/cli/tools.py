@@ -9,6 +9,7 @@ import orjson
 import typer
 from rich.table import Table
 
+from mother import keys
 from mother.cli._common import console, data_console, fail, handle_errors, redis_client, settings
 from mother.clock import ServerClock
 from mother.records.tools import read_stats
@@ -56,7 +57,7 @@ def sync_command(
     client = redis_client(cfg)
     registry = sync(client, cfg, ServerClock(client).now_iso(), paths or ())
     console.print(
-        f"registry:tools synced ({registry.registry_version}, {len(registry.tools)} tools): "
+        f"{keys.TOOLS_REGISTRY} synced ({registry.registry_version}, {len(registry.tools)} tools): "
         f"{', '.join(registry.routing_order)}"
     )
 
@@ -69,7 +70,7 @@ def list_command(
     """The registry's tools in routing order, with their measured success rates."""
     registry = _registry()
     table = Table(
-        title=f"registry:tools ({registry.registry_version}, updated {registry.updated_at})"
+        title=f"{keys.TOOLS_REGISTRY} ({registry.registry_version}, updated {registry.updated_at})"
     )
     for col in ("tool_id", "priority", "category", "side_effects", "roles", "approval", "success"):
         table.add_column(col, justify="right" if col in ("priority", "success") else "left")
