@@ -151,7 +151,10 @@ def expire(rt: Runtime, run_id: str) -> bool:
         contributing_factors=[
             f"gate {gate.gate_id} ({gate.kind}) opened {gate.opened_at}, deadline {gate.deadline}"
         ],
+        # in the end's own round trip, before `terminated`: whoever sees the end sees why
+        activity=[
+            ("gate_expired", {"run_id": run_id, "phase": gate.phase, "gate_id": gate.gate_id})
+        ],
         gate=close,
     )
-    rt.emit(rt.redis, "gate_expired", run_id=run_id, phase=gate.phase, gate_id=gate.gate_id)
     return True
