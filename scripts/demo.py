@@ -109,7 +109,7 @@ def _show_tools(client: MotherClient, run_ids: dict[str, str]) -> None:
             how = (
                 f"done by tool {phase.handled_by}, no model call"
                 if phase.handled_by
-                else f"done by the model ({phase.usage.model_calls} calls)"
+                else f"done by the model ({phase.usage.model_calls} model calls)"
             )
             console.print(f"{name}, phase {phase.phase}: {how}: {phase.output[:90]}")
 

@@ -82,6 +82,9 @@ def _argv(command: str) -> list[str]:
             f"test_command must start with a test runner ({', '.join(sorted(RUNNERS))}), "
             f"not {program!r}"
         )
+    if program == "pytest":
+        # the worker's own pytest, whatever is on PATH
+        return [sys.executable, "-m", "pytest", *argv[1:]]
     if program in ("python", "python3"):
         if len(argv) < 3 or argv[1] != "-m" or argv[2] not in PYTHON_MODULES:
             raise ToolError("python runs here only as `python -m pytest` or `python -m unittest`")
