@@ -620,6 +620,91 @@ class ToolSettings(_Section):
     )
 
 
+class RetentionClassSettings(_Section):
+    keep_days: float = Field(
+        gt=0, le=36_500, description="deleted this many days after the run ends"
+    )
+    archive_after_days: float | None = Field(
+        None, gt=0, le=36_500, description="archived (compressed, active copy removed) after this"
+    )
+
+
+RunStatusName = Literal["success", "failed", "cancelled", "blocked"]
+
+
+def _by_status() -> dict[RunStatusName, RetentionClassSettings]:
+    return {
+        "success": RetentionClassSettings(keep_days=180, archive_after_days=90),
+        "failed": RetentionClassSettings(keep_days=30),
+        "cancelled": RetentionClassSettings(keep_days=7),
+        "blocked": RetentionClassSettings(keep_days=60),
+    }
+
+
+class RetentionExceptions(_Section):
+    """Protections that keep an artifact forever (the spec's exceptions)."""
+
+    approved_artifacts: bool = True
+    golden_tasks: bool = True
+    user_starred: bool = Field(
+        True,
+        description="a starred artifact is kept forever; off: it is deleted notify_before_delete_days "
+        "after its owner is told",
+    )
+    compliance_required: bool = True
+
+
+class ArchiveSettings(_Section):
+    enabled: bool = True
+    destination: Literal["compressed_redis"] = Field(
+        "compressed_redis",
+        description="archive:artifact:{id} in Redis (s3 and filesystem: not built)",
+    )
+    compress: bool = True
+
+
+def _check_cron(value: str) -> str:
+    from croniter import croniter
+
+    if not croniter.is_valid(value):
+        raise ValueError(f"{value!r} is not a cron expression (five fields, e.g. '0 2 * * *')")
+    return value
+
+
+class RetentionSettings(_Section):
+    """Artifact lifecycle and retention (the spec's ArtifactRetention), and the daily GC."""
+
+    default_ttl_days: float = Field(
+        90, gt=0, le=36_500, description="an artifact whose run has not ended (or an orphan)"
+    )
+    by_status: dict[
+        Literal["success", "failed", "cancelled", "blocked"], RetentionClassSettings
+    ] = Field(default_factory=_by_status)
+    exceptions: RetentionExceptions = Field(default_factory=RetentionExceptions)
+    archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
+    notify_before_delete_days: float = Field(7, ge=0, le=365)
+    records_keep_days: float = Field(
+        90,
+        gt=0,
+        le=36_500,
+        description="an ended run's own records (run, termination, result, budgets, contexts, "
+        "conflicts); never shorter than its artifacts' retention",
+    )
+    gc_cron: Annotated[str, AfterValidator(_check_cron)] = Field(
+        "0 2 * * *", description="when the GC runs (UTC), a croniter expression"
+    )
+    gc_batch_size: int = Field(
+        500, ge=1, le=100_000, description="index entries read per step (each item its own call)"
+    )
+
+    @field_validator("by_status", mode="after")
+    @classmethod
+    def _every_status(
+        cls, value: dict[RunStatusName, RetentionClassSettings]
+    ) -> dict[RunStatusName, RetentionClassSettings]:
+        return {**_by_status(), **value}
+
+
 class Settings(BaseSettings):
     """Every setting of Mother-Harness. Later parts add their sections here."""
 
@@ -658,6 +743,7 @@ class Settings(BaseSettings):
     conflicts: ConflictSettings = Field(default_factory=ConflictSettings)
     gates: GateSettings = Field(default_factory=GateSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     @field_validator("models", mode="before")
     @classmethod

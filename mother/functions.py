@@ -67,6 +67,7 @@ def libraries() -> dict[str, str]:
         .replace("__GUARD_CODES__", _guard_codes())
         .replace("__SEQ_SPAN__", str(SEQ_SPAN)),
         keys.LEDGER_LIBRARY: _with_prelude(_read("ledger.lua")),
+        keys.GC_LIBRARY: _with_prelude(_read("gc.lua")),
     }
 
 

@@ -22,6 +22,8 @@ __all__ = [
     "ACTIVITY_STREAM",
     "ADMISSION_STATE",
     "ADMISSION_WAITING",
+    "ARTIFACT_ARCHIVE_DUE",
+    "ARTIFACT_EXPIRY",
     "BUDGET_LIBRARY",
     "COMMANDS_STREAM",
     "CONFLICT_INDEX",
@@ -31,6 +33,8 @@ __all__ = [
     "FUNCTIONS_LIBRARY",
     "GATE_DEADLINES",
     "GATE_WARNINGS",
+    "GC_LIBRARY",
+    "GC_REPORTS",
     "GLOBAL_BUDGET",
     "HEARTBEATS",
     "ID_PATTERN",
@@ -45,6 +49,7 @@ __all__ = [
     "RUNS_WAITING",
     "RUN_CLAIMS",
     "RUN_DEADLINES",
+    "RUN_RETENTION",
     "RUN_WARNINGS",
     "SECURITY_VIOLATIONS",
     "SUBMISSIONS_STREAM",
@@ -62,6 +67,7 @@ __all__ = [
     "conflict_key",
     "context_key",
     "context_summary_key",
+    "gc_day_key",
     "gc_report_key",
     "global_budget_key",
     "heartbeat_member",
@@ -139,11 +145,20 @@ GATE_WARNINGS = "mother:deadlines:gate_warning"
 RUNS_WAITING = "runs:waiting"
 # RediSearch index over conflict:{id} (type, strategy, decision, time), when the search module is there
 CONFLICT_INDEX = "idx:conflict"
+# zset: artifact ids by when they expire (ms); the GC reads only what is due
+ARTIFACT_EXPIRY = "artifacts:expiry"
+# zset: artifact ids by when they are due to be archived (ms)
+ARTIFACT_ARCHIVE_DUE = "artifacts:archive_due"
+# zset: ended runs by when their own records (run, termination, result, budgets, contexts, conflicts) may go
+RUN_RETENTION = "retention:runs"
+# zset: gc_report keys by when the GC that wrote them ran (ms)
+GC_REPORTS = "gc:reports"
 CONFLICT_PREFIX = "conflict:"
 # names of the Redis Functions libraries (not keys)
 FUNCTIONS_LIBRARY = "mother"
 BUDGET_LIBRARY = "mother_budget"
 LEDGER_LIBRARY = "mother_ledger"
+GC_LIBRARY = "mother_gc"
 # never written: JSON.TYPE of it tells whether RedisJSON is loaded
 PROBE_KEY = "mother:probe"
 
@@ -357,5 +372,10 @@ def access_logs_key(library_id: str) -> str:
 
 
 # GC reports
+def gc_day_key(day: str) -> str:
+    """string (SET NX, expires): the day's scheduled GC was taken by one scheduler's job."""
+    return f"gc:day:{_day(day)}"
+
+
 def gc_report_key(timestamp: str) -> str:
     return f"gc_report:{check_id(timestamp, 'timestamp')}"

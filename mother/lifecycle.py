@@ -15,6 +15,7 @@ import orjson
 
 from mother import calls, keys
 from mother.activity import flat_fields, make_event
+from mother.artifacts import retain
 from mother.budget import Guard, open_run_budget, release_reservations
 from mother.capabilities import denial
 from mother.codes import SEQ_SPAN
@@ -711,6 +712,8 @@ def finish_end(
     release_reservations(
         pipe, rt.settings, run_id, state.user_id, held, f"the run ended {record.reason}"
     )
+    # its artifacts to their retention class, its records on retention:runs (idempotent)
+    retain(pipe, rt.settings, state, record)
     ledger_at = None
     # report the run's spend (a child's cascades up), release its reservation
     if node_raw is not None:

@@ -88,6 +88,8 @@ class LocalStack:
     worker_url: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     queues: str = "agents,tools,maintenance"
+    # also run `mother cron` (the daily GC's scheduler)
+    cron: bool = False
     # restarts of one process within restart_window_seconds before respawn_dead gives up
     restart_limit: int = 5
     restart_window_seconds: float = 60.0
@@ -137,6 +139,8 @@ class LocalStack:
             self.spawn(f"mother-{i}", "run")
         for i in range(self.workers):
             self.add_worker(i)
+        if self.cron:
+            self.spawn("cron", "cron")
         return self
 
     def add_worker(self, index: int | None = None) -> subprocess.Popen[bytes]:

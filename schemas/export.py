@@ -8,6 +8,7 @@ import orjson
 from pydantic import BaseModel
 
 from schemas.activity import ActivityEvent
+from schemas.artifact import ArtifactMetadata, GCReport
 from schemas.conflict import ConflictResolution
 from schemas.context import ComposedContext, ContextSummary
 from schemas.gate import Gate
@@ -32,6 +33,8 @@ MODELS: dict[str, type[BaseModel]] = {
     "DeterministicTool": DeterministicTool,
     "ToolRegistry": ToolRegistry,
     "ToolStats": ToolStats,
+    "ArtifactMetadata": ArtifactMetadata,
+    "GCReport": GCReport,
 }
 
 

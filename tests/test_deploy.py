@@ -43,6 +43,8 @@ def acl_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, M
         _as(server.url, "mother"),
         workers=2,
         worker_url=_as(server.url, "worker"),
+        # as deployed: the maintenance queue is served by workers of the `maintenance` user
+        queues="agents,tools",
         log_dir=tmp / "logs",
         env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp / "ws")},
     ).start()
@@ -248,3 +250,52 @@ def test_a_worker_started_before_mother_waits_for_the_functions_its_user_may_not
         stack.stop()
         server.stop()
     assert "waiting_for_server_functions" in log.read_text()
+
+
+def test_the_maintenance_user_collects_and_the_worker_user_cannot_remove_run_records(
+    acl_stack: tuple[str, MotherClient], tmp_path: Path
+) -> None:
+    """The GC job runs on a maintenance worker as the `maintenance` ACL user: it removes an ended run's
+    records. The `worker` user may not: the GC's report names the refusal and the fix."""
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    from mother.errors import ConfigError
+    from mother.runtime import Runtime
+    from tests.test_pipeline import wait_until
+    from workers.gc import collect
+
+    url, client = acl_stack
+    run_id = client.submit(example("three-phase"))
+    assert client.wait(run_id, 60).termination.reason == "success"
+    far = "2099-01-01T00:00:00.000Z"
+    as_worker = connect(_as(url, "worker"))
+    with pytest.raises(
+        ConfigError, match="run the maintenance worker as the ACL user `maintenance`"
+    ):
+        collect(
+            Runtime(settings=load_settings(redis_url=_as(url, "worker")), redis=as_worker),
+            now_ms=4_070_908_800_000,
+        )
+    assert client.redis.exists(keys.run_key(run_id)) == 1
+    maint = LocalStack(
+        _as(url, "maintenance"),
+        workers=1,
+        mothers=0,
+        queues="maintenance",
+        log_dir=tmp_path / "logs",
+        env=FAST_ENV,
+    ).start()
+    try:
+        admin = redis.Redis.from_url(_as(url, "admin"))
+        job = Queue("maintenance", connection=admin, serializer=JSONSerializer).enqueue_call(
+            "workers.gc.run", kwargs={"now": far}
+        )
+        wait_until(lambda: job.get_status(refresh=True) in ("finished", "failed"), timeout=60)
+        result = job.latest_result()
+        assert job.get_status() == "finished", result.exc_string if result else None
+        report = job.return_value()
+        assert report["errors"] == [] and report["runs_removed"] >= 1
+        assert client.redis.exists(keys.run_key(run_id)) == 0
+    finally:
+        maint.stop()

@@ -24,6 +24,7 @@ from typing import Any
 from rq import get_current_job
 
 from mother import keys
+from mother.artifacts import artifact_default
 from mother.budget import Guard
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
@@ -250,7 +251,15 @@ def _report(rt: Runtime, result: PhaseResult, token: str, member: str, meters: l
             kind="phase_output",
             content=result.output,
         )
-        store_artifact(pipe, artifact, rt.clock.now_iso())
+        now_ms = rt.clock.now_ms()
+        expires_ms = artifact_default(rt.settings, now_ms)
+        store_artifact(
+            pipe,
+            artifact,
+            rt.clock.iso(now_ms),
+            expires_ms=expires_ms,
+            expires_at=rt.clock.iso(expires_ms),
+        )
     pipe.xadd(
         keys.EVENTS_STREAM,
         {"type": EVENT_PHASE_RESULT, "payload": result.to_json(), "token": token},

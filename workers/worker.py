@@ -53,7 +53,7 @@ def warm_up(settings: Settings) -> None:
 
 
 # the job functions of this project a worker runs (and worker.allowed_jobs)
-PROJECT_JOBS = frozenset({JOB_FUNCTION})
+PROJECT_JOBS = frozenset({JOB_FUNCTION, "workers.gc.run", "workers.gc.scheduled"})
 
 
 def job_refusal(job: Job, allowed: frozenset[str]) -> str | None:

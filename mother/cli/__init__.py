@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from mother.cli import admin, budget, gates, inspect, runs, services, signing, tools
+from mother.cli import admin, artifacts, budget, gates, inspect, runs, services, signing, tools
 from mother.cli._common import fail
 
 __all__ = ["app", "main"]
@@ -24,6 +24,7 @@ app.command()(admin.server)
 app.command()(services.up)
 app.command("run")(services.run)
 app.command()(services.worker)
+app.command()(services.cron)
 app.command()(runs.submit)
 app.command()(runs.status)
 app.command()(runs.wait)
@@ -39,6 +40,8 @@ schema_app.command("export")(admin.schema_export)
 app.add_typer(schema_app, name="schema")
 app.add_typer(budget.app, name="budget")
 app.add_typer(tools.app, name="tools")
+app.add_typer(artifacts.artifacts_app, name="artifacts")
+app.add_typer(artifacts.gc_app, name="gc")
 app.add_typer(signing.keys_app, name="keys")
 app.command()(signing.sign)
 app.command()(signing.verify)

@@ -63,6 +63,16 @@ def worker(
 
 
 @handle_errors
+def cron() -> None:
+    """Run the scheduler of the daily artifact GC (RQ's CronScheduler, retention.gc_cron, UTC): it
+    enqueues workers.gc.scheduled on the maintenance queue, and at start one for a missed day. Run one
+    or more; a SET NX per day lets only one GC a day through."""
+    from mother.artifacts.schedule import start_cron
+
+    start_cron(settings())
+
+
+@handle_errors
 def up(
     port: Annotated[
         int | None, typer.Option(min=1, max=65535, help="embedded Redis port (default from config)")
@@ -95,7 +105,11 @@ def up(
 
     with server:
         stack = LocalStack(
-            server.url, workers=workers, log_dir=server.dir / "logs", env=DEV_ENV if dev else {}
+            server.url,
+            workers=workers,
+            log_dir=server.dir / "logs",
+            env=DEV_ENV if dev else {},
+            cron=True,
         )
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)

@@ -1,0 +1,268 @@
+#!lua name=mother_gc
+-- Artifact lifecycle and retention (seed 003 §6). Each function changes one artifact or one run, in
+-- one step, and checks first that the index still says it is due: a GC killed half way and run again
+-- finishes the first's work and removes nothing twice. Times are the caller's `now` (the server's
+-- clock, read by the GC, or given to it to collect as of another time).
+
+-- the bytes a key holds (0 when it does not exist)
+local function usage(key)
+  return tonumber(redis.call('MEMORY', 'USAGE', key) or 0) or 0
+end
+
+local function audit(stream, maxlen, at, kind, fields)
+  local args = {stream, 'MAXLEN', '~', maxlen, '*', 'type', kind, 'at', at}
+  if fields.run_id then
+    table.insert(args, 'run_id'); table.insert(args, fields.run_id)
+    fields.run_id = nil
+  end
+  table.insert(args, 'data'); table.insert(args, cjson.encode(fields))
+  redis.call('XADD', unpack(args))
+end
+
+local function set_fields(key, fields)
+  for path, value in pairs(fields) do
+    redis.call('JSON.SET', key, '$.' .. path, cjson.encode(value))
+  end
+end
+
+-- mh_retain: a run ended; move its accepted artifacts to their retention class and schedule its
+-- records. A protected artifact leaves the indexes (kept forever); one that is gone is skipped.
+-- Idempotent (Mother applies an end again after a crash).
+-- KEYS: 1 artifacts:expiry, 2 artifacts:archive_due, 3 retention:runs, 4.. artifact_meta:{id}
+-- ARGV: 1 run_id, 2 class, 3 expires_ms, 4 archive_ms ('' none), 5 records_ms, then per artifact its
+--       id (in KEYS order)
+local function mh_retain(keys, args)
+  local cls, expires, archive, records = args[2], tonumber(args[3]), args[4], tonumber(args[5])
+  local expires_iso = iso(expires)
+  local archive_iso = archive ~= '' and iso(tonumber(archive)) or nil
+  local moved = 0
+  for i = 4, #keys do
+    local id = args[6 + i - 4]
+    local doc = get_doc(keys[i])
+    if doc then
+      local fields = {retention_class = cls, expires_at = expires_iso}
+      if doc.status ~= 'archived' and archive_iso then fields.archive_due_at = archive_iso end
+      set_fields(keys[i], fields)
+      if doc.protected then
+        -- kept forever while protected; its times stay on it for when it is not
+        redis.call('ZREM', keys[1], id)
+        redis.call('ZREM', keys[2], id)
+      else
+        redis.call('ZADD', keys[1], expires, id)
+        if doc.status ~= 'archived' and archive_iso then
+          redis.call('ZADD', keys[2], tonumber(archive), id)
+        end
+        moved = moved + 1
+      end
+    end
+  end
+  redis.call('ZADD', keys[3], records, args[1])
+  return moved
+end
+
+-- mh_gc_expire: delete one expired artifact (its content, archive and metadata), or skip it.
+-- KEYS: 1 artifact_meta, 2 artifact, 3 archive:artifact, 4 artifacts:expiry, 5 artifacts:archive_due,
+--       6 activity
+-- ARGV: 1 id, 2 now_ms, 3 notify_ms (a starred one's grace; '' : starred ones are protected),
+--       4 activity maxlen
+-- Returns {outcome, bytes}: deleted, protected, deferred, not_due, gone.
+local function mh_gc_expire(keys, args)
+  local id, now = args[1], tonumber(args[2])
+  local score = redis.call('ZSCORE', keys[4], id)
+  if not score then return {'not_due', 0} end
+  if tonumber(score) > now then return {'not_due', 0} end
+  local at = iso(now)
+  local doc = get_doc(keys[1])
+  if doc and doc.protected then
+    redis.call('ZREM', keys[4], id)
+    redis.call('ZREM', keys[5], id)
+    return {'protected', 0}
+  end
+  if doc and doc.user_starred and doc.status ~= 'scheduled_deletion' then
+    if args[3] == '' then
+      redis.call('ZREM', keys[4], id)
+      redis.call('ZREM', keys[5], id)
+      return {'protected', 0}
+    end
+    local later = now + tonumber(args[3])
+    set_fields(keys[1], {status = 'scheduled_deletion', expires_at = iso(later), deletion_notified_at = at})
+    redis.call('ZADD', keys[4], later, id)
+    audit(keys[6], args[4], at, 'artifact_deletion_scheduled',
+      {run_id = doc.run_id, artifact_id = id, delete_at = iso(later),
+       message = 'a starred artifact expired: it is deleted at delete_at unless it is protected'})
+    return {'deferred', 0}
+  end
+  local freed = usage(keys[1]) + usage(keys[2]) + usage(keys[3])
+  local removed = redis.call('DEL', keys[1], keys[2], keys[3])
+  redis.call('ZREM', keys[4], id)
+  redis.call('ZREM', keys[5], id)
+  audit(keys[6], args[4], at, 'artifact_deleted',
+    {run_id = doc and doc.run_id or nil, artifact_id = id, bytes = freed, keys = removed})
+  if not doc then return {'gone', freed} end
+  return {'deleted', freed}
+end
+
+-- mh_gc_archive: replace an artifact's active copy with its compressed archive (made by the GC from
+-- the content whose sha1 it gives: if the content changed since, nothing is done).
+-- KEYS: 1 artifact_meta, 2 artifact, 3 archive:artifact, 4 artifacts:archive_due
+-- ARGV: 1 id, 2 now_ms, 3 sha1 of the content the archive holds, 4 the archive's bytes
+-- Returns {outcome, bytes freed}: archived, protected, not_due, changed, gone.
+local function mh_gc_archive(keys, args)
+  local id, now = args[1], tonumber(args[2])
+  local score = redis.call('ZSCORE', keys[4], id)
+  if not score or tonumber(score) > now then return {'not_due', 0} end
+  local doc = get_doc(keys[1])
+  local raw = redis.call('JSON.GET', keys[2])
+  if not doc or not raw or doc.status == 'archived' then
+    redis.call('ZREM', keys[4], id)
+    return {'gone', 0}
+  end
+  if doc.protected then
+    redis.call('ZREM', keys[4], id)
+    return {'protected', 0}
+  end
+  if redis.sha1hex(raw) ~= args[3] then return {'changed', 0} end
+  local before = usage(keys[2])
+  redis.call('SET', keys[3], args[4])
+  redis.call('DEL', keys[2])
+  set_fields(keys[1], {status = 'archived', archived_at = iso(now)})
+  redis.call('ZREM', keys[4], id)
+  return {'archived', before - usage(keys[3])}
+end
+
+-- mh_gc_forget_run: remove an ended run's own records and its entries in the run indexes, if its
+-- retention is still due (a starred or protected artifact's run was re-scheduled by the GC instead).
+-- KEYS: 1 retention:runs, 2 runs:all, 3 runs:user:{user}, 4 the reason's termination index,
+--       5 activity, 6.. the run's keys (run, termination, result, budgets, limits, contexts, ...)
+-- ARGV: 1 run_id, 2 now_ms, 3 activity maxlen
+-- Returns {removed keys, bytes} or {-1, 0} when not due.
+local function mh_gc_forget_run(keys, args)
+  local run_id, now = args[1], tonumber(args[2])
+  local score = redis.call('ZSCORE', keys[1], run_id)
+  if not score or tonumber(score) > now then return {-1, 0} end
+  local freed = 0
+  for i = 6, #keys do freed = freed + usage(keys[i]) end
+  local removed = 0
+  if #keys >= 6 then removed = redis.call('DEL', unpack(keys, 6)) end
+  redis.call('ZREM', keys[1], run_id)
+  redis.call('ZREM', keys[2], run_id)
+  redis.call('ZREM', keys[3], run_id)
+  redis.call('ZREM', keys[4], run_id)
+  audit(keys[5], args[3], iso(now), 'run_records_removed', {run_id = run_id, keys = removed, bytes = freed})
+  return {removed, freed}
+end
+
+local function ms_of(text)
+  -- 'YYYY-MM-DDTHH:MM:SS.mmmZ' -> ms (the inverse of iso)
+  local y, m, d, hh, mm, ss, ms = string.match(text, '^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)%.(%d+)Z$')
+  y, m, d = tonumber(y), tonumber(m), tonumber(d)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = (m + 9) % 12
+  local doy = math.floor((153 * mp + 2) / 5) + d - 1
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  local days = era * 146097 + doe - 719468
+  return ((days * 24 + tonumber(hh)) * 60 + tonumber(mm)) * 60000 + tonumber(ss) * 1000 + tonumber(ms)
+end
+
+-- back on the indexes by the times it carries (an artifact no longer protected)
+local function reindex(doc, id, expiry, archive_due)
+  if doc.expires_at and doc.expires_at ~= cjson.null then
+    redis.call('ZADD', expiry, ms_of(doc.expires_at), id)
+  end
+  if doc.status == 'active' and doc.archive_due_at and doc.archive_due_at ~= cjson.null then
+    redis.call('ZADD', archive_due, ms_of(doc.archive_due_at), id)
+  end
+end
+
+-- mh_artifact_control: a person's control of one artifact, checked and applied in one step.
+-- KEYS: 1 artifact_meta, 2 artifact, 3 archive:artifact, 4 artifacts:expiry, 5 artifacts:archive_due,
+--       6 activity
+-- ARGV: 1 op (star|unstar|protect|unprotect|delete), 2 id, 3 now_ms, 4 actor, 5 reason (protect),
+--       6 '1' when a star protects (exceptions.user_starred), 7 activity maxlen
+-- Returns the metadata as JSON after the op ('' after delete).
+local function mh_artifact_control(keys, args)
+  local op, id, now, actor = args[1], args[2], tonumber(args[3]), args[4]
+  local doc = get_doc(keys[1])
+  if not doc then return redis.error_reply('ERR no artifact ' .. id .. ' (no artifact_meta:' .. id .. ')') end
+  local at = iso(now)
+  if op == 'star' or op == 'protect' then
+    local reason = op == 'star' and 'user_starred' or args[5]
+    local fields = {}
+    if op == 'star' then fields.user_starred = true end
+    if op == 'protect' or args[6] == '1' then
+      if not doc.protected then
+        fields.protected = true
+        fields.protection_reason = reason
+      elseif op == 'protect' then
+        fields.protection_reason = reason
+      end
+      -- protected: never collected, so off the indexes
+      redis.call('ZREM', keys[4], id)
+      redis.call('ZREM', keys[5], id)
+    end
+    if doc.status == 'scheduled_deletion' and (fields.protected or doc.protected) then
+      fields.status = 'active'
+    end
+    set_fields(keys[1], fields)
+  elseif op == 'unstar' or op == 'unprotect' then
+    local fields = {}
+    if op == 'unstar' then fields.user_starred = false end
+    local lifts = (op == 'unprotect' and doc.protected) or
+      (op == 'unstar' and doc.protected and doc.protection_reason == 'user_starred')
+    if lifts then
+      fields.protected = false
+      fields.protection_reason = cjson.null
+      doc.protected = false
+      reindex(doc, id, keys[4], keys[5])
+    end
+    set_fields(keys[1], fields)
+  elseif op == 'delete' then
+    if doc.protected then
+      return redis.error_reply('ERR artifact ' .. id .. ' is protected (' .. tostring(doc.protection_reason) ..
+        '): unprotect it first')
+    end
+    local freed = usage(keys[1]) + usage(keys[2]) + usage(keys[3])
+    local removed = redis.call('DEL', keys[1], keys[2], keys[3])
+    redis.call('ZREM', keys[4], id)
+    redis.call('ZREM', keys[5], id)
+    audit(keys[6], args[7], at, 'artifact_deleted',
+      {run_id = doc.run_id, artifact_id = id, bytes = freed, keys = removed, actor = actor, early = true})
+    return ''
+  else
+    return redis.error_reply('ERR unknown artifact op ' .. tostring(op))
+  end
+  audit(keys[6], args[7], at, 'artifact_' .. op .. (op:sub(-1) == 'r' and 'red' or 'ed'),
+    {run_id = doc.run_id, artifact_id = id, actor = actor, reason = args[5] ~= '' and args[5] or nil})
+  return redis.call('JSON.GET', keys[1])
+end
+
+-- mh_artifact_restore: put an archived artifact's content back (the GC's archive, decompressed and
+-- checked by the caller) and drop the archive.
+-- KEYS: 1 artifact_meta, 2 artifact, 3 archive:artifact, 4 activity
+-- ARGV: 1 id, 2 the content (JSON), 3 now_ms, 4 actor, 5 activity maxlen, 6 sha1 of the archive read
+local function mh_artifact_restore(keys, args)
+  local doc = get_doc(keys[1])
+  if not doc then return redis.error_reply('ERR no artifact ' .. args[1]) end
+  local blob = redis.call('GET', keys[3])
+  if doc.status ~= 'archived' or not blob then
+    return redis.error_reply('ERR artifact ' .. args[1] .. ' is not archived (status ' .. tostring(doc.status) .. ')')
+  end
+  if redis.sha1hex(blob) ~= args[6] then
+    return redis.error_reply('ERR the archive of ' .. args[1] .. ' changed while it was read; try again')
+  end
+  redis.call('JSON.SET', keys[2], '$', args[2])
+  redis.call('DEL', keys[3])
+  set_fields(keys[1], {status = 'active', archived_at = cjson.null, archive_due_at = cjson.null})
+  audit(keys[4], args[5], iso(tonumber(args[3])), 'artifact_restored',
+    {run_id = doc.run_id, artifact_id = args[1], actor = args[4]})
+  return redis.call('JSON.GET', keys[1])
+end
+
+redis.register_function('mh_retain', mh_retain)
+redis.register_function('mh_gc_expire', mh_gc_expire)
+redis.register_function('mh_gc_archive', mh_gc_archive)
+redis.register_function('mh_gc_forget_run', mh_gc_forget_run)
+redis.register_function('mh_artifact_control', mh_artifact_control)
+redis.register_function('mh_artifact_restore', mh_artifact_restore)

@@ -1,0 +1,402 @@
+"""Artifact lifecycle and retention: each retention class with the clock moved (the GC collects as of a
+time it is given), starred deferral, protection, archive and restore byte for byte, a GC killed half
+way and run again, the daily schedule (two schedulers, one GC a day; a missed day caught up), the
+records of ended runs, the user controls, and Mother setting retention at a real run's end."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from rq import Queue
+from rq.serializers import JSONSerializer
+
+from mother import keys
+from mother.artifacts import retention_for
+from mother.artifacts.controls import control, list_for_run, reports, restore_artifact
+from mother.artifacts.policy import DAY_MS, REASON_CLASS
+from mother.artifacts.schedule import JsonCronJob, catch_up
+from mother.config import Settings
+from mother.errors import InvalidSpec
+from mother.functions import load_functions
+from mother.records.artifacts import queue_retain, read_meta, store_artifact
+from mother.runtime import Runtime
+from schemas import iso_from_ms
+from schemas.artifact import Artifact
+from schemas.termination import TERMINATION_REASONS
+from tests.conftest import Pipeline, run_cli, start_pipeline, stop_pipeline
+from tests.test_pipeline import example, wait_until
+from workers.gc import collect
+
+T0 = 1_795_000_000_000  # 2026-11-18T...
+
+
+def _rt(r: redis.Redis, **retention: Any) -> Runtime:
+    load_functions(r)
+    return Runtime(settings=Settings(retention=retention) if retention else Settings(), redis=r)
+
+
+def _run(
+    rt: Runtime, run_id: str, reason: str, end_ms: int, n: int = 2, *, user: str = "alice"
+) -> list[str]:
+    """A run that ended ``reason`` at ``end_ms`` with ``n`` artifacts, its records, and its retention
+    set as Mother sets it at the end."""
+    ids = [f"art-{run_id}-{i}" for i in range(n)]
+    pipe = rt.redis.pipeline(transaction=False)
+    for i, artifact_id in enumerate(ids):
+        store_artifact(
+            pipe,
+            Artifact(
+                artifact_id=artifact_id,
+                run_id=run_id,
+                phase=f"p{i}",
+                attempt=1,
+                kind="phase_output",
+                content=f"output {i} of {run_id} " + "x" * 200,
+            ),
+            iso_from_ms(end_ms - 1000),
+            expires_ms=end_ms - 1000 + int(90 * DAY_MS),
+            expires_at=iso_from_ms(end_ms - 1000 + int(90 * DAY_MS)),
+        )
+    run = {
+        "run_id": run_id,
+        "user_id": user,
+        "reason": reason,
+        "spec": {"pipeline": [{"name": f"p{i}"} for i in range(n)]},
+        "artifacts": ids,
+        "conflicts": [f"cf-{run_id}"],
+    }
+    pipe.execute_command("JSON.SET", keys.run_key(run_id), "$", orjson.dumps(run))
+    pipe.execute_command(
+        "JSON.SET", keys.termination_key(run_id), "$", orjson.dumps({"reason": reason})
+    )
+    for key in (
+        keys.result_key(run_id),
+        keys.run_budget_key(run_id),
+        keys.conflict_key(f"cf-{run_id}"),
+    ):
+        pipe.execute_command("JSON.SET", key, "$", "{}")
+    for i in range(n):
+        pipe.execute_command("JSON.SET", keys.context_key(run_id, i), "$", "{}")
+    pipe.zadd(keys.RUNS_INDEX, {run_id: end_ms})
+    pipe.zadd(keys.user_runs_key(user), {run_id: end_ms})
+    pipe.zadd(keys.termination_reason_index_key(reason), {run_id: end_ms})
+    retention = retention_for(rt.settings, reason, end_ms)
+    queue_retain(
+        pipe,
+        run_id,
+        ids,
+        retention_class=retention.retention_class,
+        expires_ms=retention.expires_ms,
+        archive_ms=retention.archive_ms,
+        records_ms=retention.records_ms,
+    )
+    pipe.execute()
+    return ids
+
+
+def _exists(r: redis.Redis, artifact_id: str) -> tuple[bool, bool, bool]:
+    return (
+        bool(r.exists(keys.artifact_key(artifact_id))),
+        bool(r.exists(keys.archive_artifact_key(artifact_id))),
+        bool(r.exists(keys.artifact_meta_key(artifact_id))),
+    )
+
+
+def test_every_termination_reason_has_a_class() -> None:
+    assert set(REASON_CLASS) == set(TERMINATION_REASONS)
+    assert {REASON_CLASS[r] for r in ("timeout", "catastrophic_error", "budget_exhausted")} == {
+        "failed"
+    }
+    assert (REASON_CLASS["user_cancelled"], REASON_CLASS["approval_denied"]) == (
+        "cancelled",
+        "blocked",
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "keep_days", "archive_days"),
+    [
+        ("success", 180, 90),
+        ("retries_exhausted", 30, None),
+        ("user_cancelled", 7, None),
+        ("blocked", 60, None),
+    ],
+)
+def test_each_retention_class_with_the_clock_moved(
+    r: redis.Redis, reason: str, keep_days: int, archive_days: int | None
+) -> None:
+    rt = _rt(r)
+    end = T0
+    ids = _run(rt, "run-a", reason, end)
+    meta = read_meta(r, ids[0])
+    assert meta.retention_class == REASON_CLASS[reason]
+    assert meta.expires_at == iso_from_ms(end + keep_days * DAY_MS)
+    # a day before: nothing goes
+    before = collect(rt, now_ms=end + (keep_days - 1) * DAY_MS - 1)
+    assert before.scheduled_deletion == 0
+    if archive_days is not None:
+        assert before.archived == 2 and _exists(r, ids[0]) == (False, True, True)
+        assert read_meta(r, ids[0]).status == "archived"
+    else:
+        assert before.archived == 0 and _exists(r, ids[0]) == (True, False, True)
+    after = collect(rt, now_ms=end + keep_days * DAY_MS + 1)
+    assert after.scheduled_deletion == 2 and all(
+        _exists(r, a) == (False, False, False) for a in ids
+    )
+    assert after.bytes_freed > 0
+    # records: never shorter than the artifacts (max(90, keep_days) days)
+    records_day = max(90, keep_days)
+    assert r.exists(keys.run_key("run-a")) == (1 if records_day > keep_days else 0)
+    done = collect(rt, now_ms=end + records_day * DAY_MS + 1)
+    assert (
+        r.exists(keys.run_key("run-a"), keys.termination_key("run-a"), keys.result_key("run-a"))
+        == 0
+    )
+    assert r.exists(keys.context_key("run-a", 0), keys.conflict_key("cf-run-a")) == 0
+    for index in (
+        keys.RUNS_INDEX,
+        keys.user_runs_key("alice"),
+        keys.termination_reason_index_key(reason),
+    ):
+        assert r.zscore(index, "run-a") is None
+    assert done.runs_removed + after.runs_removed == 1
+    kinds = [f["type"] for _, f in r.xrange(keys.ACTIVITY_STREAM)]
+    assert kinds.count("artifact_deleted") == 2 and "run_records_removed" in kinds
+    assert "garbage_collection" in kinds
+
+
+def test_the_gc_reads_only_what_is_due(r: redis.Redis) -> None:
+    """Its scanned count is what expired, not what is stored."""
+    rt = _rt(r)
+    for i in range(30):
+        _run(rt, f"old-{i}", "user_cancelled", T0, n=1)
+    for i in range(200):
+        _run(rt, f"new-{i}", "success", T0 + 100 * DAY_MS, n=1)
+    report = collect(rt, now_ms=T0 + 7 * DAY_MS + 1)
+    assert (report.scanned_count, report.scheduled_deletion) == (30, 30)
+    assert r.zcard(keys.ARTIFACT_EXPIRY) == 200
+
+
+def test_starred_deferral_and_protection(r: redis.Redis) -> None:
+    """With exceptions.user_starred off, a starred artifact is deferred 7 days with a notice, then
+    deleted; a protected one is never deleted (nor is its run's record); by default a star protects."""
+    rt = _rt(r, exceptions={"user_starred": False})
+    starred, protected = _run(rt, "run-s", "retries_exhausted", T0)
+    control(r, rt.settings, "star", starred, actor="bob", now_ms=T0)
+    control(r, rt.settings, "protect", protected, actor="bob", now_ms=T0, reason="golden_task")
+    assert r.zscore(keys.ARTIFACT_EXPIRY, protected) is None
+    due = T0 + 30 * DAY_MS + 1
+    first = collect(rt, now_ms=due)
+    assert (first.deferred, first.scheduled_deletion) == (1, 0)
+    meta = read_meta(r, starred)
+    assert meta.status == "scheduled_deletion" and meta.expires_at == iso_from_ms(due + 7 * DAY_MS)
+    notice = [
+        orjson.loads(f["data"])
+        for _, f in r.xrange(keys.ACTIVITY_STREAM)
+        if f["type"] == "artifact_deletion_scheduled"
+    ]
+    assert notice and notice[0]["artifact_id"] == starred
+    assert collect(rt, now_ms=due + 7 * DAY_MS - 1).scheduled_deletion == 0
+    assert collect(rt, now_ms=due + 7 * DAY_MS + 1).scheduled_deletion == 1
+    assert _exists(r, starred) == (False, False, False)
+    # the protected one stays, and so does its run's record, far past every retention
+    far = collect(rt, now_ms=T0 + 3650 * DAY_MS)
+    assert _exists(r, protected) == (True, False, True) and far.runs_kept == 1
+    assert r.exists(keys.run_key("run-s")) == 1
+    with pytest.raises(InvalidSpec, match="is protected \\(golden_task\\): unprotect it first"):
+        control(r, rt.settings, "delete", protected, actor="bob", now_ms=T0)
+    # the default: a star protects
+    default = _rt(r)
+    (kept,) = _run(default, "run-d", "user_cancelled", T0, n=1)
+    after_star = control(r, default.settings, "star", kept, actor="bob", now_ms=T0)
+    assert after_star is not None and after_star["protection_reason"] == "user_starred"
+    assert collect(default, now_ms=T0 + 8 * DAY_MS).scheduled_deletion == 0
+    # unstarred: back on the index by the time it carries
+    control(r, default.settings, "unstar", kept, actor="bob", now_ms=T0)
+    assert r.zscore(keys.ARTIFACT_EXPIRY, kept) == T0 + 7 * DAY_MS
+    assert collect(default, now_ms=T0 + 8 * DAY_MS).scheduled_deletion == 1
+
+
+def test_archive_and_restore_give_back_the_exact_bytes(r: redis.Redis) -> None:
+    rt = _rt(r)
+    (artifact_id,) = _run(rt, "run-z", "success", T0, n=1)
+    before = r.execute_command("JSON.GET", keys.artifact_key(artifact_id))
+    report = collect(rt, now_ms=T0 + 91 * DAY_MS)
+    assert report.archived == 1 and report.bytes_freed > 0
+    assert r.strlen(keys.archive_artifact_key(artifact_id)) > 0
+    meta = read_meta(r, artifact_id)
+    assert meta.status == "archived" and meta.archived_at is not None
+    restored = restore_artifact(r, rt.settings, artifact_id, actor="bob", now_ms=T0 + 92 * DAY_MS)
+    assert restored["status"] == "active"
+    assert r.execute_command("JSON.GET", keys.artifact_key(artifact_id)) == before
+    assert r.exists(keys.archive_artifact_key(artifact_id)) == 0
+    with pytest.raises(InvalidSpec, match="is not archived"):
+        restore_artifact(r, rt.settings, artifact_id, actor="bob", now_ms=T0)
+
+
+def _collect_forever(url: str, now_ms: int) -> None:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    rt = Runtime(settings=Settings(retention={"gc_batch_size": 5}), redis=client)
+    collect(rt, now_ms=now_ms)
+
+
+def test_a_gc_killed_half_way_is_finished_by_the_next_and_removes_nothing_twice(
+    r: redis.Redis, redis_url: str
+) -> None:
+    rt = _rt(r, gc_batch_size=5)
+    all_ids = [a for i in range(400) for a in _run(rt, f"k-{i}", "user_cancelled", T0, n=1)]
+    now = T0 + 8 * DAY_MS
+    proc = multiprocessing.get_context("fork").Process(
+        target=_collect_forever, args=(redis_url, now)
+    )
+    proc.start()
+    wait_until(lambda: r.zcard(keys.ARTIFACT_EXPIRY) < 300, timeout=60, step=0.001)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    left = r.zcard(keys.ARTIFACT_EXPIRY)
+    assert 0 < left < 400, "the first GC was killed before it finished"
+    report = collect(rt, now_ms=now)
+    assert report.scheduled_deletion == left and report.errors == []
+    assert all(_exists(r, a) == (False, False, False) for a in all_ids)
+    deleted = [
+        orjson.loads(f["data"])["artifact_id"]
+        for _, f in r.xrange(keys.ACTIVITY_STREAM, count=100_000)
+        if f["type"] == "artifact_deleted"
+    ]
+    assert sorted(deleted) == sorted(all_ids)  # each once
+
+
+def test_dry_run_changes_nothing(r: redis.Redis) -> None:
+    rt = _rt(r)
+    ids = _run(rt, "run-y", "user_cancelled", T0)
+    snapshot = {a: _exists(r, a) for a in ids}
+    report = collect(rt, now_ms=T0 + 100 * DAY_MS, dry_run=True)
+    assert (report.scheduled_deletion, report.runs_removed, report.dry_run) == (2, 1, True)
+    assert {a: _exists(r, a) for a in ids} == snapshot and r.zcard(keys.GC_REPORTS) == 0
+
+
+def test_controls_refuse_what_is_wrong(r: redis.Redis) -> None:
+    rt = _rt(r)
+    (artifact_id,) = _run(rt, "run-c", "success", T0, n=1)
+    for op, reason, says in (
+        ("protect", "whim", "protect needs --reason"),
+        ("explode", "", "unknown artifact op"),
+    ):
+        with pytest.raises(InvalidSpec, match=says):
+            control(r, rt.settings, op, artifact_id, actor="bob", now_ms=T0, reason=reason)
+    off = _rt(r, exceptions={"compliance_required": False})
+    with pytest.raises(InvalidSpec, match="compliance_required is off"):
+        control(
+            r, off.settings, "protect", artifact_id, actor="bob", now_ms=T0, reason="compliance"
+        )
+    with pytest.raises(Exception, match="no artifact 'art-nope'"):
+        control(r, rt.settings, "star", "art-nope", actor="bob", now_ms=T0)
+    assert [m["artifact_id"] for m in list_for_run(r, "run-c")] == [artifact_id]
+
+
+def test_two_schedulers_one_gc_a_day_and_a_missed_day_caught_up(r: redis.Redis) -> None:
+    """The cron job takes its day with SET NX: a second scheduler's job that day does nothing. A
+    scheduler starting after a day whose 02:00 passed with no GC enqueues one; after one ran, none."""
+    rt = _rt(r)
+    queue = Queue("maintenance", connection=redis.Redis(**_plain(r)), serializer=JSONSerializer)
+    assert catch_up(rt, "0 2 * * *", queue) is True
+    assert queue.count == 1
+    job = queue.jobs[0]
+    assert job.func_name == "workers.gc.scheduled"
+    # the day's GC ran: a second scheduler starting now enqueues nothing
+    from datetime import UTC, datetime
+
+    from croniter import croniter
+
+    now = datetime.fromtimestamp(rt.clock.now_ms() / 1000, UTC).replace(tzinfo=None)
+    day = croniter("0 2 * * *", now).get_prev(datetime).strftime("%Y-%m-%d")
+    assert r.set(keys.gc_day_key(day), "x", nx=True)
+    assert catch_up(rt, "0 2 * * *", queue) is False and queue.count == 1
+    # RQ's cron job enqueues JSON our workers read
+    cron_job = JsonCronJob(
+        queue_name="maintenance", func_name="workers.gc.scheduled", cron="0 2 * * *"
+    )
+    enqueued = cron_job.enqueue(redis.Redis(**_plain(r)))
+    assert enqueued.func_name == "workers.gc.scheduled" and queue.count == 2
+
+
+def _plain(r: redis.Redis) -> dict[str, Any]:
+    kwargs = r.connection_pool.connection_kwargs
+    return {"host": kwargs["host"], "port": kwargs["port"], "db": kwargs.get("db", 0)}
+
+
+# -- with real Mother and workers ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    p = start_pipeline(tmp_path_factory.mktemp("gc"))
+    yield p
+    stop_pipeline(p)
+
+
+def test_mother_sets_retention_at_a_runs_end_and_the_gc_job_runs_once_a_day(
+    stack: Pipeline,
+) -> None:
+    run_id = stack.client.submit(example("three-phase"))
+    envelope = stack.wait(run_id)
+    end_ms = envelope.termination.timestamp_ms
+    assert end_ms is not None
+    for artifact_id in envelope.artifacts:
+        meta = read_meta(stack.redis, artifact_id)
+        assert meta.retention_class == "success"
+        assert meta.expires_at == iso_from_ms(end_ms + 180 * DAY_MS)
+        assert meta.archive_due_at == iso_from_ms(end_ms + 90 * DAY_MS)
+        assert stack.redis.zscore(keys.ARTIFACT_EXPIRY, artifact_id) == end_ms + 180 * DAY_MS
+    assert stack.redis.zscore(keys.RUN_RETENTION, run_id) == end_ms + 180 * DAY_MS
+    # the scheduled job on a real worker: the first of the day collects, the second does nothing
+    queue = Queue(
+        "maintenance", connection=redis.Redis.from_url(stack.url), serializer=JSONSerializer
+    )
+    first = queue.enqueue_call("workers.gc.scheduled")
+    second = queue.enqueue_call("workers.gc.scheduled")
+    wait_until(
+        lambda: (
+            first.get_status(refresh=True) == "finished"
+            and second.get_status(refresh=True) == "finished"
+        ),
+        timeout=60,
+    )
+    results = sorted([first.return_value(), second.return_value()], key=lambda x: "skipped" in x)
+    assert "scanned_count" in results[0] and results[1]["skipped"] is True
+    assert len(reports(stack.redis)) == 1
+
+
+def test_gc_and_artifacts_cli(stack: Pipeline) -> None:
+    env = {"MOTHER_REDIS_URL": stack.url}
+    run_id = stack.client.submit(example("three-phase"))
+    artifact_id = stack.wait(run_id).artifacts[0]
+    listed = run_cli("artifacts", "list", run_id, env=env)
+    assert listed.returncode == 0 and artifact_id in listed.stdout and "success" in listed.stdout
+    starred = run_cli("artifacts", "star", artifact_id, "--actor", "bob", env=env)
+    assert starred.returncode == 0 and "protected True (user_starred)" in starred.stdout
+    refused = run_cli("artifacts", "delete", artifact_id, env=env)
+    assert refused.returncode != 0 and "is protected" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    shown = orjson.loads(run_cli("artifacts", "show", artifact_id, env=env).stdout)
+    assert shown["metadata"]["user_starred"] is True and "content_preview" in shown
+    dry = run_cli("gc", "run", "--dry-run", "--now", "2099-01-01T00:00:00.000Z", env=env)
+    assert dry.returncode == 0 and "dry run" in dry.stdout
+    assert read_meta(stack.redis, artifact_id).status == "active"
+    ran = run_cli("gc", "run", "--now", "2099-01-01T00:00:00.000Z", env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert _exists(stack.redis, artifact_id) == (True, False, True)  # starred: kept
+    assert stack.redis.exists(keys.run_key(run_id)) == 1  # its run explains it
+    shown_reports = run_cli("gc", "reports", env=env)
+    assert shown_reports.returncode == 0 and "GC reports" in shown_reports.stdout
+    bad = run_cli("gc", "run", "--now", "yesterday", env=env)
+    assert bad.returncode != 0 and "is not a time" in bad.stderr
+    unknown = run_cli("artifacts", "show", "art-nope", env=env)
+    assert unknown.returncode != 0 and "no artifact 'art-nope'" in unknown.stderr

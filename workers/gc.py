@@ -1,0 +1,334 @@
+"""The artifact garbage collector (seed 003 §6), an RQ job on the ``maintenance`` queue:
+``workers.gc.run`` (collect now) and ``workers.gc.scheduled`` (the daily cron's job: one per day).
+
+It reads only what is due, from three sorted sets scored by time (``artifacts:archive_due``,
+``artifacts:expiry``, ``retention:runs``), never every artifact: its cost grows with what expired, not
+with what is stored. It works in batches of ``retention.gc_batch_size``; each item is one server call
+that checks the item is still due before changing it (``mother/lua/gc.lua``), so a GC killed half way
+and run again finishes the first's work and removes nothing twice, and no call holds Redis for long.
+
+1. archive: each due artifact's content is compressed (gzip) into ``archive:artifact:{id}`` and its
+   active copy removed; metadata ``archived``, ``archived_at``;
+2. expire: each expired artifact is deleted (content, archive, metadata), unless protected (taken off
+   the index) or starred without protection (its owner told, deleted ``notify_before_delete_days``
+   later);
+3. runs: each ended run whose retention passed loses its own records (run, termination, result,
+   budgets, contexts, conflicts, ledger entry) and its entries in the run indexes, unless one of its
+   artifacts is starred or protected (then it is kept another ``records_keep_days``).
+
+The report goes to ``gc_report:{timestamp}`` (listed in ``gc:reports``) and a ``garbage_collection``
+activity entry. The maintenance worker's ACL user must be allowed to delete run records
+(``deploy/users.acl``: ``maintenance``); without it the run step's refusals are the report's errors.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from mother import keys
+from mother.artifacts.policy import DAY_MS
+from mother.errors import ConfigError, InvalidSpec
+from mother.functions import call, execute
+from mother.logs import get_logger
+from mother.records.artifacts import artifact_keys
+from mother.runtime import Runtime
+from schemas import ms_from_iso
+from schemas.artifact import GCError, GCReport
+
+__all__ = ["collect", "parse_now", "run", "scheduled"]
+
+log = get_logger("gc")
+
+
+def _runtime() -> Runtime:
+    from workers.phase import runtime
+
+    return runtime()
+
+
+def run(now: str | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """The job: collect as of ``now`` (ISO-8601; default the server's clock). Returns the report."""
+    rt = _runtime()
+    now_ms = parse_now(now) if now is not None else rt.clock.now_ms()
+    return collect(rt, now_ms=now_ms, dry_run=dry_run).model_dump(mode="json")
+
+
+def scheduled() -> dict[str, Any]:
+    """The daily cron's job: the first scheduler's job of a (server, UTC) day collects; another
+    scheduler's job that day finds the day taken and does nothing."""
+    rt = _runtime()
+    day = rt.clock.today()
+    if not rt.redis.set(keys.gc_day_key(day), rt.clock.now_iso(), nx=True, ex=3 * 86_400):
+        log.info("gc_skipped", day=day, why="another scheduler's job collected today")
+        return {"skipped": True, "day": day}
+    return run()
+
+
+def parse_now(text: str) -> int:
+    try:
+        return ms_from_iso(text)
+    except ValueError:
+        raise InvalidSpec(
+            f"now {text!r} is not a time: use ISO-8601 UTC, e.g. 2026-11-24T02:00:00.000Z"
+        ) from None
+
+
+@dataclass
+class _Step:
+    """Going through one index: what it found, and how many stayed on it (changed meanwhile)."""
+
+    stuck: int = 0
+
+
+def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False) -> GCReport:
+    started_ms = rt.clock.now_ms()
+    t0 = time.monotonic()
+    report = GCReport(
+        started_at=rt.clock.iso(started_ms),
+        finished_at=rt.clock.iso(started_ms),
+        now=rt.clock.iso(now_ms),
+        dry_run=dry_run,
+    )
+    batch = rt.settings.retention.gc_batch_size
+    try:
+        _archive(rt, report, now_ms, batch, dry_run)
+        _expire(rt, report, now_ms, batch, dry_run)
+        _runs(rt, report, now_ms, batch, dry_run)
+    except redis.exceptions.NoPermissionError as exc:
+        raise ConfigError(
+            f"the GC's ACL user may not read or change what it collects ({exc}): run the maintenance "
+            "worker as the ACL user `maintenance` (deploy/users.acl)"
+        ) from None
+    report.duration_ms = int((time.monotonic() - t0) * 1000)
+    report.finished_at = rt.clock.now_iso()
+    if not dry_run:
+        key = keys.gc_report_key(report.started_at)
+        pipe = rt.redis.pipeline(transaction=True)
+        pipe.execute_command("JSON.SET", key, "$", report.to_json())
+        pipe.zadd(keys.GC_REPORTS, {key: started_ms})
+        rt.emit(
+            pipe,
+            "garbage_collection",
+            agent="system",
+            message=f"GC completed: {report.archived} archived, {report.scheduled_deletion} deleted",
+            **report.model_dump(mode="json", exclude={"errors"}),
+            errors=len(report.errors),
+        )
+        pipe.execute()
+    log.info(
+        "gc_done", **report.model_dump(mode="json", exclude={"errors"}), errors=len(report.errors)
+    )
+    return report
+
+
+def _batches(rt: Runtime, index: str, now_ms: int, batch: int, dry_run: bool, step: _Step) -> Any:
+    """Batches of due members of ``index``: each run removes what it handled, so the next batch starts
+    past those that stayed (a dry run removes nothing, so it pages)."""
+    offset = 0
+    while True:
+        start = offset if dry_run else step.stuck
+        ids = [
+            m.decode() if isinstance(m, bytes) else m
+            for m in rt.redis.zrangebyscore(index, "-inf", now_ms, start=start, num=batch)
+        ]
+        if not ids:
+            return
+        yield ids
+        offset += len(ids)
+
+
+def _archive(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool) -> None:
+    step = _Step()
+    for ids in _batches(rt, keys.ARTIFACT_ARCHIVE_DUE, now_ms, batch, dry_run, step):
+        report.batches += 1
+        report.scanned_count += len(ids)
+        read = rt.redis.pipeline(transaction=False)
+        for artifact_id in ids:
+            read.execute_command("JSON.GET", keys.artifact_key(artifact_id))
+            read.execute_command("JSON.GET", keys.artifact_meta_key(artifact_id), "$.protected")
+        raws = read.execute()
+        if dry_run:
+            for i in range(len(ids)):
+                protected = raws[2 * i + 1] and orjson.loads(raws[2 * i + 1]) == [True]
+                if protected:
+                    report.protected += 1
+                elif raws[2 * i] is not None:
+                    report.archived += 1
+            continue
+        pipe = rt.redis.pipeline(transaction=False)
+        for i, artifact_id in enumerate(ids):
+            raw = raws[2 * i]
+            text = raw if isinstance(raw, bytes) else (raw or "").encode()
+            blob = gzip.compress(text, mtime=0) if rt.settings.retention.archive.compress else text
+            call(
+                pipe,
+                "mh_gc_archive",
+                [*artifact_keys(artifact_id)[:3], keys.ARTIFACT_ARCHIVE_DUE],
+                [artifact_id, now_ms, hashlib.sha1(text).hexdigest(), blob],
+            )
+        for artifact_id, reply in zip(ids, execute(pipe, raise_on_error=False), strict=True):
+            outcome = _outcome(report, artifact_id, reply)
+            if outcome == "archived":
+                report.archived += 1
+                report.bytes_freed += max(0, int(reply[1]))
+            elif outcome == "protected":
+                report.protected += 1
+            elif outcome in ("changed", "not_due", "error"):
+                step.stuck += 1
+
+
+def _expire(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool) -> None:
+    policy = rt.settings.retention
+    # a starred artifact: protected forever (exceptions.user_starred), or deleted after a notice
+    notify = (
+        "" if policy.exceptions.user_starred else int(policy.notify_before_delete_days * DAY_MS)
+    )
+    step = _Step()
+    for ids in _batches(rt, keys.ARTIFACT_EXPIRY, now_ms, batch, dry_run, step):
+        report.batches += 1
+        report.scanned_count += len(ids)
+        if dry_run:
+            _expire_dry(rt, report, ids, notify == "")
+            continue
+        pipe = rt.redis.pipeline(transaction=False)
+        for artifact_id in ids:
+            call(
+                pipe,
+                "mh_gc_expire",
+                [
+                    *artifact_keys(artifact_id),
+                    keys.ARTIFACT_EXPIRY,
+                    keys.ARTIFACT_ARCHIVE_DUE,
+                    keys.ACTIVITY_STREAM,
+                ],
+                [artifact_id, now_ms, notify, rt.settings.service.activity_maxlen],
+            )
+        for artifact_id, reply in zip(ids, execute(pipe, raise_on_error=False), strict=True):
+            outcome = _outcome(report, artifact_id, reply)
+            if outcome in ("deleted", "gone"):
+                report.scheduled_deletion += 1
+                report.keys_removed += 1
+                report.bytes_freed += int(reply[1])
+            elif outcome == "protected":
+                report.protected += 1
+            elif outcome == "deferred":
+                report.deferred += 1
+            else:
+                step.stuck += 1
+
+
+def _expire_dry(rt: Runtime, report: GCReport, ids: list[str], star_protects: bool) -> None:
+    metas = rt.redis.execute_command("JSON.MGET", *(keys.artifact_meta_key(a) for a in ids), "$")
+    for raw in metas:
+        doc = orjson.loads(raw)[0] if raw else {}
+        if doc.get("protected") or (doc.get("user_starred") and star_protects):
+            report.protected += 1
+        elif doc.get("user_starred") and doc.get("status") != "scheduled_deletion":
+            report.deferred += 1
+        else:
+            report.scheduled_deletion += 1
+
+
+def _run_keys(run_id: str, state: dict[str, Any] | None) -> list[str]:
+    """The run's own keys (what its record names, and the rest by its id)."""
+    phases = len((state or {}).get("spec", {}).get("pipeline", [])) or 32
+    return [
+        keys.run_key(run_id),
+        keys.termination_key(run_id),
+        keys.result_key(run_id),
+        keys.run_budget_key(run_id),
+        keys.run_limits_key(run_id),
+        keys.ledger_key(run_id),
+        keys.ledger_children_key(run_id),
+        *(keys.context_key(run_id, i) for i in range(phases)),
+        *(keys.conflict_key(c) for c in (state or {}).get("conflicts", [])),
+    ]
+
+
+def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool) -> None:
+    keep_ms = int(rt.settings.retention.records_keep_days * DAY_MS)
+    step = _Step()
+    for ids in _batches(rt, keys.RUN_RETENTION, now_ms, batch, dry_run, step):
+        report.batches += 1
+        report.scanned_count += len(ids)
+        read = rt.redis.pipeline(transaction=False)
+        for run_id in ids:
+            read.execute_command("JSON.GET", keys.run_key(run_id))
+            read.execute_command("JSON.GET", keys.termination_key(run_id), "$.reason")
+        raws = read.execute()
+        pipe = rt.redis.pipeline(transaction=False)
+        planned: list[tuple[str, str]] = []
+        for i, run_id in enumerate(ids):
+            state = orjson.loads(raws[2 * i]) if raws[2 * i] else None
+            reasons = orjson.loads(raws[2 * i + 1]) if raws[2 * i + 1] else []
+            if _needed(rt, state):
+                report.runs_kept += 1
+                if not dry_run:
+                    pipe.zadd(keys.RUN_RETENTION, {run_id: now_ms + keep_ms})
+                    planned.append((run_id, "kept"))
+                continue
+            if dry_run:
+                report.runs_removed += 1
+                continue
+            user = (state or {}).get("user_id")
+            reason = reasons[0] if reasons else (state or {}).get("reason")
+            call(
+                pipe,
+                "mh_gc_forget_run",
+                [
+                    keys.RUN_RETENTION,
+                    keys.RUNS_INDEX,
+                    keys.user_runs_key(user) if user else keys.RUNS_INDEX,
+                    keys.termination_reason_index_key(reason) if reason else keys.RUNS_INDEX,
+                    keys.ACTIVITY_STREAM,
+                    *_run_keys(run_id, state),
+                ],
+                [run_id, now_ms, rt.settings.service.activity_maxlen],
+            )
+            planned.append((run_id, "forget"))
+        if dry_run or not planned:
+            continue
+        for (run_id, what), reply in zip(planned, execute(pipe, raise_on_error=False), strict=True):
+            if what == "kept":
+                continue
+            if _outcome(report, run_id, reply) == "error" or int(reply[0]) < 0:
+                step.stuck += 1
+            else:
+                report.runs_removed += 1
+                report.keys_removed += int(reply[0])
+                report.bytes_freed += int(reply[1])
+
+
+def _needed(rt: Runtime, state: dict[str, Any] | None) -> bool:
+    """Whether an artifact of the run that is still there is starred or protected (its run explains it)."""
+    artifacts = (state or {}).get("artifacts") or []
+    if not artifacts:
+        return False
+    metas = rt.redis.execute_command(
+        "JSON.MGET", *(keys.artifact_meta_key(a) for a in artifacts), "$"
+    )
+    for raw in metas:
+        doc = orjson.loads(raw)[0] if raw else None
+        if doc and (doc.get("protected") or doc.get("user_starred")):
+            return True
+    return False
+
+
+def _outcome(report: GCReport, item: str, reply: Any) -> str:
+    """The server call's outcome for ``item`` ('error' when it failed: kept in the report)."""
+    if isinstance(reply, Exception):
+        why = str(reply)
+        if isinstance(reply, redis.exceptions.NoPermissionError):
+            why += " (run the maintenance worker as the ACL user `maintenance`: deploy/users.acl)"
+        if len(report.errors) < 100:
+            report.errors.append(GCError(artifact_id=item, error=why[:4000]))
+        return "error"
+    outcome = reply[0]
+    return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
