@@ -400,3 +400,23 @@ def test_gc_and_artifacts_cli(stack: Pipeline) -> None:
     assert bad.returncode != 0 and "is not a time" in bad.stderr
     unknown = run_cli("artifacts", "show", "art-nope", env=env)
     assert unknown.returncode != 0 and "no artifact 'art-nope'" in unknown.stderr
+
+
+def test_mother_cron_catches_a_missed_day_up(stack: Pipeline) -> None:
+    """`mother cron` at start: the last 02:00 passed with no GC that day, so it enqueues one, which a
+    worker runs (a report appears); it keeps running as RQ's cron scheduler until stopped."""
+    from mother.clock import ServerClock
+
+    for key in stack.redis.scan_iter(match="gc:day:*"):
+        stack.redis.delete(key)
+    before = stack.redis.zcard(keys.GC_REPORTS)
+    proc = stack.stack.spawn("cron", "cron")
+    try:
+        wait_until(lambda: stack.redis.zcard(keys.GC_REPORTS) > before, timeout=60)
+        assert proc.poll() is None, "mother cron exited"
+        assert stack.redis.exists(keys.gc_day_key(ServerClock(stack.redis).today())) or any(
+            stack.redis.scan_iter(match="gc:day:*")
+        )
+    finally:
+        proc.terminate()
+        proc.wait(10)
