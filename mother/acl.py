@@ -66,6 +66,19 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
 }
 
 # what a worker's credentials must not be able to do: each a harmless command that needs that permission
+NEEDS["maintenance"] = [
+    ("read the GC's indexes", ("ZCARD", keys.ARTIFACT_EXPIRY)),
+    ("call the GC's server functions", ("FCALL", FUNCTIONS_PROBE, "1", keys.RUN_RETENTION)),
+    (
+        "delete artifacts and archives",
+        ("DEL", keys.artifact_key(PROBE), keys.archive_artifact_key(PROBE)),
+    ),
+    ("delete ended runs' records", ("JSON.DEL", keys.run_key(PROBE))),
+    ("write GC reports", ("JSON.DEL", keys.gc_report_key(PROBE))),
+    ("append activity", ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE)),
+    ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
+]
+
 MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "worker": [
         ("write termination records", ("JSON.DEL", keys.termination_key(PROBE))),
@@ -97,9 +110,9 @@ def whoami(client: redis.Redis) -> str:
 
 
 def role_of(user: str) -> str:
-    """The shipped role a user name stands for: worker, or mother (any other name is checked as mother:
-    everything a Mother needs)."""
-    return "worker" if user == "worker" else "mother"
+    """The shipped role a user name stands for: worker, maintenance, or mother (any other name is checked
+    as mother: everything a Mother needs)."""
+    return user if user in ("worker", "maintenance") else "mother"
 
 
 def check(client: redis.Redis, role: str | None = None) -> AclReport:

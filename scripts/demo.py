@@ -67,6 +67,7 @@ def main() -> int:
         console.print(runs_table(rows, title="runs and why each stopped"))
         _show_context(client, run_ids["context-summarized"])
         _show_tools(client, {n: run_ids[n] for n in run_ids if n.startswith("tool-")})
+        _show_retention(client)
     wrong = {n: r for n, r in ended.items() if r != EXPECTED[n]}
     for name, reason in wrong.items():
         console.print(f"{name} ended {reason}, expected {EXPECTED[name]}", style="red")
@@ -112,6 +113,21 @@ def _show_tools(client: MotherClient, run_ids: dict[str, str]) -> None:
                 else f"done by the model ({phase.usage.model_calls} model calls)"
             )
             console.print(f"{name}, phase {phase.phase}: {how}: {phase.output[:90]}")
+
+
+def _show_retention(client: MotherClient) -> None:
+    """What the daily GC would do to these runs as of later dates (dry runs: nothing changes)."""
+    from mother.runtime import Runtime
+    from workers.gc import collect
+
+    rt = Runtime(settings=client.settings, redis=client.redis)
+    now = rt.clock.now_ms()
+    for days in (8, 31, 91, 181):
+        report = collect(rt, now_ms=now + days * 86_400_000, dry_run=True)
+        console.print(
+            f"GC as of {days:>3} days from now (dry run): {report.scheduled_deletion} artifacts "
+            f"deleted, {report.archived} archived, {report.runs_removed} runs' records removed"
+        )
 
 
 def _cancel_when_running(client: MotherClient, run_id: str) -> None:

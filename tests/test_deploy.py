@@ -186,7 +186,7 @@ def test_doctor_names_the_acl_user_and_what_it_lacks(
     """`mother doctor` says which ACL user it is connected as; the shipped users lack nothing, and a worker user
     that cannot read composed contexts (the shipped file's old defect) is named with what it lacks."""
     url, _client = acl_stack
-    for user in ("mother", "worker"):
+    for user in ("mother", "worker", "maintenance"):
         result = run_cli("doctor", env={"MOTHER_REDIS_URL": _as(url, user)})
         assert result.returncode == 0, result.stdout + result.stderr
         assert f"ACL user           {user} (checked for what a {user} needs)" in result.stdout
