@@ -122,7 +122,8 @@ def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False) -> GCReport:
             errors=len(report.errors),
         )
         pipe.execute()
-    log.info(
+    # a dry run changes nothing: its caller prints the report
+    (log.debug if dry_run else log.info)(
         "gc_done", **report.model_dump(mode="json", exclude={"errors"}), errors=len(report.errors)
     )
     return report
