@@ -129,9 +129,11 @@ def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False) -> GCReport:
     return report
 
 
-def _batches(rt: Runtime, index: str, now_ms: int, batch: int, dry_run: bool, step: _Step) -> Any:
-    """Batches of due members of ``index``: each run removes what it handled, so the next batch starts
-    past those that stayed (a dry run removes nothing, so it pages)."""
+def _batches(
+    rt: Runtime, report: GCReport, index: str, now_ms: int, batch: int, dry_run: bool, step: _Step
+) -> Any:
+    """Batches of due members of ``index`` (counted in the report): each run removes what it handled, so
+    the next batch starts past those that stayed (a dry run removes nothing, so it pages)."""
     offset = 0
     while True:
         start = offset if dry_run else step.stuck
@@ -141,15 +143,15 @@ def _batches(rt: Runtime, index: str, now_ms: int, batch: int, dry_run: bool, st
         ]
         if not ids:
             return
+        report.batches += 1
+        report.scanned_count += len(ids)
         yield ids
         offset += len(ids)
 
 
 def _archive(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool) -> None:
     step = _Step()
-    for ids in _batches(rt, keys.ARTIFACT_ARCHIVE_DUE, now_ms, batch, dry_run, step):
-        report.batches += 1
-        report.scanned_count += len(ids)
+    for ids in _batches(rt, report, keys.ARTIFACT_ARCHIVE_DUE, now_ms, batch, dry_run, step):
         read = rt.redis.pipeline(transaction=False)
         for artifact_id in ids:
             read.execute_command("JSON.GET", keys.artifact_key(artifact_id))
@@ -192,9 +194,7 @@ def _expire(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: boo
         "" if policy.exceptions.user_starred else int(policy.notify_before_delete_days * DAY_MS)
     )
     step = _Step()
-    for ids in _batches(rt, keys.ARTIFACT_EXPIRY, now_ms, batch, dry_run, step):
-        report.batches += 1
-        report.scanned_count += len(ids)
+    for ids in _batches(rt, report, keys.ARTIFACT_EXPIRY, now_ms, batch, dry_run, step):
         if dry_run:
             _expire_dry(rt, report, ids, notify == "")
             continue
@@ -256,9 +256,7 @@ def _run_keys(run_id: str, state: dict[str, Any] | None) -> list[str]:
 def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool) -> None:
     keep_ms = int(rt.settings.retention.records_keep_days * DAY_MS)
     step = _Step()
-    for ids in _batches(rt, keys.RUN_RETENTION, now_ms, batch, dry_run, step):
-        report.batches += 1
-        report.scanned_count += len(ids)
+    for ids in _batches(rt, report, keys.RUN_RETENTION, now_ms, batch, dry_run, step):
         read = rt.redis.pipeline(transaction=False)
         for run_id in ids:
             read.execute_command("JSON.GET", keys.run_key(run_id))

@@ -19,6 +19,18 @@ local function audit(stream, maxlen, at, kind, fields)
   redis.call('XADD', unpack(args))
 end
 
+-- delete an artifact (content, archive, metadata) and take it off both indexes, with an audit entry;
+-- returns {bytes, keys removed}
+local function delete_artifact(keys, id, stream, maxlen, at, fields)
+  local freed = usage(keys[1]) + usage(keys[2]) + usage(keys[3])
+  local removed = redis.call('DEL', keys[1], keys[2], keys[3])
+  redis.call('ZREM', keys[4], id)
+  redis.call('ZREM', keys[5], id)
+  fields.artifact_id, fields.bytes, fields.keys = id, freed, removed
+  audit(stream, maxlen, at, 'artifact_deleted', fields)
+  return freed, removed
+end
+
 local function set_fields(key, fields)
   for path, value in pairs(fields) do
     redis.call('JSON.SET', key, '$.' .. path, cjson.encode(value))
@@ -92,12 +104,7 @@ local function mh_gc_expire(keys, args)
        message = 'a starred artifact expired: it is deleted at delete_at unless it is protected'})
     return {'deferred', 0}
   end
-  local freed = usage(keys[1]) + usage(keys[2]) + usage(keys[3])
-  local removed = redis.call('DEL', keys[1], keys[2], keys[3])
-  redis.call('ZREM', keys[4], id)
-  redis.call('ZREM', keys[5], id)
-  audit(keys[6], args[4], at, 'artifact_deleted',
-    {run_id = doc and doc.run_id or nil, artifact_id = id, bytes = freed, keys = removed})
+  local freed = delete_artifact(keys, id, keys[6], args[4], at, {run_id = doc and doc.run_id or nil})
   if not doc then return {'gone', freed} end
   return {'deleted', freed}
 end
@@ -223,12 +230,7 @@ local function mh_artifact_control(keys, args)
       return redis.error_reply('ERR artifact ' .. id .. ' is protected (' .. tostring(doc.protection_reason) ..
         '): unprotect it first')
     end
-    local freed = usage(keys[1]) + usage(keys[2]) + usage(keys[3])
-    local removed = redis.call('DEL', keys[1], keys[2], keys[3])
-    redis.call('ZREM', keys[4], id)
-    redis.call('ZREM', keys[5], id)
-    audit(keys[6], args[7], at, 'artifact_deleted',
-      {run_id = doc.run_id, artifact_id = id, bytes = freed, keys = removed, actor = actor, early = true})
+    delete_artifact(keys, id, keys[6], args[7], at, {run_id = doc.run_id, actor = actor, early = true})
     return ''
   else
     return redis.error_reply('ERR unknown artifact op ' .. tostring(op))
