@@ -6,7 +6,18 @@ import sys
 
 import typer
 
-from mother.cli import admin, artifacts, budget, gates, inspect, runs, services, signing, tools
+from mother.cli import (
+    admin,
+    artifacts,
+    budget,
+    gates,
+    inspect,
+    library,
+    runs,
+    services,
+    signing,
+    tools,
+)
 from mother.cli._common import fail
 
 __all__ = ["app", "main"]
@@ -42,6 +53,7 @@ app.add_typer(budget.app, name="budget")
 app.add_typer(tools.app, name="tools")
 app.add_typer(artifacts.artifacts_app, name="artifacts")
 app.add_typer(artifacts.gc_app, name="gc")
+app.add_typer(library.app, name="library")
 app.add_typer(signing.keys_app, name="keys")
 app.command()(signing.sign)
 app.command()(signing.verify)

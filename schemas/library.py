@@ -1,0 +1,176 @@
+"""Library access control (seed 003 §7): a library's policy (``policy:library:{id}``,
+``LibraryAccessPolicy``), a redaction pattern (``RedactionPattern``, the five defaults with what the
+PDF conversion damaged fixed), what one redaction did (``Redaction``), the access controller's answer
+(``AccessDecision``) and one access's audit record (``access_log:{log_id}``, ``AccessLog``). No I/O."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints, field_validator
+
+from schemas._base import Id, Record, ShortText, Timestamp
+
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "AccessDecision",
+    "AccessLog",
+    "ApprovalRequirements",
+    "AuditSettings",
+    "LibraryAccessPolicy",
+    "Redaction",
+    "RedactionPattern",
+    "RedactionRules",
+    "RetrievalLimits",
+]
+
+Severity = Literal["low", "medium", "high"]
+# a name in an allow or deny list: a role or model name, or "*"
+Listed = Annotated[str, StringConstraints(pattern=r"^(\*|[A-Za-z0-9_.:/@*-]{1,128})$")]
+
+
+class RedactionPattern(Record):
+    pattern_id: Id
+    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    regex: Annotated[str, StringConstraints(min_length=1, max_length=2000)] = Field(
+        description="an RE2 pattern (linear time; refused at load when RE2 cannot run it)"
+    )
+    replacement: Annotated[str, StringConstraints(max_length=200)] = Field(
+        description="what mask replaces a match with"
+    )
+    severity: Severity
+
+
+# The spec's five, as the spec means them. Its text lost to the PDF conversion: phone's "(?\d{3}?)?"
+# (not a pattern at all: it meant an optional parenthesised area code), the JavaScript string escapes
+# ("\b" there is a backspace), and account numbers after "Account" in any case.
+DEFAULT_PATTERNS: tuple[RedactionPattern, ...] = (
+    RedactionPattern(
+        pattern_id="ssn",
+        name="Social Security Number",
+        regex=r"\b\d{3}-\d{2}-\d{4}\b",
+        replacement="***-***-***",
+        severity="high",
+    ),
+    RedactionPattern(
+        pattern_id="credit_card",
+        name="Credit Card",
+        regex=r"\b\d{4}[ -]?\d{4}[ -]?\d{4}[ -]?\d{4}\b",
+        replacement="****-****-****-****",
+        severity="high",
+    ),
+    RedactionPattern(
+        pattern_id="email",
+        name="Email Address",
+        regex=r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
+        replacement="***@**.***",
+        severity="medium",
+    ),
+    RedactionPattern(
+        pattern_id="phone",
+        name="Phone Number",
+        regex=r"(?:\(\d{3}\)[ .-]?|\b\d{3}[ .-])\d{3}[ .-]\d{4}\b|\b\d{10}\b",
+        replacement="***-***-***",
+        severity="medium",
+    ),
+    RedactionPattern(
+        pattern_id="account_number",
+        name="Bank Account",
+        regex=r"(?i)\baccount(?:\s*(?:no\.?|number|#|:))*\s*\d{8,12}\b",
+        replacement="Account: *****",
+        severity="high",
+    ),
+)
+
+
+class RetrievalLimits(Record):
+    max_chunks_per_query: int = Field(20, ge=1, le=1000)
+    max_queries_per_run: int = Field(10, ge=0, le=100_000)
+    max_queries_per_user_daily: int = Field(100, ge=0, le=10_000_000)
+
+
+class RedactionRules(Record):
+    pii_detection: bool = True
+    custom_patterns: list[RedactionPattern | Id] = Field(
+        default_factory=list,
+        description="patterns, or the id of a default one (ssn, credit_card, email, phone, "
+        "account_number); with pii_detection and none listed, the five defaults",
+    )
+    redaction_method: Literal["mask", "remove", "hash"] = "mask"
+
+
+class AuditSettings(Record):
+    log_all_access: bool = True
+    require_justification: bool = False
+    retention_days: int = Field(90, ge=1, le=36_500)
+
+
+class ApprovalRequirements(Record):
+    cloud_escalation: bool = False
+    export_to_artifact: bool = False
+    cross_library_joins: bool = False
+
+
+class LibraryAccessPolicy(Record):
+    """``policy:library:{library_id}``: every field of the spec's LibraryAccessPolicy."""
+
+    library_id: Id
+    library_name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    sensitivity: Literal["public", "private", "restricted", "confidential"]
+    allowed_agents: list[Listed] = Field(default_factory=list)
+    denied_agents: list[Listed] = Field(default_factory=list)
+    cloud_models_allowed: bool = False
+    allowed_models: list[Listed] = Field(default_factory=lambda: ["*"])
+    denied_models: list[Listed] = Field(default_factory=list)
+    retrieval_limits: RetrievalLimits = Field(default_factory=RetrievalLimits)
+    redaction_rules: RedactionRules = Field(default_factory=RedactionRules)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
+    require_approval_for: ApprovalRequirements = Field(default_factory=ApprovalRequirements)
+
+    @field_validator("denied_models")
+    @classmethod
+    def _no_substring_rules(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if name.startswith("*-") or name.endswith("-*"):
+                raise ValueError(
+                    f"{name!r}: cloud models are named by the catalogue's `cloud` flag "
+                    "(cloud_models_allowed: false), not by a part of their name"
+                )
+        return value
+
+
+class Redaction(Record):
+    """One redaction: which pattern, where in the original text, how long, how severe."""
+
+    pattern_id: Id
+    original_position: int = Field(ge=0)
+    original_length: int = Field(ge=1)
+    severity: Severity
+
+
+class AccessDecision(Record):
+    allowed: bool
+    reason: Literal["policyViolation", "rateLimitExceeded", "noJustification"] | None = None
+    details: ShortText = ""
+    policy_applied: Id | None = None
+
+
+class AccessLog(Record):
+    """``access_log:{log_id}``: every field of the spec's AccessLog."""
+
+    log_id: Id
+    timestamp: Timestamp
+    timestamp_ms: int = Field(ge=0, description="for range queries (idx:access_logs)")
+    run_id: Id
+    user_id: Id
+    agent_role: Id
+    library_id: Id
+    document_ids: list[str] = Field(default_factory=list)
+    chunk_ids: list[str] = Field(default_factory=list)
+    query: Annotated[str, StringConstraints(max_length=4000)]
+    model_id: str
+    retrieval_count: int = Field(0, ge=0)
+    justification: ShortText | None = None
+    redactions_applied: int = Field(0, ge=0)
+    access_granted: bool
+    policy_violations: list[ShortText] = Field(default_factory=list)
