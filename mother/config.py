@@ -349,6 +349,7 @@ class HarnessSettings(_Section):
             "tool.resize_image",
             "tool.ocr_extract",
             "tool.render_text",
+            "tool.search_library",
             "model.*",
             "library.*",
         ],
@@ -705,6 +706,30 @@ class RetentionSettings(_Section):
         return {**_by_status(), **value}
 
 
+class LibrarySettings(_Section):
+    """Libraries and retrieval (docs/libraries.md); each library's own rules are its policy."""
+
+    hash_key: str = Field(
+        "",
+        description="the secret redaction_method hash derives each library's HMAC key from (set it "
+        "to use hash; the same value then gives the same token within a library)",
+    )
+    min_hits: int = Field(
+        1,
+        ge=0,
+        le=1000,
+        description="a run that names libraries and retrieves fewer hits than this for a phase ends "
+        "insufficient_evidence (0: off)",
+    )
+    min_score: float = Field(0.0, ge=0, description="hits scoring below this do not count")
+    violations_to_end: int = Field(
+        2,
+        ge=0,
+        le=1000,
+        description="a run's library violations that end it policyViolation (0: never)",
+    )
+
+
 class Settings(BaseSettings):
     """Every setting of Mother-Harness. Later parts add their sections here."""
 
@@ -744,6 +769,7 @@ class Settings(BaseSettings):
     gates: GateSettings = Field(default_factory=GateSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    libraries: LibrarySettings = Field(default_factory=LibrarySettings)
 
     @field_validator("models", mode="before")
     @classmethod

@@ -32,6 +32,7 @@ wrong and what to do; what a caller needs beyond that is a typed attribute. The 
     ├── InsufficientBudget           insufficient_budget (remaining, requested)
     ├── LedgerError                  ledger_error
     ├── ContextBudgetExceeded        context_budget_exceeded (factors)
+    ├── InsufficientEvidence         insufficient_evidence (retrieval found too little)
     ├── ContextInvalid               context_invalid    (an agent refused its composed context)
     ├── RecordInvalid                record_invalid     (a record in Redis that is not what its key holds)
     ├── RedisUnavailable             redis_unavailable  (url, unreachable)
@@ -363,6 +364,12 @@ class ContextBudgetExceeded(MotherError):
 
     def details(self) -> dict[str, Any]:
         return {"factors": self.factors}
+
+
+class InsufficientEvidence(MotherError):
+    """Retrieval found too little for the phase to go on (``libraries.min_hits``)."""
+
+    code = "insufficient_evidence"
 
 
 class ContextInvalid(MotherError):

@@ -19,12 +19,16 @@ from typing import TypeGuard
 from mother.errors import InvalidSpec
 
 __all__ = [
+    "ACCESS_LOG_INDEX",
+    "ACCESS_LOG_PREFIX",
     "ACTIVITY_STREAM",
     "ADMISSION_STATE",
     "ADMISSION_WAITING",
     "ARTIFACT_ARCHIVE_DUE",
     "ARTIFACT_EXPIRY",
     "BUDGET_LIBRARY",
+    "CHUNK_INDEX",
+    "CHUNK_PREFIX",
     "COMMANDS_STREAM",
     "CONFLICT_INDEX",
     "CONFLICT_PREFIX",
@@ -40,6 +44,7 @@ __all__ = [
     "ID_PATTERN",
     "LEADER_LEASE",
     "LEDGER_LIBRARY",
+    "LIBRARIES_INDEX",
     "MOTHER_CONFIG",
     "PHASE_DEADLINES",
     "PROBE_KEY",
@@ -63,6 +68,7 @@ __all__ = [
     "artifact_meta_key",
     "attempt_token_key",
     "check_id",
+    "chunk_key",
     "command_reply_key",
     "conflict_key",
     "context_key",
@@ -75,7 +81,11 @@ __all__ = [
     "leader_prefix",
     "ledger_children_key",
     "ledger_key",
+    "library_key",
     "library_policy_key",
+    "library_run_usage_key",
+    "library_run_violations_key",
+    "library_user_usage_key",
     "member_of_job",
     "parse_heartbeat_member",
     "phase_job_id",
@@ -154,6 +164,11 @@ RUN_RETENTION = "retention:runs"
 # zset: gc_report keys by when the GC that wrote them ran (ms)
 GC_REPORTS = "gc:reports"
 CONFLICT_PREFIX = "conflict:"
+LIBRARIES_INDEX = "libraries"
+CHUNK_INDEX = "idx:chunks"
+CHUNK_PREFIX = "chunk:"
+ACCESS_LOG_INDEX = "idx:access_logs"
+ACCESS_LOG_PREFIX = "access_log:"
 # names of the Redis Functions libraries (not keys)
 FUNCTIONS_LIBRARY = "mother"
 BUDGET_LIBRARY = "mother_budget"
@@ -360,6 +375,34 @@ def archive_artifact_key(artifact_id: str) -> str:
 # Library policies
 def library_policy_key(library_id: str) -> str:
     return f"policy:library:{check_id(library_id, 'library_id')}"
+
+
+def library_key(library_id: str) -> str:
+    """JSON: a library's name, its documents and their chunk counts."""
+    return f"library:{check_id(library_id, 'library_id')}"
+
+
+def chunk_key(library_id: str, document_id: str, index: int) -> str:
+    """JSON: one chunk of a library's document (indexed by idx:chunks)."""
+    return f"chunk:{check_id(library_id, 'library_id')}:{check_id(document_id, 'document_id')}:{int(index)}"
+
+
+def library_run_usage_key(run_id: str, library_id: str) -> str:
+    """string counter: a run's queries of a library (expires with the run's wall clock, at most a day)."""
+    return f"budget:library:run:{check_id(run_id, 'run_id')}:{check_id(library_id, 'library_id')}"
+
+
+def library_user_usage_key(user_id: str, day: str, library_id: str) -> str:
+    """string counter: a user's queries of a library on a (server, UTC) day."""
+    return (
+        f"budget:library:user:{check_id(user_id, 'user_id')}:{_day(day)}:"
+        f"{check_id(library_id, 'library_id')}"
+    )
+
+
+def library_run_violations_key(run_id: str) -> str:
+    """string counter: a run's refused library accesses (libraries.violations_to_end)."""
+    return f"budget:library:violations:{check_id(run_id, 'run_id')}"
 
 
 # Access logs

@@ -21,10 +21,17 @@ from mother.capabilities import denial
 from mother.codes import SEQ_SPAN
 from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
 from mother.context import store as store_context
-from mother.errors import ConfigError, ContextBudgetExceeded, MotherError
+from mother.errors import (
+    ConfigError,
+    ContextBudgetExceeded,
+    InsufficientEvidence,
+    MotherError,
+    PolicyViolation,
+)
 from mother.functions import execute, follow_ups
 from mother.gates.build import open_op, phase_gate
 from mother.ledger import queue_node_read, to_usd
+from mother.libraries.context import library_hits
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
 from mother.records import budgets, runs
@@ -65,6 +72,8 @@ __all__ = [
 
 log = get_logger("lifecycle")
 JOB_FUNCTION = "workers.phase.execute"
+# what keeps a phase from being dispatched, and ends its run (_end_undispatchable says how)
+UNDISPATCHABLE = (ContextBudgetExceeded, ConfigError, InsufficientEvidence, PolicyViolation)
 
 
 def run_duration_seconds(rt: Runtime, spec: RunSpec) -> float:
@@ -194,7 +203,7 @@ def dispatch(
     """
     try:
         comp = _compose(rt, run_id, spec, index, attempt, outputs)
-    except (ContextBudgetExceeded, ConfigError) as exc:
+    except UNDISPATCHABLE as exc:
         _end_undispatchable(rt, run_id, spec, index, exc, delivery=delivery)
         return None
     pipe = rt.rq_redis.pipeline()
@@ -255,10 +264,12 @@ def advance(
             close=gate,
         )
     comp, unfit = None, None
-    if rt.settings.context.summarizer != "llm_generated":
+    # an LLM summarizer may call a model, and a library's retrieval charges the run's budget (opened by
+    # the move for a first phase): those compose after the move
+    if rt.settings.context.summarizer != "llm_generated" and not spec.libraries:
         try:
             comp = _compose(rt, run_id, spec, index, attempt, outputs)
-        except (ContextBudgetExceeded, ConfigError) as exc:
+        except UNDISPATCHABLE as exc:
             unfit = exc
     # the move on its own first; then the dispatch (composing after it), or the end
     if comp is None:
@@ -390,6 +401,16 @@ def _compose(
     """The phase's context; ``outputs`` (the earlier phases' (name, output)) found when not given."""
     if outputs is None:
         outputs = _earlier_outputs(rt, run_id, index)
+    # the run's libraries: their redacted hits join the retrieval_hits section
+    hits = library_hits(rt, run_id, spec, index)
+    if hits:
+        spec = spec.model_copy(
+            update={
+                "context": spec.context.model_copy(
+                    update={"retrieval_hits": [*spec.context.retrieval_hits, *hits]}
+                )
+            }
+        )
     comp = compose(
         rt.settings,
         run_id,
@@ -516,6 +537,15 @@ def _end_undispatchable(
             exc.message,
             phase=phase,
             contributing_factors=exc.factors,
+            delivery=delivery,
+        )
+    elif isinstance(exc, (InsufficientEvidence, PolicyViolation)):
+        end_run(
+            rt,
+            state,
+            "insufficient_evidence" if isinstance(exc, InsufficientEvidence) else "policyViolation",
+            exc.message,
+            phase=phase,
             delivery=delivery,
         )
     else:

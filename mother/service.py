@@ -38,6 +38,7 @@ from mother.lifecycle import end_run
 from mother.logs import get_logger
 from mother.records.budgets import publish_limits
 from mother.records.conflicts import ensure_index as ensure_conflict_index
+from mother.records.libraries import ensure_indexes as ensure_library_indexes
 from mother.records.tools import read_registry
 from mother.review import on_phase_result
 from mother.runtime import Runtime
@@ -151,7 +152,11 @@ class Mother:
     def _become_leader(self) -> None:
         self.publish_config()
         self.ensure_groups()
-        for what, make in (("termination", ensure_index), ("conflict", ensure_conflict_index)):
+        for what, make in (
+            ("termination", ensure_index),
+            ("conflict", ensure_conflict_index),
+            ("library", ensure_library_indexes),
+        ):
             try:
                 make(self.rt.redis)
             except redis.ResponseError as exc:

@@ -101,6 +101,9 @@ class GCReport(Record):
     runs_removed: int = Field(0, ge=0, description="ended runs whose records were removed")
     runs_kept: int = Field(0, ge=0, description="runs kept for a starred or protected artifact")
     keys_removed: int = Field(0, ge=0)
+    access_logs_pruned: int = Field(
+        0, ge=0, description="access-log timeline entries past their library's retention_days"
+    )
     bytes_freed: int = Field(0, ge=0, description="MEMORY USAGE of what was removed or archived")
     batches: int = Field(0, ge=0)
     duration_ms: int = Field(0, ge=0)

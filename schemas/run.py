@@ -140,7 +140,15 @@ class RunSpec(Record):
         None, ge=1, le=10_000, description="per turn, for every phase of the run"
     )
     max_consecutive_tools: StrictInt | None = Field(None, ge=1, le=10_000)
-    libraries: list[Id] = Field(default_factory=list, max_length=64)
+    libraries: list[Id] = Field(
+        default_factory=list,
+        max_length=64,
+        description="libraries each phase retrieves from (its retrieval_hits section), under their policies",
+    )
+    justification: Annotated[str, StringConstraints(max_length=2000)] | None = Field(
+        None,
+        description="why the run reads its libraries (a policy with require_justification needs it)",
+    )
     metadata: Annotated[dict[MetadataKey, JsonValue], Shallow] = Field(
         default_factory=dict, max_length=64
     )

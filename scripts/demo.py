@@ -38,6 +38,11 @@ EXPECTED = {
     "tool-run-tests": "success",
     "tool-fallback": "success",
     "tool-ocr": "success",
+    "library-redacted": "success",
+    "library-refused-agent": "policyViolation",
+    "library-refused-model": "policyViolation",
+    "library-rate-limited": "policyViolation",
+    "library-insufficient": "insufficient_evidence",
 }
 
 
@@ -56,6 +61,7 @@ def main() -> int:
         ) as stack:
             console.print("started Mother and 2 workers")
             client = MotherClient(settings=load_settings(redis_url=server.url))
+            _create_libraries(client)
             run_ids = {}
             for name in EXPECTED:
                 run_ids[name] = client.submit(load_spec_file(EXAMPLES / f"{name}.yaml"))
@@ -98,6 +104,24 @@ def _show_context(client: MotherClient, run_id: str) -> None:
     ]
     for line in notes:
         console.print(f"  output: {line}")
+
+
+def _create_libraries(client: MotherClient) -> None:
+    """The spec's three example libraries, from the policies and fake documents in examples/libraries."""
+    from mother.clock import ServerClock
+    from mother.libraries.ingest import create_library
+
+    now = ServerClock(client.redis).now_iso()
+    for name in ("public_research", "financials", "personal"):
+        made = create_library(
+            client.redis,
+            EXAMPLES / "libraries" / f"{name}.yaml",
+            [EXAMPLES / "libraries" / "docs" / name],
+            now,
+        )
+        console.print(
+            f"library {name}: {sum(m.chunks for m in made)} chunk(s) from {len(made)} document(s)"
+        )
 
 
 def _show_tools(client: MotherClient, run_ids: dict[str, str]) -> None:

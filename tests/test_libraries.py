@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 
@@ -266,8 +267,6 @@ def test_library_cli_checks_a_policy_and_redacts(tmp_path: Path) -> None:
         "library", "redact", str(EXAMPLES / "personal.yaml"), "--text", "mail a@b.io", "--json"
     )
     assert shown.returncode == 0
-    import orjson
-
     out = orjson.loads(shown.stdout)
     assert out["text"] == "mail ***@**.***" and out["redactions"][0]["pattern_id"] == "email"
     bad = tmp_path / "bad.yaml"
@@ -275,3 +274,278 @@ def test_library_cli_checks_a_policy_and_redacts(tmp_path: Path) -> None:
     refused = run_cli("library", "check", str(bad))
     assert refused.returncode == 2 and "sensitivity" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+
+
+# -- documents, retrieval, caps, audit, report (real Redis with the search module) -----------------
+
+
+def _minimal_pdf(text: str) -> bytes:
+    """A one-page PDF whose page shows ``text`` (built by hand: no PDF writer is installed)."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length " + str(len(stream)).encode() + b" >>\nstream\n" + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = b"%PDF-1.4\n"
+    offsets = []
+    for i, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += f"{i} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    out += b"".join(f"{o:010d} 00000 n \n".encode() for o in offsets)
+    out += (
+        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    )
+    return out
+
+
+def _libraries(r: object, **settings: object) -> object:
+    from mother.config import Settings
+    from mother.functions import load_functions
+    from mother.libraries.ingest import create_library
+    from mother.runtime import Runtime
+
+    load_functions(r)  # type: ignore[arg-type]
+    rt = Runtime(settings=Settings(**settings), redis=r)  # type: ignore[arg-type]
+    for name in ("public_research", "financials", "personal"):
+        create_library(r, EXAMPLES / f"{name}.yaml", [EXAMPLES / "docs" / name], rt.clock.now_iso())
+    return rt
+
+
+def test_ingest_chunks_text_and_pdf_and_search_ranks_and_redacts(r, tmp_path: Path) -> None:
+    from mother import keys
+    from mother.libraries.ingest import CHUNK_CHARS, chunks_of, ingest
+    from mother.libraries.retrieval import retrieve
+
+    rt = _libraries(r)
+    pdf = tmp_path / "memo.pdf"
+    pdf.write_bytes(_minimal_pdf("Backoff memo: jitter prevents retry storms."))
+    got = ingest(r, "public_research", pdf, rt.clock.now_iso())
+    assert got.chunks == 1
+    long = " ".join(f"Sentence {i} about quarterly margins." for i in range(400))
+    pieces = chunks_of(long)
+    assert all(len(p) <= CHUNK_CHARS for p in pieces) and len(pieces) > 5
+    assert pieces[1][:20] in pieces[0]  # overlap
+    found = retrieve(
+        rt,
+        run_id="run-s",
+        user_id="alice",
+        role="coder",
+        model="scripted",
+        library_id="public_research",
+        query="retry storms jitter",
+    )
+    memo = [h for h in found.hits if h.document_id.startswith("memo-")]
+    assert memo and "retry storms" in memo[0].text  # the PDF's text, extracted by pypdf
+    assert [h.score for h in found.hits] == sorted((h.score for h in found.hits), reverse=True)
+    fin = retrieve(
+        rt,
+        run_id="run-s",
+        user_id="alice",
+        role="analyst",
+        model="scripted",
+        library_id="financials",
+        query="payroll salary",
+        justification="audit",
+    )
+    text = " ".join(h.text for h in fin.hits)
+    assert "123-45-6789" not in text and "$123,456.78" not in text and "SSN ***-***-***" in text
+    assert fin.redactions == 6
+    assert r.execute_command("JSON.GET", keys.library_key("financials"), "$.chunk_count") == "[1]"
+
+
+def _take(url: str, run: str, user: str, n: int) -> int:
+    import redis as redis_lib
+
+    from mother.config import Settings
+    from mother.libraries.retrieval import RetrievalRefused, retrieve
+    from mother.runtime import Runtime
+
+    rt = Runtime(settings=Settings(), redis=redis_lib.Redis.from_url(url, decode_responses=True))
+    granted = 0
+    for _ in range(n):
+        try:
+            retrieve(
+                rt,
+                run_id=run,
+                user_id=user,
+                role="coder",
+                model="scripted",
+                library_id="personal",
+                query="dentist",
+            )
+            granted += 1
+        except RetrievalRefused:
+            pass
+    return granted
+
+
+def test_per_run_and_daily_caps_hold_under_8_contending_processes(r, redis_url: str) -> None:
+    """personal: 20 queries a run, 500 a user a day. 8 processes x 5 on one run: 20 granted. Then a
+    policy of 7 a day: 8 processes on 8 runs of one user, 3 each: 7 granted."""
+    import multiprocessing
+
+    from mother import keys
+    from mother.records.libraries import write_policy
+
+    rt = _libraries(r)
+    with multiprocessing.get_context("fork").Pool(8) as pool:
+        assert sum(pool.starmap(_take, [(redis_url, "run-cap", "alice", 5)] * 8)) == 20
+    policy = load_policy(EXAMPLES / "personal.yaml")
+    policy.retrieval_limits.max_queries_per_user_daily = 7
+    write_policy(r, policy, rt.clock.now_iso())
+    with multiprocessing.get_context("fork").Pool(8) as pool:
+        runs = [(redis_url, f"run-d{i}", "bob", 3) for i in range(8)]
+        assert sum(pool.starmap(_take, runs)) == 7
+    assert r.get(keys.library_user_usage_key("bob", rt.clock.today(), "personal")) == "7"
+    refused = [orjson.loads(v) for v in r.lrange(keys.SECURITY_VIOLATIONS, 0, -1)]
+    assert any("max_queries_per_user_daily reached (7/7)" in v["why"] for v in refused)
+
+
+def test_audit_records_are_exact_and_the_report_matches_independent_counts(r) -> None:
+    from mother import keys
+    from mother.libraries.report import access_report
+    from mother.libraries.retrieval import RetrievalRefused, retrieve
+
+    rt = _libraries(r)
+    expected = {
+        "total": 0,
+        "granted": 0,
+        "refused": 0,
+        "users": set(),
+        "by_agent": {},
+        "redactions": 0,
+        "chunks": 0,
+        "violations": 0,
+    }
+    plan = [
+        ("alice", "analyst", "scripted", "audit Q3"),
+        ("alice", "analyst", "scripted", None),  # no justification
+        ("bob", "vision", "scripted", "x"),  # denied agent
+        ("bob", "research", "ollama/devstral-2:123b-cloud", "x"),  # cloud model
+        ("carol", "research", "scripted", "budget"),
+    ]
+    logs = []
+    for user, role, model, why in plan:
+        expected["total"] += 1
+        expected["users"].add(user)
+        expected["by_agent"][role] = expected["by_agent"].get(role, 0) + 1
+        try:
+            got = retrieve(
+                rt,
+                run_id=f"run-{user}",
+                user_id=user,
+                role=role,
+                model=model,
+                library_id="financials",
+                query="payroll salary account",
+                justification=why,
+            )
+            expected["granted"] += 1
+            expected["redactions"] += got.redactions
+            expected["chunks"] += len(got.hits)
+            logs.append(got.log_id)
+        except RetrievalRefused:
+            expected["refused"] += 1
+            expected["violations"] += 1
+    report = access_report(r, "financials", 0, 10**13)
+    assert report == {
+        "library_id": "financials",
+        "from_ms": 0,
+        "to_ms": 10**13,
+        "total_accesses": expected["total"],
+        "granted": expected["granted"],
+        "refused": expected["refused"],
+        "unique_users": len(expected["users"]),
+        "by_agent": expected["by_agent"],
+        "violations": expected["violations"],
+        "redactions_applied": expected["redactions"],
+        "chunks_retrieved": expected["chunks"],
+    }
+    assert (expected["granted"], expected["refused"]) == (2, 3)
+    log = orjson.loads(r.execute_command("JSON.GET", keys.access_log_key(logs[0])))
+    assert {
+        k: log[k]
+        for k in (
+            "run_id",
+            "user_id",
+            "agent_role",
+            "library_id",
+            "model_id",
+            "justification",
+            "access_granted",
+            "policy_violations",
+        )
+    } == {
+        "run_id": "run-alice",
+        "user_id": "alice",
+        "agent_role": "analyst",
+        "library_id": "financials",
+        "model_id": "scripted",
+        "justification": "audit Q3",
+        "access_granted": True,
+        "policy_violations": [],
+    }
+    assert log["retrieval_count"] == len(log["chunk_ids"]) == 1 and log["redactions_applied"] == 6
+    assert log["query"] == "payroll salary account" and log["document_ids"][0].startswith(
+        "q3-payroll-"
+    )
+    assert 0 < r.ttl(keys.access_log_key(logs[0])) <= 2555 * 86_400
+    assert r.zcard(keys.access_logs_key("financials")) == 5
+    kinds = [orjson.loads(v)["kind"] for v in r.lrange(keys.SECURITY_VIOLATIONS, 0, -1)]
+    assert kinds.count("library_access_refused") == 3
+
+
+# -- with real Mother and workers -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    from mother.clock import ServerClock
+    from mother.libraries.ingest import create_library
+    from tests.conftest import start_pipeline, stop_pipeline
+
+    p = start_pipeline(tmp_path_factory.mktemp("libraries"))
+    now = ServerClock(p.redis).now_iso()
+    for name in ("public_research", "financials", "personal"):
+        create_library(p.redis, EXAMPLES / f"{name}.yaml", [EXAMPLES / "docs" / name], now)
+    yield p
+    stop_pipeline(p)
+
+
+@pytest.mark.parametrize(
+    ("example", "reason", "says"),
+    [
+        ("library-redacted", "success", None),
+        ("library-refused-agent", "policyViolation", "Agent 'vision' not allowed"),
+        ("library-refused-model", "policyViolation", "a cloud model"),
+        ("library-rate-limited", "policyViolation", "max_queries_per_run reached (5/5)"),
+        ("library-insufficient", "insufficient_evidence", "found 0 hit(s)"),
+    ],
+)
+def test_the_library_examples_end_as_their_policies_say(
+    stack, example: str, reason: str, says: str | None
+) -> None:
+    from mother import keys
+    from tests.test_pipeline import example as load_example
+
+    run_id = stack.client.submit(load_example(example))
+    record = stack.wait(run_id, timeout=60).termination
+    assert record.reason == reason, record.details
+    if says is not None:
+        assert says in record.details
+    if example == "library-redacted":
+        context = stack.redis.execute_command("JSON.GET", keys.context_key(run_id, 0))
+        assert "SSN ***-***-***" in context and "123-45-6789" not in context
+        assert "$123,456.78" not in context and "[financials/q3-payroll-" in context
+        budget = orjson.loads(stack.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))
+        assert budget["retrieval_queries"] == 1
+    if example == "library-rate-limited":
+        assert [p.phase for p in stack.client.result(run_id).phases] == [
+            f"check-{i}" for i in range(1, 6)
+        ]

@@ -101,6 +101,7 @@ def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False) -> GCReport:
         _archive(rt, report, now_ms, batch, dry_run)
         _expire(rt, report, now_ms, batch, dry_run)
         _runs(rt, report, now_ms, batch, dry_run)
+        _access_logs(rt, report, now_ms, dry_run)
     except redis.exceptions.NoPermissionError as exc:
         raise ConfigError(
             f"the GC's ACL user may not read or change what it collects ({exc}): run the maintenance "
@@ -303,6 +304,23 @@ def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool)
                 report.runs_removed += 1
                 report.keys_removed += int(reply[0])
                 report.bytes_freed += int(reply[1])
+
+
+def _access_logs(rt: Runtime, report: GCReport, now_ms: int, dry_run: bool) -> None:
+    """Each library's access-log timeline loses the entries past its policy's retention_days (the logs
+    themselves expire by their TTL)."""
+    for member in rt.redis.smembers(keys.LIBRARIES_INDEX):
+        library_id = member.decode() if isinstance(member, bytes) else str(member)
+        raw = rt.redis.execute_command(
+            "JSON.GET", keys.library_policy_key(library_id), "$.audit.retention_days"
+        )
+        days = orjson.loads(raw)[0] if raw else None
+        if not isinstance(days, int):
+            continue
+        cutoff = now_ms - days * DAY_MS
+        timeline = keys.access_logs_key(library_id)
+        if not dry_run:
+            report.access_logs_pruned += int(rt.redis.zremrangebyscore(timeline, "-inf", cutoff))
 
 
 def _needed(rt: Runtime, state: dict[str, Any] | None) -> bool:

@@ -60,6 +60,7 @@ from workers.spawn import SpawnRun
 from workers.tools import ToolBox, approval_request, output_text, shipped_tools
 from workers.tools.executor import ToolExecutor
 from workers.tools.plan import PlanOutcome, run_plan, verdict_of
+from workers.tools.search_library import SearchLibrary
 from workers.verdict import findings_in, verdict_for
 
 __all__ = [
@@ -339,7 +340,9 @@ def _prepare(
     toolbox = ToolBox(
         rt.settings.worker.workspace_root / state.run_id,
         registry=eligible,
-        local=(spawner,),
+        local=(spawner, SearchLibrary(rt, state, index, model, guard))
+        if state.spec.libraries
+        else (spawner,),
         executor=ToolExecutor(
             rt.redis,
             default_timeout_ms=(

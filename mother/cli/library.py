@@ -1,25 +1,183 @@
-"""``mother library check | redact``: library policies, the parts built so far (checking a policy file,
-trying its redaction on a text). Libraries with documents, retrieval and the audit report are not built
-yet (README: What is built)."""
+"""``mother library create | ingest | list | show | policy | search | report | check | redact``: libraries,
+their documents and policies, a retrieval as an agent would make it, and the access report."""
 
 from __future__ import annotations
 
 import sys
+import uuid
 from pathlib import Path
 from typing import Annotated
 
 import orjson
 import typer
+from rich.table import Table
 
-from mother.cli._common import console, data_console, handle_errors
+from mother import keys
+from mother.cli._common import console, data_console, fail, handle_errors, redis_client, settings
 from mother.libraries import RedactionEngine, load_policy
+from mother.libraries.ingest import ingest
 from mother.libraries.redaction import library_key, policy_patterns
+from mother.libraries.report import access_report
+from mother.libraries.retrieval import retrieve
+from mother.records.libraries import ensure_indexes, read_library, read_policy, write_policy
+from mother.runtime import Runtime
+from schemas import ms_from_iso
 
 __all__ = ["app"]
 
 app = typer.Typer(
-    help="Library policies: check a policy file, try its redaction on a text.", no_args_is_help=True
+    help="Libraries: create one with its policy, ingest documents, search, read the access report.",
+    no_args_is_help=True,
 )
+LibArg = Annotated[str, typer.Argument(help="the library id")]
+
+
+def _rt() -> Runtime:
+    cfg = settings()
+    client = redis_client(cfg)
+    ensure_indexes(client)
+    return Runtime(settings=cfg, redis=client)
+
+
+@app.command("create")
+@handle_errors
+def create(
+    library_id: LibArg,
+    policy: Annotated[Path, typer.Option("--policy", help="its policy file (YAML)")],
+) -> None:
+    """Create a library (or replace its policy, keeping its documents)."""
+    loaded = load_policy(policy)
+    if loaded.library_id != library_id:
+        fail(
+            f"{policy} is the policy of library {loaded.library_id!r}, not {library_id!r}", "usage"
+        )
+    rt = _rt()
+    write_policy(rt.redis, loaded, rt.clock.now_iso())
+    console.print(
+        f"library {library_id} ({loaded.sensitivity}) created; policy:library:{library_id} set"
+    )
+
+
+@app.command("ingest")
+@handle_errors
+def ingest_command(
+    library_id: LibArg,
+    paths: Annotated[
+        list[Path], typer.Argument(help="text, Markdown or PDF files, or directories of them")
+    ],
+) -> None:
+    """Put documents into a library (chunked, indexed for BM25 search)."""
+    rt = _rt()
+    files = [
+        f
+        for p in paths
+        for f in (sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p])
+    ]
+    for path in files:
+        got = ingest(rt.redis, library_id, path, rt.clock.now_iso())
+        console.print(
+            f"{path}: {got.document_id}, {got.chunks} chunk(s), {got.characters:,} characters"
+        )
+
+
+@app.command("list")
+@handle_errors
+def list_command() -> None:
+    """Every library, with its sensitivity, documents and chunks."""
+    rt = _rt()
+    table = Table(title="libraries")
+    for col in ("library", "name", "sensitivity", "documents", "chunks"):
+        table.add_column(col)
+    for member in sorted(rt.redis.smembers(keys.LIBRARIES_INDEX)):
+        library_id = member.decode() if isinstance(member, bytes) else str(member)
+        lib = read_library(rt.redis, library_id)
+        pol = read_policy(rt.redis, library_id)
+        table.add_row(
+            library_id,
+            lib["library_name"],
+            pol.sensitivity,
+            str(len(lib["documents"])),
+            str(lib["chunk_count"]),
+        )
+    console.print(table)
+
+
+@app.command("show")
+@handle_errors
+def show(library_id: LibArg) -> None:
+    """A library's record: its documents and their chunks (JSON)."""
+    data_console().print_json(orjson.dumps(read_library(_rt().redis, library_id)).decode())
+
+
+@app.command("policy")
+@handle_errors
+def policy_command(library_id: LibArg) -> None:
+    """A library's policy (JSON)."""
+    data_console().print_json(read_policy(_rt().redis, library_id).model_dump_json())
+
+
+@app.command("search")
+@handle_errors
+def search(
+    library_id: LibArg,
+    query: Annotated[str, typer.Argument(help="what to look for")],
+    role: Annotated[str, typer.Option(help="the agent role to search as")],
+    model: Annotated[str, typer.Option(help="the model the hits would go to")] = "scripted",
+    user: Annotated[str, typer.Option(help="the user (daily caps)")] = "cli",
+    justification: Annotated[
+        str | None, typer.Option(help="why (when the policy requires one)")
+    ] = None,
+    k: Annotated[
+        int | None, typer.Option(min=1, help="hits (at most max_chunks_per_query)")
+    ] = None,
+) -> None:
+    """Search as an agent would: the policy decides, caps count, hits are redacted, the access is audited."""
+    rt = _rt()
+    got = retrieve(
+        rt,
+        run_id=f"cli-{uuid.uuid4().hex[:12]}",
+        user_id=user,
+        role=role,
+        model=model,
+        library_id=library_id,
+        query=query,
+        k=k,
+        justification=justification,
+    )
+    data_console().print_json(
+        orjson.dumps(
+            {
+                "hits": [h.__dict__ for h in got.hits],
+                "redactions_applied": got.redactions,
+                "access_log": got.log_id or None,
+            }
+        ).decode()
+    )
+
+
+@app.command("report")
+@handle_errors
+def report(
+    library_id: LibArg,
+    from_: Annotated[
+        str | None, typer.Option("--from", help="ISO-8601 UTC (default: 30 days ago)")
+    ] = None,
+    to: Annotated[str | None, typer.Option(help="ISO-8601 UTC (default: now)")] = None,
+) -> None:
+    """The access report: totals, unique users, by agent, violations, redactions (FT.AGGREGATE)."""
+    rt = _rt()
+    now = rt.clock.now_ms()
+    try:
+        start = ms_from_iso(from_) if from_ else now - 30 * 86_400_000
+        end = ms_from_iso(to) if to else now
+    except ValueError as exc:
+        fail(f"--from/--to: {exc}; use e.g. 2026-11-01T00:00:00.000Z", "usage")
+    read_policy(rt.redis, library_id)
+    data_console().print_json(
+        orjson.dumps(access_report(rt.redis, library_id, start, end)).decode()
+    )
+
+
 PolicyArg = Annotated[Path, typer.Argument(help="a policy file (YAML, LibraryAccessPolicy)")]
 
 

@@ -356,6 +356,24 @@ local function mh_now(keys, args)
   return out
 end
 
+-- mh_library_take: count one retrieval query of a library against the policy's caps, per run and per
+-- user per day, both or neither (`redis-cli GET budget:library:run:RUN:LIB`).
+-- KEYS: 1 the run's counter, 2 the user's counter for the day.
+-- ARGV: 1 max_queries_per_run, 2 max_queries_per_user_daily, 3 the run counter's ttl (s), 4 the day's (s)
+-- Returns {1, run count, day count}, or {0, 'run'|'user', count, max} refused.
+local function mh_library_take(keys, args)
+  local max_run, max_day = tonumber(args[1]), tonumber(args[2])
+  local run = tonumber(redis.call('GET', keys[1]) or '0')
+  local day = tonumber(redis.call('GET', keys[2]) or '0')
+  if run >= max_run then return {0, 'run', run, max_run} end
+  if day >= max_day then return {0, 'user', day, max_day} end
+  run = redis.call('INCR', keys[1])
+  day = redis.call('INCR', keys[2])
+  if run == 1 then redis.call('EXPIRE', keys[1], tonumber(args[3])) end
+  if day == 1 then redis.call('EXPIRE', keys[2], tonumber(args[4])) end
+  return {1, run, day}
+end
+
 -- mh_tool_stat: count one call of a registry tool and stamp it with the server's clock, in one step, so
 -- concurrent workers never lose a count (`redis-cli JSON.GET tool_stats:git_status`).
 -- KEYS: 1 tool_stats:{tool_id}.  ARGV: 1 ok (1|0), 2 execution time in ms.
@@ -394,4 +412,5 @@ redis.register_function('mh_heartbeat', mh_heartbeat)
 redis.register_function('mh_lease', mh_lease)
 redis.register_function('mh_release_lease', mh_release_lease)
 redis.register_function('mh_tool_stat', mh_tool_stat)
+redis.register_function('mh_library_take', mh_library_take)
 redis.register_function{function_name='mh_now', callback=mh_now, flags={'no-writes'}}

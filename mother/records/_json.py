@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import redis
 
-__all__ = ["ensure_json_index", "path_values"]
+__all__ = ["aggregate_rows", "ensure_json_index", "path_values", "search_rows"]
 
 
 def path_values(raw: str | bytes) -> dict[str, Any]:
@@ -39,3 +39,58 @@ def ensure_json_index(
             return False
         raise
     return True
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def search_rows(reply: Any) -> list[tuple[str, float, dict[str, str]]]:
+    """An FT.SEARCH ... WITHSCORES reply as (key, score, fields), whether it came as RESP2's flat list
+    ([total, key, score, [field, value, ...], ...]) or RESP3's map."""
+    if isinstance(reply, dict):
+        reply = {_text(k): v for k, v in reply.items()}
+        return [
+            (
+                _text(row.get(b"id", row.get("id"))),
+                float(row.get(b"score", row.get("score", 0.0))),
+                {
+                    _text(k): _text(v)
+                    for k, v in (
+                        row.get(b"extra_attributes") or row.get("extra_attributes") or {}
+                    ).items()
+                },
+            )
+            for row in reply.get("results", [])
+        ]
+    rows = []
+    for i in range(1, len(reply), 3):
+        values = reply[i + 2]
+        rows.append(
+            (
+                _text(reply[i]),
+                float(reply[i + 1]),
+                {_text(values[j]): _text(values[j + 1]) for j in range(0, len(values), 2)},
+            )
+        )
+    return rows
+
+
+def aggregate_rows(reply: Any) -> list[dict[str, str]]:
+    """An FT.AGGREGATE reply's rows as {field: value}, from RESP2's list or RESP3's map."""
+    if isinstance(reply, dict):
+        reply = {_text(k): v for k, v in reply.items()}
+        return [
+            {
+                _text(k): str(_text(v))
+                for k, v in (
+                    row.get(b"extra_attributes") or row.get("extra_attributes") or {}
+                ).items()
+            }
+            for row in reply.get("results", [])
+        ]
+    out = []
+    for row in reply[1:]:
+        values = [str(_text(v)) for v in row]
+        out.append(dict(zip(values[::2], values[1::2], strict=False)))
+    return out
