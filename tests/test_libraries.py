@@ -549,3 +549,34 @@ def test_the_library_examples_end_as_their_policies_say(
         assert [p.phase for p in stack.client.result(run_id).phases] == [
             f"check-{i}" for i in range(1, 6)
         ]
+
+
+def test_library_cli_end_to_end(stack, tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    env = {"MOTHER_REDIS_URL": stack.url}
+    policy = tmp_path / "notes.yaml"
+    data = yaml.safe_load((EXAMPLES / "personal.yaml").read_text())
+    data.update(library_id="notes", library_name="Notes")
+    policy.write_text(yaml.safe_dump(data))
+    created = run_cli("library", "create", "notes", "--policy", str(policy), env=env)
+    assert created.returncode == 0, created.stderr
+    wrong = run_cli("library", "create", "other", "--policy", str(policy), env=env)
+    assert wrong.returncode == 2 and "is the policy of library 'notes'" in wrong.stderr
+    ingested = run_cli("library", "ingest", "notes", str(EXAMPLES / "docs" / "personal"), env=env)
+    assert ingested.returncode == 0 and "1 chunk(s)" in ingested.stdout
+    listed = run_cli("library", "list", env=env)
+    assert listed.returncode == 0 and "notes" in listed.stdout
+    found = run_cli("library", "search", "notes", "dentist", "--role", "coder", env=env)
+    assert found.returncode == 0, found.stderr
+    hits = orjson.loads(found.stdout)
+    assert hits["hits"] and "dentist@example.com" not in found.stdout and hits["access_log"]
+    refused = run_cli("library", "search", "notes", "dentist", "--role", "vision", env=env)
+    assert refused.returncode == 2 and "Agent 'vision' not allowed" in refused.stderr
+    report = orjson.loads(run_cli("library", "report", "notes", env=env).stdout)
+    assert (report["total_accesses"], report["granted"], report["refused"]) == (2, 1, 1)
+    assert report["by_agent"] == {"coder": 1, "vision": 1}
+    bad = run_cli("library", "report", "notes", "--from", "yesterday", env=env)
+    assert bad.returncode == 2 and "--from/--to" in bad.stderr
+    missing = run_cli("library", "show", "nope", env=env)
+    assert missing.returncode != 0 and "no library 'nope'" in missing.stderr
