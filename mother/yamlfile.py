@@ -5,11 +5,16 @@ with one-line reasons when they are wrong: cannot be read, not UTF-8 (which byte
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
 from mother.errors import not_utf8
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+M = TypeVar("M", bound="BaseModel")
 
 __all__ = [
     "MAX_YAML_DEPTH",
@@ -18,6 +23,7 @@ __all__ = [
     "describe",
     "file_text",
     "parse_yaml",
+    "read_model",
     "read_yaml",
 ]
 
@@ -140,3 +146,25 @@ def _expanded(node: Any, source: str, sizes: dict[int, int], open_: set[int], de
 def read_yaml(path: Path) -> Any:
     """The YAML document in the file at ``path``."""
     return parse_yaml(file_text(path), str(path))
+
+
+def read_model(path: Path, model: type[M], what: str) -> M:
+    """The file at ``path`` as ``model`` (a mapping of its fields), or ConfigError in one line naming the
+    file and what is wrong (``what``: e.g. "tool manifest")."""
+    from pydantic import ValidationError
+
+    from mother.errors import ConfigError
+    from schemas import describe_validation_error
+
+    try:
+        data = read_yaml(path)
+    except YamlProblem as exc:
+        raise ConfigError(f"invalid {what} {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a {what} is a mapping of {model.__name__}'s fields")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(
+            f"{path}: invalid {what}: {describe_validation_error(exc, unknown='unknown field')}"
+        ) from None

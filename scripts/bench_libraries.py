@@ -34,7 +34,7 @@ from mother.connection import connect
 from mother.functions import load_functions
 from mother.libraries.policy import load_policy
 from mother.libraries.redaction import RedactionEngine
-from mother.libraries.retrieval import _query, retrieve
+from mother.libraries.retrieval import query_text, retrieve, search_command
 from mother.records.libraries import ensure_indexes, write_policy
 from mother.runtime import Runtime
 from mother.server import EmbeddedRedis
@@ -194,22 +194,9 @@ def main() -> int:
             ours.append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
             client.execute_command(
-                "FT.SEARCH",
-                keys.CHUNK_INDEX,
-                _query("personal", q),
-                "SCORER",
-                "BM25",
-                "WITHSCORES",
-                "RETURN",
-                "3",
-                "$.chunk_id",
-                "$.document_id",
-                "$.text",
-                "LIMIT",
-                "0",
-                str(policy.retrieval_limits.max_chunks_per_query),
-                "DIALECT",
-                "2",
+                *search_command(
+                    query_text("personal", q), policy.retrieval_limits.max_chunks_per_query
+                )
             )
             bare.append((time.perf_counter() - t) * 1000)
             if i == 0:

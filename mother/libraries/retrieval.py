@@ -23,7 +23,7 @@ from mother.runtime import Runtime
 from mother.security import record_violation
 from schemas.library import AccessDecision, AccessLog
 
-__all__ = ["Hit", "RetrievalRefused", "Retrieved", "retrieve"]
+__all__ = ["Hit", "RetrievalRefused", "Retrieved", "query_text", "retrieve", "search_command"]
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
 # RediSearch's default stop words: left out of the query (a stop word in a union with stemmed terms
@@ -95,7 +95,8 @@ class Retrieved:
         return sum(h.redactions for h in self.hits)
 
 
-def _query(library_id: str, text: str) -> str:
+def query_text(library_id: str, text: str) -> str:
+    """The search query for ``text`` in the library: its words (less stop words), any of them."""
     words = [w for w in (w.lower() for w in _WORD.findall(text)) if w not in STOP_WORDS][:32]
     terms = "|".join(words) if words else "*"
     return (
@@ -178,7 +179,7 @@ def retrieve(
     )
     secret = rt.settings.libraries.hash_key
     engine = RedactionEngine(policy, library_key(secret.encode(), library_id) if secret else b"")
-    hits = [_hit(engine, row) for row in _search(rt.redis, _query(library_id, query), limit)]
+    hits = [_hit(engine, row) for row in _search(rt.redis, query_text(library_id, query), limit)]
     log.access_granted = True
     log.retrieval_count = len(hits)
     log.chunk_ids = [h.chunk_id for h in hits]
@@ -189,8 +190,9 @@ def retrieve(
     return Retrieved(library_id, hits, log.log_id if policy.audit.log_all_access else "")
 
 
-def _search(client: Any, query: str, limit: int) -> list[tuple[float, dict[str, str]]]:
-    reply = client.execute_command(
+def search_command(query: str, limit: int) -> tuple[str, ...]:
+    """The FT.SEARCH a retrieval sends (BM25, scores, the chunk's id, document and text)."""
+    return (
         "FT.SEARCH",
         keys.CHUNK_INDEX,
         query,
@@ -208,6 +210,10 @@ def _search(client: Any, query: str, limit: int) -> list[tuple[float, dict[str, 
         "DIALECT",
         "2",
     )
+
+
+def _search(client: Any, query: str, limit: int) -> list[tuple[float, dict[str, str]]]:
+    reply = client.execute_command(*search_command(query, limit))
     return [(score, fields) for _key, score, fields in search_rows(reply)]
 
 

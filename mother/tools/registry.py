@@ -14,15 +14,13 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import ValidationError
 
 from mother.config import Settings
 from mother.errors import ConfigError, SignatureInvalid
 from mother.records.tools import read_registry, read_stats, write_registry
 from mother.signing import verify_file
 from mother.tools.patterns import compile_pattern
-from mother.yamlfile import YamlProblem, read_yaml
-from schemas import describe_validation_error
+from mother.yamlfile import read_model
 from schemas.tool import DeterministicTool, ToolRegistry
 
 __all__ = [
@@ -67,18 +65,7 @@ def load_manifest(path: Path, trusted: list[Path] | None = None) -> Deterministi
     """One manifest, checked; ``trusted``: the keys one of which must have signed it."""
     if trusted is not None:
         verify_file(path, trusted)
-    try:
-        data = read_yaml(path)
-    except YamlProblem as exc:
-        raise ConfigError(f"invalid tool manifest {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a tool manifest is a mapping of the DeterministicTool fields")
-    try:
-        tool = DeterministicTool.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(
-            f"{path}: invalid tool manifest: {describe_validation_error(exc, unknown='unknown field')}"
-        ) from None
+    tool = read_model(path, DeterministicTool, "tool manifest")
     check_tool(tool, str(path))
     return tool
 
