@@ -31,7 +31,7 @@ from mother.errors import (
 from mother.functions import execute, follow_ups
 from mother.gates.build import open_op, phase_gate
 from mother.ledger import queue_node_read, to_usd
-from mother.libraries.context import library_hits
+from mother.libraries.context import library_approvals, library_hits
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
 from mother.records import budgets, runs
@@ -244,14 +244,18 @@ def advance(
     op of the gate the run waits on (a person's decision lets it move); a refused one raises GateRefused.
     """
     index, attempt = to
-    # a phase's first attempt waits for its approval, unless this move is that approval
-    if attempt == 1 and frm != (index, 0) and phase_needs_approval(rt.settings, spec, index):
+    # a phase's first attempt waits for its approval, unless this move is that approval (a decision on
+    # the gate the run waits on at the phase's attempt 0; a first phase's start also moves from (0, 0))
+    first = attempt == 1 and not (frm == (index, 0) and gate)
+    reasons = library_approvals(rt, spec, index) if first else []
+    if first and (reasons or phase_needs_approval(rt.settings, spec, index)):
         return _wait_for_approval(
             rt,
             run_id,
             spec,
             frm=frm,
             index=index,
+            reasons=reasons,
             event=event,
             detail=detail,
             result=result,
@@ -326,12 +330,13 @@ def _wait_for_approval(
     frm: tuple[int, int],
     index: int,
     outputs: Sequence[tuple[str, str]] | None,
+    reasons: Sequence[str] = (),
     **move: Any,
 ) -> bool:
     """Move the run to phase ``index``'s attempt 0 and open an approval gate for the phase, instead of
-    dispatching it (``move``: the rest of :func:`wait_on_gate`'s arguments)."""
+    dispatching it (``move``: the rest of :func:`wait_on_gate`'s arguments; ``reasons``: why)."""
     earlier = list(outputs) if outputs is not None else _earlier_outputs(rt, run_id, index)
-    gate = phase_gate(rt.settings, spec, index, earlier)
+    gate = phase_gate(rt.settings, spec, index, earlier, reasons)
     return wait_on_gate(rt, run_id, spec, gate, frm=frm, to=(index, 0), **move)
 
 

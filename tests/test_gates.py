@@ -288,3 +288,15 @@ def test_a_waiting_run_outlives_kill_9_of_mother_and_of_redis(tmp_path: Path) ->
         assert p.wait(run_id, timeout=60).termination.reason == "success"
     finally:
         stop_pipeline(p)
+
+
+def test_a_first_phase_that_requires_approval_waits_before_it_starts(gated: Pipeline) -> None:
+    """require_approval on the pipeline's first phase: its start (from the run's (0, 0)) is not taken
+    for the approval; the run waits, and runs once approved."""
+    spec = example("three-phase")
+    spec["pipeline"][0]["require_approval"] = True
+    run_id = gated.client.submit(spec)
+    state = _waiting(gated, run_id)
+    assert state.gate is not None and state.gate.phase == "plan" and state.attempt == 0
+    gated.client.approve(run_id, actor="ops", reason="go", digest=state.gate.digest)
+    assert gated.wait(run_id).termination.reason == "success"

@@ -580,3 +580,51 @@ def test_library_cli_end_to_end(stack, tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--from/--to" in bad.stderr
     missing = run_cli("library", "show", "nope", env=env)
     assert missing.returncode != 0 and "no library 'nope'" in missing.stderr
+
+
+def test_joining_libraries_waits_for_a_persons_approval(stack) -> None:
+    """financials requires approval for cross_library_joins: a run that names it with another library
+    waits before its first phase, the gate saying why; approved, it retrieves from both."""
+    import uuid
+
+    from mother import keys
+    from mother.errors import NotFound
+    from tests.test_pipeline import wait_until
+
+    run_id = f"join-{uuid.uuid4().hex[:8]}"
+    stack.client.submit(
+        {
+            "run_id": run_id,
+            "user_id": "alice",
+            "task": "Compare payroll growth with the retry policy research",
+            "libraries": ["financials", "public_research"],
+            "justification": "board pack",
+            "pipeline": [{"name": "compare", "role": "analyst", "model": "scripted"}],
+            "scripts": {"analyst": [{"text": "compared"}]},
+        }
+    )
+
+    def waiting():
+        try:
+            state = stack.client.status(run_id)
+        except NotFound:
+            return None
+        assert state.status != "terminated", state.reason
+        return state if state.status == "waiting" else None
+
+    state = wait_until(waiting, timeout=60)
+    assert state.gate is not None and "cross_library_joins" in state.gate.subject
+    assert "financials" in state.gate.subject
+    stack.client.approve(run_id, actor="ops", reason="board pack approved")
+    assert stack.wait(run_id).termination.reason == "success"
+    context = stack.redis.execute_command("JSON.GET", keys.context_key(run_id, 0))
+    assert "[financials/" in context and "[public_research/" in context
+    # one library alone: no gate
+    single = stack.client.submit(load_example_spec("library-redacted"))
+    assert stack.wait(single).termination.reason == "success"
+
+
+def load_example_spec(name: str) -> dict:
+    from tests.test_pipeline import example
+
+    return example(name)

@@ -142,9 +142,14 @@ def _gate(
 
 
 def phase_gate(
-    settings: Settings, spec: RunSpec, index: int, outputs: Sequence[tuple[str, str]]
+    settings: Settings,
+    spec: RunSpec,
+    index: int,
+    outputs: Sequence[tuple[str, str]],
+    reasons: Sequence[str] = (),
 ) -> Gate:
-    """An approval of phase ``index`` before it starts (the run waits at attempt 0)."""
+    """An approval of phase ``index`` before it starts (the run waits at attempt 0); ``reasons``: why,
+    beside the phase's or role's require_approval (a library policy's, say)."""
     phase = spec.pipeline[index]
     return _gate(
         settings,
@@ -152,8 +157,10 @@ def phase_gate(
         kind="approval",
         index=index,
         attempt=0,
-        subject=f"start phase {phase.name} ({phase.role} on {phase.model})",
+        subject=f"start phase {phase.name} ({phase.role} on {phase.model})"
+        + (f": {'; '.join(reasons)}"[:400] if reasons else ""),
         question=f"Phase {phase.name} needs approval before it starts."
+        + (f" {' '.join(reasons)}" if reasons else "")
         + (f" Exit criteria: {phase.exit_criteria}" if phase.exit_criteria else ""),
         digest=phase_digest(spec, index, outputs),
     )

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from mother import keys
 from mother.budget import Guard
-from mother.errors import InsufficientEvidence, PolicyViolation
+from mother.errors import InsufficientEvidence, NotFound, PolicyViolation
 from mother.libraries.retrieval import RetrievalRefused, retrieve
+from mother.records.libraries import read_policy
 from mother.runtime import Runtime
 from schemas import RunSpec
 
-__all__ = ["library_hits"]
+__all__ = ["library_approvals", "library_hits"]
 
 
 def library_hits(rt: Runtime, run_id: str, spec: RunSpec, index: int) -> list[str]:
@@ -63,3 +64,26 @@ def library_hits(rt: Runtime, run_id: str, spec: RunSpec, index: int) -> list[st
         )
     found.sort(key=lambda item: -item[0])
     return [text for _score, text in found]
+
+
+def library_approvals(rt: Runtime, spec: RunSpec, index: int) -> list[str]:
+    """Why a person must approve the run's first phase for its libraries (empty: no one must): a run
+    that joins two or more libraries, one of whose policies requires approval for cross_library_joins.
+    Read only for a run that names two or more."""
+    if index != 0 or len(spec.libraries) < 2:
+        return []
+    needing = []
+    for library_id in spec.libraries:
+        try:
+            policy = read_policy(rt.redis, library_id)
+        # an unknown library is refused when the phase retrieves
+        except NotFound:
+            continue
+        if policy.require_approval_for.cross_library_joins:
+            needing.append(library_id)
+    if not needing:
+        return []
+    return [
+        f"the run joins libraries {', '.join(spec.libraries)}, and {', '.join(needing)} "
+        "require(s) approval for cross_library_joins"
+    ]
