@@ -178,6 +178,13 @@ def _decide_when_waiting(client: MotherClient, run_ids: dict[str, str]) -> None:
         "approval-denied": lambda run_id: client.deny(
             run_id, actor="ops", reason="the demo denies the deploy: freeze week"
         ),
+        # financials requires approval before its content is exported to artifacts
+        "library-redacted": lambda run_id: client.approve(
+            run_id, actor="ops", reason="the demo approves the board pack"
+        ),
+        "library-rate-limited": lambda run_id: client.approve(
+            run_id, actor="ops", reason="the demo approves the reconciliation"
+        ),
     }
     for name, decide in decisions.items():
         run_id = run_ids[name]

@@ -535,6 +535,11 @@ def test_the_library_examples_end_as_their_policies_say(
     from tests.test_pipeline import example as load_example
 
     run_id = stack.client.submit(load_example(example))
+    if example in ("library-redacted", "library-rate-limited"):
+        # financials requires approval for export_to_artifact: the run waits before its first phase
+        state = _waiting_run(stack, run_id)
+        assert "export_to_artifact" in state.gate.subject and "financials" in state.gate.subject
+        stack.client.approve(run_id, actor="ops", reason="board pack")
     record = stack.wait(run_id, timeout=60).termination
     assert record.reason == reason, record.details
     if says is not None:
@@ -588,8 +593,6 @@ def test_joining_libraries_waits_for_a_persons_approval(stack) -> None:
     import uuid
 
     from mother import keys
-    from mother.errors import NotFound
-    from tests.test_pipeline import wait_until
 
     run_id = f"join-{uuid.uuid4().hex[:8]}"
     stack.client.submit(
@@ -604,27 +607,35 @@ def test_joining_libraries_waits_for_a_persons_approval(stack) -> None:
         }
     )
 
-    def waiting():
-        try:
-            state = stack.client.status(run_id)
-        except NotFound:
-            return None
-        assert state.status != "terminated", state.reason
-        return state if state.status == "waiting" else None
-
-    state = wait_until(waiting, timeout=60)
+    state = _waiting_run(stack, run_id)
     assert state.gate is not None and "cross_library_joins" in state.gate.subject
     assert "financials" in state.gate.subject
     stack.client.approve(run_id, actor="ops", reason="board pack approved")
     assert stack.wait(run_id).termination.reason == "success"
     context = stack.redis.execute_command("JSON.GET", keys.context_key(run_id, 0))
     assert "[financials/" in context and "[public_research/" in context
-    # one library alone: no gate
-    single = stack.client.submit(load_example_spec("library-redacted"))
-    assert stack.wait(single).termination.reason == "success"
+    # one library that needs no approval: no gate
+    single = stack.client.submit(load_example_spec("library-insufficient"))
+    assert stack.wait(single).termination.reason == "insufficient_evidence"
 
 
 def load_example_spec(name: str) -> dict:
     from tests.test_pipeline import example
 
     return example(name)
+
+
+def _waiting_run(stack, run_id: str):
+    """The run once it waits for a person (it must not end first)."""
+    from mother.errors import NotFound
+    from tests.test_pipeline import wait_until
+
+    def waiting():
+        try:
+            state = stack.client.status(run_id)
+        except NotFound:
+            return None
+        assert state.status != "terminated", f"{state.reason}"
+        return state if state.status == "waiting" else None
+
+    return wait_until(waiting, timeout=60)

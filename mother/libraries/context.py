@@ -11,6 +11,7 @@ from __future__ import annotations
 from mother import keys
 from mother.budget import Guard
 from mother.errors import InsufficientEvidence, NotFound, PolicyViolation
+from mother.libraries.access import decide
 from mother.libraries.retrieval import RetrievalRefused, retrieve
 from mother.records.libraries import read_policy
 from mother.runtime import Runtime
@@ -67,23 +68,42 @@ def library_hits(rt: Runtime, run_id: str, spec: RunSpec, index: int) -> list[st
 
 
 def library_approvals(rt: Runtime, spec: RunSpec, index: int) -> list[str]:
-    """Why a person must approve the run's first phase for its libraries (empty: no one must): a run
-    that joins two or more libraries, one of whose policies requires approval for cross_library_joins.
-    Read only for a run that names two or more."""
-    if index != 0 or len(spec.libraries) < 2:
+    """Why a person must approve the run's first phase for its libraries (empty: no one must), from the
+    policies of the libraries that would serve the phase (the controller's decision for its role, model
+    and justification; one that would refuse it refuses at retrieval instead, with no one asked):
+    - ``export_to_artifact``: the run's outputs, made from the library, are stored as artifacts;
+    - ``cross_library_joins``: the run joins two or more libraries."""
+    if index != 0 or not spec.libraries:
         return []
-    needing = []
+    phase = spec.pipeline[index]
+    model = rt.settings.models.get(phase.model)
+    cloud = bool(model is not None and model.cloud)
+    serving = []
     for library_id in spec.libraries:
         try:
             policy = read_policy(rt.redis, library_id)
         # an unknown library is refused when the phase retrieves
         except NotFound:
             continue
-        if policy.require_approval_for.cross_library_joins:
-            needing.append(library_id)
-    if not needing:
-        return []
-    return [
-        f"the run joins libraries {', '.join(spec.libraries)}, and {', '.join(needing)} "
-        "require(s) approval for cross_library_joins"
-    ]
+        if decide(
+            policy,
+            role=phase.role,
+            model=phase.model,
+            cloud=cloud,
+            justification=spec.justification,
+        ).allowed:
+            serving.append(policy)
+    reasons = []
+    export = [p.library_id for p in serving if p.require_approval_for.export_to_artifact]
+    if export:
+        reasons.append(
+            f"its outputs are stored as artifacts, and {', '.join(export)} require(s) approval for "
+            "export_to_artifact"
+        )
+    joins = [p.library_id for p in serving if p.require_approval_for.cross_library_joins]
+    if len(spec.libraries) > 1 and joins:
+        reasons.append(
+            f"the run joins libraries {', '.join(spec.libraries)}, and {', '.join(joins)} "
+            "require(s) approval for cross_library_joins"
+        )
+    return reasons
