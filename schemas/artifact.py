@@ -14,7 +14,6 @@ __all__ = [
     "PROTECTION_REASONS",
     "RETENTION_CLASSES",
     "Artifact",
-    "ArtifactMeta",
     "ArtifactMetadata",
     "ArtifactStatus",
     "GCError",
@@ -73,10 +72,6 @@ class ArtifactMetadata(Record):
     deletion_notified_at: Timestamp | None = Field(
         None, description="when a starred artifact's owner was told it will be deleted"
     )
-
-
-# the name it had before the lifecycle fields
-ArtifactMeta = ArtifactMetadata
 
 
 class GCError(Record):

@@ -91,6 +91,10 @@ class DeterministicTool(Record):
             raise ValueError('must be a JSON Schema of an object (type: "object")')
         return value
 
+    def timeout_or(self, default_ms: int) -> int:
+        """Its timeout: the manifest's, else ``default_ms`` (the registry's default_timeout_ms)."""
+        return self.timeout_ms if self.timeout_ms is not None else default_ms
+
     def allows(self, role: str) -> bool:
         return "*" in self.allowed_roles or role in self.allowed_roles
 
@@ -131,7 +135,7 @@ class ToolRegistry(Record):
         return next((t for t in self.tools if t.tool_id == tool_id), None)
 
     def timeout_ms(self, tool: DeterministicTool) -> int:
-        return tool.timeout_ms if tool.timeout_ms is not None else self.default_timeout_ms
+        return tool.timeout_or(self.default_timeout_ms)
 
 
 class ToolStats(Record):

@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -121,6 +123,24 @@ def start_pipeline(
         env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(workspace), **(env or {})},
     ).start()
     return Pipeline(server, stack, workspace)
+
+
+def wait_for_person(p: Pipeline, run_id: str, timeout: float = 60) -> Any:
+    """The run's state once it waits for a person (it must not end first; not yet taken in is waited out)."""
+    from mother.errors import NotFound
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = p.client.status(run_id)
+        except NotFound:
+            state = None
+        if state is not None:
+            assert state.status != "terminated", f"{run_id} ended {state.reason}"
+            if state.status == "waiting":
+                return state
+        time.sleep(0.05)
+    raise AssertionError(f"{run_id} did not wait for a person within {timeout} s")
 
 
 def stop_pipeline(p: Pipeline) -> None:

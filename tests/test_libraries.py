@@ -15,6 +15,7 @@ from mother.errors import ConfigError
 from mother.libraries import RedactionEngine, decide, load_policy
 from mother.libraries.redaction import library_key
 from schemas.library import DEFAULT_PATTERNS, LibraryAccessPolicy
+from tests.conftest import wait_for_person
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "libraries"
 
@@ -537,7 +538,7 @@ def test_the_library_examples_end_as_their_policies_say(
     run_id = stack.client.submit(load_example(example))
     if example in ("library-redacted", "library-rate-limited"):
         # financials requires approval for export_to_artifact: the run waits before its first phase
-        state = _waiting_run(stack, run_id)
+        state = wait_for_person(stack, run_id)
         assert "export_to_artifact" in state.gate.subject and "financials" in state.gate.subject
         stack.client.approve(run_id, actor="ops", reason="board pack")
     record = stack.wait(run_id, timeout=60).termination
@@ -607,7 +608,7 @@ def test_joining_libraries_waits_for_a_persons_approval(stack) -> None:
         }
     )
 
-    state = _waiting_run(stack, run_id)
+    state = wait_for_person(stack, run_id)
     assert state.gate is not None and "cross_library_joins" in state.gate.subject
     assert "financials" in state.gate.subject
     stack.client.approve(run_id, actor="ops", reason="board pack approved")
@@ -623,19 +624,3 @@ def load_example_spec(name: str) -> dict:
     from tests.test_pipeline import example
 
     return example(name)
-
-
-def _waiting_run(stack, run_id: str):
-    """The run once it waits for a person (it must not end first)."""
-    from mother.errors import NotFound
-    from tests.test_pipeline import wait_until
-
-    def waiting():
-        try:
-            state = stack.client.status(run_id)
-        except NotFound:
-            return None
-        assert state.status != "terminated", f"{state.reason}"
-        return state if state.status == "waiting" else None
-
-    return wait_until(waiting, timeout=60)

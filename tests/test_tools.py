@@ -28,7 +28,7 @@ from mother.tools import ToolRouter, build_registry, load_manifests, phase_query
 from mother.tools.patterns import compile_pattern, pattern_source
 from schemas import RunSpec
 from schemas.tool import DeterministicTool
-from tests.conftest import Pipeline, run_cli, start_pipeline, stop_pipeline
+from tests.conftest import Pipeline, run_cli, start_pipeline, stop_pipeline, wait_for_person
 from tests.test_pipeline import example, wait_until
 from workers.tools import ToolBox, shipped_tools
 from workers.tools.executor import ToolExecutor
@@ -450,22 +450,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     stop_pipeline(p)
 
 
-def _waiting(p: Pipeline, run_id: str) -> Any:
-    """The run once it waits for a person (it must not end first)."""
-    from mother.errors import NotFound
-
-    def ready() -> Any:
-        try:
-            state = p.client.status(run_id)
-        # not taken in yet
-        except NotFound:
-            return None
-        assert state.status != "terminated", state.reason
-        return state if state.status == "waiting" else None
-
-    return wait_until(ready, timeout=60)
-
-
 def _activity(p: Pipeline, run_id: str) -> list[Any]:
     return [e for e in recent(p.redis, 2000) if e.run_id == run_id]
 
@@ -531,7 +515,7 @@ def test_an_approval_required_tool_waits_for_a_person(stack: Pipeline) -> None:
     spec = example("tool-run-tests", approval_tools=["run_tests"])
     run_id = stack.client.submit(spec)
 
-    state = _waiting(stack, run_id)
+    state = wait_for_person(stack, run_id)
     assert state.gate is not None and state.gate.kind == "approval"
     assert "run_tests" in state.gate.subject
     stack.client.approve(run_id, actor="ops", reason="tests may run")
@@ -606,7 +590,7 @@ def test_an_approval_required_manifest_gates_its_tool(stack: Pipeline, tmp_path:
         time.sleep(settings.tools.refresh_seconds + 0.5)
         run_id = stack.client.submit(example("tool-run-tests"))
 
-        state = _waiting(stack, run_id)
+        state = wait_for_person(stack, run_id)
         assert state.gate is not None and "run_tests" in state.gate.subject
         stack.client.deny(run_id, actor="ops", reason="not on this branch")
         record = stack.wait(run_id).termination

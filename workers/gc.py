@@ -37,7 +37,7 @@ from mother.artifacts.policy import DAY_MS
 from mother.errors import ConfigError, InvalidSpec
 from mother.functions import call, execute
 from mother.logs import get_logger
-from mother.records.artifacts import artifact_keys
+from mother.records.artifacts import artifact_keys, due
 from mother.runtime import Runtime
 from schemas import ms_from_iso
 from schemas.artifact import GCError, GCReport
@@ -137,11 +137,7 @@ def _batches(
     the next batch starts past those that stayed (a dry run removes nothing, so it pages)."""
     offset = 0
     while True:
-        start = offset if dry_run else step.stuck
-        ids = [
-            m.decode() if isinstance(m, bytes) else m
-            for m in rt.redis.zrangebyscore(index, "-inf", now_ms, start=start, num=batch)
-        ]
+        ids = due(rt.redis, index, now_ms, batch, start=offset if dry_run else step.stuck)
         if not ids:
             return
         report.batches += 1

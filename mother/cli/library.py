@@ -34,9 +34,7 @@ LibArg = Annotated[str, typer.Argument(help="the library id")]
 
 def _rt() -> Runtime:
     cfg = settings()
-    client = redis_client(cfg)
-    ensure_indexes(client)
-    return Runtime(settings=cfg, redis=client)
+    return Runtime(settings=cfg, redis=redis_client(cfg))
 
 
 @app.command("create")
@@ -52,6 +50,8 @@ def create(
             f"{policy} is the policy of library {loaded.library_id!r}, not {library_id!r}", "usage"
         )
     rt = _rt()
+    # the chunk and access-log indexes (Mother makes them too, when it leads)
+    ensure_indexes(rt.redis)
     write_policy(rt.redis, loaded, rt.clock.now_iso())
     console.print(
         f"library {library_id} ({loaded.sensitivity}) created; policy:library:{library_id} set"

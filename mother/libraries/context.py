@@ -8,12 +8,11 @@ hits than ``libraries.min_hits`` (each scoring at least ``min_score``) end it ``
 
 from __future__ import annotations
 
-from mother import keys
 from mother.budget import Guard
 from mother.errors import InsufficientEvidence, NotFound, PolicyViolation
 from mother.libraries.access import decide
 from mother.libraries.retrieval import RetrievalRefused, retrieve
-from mother.records.libraries import read_policy
+from mother.records.libraries import count_violations, read_policy
 from mother.runtime import Runtime
 from schemas import RunSpec
 
@@ -47,8 +46,7 @@ def library_hits(rt: Runtime, run_id: str, spec: RunSpec, index: int) -> list[st
             continue
         found += [(h.score, f"[{library_id}/{h.chunk_id}] {h.text}") for h in got.hits]
     if refused:
-        count = rt.redis.incrby(keys.library_run_violations_key(run_id), len(refused))
-        rt.redis.expire(keys.library_run_violations_key(run_id), 7 * 86_400)
+        count = count_violations(rt.redis, run_id, len(refused))
         limit = rt.settings.libraries.violations_to_end
         # no library the run names would serve the phase: it cannot do what was asked
         if len(refused) == len(spec.libraries) or (limit and count >= limit):

@@ -162,9 +162,10 @@ def restore(
     return dict(orjson.loads(raw))
 
 
-def due(client: Any, index: str, now_ms: int, count: int) -> list[str]:
-    """Up to ``count`` members of ``index`` due at ``now_ms`` (lowest score first)."""
+def due(client: Any, index: str, now_ms: int, count: int, start: int = 0) -> list[str]:
+    """Up to ``count`` members of ``index`` due at ``now_ms`` (lowest score first), past the first
+    ``start`` of them."""
     return [
         m.decode() if isinstance(m, bytes) else m
-        for m in client.zrangebyscore(index, "-inf", now_ms, start=0, num=count)
+        for m in client.zrangebyscore(index, "-inf", now_ms, start=start, num=count)
     ]

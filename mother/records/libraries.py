@@ -19,6 +19,7 @@ from schemas import describe_validation_error
 from schemas.library import AccessLog, LibraryAccessPolicy
 
 __all__ = [
+    "count_violations",
     "ensure_indexes",
     "queue_access_log",
     "read_library",
@@ -137,6 +138,16 @@ def take_query(
     which = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
     what = "max_queries_per_run" if which == "run" else "max_queries_per_user_daily"
     return False, f"{what} reached ({int(reply[2])}/{int(reply[3])})"
+
+
+def count_violations(client: Any, run_id: str, refused: int) -> int:
+    """Add ``refused`` to the run's count of refused library accesses (kept a week), in one round trip;
+    returns the count."""
+    key = keys.library_run_violations_key(run_id)
+    pipe = client.pipeline(transaction=True)
+    pipe.incrby(key, refused)
+    pipe.expire(key, 7 * 86_400)
+    return int(pipe.execute()[0])
 
 
 def queue_access_log(pipe: Any, log: AccessLog, retention_days: int) -> None:

@@ -143,9 +143,6 @@ class ToolRouter:
         words.Compile()
         return words, of
 
-    def eligible(self, role: str) -> list[DeterministicTool]:
-        return [c.tool for c in self.tools if c.tool.allows(role)]
-
     def match(
         self,
         compiled: _Compiled,

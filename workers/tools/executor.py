@@ -191,9 +191,6 @@ class ToolExecutor:
         self.max_output_bytes = max_output_bytes
         self.allowed_entrypoints = allowed_entrypoints
 
-    def timeout_ms(self, tool: DeterministicTool) -> int:
-        return tool.timeout_ms if tool.timeout_ms is not None else self.default_timeout_ms
-
     def run(self, tool: DeterministicTool, workspace: Path, inputs: dict[str, Any]) -> ToolOutcome:
         """Run ``tool`` on ``inputs`` (its schema's defaults filled in); never raises for the tool's own
         failure: the outcome says what went wrong, in one line."""
@@ -209,7 +206,11 @@ class ToolExecutor:
             while True:
                 tries += 1
                 got = run_isolated(
-                    fn, workspace, inputs, self.timeout_ms(tool) / 1000, self.max_output_bytes
+                    fn,
+                    workspace,
+                    inputs,
+                    tool.timeout_or(self.default_timeout_ms) / 1000,
+                    self.max_output_bytes,
                 )
                 if "output" in got:
                     check_output(tool, got["output"])

@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 
 import orjson
 
-from mother import keys
 from mother.budget import Guard
 from mother.errors import PolicyViolation, ToolError
 from mother.libraries.retrieval import RetrievalRefused, retrieve
+from mother.records.libraries import count_violations
 from mother.runtime import Runtime
 from schemas import RunState
 
@@ -72,9 +72,7 @@ class SearchLibrary:
                 charge=lambda: self.guard.charge("retrieval_queries"),
             )
         except RetrievalRefused as exc:
-            key = keys.library_run_violations_key(self.state.run_id)
-            count = self.rt.redis.incr(key)
-            self.rt.redis.expire(key, 7 * 86_400)
+            count = count_violations(self.rt.redis, self.state.run_id, 1)
             limit = self.rt.settings.libraries.violations_to_end
             if limit and count >= limit:
                 raise PolicyViolation(
