@@ -259,12 +259,14 @@ def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool)
             read.execute_command("JSON.GET", keys.run_key(run_id))
             read.execute_command("JSON.GET", keys.termination_key(run_id), "$.reason")
         raws = read.execute()
+        states = [orjson.loads(raws[2 * i]) if raws[2 * i] else None for i in range(len(ids))]
+        needed = _needed(rt, states)
         pipe = rt.redis.pipeline(transaction=False)
         planned: list[tuple[str, str]] = []
         for i, run_id in enumerate(ids):
-            state = orjson.loads(raws[2 * i]) if raws[2 * i] else None
+            state = states[i]
             reasons = orjson.loads(raws[2 * i + 1]) if raws[2 * i + 1] else []
-            if _needed(rt, state):
+            if needed[i]:
                 report.runs_kept += 1
                 if not dry_run:
                     pipe.zadd(keys.RUN_RETENTION, {run_id: now_ms + keep_ms})
@@ -319,19 +321,22 @@ def _access_logs(rt: Runtime, report: GCReport, now_ms: int, dry_run: bool) -> N
             report.access_logs_pruned += int(rt.redis.zremrangebyscore(timeline, "-inf", cutoff))
 
 
-def _needed(rt: Runtime, state: dict[str, Any] | None) -> bool:
-    """Whether an artifact of the run that is still there is starred or protected (its run explains it)."""
-    artifacts = (state or {}).get("artifacts") or []
-    if not artifacts:
-        return False
-    metas = rt.redis.execute_command(
-        "JSON.MGET", *(keys.artifact_meta_key(a) for a in artifacts), "$"
-    )
-    for raw in metas:
-        doc = orjson.loads(raw)[0] if raw else None
-        if doc and (doc.get("protected") or doc.get("user_starred")):
-            return True
-    return False
+def _needed(rt: Runtime, states: list[dict[str, Any] | None]) -> list[bool]:
+    """For each run, whether an artifact of it that is still there is starred or protected (its run
+    explains it): one round trip for the batch."""
+    pipe = rt.redis.pipeline(transaction=False)
+    asked = []
+    for state in states:
+        artifacts = (state or {}).get("artifacts") or []
+        if artifacts:
+            pipe.execute_command("JSON.MGET", *(keys.artifact_meta_key(a) for a in artifacts), "$")
+        asked.append(bool(artifacts))
+    replies = iter(pipe.execute() if any(asked) else [])
+    out = []
+    for has_artifacts in asked:
+        docs = [orjson.loads(raw)[0] for raw in next(replies) if raw] if has_artifacts else []
+        out.append(any(d and (d.get("protected") or d.get("user_starred")) for d in docs))
+    return out
 
 
 def _outcome(report: GCReport, item: str, reply: Any) -> str:
