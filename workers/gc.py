@@ -212,7 +212,7 @@ def _expire(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: boo
             outcome = _outcome(report, artifact_id, reply)
             if outcome in ("deleted", "gone"):
                 report.scheduled_deletion += 1
-                report.keys_removed += 1
+                report.keys_removed += int(reply[2])
                 report.bytes_freed += int(reply[1])
             elif outcome == "protected":
                 report.protected += 1

@@ -77,7 +77,7 @@ end
 --       6 activity
 -- ARGV: 1 id, 2 now_ms, 3 notify_ms (a starred one's grace; '' : starred ones are protected),
 --       4 activity maxlen
--- Returns {outcome, bytes}: deleted, protected, deferred, not_due, gone.
+-- Returns {outcome, bytes, keys removed}: deleted, protected, deferred, not_due, gone.
 local function mh_gc_expire(keys, args)
   local id, now = args[1], tonumber(args[2])
   local score = redis.call('ZSCORE', keys[4], id)
@@ -104,9 +104,9 @@ local function mh_gc_expire(keys, args)
        message = 'a starred artifact expired: it is deleted at delete_at unless it is protected'})
     return {'deferred', 0}
   end
-  local freed = delete_artifact(keys, id, keys[6], args[4], at, {run_id = doc and doc.run_id or nil})
-  if not doc then return {'gone', freed} end
-  return {'deleted', freed}
+  local freed, removed = delete_artifact(keys, id, keys[6], args[4], at, {run_id = doc and doc.run_id or nil})
+  if not doc then return {'gone', freed, removed} end
+  return {'deleted', freed, removed}
 end
 
 -- mh_gc_archive: replace an artifact's active copy with its compressed archive (made by the GC from
