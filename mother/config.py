@@ -728,6 +728,14 @@ class LibrarySettings(_Section):
         le=1000,
         description="a run's library violations that end it policyViolation (0: never)",
     )
+    ambiguity_margin: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        description="two hits of one library from different documents scoring within this share of "
+        "each other, stating different figures, are contradictory: the phase reports "
+        "retrieval_ambiguity (0: off)",
+    )
 
 
 class Settings(BaseSettings):

@@ -408,11 +408,11 @@ def _compose(
         outputs = _earlier_outputs(rt, run_id, index)
     # the run's libraries: their redacted hits join the retrieval_hits section
     hits = library_hits(rt, run_id, spec, index)
-    if hits:
+    if hits.texts:
         spec = spec.model_copy(
             update={
                 "context": spec.context.model_copy(
-                    update={"retrieval_hits": [*spec.context.retrieval_hits, *hits]}
+                    update={"retrieval_hits": [*spec.context.retrieval_hits, *hits.texts]}
                 )
             }
         )
@@ -432,6 +432,8 @@ def _compose(
     routed = rt.tools.plan(spec, index)
     if routed.candidates:
         comp.context = comp.context.model_copy(update={"tool_plan": routed.candidates})
+    if hits.ambiguity:
+        comp.context = comp.context.model_copy(update={"retrieval_ambiguity": hits.ambiguity})
     return comp
 
 

@@ -131,6 +131,11 @@ class ContextManifest(Record):
         description="registry tools Mother's router found for the phase's task, tried in order before "
         "the model (a tool_only plan); empty: the phase goes to the model",
     )
+    retrieval_ambiguity: Annotated[str, StringConstraints(max_length=2000)] | None = Field(
+        None,
+        description="why the phase's retrieval hits contradict each other (the phase then reports "
+        "the finding ambiguity, and Mother raises the retrieval_ambiguity conflict)",
+    )
 
 
 class ComposedContext(ContextManifest):

@@ -10,15 +10,28 @@ from pydantic import Field, JsonValue, StringConstraints
 
 from schemas._base import Id, Record, Shallow, ShortText, Timestamp
 
-__all__ = ["MAX_ANSWER_CHARS", "ApprovalRequest", "Gate", "GateDecision", "GateKind"]
+__all__ = [
+    "CLOUD_ESCALATION",
+    "MAX_ANSWER_CHARS",
+    "ApprovalRequest",
+    "Gate",
+    "GateDecision",
+    "GateKind",
+]
 
 MAX_ANSWER_CHARS = 100_000
 GateKind = Literal["approval", "input"]
 
 
+# ApprovalRequest.tool of a phase escalated to a cloud model that a library's policy wants approved
+CLOUD_ESCALATION = "cloud_escalation"
+
+
 class ApprovalRequest(Record):
     """A tool call a phase stopped before, because it needs a person's approval: approved, the phase runs
-    again and may make exactly this call (same tool, same arguments: ``digest``)."""
+    again and may make exactly this call (same tool, same arguments: ``digest``). ``tool`` is
+    ``cloud_escalation`` for a phase Mother escalated to a cloud model that a library's policy wants
+    approved (its arguments: the model and the libraries)."""
 
     tool: Id
     digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]

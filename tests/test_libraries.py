@@ -624,3 +624,91 @@ def load_example_spec(name: str) -> dict:
     from tests.test_pipeline import example
 
     return example(name)
+
+
+def test_agents_search_a_library_through_the_registry_tool(stack, tmp_path: Path) -> None:
+    """search_library is a registry tool run by the one executor with the phase's context: a granted
+    call is charged to retrieval_queries, audited and counted in tool_stats; a refusal is a tool error
+    the model sees, and the run's second refusal ends it policyViolation."""
+    import uuid
+
+    from mother import keys
+    from mother.clock import ServerClock
+    from mother.libraries.ingest import create_library
+
+    def successes() -> int:
+        doc = stack.redis.execute_command("JSON.GET", keys.tool_stats_key("search_library"))
+        return int(orjson.loads(doc)["success_count"]) if doc else 0
+
+    before = successes()
+    run_id = f"tool-{uuid.uuid4().hex[:8]}"
+    stack.client.submit(
+        {
+            "run_id": run_id,
+            "user_id": "alice",
+            "task": "Find the dentist's number",
+            "libraries": ["personal"],
+            "pipeline": [{"name": "look", "role": "coder", "model": "scripted"}],
+            "scripts": {
+                "coder": [
+                    {
+                        "tool_calls": [
+                            {
+                                "name": "search_library",
+                                "arguments": {"library_id": "personal", "query": "dentist"},
+                            },
+                            {
+                                "name": "search_library",
+                                "arguments": {"library_id": "financials", "query": "payroll"},
+                            },
+                        ]
+                    },
+                    {"text": "The dentist's number is in the notes.", "confidence": 0.9},
+                ]
+            },
+        }
+    )
+    assert stack.wait(run_id).termination.reason == "success"
+    budget = orjson.loads(stack.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))
+    # one for the phase's retrieval_hits, one for the agent's granted call (the other named a
+    # library outside the run: refused before anything was charged)
+    assert budget["retrieval_queries"] == 2
+    assert successes() == before + 1
+    logs = [
+        orjson.loads(stack.redis.execute_command("JSON.GET", keys.access_log_key(log_id)))
+        for log_id in stack.redis.zrange(keys.access_logs_key("personal"), 0, -1)
+    ]
+    mine = [log for log in logs if log["run_id"] == run_id]
+    assert len(mine) == 2 and all(
+        log["access_granted"] and log["agent_role"] == "coder" for log in mine
+    )
+
+    # one query a run: the context takes it, the agent's two calls are refused, the second ends it
+    policy = tmp_path / "tight.yaml"
+    data = yaml.safe_load((EXAMPLES / "personal.yaml").read_text())
+    data.update(
+        library_id="tight",
+        library_name="Tight",
+        retrieval_limits={
+            "max_chunks_per_query": 5,
+            "max_queries_per_run": 1,
+            "max_queries_per_user_daily": 100,
+        },
+    )
+    policy.write_text(yaml.safe_dump(data))
+    create_library(
+        stack.redis, policy, [EXAMPLES / "docs" / "personal"], ServerClock(stack.redis).now_iso()
+    )
+    call = {"name": "search_library", "arguments": {"library_id": "tight", "query": "dentist"}}
+    tight = stack.client.submit(
+        {
+            "user_id": "alice",
+            "task": "Find the dentist",
+            "libraries": ["tight"],
+            "pipeline": [{"name": "look", "role": "coder", "model": "scripted"}],
+            "scripts": {"coder": [{"tool_calls": [call]}, {"tool_calls": [call]}, {"text": "x"}]},
+        }
+    )
+    record = stack.wait(tight).termination
+    assert record.reason == "policyViolation", record.details
+    assert "refused 2 times" in record.details and "max_queries_per_run" in record.details

@@ -32,6 +32,7 @@ from mother.context import load as load_context
 from mother.context import queue_load as queue_context_load
 from mother.errors import ApprovalRequired, ContextInvalid, HookDecision, MotherError, PhaseStale
 from mother.hooks import HarnessAction, load_hooks
+from mother.libraries.context import cloud_escalation
 from mother.lifecycle import is_current
 from mother.logs import configure_logging, get_logger
 from mother.records import parse_run_record, runs
@@ -49,8 +50,8 @@ from mother.runtime import Runtime
 from mother.security import queue_token_claim, record_violation
 from schemas import MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, RunState, Usage
 from schemas.artifact import Artifact
-from schemas.conflict import Verdict
-from schemas.gate import ApprovalRequest
+from schemas.conflict import Finding, Verdict
+from schemas.gate import CLOUD_ESCALATION, ApprovalRequest
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness
 from workers.heartbeat import AttemptBeat, Heartbeat, beat
@@ -58,9 +59,8 @@ from workers.metering import Meter
 from workers.providers import Provider, make_provider
 from workers.spawn import SpawnRun
 from workers.tools import ToolBox, approval_request, output_text, shipped_tools
-from workers.tools.executor import ToolExecutor
+from workers.tools.executor import ToolContext, ToolExecutor
 from workers.tools.plan import PlanOutcome, run_plan, verdict_of
-from workers.tools.search_library import SearchLibrary
 from workers.verdict import findings_in, verdict_for
 
 __all__ = [
@@ -333,16 +333,20 @@ def _prepare(
     spawner = SpawnRun(rt, state, index, guard, check_alive)
     registry = rt.tools.registry if rt.tools.current() is not None else None
     listed = registry.tools if registry is not None else list(shipped_tools().values())
-    eligible = [t for t in listed if t.allows(phase.role)]
+    # search_library reads the run's libraries: offered only to runs that name some
+    eligible = [
+        t
+        for t in listed
+        if t.allows(phase.role) and (state.spec.libraries or t.tool_id != "search_library")
+    ]
     needing = approval_tools(rt.settings, state.spec, phase.role) | {
         t.tool_id for t in eligible if t.approval_required
     }
     toolbox = ToolBox(
         rt.settings.worker.workspace_root / state.run_id,
         registry=eligible,
-        local=(spawner, SearchLibrary(rt, state, index, model, guard))
-        if state.spec.libraries
-        else (spawner,),
+        local=(spawner,),
+        context=ToolContext(rt, state, index, model, guard),
         executor=ToolExecutor(
             rt.redis,
             default_timeout_ms=(
@@ -433,6 +437,8 @@ def _run(
         manifest = ready.context.manifest()
         meters.append(ready.meter)
         handled = _tool_plan(rt, state, index, ready)
+        if handled is None:
+            _check_cloud_escalation(rt, state, index, ready.context.model)
         outcome = _tool_outcome(handled) if handled is not None else _agent_loop(rt, ready)
         verdict = _verdict(rt, state, index, outcome, ready.context.model, artifact_id)
     except PhaseStale:
@@ -478,9 +484,47 @@ def _run(
         usage=outcome.usage,
         notices=outcome.notices,
         verdict=verdict,
-        findings=outcome.findings or findings_in(outcome.text),
+        findings=_findings(outcome, ready.context),
         handled_by=handled.outcome.tool_id if handled is not None else None,
     )
+
+
+def _findings(outcome: LoopOutcome, context: ComposedContext) -> list[Finding]:
+    """What the phase reports beside its output: its own findings (stated, or in its text), and
+    ``ambiguity`` where Mother found its retrieval hits contradicting each other."""
+    found: list[Finding] = [
+        "contradiction" if f == "contradiction" else "ambiguity" for f in outcome.findings
+    ] or findings_in(outcome.text)
+    if context.retrieval_ambiguity and "ambiguity" not in found:
+        found.append("ambiguity")
+    return found
+
+
+def _check_cloud_escalation(rt: Runtime, state: RunState, index: int, model: str) -> None:
+    """Stop before the first model call when Mother escalated the phase to a cloud model and a library
+    of the run requires a person's approval for that (``require_approval_for.cloud_escalation``) and
+    none was given: Mother opens an approval gate; approved, the phase runs again, allowed exactly
+    that escalation. A library that refuses the model outright ends the phase (PolicyViolation)."""
+    if not state.spec.libraries:
+        return
+    needing = cloud_escalation(rt, state, index, model)
+    if not needing:
+        return
+    phase = state.spec.pipeline[index]
+    request = approval_request(
+        phase.name,
+        CLOUD_ESCALATION,
+        {"model": model, "libraries": needing},
+        {CLOUD_ESCALATION},
+        state.grants,
+    )
+    if request is not None:
+        raise ApprovalRequired(
+            f"phase {phase.name} was escalated to cloud model {model}, and "
+            f"{', '.join(needing)} require(s) approval for cloud_escalation; the phase stopped "
+            "before its first model call and runs again once it is approved",
+            request=request,
+        )
 
 
 def _tool_plan(rt: Runtime, state: RunState, index: int, ready: PhaseSetup) -> PlanOutcome | None:

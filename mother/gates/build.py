@@ -16,7 +16,14 @@ from mother.config import Settings
 from mother.errors import GateRefused, InvalidSpec
 from schemas import RunSpec, RunState
 from schemas.conflict import ConflictResolution
-from schemas.gate import MAX_ANSWER_CHARS, ApprovalRequest, Gate, GateDecision, GateKind
+from schemas.gate import (
+    CLOUD_ESCALATION,
+    MAX_ANSWER_CHARS,
+    ApprovalRequest,
+    Gate,
+    GateDecision,
+    GateKind,
+)
 
 __all__ = [
     "DECISIONS",
@@ -169,16 +176,30 @@ def phase_gate(
 def tool_gate(
     settings: Settings, spec: RunSpec, index: int, attempt: int, request: ApprovalRequest
 ) -> Gate:
-    """An approval of one tool call a phase stopped before (approved, the phase runs again)."""
-    shown = orjson.dumps(request.arguments).decode()
+    """An approval of one tool call a phase stopped before (approved, the phase runs again), or of a
+    phase's escalation to a cloud model that a library's policy wants approved."""
+    name = spec.pipeline[index].name
+    if request.tool == CLOUD_ESCALATION:
+        model, libraries = request.arguments.get("model"), request.arguments.get("libraries")
+        shown_libraries = ", ".join(map(str, libraries)) if isinstance(libraries, list) else "?"
+        subject = f"cloud escalation of phase {name} to {model} ({shown_libraries})"
+        question = (
+            f"Phase {name} was escalated to the cloud model {model}; library {shown_libraries} "
+            "require(s) approval before its chunks go to a cloud model. Approve to run the phase "
+            "there, or deny to end the run."
+        )
+    else:
+        shown = orjson.dumps(request.arguments).decode()
+        subject = f"tool call {request.tool} in phase {name}"
+        question = f"The phase wants to call {request.tool} with {shown[:2000]}"
     return _gate(
         settings,
         spec,
         kind="approval",
         index=index,
         attempt=attempt,
-        subject=f"tool call {request.tool} in phase {spec.pipeline[index].name}",
-        question=f"The phase wants to call {request.tool} with {shown[:2000]}",
+        subject=subject[:400],
+        question=question,
         digest=request.digest,
         tool=request,
     )

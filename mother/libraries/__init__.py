@@ -1,10 +1,9 @@
-"""Library access control (seed 003 §7): policies (``schemas.library``), the access controller's
-decision (:mod:`mother.libraries.access`), redaction (:mod:`mother.libraries.redaction`) and loading
-a policy file with its patterns checked (:mod:`mother.libraries.policy`).
-
-Built so far: the policy, the controller's agent / model / justification decision, the redaction
-engine. Not built yet: documents and retrieval, the retrieval counters and caps, the audit trail and
-its report (``mother library ...`` says so).
+"""Libraries (seed 003 §7): policies (``schemas.library``), the access controller's decision
+(:mod:`mother.libraries.access`), redaction (:mod:`mother.libraries.redaction`), policy files with
+their patterns checked (:mod:`mother.libraries.policy`), documents (:mod:`mother.libraries.ingest`),
+retrieval under policy with caps and audit (:mod:`mother.libraries.retrieval`), a phase's
+``retrieval_hits``, approvals and contradictions (:mod:`mother.libraries.context`) and the access
+report (:mod:`mother.libraries.report`). docs/libraries.md.
 """
 
 from mother.libraries.access import decide

@@ -1,6 +1,6 @@
 """The library access controller's decision (seed 003 §7, LibraryAccessController.checkAccess), for the
-checks that need no counter: the agent, the model, the justification. The rate limits are counters and
-are checked on the server with the retrieval's charge (not built yet: see the issue's note).
+checks that need no counter: the agent, the model, the justification. The rate limits are counters,
+checked on the server with the retrieval's charge (``mh_library_take``, :mod:`mother.libraries.retrieval`).
 
 - agent: a role in ``denied_agents`` (or ``*`` there) is refused, whatever ``allowed_agents`` says;
   else it must be in ``allowed_agents`` or ``*`` be;

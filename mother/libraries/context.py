@@ -4,30 +4,78 @@ the phase's task or the run's as the query), adds the redacted hits to the secti
 charges each query to the run's ``retrieval_queries``. A library that refuses the phase is skipped
 (audited); when every library refuses it, or at the run's ``libraries.violations_to_end``-th refusal,
 the run ends ``policyViolation``. Fewer
-hits than ``libraries.min_hits`` (each scoring at least ``min_score``) end it ``insufficient_evidence``."""
+hits than ``libraries.min_hits`` (each scoring at least ``min_score``) end it ``insufficient_evidence``.
+Hits that contradict each other (:func:`contradiction`) make the phase report the finding
+``ambiguity``: Mother raises the ``retrieval_ambiguity`` conflict after it. A phase Mother escalated to
+a cloud model stops for a person's approval where a library requires it (:func:`cloud_escalation`)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from mother.budget import Guard
 from mother.errors import InsufficientEvidence, NotFound, PolicyViolation
-from mother.libraries.access import decide
-from mother.libraries.retrieval import RetrievalRefused, retrieve
+from mother.libraries.access import agent_allowed, decide, model_allowed
+from mother.libraries.retrieval import Hit, RetrievalRefused, retrieve
 from mother.records.libraries import count_violations, read_policy
 from mother.runtime import Runtime
-from schemas import RunSpec
+from schemas import RunSpec, RunState
 
-__all__ = ["library_approvals", "library_hits"]
+__all__ = ["LibraryHits", "cloud_escalation", "contradiction", "library_approvals", "library_hits"]
 
 
-def library_hits(rt: Runtime, run_id: str, spec: RunSpec, index: int) -> list[str]:
-    """The phase's retrieval hits (text, best first); raises PolicyViolation or InsufficientEvidence."""
+@dataclass(frozen=True)
+class LibraryHits:
+    """A phase's retrieval: the hits' texts (best first) and, when two of them contradict each other,
+    why (:func:`contradiction`)."""
+
+    texts: list[str]
+    ambiguity: str | None = None
+
+
+# a figure a chunk states: 12, 3.5, 1,200, 18%
+FIGURE = re.compile(r"\d+(?:[.,]\d+)*%?")
+
+
+def contradiction(library_id: str, hits: Sequence[Hit], margin: float) -> str | None:
+    """Why ``hits`` (one library's, best first) contradict each other, or None: the best hit and another
+    from a different document score within ``margin`` of each other (equally relevant to the query)
+    and state different figures. Deterministic, and conservative: prose that disagrees without a
+    figure is not caught (a phase can still report ``FINDING: ambiguity``)."""
+    if margin <= 0 or len(hits) < 2:
+        return None
+    best = hits[0]
+    figures = set(FIGURE.findall(best.text))
+    if not figures:
+        return None
+    for other in hits[1:]:
+        if other.score < best.score * (1 - margin):
+            break
+        if other.document_id == best.document_id:
+            continue
+        theirs = set(FIGURE.findall(other.text))
+        if theirs and theirs != figures:
+            return (
+                f"{library_id}: {best.chunk_id} and {other.chunk_id} are equally relevant (scores "
+                f"{best.score:.3f}, {other.score:.3f}) and state different figures "
+                f"({', '.join(sorted(figures)[:5])} / {', '.join(sorted(theirs)[:5])})"
+            )
+    return None
+
+
+def library_hits(rt: Runtime, run_id: str, spec: RunSpec, index: int) -> LibraryHits:
+    """The phase's retrieval hits (text, best first) and whether they contradict each other; raises
+    PolicyViolation or InsufficientEvidence."""
     if not spec.libraries:
-        return []
+        return LibraryHits([])
     phase = spec.pipeline[index]
     query = phase.task or spec.task
     guard = Guard(rt.redis, rt.settings, run_id, spec.user_id, rt.clock.today)
     found: list[tuple[float, str]] = []
     refused: list[str] = []
+    ambiguity: str | None = None
     for library_id in spec.libraries:
         try:
             got = retrieve(
@@ -45,6 +93,9 @@ def library_hits(rt: Runtime, run_id: str, spec: RunSpec, index: int) -> list[st
             refused.append(f"{library_id}: {exc.message}")
             continue
         found += [(h.score, f"[{library_id}/{h.chunk_id}] {h.text}") for h in got.hits]
+        ambiguity = ambiguity or contradiction(
+            library_id, got.hits, rt.settings.libraries.ambiguity_margin
+        )
     if refused:
         count = count_violations(rt.redis, run_id, len(refused))
         limit = rt.settings.libraries.violations_to_end
@@ -62,7 +113,7 @@ def library_hits(rt: Runtime, run_id: str, spec: RunSpec, index: int) -> list[st
             + (f" (refused: {'; '.join(refused)})" if refused else "")
         )
     found.sort(key=lambda item: -item[0])
-    return [text for _score, text in found]
+    return LibraryHits([text for _score, text in found], ambiguity)
 
 
 def library_approvals(rt: Runtime, spec: RunSpec, index: int) -> list[str]:
@@ -105,3 +156,50 @@ def library_approvals(rt: Runtime, spec: RunSpec, index: int) -> list[str]:
             "require(s) approval for cross_library_joins"
         )
     return reasons
+
+
+def cloud_escalation(rt: Runtime, state: RunState, index: int, model: str) -> list[str]:
+    """The libraries whose policy requires approval before the phase's chunks go to ``model``, a cloud
+    model (the catalogue's flag) that Mother chose and the RunSpec did not name for the phase: the
+    context's escalation to a larger window, a conflict's escalated re-run or its arbiter. Empty when
+    nothing needs approving. Raises PolicyViolation when a library's policy refuses ``model`` outright
+    (its chunks were retrieved for the phase's own model and must not reach this one)."""
+    config = rt.settings.models.get(model)
+    if not state.spec.libraries or config is None or not config.cloud:
+        return []
+    phase = state.spec.pipeline[index]
+    detour = state.detour
+    # the model the RunSpec names for this attempt: an arbiter is always Mother's choice
+    if detour is None:
+        named: str | None = phase.model
+    elif detour.kind == "arbiter":
+        named = None
+    else:
+        named = state.spec.pipeline[detour.for_phase].model if detour.for_phase != index else model
+    if model == named:
+        return []
+    needing = []
+    for library_id in state.spec.libraries:
+        try:
+            policy = read_policy(rt.redis, library_id)
+        # an unknown library was refused when the phase retrieved
+        except NotFound:
+            continue
+        # a library that refuses the agent, or wants a justification it lacks, gave the phase nothing
+        unjustified = (
+            policy.audit.require_justification and not (state.spec.justification or "").strip()
+        )
+        if not agent_allowed(policy, phase.role) or unjustified:
+            continue
+        if not model_allowed(policy, model, cloud=True):
+            # a detour's context was retrieved for its own model: that library gave it nothing
+            if model == phase.model:
+                continue
+            raise PolicyViolation(
+                f"phase {phase.name} was escalated to cloud model {model}, which library "
+                f"{library_id}'s policy refuses; its chunks cannot go to that model (allow it in the "
+                "policy, or give the phase a model whose window fits its context)"
+            )
+        if policy.require_approval_for.cloud_escalation:
+            needing.append(library_id)
+    return needing

@@ -1,9 +1,10 @@
 """Tools the agent loop can call, and the interface both kinds plug into.
 
 Registry tools (``registry:tools``: the file tools, git_status, run_tests, resize_image, ocr_extract,
-render_text and whatever a deployment adds) run through the one executor
-(:mod:`workers.tools.executor`), each in a process of its own with its timeout; local tools
-(``spawn_run``: it needs the run's guard) run in the phase's process. Each run has a workspace directory
+render_text, search_library and whatever a deployment adds) run through the one executor
+(:mod:`workers.tools.executor`), each in a process of its own with its timeout; a run-bound one
+(search_library) is handed the phase's :class:`ToolContext`. The one local tool (``spawn_run``: it
+waits on Mother and checks the phase is current) runs in the phase's process. Each run has a workspace directory
 (``worker.workspace_root/{run_id}``); the tools resolve every path inside it. A tool's refusal is
 an error text the model sees and can correct; the phase goes on.
 """
@@ -20,11 +21,11 @@ from typing import Any, ClassVar, Protocol
 import orjson
 
 from mother.capabilities import denial
-from mother.errors import ToolError
+from mother.errors import PolicyViolation, ToolError
 from mother.tools.registry import load_manifest, shipped_dir
 from schemas import within_depth
 from schemas.tool import DeterministicTool
-from workers.tools.executor import ToolExecutor
+from workers.tools.executor import ToolContext, ToolExecutor
 from workers.tools.files import MAX_READ_BYTES, MAX_WRITE_BYTES
 
 __all__ = [
@@ -110,8 +111,11 @@ class ToolBox:
         granted: list[str] | None = None,
         manifest_check: Any = None,
         approval: Callable[[str, Any], dict[str, Any] | None] | None = None,
+        context: ToolContext | None = None,
     ):
         self.workspace = workspace
+        # the calling phase, for run-bound registry tools (search_library)
+        self.context = context
         # (tool name, arguments) -> the approval request for a call that needs one not yet given, or None
         self.approval = approval
         # tool name -> why it may not run (signed manifests), or None
@@ -187,7 +191,12 @@ class ToolBox:
             return ToolResult(name, False, f"error: tool blocked before execution: {blocked}")
         registered = self.registry.get(name)
         if registered is not None:
-            outcome = self.executor.run(registered, self.ensure_workspace(), arguments)
+            outcome = self.executor.run(
+                registered, self.ensure_workspace(), arguments, self.context
+            )
+            if outcome.violation:
+                # what the deployment's policy forbids ends the phase, like a local tool's
+                raise PolicyViolation(outcome.error or f"{name} refused by policy")
             if not outcome.ok or outcome.output is None:
                 return ToolResult(name, False, f"error: {outcome.error}")
             output = output_text(outcome.output)

@@ -12,7 +12,9 @@ loop's meter, or the tool plan's), before it calls :meth:`ToolExecutor.run`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import inspect
 import os
 import select
 import signal
@@ -24,18 +26,37 @@ from typing import Any
 
 import orjson
 
-from mother.errors import MotherError, ToolError, ToolTransient
+from mother.errors import MotherError, PolicyViolation, ToolError, ToolTransient
 from mother.logs import get_logger
 from mother.records.tools import record_call
 from mother.tools.contracts import check_inputs, check_output, with_defaults
 from schemas.tool import DeterministicTool
 
-__all__ = ["ToolExecutor", "ToolOutcome", "entrypoint_refusal", "load_entrypoint"]
+__all__ = [
+    "ToolContext",
+    "ToolExecutor",
+    "ToolOutcome",
+    "bind_context",
+    "entrypoint_refusal",
+    "load_entrypoint",
+]
 
 log = get_logger("tools")
 
 # the modules whose functions a manifest may name as its entrypoint (others: worker.allowed_jobs)
 ENTRYPOINT_PACKAGE = "workers.tools."
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """The calling phase, for a run-bound tool (an entrypoint with a keyword ``context``): the runtime,
+    the run, the phase's index and model, and its guard (what the tool charges)."""
+
+    rt: Any
+    state: Any
+    phase_index: int
+    model: str
+    guard: Any
 
 
 @dataclass
@@ -47,6 +68,8 @@ class ToolOutcome:
     duration_ms: float
     tries: int
     timed_out: bool = False
+    # the tool raised a PolicyViolation: the phase ends (not a tool error the model may correct)
+    violation: bool = False
 
 
 def entrypoint_refusal(entrypoint: str, allowed: frozenset[str] = frozenset()) -> str | None:
@@ -76,6 +99,25 @@ def load_entrypoint(
     return fn
 
 
+def bind_context(
+    tool_id: str, fn: Callable[..., Any], context: Any
+) -> Callable[[Path, dict[str, Any]], Any]:
+    """``fn`` with the phase's ``context`` bound when it takes one (a run-bound tool); such a tool with
+    no phase to run for (a ``tool_only`` plan, a test) is refused in one line."""
+    try:
+        takes = "context" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes:
+        return fn
+    if context is None:
+        raise ToolError(
+            f"{tool_id} works for an agent of a run (it needs the run's guard and policy); "
+            "call it from a phase's agent loop"
+        )
+    return functools.partial(fn, context=context)
+
+
 def _child(
     fn: Callable[[Path, dict[str, Any]], Any], workspace: Path, inputs: Any, out: int
 ) -> None:
@@ -90,6 +132,8 @@ def _child(
             result = {"error": exc.message, "transient": True}
         except ToolError as exc:
             result = {"error": exc.message}
+        except PolicyViolation as exc:
+            result = {"error": exc.message, "violation": True}
         except MotherError as exc:
             result = {"error": exc.message}
         except OSError as exc:
@@ -191,17 +235,23 @@ class ToolExecutor:
         self.max_output_bytes = max_output_bytes
         self.allowed_entrypoints = allowed_entrypoints
 
-    def run(self, tool: DeterministicTool, workspace: Path, inputs: dict[str, Any]) -> ToolOutcome:
+    def run(
+        self, tool: DeterministicTool, workspace: Path, inputs: dict[str, Any], context: Any = None
+    ) -> ToolOutcome:
         """Run ``tool`` on ``inputs`` (its schema's defaults filled in); never raises for the tool's own
-        failure: the outcome says what went wrong, in one line."""
+        failure: the outcome says what went wrong, in one line. ``context`` is the calling phase's
+        (:class:`workers.tools.context.ToolContext`), handed to an entrypoint that takes a keyword
+        ``context`` (a run-bound tool such as ``search_library``)."""
         started = time.monotonic()
         tries = 0
         error: str | None = None
-        timed_out = False
+        timed_out = violation = False
         try:
             inputs = with_defaults(tool, inputs)
             check_inputs(tool, inputs)
-            fn = load_entrypoint(tool.entrypoint, self.allowed_entrypoints)
+            fn = bind_context(
+                tool.tool_id, load_entrypoint(tool.entrypoint, self.allowed_entrypoints), context
+            )
             workspace.mkdir(parents=True, exist_ok=True)
             while True:
                 tries += 1
@@ -216,12 +266,15 @@ class ToolExecutor:
                     check_output(tool, got["output"])
                     return self._done(tool, started, tries, got["output"], None)
                 error, timed_out = str(got.get("error")), bool(got.get("timed_out"))
+                violation = bool(got.get("violation"))
                 if not got.get("transient") or tries > tool.max_retries:
                     break
                 log.info("tool_retried", tool=tool.tool_id, try_=tries, error=error)
         except ToolError as exc:
             error = exc.message
-        return self._done(tool, started, tries, None, error, timed_out)
+        outcome = self._done(tool, started, tries, None, error, timed_out)
+        outcome.violation = violation
+        return outcome
 
     def _done(
         self,
