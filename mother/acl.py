@@ -79,6 +79,14 @@ NEEDS["maintenance"] = [
     ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
 ]
 
+NEEDS["dashboard"] = [
+    ("read run and termination records", ("JSON.GET", keys.run_key(PROBE))),
+    ("read the metrics counters", ("HGETALL", keys.METRICS_COUNTERS)),
+    ("read the gauges", ("ZCARD", keys.RUN_DEADLINES)),
+    ("read RQ's workers and queues", ("SCARD", "rq:workers")),
+    ("read the activity stream", ("XREVRANGE", keys.ACTIVITY_STREAM, "+", "-", "COUNT", "1")),
+]
+
 MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "worker": [
         ("write termination records", ("JSON.DEL", keys.termination_key(PROBE))),
@@ -90,7 +98,13 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         # a path no registry has: deletes nothing even where it is allowed
         ("write the tool registry", ("JSON.DEL", keys.TOOLS_REGISTRY, "$.mother_doctor_probe")),
         ("run scripts of its own (EVAL)", ("EVAL", "return 1", "0")),
-    ]
+    ],
+    "dashboard": [
+        ("write run records", ("JSON.DEL", keys.run_key(PROBE))),
+        ("append people's commands (cancel)", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),
+        ("read attempt tokens (GET)", ("GET", keys.attempt_token_key(PROBE, 0, 0))),
+        ("read library chunks", ("JSON.GET", keys.chunk_key(PROBE, PROBE, 0))),
+    ],
 }
 
 
@@ -110,13 +124,14 @@ def whoami(client: redis.Redis) -> str:
 
 
 def role_of(user: str) -> str:
-    """The shipped role a user name stands for: worker, maintenance, or mother (any other name is checked
-    as mother: everything a Mother needs)."""
-    return user if user in ("worker", "maintenance") else "mother"
+    """The shipped role a user name stands for: worker, maintenance, dashboard, or mother (any other name
+    is checked as mother: everything a Mother needs)."""
+    return user if user in ("worker", "maintenance", "dashboard") else "mother"
 
 
 def check(client: redis.Redis, role: str | None = None) -> AclReport:
-    """What the connection's user lacks for its role, and (for a worker) what it can do and must not."""
+    """What the connection's user lacks for its role, and (for a worker or the dashboard) what it can do
+    and must not."""
     user = whoami(client)
     role = role or role_of(user)
     lacks = [what for what, command in NEEDS[role] if _denied(client, command)]

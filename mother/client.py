@@ -50,6 +50,7 @@ from schemas import (
     RunSpec,
     RunState,
     describe_validation_error,
+    iso_from_ms,
     ms_from_iso,
 )
 
@@ -507,6 +508,58 @@ class MotherClient:
                 continue
             rows.append(waiting_row(state))
         return rows
+
+    def inspect(self, run_id: str) -> dict[str, Any]:
+        """Everything about a run: state, termination, budget, artifacts, conflicts, its phases'
+        context manifests and summaries, recent activity, and since when its end has waited to be
+        applied (``end_pending_since``: its Mother died between its record and the rest). What
+        ``mother inspect RUN`` prints and the dashboard's run page shows."""
+        from mother.activity import recent
+        from mother.records.artifacts import read_artifact_meta
+        from mother.records.budgets import budget_view
+        from mother.records.conflicts import read_conflicts
+        from mother.records.results import read_termination
+
+        state = self.status(run_id)
+        r = self.redis
+        out: dict[str, Any] = {"run": state.to_dict()}
+        record = read_termination(r, run_id)
+        out["termination"] = record.to_dict() if record is not None else None
+        out["budget"] = budget_view(r, run_id)
+        out["artifacts"] = read_artifact_meta(r, state.artifacts)
+        out["conflicts"] = [c.to_dict() for c in read_conflicts(r, state.conflicts)]
+        out["contexts"], out["summaries"] = self._contexts(state)
+        out["activity"] = [e.to_dict() for e in recent(r, 50, run_id=run_id)]
+        # its record is written, the rest of its end not yet applied
+        pending = r.zscore(keys.RUNS_ENDING, run_id)
+        out["end_pending_since"] = iso_from_ms(int(pending)) if pending is not None else None
+        return out
+
+    def _contexts(self, state: RunState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The manifests (sections without their text) of the run's composed contexts, and the
+        ContextSummary records they name: one round trip each."""
+        count = min(len(state.spec.pipeline), state.phase_index + 1)
+        pipe = self.redis.pipeline(transaction=False)
+        for index in range(count):
+            pipe.execute_command("JSON.GET", keys.context_key(state.run_id, index))
+        manifests = []
+        for raw in pipe.execute(raise_on_error=False) if count else []:
+            if not raw or isinstance(raw, Exception):
+                continue
+            doc = orjson.loads(raw)
+            for section in doc.get("sections", []):
+                section.pop("content", None)
+            manifests.append(doc)
+        ids = [i for m in manifests for i in m.get("summary_ids", [])]
+        pipe = self.redis.pipeline(transaction=False)
+        for summary_id in ids:
+            pipe.execute_command("JSON.GET", keys.context_summary_key(summary_id))
+        summaries = [
+            orjson.loads(raw)
+            for raw in (pipe.execute(raise_on_error=False) if ids else [])
+            if raw and not isinstance(raw, Exception)
+        ]
+        return manifests, summaries
 
     def send_command(self, kind: str, payload: dict[str, Any]) -> str:
         """Append a command for Mother to ``mother:commands`` (a stream the workers' ACL user cannot write)."""

@@ -706,6 +706,19 @@ class RetentionSettings(_Section):
         return {**_by_status(), **value}
 
 
+class DashboardSettings(_Section):
+    """The operators' dashboard and /metrics (``mother dashboard``, docs/dashboard.md)."""
+
+    host: str = Field("127.0.0.1", description="the address it listens on")
+    port: int = Field(8080, ge=1, le=65_535)
+    token: str = Field(
+        "",
+        description="when set, every page and /metrics needs it (Authorization: Bearer, or ?token= "
+        "once, which sets a cookie); required to listen beyond the loopback address",
+    )
+    refresh_seconds: float = Field(5.0, gt=0, le=3600, description="how often pages update")
+
+
 class LibrarySettings(_Section):
     """Libraries and retrieval (docs/libraries.md); each library's own rules are its policy."""
 
@@ -778,6 +791,7 @@ class Settings(BaseSettings):
     tools: ToolSettings = Field(default_factory=ToolSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     libraries: LibrarySettings = Field(default_factory=LibrarySettings)
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
 
     @field_validator("models", mode="before")
     @classmethod

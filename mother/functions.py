@@ -143,6 +143,7 @@ KEY_FIRST = frozenset(
     {
         "SADD",
         "HSET",
+        "HINCRBY",
         "HDEL",
         "RPUSH",
         "LPUSH",

@@ -164,6 +164,9 @@ RUN_RETENTION = "retention:runs"
 # zset: gc_report keys by when the GC that wrote them ran (ms)
 GC_REPORTS = "gc:reports"
 CONFLICT_PREFIX = "conflict:"
+# the monotonic counters /metrics exposes, a hash ('runs_terminated|success' -> n), counted by the server
+# functions and moves that do what they count (mother/lua/prelude.lua: METRICS_KEY)
+METRICS_COUNTERS = "metrics:counters"
 LIBRARIES_INDEX = "libraries"
 CHUNK_INDEX = "idx:chunks"
 CHUNK_PREFIX = "chunk:"

@@ -90,6 +90,8 @@ class LocalStack:
     queues: str = "agents,tools,maintenance"
     # also run `mother cron` (the daily GC's scheduler)
     cron: bool = False
+    # also run `mother dashboard --port N` (0: not)
+    dashboard_port: int = 0
     # restarts of one process within restart_window_seconds before respawn_dead gives up
     restart_limit: int = 5
     restart_window_seconds: float = 60.0
@@ -141,6 +143,8 @@ class LocalStack:
             self.add_worker(i)
         if self.cron:
             self.spawn("cron", "cron")
+        if self.dashboard_port:
+            self.spawn("dashboard", "dashboard", "--port", str(self.dashboard_port))
         return self
 
     def add_worker(self, index: int | None = None) -> subprocess.Popen[bytes]:

@@ -299,3 +299,34 @@ def test_the_maintenance_user_collects_and_the_worker_user_cannot_remove_run_rec
         assert client.redis.exists(keys.run_key(run_id)) == 0
     finally:
         maint.stop()
+
+
+def test_the_dashboard_runs_as_its_read_only_acl_user(acl_stack: tuple[str, MotherClient]) -> None:
+    """The shipped `dashboard` user reads every page and /metrics, and can write nothing, read no attempt
+    token and no library chunk by key."""
+    from starlette.testclient import TestClient
+
+    from mother.web import create_app
+
+    url, client = acl_stack
+    run_id = client.submit(example("three-phase"))
+    assert client.wait(run_id, 60).termination.reason == "success"
+    cfg = load_settings(redis_url=_as(url, "dashboard"))
+    with TestClient(create_app(cfg)) as web:
+        for path in ("/", "/?bucket=day", "/runs", f"/runs/{run_id}", "/waiting", "/metrics"):
+            got = web.get(path)
+            assert got.status_code == 200, (path, got.text[-500:])
+        assert run_id in web.get("/runs").text
+        assert 'mother_runs_terminated_total{reason="success"}' in web.get("/metrics").text
+    as_dashboard = connect(_as(url, "dashboard"))
+    report = check(as_dashboard)
+    assert (report.role, report.lacks, report.excess) == ("dashboard", [], [])
+    for command in (
+        ("SET", keys.run_key(run_id), "x"),
+        ("JSON.SET", keys.run_key(run_id), "$.status", '"running"'),
+        ("XADD", keys.COMMANDS_STREAM, "*", "type", "cancel"),
+        ("GET", keys.attempt_token_key(run_id, 0, 1)),
+        ("JSON.GET", keys.chunk_key("financials", "doc", 0)),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            as_dashboard.execute_command(*command)

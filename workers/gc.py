@@ -114,6 +114,7 @@ def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False) -> GCReport:
         pipe = rt.redis.pipeline(transaction=True)
         pipe.execute_command("JSON.SET", key, "$", report.to_json())
         pipe.zadd(keys.GC_REPORTS, {key: started_ms})
+        pipe.hincrby(keys.METRICS_COUNTERS, "gc_runs", 1)
         rt.emit(
             pipe,
             "garbage_collection",

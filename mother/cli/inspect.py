@@ -10,16 +10,10 @@ import redis
 import typer
 
 from mother import keys
-from mother.activity import recent
 from mother.cli._common import console, handle_errors, redis_client, settings
 from mother.client import MotherClient
 from mother.connection import connect
 from mother.errors import NotFound
-from mother.records.artifacts import read_artifact_meta
-from mother.records.budgets import budget_view
-from mother.records.conflicts import read_conflicts
-from mother.records.results import read_termination
-from schemas import iso_from_ms
 
 __all__ = ["inspect_key", "inspect_run", "read_key", "resolve_inspect"]
 
@@ -81,21 +75,8 @@ def _readable(value: Any) -> Any:
 
 
 def inspect_run(client: MotherClient, run_id: str) -> dict[str, Any]:
-    """Everything about a run: state, termination, result, budget, artifacts, conflicts, recent activity, and since when
-    its end has waited to be applied (``end_pending_since``: its Mother died between its record and the rest)."""
-    state = client.status(run_id)
-    r = client.redis
-    out: dict[str, Any] = {"run": state.to_dict()}
-    record = read_termination(r, run_id)
-    out["termination"] = record.to_dict() if record is not None else None
-    out["budget"] = budget_view(r, run_id)
-    out["artifacts"] = read_artifact_meta(r, state.artifacts)
-    out["conflicts"] = [c.to_dict() for c in read_conflicts(r, state.conflicts)]
-    out["activity"] = [e.to_dict() for e in recent(r, 50, run_id=run_id)]
-    # its record is written, the rest of its end not yet applied
-    pending = r.zscore(keys.RUNS_ENDING, run_id)
-    out["end_pending_since"] = iso_from_ms(int(pending)) if pending is not None else None
-    return out
+    """Everything about a run (:meth:`MotherClient.inspect`)."""
+    return client.inspect(run_id)
 
 
 def resolve_inspect(client: MotherClient, target: str) -> Any:

@@ -73,12 +73,51 @@ def cron() -> None:
 
 
 @handle_errors
+def dashboard(
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="the port (default dashboard.port, 8080)")
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="the address (default dashboard.host, 127.0.0.1)")
+    ] = None,
+) -> None:
+    """Serve the dashboard (why runs stopped, runs, a run, runs waiting for a person, gauges) and
+    Prometheus /metrics; read-only. Beyond 127.0.0.1 it needs dashboard.token."""
+    import uvicorn
+
+    from mother.web import check_exposure, create_app
+
+    cfg = settings()
+    if port is not None or host is not None:
+        cfg = cfg.model_copy(
+            update={
+                "dashboard": cfg.dashboard.model_copy(
+                    update={k: v for k, v in (("port", port), ("host", host)) if v is not None}
+                )
+            }
+        )
+    check_exposure(cfg)
+    app = create_app(cfg)
+    console.print(
+        f"dashboard: http://{cfg.dashboard.host}:{cfg.dashboard.port}/ (metrics at /metrics)",
+        soft_wrap=True,
+    )
+    uvicorn.run(app, host=cfg.dashboard.host, port=cfg.dashboard.port, log_level="warning")
+
+
+@handle_errors
 def up(
     port: Annotated[
         int | None, typer.Option(min=1, max=65535, help="embedded Redis port (default from config)")
     ] = None,
     dir: Annotated[Path | None, typer.Option("--dir", help="embedded Redis data dir")] = None,
     workers: Annotated[int, typer.Option(min=0, max=64, help="number of RQ workers")] = 2,
+    dashboard_port: Annotated[
+        int,
+        typer.Option(
+            "--dashboard-port", min=0, max=65535, help="the dashboard's port (0: no dashboard)"
+        ),
+    ] = 8080,
     dev: Annotated[
         bool,
         typer.Option(
@@ -110,6 +149,7 @@ def up(
             log_dir=server.dir / "logs",
             env=DEV_ENV if dev else {},
             cron=True,
+            dashboard_port=dashboard_port,
         )
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
@@ -121,6 +161,11 @@ def up(
                 soft_wrap=True,
             )
             console.print(f"export MOTHER_REDIS_URL={server.url}", soft_wrap=True)
+            if dashboard_port:
+                console.print(
+                    f"dashboard: http://127.0.0.1:{dashboard_port}/ (metrics at /metrics)",
+                    soft_wrap=True,
+                )
             console.print("Ctrl-C stops everything.", style="dim")
             while not stopping and not gave_up:
                 for exited in stack.respawn_dead():

@@ -89,6 +89,8 @@ class Ctx:
     close: str = ""
     decided: GateDecision | None = None
     opened: bool = False
+    # closed by this decision (its resolution is counted with the write)
+    closed: bool = False
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     @property
@@ -631,6 +633,7 @@ def _close(
     conflict.resolved_at = ctx.rt.clock.iso(now)
     conflict.resolution_duration_ms = max(0, now - conflict.detected_ms)
     conflict.status = "closed"
+    ctx.closed = True
     ctx.events.append(
         (
             "conflict_resolved",
@@ -664,6 +667,16 @@ def _record_writes(ctx: Ctx, pipe: Any, *, note: str | None = None) -> None:
     records.queue_write(pipe, ctx.conflict)
     if ctx.opened and ctx.conflict.conflict_id not in ctx.state.conflicts:
         runs.queue_conflict_id(pipe, ctx.run_id, ctx.conflict.conflict_id)
+        records.queue_count(pipe, "conflicts", ctx.conflict.conflict_type)
+    if ctx.closed:
+        conflict = ctx.conflict
+        records.queue_count(
+            pipe,
+            "conflict_resolutions",
+            conflict.conflict_type,
+            conflict.strategy_applied or "none",
+            conflict.final_decision or "none",
+        )
     if note is not None:
         runs.queue_note(pipe, ctx.run_id, note)
         if ctx.decided is not None and ctx.decided.decision == "answer" and ctx.decided.answer:

@@ -26,6 +26,7 @@ end
 -- its figures into limit_crossings (same order); once per code
 local function exceeded(key, doc, code, used, limit, at)
   if contains(doc.limits_exceeded, code) then return end
+  count('budget_limits_exceeded|' .. code)
   local entry = {code = code, current = used, max = limit, at = at}
   redis.call('JSON.ARRAPPEND', key, '$.limits_exceeded', cjson.encode(code))
   redis.call('JSON.ARRAPPEND', key, '$.limit_crossings', cjson.encode(entry))
@@ -134,6 +135,7 @@ local function ensure_user(key, a, day, at)
 end
 
 local function refuse(key, doc, code, used, limit, at, act)
+  count('budget_refusals|' .. code)
   if doc and limit then exceeded(key, doc, code, used, limit, at) end
   activity(act.key, act.maxlen, {type = 'budget_refused', at = at, run_id = act.run_id,
     data = {code = code, current = used or 0, max = limit or 0}})
@@ -144,6 +146,7 @@ end
 -- not at every poll of a worker that waits for the reset
 local function refuse_stopped(key, doc, ctl, at, act)
   local stop_at = type(ctl.stop) == 'table' and ctl.stop.at or ''
+  count('budget_refusals|budget_stopped')
   if doc.stop_refused ~= stop_at then
     redis.call('JSON.SET', key, '$.stop_refused', cjson.encode(stop_at))
     activity(act.key, act.maxlen, {type = 'budget_refused', at = at, run_id = act.run_id,
@@ -217,6 +220,7 @@ end
 local function mh_guard(keys, args)
   local a, act, now, at, retry = begin(args, keys[3])
   if retry then return retry end
+  count('guard_calls')
   local day = a.day
   local ctl = get_doc(keys[4])
   local doc = get_doc(keys[1])
@@ -488,6 +492,7 @@ local function mh_admit(keys, args)
     if c[2] >= c[3] then
       activity(act.key, act.maxlen, {type = 'circuit_breaker', at = at, run_id = a.run_id,
         data = {message = c[4], gauge = c[1], current = c[2], limit = c[3]}})
+      count('budget_refusals|circuit_open')
       return cjson.encode({ok = false, code = 'circuit_open', gauge = c[1], current = c[2], max = c[3]})
     end
   end

@@ -135,6 +135,9 @@ local function mh_transition(keys, args)
   end
   if args[11] ~= '' then
     redis.call('JSON.ARRAPPEND', keys[1], '$.results', args[11])
+    local accepted = cjson.decode(args[11])
+    local usage = type(accepted) == 'table' and accepted.usage or nil
+    if type(usage) == 'table' and tonumber(usage.duration_ms) then observe_duration(tonumber(usage.duration_ms)) end
   end
   local artifacts = cjson.decode(args[12])
   if #artifacts > 0 then
@@ -158,7 +161,7 @@ local function mh_transition(keys, args)
   redis.call('JSON.ARRAPPEND', keys[1], '$.history', args[10])
   redis.call('ZADD', keys[2], now + tonumber(args[7]), args[1])
   if tonumber(args[8]) > 0 then
-    redis.call('ZADD', keys[3], 'NX', now + tonumber(args[8]), args[1])
+    if redis.call('ZADD', keys[3], 'NX', now + tonumber(args[8]), args[1]) == 1 then count('runs_started') end
   end
   for _, op in ipairs(ops) do
     local at, n = op[1], op[2]
@@ -194,6 +197,7 @@ local function mh_terminate(keys, args)
     return {0, redis.call('JSON.GET', keys[1])}
   end
   redis.call('ZADD', keys[2], now, args[2])
+  count('runs_terminated|' .. args[5])
   if redis.call('EXISTS', keys[3]) == 1 then
     local ts = cjson.encode(args[4])
     redis.call('JSON.MERGE', keys[3], '$', '{"status":"terminated","reason":' .. cjson.encode(args[5])
@@ -237,6 +241,7 @@ local function mh_create_run(keys, args)
   if owner and owner ~= args[3] then return -1 end
   if not redis.call('JSON.SET', keys[1], '$', args[1], 'NX') then return 0 end
   redis.call('HSET', keys[2], args[2], args[3])
+  count('runs_submitted')
   redis.call('ZADD', keys[3], 'NX', args[4], args[2])
   redis.call('ZADD', keys[4], 'NX', args[4], args[2])
   redis.call('XADD', keys[5], 'MAXLEN', '~', args[5], '*', unpack(cjson.decode(args[6])))
@@ -388,6 +393,7 @@ local function mh_tool_stat(keys, args)
   local fail = tonumber(doc.failure_count) or 0
   local total = (tonumber(doc.total_execution_ms) or 0) + ms
   if ok then succ = succ + 1 else fail = fail + 1 end
+  count('tool_calls|' .. (string.match(keys[1], '^tool_stats:(.*)$') or keys[1]) .. '|' .. (ok and 'success' or 'failure'))
   local calls = succ + fail
   local out = {
     success_count = succ,

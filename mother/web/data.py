@@ -1,0 +1,204 @@
+"""What the dashboard shows, read from Redis: terminations by reason over time (``FT.AGGREGATE`` on
+``idx:termination``, never by loading every record), recent runs, a run, the runs waiting for a person,
+the global gauges and the circuit breaker. Read-only: nothing here writes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import redis
+
+from mother import keys
+from mother.client import MotherClient
+from mother.config import QUEUES
+from mother.records._json import aggregate_rows
+from mother.records.budgets import budget_doc
+from schemas import TERMINATION_REASONS, ms_from_iso
+
+__all__ = ["BUCKETS", "Chart", "chart", "gauges", "reason_totals", "recent_runs"]
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+# a bucket's width and how many of them a chart shows
+BUCKETS: dict[str, tuple[int, int]] = {"hour": (HOUR_MS, 48), "day": (DAY_MS, 30)}
+RUN_STATUSES = ("queued", "running", "waiting", "budget_stopped", "terminated")
+
+
+@dataclass
+class Chart:
+    """Runs terminated per reason in each bucket, oldest bucket first."""
+
+    bucket: Literal["hour", "day"]
+    starts: list[int]
+    counts: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def totals(self) -> dict[str, int]:
+        return {reason: sum(n) for reason, n in self.counts.items() if sum(n)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bucket": self.bucket,
+            "starts": self.starts,
+            "counts": self.counts,
+            "totals": self.totals,
+        }
+
+
+def _aggregate(client: redis.Redis, query: str, *args: Any) -> list[dict[str, str]]:
+    try:
+        reply = client.execute_command("FT.AGGREGATE", keys.TERMINATION_INDEX, query, *args)
+    except redis.ResponseError as exc:
+        # a store without the search module, or before Mother made the index: nothing to chart
+        if "unknown" in str(exc).lower() or "no such index" in str(exc).lower():
+            return []
+        raise
+    return aggregate_rows(reply)
+
+
+def chart(client: redis.Redis, bucket: Literal["hour", "day"], now_ms: int) -> Chart:
+    """Terminations by reason in the last 48 hours (``hour``) or 30 days (``day``), on the server's
+    clock: one FT.AGGREGATE that buckets and counts on the server."""
+    width, count = BUCKETS[bucket]
+    last = now_ms - now_ms % width
+    first = last - (count - 1) * width
+    rows = _aggregate(
+        client,
+        f"@timestamp:[{first} +inf]",
+        "LOAD",
+        "1",
+        "@timestamp",
+        "APPLY",
+        f"floor(@timestamp/{width})*{width}",
+        "AS",
+        "bucket",
+        "GROUPBY",
+        "2",
+        "@bucket",
+        "@reason",
+        "REDUCE",
+        "COUNT",
+        "0",
+        "AS",
+        "n",
+        "LIMIT",
+        "0",
+        str(count * len(TERMINATION_REASONS)),
+    )
+    starts = [first + i * width for i in range(count)]
+    out = Chart(bucket, starts)
+    for row in rows:
+        reason, start = row.get("reason", ""), int(float(row.get("bucket", "0")))
+        slot = (start - first) // width
+        if 0 <= slot < count:
+            out.counts.setdefault(reason, [0] * count)[slot] += int(row.get("n", "0"))
+    out.counts = dict(sorted(out.counts.items()))
+    return out
+
+
+def reason_totals(client: redis.Redis) -> dict[str, int]:
+    """Every stored termination by reason, counted on the server."""
+    rows = _aggregate(client, "*", "GROUPBY", "1", "@reason", "REDUCE", "COUNT", "0", "AS", "n")
+    return dict(sorted((row["reason"], int(row["n"])) for row in rows if "reason" in row))
+
+
+def recent_runs(
+    client: MotherClient,
+    *,
+    reason: str | None = None,
+    user: str | None = None,
+    status: str | None = None,
+    since_ms: int | None = None,
+    limit: int = 50,
+) -> list[dict[str, Any]]:
+    """Newest runs first, filtered (:meth:`MotherClient.runs` does reason and user from their indexes;
+    status and time are applied here to the newest ``limit * 10`` of those)."""
+    wide = status is not None or since_ms is not None
+    rows = client.runs(reason=reason, user=user, limit=limit * 10 if wide else limit)
+    out = []
+    for row in rows:
+        if status is not None and row.get("status") != status:
+            continue
+        created = row.get("created_at")
+        if since_ms is not None and (not created or ms_from_iso(created) < since_ms):
+            continue
+        out.append(row)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def gauges(client: redis.Redis) -> dict[str, Any]:
+    """The global gauges against the limits the leading Mother published, the circuit breaker (open
+    when a gauge that refuses new runs is at its limit), queue depths and workers."""
+    pipe = client.pipeline(transaction=False)
+    pipe.zcard(keys.RUN_DEADLINES)
+    pipe.zcard(keys.ADMISSION_WAITING)
+    pipe.zcard(keys.RUNS_WAITING)
+    pipe.scard("rq:workers")
+    for queue in QUEUES:
+        pipe.llen(f"rq:queue:{queue}")
+    pipe.xlen(keys.SUBMISSIONS_STREAM)
+    replies = pipe.execute()
+    concurrent, admission, waiting, workers = (int(v) for v in replies[:4])
+    depths = {queue: int(n) for queue, n in zip(QUEUES, replies[4:-1], strict=True)}
+    doc = budget_doc(client, keys.GLOBAL_BUDGET) or {}
+    limits = budget_doc(client, keys.MOTHER_CONFIG) or {}
+    breakers = []
+    for gauge in ("redis_memory_mb", "docling_jobs"):
+        current, limit = doc.get(gauge) or 0, limits.get(f"max_{gauge}")
+        breakers.append(
+            {
+                "gauge": gauge,
+                "current": current,
+                "limit": limit,
+                "open": limit is not None and current >= limit,
+            }
+        )
+    return {
+        "concurrent_runs": concurrent,
+        "max_concurrent_runs": limits.get("max_concurrent_runs"),
+        "admission_waiting": admission,
+        "max_queue_depth": limits.get("max_queue_depth"),
+        "waiting_for_person": waiting,
+        "workers": workers,
+        "queues": depths,
+        "submissions_stream": int(replies[-1]),
+        "breakers": breakers,
+        "circuit": "open" if any(b["open"] for b in breakers) else "closed",
+        "published_by": limits.get("published_by"),
+    }
+
+
+def bar_layout(data: Chart, width: int = 960, height: int = 220) -> dict[str, Any]:
+    """Stacked bars for the chart, laid out for an inline SVG (no script, no front-end build)."""
+    slots = len(data.starts)
+    stacks = [sum(n[i] for n in data.counts.values()) for i in range(slots)]
+    top = max(stacks or [0]) or 1
+    # a round maximum for the axis
+    scale = 10 ** max(0, int(math.log10(top)))
+    ceiling = math.ceil(top / scale) * scale
+    bar = width / slots
+    rects = []
+    for i in range(slots):
+        y = float(height)
+        for reason, counts in data.counts.items():
+            n = counts[i]
+            if not n:
+                continue
+            h = height * n / ceiling
+            y -= h
+            rects.append(
+                {
+                    "x": round(i * bar + 1, 2),
+                    "y": round(y, 2),
+                    "w": round(max(bar - 2, 1), 2),
+                    "h": round(h, 2),
+                    "reason": reason,
+                    "n": n,
+                    "start": data.starts[i],
+                }
+            )
+    return {"width": width, "height": height, "ceiling": ceiling, "rects": rects}

@@ -1,0 +1,179 @@
+"""Prometheus metrics at ``/metrics`` (``prometheus_client``), read from Redis at each scrape.
+
+Counters come from ``metrics:counters``, a hash the server functions and Mother's moves count into in the
+same call as what they count (runs submitted, started and terminated by reason, phase durations, budget
+refusals by code, guard calls, conflicts by type and their resolutions by strategy and decision, tool
+calls by tool and outcome): monotonic, shared by every Mother and worker, and kept across restarts of
+the process serving them. Gauges (queue depths, concurrent runs, runs waiting, workers, the circuit
+breaker, the last GC report) are read as they are. Names follow Prometheus's conventions: the
+``mother_`` prefix, ``_total`` on counters, base units (seconds, bytes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import redis
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from mother import keys
+from mother.web.data import gauges
+
+__all__ = ["DURATION_BOUNDS", "RedisCollector"]
+
+# the histogram's upper bounds in seconds, as mother/lua/prelude.lua counts them
+DURATION_BOUNDS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+
+
+def _bound_text(bound: float) -> str:
+    # how Lua's tostring writes the bound (1 -> '1', 0.5 -> '0.5')
+    return str(int(bound)) if float(bound).is_integer() else repr(bound)
+
+
+class RedisCollector(Collector):
+    """Collects Mother-Harness's metrics from one Redis connection at each scrape."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def collect(self) -> Iterator[Metric]:
+        counters = {
+            str(k): int(v) for k, v in (self.client.hgetall(keys.METRICS_COUNTERS) or {}).items()
+        }
+        yield from self._runs(counters)
+        yield from self._by_label(
+            counters,
+            "budget_refusals",
+            "mother_budget_refusals",
+            "Actions the budget guard or admission refused, by reason code",
+            ["code"],
+        )
+        yield from self._by_label(
+            counters,
+            "budget_limits_exceeded",
+            "mother_budget_limits_exceeded",
+            "Budget limits a run or a user's day crossed (once each), by reason code",
+            ["code"],
+        )
+        for name, text in (
+            ("guard_calls", "Budget guard checks made (mh_guard)"),
+            ("gc_runs", "Artifact GC runs that stored a report"),
+        ):
+            family = CounterMetricFamily(f"mother_{name}", text)
+            family.add_metric([], counters.get(name, 0))
+            yield family
+        yield from self._by_label(
+            counters, "conflicts", "mother_conflicts", "Conflicts detected, by type", ["type"]
+        )
+        yield from self._by_label(
+            counters,
+            "conflict_resolutions",
+            "mother_conflict_resolutions",
+            "Conflicts closed, by type, the strategy that closed them and the decision",
+            ["type", "strategy", "decision"],
+        )
+        yield from self._by_label(
+            counters,
+            "tool_calls",
+            "mother_tool_calls",
+            "Registry tool calls, by tool and outcome",
+            ["tool", "outcome"],
+        )
+        yield self._durations(counters)
+        yield from self._gauges()
+        yield from self._gc()
+
+    def _runs(self, counters: dict[str, int]) -> Iterator[Metric]:
+        for name, text in (
+            ("runs_submitted", "Runs taken in from the submissions stream"),
+            ("runs_started", "Runs whose first phase was dispatched"),
+        ):
+            family = CounterMetricFamily(f"mother_{name}", text)
+            family.add_metric([], counters.get(name, 0))
+            yield family
+        yield from self._by_label(
+            counters,
+            "runs_terminated",
+            "mother_runs_terminated",
+            "Runs ended, by termination reason",
+            ["reason"],
+        )
+
+    @staticmethod
+    def _by_label(
+        counters: dict[str, int], prefix: str, name: str, text: str, labels: list[str]
+    ) -> Iterator[Metric]:
+        family = CounterMetricFamily(name, text, labels=labels)
+        for field, value in sorted(counters.items()):
+            parts = field.split("|")
+            if parts[0] == prefix and len(parts) == len(labels) + 1:
+                family.add_metric(parts[1:], value)
+        yield family
+
+    @staticmethod
+    def _durations(counters: dict[str, int]) -> Metric:
+        buckets: list[tuple[str, float]] = []
+        seen = 0
+        for bound in DURATION_BOUNDS:
+            seen += counters.get(f"phase_duration_bucket|{_bound_text(bound)}", 0)
+            buckets.append((_bound_text(bound), seen))
+        seen += counters.get("phase_duration_bucket|+Inf", 0)
+        buckets.append(("+Inf", seen))
+        family = HistogramMetricFamily(
+            "mother_phase_duration_seconds", "Duration of accepted phase attempts"
+        )
+        family.add_metric([], buckets, counters.get("phase_duration_ms_sum", 0) / 1000)
+        return family
+
+    def _gauges(self) -> Iterator[Metric]:
+        now = gauges(self.client)
+        for name, value, text in (
+            ("concurrent_runs", now["concurrent_runs"], "Runs holding a concurrency slot"),
+            ("admission_waiting_runs", now["admission_waiting"], "Runs waiting for a slot"),
+            ("runs_waiting_for_person", now["waiting_for_person"], "Runs waiting on a human gate"),
+            ("workers", now["workers"], "RQ workers registered"),
+            ("submissions_stream_length", now["submissions_stream"], "Entries in the stream"),
+        ):
+            family = GaugeMetricFamily(f"mother_{name}", text)
+            family.add_metric([], value)
+            yield family
+        depth = GaugeMetricFamily(
+            "mother_queue_depth", "Jobs waiting in an RQ queue", labels=["queue"]
+        )
+        for queue, n in now["queues"].items():
+            depth.add_metric([queue], n)
+        yield depth
+        breaker = GaugeMetricFamily(
+            "mother_circuit_breaker_open",
+            "1 when the gauge refuses new runs (it is at its limit)",
+            labels=["gauge"],
+        )
+        for b in now["breakers"]:
+            breaker.add_metric([b["gauge"]], 1 if b["open"] else 0)
+        yield breaker
+
+    def _gc(self) -> Iterator[Metric]:
+        last: dict[str, Any] = {}
+        newest = self.client.zrevrange(keys.GC_REPORTS, 0, 0)
+        if newest:
+            raw = self.client.execute_command("JSON.GET", newest[0])
+            last = orjson.loads(raw) if raw else {}
+        report = GaugeMetricFamily(
+            "mother_gc_last_report", "The newest GC report's figures", labels=["figure"]
+        )
+        for figure in ("scheduled_deletion", "archived", "protected", "errors", "keys_removed"):
+            report.add_metric([figure], float(last.get(figure) or 0))
+        yield report
+        freed = GaugeMetricFamily("mother_gc_last_bytes_freed", "Bytes the newest GC freed")
+        freed.add_metric([], float(last.get("bytes_freed") or 0))
+        yield freed
+        took = GaugeMetricFamily("mother_gc_last_duration_seconds", "The newest GC's duration")
+        took.add_metric([], float(last.get("duration_ms") or 0) / 1000)
+        yield took

@@ -1,0 +1,336 @@
+"""The dashboard and /metrics against a real stack with runs of ten termination reasons (Mother and RQ
+workers in their own processes): every page's figures checked against Redis, counted independently;
+/metrics parsed with prometheus_client's parser; every page loaded in Debian's chromium, headless,
+through Playwright (skipped, saying why, only when no chromium is installed: `.ci/run` installs it),
+with screenshots saved and compared."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from mother import keys
+from tests.conftest import start_pipeline, stop_pipeline, wait_for_person
+from tests.test_pipeline import example, wait_until
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "libraries"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class Stack:
+    def __init__(self, p: Any) -> None:
+        self.p, self.ended, self.waiting = p, {}, ""
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    from mother.clock import ServerClock
+    from mother.libraries.ingest import create_library
+
+    p = start_pipeline(tmp_path_factory.mktemp("dashboard"))
+    now = ServerClock(p.redis).now_iso()
+    for name in ("public_research", "financials", "personal"):
+        create_library(p.redis, EXAMPLES / f"{name}.yaml", [EXAMPLES / "docs" / name], now)
+    c = p.client
+    spent = {
+        "user_id": "erin",
+        "task": "Loop on a tool",
+        "limit_overrides": {"turns": 1},
+        "pipeline": [{"name": "loop", "role": "coder", "model": "scripted"}],
+        "scripts": {
+            "coder": [
+                {"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]},
+                {"text": "done"},
+            ]
+        },
+    }
+    submitted = {
+        "success": c.submit(example("three-phase")),
+        "retries_exhausted": c.submit(example("retries-exhausted")),
+        "timeout": c.submit(example("timeout")),
+        "conflicting_agents": c.submit(example("conflicting-agents")),
+        "policyViolation": c.submit(example("library-refused-agent")),
+        "insufficient_evidence": c.submit(example("library-insufficient")),
+        "blocked": c.submit(example("gate-timeout")),
+        "approval_denied": c.submit(example("approval-denied")),
+        "user_cancelled": c.submit(example("cancelled")),
+        "budget_exhausted": c.submit(spent),
+    }
+    wait_until(
+        lambda: (
+            p.redis.exists(keys.run_key(submitted["user_cancelled"]))
+            and c.status(submitted["user_cancelled"]).status == "running"
+        ),
+        timeout=30,
+    )
+    c.cancel(submitted["user_cancelled"], actor="tester", reason="not needed")
+    wait_for_person(p, submitted["approval_denied"])
+    c.deny(submitted["approval_denied"], actor="ops", reason="freeze week")
+    s = Stack(p)
+    for reason, run_id in submitted.items():
+        record = p.wait(run_id, timeout=90).termination
+        assert record.reason == reason, (reason, record.details)
+        s.ended[reason] = run_id
+    # one run left waiting for a person
+    s.waiting = c.submit(example("approval-denied"))
+    wait_for_person(p, s.waiting)
+    yield s
+    stop_pipeline(p)
+
+
+def _settings(url: str, **dashboard: Any):
+    from mother.config import load_settings
+
+    cfg = load_settings(redis_url=url)
+    return cfg.model_copy(
+        update={"dashboard": cfg.dashboard.model_copy(update={"refresh_seconds": 0.5, **dashboard})}
+    )
+
+
+@pytest.fixture(scope="module")
+def web(stack):
+    from starlette.testclient import TestClient
+
+    from mother.web import create_app
+
+    with TestClient(create_app(_settings(stack.p.url))) as client:
+        yield client
+
+
+def _stored_by_reason(r) -> dict[str, int]:
+    """Terminations by reason, counted from the per-reason sorted sets (not the search index)."""
+    from schemas import TERMINATION_REASONS
+
+    counts = {x: r.zcard(keys.termination_reason_index_key(x)) for x in TERMINATION_REASONS}
+    return {x: n for x, n in counts.items() if n}
+
+
+def test_the_pages_show_what_redis_holds(stack, web) -> None:
+    import re
+
+    stored = _stored_by_reason(stack.p.redis)
+    assert set(stored) >= set(stack.ended)
+    html = web.get("/").text
+    for reason, n in stored.items():
+        row = re.search(rf'<tr data-reason="{reason}">.*?</tr>', html, re.S)
+        assert row is not None, reason
+        assert f'<td class="num stored-total">{n}</td>' in row.group(0)
+    # the chart's bars add up to the stored terminations (all ended within the last 48 hours)
+    bars = Counter()
+    for reason, n in re.findall(r'data-reason="([A-Za-z_]+)" data-n="(\d+)"', html):
+        bars[reason] += int(n)
+    assert dict(bars) == stored
+    chart = web.get("/api/chart?bucket=day").json()
+    assert chart["totals"] == stored and len(chart["starts"]) == 30
+    assert web.get("/api/chart?bucket=week").status_code == 400
+    # the waiting run, with the command that decides it
+    assert stack.waiting in html and f"mother approve {stack.waiting}" in html
+    newest = stack.p.redis.zrevrange(keys.RUNS_INDEX, 0, 14)
+    assert re.findall(r'<tr data-run="([^"]+)" data-reason', html) == newest
+
+    runs = web.get("/runs?reason=timeout").text
+    assert stack.ended["timeout"] in runs and stack.ended["success"] not in runs
+    mine = web.get("/api/runs?user=erin").json()
+    assert [r["run_id"] for r in mine] == [stack.ended["budget_exhausted"]]
+    waiting_only = web.get("/api/runs?status=waiting").json()
+    assert [r["run_id"] for r in waiting_only] == [stack.waiting]
+    bad = web.get("/runs?status=sleeping")
+    assert bad.status_code == 400 and "unknown status &#39;sleeping&#39;" in bad.text
+
+    run_id = stack.ended["budget_exhausted"]
+    page = web.get(f"/runs/{run_id}").text
+    record = orjson.loads(stack.p.redis.execute_command("JSON.GET", keys.termination_key(run_id)))
+    assert 'id="run-reason"' in page and ">budget_exhausted</span>" in page
+    assert record["details"].replace("'", "&#39;") in page
+    budget = orjson.loads(stack.p.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))
+    assert re.search(
+        rf'<tr data-dim="model_calls"><td>model_calls</td><td class="num used">{budget["model_calls"]}</td>',
+        page,
+    )
+    missing = web.get("/runs/no-such-run")
+    assert missing.status_code == 404 and "no-such-run" in missing.text
+    assert web.get("/waiting").text.count('<tr data-run="') == 1
+    # a library run's page shows no chunk text: contexts appear as manifests
+    library_page = web.get(f"/runs/{stack.ended['insufficient_evidence']}").text
+    assert "retrieval_hits (" not in library_page or "[public_research/" not in library_page
+
+
+def test_a_token_guards_every_page(stack) -> None:
+    from starlette.testclient import TestClient
+
+    from mother.errors import ConfigError
+    from mother.web import check_exposure, create_app
+
+    with TestClient(create_app(_settings(stack.p.url, token="s3cret"))) as client:
+        assert client.get("/").status_code == 401
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/healthz").status_code == 200
+        ok = client.get("/runs", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        hop = client.get("/runs?token=s3cret&reason=timeout", follow_redirects=False)
+        assert hop.status_code == 303 and hop.headers["location"] == "/runs?reason=timeout"
+        assert client.get("/runs?reason=timeout").status_code == 200  # the cookie
+        assert "s3cret" not in client.get("/").text
+    check_exposure(_settings(stack.p.url))
+    with pytest.raises(ConfigError, match=r"dashboard\.token"):
+        check_exposure(_settings(stack.p.url, host="0.0.0.0"))
+    check_exposure(_settings(stack.p.url, host="0.0.0.0", token="t"))
+
+
+def test_metrics_parse_and_match_the_runs(stack, web) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = web.get("/metrics").text
+    samples: dict[tuple[str, tuple], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    for reason, n in _stored_by_reason(stack.p.redis).items():
+        assert samples[("mother_runs_terminated_total", (("reason", reason),))] == n
+    submitted = stack.p.redis.zcard(keys.RUNS_INDEX)
+    assert samples[("mother_runs_submitted_total", ())] == submitted
+    # every run but the refused-before-start ones started; the waiting one has not
+    assert 0 < samples[("mother_runs_started_total", ())] <= submitted
+    assert samples[("mother_guard_calls_total", ())] > 0
+    crossed = {
+        dict(labels)["code"]: v
+        for (name, labels), v in samples.items()
+        if name == "mother_budget_limits_exceeded_total"
+    }
+    assert crossed.get("budget_model_call_exceeded", 0) >= 1, crossed
+    assert sum(v for (name, _), v in samples.items() if name == "mother_conflicts_total") >= 1
+    assert (
+        sum(v for (name, _), v in samples.items() if name == "mother_conflict_resolutions_total")
+        >= 1
+    )
+    assert (
+        samples[("mother_tool_calls_total", (("outcome", "success"), ("tool", "write_file")))] >= 1
+    )
+    count = samples[("mother_phase_duration_seconds_count", ())]
+    accepted = sum(
+        len(orjson.loads(raw)[0])
+        for raw in (
+            stack.p.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.results")
+            for run_id in stack.p.redis.zrange(keys.RUNS_INDEX, 0, -1)
+        )
+        if raw
+    )
+    assert count == accepted
+    assert samples[("mother_phase_duration_seconds_bucket", (("le", "+Inf"),))] == count
+    assert samples[("mother_runs_waiting_for_person", ())] == 1
+    assert samples[("mother_workers", ())] == 2
+    assert ("mother_queue_depth", (("queue", "agents"),)) in samples
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium on this machine (Debian's `chromium` package; .ci/run installs it)",
+)
+def test_every_page_in_headless_chromium(stack, tmp_path: Path) -> None:
+    import uvicorn
+    from playwright.sync_api import sync_playwright
+
+    from mother.web import create_app
+
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(_settings(stack.p.url)), port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, timeout=20)
+    base = f"http://127.0.0.1:{port}"
+    stored = _stored_by_reason(stack.p.redis)
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+            page.goto(base + "/")
+            for reason, n in stored.items():
+                cell = page.locator(f'#reason-totals tr[data-reason="{reason}"] .stored-total')
+                assert cell.inner_text() == str(n)
+            bars = page.locator("#chart rect")
+            drawn = sum(int(bars.nth(i).get_attribute("data-n")) for i in range(bars.count()))
+            assert drawn == sum(stored.values())
+            assert page.locator("#g-waiting").inner_text() == "1"
+            page.screenshot(path=str(shots / "overview.png"), full_page=True)
+
+            # live: a run that ends now shows up without a reload
+            before = page.locator("#runs-table tbody tr").count()
+            fresh = stack.p.client.submit(example("three-phase"))
+            stack.p.wait(fresh)
+            page.wait_for_selector(f'#runs-table tr[data-run="{fresh}"]', timeout=15_000)
+            assert page.locator("#runs-table tbody tr").count() >= min(before + 1, 15)
+            assert page.locator("#live").inner_text().startswith("live")
+
+            page.goto(base + "/runs?reason=timeout")
+            rows = page.locator("#runs-table tbody tr")
+            assert (
+                rows.count() == 1 and rows.first.get_attribute("data-run") == stack.ended["timeout"]
+            )
+            page.screenshot(path=str(shots / "runs.png"), full_page=True)
+
+            run_id = stack.ended["conflicting_agents"]
+            page.goto(f"{base}/runs/{run_id}")
+            assert page.locator("#run-reason").inner_text() == "conflicting_agents"
+            conflict_id = stack.p.client.status(run_id).conflicts[0]
+            assert conflict_id in page.locator("#conflicts").inner_text()
+            assert page.locator("#phases tbody tr").count() == len(
+                stack.p.client.status(run_id).spec.pipeline
+            )
+            page.screenshot(path=str(shots / "run.png"), full_page=True)
+
+            page.goto(base + "/waiting")
+            assert f"mother approve {stack.waiting}" in page.locator("#waiting-table").inner_text()
+            page.screenshot(path=str(shots / "waiting.png"), full_page=True)
+
+            # the same page twice gives the same picture (nothing moved in between)
+            page.goto(f"{base}/runs/{run_id}")
+            page.screenshot(path=str(shots / "run-again.png"), full_page=True)
+            browser.close()
+            assert errors == []
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    for name in ("overview", "runs", "run", "waiting"):
+        data = (shots / f"{name}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000
+    assert (shots / "run.png").read_bytes() == (shots / "run-again.png").read_bytes()
+
+
+def test_the_grafana_dashboard_names_only_metrics_we_export(web) -> None:
+    import json
+    import re
+
+    board = json.loads(
+        (
+            Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "mother-harness.json"
+        ).read_text()
+    )
+    named = {
+        name
+        for panel in board["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"mother_[a-z_]+", target["expr"])
+    }
+    exported = set(re.findall(r"^# TYPE (mother_[a-z_]+) ", web.get("/metrics").text, re.M))
+    series = exported | {f"{n}_total" for n in exported} | {f"{n}_bucket" for n in exported}
+    assert named and named <= series, named - series
