@@ -14,7 +14,7 @@ from mother import keys
 from mother.streams import as_text
 from schemas import ActivityEvent, Id, describe_validation_error, iso_from_ms
 
-__all__ = ["DEFAULT_MAXLEN", "emit", "flat_fields", "make_event", "recent"]
+__all__ = ["DEFAULT_MAXLEN", "emit", "flat_fields", "make_event", "newer", "recent"]
 
 DEFAULT_MAXLEN = 100_000
 
@@ -68,6 +68,23 @@ def recent(client: redis.Redis, count: int = 100, run_id: str | None = None) -> 
     if run_id is not None:
         events = [e for e in events if e.run_id == run_id][:count]
     return list(reversed(events))
+
+
+def newer(
+    client: redis.Redis, after: str, run_id: str | None = None, block_ms: int = 1000
+) -> tuple[str, list[ActivityEvent]]:
+    """The entries after entry id ``after`` (``$``: from now), waiting up to ``block_ms`` for one; with
+    ``run_id`` only that run's. Returns the id to read after next time, and the entries, oldest first."""
+    reply = client.execute_command(
+        "XREAD", "COUNT", 1000, "BLOCK", block_ms, "STREAMS", keys.ACTIVITY_STREAM, after,
+        **{NEVER_DECODE: True},
+    )  # fmt: skip
+    if not reply:
+        return after, []
+    rows = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
+    events = [_event(*as_text(raw_id, raw_fields)) for raw_id, raw_fields in rows]
+    last = rows[-1][0].decode() if rows else after
+    return last, [e for e in events if run_id is None or e.run_id == run_id]
 
 
 def _event(entry_id: str, fields: dict[str, str], not_text: str | None) -> ActivityEvent:

@@ -38,7 +38,7 @@ from mother.gates.build import check_decision, gate_waited_on
 from mother.records import parse_run_record, path_values, runs
 from mother.records.rejections import read_rejection_for
 from mother.records.results import queue_termination_read, read_result
-from mother.specs import check_models
+from mother.specs import check_models, check_scripts
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
 from schemas import (
@@ -245,6 +245,7 @@ class MotherClient:
         if len(payload) > MAX_SPEC_BYTES:
             raise InvalidSpec(f"spec is {len(payload)} bytes; the limit is {MAX_SPEC_BYTES} bytes")
         check_models(self.settings, parsed)
+        check_scripts(self.settings, parsed)
         assert parsed.run_id is not None
         rate_check(self.redis, self.settings, parsed.user_id)
         # claims the run_id on the server

@@ -61,6 +61,12 @@ CONFIG_ENV = "MOTHER_CONFIG"
 DEFAULT_CONFIG_FILE = "mother.yaml"
 
 
+def default_data_dir() -> Path:
+    """$XDG_DATA_HOME/mother, else ~/.local/share/mother."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base).expanduser() / "mother"
+
+
 class _Section(BaseModel):
     # a NaN or infinite setting (a ratio, a timeout, a factor) would pass every bound check unnoticed
     model_config = ConfigDict(
@@ -73,7 +79,9 @@ class ServerSettings(_Section):
 
     port: int = Field(6379, ge=1, le=65535, description="TCP port on 127.0.0.1")
     unix_socket: Path | None = Field(None, description="listen on this socket instead of TCP")
-    dir: Path = Field(Path(".mother/redis"), description="data directory (AOF, logs)")
+    dir: Path = Field(
+        Path(".mother/redis"), description="data directory (AOF, logs); default: {data_dir}/redis"
+    )
     appendfsync: Literal["always", "everysec", "no"] = "everysec"
     modules: bool = Field(True, description="load RedisJSON and RediSearch")
     start_timeout_seconds: float = Field(15.0, gt=0, le=300)
@@ -154,7 +162,10 @@ class WorkerSettings(_Section):
         default_factory=lambda: list(QUEUES)
     )
     heartbeat_interval_seconds: float = Field(2.0, gt=0, le=60)
-    workspace_root: Path = Field(Path(".mother/workspaces"), description="per-run tool workspaces")
+    workspace_root: Path = Field(
+        Path(".mother/workspaces"),
+        description="per-run tool workspaces; default: {data_dir}/workspaces",
+    )
     max_model_calls_per_phase: int = Field(50, ge=1, le=10_000)
     job_timeout_margin_seconds: int = Field(30, ge=0, le=3600)
     max_tool_output_chars: int = Field(100_000, ge=100, le=1_000_000)
@@ -766,6 +777,12 @@ class Settings(BaseSettings):
         "redis://127.0.0.1:6379/0",
         description="redis:// or unix:// URL of a Redis with the JSON module",
     )
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description="where this machine's files go unless set one by one: the embedded server's "
+        "data (server.dir) and the runs' tool workspaces (worker.workspace_root); default "
+        "$XDG_DATA_HOME/mother, else ~/.local/share/mother",
+    )
     redis_wait_seconds: float = Field(
         60.0,
         ge=0,
@@ -807,6 +824,16 @@ class Settings(BaseSettings):
             else:
                 shipped[name] = given
         return shipped
+
+    @model_validator(mode="after")
+    def _under_data_dir(self) -> Settings:
+        """server.dir and worker.workspace_root not set one by one live under data_dir (never in the
+        directory a command happens to run in)."""
+        if "dir" not in self.server.model_fields_set:
+            object.__setattr__(self.server, "dir", self.data_dir / "redis")
+        if "workspace_root" not in self.worker.model_fields_set:
+            object.__setattr__(self.worker, "workspace_root", self.data_dir / "workspaces")
+        return self
 
     @model_validator(mode="after")
     def _catalogue_links(self) -> Settings:

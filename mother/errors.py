@@ -14,6 +14,7 @@ wrong and what to do; what a caller needs beyond that is a typed attribute. The 
     │   └── NoSuchRun                not_found          (no run, and none waiting to be taken in)
     ├── WaitTimeout                  wait_timeout
     ├── ProviderError                provider_error     (transient, retry_after, may_have_used)
+    │   ├── ModelUnreachable         model_unreachable  (the run ends blocked: fix the endpoint)
     │   └── ScriptExhausted          script_exhausted
     ├── ToolError                    tool_error
     │   └── ToolTransient            tool_transient     (a tool failure worth trying again)
@@ -66,6 +67,7 @@ __all__ = [
     "LedgerError",
     "LimitExceeded",
     "MissingJSONModule",
+    "ModelUnreachable",
     "ModuleLoadFailed",
     "MotherError",
     "NoSuchRun",
@@ -181,6 +183,13 @@ class ProviderError(MotherError):
             "retry_after": self.retry_after,
             "may_have_used": self.may_have_used,
         }
+
+
+class ModelUnreachable(ProviderError):
+    """A model's endpoint refused the connection or does not resolve: a configuration or deployment
+    problem, not worth a retry (the run ends ``blocked``, suggested action ``user_input``)."""
+
+    code = "model_unreachable"
 
 
 class ScriptExhausted(ProviderError):

@@ -118,6 +118,8 @@ FAILURE_ENDINGS: dict[str, tuple[TerminationReason, str]] = {
     "signature_invalid": ("policyViolation", "signature check failed"),
     "policy_violation": ("policyViolation", "policy violation"),
     "config_invalid": ("catastrophic_error", "invalid configuration"),
+    # the model's endpoint is not there: a person fixes the deployment (suggested action user_input)
+    "model_unreachable": ("blocked", "model endpoint unreachable"),
 }
 # what a hook's abort on an event ends the run with (other events: catastrophic_error)
 HOOK_ABORTS: dict[str, TerminationReason] = {

@@ -1,5 +1,5 @@
-"""A RunSpec checked against the deployment it is submitted to: every model in the catalogue, and no
-scripted fault injection unless the deployment allows it. The client checks early; Mother checks again
+"""A RunSpec checked against the deployment it is submitted to: every model in the catalogue, replies for
+every phase on a scripted model, and no scripted fault injection unless the deployment allows it. The client checks early; Mother checks again
 at intake (a raw XADD skips the client)."""
 
 from __future__ import annotations
@@ -8,14 +8,33 @@ from mother.config import Settings
 from mother.errors import InvalidSpec
 from schemas import RunSpec
 
-__all__ = ["check_faults", "check_models", "check_spec"]
+__all__ = ["check_faults", "check_models", "check_scripts", "check_spec"]
 
 
 def check_spec(settings: Settings, spec: RunSpec) -> None:
     """``InvalidSpec`` (one line: what to change) when the spec asks for what this deployment does not have
     or does not allow: Mother's check at intake."""
     check_models(settings, spec)
+    check_scripts(settings, spec)
     check_faults(settings, spec)
+
+
+def check_scripts(settings: Settings, spec: RunSpec) -> None:
+    """A phase on a scripted model has replies to give: ``scripts`` holds its role (or ``role@model``).
+    Without them the phase could only fail, be retried and end ``retries_exhausted``, which names the
+    wrong fix. A phase with a ``task`` is let through: a registry tool may do it."""
+    for phase in spec.pipeline:
+        config = settings.models.get(phase.model)
+        if config is None or config.provider != "scripted" or phase.task:
+            continue
+        if phase.role in spec.scripts or f"{phase.role}@{phase.model}" in spec.scripts:
+            continue
+        raise InvalidSpec(
+            f"phase {phase.name}: role {phase.role!r} runs on the scripted model {phase.model!r} but "
+            f"scripts has no {phase.role!r} entry; add scripts.{phase.role} (its replies), or give the "
+            "phase a real model",
+            field=f"scripts.{phase.role}",
+        )
 
 
 def check_models(settings: Settings, spec: RunSpec) -> None:

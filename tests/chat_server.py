@@ -15,14 +15,28 @@ from typing import Any
 
 
 class ChatServer:
-    def __init__(self, replies: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, replies: list[dict[str, Any]], serves: tuple[str, ...] = ("test-model",)
+    ) -> None:
         self.replies = list(replies)
+        # what GET /models lists
+        self.serves = serves
         self.requests: list[dict[str, Any]] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def do_GET(self) -> None:
+                if not self.path.endswith("/models"):
+                    self._error(404, {}, "not found")
+                    return
+                listing = {
+                    "object": "list",
+                    "data": [{"id": m, "object": "model"} for m in server.serves],
+                }
+                self._send(json.dumps(listing).encode())
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -21,6 +21,24 @@ from mother.server import EmbeddedRedis
 from mother.stack import DEV_ENV, LocalStack
 
 MOTHER_BIN = Path(sys.executable).parent / "mother"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's data directory (XDG_DATA_HOME, so every process the tests start inherits it);
+    afterwards, nothing of ours left in the checkout or the user's home."""
+    home = tmp_path_factory.mktemp("data-home")
+    before = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(home)
+    had = (ROOT / ".mother").exists()
+    yield home / "mother"
+    if before is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = before
+    left = ROOT / ".mother" / "workspaces"
+    assert had or not left.exists(), f"the tests left workspaces in the checkout: {left}"
 
 
 @pytest.fixture(scope="session")
@@ -123,6 +141,19 @@ def start_pipeline(
         env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(workspace), **(env or {})},
     ).start()
     return Pipeline(server, stack, workspace)
+
+
+def start_with_libraries(tmp: Path) -> Pipeline:
+    """A pipeline whose store holds the spec's three example libraries (examples/libraries/)."""
+    from mother.clock import ServerClock
+    from mother.libraries.ingest import create_library
+
+    p = start_pipeline(tmp)
+    now = ServerClock(p.redis).now_iso()
+    libraries = Path(__file__).resolve().parents[1] / "examples" / "libraries"
+    for name in ("public_research", "financials", "personal"):
+        create_library(p.redis, libraries / f"{name}.yaml", [libraries / "docs" / name], now)
+    return p
 
 
 def wait_for_person(p: Pipeline, run_id: str, timeout: float = 60) -> Any:

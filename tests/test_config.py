@@ -16,7 +16,7 @@ def test_defaults(clean_env: Path) -> None:
     assert cfg.redis_url == "redis://127.0.0.1:6379/0"
     assert cfg.server.port == 6379
     assert cfg.server.appendfsync == "everysec"
-    assert cfg.server.dir == Path(".mother/redis")
+    assert cfg.server.dir == cfg.data_dir / "redis"
 
 
 def test_yaml_then_env_then_arguments(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,3 +160,57 @@ def test_mother_up_hands_every_mother_setting_to_its_children(
     env = LocalStack("redis://127.0.0.1:7/0", env={"MOTHER_LOG_LEVEL": "DEBUG"})._env()
     assert env["MOTHER_BUDGET__GLOBAL__MAX_CONCURRENT_RUNS"] == "1000"
     assert (env["MOTHER_REDIS_URL"], env["MOTHER_LOG_LEVEL"]) == ("redis://127.0.0.1:7/0", "DEBUG")
+
+
+def test_files_live_under_the_data_dir_not_the_current_directory(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    home = tmp_path_factory.mktemp("xdg")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home))
+    cfg = load_settings()
+    assert cfg.data_dir == home / "mother"
+    assert (cfg.server.dir, cfg.worker.workspace_root) == (
+        home / "mother" / "redis",
+        home / "mother" / "workspaces",
+    )
+    assert not str(cfg.worker.workspace_root).startswith(str(clean_env))
+    monkeypatch.setenv("MOTHER_DATA_DIR", "/var/lib/mother")
+    assert load_settings().worker.workspace_root == Path("/var/lib/mother/workspaces")
+    monkeypatch.setenv("MOTHER_WORKER__WORKSPACE_ROOT", "/srv/ws")
+    cfg = load_settings()
+    assert (cfg.worker.workspace_root, cfg.server.dir) == (
+        Path("/srv/ws"),
+        Path("/var/lib/mother/redis"),
+    )
+
+
+def test_config_show_prints_each_setting_with_its_source(clean_env: Path) -> None:
+    import orjson
+
+    from tests.conftest import run_cli
+
+    path = clean_env / "mother.yaml"
+    path.write_text("runs:\n  phase_timeout_seconds: 120\ndashboard:\n  token: s3cret\n")
+    shown = run_cli(
+        "config",
+        "show",
+        "--json",
+        env={
+            "MOTHER_CONFIG": str(path),
+            "MOTHER_BUDGET__GLOBAL__MAX_CONCURRENT_RUNS": "50",
+            "MOTHER_REDIS_URL": "redis://mother:pw@127.0.0.1:6379/0",
+        },
+        cwd=clean_env,
+    )
+    assert shown.returncode == 0, shown.stderr
+    rows = orjson.loads(shown.stdout)
+    assert rows["budget.global.max_concurrent_runs"] == {
+        "value": 50,
+        "source": "env MOTHER_BUDGET__GLOBAL__MAX_CONCURRENT_RUNS",
+    }
+    assert rows["runs.phase_timeout_seconds"] == {"value": 120, "source": f"file {path}"}
+    assert rows["dashboard.token"]["value"] == "***" and "s3cret" not in shown.stdout
+    assert "pw" not in rows["redis_url"]["value"] and rows["redis_url"]["source"].startswith("env")
+    assert rows["gates.timeout_seconds"]["source"] == "default"
+    unknown = run_cli("config", "show", "nope", env={"MOTHER_CONFIG": str(path)}, cwd=clean_env)
+    assert unknown.returncode == 2 and "no setting is named 'nope'" in unknown.stderr

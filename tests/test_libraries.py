@@ -507,14 +507,9 @@ def test_audit_records_are_exact_and_the_report_matches_independent_counts(r) ->
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory):
-    from mother.clock import ServerClock
-    from mother.libraries.ingest import create_library
-    from tests.conftest import start_pipeline, stop_pipeline
+    from tests.conftest import start_with_libraries, stop_pipeline
 
-    p = start_pipeline(tmp_path_factory.mktemp("libraries"))
-    now = ServerClock(p.redis).now_iso()
-    for name in ("public_research", "financials", "personal"):
-        create_library(p.redis, EXAMPLES / f"{name}.yaml", [EXAMPLES / "docs" / name], now)
+    p = start_with_libraries(tmp_path_factory.mktemp("libraries"))
     yield p
     stop_pipeline(p)
 

@@ -22,7 +22,7 @@ import orjson
 
 from mother.budget import check_amount
 from mother.config import ModelConfig
-from mother.errors import InvalidSpec, ProviderError, ScriptExhausted
+from mother.errors import InvalidSpec, ModelUnreachable, ProviderError, ScriptExhausted
 from mother.logs import get_logger
 from schemas import ScriptedReply
 
@@ -228,6 +228,7 @@ class OpenAIProvider:
             raise ProviderError(
                 f"model {name!r}: environment variable {config.api_key_env} (its API key) is not set"
             )
+        self.name, self.base_url = name, config.base_url
         self.model = config.model or name
         self.max_tokens = config.max_output_tokens
         self.call_retries = config.call_retries
@@ -248,6 +249,13 @@ class OpenAIProvider:
                 model=self.model, messages=messages, tools=tools or None, max_tokens=self.max_tokens
             )
         except self._errors as exc:
+            if _not_connected(exc):
+                # refused, unresolvable, unreachable: the endpoint is not there; a retry meets the same
+                raise ModelUnreachable(
+                    f"model {self.name!r} at {self.base_url} cannot be reached "
+                    f"({_connect_problem(exc)}): start its server or fix models.{self.name}.base_url; "
+                    "`mother doctor --models` checks every endpoint"
+                ) from None
             raise ProviderError(
                 f"model {self.model}: {type(exc).__name__}: {str(exc)[:300]}",
                 may_have_used=isinstance(exc, self._timeout),
@@ -314,6 +322,25 @@ class OpenAIProvider:
 
 class _NotACompletion(Exception):
     """A 2xx reply whose body is JSON but not a chat completion (OpenAIProvider makes it a ProviderError)."""
+
+
+def _not_connected(exc: BaseException) -> bool:
+    """An SDK connection error whose cause is the HTTP library's ConnectError (the TCP connection or the
+    name lookup failed), not a timeout or a connection dropped mid-reply. The SDK's HTTP library may be
+    httpx or a renamed copy of it: its ConnectError is known by name."""
+    import openai
+
+    return (
+        isinstance(exc, openai.APIConnectionError)
+        and not isinstance(exc, openai.APITimeoutError)
+        and type(exc.__cause__).__name__ == "ConnectError"
+    )
+
+
+def _connect_problem(exc: BaseException) -> str:
+    cause = exc.__cause__
+    text = str(cause or exc).strip() or type(cause or exc).__name__
+    return text[:200]
 
 
 def _retry_after(headers: Any) -> float | None:

@@ -10,9 +10,11 @@ from mother.cli import (
     admin,
     artifacts,
     budget,
+    config,
     gates,
     inspect,
     library,
+    replay,
     runs,
     services,
     signing,
@@ -27,7 +29,7 @@ app = typer.Typer(
     help="Mother-Harness: run LLM-agent work inside hard, observable limits.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 schema_app = typer.Typer(help="JSON Schema of the records.", no_args_is_help=True)
 
@@ -42,6 +44,8 @@ app.command()(runs.status)
 app.command()(runs.wait)
 app.command()(runs.cancel)
 app.command("runs")(runs.runs)
+app.command()(runs.logs)
+app.command()(runs.resubmit)
 app.command()(gates.approve)
 app.command()(gates.deny)
 app.command()(gates.answer)
@@ -51,10 +55,12 @@ app.command()(admin.version)
 schema_app.command("export")(admin.schema_export)
 app.add_typer(schema_app, name="schema")
 app.add_typer(budget.app, name="budget")
+app.add_typer(config.app, name="config")
 app.add_typer(tools.app, name="tools")
 app.add_typer(artifacts.artifacts_app, name="artifacts")
 app.add_typer(artifacts.gc_app, name="gc")
 app.add_typer(library.app, name="library")
+app.add_typer(replay.app, name="replay")
 app.add_typer(signing.keys_app, name="keys")
 app.command()(signing.sign)
 app.command()(signing.verify)

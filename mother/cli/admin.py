@@ -33,7 +33,8 @@ def server(
         Path | None, typer.Option("--unix-socket", help="listen on a unix socket instead")
     ] = None,
     dir: Annotated[
-        Path | None, typer.Option("--dir", help="data directory (default .mother/redis)")
+        Path | None,
+        typer.Option("--dir", help="data directory (default server.dir: {data_dir}/redis)"),
     ] = None,
     modules: Annotated[
         bool, typer.Option("--modules/--no-modules", help="load RedisJSON and RediSearch")
@@ -80,10 +81,16 @@ def server(
 
 
 @handle_errors
-def doctor() -> None:
+def doctor(
+    models: Annotated[
+        bool, typer.Option("--models", help="also check every catalogue model's endpoint")
+    ] = False,
+) -> None:
     """Check Redis, its modules and the config, and whether a Mother and workers serve it; say what is missing and how to fix it."""
     problems: list[str] = []
     cfg = settings()
+    if models:
+        _models(cfg)
     path = config_path()
     _row(True, "config", f"loaded ({path or 'defaults + MOTHER_* environment'})")
     _row(True, "python", platform.python_version())
@@ -164,6 +171,28 @@ def _serving(client: redis.Redis) -> None:
             _row(True, f"queue {queue}", f"{live} worker(s) listening")
         else:
             _row(None, f"queue {queue}", "no worker listens: its jobs wait (`mother worker`)")
+
+
+def _models(cfg: Any) -> None:
+    """Each catalogue model's endpoint: GET {base_url}/models (3 s), and whether it lists the model."""
+    from mother.models import probe_endpoint
+
+    unreachable = []
+    for name, config in sorted(cfg.models.items()):
+        if config.provider == "scripted":
+            _row(True, f"model {name}", "scripted (no endpoint)")
+            continue
+        probe = probe_endpoint(name, config)
+        _row(probe.ok, f"model {name}", probe.detail)
+        if not probe.reachable:
+            unreachable.append(name)
+    if unreachable:
+        fail(
+            f"model endpoint(s) not reachable: {', '.join(unreachable)}; start their servers or fix "
+            "models.<name>.base_url",
+            "model_unreachable",
+            1,
+        )
 
 
 def _row(ok: bool | None, what: str, detail: str) -> None:

@@ -1,22 +1,38 @@
-"""``mother submit``, ``status``, ``wait``, ``cancel``, ``runs`` and ``inspect RUN``."""
+"""``mother submit``, ``status``, ``wait``, ``cancel``, ``runs``, ``logs`` and ``resubmit``."""
 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
 import typer
+from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from mother import keys
+from mother.activity import newer, recent
 from mother.cli._common import console, ctrl_c_held, err_console, fail, handle_errors, settings
 from mother.cli.gates import print_waiting
 from mother.client import MotherClient, check_timeout, gate_command, load_spec_file, load_spec_text
-from schemas import ResultEnvelope, RunState
+from mother.functions import server_now_ms
+from schemas import ResultEnvelope, RunState, ms_from_iso
 
-__all__ = ["cancel", "runs", "runs_table", "status", "submit", "wait"]
+__all__ = [
+    "cancel",
+    "logs",
+    "progress_line",
+    "resubmit",
+    "runs",
+    "runs_table",
+    "status",
+    "submit",
+    "wait",
+]
 
 
 def _client() -> MotherClient:
@@ -24,10 +40,28 @@ def _client() -> MotherClient:
     return MotherClient(settings=cfg)
 
 
-def _progress(state: RunState) -> None:
-    where = f"phase {state.phase} attempt {state.attempt}" if state.phase else "queued"
-    with ctrl_c_held():
-        err_console.print(f"{state.run_id}: {state.status}, {where}", style="dim")
+def _progress_of(client: MotherClient) -> Callable[[RunState], None]:
+    """What ``wait`` prints at each move: elapsed time, phase and attempt, the place in the admission
+    queue, and what a waiting run waits for."""
+
+    def progress(state: RunState) -> None:
+        with ctrl_c_held():
+            err_console.print(progress_line(client, state), style="dim", soft_wrap=True)
+
+    return progress
+
+
+def progress_line(client: MotherClient, state: RunState) -> str:
+    elapsed = max(0, server_now_ms(client.redis) - ms_from_iso(state.created_at)) / 1000
+    where = f"phase {state.phase} attempt {state.attempt}" if state.phase else "not started"
+    line = f"{state.run_id}: {state.status} after {elapsed:.1f} s, {where}"
+    if state.status == "queued" and state.admission == "waiting":
+        place = client.queue_position(state.run_id)
+        if place is not None:
+            line += f", waiting for a slot: position {place[0]} of {place[1]}"
+    if state.status == "waiting" and state.gate is not None:
+        line += f", waits for {state.gate.kind}: {state.gate.subject} ({gate_command(state.run_id, state.gate)})"
+    return line
 
 
 def _print_envelope(envelope: ResultEnvelope, as_json: bool) -> None:
@@ -88,7 +122,10 @@ def _notice(text: str) -> None:
 def _finish(client: MotherClient, run_id: str, as_json: bool, timeout: float | None) -> None:
     try:
         envelope = client.wait(
-            run_id, timeout, on_progress=None if as_json else _progress, on_notice=_notice
+            run_id,
+            timeout,
+            on_progress=None if as_json else _progress_of(client),
+            on_notice=_notice,
         )
     # Ctrl-C stops the waiting, not the run: say so, and how to go on
     except KeyboardInterrupt:
@@ -166,6 +203,75 @@ def cancel(
 
 
 @handle_errors
+def resubmit(
+    run_id: Annotated[str, typer.Argument(help="the run whose spec is submitted again")],
+    wait_: Annotated[bool, typer.Option("--wait", help="show progress, then the result")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Submit a run's spec again as a new run (a new run id; ``metadata.resubmitted_from`` names the
+    old one). Any run, whatever its end: a retry after fixing what stopped it."""
+    client = _client()
+    spec = client.status(run_id).spec.to_dict()
+    spec["run_id"] = None
+    spec["parent_run_id"] = None
+    spec["metadata"] = {**(spec.get("metadata") or {}), "resubmitted_from": run_id}
+    new = client.submit({k: v for k, v in spec.items() if v is not None})
+    if not wait_:
+        console.print(orjson.dumps({"run_id": new}).decode() if as_json else new)
+        return
+    err_console.print(f"submitted {new} (again from {run_id})")
+    _finish(client, new, as_json, None)
+
+
+@handle_errors
+def logs(
+    run_id: Annotated[str, typer.Argument(help="the run")],
+    follow: Annotated[
+        bool, typer.Option("-f", "--follow", help="print new entries as they come, until it ends")
+    ] = False,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="entries shown first")] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
+) -> None:
+    """The run's activity entries (what Mother, the workers and people did with it), oldest first;
+    with -f followed live until the run ends (Ctrl-C stops following, not the run)."""
+    client = _client()
+    client.status(run_id)
+
+    def show(event: Any) -> None:
+        if as_json:
+            sys.stdout.write(orjson.dumps(event.to_dict()).decode() + "\n")
+            sys.stdout.flush()
+            return
+        data = orjson.dumps(event.data).decode() if event.data else ""
+        console.print(
+            Text(f"{event.at}  {event.type:<26} {event.phase or '':<12} {data[:300]}"),
+            soft_wrap=True,
+        )
+
+    # where the stream is now: entries after it are new
+    last = (
+        str(client.redis.xinfo_stream(keys.ACTIVITY_STREAM)["last-generated-id"])
+        if client.redis.exists(keys.ACTIVITY_STREAM)
+        else "0"
+    )
+    for event in recent(client.redis, limit, run_id=run_id):
+        show(event)
+    if not follow:
+        return
+    try:
+        while True:
+            last, events = newer(client.redis, last, run_id, block_ms=1000)
+            for event in events:
+                show(event)
+            if any(e.type == "terminated" for e in events):
+                return
+            if not events and client.status(run_id).status == "terminated":
+                return
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+@handle_errors
 def runs(
     reason: Annotated[
         str | None, typer.Option(help="only runs that ended with this reason")
@@ -182,8 +288,20 @@ def runs(
             help="runs that wait for a person, longest first, with the command to decide",
         ),
     ] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="redraw the table every --interval seconds")
+    ] = False,
+    interval: Annotated[float, typer.Option(min=0.2, max=3600, help="with --watch")] = 2.0,
+    times: Annotated[
+        int, typer.Option(min=0, help="with --watch: stop after this many redraws (0: Ctrl-C)")
+    ] = 0,
 ) -> None:
     """A table of the newest runs and why each stopped."""
+    if watch:
+        if as_json or waiting:
+            fail("--watch draws the table: drop --json and --waiting", "usage")
+        _watch(reason, user, limit, interval, times)
+        return
     if waiting:
         if reason is not None or user is not None:
             fail("--waiting lists every waiting run: drop --reason and --user", "usage")
@@ -194,6 +312,23 @@ def runs(
         sys.stdout.write("".join(orjson.dumps(row).decode() + "\n" for row in rows))
         return
     console.print(runs_table(rows))
+
+
+def _watch(reason: str | None, user: str | None, limit: int, interval: float, times: int) -> None:
+    client = _client()
+    drawn = 0
+    try:
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                rows = client.runs(reason=reason, user=user, limit=limit)
+                stamp = time.strftime("%H:%M:%S")
+                live.update(runs_table(rows, title=f"runs at {stamp} (Ctrl-C stops)"), refresh=True)
+                drawn += 1
+                if times and drawn >= times:
+                    return
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        return
 
 
 def runs_table(rows: list[dict[str, Any]], title: str = "runs") -> Table:

@@ -1,0 +1,360 @@
+"""Replay bundles (seed 003 §1's replay implications): a run exported whole, told as a story, and run
+again.
+
+- :func:`export` gathers a run: its spec, every phase's results (outputs, usage, verdicts, tool
+  plans), its composed contexts (redacted as composed) and their summaries, its conflicts, its
+  gates and people's decisions, its budget and a budget timeline (the activity entries that moved
+  it), the termination record, the result envelope and the artifact manifest. The model replies are
+  the spec's scripts when its phases ran on scripted models; else each phase's final reply is
+  rebuilt from its results (a real model's intermediate tool-call turns are not kept: such a
+  replay matches the outcome of each phase, not its every call).
+- :func:`write_bundle` / :func:`read_bundle`: gzip'd JSON, ``format: mother-replay:v1``; another
+  format, or a file that is not a bundle, is refused in one line.
+- :func:`story`: why the run stopped, what was suggested, which artifacts existed, and how it got
+  there.
+- :func:`replay`: submits the run again (a new run id, ``metadata.replay_of``): by default its
+  phases on the scripted model with the recorded replies, so the same termination and counters come
+  out; with ``model`` every phase on that model (the spec's "retry with escalation"). The recorded
+  decisions on gates are made again, in order, by the same actors; a run the original's user
+  cancelled is cancelled once it runs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from mother import keys
+from mother.activity import recent
+from mother.client import MotherClient
+from mother.errors import InvalidSpec, NotFound
+from mother.functions import server_now_ms
+from mother.records.budgets import budget_view
+from mother.records.results import read_result
+from schemas import iso_from_ms
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "COUNTERS",
+    "ReplayOutcome",
+    "export",
+    "read_bundle",
+    "replay",
+    "replay_spec",
+    "story",
+    "write_bundle",
+]
+
+BUNDLE_FORMAT = "mother-replay:v1"
+# the counters a faithful replay reproduces
+COUNTERS = ("model_calls", "tool_calls", "input_tokens", "output_tokens", "retrieval_queries")
+# the activity entries that moved the run's budget
+BUDGET_EVENTS = ("budget_warning", "budget_refused", "budget_exhausted", "budget_stopped")
+MAX_BUNDLE_BYTES = 256 * 1024 * 1024
+
+
+def export(client: MotherClient, run_id: str) -> dict[str, Any]:
+    """The run as a bundle (a plain mapping, ready for :func:`write_bundle`)."""
+    view = client.inspect(run_id)
+    run = view["run"]
+    pipe = client.redis.pipeline(transaction=False)
+    count = len(run["spec"]["pipeline"])
+    for index in range(count):
+        pipe.execute_command("JSON.GET", keys.context_key(run_id, index))
+    contexts = [
+        orjson.loads(raw)
+        for raw in pipe.execute(raise_on_error=False)
+        if raw and not isinstance(raw, Exception)
+    ]
+    envelope = read_result(client.redis, run_id)
+    activity = [e.to_dict() for e in recent(client.redis, 500, run_id=run_id)]
+    return {
+        "format": BUNDLE_FORMAT,
+        "exported_at": iso_from_ms(server_now_ms(client.redis)),
+        "run_id": run_id,
+        "spec": run["spec"],
+        "run": run,
+        "replies": recorded_replies(client, run),
+        "contexts": contexts,
+        "summaries": view["summaries"],
+        "conflicts": view["conflicts"],
+        "gates": run.get("gates") or [],
+        "budget": view["budget"],
+        "budget_timeline": [e for e in activity if e.get("type") in BUDGET_EVENTS],
+        "termination": view["termination"],
+        "result": envelope.to_dict() if envelope is not None else None,
+        "artifacts": view["artifacts"],
+        "activity": activity,
+    }
+
+
+def recorded_replies(client: MotherClient, run: dict[str, Any]) -> dict[str, Any]:
+    """The replies a replay gives each role: the spec's scripts when every phase ran on a scripted
+    model; else each role's final replies rebuilt from its results, in order."""
+    spec = run["spec"]
+    scripted = all(
+        (client.settings.models.get(p["model"]) or _Unknown()).provider == "scripted"
+        for p in spec["pipeline"]
+    )
+    if scripted and spec.get("scripts"):
+        return {"source": "scripts", "scripts": spec["scripts"]}
+    roles = {i: p["role"] for i, p in enumerate(spec["pipeline"])}
+    scripts: dict[str, list[dict[str, Any]]] = {}
+    for result in run.get("results") or []:
+        role = roles.get(result.get("phase_index"), "")
+        if not role or result.get("status") != "completed":
+            continue
+        reply: dict[str, Any] = {
+            "text": result.get("output") or "",
+            "confidence": result.get("confidence") or 0.0,
+            "evidence_count": result.get("evidence_count") or 0,
+        }
+        usage = result.get("usage") or {}
+        reply["usage"] = {
+            "input_tokens": usage.get("input_tokens") or 0,
+            "output_tokens": usage.get("output_tokens") or 0,
+        }
+        verdict = result.get("verdict")
+        if verdict:
+            reply["verdict"] = verdict.get("decision")
+        if result.get("findings"):
+            reply["findings"] = result["findings"]
+        scripts.setdefault(role, []).append(reply)
+    return {"source": "results", "scripts": scripts}
+
+
+@dataclass
+class _Unknown:
+    provider: str = "unknown"
+
+
+def write_bundle(bundle: dict[str, Any], path: Path) -> int:
+    """Write ``bundle`` gzip'd to ``path`` (``-``: not allowed, a bundle is binary); its size."""
+    data = gzip.compress(orjson.dumps(bundle), compresslevel=6)
+    path.write_bytes(data)
+    return len(data)
+
+
+def read_bundle(path: Path) -> dict[str, Any]:
+    """A bundle from ``path``; one-line errors for a missing file, one that is not a gzip'd JSON
+    bundle, or a bundle of another format."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise NotFound(f"no bundle at {path}") from None
+    except OSError as exc:
+        raise InvalidSpec(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    except (OSError, EOFError) as exc:
+        raise InvalidSpec(f"{path} is not a gzip'd bundle ({exc})") from None
+    if len(text) > MAX_BUNDLE_BYTES:
+        raise InvalidSpec(f"{path} is over {MAX_BUNDLE_BYTES} bytes unpacked; not a bundle of ours")
+    try:
+        bundle = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise InvalidSpec(f"{path} is not a replay bundle (not JSON)") from None
+    fmt = bundle.get("format") if isinstance(bundle, dict) else None
+    if fmt != BUNDLE_FORMAT:
+        raise InvalidSpec(
+            f"{path} is a bundle of format {fmt!r}; this version reads {BUNDLE_FORMAT!r} "
+            "(export the run again with this version)"
+        )
+    for needed in ("spec", "run", "termination", "replies"):
+        if needed not in bundle:
+            raise InvalidSpec(
+                f"{path} lacks {needed!r}: it is not a complete {BUNDLE_FORMAT} bundle"
+            )
+    return bundle
+
+
+def story(bundle: dict[str, Any]) -> list[str]:
+    """The run told in lines: what it was, each phase's attempts, conflicts and decisions, why it
+    stopped, what was suggested, and the artifacts at its end."""
+    run, spec, t = bundle["run"], bundle["spec"], bundle["termination"] or {}
+    lines = [f"run {bundle['run_id']} of {run.get('user_id')}: {spec.get('task', '')[:200]}"]
+    lines.append(
+        "phases: "
+        + " -> ".join(f"{p['name']} ({p['role']} on {p['model']})" for p in spec["pipeline"])
+    )
+    for result in run.get("results") or []:
+        usage = result.get("usage") or {}
+        verdict = (result.get("verdict") or {}).get("decision")
+        lines.append(
+            f"  {result['phase']} attempt {result.get('attempt')}: {result.get('status')}"
+            + (f", verdict {verdict}" if verdict else "")
+            + (f", handled by {result['handled_by']}" if result.get("handled_by") else "")
+            + f", {usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)} tokens, "
+            f"{usage.get('duration_ms', 0)} ms"
+            + (f": {result['output'][:120]!r}" if result.get("output") else "")
+        )
+    for c in bundle.get("conflicts") or []:
+        lines.append(
+            f"conflict {c['conflict_id']} ({c['conflict_type']}): "
+            f"{c.get('strategy_applied') or 'nothing'} -> {c.get('final_decision') or c.get('status')}"
+            f": {c.get('rationale') or ''}"[:300]
+        )
+    for g in bundle.get("gates") or []:
+        d = g.get("decision") or {}
+        lines.append(
+            f"gate {g['gate_id']} ({g['kind']}: {g['subject']}): {d.get('decision')} by "
+            f"{d.get('actor')} ({d.get('reason') or 'no reason'}) at {d.get('at')}"
+        )
+    budget = bundle.get("budget") or {}
+    lines.append(
+        "budget used: " + ", ".join(f"{k} {budget.get(k, 0)}" for k in COUNTERS if k in budget)
+    )
+    lines.append(f"stopped: {t.get('reason')} in phase {t.get('phase_at_termination')}")
+    lines.append(f"why: {t.get('details')}")
+    for factor in t.get("contributing_factors") or []:
+        lines.append(f"  factor: {factor}")
+    lines.append(
+        f"suggested action: {t.get('suggested_action')}"
+        + (" (it can be retried)" if t.get("can_retry") else "")
+    )
+    artifacts = bundle.get("artifacts") or []
+    lines.append(
+        "artifacts at termination: "
+        + (
+            ", ".join(
+                f"{a['artifact_id']} ({a.get('phase')}, {a.get('size_bytes')} bytes, {a.get('status')})"
+                for a in artifacts
+            )
+            or "none"
+        )
+    )
+    lines.append(
+        f"replies recorded from {bundle['replies']['source']}"
+        + (
+            " (final replies only: a real model's tool-call turns are not kept)"
+            if bundle["replies"]["source"] == "results"
+            else ""
+        )
+    )
+    return lines
+
+
+def replay_spec(bundle: dict[str, Any], model: str | None = None) -> dict[str, Any]:
+    """The spec a replay submits: a new run id, ``metadata.replay_of``, the recorded replies; every
+    phase on ``model`` when given, else on the scripted model where the replies were rebuilt from
+    results (scripts recorded as the spec's stay as they were)."""
+    spec = orjson.loads(orjson.dumps(bundle["spec"]))
+    original = bundle["run_id"]
+    spec["run_id"] = f"replay-{uuid.uuid4().hex[:12]}"
+    spec.pop("parent_run_id", None)
+    spec["metadata"] = {**(spec.get("metadata") or {}), "replay_of": original}
+    spec["scripts"] = bundle["replies"]["scripts"]
+    if model is not None:
+        for phase in spec["pipeline"]:
+            phase["model"] = model
+    elif bundle["replies"]["source"] == "results":
+        # the phases that ran answer through the scripted model; one that never reached its model
+        # (refused before it) keeps its own, so the same refusal comes out
+        ran = {r.get("phase_index") for r in bundle["run"].get("results") or []}
+        for index, phase in enumerate(spec["pipeline"]):
+            if index in ran:
+                phase["model"] = "scripted"
+    return spec
+
+
+@dataclass
+class ReplayOutcome:
+    run_id: str
+    reason: str
+    expected: str
+    counters: dict[str, Any]
+    recorded: dict[str, Any]
+    decisions: list[str] = field(default_factory=list)
+
+    @property
+    def same_reason(self) -> bool:
+        return self.reason == self.expected
+
+    @property
+    def same_counters(self) -> bool:
+        return all(self.counters.get(k, 0) == self.recorded.get(k, 0) for k in COUNTERS)
+
+
+def replay(
+    client: MotherClient,
+    bundle: dict[str, Any],
+    *,
+    model: str | None = None,
+    timeout: float = 300.0,
+    on_event: Callable[[str], None] | None = None,
+) -> ReplayOutcome:
+    """Run the bundle again and wait for its end: the recorded gate decisions are made again in order
+    (an ``expire`` is waited out), and a run its user cancelled is cancelled once it runs."""
+    say = on_event or (lambda _text: None)
+    spec = replay_spec(bundle, model)
+    run_id = client.submit(spec)
+    say(f"submitted {run_id} (replay of {bundle['run_id']})")
+    decisions = [g["decision"] for g in bundle.get("gates") or [] if g.get("decision")]
+    cancel = (bundle["termination"] or {}).get("reason") == "user_cancelled"
+    made: list[str] = []
+    recorded = {k: (bundle.get("budget") or {}).get(k, 0) for k in COUNTERS}
+    # when the replay was first seen running (a cancel waits until it has done what the original had)
+    running: list[float] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = client.status(run_id)
+        except NotFound:
+            time.sleep(0.05)
+            continue
+        if state.status == "terminated":
+            break
+        if cancel and state.status == "running" and _caught_up(client, run_id, recorded, running):
+            client.cancel(run_id, actor="replay", reason=f"replay of {bundle['run_id']}")
+            made.append("cancel")
+            say("cancelled it, as its original was")
+            cancel = False
+        if state.status == "waiting" and state.gate is not None and state.gate.decision is None:
+            if not decisions:
+                # the original's gate ran out (or it was still waiting): so does this one
+                pass
+            elif decisions[0]["decision"] == "expire":
+                # wait the deadline out, as the original did
+                if state.gate.deadline_ms and server_now_ms(client.redis) > state.gate.deadline_ms:
+                    decisions.pop(0)
+            else:
+                d = decisions.pop(0)
+                reason = f"replay: {d.get('reason') or ''}"[:500]
+                if d["decision"] == "approve":
+                    client.approve(run_id, actor=d["actor"], reason=reason)
+                elif d["decision"] == "deny":
+                    client.deny(run_id, actor=d["actor"], reason=reason)
+                else:
+                    client.answer(run_id, d.get("answer") or "", actor=d["actor"], reason=reason)
+                made.append(f"{d['decision']} by {d['actor']}")
+                say(f"{d['decision']} by {d['actor']}, as in the original")
+        time.sleep(0.1)
+    envelope = client.wait(run_id, max(1.0, deadline - time.monotonic()))
+    budget = client.inspect(run_id)["budget"] or {}
+    return ReplayOutcome(
+        run_id,
+        envelope.termination.reason if envelope.termination is not None else "not ended",
+        (bundle["termination"] or {}).get("reason", ""),
+        {k: budget.get(k, 0) for k in COUNTERS},
+        recorded,
+        made,
+    )
+
+
+def _caught_up(
+    client: MotherClient, run_id: str, recorded: dict[str, Any], running: list[float]
+) -> bool:
+    """Whether a run to be cancelled has done what its original had when it was cancelled (its
+    counters reached the recorded ones), or has run 10 s trying."""
+    if not running:
+        running.append(time.monotonic())
+    budget = budget_view(client.redis, run_id) or {}
+    done = all(budget.get(k, 0) >= v for k, v in recorded.items())
+    return done or time.monotonic() - running[0] > 10

@@ -1,0 +1,183 @@
+"""First contact: setup mistakes refused or named at the right moment, not retried as run failures.
+Real Mother and workers; the model double is the local chat-completions server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from mother.errors import InvalidSpec
+from tests.chat_server import ChatServer
+from tests.conftest import Pipeline, run_cli, start_pipeline, stop_pipeline
+from tests.test_pipeline import wait_until
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def chat() -> Iterator[ChatServer]:
+    with ChatServer([], serves=("local-model",)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory, chat: ChatServer) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("first-contact") / "mother.yaml"
+    common = {"max_tokens": 32_000, "reserved_for_system": 500, "reserved_for_output": 2_000}
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "models": {
+                    "local": {
+                        "provider": "openai",
+                        "base_url": chat.url,
+                        "model": "local-model",
+                        **common,
+                    },
+                    "renamed": {
+                        "provider": "openai",
+                        "base_url": chat.url,
+                        "model": "other",
+                        **common,
+                    },
+                    "offline": {
+                        "provider": "openai",
+                        "base_url": f"http://127.0.0.1:{_closed_port()}/v1",
+                        **common,
+                    },
+                }
+            }
+        )
+    )
+    before = os.environ.get("MOTHER_CONFIG")
+    os.environ["MOTHER_CONFIG"] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop("MOTHER_CONFIG", None)
+    else:
+        os.environ["MOTHER_CONFIG"] = before
+
+
+@pytest.fixture(scope="module")
+def stack(config: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    p = start_pipeline(tmp_path_factory.mktemp("stack"), env={"MOTHER_CONFIG": str(config)})
+    yield p
+    stop_pipeline(p)
+
+
+def test_a_scripted_role_without_replies_is_refused_at_submit(stack: Pipeline) -> None:
+    spec = {
+        "user_id": "alice",
+        "task": "Plan the release",
+        "pipeline": [{"name": "plan", "role": "planner", "model": "scripted"}],
+        "scripts": {"coder": [{"text": "not the planner's"}]},
+    }
+    with pytest.raises(
+        InvalidSpec, match=r"role 'planner' runs on the scripted model .* no 'planner' entry"
+    ):
+        stack.client.submit(spec)
+    # a raw XADD skips the client: Mother refuses it at intake, and nothing runs
+    run_id = f"raw-{uuid.uuid4().hex[:8]}"
+    stack.redis.xadd("mother:submissions", {"spec": orjson.dumps({**spec, "run_id": run_id})})
+    wait_until(lambda: stack.client.rejection_for(run_id) is not None, timeout=20)
+    assert "no 'planner' entry" in stack.client.rejection_for(run_id)["error"]
+    assert not stack.redis.exists(f"run:{run_id}")
+    # role@model counts, and a phase with a task a tool may do is let through
+    ok = {**spec, "scripts": {"planner@scripted": [{"text": "plan"}]}}
+    assert stack.wait(stack.client.submit(ok)).termination.reason == "success"
+
+
+def test_an_unreachable_model_ends_the_run_blocked_at_once_naming_the_fix(stack: Pipeline) -> None:
+    run_id = stack.client.submit(
+        {
+            "user_id": "alice",
+            "task": "Summarise the notes",
+            "pipeline": [{"name": "sum", "role": "writer", "model": "offline", "max_retries": 3}],
+        }
+    )
+    record = stack.wait(run_id).termination
+    assert (record.reason, record.suggested_action) == ("blocked", "user_input"), record.details
+    assert "model 'offline' at http://127.0.0.1:" in record.details
+    assert "cannot be reached" in record.details and "mother doctor --models" in record.details
+    # no retry was spent on it: attempt 1 was the only one
+    attempts = {h.attempt for h in stack.client.status(run_id).history if h.attempt}
+    assert attempts == {1}
+
+
+def test_doctor_checks_every_model_endpoint(stack: Pipeline, config: Path) -> None:
+    env = {"MOTHER_REDIS_URL": stack.url, "MOTHER_CONFIG": str(config)}
+    done = run_cli("doctor", "--models", env=env)
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "model local" in out and "serves local-model" in out
+    assert "model renamed" in out and "does not list other (it lists local-model)" in out
+    assert "model offline" in out and "cannot be reached" in out
+    assert "model scripted" in out and "scripted (no endpoint)" in out
+    assert done.stderr.count("\n") == 1 and "offline" in done.stderr
+
+
+def test_watching_runs_from_the_cli(stack: Pipeline, config: Path) -> None:
+    import subprocess
+
+    from tests.conftest import MOTHER_BIN, cli_env, wait_for_person
+    from tests.test_pipeline import example
+
+    env = {"MOTHER_REDIS_URL": stack.url, "MOTHER_CONFIG": str(config)}
+    # wait: elapsed time, phase and attempt, what it waits for and the command that decides it
+    gated = stack.client.submit(example("approval-denied"))
+    wait_for_person(stack, gated)
+    waited = run_cli("wait", gated, "--timeout", "2", env=env)
+    assert waited.returncode != 0
+    assert (
+        f"{gated}: waiting after " in waited.stderr
+        and " s, phase deploy attempt 0" in waited.stderr
+    )
+    assert "waits for approval: start phase deploy" in waited.stderr
+    assert f"mother approve {gated}" in waited.stderr
+    stack.client.deny(gated, actor="ops", reason="not now")
+
+    # logs -f follows a running run until it ends
+    slow = stack.client.submit(example("cancelled"))
+    wait_until(
+        lambda: stack.redis.exists(f"run:{slow}") and stack.client.status(slow).status == "running"
+    )
+    follow = subprocess.Popen(
+        [str(MOTHER_BIN), "logs", slow, "-f"],
+        env=cli_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)
+    stack.client.cancel(slow, actor="tester", reason="enough")
+    out, err = follow.communicate(timeout=30)
+    assert follow.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[1] == "run_submitted" and "terminated" in lines[-1]
+    assert any("phase_dispatched" in line for line in lines)
+    logged = run_cli("logs", slow, "--json", env=env)
+    assert [orjson.loads(x)["type"] for x in logged.stdout.splitlines()][-1] == "terminated"
+
+    # resubmit: the same spec as a new run
+    again = run_cli("resubmit", gated, "--json", env=env)
+    assert again.returncode == 0, again.stderr
+    new = orjson.loads(again.stdout)["run_id"]
+    state = stack.client.status(new)
+    assert new != gated and state.spec.metadata["resubmitted_from"] == gated
+    assert state.spec.pipeline == stack.client.status(gated).spec.pipeline
+
+    watched = run_cli("runs", "--watch", "--times", "2", "--interval", "0.2", env=env)
+    assert watched.returncode == 0 and watched.stdout.count("runs at") >= 1
+    assert "--install-completion" in run_cli("--help", env=env).stdout

@@ -1,0 +1,158 @@
+"""Replay bundles: every example run (real Mother and workers, the scripted model) exported, read back,
+told as a story, and replayed to the same termination reason and counters, the people's decisions made
+again; a bundle of another format refused in one line; the CLI end to end."""
+
+from __future__ import annotations
+
+import gzip
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import orjson
+import pytest
+
+from mother.errors import InvalidSpec, NotFound
+from mother.records.budgets import budget_view
+from mother.replay import BUNDLE_FORMAT, export, read_bundle, replay, story, write_bundle
+from tests.conftest import run_cli, start_with_libraries, stop_pipeline
+from tests.test_pipeline import example
+
+EXAMPLES = [
+    "three-phase",
+    "retries-exhausted",
+    "timeout",
+    "cancelled",
+    "worker-killed",
+    "context-summarized",
+    "conflict-arbiter",
+    "conflict-escalation",
+    "conflict-ask-user",
+    "approval-denied",
+    "gate-timeout",
+    "conflicting-agents",
+    "tool-run-tests",
+    "tool-fallback",
+    "tool-ocr",
+    "library-redacted",
+    "library-refused-agent",
+    "library-refused-model",
+    "library-rate-limited",
+    "library-insufficient",
+]
+# the people of the demo: what each waiting example is told
+DECISIONS = {
+    "conflict-ask-user": ("answer", "alice", "Use the UTC date."),
+    "approval-denied": ("deny", "ops", "freeze week"),
+    "library-redacted": ("approve", "ops", "board pack"),
+    "library-rate-limited": ("approve", "ops", "reconciliation"),
+}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    p = start_with_libraries(tmp_path_factory.mktemp("replay"))
+    yield p
+    stop_pipeline(p)
+
+
+def _play(p, run_ids: dict[str, str], timeout: float = 180) -> dict[str, str]:
+    """Make the people's decisions and the cancel, restart a killed worker, wait for every end."""
+    c = p.client
+    pending, ended, cancelled = dict(run_ids), {}, False
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        p.stack.respawn_dead()
+        for name, run_id in list(pending.items()):
+            try:
+                state = c.status(run_id)
+            except NotFound:
+                continue
+            if state.status == "terminated":
+                ended[name] = state.reason or ""
+                del pending[name]
+            elif name == "cancelled" and state.status == "running" and not cancelled:
+                # once its model call is charged (the reply then takes 30 s): a state the replay
+                # can reach again before it cancels
+                if (budget_view(p.redis, run_id) or {}).get("model_calls", 0) >= 1:
+                    c.cancel(run_id, actor="tester", reason="not needed")
+                    cancelled = True
+            elif state.status == "waiting" and name in DECISIONS and state.gate.decision is None:
+                kind, actor, text = DECISIONS[name]
+                if kind == "answer":
+                    c.answer(run_id, text, actor=actor, reason="asked")
+                else:
+                    getattr(c, kind)(run_id, actor=actor, reason=text)
+        time.sleep(0.1)
+    assert not pending, f"did not end: {pending}"
+    return ended
+
+
+def test_every_example_replays_to_the_same_reason_and_counters(stack, tmp_path: Path) -> None:
+    c = stack.client
+    originals = {name: c.submit(example(name)) for name in EXAMPLES}
+    reasons = _play(stack, originals)
+    bundles = {}
+    for name, run_id in originals.items():
+        path = tmp_path / f"{name}.json.gz"
+        write_bundle(export(c, run_id), path)
+        bundles[name] = read_bundle(path)
+        told = "\n".join(story(bundles[name]))
+        assert f"stopped: {reasons[name]}" in told and "suggested action:" in told
+        assert "artifacts at termination:" in told
+
+    def again(name: str):
+        # worker-killed kills a worker: the replay's is restarted by the loop below
+        return replay(c, bundles[name], timeout=180)
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        futures = {name: pool.submit(again, name) for name in EXAMPLES}
+        deadline = time.monotonic() + 300
+        while not all(f.done() for f in futures.values()) and time.monotonic() < deadline:
+            stack.stack.respawn_dead()
+            time.sleep(0.2)
+        outcomes = {name: f.result(timeout=1) for name, f in futures.items()}
+    wrong = {
+        name: (o.reason, o.expected, orjson.dumps(o.counters), orjson.dumps(o.recorded))
+        for name, o in outcomes.items()
+        if not (o.same_reason and o.same_counters)
+    }
+    assert not wrong, wrong
+    # the people's decisions were made again, by the same actors
+    assert outcomes["approval-denied"].decisions == ["deny by ops"]
+    assert outcomes["conflict-ask-user"].decisions == ["answer by alice"]
+    assert outcomes["cancelled"].decisions == ["cancel"]
+
+
+def test_a_bundle_of_another_format_is_refused_in_one_line(tmp_path: Path) -> None:
+    old = tmp_path / "old.json.gz"
+    old.write_bytes(gzip.compress(orjson.dumps({"format": "mother-replay:v0", "spec": {}})))
+    with pytest.raises(InvalidSpec, match=r"format 'mother-replay:v0'; this version reads"):
+        read_bundle(old)
+    junk = tmp_path / "junk.json.gz"
+    junk.write_bytes(b"\x1f\x8bnot gzip at all")
+    with pytest.raises(InvalidSpec, match="not a gzip'd bundle"):
+        read_bundle(junk)
+    with pytest.raises(NotFound):
+        read_bundle(tmp_path / "missing.json.gz")
+    shown = run_cli("replay", "show", str(old))
+    assert shown.returncode == 2 and shown.stderr.count("\n") == 1
+    assert "mother-replay:v0" in shown.stderr and BUNDLE_FORMAT in shown.stderr
+
+
+def test_replay_from_the_cli_and_on_another_model(stack, tmp_path: Path) -> None:
+    env = {"MOTHER_REDIS_URL": stack.url}
+    run_id = stack.client.submit(example("three-phase"))
+    assert stack.wait(run_id).termination.reason == "success"
+    bundle = tmp_path / "run.json.gz"
+    exported = run_cli("replay", "export", run_id, "-o", str(bundle), env=env)
+    assert exported.returncode == 0, exported.stderr
+    shown = run_cli("replay", "show", str(bundle), env=env)
+    assert shown.returncode == 0 and "stopped: success" in shown.stdout
+    ran = run_cli("replay", "run", str(bundle), env=env, timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "ended success; the original ended success" in ran.stdout
+    other = run_cli("replay", "run", str(bundle), "--model", "scripted-large", env=env, timeout=120)
+    assert other.returncode == 0, other.stdout + other.stderr
+    unknown = run_cli("replay", "run", str(bundle), "--model", "nope", env=env)
+    assert unknown.returncode == 2 and "unknown model 'nope'" in unknown.stderr

@@ -1,0 +1,43 @@
+"""scripts/_bootstrap.sh: ./scripts/demo and ./scripts/test share one .venv and do not reinstall each
+other's environment (a fake interpreter records each pip install)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_demo_and_test_do_not_reinstall_each_others_environment(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "_bootstrap.sh", tmp_path / "scripts" / "_bootstrap.sh")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (tmp_path / "constraints.txt").write_text("a==1\n")
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    log = tmp_path / "installs.log"
+    fake = venv_bin / "python"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    fake.chmod(0o755)
+
+    def bootstrap(extras: str) -> None:
+        script = f'source scripts/_bootstrap.sh; bootstrap "{extras}"'
+        done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+
+    def installs() -> list[str]:
+        return log.read_text().splitlines() if log.exists() else []
+
+    bootstrap("test")
+    assert len(installs()) == 1 and installs()[0].endswith("-e .[test]")
+    bootstrap("")  # the demo after the tests
+    bootstrap("test")
+    bootstrap("")
+    assert len(installs()) == 1
+    (tmp_path / "constraints.txt").write_text("a==2\n")
+    bootstrap("")  # a changed pin installs again
+    assert len(installs()) == 2 and installs()[1].endswith("-e .")
+    bootstrap("test")  # the tests then add their extras
+    assert len(installs()) == 3
