@@ -38,6 +38,7 @@ from mother.errors import (
     RateLimited,
 )
 from mother.functions import call, fcall_command, send
+from mother.limits import layer_sources
 from mother.records.budgets import create_run_budget
 from schemas import RunSpec, iso_from_ms
 from schemas.budget import BudgetCounter, RunLimits
@@ -93,9 +94,10 @@ def spend_micro_usd(model: ModelConfig, input_tokens: int, output_tokens: int) -
 
 def run_limits(
     settings: Settings, spec: RunSpec, resolved: dict[str, Any] | None = None
-) -> tuple[dict[str, int], float]:
+) -> tuple[dict[str, int], float, dict[str, str]]:
     """The run's hard limits: profile and DefaultBudget.per_run, capped by the run's resolved
-    seed-000 limits (turns → model_calls, tokens, spend, duration_seconds, spawns)."""
+    seed-000 limits (turns → model_calls, tokens, spend, duration_seconds, spawns); and which layer
+    set each (what ``mother budget show`` prints beside it)."""
     budget = settings.budget
     profile = budget.profiles[spec.budget_profile]
     per_run = budget.per_run
@@ -110,7 +112,20 @@ def run_limits(
         "parallel_agents": per_run.max_parallel_agents,
         "spawns": per_run.max_spawns,
     }
+    profiled = ("duration_sec", "tool_calls", "total_tokens")
+    sources = {
+        dim: f"budget.profiles.{spec.budget_profile}" if dim in profiled else "budget.per_run"
+        for dim in limits
+    }
     r = resolved or {}
+    layers = layer_sources(settings, spec, r)
+    named = {
+        "model_calls": "turns",
+        "total_tokens": "tokens",
+        "spawns": "spawns",
+        "duration_sec": "duration_seconds",
+        "spend_micro_usd": "spend",
+    }
     caps = {
         "model_calls": r.get("turns"),
         "total_tokens": r.get("tokens"),
@@ -123,9 +138,10 @@ def run_limits(
         else None,
     }
     for dim, cap in caps.items():
-        if cap is not None:
-            limits[dim] = min(limits[dim], int(cap))
-    return limits, profile.warning_ratio
+        if cap is not None and int(cap) < limits[dim]:
+            limits[dim] = int(cap)
+            sources[dim] = f"{layers.get(named[dim], 'harness.limits')} ({named[dim]})"
+    return limits, profile.warning_ratio, sources
 
 
 def open_run_budget(
@@ -141,7 +157,7 @@ def open_run_budget(
     user's daily limits), which only Mother and operators write. Returns the two, merged as
     :func:`budget_view` shows them."""
     assert spec.run_id is not None
-    limits, ratio = run_limits(settings, spec, resolved)
+    limits, ratio, sources = run_limits(settings, spec, resolved)
     started_at = iso_from_ms(started_ms)
     counters = BudgetCounter(
         run_id=spec.run_id,
@@ -158,6 +174,7 @@ def open_run_budget(
         profile=spec.budget_profile,
         warning_ratio=ratio,
         limits=limits,
+        limit_sources=sources,
         started_at=started_at,
         started_ms=started_ms,
         last_updated=started_at,

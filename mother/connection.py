@@ -333,6 +333,40 @@ def connect_waiting(url: str, wait_seconds: float, log: Any) -> redis.Redis:
         return client
 
 
+def _keys_of(args: tuple[Any, ...]) -> list[str]:
+    """The keys a command names (its first word after the name; FCALL's KEYS), as text."""
+    if len(args) < 2:
+        return []
+    name = str(args[0]).upper()
+    if name in ("FCALL", "FCALL_RO", "EVAL", "EVALSHA") and len(args) > 2:
+        try:
+            count = int(args[2])
+        except (TypeError, ValueError):
+            return []
+        return [str(k) for k in args[3 : 3 + count]]
+    if name in ("PING", "INFO", "TIME", "HELLO", "CLIENT", "ACL", "FUNCTION", "MULTI", "EXEC"):
+        return []
+    first = args[1]
+    return [first.decode("utf-8", "replace") if isinstance(first, bytes) else str(first)]
+
+
+class NamedRedis(redis.Redis):
+    """A client whose permission errors name the command, the keys and the ACL user (the server's
+    "No permissions to access a key" names none of them)."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute_command(*args, **options)
+        except redis.exceptions.NoPermissionError as exc:
+            user = self.connection_pool.connection_kwargs.get("username") or "default"
+            keys_ = _keys_of(args)
+            what = f"{str(args[0]).upper()}" + (f" on {', '.join(keys_[:5])}" if keys_ else "")
+            raise redis.exceptions.NoPermissionError(
+                f"{exc}: {what} as ACL user {user!r}; connect as the user whose job this is "
+                "(deploy/users.acl) or grant it; `mother doctor` names what this user lacks"
+            ) from None
+
+
 def connect(
     url: str, *, check: bool = True, decode_responses: bool = True, **kwargs: object
 ) -> redis.Redis:
@@ -345,7 +379,7 @@ def connect(
         raise RedisUnavailable(
             f"MOTHER_REDIS_URL {redact_url(url)!r} is not a Redis URL ({exc}); use redis://host:port/db or unix:///path"
         ) from None
-    client = redis.Redis(connection_pool=pool)
+    client = NamedRedis(connection_pool=pool)
     # the client owns its pool, as with Redis.from_url
     client.auto_close_connection_pool = True
     if check:

@@ -20,7 +20,7 @@ import redis
 
 from mother import keys
 from mother.codes import CODES, SEQ_SPAN, USER_CODES
-from mother.errors import ConfigError
+from mother.errors import ConfigError, RedisUnavailable
 
 __all__ = [
     "FUNCTIONS_PROBE",
@@ -134,7 +134,13 @@ def send(client: redis.Redis | redis.client.Pipeline, command: tuple[Any, ...]) 
             client, redis.client.Pipeline
         ):
             raise
-        load_functions(client)
+        try:
+            load_functions(client)
+        except redis.exceptions.NoPermissionError:
+            raise RedisUnavailable(
+                f"the server functions ({command[1]}) are not loaded yet and this ACL user may not "
+                "load them: start Mother first (it loads them), or wait for it"
+            ) from None
         return client.execute_command(*command)
 
 

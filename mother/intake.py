@@ -246,6 +246,10 @@ def _verify_roles(rt: Runtime, spec: RunSpec) -> str | None:
     return None
 
 
+# (role, warning) pairs already logged at warning level by this process
+_RISK_WARNED: set[tuple[str, str]] = set()
+
+
 def _assess(rt: Runtime, spec: RunSpec, granted: list[str]) -> list[str]:
     """Risk tiers, once at setup: blocked capabilities (ending the run) and logged warnings;
     the phases' models must be granted too."""
@@ -257,7 +261,20 @@ def _assess(rt: Runtime, spec: RunSpec, granted: list[str]) -> list[str]:
         spec.run_id or "",
     )
     for warning in report.warnings:
-        log.warning("capability_risk", run_id=spec.run_id, warning=warning)
+        # the same grant warns the same way for every run of the role: logged once per role and
+        # warning in this process (at debug after that)
+        seen = (spec.pipeline[0].role, warning)
+        if seen in _RISK_WARNED:
+            log.debug("capability_risk", run_id=spec.run_id, warning=warning)
+            continue
+        _RISK_WARNED.add(seen)
+        log.warning(
+            "capability_risk",
+            run_id=spec.run_id,
+            role=spec.pipeline[0].role,
+            warning=warning,
+            note="logged once per role; later runs of it at debug",
+        )
     blocked = list(report.blocked)
     for phase in spec.pipeline:
         denied = denial(granted, [f"model.{phase.model}"])

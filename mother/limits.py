@@ -17,7 +17,7 @@ from mother.errors import DepthExhausted
 from mother.roles import role_settings
 from schemas import RunSpec
 
-__all__ = ["LIMIT_NAMES", "check_limits", "resolve_for_spec", "resolve_limits"]
+__all__ = ["LIMIT_NAMES", "check_limits", "layer_sources", "resolve_for_spec", "resolve_limits"]
 
 LIMIT_NAMES = ("turns", "tokens", "spend", "duration_seconds", "spawns", "depth")
 CAPPED = ("turns", "tokens", "spend", "spawns", "duration_seconds")
@@ -65,6 +65,26 @@ def resolve_for_spec(
     return resolve_limits(
         settings.harness.limits, role.limits if role else None, spec.limit_overrides, parent
     )
+
+
+def layer_sources(settings: Settings, spec: RunSpec, resolved: dict[str, Any]) -> dict[str, str]:
+    """Which layer set each resolved limit: ``limit_overrides``, ``role <name>``, ``harness.limits``
+    (the defaults), or ``parent run <id>`` where the parent's value capped it."""
+    role_name = spec.pipeline[0].role
+    role = role_settings(settings, role_name)
+    layers = [
+        ("harness.limits", _declared(settings.harness.limits)),
+        (f"role {role_name}", _declared(role.limits if role else None)),
+        ("limit_overrides", _declared(spec.limit_overrides)),
+    ]
+    out = {}
+    for key, value in resolved.items():
+        named = [(name, v[key]) for name, v in layers if key in v]
+        if named and named[-1][1] == value:
+            out[key] = named[-1][0]
+        else:
+            out[key] = f"parent run {spec.parent_run_id}" if spec.parent_run_id else "default"
+    return out
 
 
 def check_limits(limits: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any] | None:

@@ -8,13 +8,15 @@ never format them into the event text.
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from collections.abc import Callable
 from typing import Literal
 
 import orjson
 import structlog
 
-__all__ = ["configure_logging", "get_logger"]
+__all__ = ["RQLogBridge", "configure_logging", "get_logger", "route_rq_logs"]
 
 _LEVELS = {
     "DEBUG": logging.DEBUG,
@@ -66,3 +68,49 @@ def get_logger(name: str | None = None, **bound: object) -> structlog.typing.Fil
     if name:
         bound = {"component": name, **bound}
     return structlog.get_logger(**bound)
+
+
+# RQ's colours, which its messages carry
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class RQLogBridge(logging.Handler):
+    """RQ's own log records (its worker, queue, scheduler) as our log lines: JSON like the rest of the
+    process's when it logs JSON. A job that returned a failed phase attempt is not called "Job OK"."""
+
+    def __init__(self, failed: Callable[[str], bool] | None = None) -> None:
+        super().__init__()
+        # job id -> whether the phase attempt it ran failed (the work-horse's verdict)
+        self.failed = failed
+        self.log = get_logger("rq")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = _ANSI.sub("", record.getMessage())
+            fields: dict[str, object] = {"logger": record.name}
+            if "Job OK" in text and self.failed is not None:
+                job_id = text.rsplit("(", 1)[-1].rstrip(")")
+                if self.failed(job_id):
+                    text = text.replace(
+                        "Job OK", "job done, phase attempt failed (reported to Mother)"
+                    )
+            if record.exc_info:
+                fields["exc_info"] = record.exc_info
+            level = record.levelname.lower()
+            getattr(self.log, level if level in ("debug", "info", "warning", "error") else "info")(
+                text, **fields
+            )
+        except Exception:  # noqa: BLE001
+            self.handleError(record)
+
+
+def route_rq_logs(level: str, failed: Callable[[str], bool] | None = None) -> None:
+    """Send RQ's loggers (``rq.*``) through :class:`RQLogBridge` instead of RQ's own coloured stream
+    handlers (RQ adds those only where no handler catches its records)."""
+    rq_logger = logging.getLogger("rq")
+    for handler in list(rq_logger.handlers):
+        if isinstance(handler, RQLogBridge):
+            rq_logger.removeHandler(handler)
+    rq_logger.addHandler(RQLogBridge(failed))
+    rq_logger.setLevel(_LEVELS[level])
+    rq_logger.propagate = False

@@ -112,6 +112,11 @@ class RunLimits(Record):
     profile: str
     warning_ratio: float
     limits: dict[str, int]
+    limit_sources: dict[str, str] = Field(
+        default_factory=dict,
+        description="which layer set each limit: budget.profiles.<p>, budget.per_run, harness.limits, "
+        "role <r>, limit_overrides, parent run <id>",
+    )
     overrides: list[LimitOverride] = Field(default_factory=list)
     status: Literal["active", "budget_stopped", "closed"] = "active"
     stop: EmergencyStop | None = None

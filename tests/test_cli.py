@@ -211,7 +211,10 @@ def test_wait_says_once_when_no_mother_takes_the_run_in(
 
     load_functions(r)
     spec = tmp_path / "spec.yaml"
-    spec.write_text("user_id: u\ntask: t\npipeline: [{name: a, role: r, model: scripted}]\n")
+    spec.write_text(
+        "user_id: u\ntask: t\npipeline: [{name: a, role: r, model: scripted}]\n"
+        "scripts: {r: [{text: done}]}\n"
+    )
     result = run_cli(
         "submit",
         str(spec),

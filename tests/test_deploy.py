@@ -330,3 +330,49 @@ def test_the_dashboard_runs_as_its_read_only_acl_user(acl_stack: tuple[str, Moth
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):
             as_dashboard.execute_command(*command)
+
+
+def test_clients_submit_and_watch_with_the_submit_only_acl_user(
+    acl_stack: tuple[str, MotherClient],
+) -> None:
+    """The shipped `client` user submits a run (through the client's server functions) and follows
+    it to its end; it cannot write run fate, people's commands, budgets or tokens."""
+    from tests.test_pipeline import wait_until
+
+    url, mother = acl_stack
+    client = MotherClient(settings=load_settings(redis_url=_as(url, "client")))
+    # before Mother has loaded the server functions, a submission says so in one line
+    wait_until(lambda: mother.redis.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "mother"))
+    run_id = client.submit(example("three-phase"))
+    envelope = client.wait(run_id, 60)
+    assert envelope.termination.reason == "success"
+    assert client.status(run_id).status == "terminated"
+    assert client.runs(user="alice", limit=5)[0]["run_id"] == run_id
+    as_client = connect(_as(url, "client"))
+    for command in (
+        ("JSON.SET", keys.run_key(run_id), "$.status", '"running"'),
+        ("JSON.SET", keys.GLOBAL_BUDGET, "$.redis_memory_mb", "99999"),
+        ("XADD", keys.COMMANDS_STREAM, "*", "type", "cancel"),
+        ("XTRIM", keys.SUBMISSIONS_STREAM, "MAXLEN", "0"),
+        ("DEL", keys.SUBMISSIONS_STREAM),
+        ("GET", keys.attempt_token_key(run_id, 0, 1)),
+        ("JSON.SET", keys.run_limits_key(run_id), "$.status", '"open"'),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            as_client.execute_command(*command)
+    # a refusal names the command, the key and the ACL user, and the way out
+    with pytest.raises(redis.exceptions.NoPermissionError) as refused:
+        as_client.execute_command("XADD", keys.COMMANDS_STREAM, "*", "type", "cancel")
+    assert "XADD on mother:commands as ACL user 'client'" in str(refused.value)
+    cancel = run_cli(
+        "budget",
+        "stop",
+        run_id,
+        "--actor",
+        "eve",
+        "--reason",
+        "x",
+        env={"MOTHER_REDIS_URL": _as(url, "client")},
+    )
+    assert cancel.returncode == 2 and cancel.stderr.count("\n") == 1
+    assert "as ACL user 'client'" in cancel.stderr and "mother doctor" in cancel.stderr

@@ -181,3 +181,65 @@ def test_watching_runs_from_the_cli(stack: Pipeline, config: Path) -> None:
     watched = run_cli("runs", "--watch", "--times", "2", "--interval", "0.2", env=env)
     assert watched.returncode == 0 and watched.stdout.count("runs at") >= 1
     assert "--install-completion" in run_cli("--help", env=env).stdout
+
+
+def test_budget_show_says_which_layer_set_each_limit(stack: Pipeline, config: Path) -> None:
+    from mother.limits import resolve_for_spec
+    from tests.test_pipeline import example
+
+    env = {"MOTHER_REDIS_URL": stack.url, "MOTHER_CONFIG": str(config), "COLUMNS": "250"}
+    run_id = stack.client.submit(example("three-phase", limit_overrides={"turns": 5}))
+    assert stack.wait(run_id).termination.reason == "success"
+    limits = stack.client.inspect(run_id)["budget"]
+    sources = limits["limit_sources"]
+    assert (
+        sources["model_calls"] == "limit_overrides (turns)" and limits["limits"]["model_calls"] == 5
+    )
+    assert sources["tool_calls"] == "budget.profiles.balanced"
+    assert sources["cloud_calls"] == "budget.per_run"
+    # the wall clock: the harness default (600 s) caps the balanced profile's 1800 s, and says so
+    resolved = resolve_for_spec(stack.client.settings, stack.client.status(run_id).spec)
+    if resolved.get("duration_seconds") is not None and resolved["duration_seconds"] < 1800:
+        assert sources["duration_sec"] == "harness.limits (duration_seconds)"
+    shown = run_cli("budget", "show", run_id, env=env)
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if "model_calls" in line)
+    assert "limit_overrides (turns)" in row and "set by" in shown.stdout
+
+
+def test_workers_log_json_lines_and_say_when_an_attempt_failed(stack: Pipeline) -> None:
+    from tests.test_pipeline import example
+
+    failing = stack.client.submit(example("retries-exhausted"))
+    assert stack.wait(failing).termination.reason == "retries_exhausted"
+    for _ in range(2):
+        assert (
+            stack.wait(stack.client.submit(example("three-phase"))).termination.reason == "success"
+        )
+    worker_lines = []
+    for log in sorted(stack.stack.log_dir.glob("worker-*.log")):
+        for line in log.read_text().splitlines():
+            if line.strip():
+                worker_lines.append(orjson.loads(line))  # every line is JSON
+    rq_lines = [x for x in worker_lines if str(x.get("logger", "")).startswith("rq.")]
+    assert rq_lines, "RQ's own lines come through as JSON"
+    from mother.keys import phase_job_id
+
+    at = stack.client.status(failing).phase_index
+    failed_jobs = {phase_job_id(failing, at, n) for n in (1, 2, 3)}
+    seen = [x for x in rq_lines if any(job in x["event"] for job in failed_jobs)]
+    assert seen, "RQ's lines name the failed attempts' jobs"
+    for line in rq_lines:
+        for job in failed_jobs:
+            if job in line["event"]:
+                assert "Job OK" not in line["event"]
+    assert any("phase attempt failed" in x["event"] for x in rq_lines)
+    assert any("Job OK" in x["event"] for x in rq_lines)
+    mother_log = "".join(p.read_text() for p in stack.stack.log_dir.glob("mother-*.log"))
+    warned = [
+        orjson.loads(line)
+        for line in mother_log.splitlines()
+        if '"capability_risk"' in line and '"warning"' in line
+    ]
+    pairs = [(w.get("role"), w.get("warning")) for w in warned if w.get("level") == "warning"]
+    assert len(pairs) == len(set(pairs)), "each role's risk warning is logged once"

@@ -112,6 +112,18 @@ class PhaseWorker(Worker):
         self.allowed_jobs = PROJECT_JOBS | frozenset(settings.worker.allowed_jobs)
         # the attempt whose horse runs now, which this worker beats for (None: no phase job runs)
         self._beating: str | None = None
+        # in a horse: the job it ran returned a failed phase attempt (RQ's "Job OK" says otherwise)
+        self._failed_jobs: set[str] = set()
+
+    def attempt_failed(self, job_id: str) -> bool:
+        """Whether the job ``job_id`` this process ran returned a failed phase attempt."""
+        return job_id in self._failed_jobs
+
+    def handle_job_success(self, job: Job, queue: Queue, *args: Any, **kwargs: Any) -> None:
+        returned = getattr(job, "_result", None)
+        if isinstance(returned, dict) and returned.get("status") == "failed":
+            self._failed_jobs.add(job.id)
+        super().handle_job_success(job, queue, *args, **kwargs)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         refusal = job_refusal(job, self.allowed_jobs)

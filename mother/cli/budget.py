@@ -34,9 +34,16 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT[match.group(2)]
 
 
-def _table(title: str, doc: dict[str, Any], dims: dict[str, str], limits: dict[str, Any]) -> Table:
+def _table(
+    title: str,
+    doc: dict[str, Any],
+    dims: dict[str, str],
+    limits: dict[str, Any],
+    sources: dict[str, str] | None = None,
+) -> Table:
     table = Table(title=title)
-    for col in ("dimension", "used", "reserved", "limit", "%", "state"):
+    columns = ("dimension", "used", "reserved", "limit", "%", "state")
+    for col in (*columns, "set by") if sources is not None else columns:
         table.add_column(
             col, justify="right" if col in ("used", "reserved", "limit", "%") else "left"
         )
@@ -54,14 +61,11 @@ def _table(title: str, doc: dict[str, Any], dims: dict[str, str], limits: dict[s
             if code.replace("_exceeded", "_warning") in warnings
             else ""
         )
-        table.add_row(
-            dim,
-            str(used),
-            str(reserved or ""),
-            str(limit if limit is not None else "-"),
-            pct,
-            state,
-        )
+        row = [dim, str(used), str(reserved or ""), str(limit if limit is not None else "-")]
+        row += [pct, state]
+        if sources is not None:
+            row.append(sources.get(dim, ""))
+        table.add_row(*row)
     return table
 
 
@@ -114,7 +118,7 @@ def show(
             f"no budget for run {run_id!r}; is the run id right? (a run waiting for a slot has none yet)"
         )
     title = f"{keys.run_budget_key(run_id)} ({view['profile']}, status {view['status']})"
-    console.print(_table(title, view, CODES, _effective(view)))
+    console.print(_table(title, view, CODES, _effective(view), _sources(view)))
     for o in view.get("overrides") or []:
         console.print(
             f"override {o['dimension']} {o['delta']:+d} by {o['actor']} until {o['expires_at']}: {o['reason']}"
@@ -126,6 +130,14 @@ def show(
                 ("emergency stop", "red"), f" by {stop['actor']} at {stop['at']}: {stop['reason']}"
             )
         )
+
+
+def _sources(doc: dict[str, Any]) -> dict[str, str]:
+    """Which layer set each limit in force, an operator's override named over it."""
+    sources = dict(doc.get("limit_sources") or {})
+    for o in doc.get("overrides") or []:
+        sources[o["dimension"]] = f"override by {o['actor']} ({o['delta']:+d})"
+    return sources
 
 
 def _effective(doc: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from mother.cli._common import console, fail, handle_errors, settings
 from mother.config import check_queues
+from mother.logs import route_rq_logs
 from mother.server import EmbeddedRedis
 from mother.stack import DEV_ENV, Exited, LocalStack
 
@@ -57,9 +58,10 @@ def worker(
             fail(f"--queues: {exc}", "usage")
     rt = runtime()
     warm_up(cfg)
-    PhaseWorker(names, connection=rt.rq_redis, serializer=JSONSerializer, name=name).work(
-        burst=burst, logging_level=cfg.log_level
-    )
+    worker = PhaseWorker(names, connection=rt.rq_redis, serializer=JSONSerializer, name=name)
+    # RQ's own lines as ours (JSON where the process logs JSON)
+    route_rq_logs(cfg.log_level, failed=worker.attempt_failed)
+    worker.work(burst=burst, logging_level=cfg.log_level)
 
 
 @handle_errors

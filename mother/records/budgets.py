@@ -63,6 +63,7 @@ ENFORCED_FIELDS = (
     "profile",
     "warning_ratio",
     "limits",
+    "limit_sources",
     "overrides",
     "status",
     "stop",
