@@ -16,6 +16,7 @@ from mother.cli.runs import runs_table
 from mother.client import MotherClient, load_spec_file
 from mother.config import load_settings
 from mother.errors import NotFound
+from mother.logs import configure_logging
 from mother.server import EmbeddedRedis
 from mother.stack import DEV_ENV, LocalStack
 
@@ -47,6 +48,8 @@ EXPECTED = {
 
 
 def main() -> int:
+    # the demo prints its own story: library log lines only for what went wrong
+    configure_logging("WARNING")
     with (
         tempfile.TemporaryDirectory(prefix="mother-demo-") as tmp,
         EmbeddedRedis(dir=Path(tmp) / "redis") as server,
