@@ -240,11 +240,13 @@ def test_up_starts_everything_restarts_a_killed_mother_and_ctrl_c_leaves_nothing
 ) -> None:
     """`mother up` serves a run; a Mother killed with -9 is started again and serves the next run (up used to
     stop everything); SIGINT stops Redis, Mother and workers with no process left behind."""
-    port = free_port()
+    port, web = free_port(), free_port()
     proc = subprocess.Popen(
         [
             str(MOTHER_BIN),
             "up",
+            "--dashboard-port",
+            str(web),
             "--port",
             str(port),
             "--dir",
@@ -274,6 +276,11 @@ def test_up_starts_everything_restarts_a_killed_mother_and_ctrl_c_leaves_nothing
                 break
             time.sleep(1)
         assert result is not None and result.returncode == 0, result.stderr
+        # the dashboard up started answers, and shows the run that just ended
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{web}/runs", timeout=10) as page:
+            assert "success" in page.read().decode()
         r = redis.Redis.from_url(url, decode_responses=True)
         # host:pid:nonce of the Mother up started
         leader = r.get(keys.LEADER_LEASE)
@@ -300,6 +307,7 @@ def test_up_starts_everything_restarts_a_killed_mother_and_ctrl_c_leaves_nothing
         "started it again"
     ) in out
     assert "stopped." in out
+    assert f"dashboard: http://127.0.0.1:{web}/ (metrics at /metrics)" in out
     # beside the server's own log, in the --dir given
     logs = tmp_path / "redis" / "logs"
     assert f"logs in {logs}" in out
@@ -652,3 +660,68 @@ def test_runs_and_status_say_what_is_wrong_with_a_record_edited_by_hand(pipeline
         ), got.stderr
         assert got.stderr.rstrip().endswith("restore it, or delete the key")
     pipeline.redis.delete(*map(keys.run_key, ids), keys.user_runs_key(user))
+
+
+def test_up_goes_on_without_a_dashboard_whose_port_is_taken(tmp_path: Path) -> None:
+    """The dashboard's port is taken: `mother up` says so once it gives up on it, and runs go on."""
+    import socket
+
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        proc = subprocess.Popen(
+            [
+                str(MOTHER_BIN),
+                "up",
+                "--dashboard-port",
+                str(busy),
+                "--port",
+                str(port),
+                "--dir",
+                str(tmp_path / "redis"),
+                "--workers",
+                "1",
+            ],
+            env=cli_env({"MOTHER_WORKER__WORKSPACE_ROOT": str(tmp_path / "ws")}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            url = f"redis://127.0.0.1:{port}/0"
+            deadline = time.monotonic() + 60
+            result = None
+            while time.monotonic() < deadline:
+                result = run_cli(
+                    "submit",
+                    str(EXAMPLES / "three-phase.yaml"),
+                    "--wait",
+                    "--timeout",
+                    "40",
+                    env={"MOTHER_REDIS_URL": url},
+                )
+                if "cannot reach Redis" not in result.stderr:
+                    break
+                time.sleep(1)
+            assert result is not None and result.returncode == 0, result.stderr
+            # give the stack time to give up on the dashboard (5 exits), then runs still go on
+            time.sleep(8)
+            again = run_cli(
+                "submit",
+                str(_spec_file(tmp_path, "three-phase")),
+                "--wait",
+                "--timeout",
+                "40",
+                env={"MOTHER_REDIS_URL": url},
+            )
+            assert again.returncode == 0, again.stderr
+            os.killpg(proc.pid, signal.SIGINT)
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out
+    assert "runs go on without the dashboard" in out and "--dashboard-port" in out

@@ -174,6 +174,19 @@ def up(
                     if not exited.gave_up:
                         console.print(Text(str(exited)), style="yellow", soft_wrap=True)
                         continue
+                    if exited.name == "dashboard":
+                        # runs go on without it (its port taken, say): say so and why
+                        last = exited.last_log_line()
+                        console.print(
+                            Text(
+                                f"{exited}; runs go on without the dashboard (its log: "
+                                f"{exited.log}{'; its last line: ' + last[:300] if last else ''}); "
+                                "choose another port with --dashboard-port"
+                            ),
+                            style="yellow",
+                            soft_wrap=True,
+                        )
+                        continue
                     gave_up.append(exited)
                     console.print(
                         Text(f"{exited}, stopping everything; its log: {exited.log}"),
