@@ -22,6 +22,7 @@ again.
 from __future__ import annotations
 
 import gzip
+import io
 import time
 import uuid
 from collections.abc import Callable
@@ -152,7 +153,12 @@ def read_bundle(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise InvalidSpec(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        # read at most one byte past the limit: a small file that unpacks to gigabytes stops there
+        if raw[:2] == b"\x1f\x8b":
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as unpacked:
+                text = unpacked.read(MAX_BUNDLE_BYTES + 1)
+        else:
+            text = raw
     except (OSError, EOFError) as exc:
         raise InvalidSpec(f"{path} is not a gzip'd bundle ({exc})") from None
     if len(text) > MAX_BUNDLE_BYTES:

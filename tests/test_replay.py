@@ -124,7 +124,9 @@ def test_every_example_replays_to_the_same_reason_and_counters(stack, tmp_path: 
     assert outcomes["cancelled"].decisions == ["cancel"]
 
 
-def test_a_bundle_of_another_format_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_a_bundle_of_another_format_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     old = tmp_path / "old.json.gz"
     old.write_bytes(gzip.compress(orjson.dumps({"format": "mother-replay:v0", "spec": {}})))
     with pytest.raises(InvalidSpec, match=r"format 'mother-replay:v0'; this version reads"):
@@ -135,6 +137,14 @@ def test_a_bundle_of_another_format_is_refused_in_one_line(tmp_path: Path) -> No
         read_bundle(junk)
     with pytest.raises(NotFound):
         read_bundle(tmp_path / "missing.json.gz")
+    # a small file that unpacks past the limit is read only to the limit
+    import mother.replay
+
+    monkeypatch.setattr(mother.replay, "MAX_BUNDLE_BYTES", 1_000)
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(b" " * 1_000_000))
+    with pytest.raises(InvalidSpec, match="over 1000 bytes unpacked"):
+        read_bundle(bomb)
     shown = run_cli("replay", "show", str(old))
     assert shown.returncode == 2 and shown.stderr.count("\n") == 1
     assert "mother-replay:v0" in shown.stderr and BUNDLE_FORMAT in shown.stderr

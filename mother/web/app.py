@@ -18,6 +18,7 @@ import hmac
 import ipaddress
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -83,8 +84,8 @@ class TokenGate(BaseHTTPMiddleware):
         if self._ok(bearer) or self._ok(request.cookies.get(COOKIE)):
             return await call_next(request)
         if self._ok(request.query_params.get("token")):
-            query = "&".join(
-                f"{k}={v}" for k, v in request.query_params.multi_items() if k != "token"
+            query = urlencode(
+                [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
             )
             target = request.url.path + (f"?{query}" if query else "")
             response = Response(status_code=303, headers={"location": target})
