@@ -14,6 +14,7 @@ import orjson
 from mother import keys
 from mother.errors import GateRefused
 from mother.functions import call
+from mother.records.metrics import duration_follow_ups
 
 __all__ = [
     "create_run",
@@ -47,6 +48,7 @@ def transition(
     token_digest: str = "",
     gate: str = "",
     follow_ups: tuple[list[Any], list[Any]] = ([], []),
+    duration_ms: int | None = None,
 ) -> Any:
     """``mh_transition``: move the run from attempt ``expected`` to ``to`` (phase index, attempt) if
     ``expected`` is still current (and ``token_digest``, when given, is the attempt's), setting the
@@ -54,8 +56,11 @@ def transition(
     words: :func:`mother.functions.follow_ups`) in the same call. ``gate``: a gate op (JSON: open one
     after the move, or close the one the run waits on before it; :mod:`mother.gates`). Replies 1
     applied, 0 not current, -1 current but another token, -2..-5 the gate may not be closed
-    (:func:`gate_refusal`)."""
+    (:func:`gate_refusal`). ``duration_ms``: the accepted result's, for the phase-duration histogram."""
     more_keys, words = follow_ups
+    if duration_ms is not None:
+        counted_keys, counted = duration_follow_ups(duration_ms)
+        more_keys, words = [*more_keys, *counted_keys], [*words, *counted]
     return call(
         client,
         "mh_transition",

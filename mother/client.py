@@ -510,11 +510,14 @@ class MotherClient:
             rows.append(waiting_row(state))
         return rows
 
-    def inspect(self, run_id: str) -> dict[str, Any]:
+    def inspect(
+        self, run_id: str, *, context_text: bool = False, activity: int = 50
+    ) -> dict[str, Any]:
         """Everything about a run: state, termination, budget, artifacts, conflicts, its phases'
-        context manifests and summaries, recent activity, and since when its end has waited to be
-        applied (``end_pending_since``: its Mother died between its record and the rest). What
-        ``mother inspect RUN`` prints and the dashboard's run page shows."""
+        context manifests (with their sections' text when ``context_text``) and summaries, its newest
+        ``activity`` entries, and since when its end has waited to be applied (``end_pending_since``:
+        its Mother died between its record and the rest). What ``mother inspect RUN`` prints, the
+        dashboard's run page shows and a replay bundle holds."""
         from mother.activity import recent
         from mother.records.artifacts import read_artifact_meta
         from mother.records.budgets import budget_view
@@ -529,15 +532,17 @@ class MotherClient:
         out["budget"] = budget_view(r, run_id)
         out["artifacts"] = read_artifact_meta(r, state.artifacts)
         out["conflicts"] = [c.to_dict() for c in read_conflicts(r, state.conflicts)]
-        out["contexts"], out["summaries"] = self._contexts(state)
-        out["activity"] = [e.to_dict() for e in recent(r, 50, run_id=run_id)]
+        out["contexts"], out["summaries"] = self._contexts(state, context_text)
+        out["activity"] = [e.to_dict() for e in recent(r, activity, run_id=run_id)]
         # its record is written, the rest of its end not yet applied
         pending = r.zscore(keys.RUNS_ENDING, run_id)
         out["end_pending_since"] = iso_from_ms(int(pending)) if pending is not None else None
         return out
 
-    def _contexts(self, state: RunState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The manifests (sections without their text) of the run's composed contexts, and the
+    def _contexts(
+        self, state: RunState, text: bool = False
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The run's composed contexts (their sections' text left out unless ``text``), and the
         ContextSummary records they name: one round trip each."""
         count = min(len(state.spec.pipeline), state.phase_index + 1)
         pipe = self.redis.pipeline(transaction=False)
@@ -548,7 +553,7 @@ class MotherClient:
             if not raw or isinstance(raw, Exception):
                 continue
             doc = orjson.loads(raw)
-            for section in doc.get("sections", []):
+            for section in doc.get("sections", []) if not text else []:
                 section.pop("content", None)
             manifests.append(doc)
         ids = [i for m in manifests for i in m.get("summary_ids", [])]

@@ -179,6 +179,7 @@ def _transition_args(
         "result": result.to_json() if result is not None else "",
         "artifacts": list(result.artifacts) if result is not None else [],
         "token_digest": token_digest,
+        "duration_ms": result.usage.duration_ms if result is not None else None,
     }
 
 

@@ -32,8 +32,6 @@ from typing import Any
 
 import orjson
 
-from mother import keys
-from mother.activity import recent
 from mother.client import MotherClient
 from mother.errors import InvalidSpec, NotFound
 from mother.functions import server_now_ms
@@ -63,19 +61,9 @@ MAX_BUNDLE_BYTES = 256 * 1024 * 1024
 
 def export(client: MotherClient, run_id: str) -> dict[str, Any]:
     """The run as a bundle (a plain mapping, ready for :func:`write_bundle`)."""
-    view = client.inspect(run_id)
-    run = view["run"]
-    pipe = client.redis.pipeline(transaction=False)
-    count = len(run["spec"]["pipeline"])
-    for index in range(count):
-        pipe.execute_command("JSON.GET", keys.context_key(run_id, index))
-    contexts = [
-        orjson.loads(raw)
-        for raw in pipe.execute(raise_on_error=False)
-        if raw and not isinstance(raw, Exception)
-    ]
+    view = client.inspect(run_id, context_text=True, activity=500)
+    run, activity = view["run"], view["activity"]
     envelope = read_result(client.redis, run_id)
-    activity = [e.to_dict() for e in recent(client.redis, 500, run_id=run_id)]
     return {
         "format": BUNDLE_FORMAT,
         "exported_at": iso_from_ms(server_now_ms(client.redis)),
@@ -83,7 +71,7 @@ def export(client: MotherClient, run_id: str) -> dict[str, Any]:
         "spec": run["spec"],
         "run": run,
         "replies": recorded_replies(client, run),
-        "contexts": contexts,
+        "contexts": view["contexts"],
         "summaries": view["summaries"],
         "conflicts": view["conflicts"],
         "gates": run.get("gates") or [],
@@ -100,9 +88,9 @@ def recorded_replies(client: MotherClient, run: dict[str, Any]) -> dict[str, Any
     """The replies a replay gives each role: the spec's scripts when every phase ran on a scripted
     model; else each role's final replies rebuilt from its results, in order."""
     spec = run["spec"]
+    models = client.settings.models
     scripted = all(
-        (client.settings.models.get(p["model"]) or _Unknown()).provider == "scripted"
-        for p in spec["pipeline"]
+        p["model"] in models and models[p["model"]].provider == "scripted" for p in spec["pipeline"]
     )
     if scripted and spec.get("scripts"):
         return {"source": "scripts", "scripts": spec["scripts"]}
@@ -129,11 +117,6 @@ def recorded_replies(client: MotherClient, run: dict[str, Any]) -> dict[str, Any
             reply["findings"] = result["findings"]
         scripts.setdefault(role, []).append(reply)
     return {"source": "results", "scripts": scripts}
-
-
-@dataclass
-class _Unknown:
-    provider: str = "unknown"
 
 
 def write_bundle(bundle: dict[str, Any], path: Path) -> int:
@@ -322,28 +305,17 @@ def replay(
             made.append("cancel")
             say("cancelled it, as its original was")
             cancel = False
-        if state.status == "waiting" and state.gate is not None and state.gate.decision is None:
-            if not decisions:
-                # the original's gate ran out (or it was still waiting): so does this one
-                pass
-            elif decisions[0]["decision"] == "expire":
-                # wait the deadline out, as the original did
-                if state.gate.deadline_ms and server_now_ms(client.redis) > state.gate.deadline_ms:
-                    decisions.pop(0)
-            else:
-                d = decisions.pop(0)
-                reason = f"replay: {d.get('reason') or ''}"[:500]
-                if d["decision"] == "approve":
-                    client.approve(run_id, actor=d["actor"], reason=reason)
-                elif d["decision"] == "deny":
-                    client.deny(run_id, actor=d["actor"], reason=reason)
-                else:
-                    client.answer(run_id, d.get("answer") or "", actor=d["actor"], reason=reason)
-                made.append(f"{d['decision']} by {d['actor']}")
-                say(f"{d['decision']} by {d['actor']}, as in the original")
+        gate = state.gate if state.status == "waiting" else None
+        # no decision left, or an expiry: the gate runs out as the original's did
+        if gate is not None and gate.decision is None and decisions:
+            if decisions[0]["decision"] != "expire":
+                made.append(_decide_again(client, run_id, decisions.pop(0)))
+                say(f"{made[-1]}, as in the original")
+            elif gate.deadline_ms and server_now_ms(client.redis) > gate.deadline_ms:
+                decisions.pop(0)
         time.sleep(0.1)
     envelope = client.wait(run_id, max(1.0, deadline - time.monotonic()))
-    budget = client.inspect(run_id)["budget"] or {}
+    budget = budget_view(client.redis, run_id) or {}
     return ReplayOutcome(
         run_id,
         envelope.termination.reason if envelope.termination is not None else "not ended",
@@ -352,6 +324,18 @@ def replay(
         recorded,
         made,
     )
+
+
+def _decide_again(client: MotherClient, run_id: str, d: dict[str, Any]) -> str:
+    """Make a recorded decision (approve, deny, answer) again, by the same actor; what was done."""
+    reason = f"replay: {d.get('reason') or ''}"[:500]
+    if d["decision"] == "approve":
+        client.approve(run_id, actor=d["actor"], reason=reason)
+    elif d["decision"] == "deny":
+        client.deny(run_id, actor=d["actor"], reason=reason)
+    else:
+        client.answer(run_id, d.get("answer") or "", actor=d["actor"], reason=reason)
+    return f"{d['decision']} by {d['actor']}"
 
 
 def _caught_up(

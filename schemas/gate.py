@@ -31,12 +31,18 @@ class ApprovalRequest(Record):
     """A tool call a phase stopped before, because it needs a person's approval: approved, the phase runs
     again and may make exactly this call (same tool, same arguments: ``digest``). ``tool`` is
     ``cloud_escalation`` for a phase Mother escalated to a cloud model that a library's policy wants
-    approved (its arguments: the model and the libraries)."""
+    approved (its arguments: the model and the libraries; its ``subject`` and ``question`` say so)."""
 
     tool: Id
     digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
     arguments: Annotated[dict[str, JsonValue], Shallow] = Field(
         default_factory=dict, description="the call's arguments (as the model gave them)"
+    )
+    subject: Annotated[str, StringConstraints(max_length=400)] | None = Field(
+        None, description="how the gate names what is approved (default: the tool call)"
+    )
+    question: Annotated[str, StringConstraints(max_length=20_000)] | None = Field(
+        None, description="what the gate asks (default: the call and its arguments)"
     )
 
 

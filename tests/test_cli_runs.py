@@ -235,18 +235,14 @@ def test_redis_cli_xadd_submission(pipeline: Pipeline) -> None:
     assert pipeline.wait(json.loads(spec)["run_id"]).termination.reason == "success"
 
 
-def test_up_starts_everything_restarts_a_killed_mother_and_ctrl_c_leaves_nothing(
-    tmp_path: Path,
-) -> None:
-    """`mother up` serves a run; a Mother killed with -9 is started again and serves the next run (up used to
-    stop everything); SIGINT stops Redis, Mother and workers with no process left behind."""
-    port, web = free_port(), free_port()
-    proc = subprocess.Popen(
+def _start_up(tmp_path: Path, port: int, dashboard_port: int) -> subprocess.Popen[str]:
+    """`mother up` with one worker, its Redis on ``port``, in a session of its own."""
+    return subprocess.Popen(
         [
             str(MOTHER_BIN),
             "up",
             "--dashboard-port",
-            str(web),
+            str(dashboard_port),
             "--port",
             str(port),
             "--dir",
@@ -260,21 +256,35 @@ def test_up_starts_everything_restarts_a_killed_mother_and_ctrl_c_leaves_nothing
         text=True,
         start_new_session=True,
     )
+
+
+def _submit_once_up(url: str) -> subprocess.CompletedProcess[str]:
+    """Submit the three-phase example and wait for it, trying again while up's Redis is starting."""
+    deadline = time.monotonic() + 60
+    while True:
+        result = run_cli(
+            "submit",
+            str(EXAMPLES / "three-phase.yaml"),
+            "--wait",
+            "--timeout",
+            "40",
+            env={"MOTHER_REDIS_URL": url},
+        )
+        if "cannot reach Redis" not in result.stderr or time.monotonic() > deadline:
+            return result
+        time.sleep(1)
+
+
+def test_up_starts_everything_restarts_a_killed_mother_and_ctrl_c_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """`mother up` serves a run; a Mother killed with -9 is started again and serves the next run (up used to
+    stop everything); SIGINT stops Redis, Mother and workers with no process left behind."""
+    port, web = free_port(), free_port()
+    proc = _start_up(tmp_path, port, web)
     try:
         url = f"redis://127.0.0.1:{port}/0"
-        result = None
-        for _ in range(3):
-            result = run_cli(
-                "submit",
-                str(EXAMPLES / "three-phase.yaml"),
-                "--wait",
-                "--timeout",
-                "40",
-                env={"MOTHER_REDIS_URL": url},
-            )
-            if "cannot reach Redis" not in result.stderr:
-                break
-            time.sleep(1)
+        result = _submit_once_up(url)
         assert result is not None and result.returncode == 0, result.stderr
         # the dashboard up started answers, and shows the run that just ended
         import urllib.request
@@ -671,41 +681,10 @@ def test_up_goes_on_without_a_dashboard_whose_port_is_taken(tmp_path: Path) -> N
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
-        proc = subprocess.Popen(
-            [
-                str(MOTHER_BIN),
-                "up",
-                "--dashboard-port",
-                str(busy),
-                "--port",
-                str(port),
-                "--dir",
-                str(tmp_path / "redis"),
-                "--workers",
-                "1",
-            ],
-            env=cli_env({"MOTHER_WORKER__WORKSPACE_ROOT": str(tmp_path / "ws")}),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        proc = _start_up(tmp_path, port, busy)
         try:
             url = f"redis://127.0.0.1:{port}/0"
-            deadline = time.monotonic() + 60
-            result = None
-            while time.monotonic() < deadline:
-                result = run_cli(
-                    "submit",
-                    str(EXAMPLES / "three-phase.yaml"),
-                    "--wait",
-                    "--timeout",
-                    "40",
-                    env={"MOTHER_REDIS_URL": url},
-                )
-                if "cannot reach Redis" not in result.stderr:
-                    break
-                time.sleep(1)
+            result = _submit_once_up(url)
             assert result is not None and result.returncode == 0, result.stderr
             # give the stack time to give up on the dashboard (5 exits), then runs still go on
             time.sleep(8)

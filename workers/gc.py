@@ -38,6 +38,7 @@ from mother.errors import ConfigError, InvalidSpec
 from mother.functions import call, execute
 from mother.logs import get_logger
 from mother.records.artifacts import artifact_keys, due
+from mother.records.metrics import queue_count
 from mother.runtime import Runtime
 from schemas import ms_from_iso
 from schemas.artifact import GCError, GCReport
@@ -114,7 +115,7 @@ def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False) -> GCReport:
         pipe = rt.redis.pipeline(transaction=True)
         pipe.execute_command("JSON.SET", key, "$", report.to_json())
         pipe.zadd(keys.GC_REPORTS, {key: started_ms})
-        pipe.hincrby(keys.METRICS_COUNTERS, "gc_runs", 1)
+        queue_count(pipe, "gc_runs")
         rt.emit(
             pipe,
             "garbage_collection",

@@ -519,6 +519,13 @@ def _check_cloud_escalation(rt: Runtime, state: RunState, index: int, model: str
         state.grants,
     )
     if request is not None:
+        libraries = ", ".join(needing)
+        request["subject"] = f"cloud escalation of phase {phase.name} to {model} ({libraries})"
+        request["question"] = (
+            f"Phase {phase.name} was escalated to the cloud model {model}; library {libraries} "
+            "require(s) approval before its chunks go to a cloud model. Approve to run the phase "
+            "there, or deny to end the run."
+        )
         raise ApprovalRequired(
             f"phase {phase.name} was escalated to cloud model {model}, and "
             f"{', '.join(needing)} require(s) approval for cloud_escalation; the phase stopped "

@@ -48,6 +48,7 @@ from mother.lifecycle import (
 from mother.logs import get_logger
 from mother.records import conflicts as records
 from mother.records import runs
+from mother.records.metrics import queue_count
 from mother.records.runs import attempt_view
 from mother.review import Outcome, Review, State, end_success
 from mother.runtime import Runtime
@@ -667,10 +668,10 @@ def _record_writes(ctx: Ctx, pipe: Any, *, note: str | None = None) -> None:
     records.queue_write(pipe, ctx.conflict)
     if ctx.opened and ctx.conflict.conflict_id not in ctx.state.conflicts:
         runs.queue_conflict_id(pipe, ctx.run_id, ctx.conflict.conflict_id)
-        records.queue_count(pipe, "conflicts", ctx.conflict.conflict_type)
+        queue_count(pipe, "conflicts", ctx.conflict.conflict_type)
     if ctx.closed:
         conflict = ctx.conflict
-        records.queue_count(
+        queue_count(
             pipe,
             "conflict_resolutions",
             conflict.conflict_type,

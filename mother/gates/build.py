@@ -16,14 +16,7 @@ from mother.config import Settings
 from mother.errors import GateRefused, InvalidSpec
 from schemas import RunSpec, RunState
 from schemas.conflict import ConflictResolution
-from schemas.gate import (
-    CLOUD_ESCALATION,
-    MAX_ANSWER_CHARS,
-    ApprovalRequest,
-    Gate,
-    GateDecision,
-    GateKind,
-)
+from schemas.gate import MAX_ANSWER_CHARS, ApprovalRequest, Gate, GateDecision, GateKind
 
 __all__ = [
     "DECISIONS",
@@ -176,30 +169,19 @@ def phase_gate(
 def tool_gate(
     settings: Settings, spec: RunSpec, index: int, attempt: int, request: ApprovalRequest
 ) -> Gate:
-    """An approval of one tool call a phase stopped before (approved, the phase runs again), or of a
-    phase's escalation to a cloud model that a library's policy wants approved."""
-    name = spec.pipeline[index].name
-    if request.tool == CLOUD_ESCALATION:
-        model, libraries = request.arguments.get("model"), request.arguments.get("libraries")
-        shown_libraries = ", ".join(map(str, libraries)) if isinstance(libraries, list) else "?"
-        subject = f"cloud escalation of phase {name} to {model} ({shown_libraries})"
-        question = (
-            f"Phase {name} was escalated to the cloud model {model}; library {shown_libraries} "
-            "require(s) approval before its chunks go to a cloud model. Approve to run the phase "
-            "there, or deny to end the run."
-        )
-    else:
-        shown = orjson.dumps(request.arguments).decode()
-        subject = f"tool call {request.tool} in phase {name}"
-        question = f"The phase wants to call {request.tool} with {shown[:2000]}"
+    """An approval of one action a phase stopped before (approved, the phase runs again, allowed exactly
+    that action): a tool call, or what the request words itself (a cloud escalation)."""
+    shown = orjson.dumps(request.arguments).decode()
     return _gate(
         settings,
         spec,
         kind="approval",
         index=index,
         attempt=attempt,
-        subject=subject[:400],
-        question=question,
+        subject=(
+            request.subject or f"tool call {request.tool} in phase {spec.pipeline[index].name}"
+        )[:400],
+        question=request.question or f"The phase wants to call {request.tool} with {shown[:2000]}",
         digest=request.digest,
         tool=request,
     )

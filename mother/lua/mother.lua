@@ -135,9 +135,6 @@ local function mh_transition(keys, args)
   end
   if args[11] ~= '' then
     redis.call('JSON.ARRAPPEND', keys[1], '$.results', args[11])
-    local accepted = cjson.decode(args[11])
-    local usage = type(accepted) == 'table' and accepted.usage or nil
-    if type(usage) == 'table' and tonumber(usage.duration_ms) then observe_duration(tonumber(usage.duration_ms)) end
   end
   local artifacts = cjson.decode(args[12])
   if #artifacts > 0 then

@@ -8,19 +8,6 @@ local function count(field, n)
   redis.call('HINCRBY', METRICS_KEY, field, n or 1)
 end
 
--- phase durations (seconds) for the histogram: the upper bounds of its buckets, '+Inf' last
-local DURATION_BOUNDS = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}
-local function observe_duration(ms)
-  local s = ms / 1000
-  local bucket = '+Inf'
-  for _, bound in ipairs(DURATION_BOUNDS) do
-    if s <= bound then bucket = tostring(bound); break end
-  end
-  redis.call('HINCRBY', METRICS_KEY, 'phase_duration_bucket|' .. bucket, 1)
-  redis.call('HINCRBY', METRICS_KEY, 'phase_duration_ms_sum', math.floor(ms))
-  redis.call('HINCRBY', METRICS_KEY, 'phase_duration_count', 1)
-end
-
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -9,6 +9,7 @@ them are in ``mother/lua``.
 - :mod:`mother.records.rejections`: ``rejection:{entry}``, ``rejections``, ``rejections:by_run``
 - :mod:`mother.records.artifacts`: ``artifact:{id}``, ``artifact_meta:{id}``
 - :mod:`mother.records.conflicts`: ``conflict:{id}`` (and ``idx:conflict``)
+- :mod:`mother.records.metrics`: ``metrics:counters`` (what Mother counts with a move)
 
 The spend ledger (``ledger:{id}``) is :mod:`mother.ledger`'s, the composed contexts
 (``context:{run}:{i}``) :mod:`mother.context`'s.

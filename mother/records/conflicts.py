@@ -17,7 +17,7 @@ from mother.records._json import ensure_json_index
 from schemas import describe_validation_error
 from schemas.conflict import ConflictResolution
 
-__all__ = ["ensure_index", "queue_count", "queue_write", "read_conflict", "read_conflicts"]
+__all__ = ["ensure_index", "queue_write", "read_conflict", "read_conflicts"]
 
 log = get_logger("records.conflicts")
 
@@ -27,11 +27,6 @@ def queue_write(pipe: Any, conflict: ConflictResolution) -> None:
     pipe.execute_command(
         "JSON.SET", keys.conflict_key(conflict.conflict_id), "$", conflict.to_json()
     )
-
-
-def queue_count(pipe: Any, *field: str) -> None:
-    """Count one conflict event in ``metrics:counters`` ('conflicts|critic_vs_coder'), with the write."""
-    pipe.hincrby(keys.METRICS_COUNTERS, "|".join(field), 1)
 
 
 def _parse(conflict_id: str, raw: Any, *, listed: bool = False) -> ConflictResolution:

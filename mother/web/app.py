@@ -184,11 +184,12 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
         return JSONResponse(data.chart(redis, bucket, clock.now_ms()).to_dict())  # type: ignore[arg-type]
 
     def api_summary(request: Request) -> JSONResponse:
+        gauges = data.gauges(redis)
         return JSONResponse(
             {
                 "totals": data.reason_totals(redis),
-                "gauges": data.gauges(redis),
-                "waiting": len(mother.waiting(limit=500)),
+                "gauges": gauges,
+                "waiting": gauges["waiting_for_person"],
             }
         )
 

@@ -8,13 +8,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import orjson
 import redis
 
 from mother import keys
 from mother.client import MotherClient
 from mother.config import QUEUES
 from mother.records._json import aggregate_rows
-from mother.records.budgets import budget_doc
 from schemas import TERMINATION_REASONS, ms_from_iso
 
 __all__ = ["BUCKETS", "Chart", "chart", "gauges", "reason_totals", "recent_runs"]
@@ -147,11 +147,14 @@ def gauges(client: redis.Redis) -> dict[str, Any]:
     for queue in QUEUES:
         pipe.llen(f"rq:queue:{queue}")
     pipe.xlen(keys.SUBMISSIONS_STREAM)
-    replies = pipe.execute()
+    pipe.execute_command("JSON.GET", keys.GLOBAL_BUDGET)
+    pipe.execute_command("JSON.GET", keys.MOTHER_CONFIG)
+    # one round trip for every gauge
+    *replies, raw_doc, raw_limits = pipe.execute()
     concurrent, admission, waiting, workers = (int(v) for v in replies[:4])
     depths = {queue: int(n) for queue, n in zip(QUEUES, replies[4:-1], strict=True)}
-    doc = budget_doc(client, keys.GLOBAL_BUDGET) or {}
-    limits = budget_doc(client, keys.MOTHER_CONFIG) or {}
+    doc = orjson.loads(raw_doc) if raw_doc else {}
+    limits = orjson.loads(raw_limits) if raw_limits else {}
     breakers = []
     for gauge in ("redis_memory_mb", "docling_jobs"):
         current, limit = doc.get(gauge) or 0, limits.get(f"max_{gauge}")

@@ -24,17 +24,33 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from mother import keys
+from mother.records.metrics import DURATION_BOUNDS, bound_text
 from mother.web.data import gauges
 
-__all__ = ["DURATION_BOUNDS", "RedisCollector"]
+__all__ = ["COUNTERS", "RedisCollector"]
 
-# the histogram's upper bounds in seconds, as mother/lua/prelude.lua counts them
-DURATION_BOUNDS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
-
-
-def _bound_text(bound: float) -> str:
-    # how Lua's tostring writes the bound (1 -> '1', 0.5 -> '0.5')
-    return str(int(bound)) if float(bound).is_integer() else repr(bound)
+# the counters of metrics:counters: field (the metric is mother_<field>_total), help, labels (a field
+# with labels is counted as 'field|label value|…')
+COUNTERS: tuple[tuple[str, str, list[str]], ...] = (
+    ("runs_submitted", "Runs taken in from the submissions stream", []),
+    ("runs_started", "Runs whose first phase was dispatched", []),
+    ("runs_terminated", "Runs ended, by termination reason", ["reason"]),
+    ("budget_refusals", "Actions the budget guard or admission refused, by reason code", ["code"]),
+    (
+        "budget_limits_exceeded",
+        "Budget limits a run or a user's day crossed (once each), by reason code",
+        ["code"],
+    ),
+    ("guard_calls", "Budget guard checks made (mh_guard)", []),
+    ("gc_runs", "Artifact GC runs that stored a report", []),
+    ("conflicts", "Conflicts detected, by type", ["type"]),
+    (
+        "conflict_resolutions",
+        "Conflicts closed, by type, the strategy that closed them and the decision",
+        ["type", "strategy", "decision"],
+    ),
+    ("tool_calls", "Registry tool calls, by tool and outcome", ["tool", "outcome"]),
+)
 
 
 class RedisCollector(Collector):
@@ -47,83 +63,24 @@ class RedisCollector(Collector):
         counters = {
             str(k): int(v) for k, v in (self.client.hgetall(keys.METRICS_COUNTERS) or {}).items()
         }
-        yield from self._runs(counters)
-        yield from self._by_label(
-            counters,
-            "budget_refusals",
-            "mother_budget_refusals",
-            "Actions the budget guard or admission refused, by reason code",
-            ["code"],
-        )
-        yield from self._by_label(
-            counters,
-            "budget_limits_exceeded",
-            "mother_budget_limits_exceeded",
-            "Budget limits a run or a user's day crossed (once each), by reason code",
-            ["code"],
-        )
-        for name, text in (
-            ("guard_calls", "Budget guard checks made (mh_guard)"),
-            ("gc_runs", "Artifact GC runs that stored a report"),
-        ):
-            family = CounterMetricFamily(f"mother_{name}", text)
-            family.add_metric([], counters.get(name, 0))
+        for field, text, labels in COUNTERS:
+            family = CounterMetricFamily(f"mother_{field}", text, labels=labels)
+            for key, value in sorted(counters.items()):
+                parts = key.split("|")
+                if parts[0] == field and len(parts) == len(labels) + 1:
+                    family.add_metric(parts[1:], value)
             yield family
-        yield from self._by_label(
-            counters, "conflicts", "mother_conflicts", "Conflicts detected, by type", ["type"]
-        )
-        yield from self._by_label(
-            counters,
-            "conflict_resolutions",
-            "mother_conflict_resolutions",
-            "Conflicts closed, by type, the strategy that closed them and the decision",
-            ["type", "strategy", "decision"],
-        )
-        yield from self._by_label(
-            counters,
-            "tool_calls",
-            "mother_tool_calls",
-            "Registry tool calls, by tool and outcome",
-            ["tool", "outcome"],
-        )
         yield self._durations(counters)
         yield from self._gauges()
         yield from self._gc()
-
-    def _runs(self, counters: dict[str, int]) -> Iterator[Metric]:
-        for name, text in (
-            ("runs_submitted", "Runs taken in from the submissions stream"),
-            ("runs_started", "Runs whose first phase was dispatched"),
-        ):
-            family = CounterMetricFamily(f"mother_{name}", text)
-            family.add_metric([], counters.get(name, 0))
-            yield family
-        yield from self._by_label(
-            counters,
-            "runs_terminated",
-            "mother_runs_terminated",
-            "Runs ended, by termination reason",
-            ["reason"],
-        )
-
-    @staticmethod
-    def _by_label(
-        counters: dict[str, int], prefix: str, name: str, text: str, labels: list[str]
-    ) -> Iterator[Metric]:
-        family = CounterMetricFamily(name, text, labels=labels)
-        for field, value in sorted(counters.items()):
-            parts = field.split("|")
-            if parts[0] == prefix and len(parts) == len(labels) + 1:
-                family.add_metric(parts[1:], value)
-        yield family
 
     @staticmethod
     def _durations(counters: dict[str, int]) -> Metric:
         buckets: list[tuple[str, float]] = []
         seen = 0
         for bound in DURATION_BOUNDS:
-            seen += counters.get(f"phase_duration_bucket|{_bound_text(bound)}", 0)
-            buckets.append((_bound_text(bound), seen))
+            seen += counters.get(f"phase_duration_bucket|{bound_text(bound)}", 0)
+            buckets.append((bound_text(bound), seen))
         seen += counters.get("phase_duration_bucket|+Inf", 0)
         buckets.append(("+Inf", seen))
         family = HistogramMetricFamily(
