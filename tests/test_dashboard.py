@@ -329,3 +329,21 @@ def test_the_grafana_dashboard_names_only_metrics_we_export(web) -> None:
     exported = set(re.findall(r"^# TYPE (mother_[a-z_]+) ", web.get("/metrics").text, re.M))
     series = exported | {f"{n}_total" for n in exported} | {f"{n}_bucket" for n in exported}
     assert named and named <= series, named - series
+
+
+def test_the_last_gc_report_is_a_gauge_even_with_errors(r) -> None:
+    """A GC report's errors are a list of lines: /metrics counts them (float() of the list failed)."""
+    from mother.web.metrics import RedisCollector
+
+    key = keys.gc_report_key("2026-11-25T00:00:00.000Z")
+    report = {
+        "archived": 3,
+        "errors": ["artifact a: NOPERM", "artifact b: NOPERM"],
+        "duration_ms": 1500,
+    }
+    r.execute_command("JSON.SET", key, "$", orjson.dumps(report))
+    r.zadd(keys.GC_REPORTS, {key: 1})
+    families = {f.name: f for f in RedisCollector(r).collect()}
+    figures = {s.labels["figure"]: s.value for s in families["mother_gc_last_report"].samples}
+    assert (figures["errors"], figures["archived"]) == (2.0, 3.0)
+    assert families["mother_gc_last_duration_seconds"].samples[0].value == 1.5

@@ -126,7 +126,9 @@ class RedisCollector(Collector):
             "mother_gc_last_report", "The newest GC report's figures", labels=["figure"]
         )
         for figure in ("scheduled_deletion", "archived", "protected", "errors", "keys_removed"):
-            report.add_metric([figure], float(last.get(figure) or 0))
+            value = last.get(figure) or 0
+            # a report's errors are a list of lines: their count
+            report.add_metric([figure], float(len(value) if isinstance(value, list) else value))
         yield report
         freed = GaugeMetricFamily("mother_gc_last_bytes_freed", "Bytes the newest GC freed")
         freed.add_metric([], float(last.get("bytes_freed") or 0))
