@@ -606,6 +606,21 @@ class GateSettings(_Section):
     )
 
 
+class SandboxLimitSettings(_Section):
+    """What one tool call may use in its sandbox, unless its manifest's ``limits`` say otherwise."""
+
+    cpu_seconds: int = Field(300, ge=1, le=86_400, description="CPU time of each of its processes")
+    memory_mb: int = Field(
+        8192, ge=64, le=1_048_576, description="address space of each process (RLIMIT_AS)"
+    )
+    processes: int = Field(
+        256, ge=8, le=65_536, description="processes and threads at once (RLIMIT_NPROC)"
+    )
+    open_files: int = Field(1024, ge=16, le=1_048_576, description="open files of each process")
+    file_size_mb: int = Field(1024, ge=1, le=1_048_576, description="the largest file it may write")
+    tmp_mb: int = Field(512, ge=1, le=1_048_576, description="its private /tmp (memory-backed)")
+
+
 class ToolSettings(_Section):
     """The deterministic tool registry (``registry:tools``) and routing before the model."""
 
@@ -630,6 +645,52 @@ class ToolSettings(_Section):
     max_output_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024, description="a tool's output, at most"
     )
+    sandbox: Literal["bwrap", "none"] = Field(
+        "bwrap",
+        description="bwrap: every tool call runs in a bubblewrap sandbox (no network, no environment "
+        "of the worker's, only the run's workspace writable, limits); none: tools run unsandboxed "
+        "(only where every tool and workspace is trusted)",
+    )
+    sandbox_bwrap: str = Field(
+        "bwrap", min_length=1, description="the bubblewrap program: a name on PATH, or a path"
+    )
+    sandbox_required: bool = Field(
+        True,
+        description="true: a worker refuses to start where the sandbox cannot be made (bubblewrap "
+        "or user namespaces missing); false: tools run unsandboxed there, with a warning at every "
+        "start (mother up --dev, the demo, the tests)",
+    )
+    sandbox_limits: SandboxLimitSettings = Field(default_factory=SandboxLimitSettings)
+    sandbox_network_tools: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+        default_factory=list,
+        description="tool_ids allowed the network when their manifest asks (network: true)",
+    )
+    sandbox_paths: list[Path] = Field(
+        default_factory=list,
+        description="more host paths a tool sees read-only (the system directories, the Python "
+        "installation and the project's packages are there already)",
+    )
+    sandbox_uid_base: int = Field(
+        100_000,
+        ge=1000,
+        le=4_000_000_000,
+        description="a worker running as root runs each run's tools as its own user id, "
+        "sandbox_uid_base plus a number below sandbox_uid_count",
+    )
+    sandbox_uid_count: int = Field(50_000, ge=1, le=1_000_000)
+    sandbox_prestart: bool = Field(
+        True,
+        description="after a tool call, start the next call's sandbox (fresh, unused) so an agent's "
+        "next call does not wait for one; it waits while the model answers",
+    )
+
+    @field_validator("sandbox_paths")
+    @classmethod
+    def _absolute_paths(cls, value: list[Path]) -> list[Path]:
+        for path in value:
+            if not path.is_absolute():
+                raise ValueError(f"{str(path)!r} is not an absolute path")
+        return value
 
 
 class RetentionClassSettings(_Section):

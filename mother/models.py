@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
 import orjson
 
+from mother import secrets
 from mother.config import ModelConfig
 
 __all__ = ["EndpointProbe", "probe_endpoint"]
@@ -29,7 +29,7 @@ def probe_endpoint(name: str, config: ModelConfig, timeout: float = 3.0) -> Endp
     if not base:
         return EndpointProbe(False, False, f"no base_url: set models.{name}.base_url")
     request = urllib.request.Request(f"{base}/models")
-    key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+    key = secrets.get(config.api_key_env) if config.api_key_env else ""
     if config.api_key_env and not key:
         return EndpointProbe(
             False, False, f"{config.api_key_env} (its API key) is not set in this environment"

@@ -29,7 +29,11 @@ from mother.server import _die_with_parent
 __all__ = ["DEV_ENV", "Exited", "LocalStack", "exit_text"]
 
 # `mother up --dev`, the demo and the tests: the scripted model's fault injection (kill a worker, hang, raise) on
-DEV_ENV = {"MOTHER_MODELS__SCRIPTED__ALLOW_FAULTS": "true"}
+# and where bubblewrap is missing, tools run unsandboxed (with a warning) rather than workers refusing to start
+DEV_ENV = {
+    "MOTHER_MODELS__SCRIPTED__ALLOW_FAULTS": "true",
+    "MOTHER_TOOLS__SANDBOX_REQUIRED": "false",
+}
 
 
 @dataclass(frozen=True)

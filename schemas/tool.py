@@ -14,6 +14,7 @@ __all__ = [
     "REGISTRY_VERSION",
     "SIDE_EFFECT_HINTS",
     "DeterministicTool",
+    "SandboxLimits",
     "SideEffects",
     "ToolCandidate",
     "ToolCategory",
@@ -39,6 +40,25 @@ RoleOrAll = Annotated[str, StringConstraints(pattern=r"^(\*|[A-Za-z0-9_.:-]{1,12
 Entrypoint = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 ]
+
+# an environment variable a manifest passes into its tool's sandbox
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+
+
+class SandboxLimits(Record):
+    """What one call of a tool may use in its sandbox; a field left out takes the deployment's
+    ``tools.sandbox_limits``."""
+
+    cpu_seconds: int | None = Field(
+        None, ge=1, le=86_400, description="CPU time of each of its processes"
+    )
+    memory_mb: int | None = Field(
+        None, ge=64, le=1_048_576, description="address space per process"
+    )
+    processes: int | None = Field(None, ge=8, le=65_536, description="processes and threads")
+    open_files: int | None = Field(None, ge=16, le=1_048_576, description="per process")
+    file_size_mb: int | None = Field(None, ge=1, le=1_048_576, description="largest file written")
+    tmp_mb: int | None = Field(None, ge=1, le=1_048_576, description="its private /tmp")
 
 
 class DeterministicTool(Record):
@@ -78,6 +98,23 @@ class DeterministicTool(Record):
     )
     cost_tier: Literal["free"] = "free"
     entrypoint: Entrypoint = Field(description="'package.module:function' a worker calls")
+    # the sandbox a call runs in (tools.sandbox): what this tool asks of it beyond the defaults
+    network: bool = Field(
+        False,
+        description="the tool needs the network; refused unless tools.sandbox_network_tools lists it",
+    )
+    env: list[EnvName] = Field(
+        default_factory=list,
+        max_length=50,
+        description="environment variables passed from the worker into the sandbox (never MOTHER_* "
+        "or a model's API key)",
+    )
+    limits: SandboxLimits | None = Field(
+        None, description="its own limits (else tools.sandbox_limits)"
+    )
+    allow_git_dir: bool = Field(
+        False, description="its file paths may be under .git/ (refused otherwise)"
+    )
     # what checks the contracts, made once per manifest object (mother.tools.contracts)
     _validators: dict[str, Any] = PrivateAttr(default_factory=dict)
 

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mother.cli._common import data_console
+from mother.cli._common import data_console, sandbox_notice
 from mother.cli.runs import runs_table
 from mother.client import MotherClient, load_spec_file
 from mother.config import load_settings
@@ -55,6 +55,8 @@ def main() -> int:
         EmbeddedRedis(dir=Path(tmp) / "redis") as server,
     ):
         console.print(f"embedded Redis at {server.url}")
+        # where bubblewrap is missing, the workers run tools unsandboxed: one yellow line says so
+        sandbox_notice(load_settings(redis_url=server.url), dev=True)
         # DEV_ENV: the examples inject faults on purpose
         with LocalStack(
             server.url,

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mother.errors import ToolTransient
+from mother.errors import ToolError, ToolTransient
 
 
 def sleepy(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -37,3 +37,38 @@ def flaky(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
 def broken(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
     """Raises what a tool should not: a plain exception (not retried)."""
     raise RuntimeError("disk on fire")
+
+
+def connect(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Connects to 127.0.0.1:``inputs['fail']`` (the port), and says whether it could."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(3)
+        try:
+            sock.connect(("127.0.0.1", int(inputs["fail"])))
+        except OSError as exc:
+            raise ToolError(f"could not connect: {exc}") from None
+    return {"count": 1}
+
+
+def environment(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Writes its environment's names and values to environment.json; counts them."""
+    import json
+    import os
+
+    (workspace / "environment.json").write_text(json.dumps(dict(os.environ)))
+    return {"count": len(os.environ)}
+
+
+def hog_memory(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Allocates ``inputs['fail']`` MB at once."""
+    block = bytearray(int(inputs["fail"]) * 1024 * 1024)
+    return {"count": len(block)}
+
+
+def spin(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Spends CPU until something stops it."""
+    n = 0
+    while True:
+        n += 1

@@ -57,6 +57,7 @@ from workers.harness import Harness
 from workers.heartbeat import AttemptBeat, Heartbeat, beat
 from workers.metering import Meter
 from workers.providers import Provider, make_provider
+from workers.sandbox import state as sandbox_state
 from workers.spawn import SpawnRun
 from workers.tools import ToolBox, approval_request, output_text, shipped_tools
 from workers.tools.executor import ToolContext, ToolExecutor
@@ -339,6 +340,7 @@ def _prepare(
         for t in listed
         if t.allows(phase.role) and (state.spec.libraries or t.tool_id != "search_library")
     ]
+    tool_sandbox = sandbox_state.current(rt.settings)
     needing = approval_tools(rt.settings, state.spec, phase.role) | {
         t.tool_id for t in eligible if t.approval_required
     }
@@ -356,6 +358,8 @@ def _prepare(
             ),
             max_output_bytes=rt.settings.tools.max_output_bytes,
             allowed_entrypoints=frozenset(rt.settings.worker.allowed_jobs),
+            sandbox=tool_sandbox.sandbox,
+            rules=tool_sandbox.rules,
         ),
         max_output_chars=rt.settings.worker.max_tool_output_chars,
         granted=list(state.capabilities),

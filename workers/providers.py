@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from mother import secrets
 from mother.budget import check_amount
 from mother.config import ModelConfig
 from mother.errors import InvalidSpec, ModelUnreachable, ProviderError, ScriptExhausted
@@ -223,7 +224,7 @@ class OpenAIProvider:
     def __init__(self, name: str, config: ModelConfig) -> None:
         import openai
 
-        api_key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+        api_key = secrets.get(config.api_key_env) if config.api_key_env else ""
         if config.api_key_env and not api_key:
             raise ProviderError(
                 f"model {name!r}: environment variable {config.api_key_env} (its API key) is not set"

@@ -33,8 +33,9 @@ from mother.logs import get_logger
 from mother.security import record_violation
 from workers import phase
 from workers.heartbeat import AttemptBeat, beat
+from workers.sandbox.state import SandboxState
 
-__all__ = ["PROJECT_JOBS", "PhaseWorker", "job_refusal", "preload_module", "warm_up"]
+__all__ = ["PROJECT_JOBS", "PhaseWorker", "job_refusal", "log_sandbox", "preload_module", "warm_up"]
 
 log = get_logger("worker")
 
@@ -50,6 +51,15 @@ def warm_up(settings: Settings) -> None:
     # a bad hook file is reported by the phase that loads it
     except ConfigError as exc:
         log.warning("hooks_not_preloaded", error=exc.message)
+
+
+def log_sandbox(state: SandboxState) -> None:
+    """Say at start how this worker runs tools: sandboxed, unsandboxed by configuration, or (a
+    warning) unsandboxed because the sandbox cannot be made here."""
+    if state.state == "missing":
+        log.warning("tools_unsandboxed", why=state.detail)
+    else:
+        log.info("tool_sandbox", state=state.state, detail=state.detail)
 
 
 # the job functions of this project a worker runs (and worker.allowed_jobs)

@@ -26,6 +26,7 @@ __all__ = [
     "fail",
     "handle_errors",
     "redis_client",
+    "sandbox_notice",
     "settings",
 ]
 
@@ -100,3 +101,22 @@ def redis_client(cfg: Settings) -> redis.Redis:
 
 def describe_url(cfg: Settings) -> str:
     return redact_url(cfg.redis_url)
+
+
+def sandbox_notice(cfg: Settings, *, dev: bool = False) -> None:
+    """Before starting workers: fail (one line) where the tool sandbox is required and cannot be made;
+    print the one yellow line where tools will run unsandboxed instead (``tools.sandbox_required``
+    false, or ``dev``: ``mother up --dev`` and the demo, whose workers get DEV_ENV)."""
+    from workers.sandbox.state import sandbox_state
+
+    state = sandbox_state(cfg)
+    if state.state != "missing":
+        return
+    if cfg.tools.sandbox_required and not dev:
+        fail(
+            f"the tool sandbox cannot be made on this host: {state.detail}. Install bubblewrap, "
+            "run `mother up --dev` to run tools unsandboxed while developing, or set "
+            "tools.sandbox: none",
+            "sandbox_missing",
+        )
+    err_console.print(Text(state.warning or ""), style="yellow", soft_wrap=True)

@@ -94,6 +94,7 @@ def doctor(
     path = config_path()
     _row(True, "config", f"loaded ({path or 'defaults + MOTHER_* environment'})")
     _row(True, "python", platform.python_version())
+    _sandbox(cfg)
     url = describe_url(cfg)
     try:
         client = redis.Redis.from_url(
@@ -131,6 +132,25 @@ def doctor(
     except redis.exceptions.NoPermissionError as exc:
         _row(None, "mother", f"not checked: this ACL user may not read it ({exc})")
     console.print("all required checks passed.")
+
+
+def _sandbox(cfg: Any) -> None:
+    """The tool sandbox on this host: what a worker started here would run tools in."""
+    from workers.sandbox.state import sandbox_state
+
+    state = sandbox_state(cfg)
+    if state.state == "on":
+        _row(True, "tool sandbox", state.detail)
+    elif state.state == "off":
+        _row(None, "tool sandbox", state.detail)
+    elif cfg.tools.sandbox_required:
+        _row(
+            None,
+            "tool sandbox",
+            f"missing: a worker on this host would refuse to start ({state.detail})",
+        )
+    else:
+        _row(None, "tool sandbox", f"missing: workers here run tools UNSANDBOXED ({state.detail})")
 
 
 def _acl(client: redis.Redis) -> str:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from mother.cli._common import console, fail, handle_errors, settings
+from mother.cli._common import console, fail, handle_errors, sandbox_notice, settings
 from mother.config import check_queues
 from mother.logs import route_rq_logs
 from mother.server import EmbeddedRedis
@@ -22,10 +22,13 @@ __all__ = ["run", "up", "worker"]
 @handle_errors
 def run() -> None:
     """Run the Mother service (leader when it holds the lease, standby otherwise)."""
+    from mother import secrets
     from mother.service import Mother
     from workers.providers import make_provider
 
-    mother = Mother(settings(), make_provider=make_provider)
+    cfg = settings()
+    mother = Mother(cfg, make_provider=make_provider)
+    secrets.take(cfg)
     mother.install_signal_handlers()
     mother.run_forever()
 
@@ -45,8 +48,10 @@ def worker(
     """Run an RQ worker (forking: each job in a work-horse, with heartbeats)."""
     from rq.serializers import JSONSerializer
 
+    from mother import secrets
     from workers.phase import runtime
-    from workers.worker import PhaseWorker, warm_up
+    from workers.sandbox.state import prepare as prepare_sandbox
+    from workers.worker import PhaseWorker, log_sandbox, warm_up
 
     cfg = settings()
     if queues is None:
@@ -57,7 +62,13 @@ def worker(
         except ValueError as exc:
             fail(f"--queues: {exc}", "usage")
     rt = runtime()
+    # refuses to start where the sandbox is required and cannot be made (ConfigError, one line); a
+    # worker of the maintenance queue alone (the GC) runs no tool
+    if {"agents", "tools"} & set(names):
+        log_sandbox(prepare_sandbox(cfg))
     warm_up(cfg)
+    # nothing the worker starts inherits its credentials (its settings are loaded)
+    secrets.take(cfg)
     worker = PhaseWorker(names, connection=rt.rq_redis, serializer=JSONSerializer, name=name)
     # RQ's own lines as ours (JSON where the process logs JSON)
     route_rq_logs(cfg.log_level, failed=worker.attempt_failed)
@@ -125,12 +136,14 @@ def up(
         typer.Option(
             "--dev",
             help="development: let the scripted model inject faults (kill, "
-            "hang, raise), as the examples do; never in production",
+            "hang, raise), as the examples do, and run tools unsandboxed (with a warning) where "
+            "bubblewrap is missing; never in production",
         ),
     ] = False,
 ) -> None:
     """Embedded Redis + Mother + N workers in one command; one that exits is started again; Ctrl-C stops them all."""
     cfg = settings()
+    sandbox_notice(cfg, dev=dev)
     server = EmbeddedRedis(
         port=port or cfg.server.port,
         dir=dir or cfg.server.dir,

@@ -1,9 +1,14 @@
 """The one executor of registry tools: the agent loop's tool calls and a phase's ``tool_only`` plan both
 run a tool here.
 
-A call: the inputs are checked against the tool's input schema; the tool runs in a forked child process
-in a session of its own, so at its ``timeout_ms`` the whole process group (the tool and whatever it
-started: git, pytest) is killed, not left running; its output is checked against the output schema;
+A call: the inputs are checked against the tool's input schema; the tool runs in a sandbox of its own
+(:mod:`workers.sandbox`: no network, no environment or files of the worker's, the run's workspace
+only, limits), and at its ``timeout_ms`` the sandbox is killed with everything the tool started (git,
+pytest, what they forked). Without a sandbox (``tools.sandbox: none``, or a development host that has
+none) the tool runs in a forked child in a session of its own, with the same allowlisted environment,
+and its process group is killed at the timeout. A run-bound tool (``search_library``: Mother's own
+code reading the run's libraries under their policy, through the worker's connection) runs in a forked
+child too: it executes nothing from the workspace. Its output is checked against the output schema;
 a transient failure (``ToolTransient``) is tried again up to the manifest's ``max_retries``; every call
 is counted in ``tool_stats:{tool_id}`` by the server. Charging ``tool_calls`` is the caller's (the agent
 loop's meter, or the tool plan's), before it calls :meth:`ToolExecutor.run`.
@@ -24,13 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from mother.errors import MotherError, PolicyViolation, ToolError, ToolTransient
+from mother.errors import ToolError
 from mother.logs import get_logger
 from mother.records.tools import record_call
 from mother.tools.contracts import check_inputs, check_output, with_defaults
 from schemas.tool import DeterministicTool
+from workers.sandbox.bwrap import Sandbox
+from workers.sandbox.entry import call, encode, write_all
+from workers.sandbox.outcome import decoded, timed_out, too_large
+from workers.sandbox.rules import CallPolicy, ToolRules, module_paths, tool_environment
+from workers.tools.files import allow_git_dir
 
 __all__ = [
     "ToolContext",
@@ -119,43 +127,26 @@ def bind_context(
 
 
 def _child(
-    fn: Callable[[Path, dict[str, Any]], Any], workspace: Path, inputs: Any, out: int
+    fn: Callable[[Path, dict[str, Any]], Any],
+    workspace: Path,
+    inputs: Any,
+    out: int,
+    policy: CallPolicy,
 ) -> None:
-    """In the forked child: run the tool, write its result as JSON to ``out``, exit without cleanup (the
-    parent's connections and threads are not this process's to close)."""
+    """In the forked child: the allowlisted environment only (what the tool starts inherits it), the
+    tool run, its outcome written as JSON to ``out``; exit without cleanup (the parent's connections
+    and threads are not this process's to close)."""
     code = 0
     try:
         os.setsid()
-        try:
-            result: dict[str, Any] = {"output": fn(workspace, inputs)}
-        except ToolTransient as exc:
-            result = {"error": exc.message, "transient": True}
-        except ToolError as exc:
-            result = {"error": exc.message}
-        except PolicyViolation as exc:
-            result = {"error": exc.message, "violation": True}
-        except MotherError as exc:
-            result = {"error": exc.message}
-        except OSError as exc:
-            result = {"error": f"{exc.strerror or exc}", "transient": exc.errno in _TRANSIENT}
-        except Exception as exc:  # noqa: BLE001
-            result = {"error": f"{type(exc).__name__}: {exc}"}
-        try:
-            data = orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY)
-        except TypeError as exc:
-            data = orjson.dumps({"error": f"the tool's output is not JSON: {exc}"})
-        view = memoryview(data)
-        while view:
-            written = os.write(out, view)
-            view = view[written:]
+        os.environ.clear()
+        os.environ.update(tool_environment(policy.env, sandboxed=False))
+        allow_git_dir(policy.allow_git_dir)
+        write_all(out, encode(call(fn, workspace, inputs)))
     except BaseException:  # noqa: BLE001
         code = 1
     finally:
         os._exit(code)
-
-
-# errno values worth a second try: busy, try again, interrupted, timed out
-_TRANSIENT = {11, 16, 4, 110}
 
 
 def _kill_group(pid: int) -> None:
@@ -171,14 +162,15 @@ def run_isolated(
     inputs: dict[str, Any],
     timeout_s: float,
     max_bytes: int,
+    policy: CallPolicy,
 ) -> dict[str, Any]:
-    """``fn(workspace, inputs)`` in a forked child: {"output": ...} or {"error": ..., "transient"?,
-    "timed_out"?}. At ``timeout_s`` the child's process group is killed."""
+    """``fn(workspace, inputs)`` in a forked child (unsandboxed): {"output": ...} or {"error": ...,
+    "transient"?, "timed_out"?}. At ``timeout_s`` the child's process group is killed."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
-        _child(fn, workspace, inputs, write_end)
+        _child(fn, workspace, inputs, write_end, policy)
     os.close(write_end)
     deadline = time.monotonic() + timeout_s
     chunks: list[bytes] = []
@@ -188,10 +180,7 @@ def run_isolated(
             left = deadline - time.monotonic()
             if left <= 0:
                 _kill_group(pid)
-                return {
-                    "error": f"timed out after {timeout_s * 1000:.0f} ms; its processes were killed",
-                    "timed_out": True,
-                }
+                return timed_out(timeout_s)
             ready, _, _ = select.select([read_end], [], [], left)
             if not ready:
                 continue
@@ -201,7 +190,7 @@ def run_isolated(
             size += len(chunk)
             if size > max_bytes:
                 _kill_group(pid)
-                return {"error": f"its output passed tools.max_output_bytes ({max_bytes} bytes)"}
+                return too_large(max_bytes)
             chunks.append(chunk)
     finally:
         os.close(read_end)
@@ -209,18 +198,15 @@ def run_isolated(
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    if not chunks:
-        return {"error": f"the tool's process ended without a result (exit status {status})"}
-    try:
-        result: dict[str, Any] = orjson.loads(b"".join(chunks))
-    except orjson.JSONDecodeError:
-        return {"error": "the tool's process wrote a result that is not JSON"}
-    return result
+    ended = f"the tool's process ended without a result (exit status {status})"
+    return decoded(b"".join(chunks), ended)
 
 
 class ToolExecutor:
     """Runs registry tools for one process: ``stats`` is the connection ``tool_stats`` are counted on
-    (None: not counted), ``default_timeout_ms`` a tool's timeout when its manifest sets none."""
+    (None: not counted), ``default_timeout_ms`` a tool's timeout when its manifest sets none,
+    ``sandbox`` what calls run in (None: unsandboxed), ``rules`` the deployment's limits, network
+    and environment rules (default: the sandbox's, else the defaults)."""
 
     def __init__(
         self,
@@ -229,11 +215,15 @@ class ToolExecutor:
         default_timeout_ms: int = 30_000,
         max_output_bytes: int = 8 * 1024 * 1024,
         allowed_entrypoints: frozenset[str] = frozenset(),
+        sandbox: Sandbox | None = None,
+        rules: ToolRules | None = None,
     ) -> None:
         self.stats = stats
         self.default_timeout_ms = default_timeout_ms
         self.max_output_bytes = max_output_bytes
         self.allowed_entrypoints = allowed_entrypoints
+        self.sandbox = sandbox
+        self.rules = rules or (sandbox.rules if sandbox is not None else ToolRules.defaults())
 
     def run(
         self, tool: DeterministicTool, workspace: Path, inputs: dict[str, Any], context: Any = None
@@ -249,19 +239,23 @@ class ToolExecutor:
         try:
             inputs = with_defaults(tool, inputs)
             check_inputs(tool, inputs)
-            fn = bind_context(
-                tool.tool_id, load_entrypoint(tool.entrypoint, self.allowed_entrypoints), context
-            )
-            workspace.mkdir(parents=True, exist_ok=True)
+            loaded = load_entrypoint(tool.entrypoint, self.allowed_entrypoints)
+            fn = bind_context(tool.tool_id, loaded, context)
+            policy = self.rules.policy(tool, module_paths(tool.entrypoint))
+            # a run-bound tool is Mother's own code that needs the worker's connection
+            sandbox = self.sandbox if fn is loaded else None
+            workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
+            timeout_s = tool.timeout_or(self.default_timeout_ms) / 1000
             while True:
                 tries += 1
-                got = run_isolated(
-                    fn,
-                    workspace,
-                    inputs,
-                    tool.timeout_or(self.default_timeout_ms) / 1000,
-                    self.max_output_bytes,
-                )
+                if sandbox is not None:
+                    got = sandbox.run(
+                        tool.entrypoint, workspace, inputs, policy, timeout_s, self.max_output_bytes
+                    )
+                else:
+                    got = run_isolated(
+                        fn, workspace, inputs, timeout_s, self.max_output_bytes, policy
+                    )
                 if "output" in got:
                     check_output(tool, got["output"])
                     return self._done(tool, started, tries, got["output"], None)
