@@ -31,7 +31,7 @@ from schemas.tool import DeterministicTool
 from tests.conftest import MOTHER_BIN, Pipeline, cli_env, run_cli, start_pipeline, stop_pipeline
 from tests.test_pipeline import wait_until
 from tests.test_tools import _tool
-from workers.sandbox.bwrap import Sandbox
+from workers.sandbox.bwrap import Sandbox, hand_over
 from workers.sandbox.rules import ToolRules
 from workers.sandbox.state import sandbox_state
 from workers.tools import shipped_tools
@@ -463,6 +463,26 @@ def test_a_sandboxed_tool_is_an_unprivileged_user(sandbox: Sandbox, tmp_path: Pa
     )
     probe.close()
     assert got["output"]["uid"] != 0 and got["output"]["capabilities"] == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="hand_over runs for a root worker only")
+def test_handing_a_workspace_over_never_follows_a_symlink(tmp_path: Path) -> None:
+    """A workspace holding a symlink to a host file (and to a directory): the run's user gets the
+    workspace and the links, never what they point to."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "file").write_text("host")
+    workspace = tmp_path / "ws"
+    (workspace / "sub").mkdir(parents=True)
+    (workspace / "sub" / "a.txt").write_text("a")
+    (workspace / "file-link").symlink_to(victim / "file")
+    (workspace / "dir-link").symlink_to(victim)
+    hand_over(workspace, 123_456)
+    for path in (workspace, workspace / "sub", workspace / "sub" / "a.txt", workspace / "dir-link"):
+        assert path.lstat().st_uid == 123_456, path
+    assert (workspace / "file-link").lstat().st_uid == 123_456
+    assert victim.stat().st_uid == 0 and (victim / "file").stat().st_uid == 0
+    assert workspace.stat().st_mode & 0o777 == 0o700
 
 
 def test_the_user_namespace_mode_holds_the_same(sandbox: Sandbox, tmp_path: Path) -> None:

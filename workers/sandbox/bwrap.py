@@ -22,6 +22,7 @@ everything else in the namespace with it, whatever called ``setsid`` or forked t
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -75,15 +76,17 @@ class SandboxUnavailable(Exception):
 
 def hand_over(workspace: Path, uid: int) -> None:
     """Make ``workspace`` (and what is in it) ``uid``'s, mode 0700 at its top, when it is not yet: a
-    root worker's sandbox runs as that unprivileged user, who must be able to write it. Symlinks are
-    changed themselves, never followed."""
+    root worker's sandbox runs as that unprivileged user, who must be able to write it. The walk
+    holds each directory open and changes entries by name relative to it, never following a
+    symlink: a directory swapped for a symlink meanwhile cannot send it outside the workspace."""
     top = os.lstat(workspace)
     if top.st_uid == uid and top.st_gid == uid:
         return
-    for dirpath, dirnames, filenames in os.walk(workspace):
+    for _, dirnames, filenames, dirfd in os.fwalk(workspace, follow_symlinks=False):
         for name in (*dirnames, *filenames):
-            os.lchown(os.path.join(dirpath, name), uid, uid)
-    os.lchown(workspace, uid, uid)
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(name, uid, uid, dir_fd=dirfd, follow_symlinks=False)
+    os.chown(workspace, uid, uid, follow_symlinks=False)
     os.chmod(workspace, 0o700)
 
 

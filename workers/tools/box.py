@@ -135,7 +135,8 @@ class ToolBox:
     def ensure_workspace(self) -> Path:
         """The workspace directory, created on first use."""
         if not self._made:
-            self.workspace.mkdir(parents=True, exist_ok=True)
+            # the run's files are its own: no other user of the host reads them
+            self.workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._made = True
         return self.workspace
 
