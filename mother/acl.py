@@ -16,7 +16,17 @@ import redis
 from mother import keys
 from mother.functions import FUNCTIONS_PROBE
 
-__all__ = ["MUST_NOT", "NEEDS", "AclReport", "check", "role_of", "whoami"]
+__all__ = [
+    "DESTROYS",
+    "MUST_NOT",
+    "NEEDS",
+    "AclReport",
+    "check",
+    "principal_must_not",
+    "principal_needs",
+    "role_of",
+    "whoami",
+]
 
 # an id no run, artifact or token has: the probes touch keys that do not exist
 PROBE = "mother-doctor-probe"
@@ -46,7 +56,9 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
             "count tool calls through mh_tool_stat",
             ("FCALL", FUNCTIONS_PROBE, "1", keys.tool_stats_key(PROBE)),
         ),
-        ("report results on mother:events", ("XTRIM", keys.EVENTS_STREAM, "MAXLEN", "~", HUGE)),
+        # XADD with the one id no entry can have: refused for its id, unless refused for permission
+        ("report results on mother:events", ("XADD", keys.EVENTS_STREAM, "0-0", "probe", "1")),
+        ("submit spawn_run children", ("XADD", keys.SPAWNS_STREAM, "0-0", "probe", "1")),
         ("heartbeat phases", ("FCALL", FUNCTIONS_PROBE, "1", keys.HEARTBEATS)),
         ("store artifacts", ("JSON.DEL", keys.artifact_key(PROBE))),
         ("append activity", ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE)),
@@ -73,7 +85,7 @@ NEEDS["maintenance"] = [
         "delete artifacts and archives",
         ("DEL", keys.artifact_key(PROBE), keys.archive_artifact_key(PROBE)),
     ),
-    ("delete ended runs' records", ("JSON.DEL", keys.run_key(PROBE))),
+    ("delete ended runs' records", ("DEL", keys.run_key(PROBE))),
     ("write GC reports", ("JSON.DEL", keys.gc_report_key(PROBE))),
     ("append activity", ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE)),
     ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
@@ -87,10 +99,28 @@ NEEDS["dashboard"] = [
     ("read the activity stream", ("XREVRANGE", keys.ACTIVITY_STREAM, "+", "-", "COUNT", "1")),
 ]
 
+# what no principal, worker, maintenance or dashboard user may do to others' work
+DESTROYS = [
+    (
+        "trim or delete Mother's submissions",
+        ("XTRIM", keys.SUBMISSIONS_STREAM, "MAXLEN", "~", HUGE),
+    ),
+    ("trim or delete Mother's events", ("XTRIM", keys.EVENTS_STREAM, "MAXLEN", "~", HUGE)),
+    ("expire Mother's commands", ("PEXPIRE", keys.COMMANDS_STREAM, HUGE)),
+    ("claim run ids (runs:claimed)", ("HDEL", keys.RUN_CLAIMS, PROBE)),
+    ("write users' rate windows", ("ZREM", keys.rate_limit_key(PROBE), PROBE)),
+    # a path no run has: deletes nothing even where it is allowed
+    ("write run records (a waiting run's gate)", ("JSON.DEL", keys.run_key(PROBE), "$.gate")),
+]
+
 MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "worker": [
+        *DESTROYS,
+        (
+            "submit runs on mother:submissions (any user's)",
+            ("XADD", keys.SUBMISSIONS_STREAM, "0-0", "probe", "1"),
+        ),
         ("write termination records", ("JSON.DEL", keys.termination_key(PROBE))),
-        ("write run records", ("JSON.DEL", keys.run_key(PROBE))),
         ("write run limits (raise its own)", ("JSON.DEL", keys.run_limits_key(PROBE))),
         ("append people's commands (cancel)", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),
         ("read attempt tokens (GET)", ("GET", keys.attempt_token_key(PROBE, 0, 0))),
@@ -99,8 +129,9 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("write the tool registry", ("JSON.DEL", keys.TOOLS_REGISTRY, "$.mother_doctor_probe")),
         ("run scripts of its own (EVAL)", ("EVAL", "return 1", "0")),
     ],
+    "maintenance": DESTROYS,
     "dashboard": [
-        ("write run records", ("JSON.DEL", keys.run_key(PROBE))),
+        *DESTROYS,
         ("append people's commands (cancel)", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),
         ("read attempt tokens (GET)", ("GET", keys.attempt_token_key(PROBE, 0, 0))),
         ("read library chunks", ("JSON.GET", keys.chunk_key(PROBE, PROBE, 0))),
@@ -123,19 +154,61 @@ def whoami(client: redis.Redis) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def role_of(user: str) -> str:
-    """The shipped role a user name stands for: worker, maintenance, dashboard, or mother (any other name
-    is checked as mother: everything a Mother needs)."""
+def role_of(user: str, principal: bool = False) -> str:
+    """The role a user name stands for: worker, maintenance, dashboard, a principal (``principal``), or
+    mother (any other name is checked as mother: everything a Mother needs)."""
+    if principal:
+        return "principal"
     return user if user in ("worker", "maintenance", "dashboard") else "mother"
 
 
+def principal_needs(name: str, grants: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """What principal ``name`` needs for its grants."""
+    needs: list[tuple[str, tuple[str, ...]]] = [
+        ("read run records", ("JSON.GET", keys.run_key(PROBE)))
+    ]
+    if "submit" in grants:
+        needs.append(
+            (
+                "submit on its stream",
+                ("XADD", keys.principal_submissions_key(name), "0-0", "p", "1"),
+            )
+        )
+    if set(grants) - {"submit"}:
+        needs.append(
+            ("command on its stream", ("XADD", keys.principal_commands_key(name), "0-0", "p", "1"))
+        )
+    return needs
+
+
+def principal_must_not(name: str) -> list[tuple[str, tuple[str, ...]]]:
+    """What principal ``name`` must not be able to do: others' streams, and destroying others' work."""
+    other = "zz-doctor-probe" if name != "zz-doctor-probe" else "zy-doctor-probe"
+    return [
+        *DESTROYS,
+        (
+            "submit as another principal",
+            ("XADD", keys.principal_submissions_key(other), "0-0", "p", "1"),
+        ),
+        ("submit on Mother's own stream", ("XADD", keys.SUBMISSIONS_STREAM, "0-0", "p", "1")),
+        ("command on Mother's own stream", ("XADD", keys.COMMANDS_STREAM, "0-0", "p", "1")),
+        ("delete its own submissions stream", ("DEL", keys.principal_submissions_key(name))),
+    ]
+
+
 def check(client: redis.Redis, role: str | None = None) -> AclReport:
-    """What the connection's user lacks for its role, and (for a worker or the dashboard) what it can do
-    and must not."""
+    """What the connection's user lacks for its role, and what it can do and must not."""
+    from mother.principals.identity import principal_of
+
     user = whoami(client)
-    role = role or role_of(user)
-    lacks = [what for what, command in NEEDS[role] if _denied(client, command)]
-    excess = [what for what, command in MUST_NOT.get(role, []) if not _denied(client, command)]
+    me = principal_of(client) if role in (None, "principal") else None
+    role = role or role_of(user, me is not None)
+    if me is not None:
+        needs, must_not = principal_needs(user, list(me.grants)), principal_must_not(user)
+    else:
+        needs, must_not = NEEDS[role], MUST_NOT.get(role, [])
+    lacks = [what for what, command in needs if _denied(client, command)]
+    excess = [what for what, command in must_not if not _denied(client, command)]
     return AclReport(user, role, lacks, excess)
 
 

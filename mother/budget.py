@@ -37,7 +37,7 @@ from mother.errors import (
     QueueFull,
     RateLimited,
 )
-from mother.functions import call, fcall_command, send
+from mother.functions import call, call_ro, fcall_command, send
 from mother.limits import layer_sources
 from mother.records.budgets import create_run_budget
 from schemas import RunSpec, iso_from_ms
@@ -47,16 +47,17 @@ __all__ = [
     "MAX_AMOUNT",
     "Guard",
     "admit",
+    "append_submission",
     "attempt_tag",
     "emergency_stop",
     "open_run_budget",
     "override",
     "rate_check",
+    "rate_limited",
     "release_reservations",
     "reset_stop",
     "run_limits",
     "spend_micro_usd",
-    "submit_with_backpressure",
 ]
 
 __doc__ += "\n".join(f"    {dim:<18} {code}" for dim, code in CODES.items()) + "\n"
@@ -666,43 +667,74 @@ def rate_check(client: redis.Redis, settings: Settings, user_id: str) -> int:
         [limit.messages, limit.window_seconds * 1000, uuid.uuid4().hex],
     )
     if not ok:
-        retry = max(0.001, int(value) / 1000)
-        raise RateLimited(
-            f"user {user_id} sent {limit.messages} messages in the last {limit.window_seconds}s; "
-            f"retry after {retry:.1f}s",
-            retry_after=retry,
-            user_id=user_id,
-        )
+        raise rate_limited(settings, user_id, int(value))
     return int(value)
 
 
-def submit_with_backpressure(
-    client: redis.Redis, settings: Settings, payload: bytes, run_id: str
+def rate_limited(settings: Settings, user_id: str, retry_ms: int) -> RateLimited:
+    """The 429 for ``user_id``, who may send again in ``retry_ms``."""
+    limit = settings.budget.rate_limit
+    retry = max(0.001, retry_ms / 1000)
+    return RateLimited(
+        f"user {user_id} sent {limit.messages} messages in the last {limit.window_seconds}s; "
+        f"retry after {retry:.1f}s",
+        retry_after=retry,
+        user_id=user_id,
+    )
+
+
+def append_submission(
+    client: redis.Redis,
+    settings: Settings,
+    *,
+    stream: str,
+    payload: bytes,
+    run_id: str,
+    user_id: str,
 ) -> str:
-    """Claim ``run_id`` and XADD the spec, unless the queue is at the leading Mother's max depth (atomic, on
-    the server): ``QueueFull`` then, or ``InvalidSpec`` when another submission claimed the run_id."""
-    reply = call(
+    """Append a spec to ``stream`` (the submitter's own: a principal's, Mother's, or the workers'
+    spawns) after a check that changes nothing: ``InvalidSpec`` when the run_id is taken, ``QueueFull``
+    at the leading Mother's max depth, ``RateLimited`` when the user's window is full. The check is a
+    courtesy (an early, exact error for the common case); Mother's intake decides, on the server, for
+    every submission whatever path it came by: it claims the run_id, counts the rate window and
+    measures the queue. Returns the entry id."""
+    limit = settings.budget.rate_limit
+    reply = call_ro(
         client,
-        "mh_submit",
+        "mh_submit_check",
         [
-            keys.GLOBAL_BUDGET,
-            keys.SUBMISSIONS_STREAM,
+            stream,
             keys.RUN_CLAIMS,
             keys.ADMISSION_WAITING,
             keys.MOTHER_CONFIG,
+            keys.rate_limit_key(user_id),
         ],
-        [payload, settings.budget.global_.max_queue_depth, settings.service.consumer_group, run_id],
+        [
+            run_id,
+            settings.budget.global_.max_queue_depth,
+            settings.service.consumer_group,
+            limit.messages,
+            limit.window_seconds * 1000,
+        ],
     )
-    if int(reply[0]) == 1:
-        return str(reply[1])
-    if reply[1] == "run_id_taken":
+    verdict = _text(reply[0])
+    if verdict == "run_id_taken":
         raise InvalidSpec(
-            f"run_id {run_id!r} is already used (by submission {reply[2]}); pick another or omit run_id",
+            f"run_id {run_id!r} is already used (by submission {_text(reply[1])}); pick another "
+            "or omit run_id",
             field="run_id",
         )
-    depth, most = int(reply[2]), int(reply[3])
-    raise QueueFull(
-        f"the submission queue is full ({depth}/{most} runs waiting to start); try again later",
-        depth=depth,
-        max=most,
-    )
+    if verdict == "queue_full":
+        depth, most = int(reply[1]), int(reply[2])
+        raise QueueFull(
+            f"the submission queue is full ({depth}/{most} runs waiting to start); try again later",
+            depth=depth,
+            max=most,
+        )
+    if verdict == "rate_limited":
+        raise rate_limited(settings, user_id, int(reply[1]))
+    return _text(client.xadd(stream, {"spec": payload}))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,8 +1,10 @@
 """``MotherClient``: submit runs, watch them, cancel them, read their records.
 
-A raw ``XADD mother:submissions '*' spec '<json>'`` from any Redis client is
-equivalent to :meth:`MotherClient.submit`; the client only validates earlier
-and picks a run_id when the spec has none.
+The client is who its connection's Redis user is. A principal (``mother principals add``) submits on
+its own stream and commands on its own command stream: a raw ``XADD mother:submissions:NAME '*' spec
+'<json>'`` with its credentials is equivalent to :meth:`MotherClient.submit`, which only validates
+earlier and picks a run_id when the spec has none. Mother's own credentials (and the embedded
+development server's default user) use ``mother:submissions`` and ``mother:commands``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import redis
 from pydantic import ValidationError
 
 from mother import keys
-from mother.budget import audit_fields, rate_check, submit_with_backpressure
+from mother.budget import append_submission, audit_fields
 from mother.config import AGENTS_QUEUE, Settings, load_settings
 from mother.connection import connect, redis_down
 from mother.errors import (
@@ -29,12 +31,15 @@ from mother.errors import (
     MotherError,
     NoSuchRun,
     NotFound,
+    PolicyViolation,
+    RateLimited,
     RedisUnavailable,
     WaitTimeout,
     not_utf8,
 )
 from mother.functions import server_now_ms
 from mother.gates.build import check_decision, gate_waited_on
+from mother.principals.identity import principal_of
 from mother.records import parse_run_record, path_values, runs
 from mother.records.rejections import read_rejection_for
 from mother.records.results import queue_termination_read, read_result
@@ -53,6 +58,7 @@ from schemas import (
     iso_from_ms,
     ms_from_iso,
 )
+from schemas.principal import Principal
 
 __all__ = [
     "MotherClient",
@@ -209,6 +215,8 @@ def error_from(reply: dict[str, Any]) -> MotherError:
         return InvalidSpec(message, field=reply.get("field"))
     if code == "not_found":
         return NotFound(message)
+    if code == "policy_violation":
+        return PolicyViolation(message)
     return MotherError(message)
 
 
@@ -234,10 +242,29 @@ class MotherClient:
     ):
         self.settings = settings or load_settings(**({"redis_url": url} if url else {}))
         self.redis = client or connect(url or self.settings.redis_url)
+        # who this connection is: its principal (None: Mother's own credentials), asked once
+        self._principal: Principal | bool | None = False
+
+    @property
+    def principal(self) -> Principal | None:
+        """The principal this connection's Redis user is, or None (Mother's own user, the embedded
+        server's default user, an administrator's)."""
+        if self._principal is False:
+            self._principal = principal_of(self.redis)
+        return self._principal  # type: ignore[return-value]
+
+    def _streams(self) -> tuple[str, str]:
+        """Where this client submits and commands."""
+        me = self.principal
+        if me is None:
+            return keys.SUBMISSIONS_STREAM, keys.COMMANDS_STREAM
+        return keys.principal_submissions_key(me.name), keys.principal_commands_key(me.name)
 
     # -- submit ----------------------------------------------------------
     def submit(self, spec: RunSpec | dict[str, Any] | str | bytes) -> str:
-        """Validate and append to ``mother:submissions``; return the run_id."""
+        """Validate and append to this client's submissions stream; return the run_id. Mother takes it
+        in (its run_id claimed, the user's rate window counted, the queue measured); a refusal there is
+        a rejection record, which :meth:`status` and :meth:`wait` raise (RateLimited, InvalidSpec)."""
         parsed = parse_spec(spec)
         if parsed.run_id is None:
             parsed = parsed.model_copy(update={"run_id": f"run-{uuid.uuid4().hex[:16]}"})
@@ -247,9 +274,20 @@ class MotherClient:
         check_models(self.settings, parsed)
         check_scripts(self.settings, parsed)
         assert parsed.run_id is not None
-        rate_check(self.redis, self.settings, parsed.user_id)
-        # claims the run_id on the server
-        submit_with_backpressure(self.redis, self.settings, payload, parsed.run_id)
+        me = self.principal
+        if me is not None and not me.submits_for(parsed.user_id):
+            raise PolicyViolation(
+                f"principal {me.name} may not submit for user {parsed.user_id} (it submits for "
+                f"{', '.join([me.name, *me.acts_for])}); Mother would refuse it"
+            )
+        append_submission(
+            self.redis,
+            self.settings,
+            stream=self._streams()[0],
+            payload=payload,
+            run_id=parsed.run_id,
+            user_id=parsed.user_id,
+        )
         return parsed.run_id
 
     # -- read ------------------------------------------------------------
@@ -271,7 +309,14 @@ class MotherClient:
         may still be waiting to be taken in."""
         rejected = self.rejection_for(run_id)
         if rejected:
-            return InvalidSpec(f"run {run_id} was rejected at intake: {rejected['error']}")
+            why = f"run {run_id} was rejected at intake: {rejected['error']}"
+            if rejected.get("code") == "rate_limited":
+                return RateLimited(
+                    why, retry_after=float(rejected.get("retry_after") or 0), user_id=run_id
+                )
+            if rejected.get("code") == "identity_refused":
+                return PolicyViolation(why)
+            return InvalidSpec(why)
         if idle:
             return NoSuchRun(
                 f"no run {run_id!r}: Mother has taken in every submission and none is this run "
@@ -286,7 +331,7 @@ class MotherClient:
         """Whether Mother's consumer group has acknowledged every submission (none pending, none
         undelivered); False when that cannot be told (no group yet, lag unknown)."""
         return group_backlog(
-            self.redis, keys.SUBMISSIONS_STREAM, self.settings.service.consumer_group
+            self.redis, self._streams()[0], self.settings.service.consumer_group
         ) == (0, 0)
 
     def result(self, run_id: str) -> ResultEnvelope | None:
@@ -397,24 +442,29 @@ class MotherClient:
 
     # -- act -------------------------------------------------------------
     def cancel(
-        self, run_id: str, actor: str = "user", reason: str = "cancelled by user"
+        self, run_id: str, actor: str | None = None, reason: str = "cancelled by user"
     ) -> RunState:
         """Ask Mother to end the run ``user_cancelled``; returns the run as it was. A run that has
         already ended is left as it is (no request is sent): check the returned ``status``."""
-        audit = audit_fields(actor, reason)
+        audit = audit_fields(self.actor_for(actor) or "user", reason)
         # NotFound for an unknown id
         state = self.status(run_id)
         if state.status == "terminated":
             return state
-        rate_check(self.redis, self.settings, state.user_id)
-        self.send_command(COMMAND_CANCEL, {"run_id": run_id, **audit})
+        entry_id = self.send_command(COMMAND_CANCEL, {"run_id": run_id, **audit})
+        if self.principal is not None:
+            # Mother says whether this principal may cancel it; a slow one has it queued
+            try:
+                self.command_reply(entry_id, self.settings.gates.reply_seconds)
+            except WaitTimeout:
+                return state
         return state
 
     def approve(
         self,
         run_id: str,
         *,
-        actor: str,
+        actor: str | None = None,
         reason: str,
         gate_id: str | None = None,
         digest: str | None = None,
@@ -430,7 +480,7 @@ class MotherClient:
         self,
         run_id: str,
         *,
-        actor: str,
+        actor: str | None = None,
         reason: str,
         gate_id: str | None = None,
         timeout: float | None = None,
@@ -443,7 +493,7 @@ class MotherClient:
         run_id: str,
         text: str,
         *,
-        actor: str,
+        actor: str | None = None,
         reason: str = "",
         gate_id: str | None = None,
         timeout: float | None = None,
@@ -466,13 +516,19 @@ class MotherClient:
         """Check what can be checked here (one-line errors, nothing sent), send the decision on
         ``mother:commands`` and wait for Mother's reply (its checks are the ones that count: atomic, on
         the server)."""
+        actor = self.actor_for(actor)
         check_decision(kind, actor, reason, text)
         check_timeout(timeout)
         keys.check_id(run_id, "run_id")
         gate = gate_waited_on(self.status(run_id), gate_id, actor)
-        payload = {"run_id": run_id, "gate_id": gate.gate_id, "actor": actor, "reason": reason}
-        if digest is not None:
-            payload["digest"] = digest
+        # the decision names its gate and what it decides (Mother refuses one that does not)
+        payload = {
+            "run_id": run_id,
+            "gate_id": gate.gate_id,
+            "actor": actor,
+            "reason": reason,
+            "digest": digest if digest is not None else gate.digest,
+        }
         if text is not None:
             payload["text"] = text
         entry_id = self.send_command(kind, payload)
@@ -482,7 +538,13 @@ class MotherClient:
         """Mother's reply to the command ``entry_id``: what it did, or the one-line error it refused it
         with (raised). WaitTimeout when no Mother replied in ``timeout`` seconds (the command stays queued
         and is taken when one runs)."""
-        got = self.redis.blpop([keys.command_reply_key(entry_id)], timeout=max(0.01, timeout))
+        me = self.principal
+        key = (
+            keys.principal_reply_key(me.name, entry_id)
+            if me is not None
+            else keys.command_reply_key(entry_id)
+        )
+        got = self.redis.blpop([key], timeout=max(0.01, timeout))
         if got is None:
             raise WaitTimeout(
                 f"no Mother replied within {timeout:g}s (is `mother run` running?); the command "
@@ -567,10 +629,24 @@ class MotherClient:
         ]
         return manifests, summaries
 
+    def actor_for(self, actor: Any) -> Any:
+        """Who acts: a principal is its own actor (one naming another is refused here, as Mother would);
+        Mother's own credentials say who."""
+        me = self.principal
+        if me is None:
+            return actor
+        if actor not in (None, "", me.name):
+            raise PolicyViolation(
+                f"you are principal {me.name}: the actor is the principal, not {str(actor)[:128]!r} "
+                "(leave --actor out)"
+            )
+        return me.name
+
     def send_command(self, kind: str, payload: dict[str, Any]) -> str:
-        """Append a command for Mother to ``mother:commands`` (a stream the workers' ACL user cannot write)."""
+        """Append a command for Mother to this client's command stream (a principal's own, or
+        ``mother:commands``; workers cannot write either)."""
         entry_id = self.redis.xadd(
-            keys.COMMANDS_STREAM, {"type": kind, "payload": orjson.dumps(payload)}
+            self._streams()[1], {"type": kind, "payload": orjson.dumps(payload)}
         )
         # the connection decodes replies
         return cast(str, entry_id)

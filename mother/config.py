@@ -132,6 +132,13 @@ class ServiceSettings(_Section):
         10_000, ge=100, description="approximate cap of mother:dead_letter"
     )
     consumer_group: str = "mother"
+    principals_refresh_seconds: float = Field(
+        2.0,
+        gt=0,
+        le=3600,
+        description="how often Mother reads the principals again (a new principal's streams are "
+        "read from then on)",
+    )
 
 
 # the RQ queues Mother-Harness enqueues on

@@ -25,6 +25,7 @@ from mother.errors import ConfigError, RedisUnavailable
 __all__ = [
     "FUNCTIONS_PROBE",
     "call",
+    "call_ro",
     "ensure_loaded",
     "execute",
     "fcall_command",
@@ -85,6 +86,11 @@ def call(
     With a pipeline the call is queued and its reply comes from ``execute()``.
     """
     return send(client, fcall_command(name, keys_, args))
+
+
+def call_ro(client: redis.Redis, name: str, keys_: list[str], args: list[Any]) -> Any:
+    """FCALL_RO ``name`` (a function flagged no-writes): what a user allowed only to read may call."""
+    return send(client, ("FCALL_RO", name, len(keys_), *keys_, *args))
 
 
 def execute(pipe: redis.client.Pipeline, *, raise_on_error: bool = True) -> list[Any]:

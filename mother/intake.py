@@ -1,9 +1,17 @@
-"""Intake: turn a ``mother:submissions`` entry into a run, or record why not.
+"""Intake: turn a submission entry into a run, or record why not.
+
+Entries come by three kinds of stream (:class:`mother.principals.Source`): a principal's own
+(``mother:submissions:{name}``: the principal is who its ACL user proves it is, and the spec's user
+must be it or one it acts for), Mother's (``mother:submissions``: service credentials), and the
+workers' ``mother:spawns`` (only a spawn_run child of a run that has not ended, for the parent's user).
+Whatever the path, intake decides on the server what no submitter can skip: the user's rate limit
+(Mother's window and limit, ``rate_limited`` with retry_after), the queue's depth (``queue_full``),
+and the run_id's claim (first come, in arrival order).
 
 Idempotent by run_id: a re-delivered entry finds its own run and only makes sure
-it started. An invalid entry (no ``spec`` field, bad JSON, wrong fields, too
-large, unknown model, a run_id already used) becomes ``rejection:{entry_id}``
-with the error and the time, an activity entry, and is acknowledged.
+it started. An invalid or refused entry (no ``spec`` field, bad JSON, wrong fields, too
+large, unknown model, a run_id already used, another user's run, past the rate limit) becomes
+``rejection:{entry}`` with the error, its code and the time, an activity entry, and is acknowledged.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import orjson
 
 from mother import calls, keys
 from mother.activity import flat_fields, make_event
-from mother.budget import Admission, admission, admit
+from mother.budget import Admission, Guard, admission, admit, rate_check
 from mother.capabilities import assess_risk, denial, granted_for, load_risk_policy
 from mother.client import parse_spec
 from mother.errors import (
@@ -25,6 +33,7 @@ from mother.errors import (
     InsufficientBudget,
     InvalidSpec,
     LedgerError,
+    RateLimited,
     SignatureInvalid,
 )
 from mother.functions import execute
@@ -32,34 +41,48 @@ from mother.ledger import checked
 from mother.lifecycle import end_run, start_run
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
+from mother.principals.streams import Source
 from mother.records.rejections import write_rejection
 from mother.roles import role_settings
 from mother.runtime import Runtime
 from mother.specs import check_spec
 from mother.streams import Delivery
-from schemas import MAX_SPEC_BYTES, HistoryEntry, RunSpec, RunState, TerminationReason
+from schemas import MAX_SPEC_BYTES, SPAWNED_BY, HistoryEntry, RunSpec, RunState, TerminationReason
 from schemas.rejection import Rejection
 
 __all__ = ["handle_submission", "reject"]
 
 log = get_logger("intake")
 PREVIEW_CHARS = 500
+# Mother's own submissions stream (service credentials)
+SERVICE = Source(keys.SUBMISSIONS_STREAM, "submissions")
 
 
 def handle_submission(
-    rt: Runtime, entry_id: str, fields: dict[str, Any], *, delivery: Delivery | None = None
+    rt: Runtime,
+    entry_id: str,
+    fields: dict[str, Any],
+    *,
+    delivery: Delivery | None = None,
+    source: Source = SERVICE,
 ) -> RunState | None:
     """Validate and create the run (then start it); reject the entry otherwise. ``delivery``: the entry,
-    acknowledged with the write that starts or ends the run."""
-    spec = _read_spec(rt, entry_id, fields)
+    acknowledged with the write that starts or ends the run; ``source``: the stream it came by."""
+    spec = _read_spec(rt, entry_id, fields, source)
     if spec is None:
+        return None
+    refused = _refusal(rt, spec, source)
+    if refused is not None:
+        code, error, retry_after = refused
+        reject(rt, entry_id, fields, error, source=source, code=code, retry_after=retry_after)
+        _give_back(rt, spec, source)
         return None
     try:
         decision = _decide(rt, spec)
     except InvalidSpec as exc:
-        reject(rt, entry_id, fields, exc.message)
+        reject(rt, entry_id, fields, exc.message, source=source)
         return None
-    state = _create(rt, entry_id, spec, fields, decision.limits, decision.granted)
+    state = _create(rt, source, entry_id, spec, fields, decision.limits, decision.granted)
     # refused, or a re-delivery of a run already under way
     if state is None or state.status != "queued":
         return state
@@ -79,8 +102,10 @@ def handle_submission(
     return state
 
 
-def _read_spec(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> RunSpec | None:
-    """The entry's spec, valid and named (``run-{entry id}`` when it names no run_id); None when the
+def _read_spec(
+    rt: Runtime, entry_id: str, fields: dict[str, Any], source: Source
+) -> RunSpec | None:
+    """The entry's spec, valid and named (``run-{entry}`` when it names no run_id); None when the
     entry was rejected instead."""
     raw = fields.get("spec")
     if raw is None:
@@ -88,7 +113,8 @@ def _read_spec(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> RunSpec | 
             rt,
             entry_id,
             fields,
-            "the entry has no 'spec' field; use XADD mother:submissions '*' spec '<RunSpec JSON>'",
+            f"the entry has no 'spec' field; use XADD {source.stream} '*' spec '<RunSpec JSON>'",
+            source=source,
         )
         return None
     if len(raw) > MAX_SPEC_BYTES:
@@ -98,15 +124,99 @@ def _read_spec(rt: Runtime, entry_id: str, fields: dict[str, Any]) -> RunSpec | 
             fields,
             f"spec is {len(raw)} bytes; the limit is {MAX_SPEC_BYTES} bytes",
             drop=True,
+            source=source,
         )
         return None
     try:
         spec = parse_spec(raw)
         check_spec(rt.settings, spec)
     except InvalidSpec as exc:
-        reject(rt, entry_id, fields, exc.message)
+        reject(rt, entry_id, fields, exc.message, source=source)
         return None
-    return spec.model_copy(update={"run_id": spec.run_id or f"run-{entry_id}"})
+    return spec.model_copy(update={"run_id": spec.run_id or f"run-{source.ref(entry_id)}"})
+
+
+# (rejection code, error, retry_after)
+Refusal = tuple[str, str, float | None]
+
+
+def _refusal(rt: Runtime, spec: RunSpec, source: Source) -> Refusal | None:
+    """Why a valid spec may not become a run, decided here for every path: who sent it may not submit
+    it (a principal for another user, a worker for no running parent), the user's rate window is full,
+    or the queue is. None: go on."""
+    who = _identity(rt, spec, source)
+    if who is not None:
+        return "identity_refused", who, None
+    if source.origin == "spawn":
+        # a spawn_run child is bounded by its parent's spawns and budget, not the user's rate
+        return None
+    try:
+        rate_check(rt.redis, rt.settings, spec.user_id)
+    except RateLimited as exc:
+        return "rate_limited", exc.message, exc.retry_after
+    if spec.parent_run_id is None:
+        waiting = rt.redis.zcard(keys.ADMISSION_WAITING)
+        most = rt.settings.budget.global_.max_queue_depth
+        if waiting >= most:
+            return (
+                "queue_full",
+                f"the submission queue is full ({waiting}/{most} runs waiting to start); try "
+                "again later",
+                None,
+            )
+    return None
+
+
+def _identity(rt: Runtime, spec: RunSpec, source: Source) -> str | None:
+    """Why the stream this spec came by may not submit it, or None."""
+    if source.origin == "principal":
+        principal = source.principal
+        if principal is None:
+            return (
+                f"{source.stream} belongs to no principal any more; its submissions are not taken"
+            )
+        if not principal.may("submit"):
+            return f"principal {principal.name} may not submit runs (its grants: {', '.join(principal.grants)})"
+        if not principal.submits_for(spec.user_id):
+            return (
+                f"principal {principal.name} may not submit for user {spec.user_id}: it submits for "
+                f"{', '.join([principal.name, *principal.acts_for])} (`mother principals add NAME "
+                "--acts-for USER` makes a service that submits for its users)"
+            )
+    if spec.parent_run_id is None:
+        if source.origin == "spawn":
+            return f"{keys.SPAWNS_STREAM} takes only spawn_run children (parent_run_id is missing)"
+        return None
+    parent = rt.load_run(spec.parent_run_id)
+    if source.origin == "service" and parent is None:
+        # InvalidSpec from _parent, as ever
+        return None
+    if parent is None or (source.origin == "spawn" and parent.status == "terminated"):
+        return f"parent run {spec.parent_run_id} does not exist or has ended"
+    if parent.user_id != spec.user_id:
+        return (
+            f"a child run is its parent's user's: parent {parent.run_id} is {parent.user_id}'s, the "
+            f"child names {spec.user_id}"
+        )
+    if source.principal is not None and not source.principal.submits_for(parent.user_id):
+        return f"principal {source.principal.name} may not add runs under {parent.user_id}'s run {parent.run_id}"
+    return None
+
+
+def _give_back(rt: Runtime, spec: RunSpec, source: Source) -> None:
+    """A spawn_run child refused here: its parent gets back the parallel_agents slot and the budget
+    the tool took for it (the tool sees the rejection and says why)."""
+    if source.origin != "spawn" or spec.parent_run_id is None or spec.run_id is None:
+        return
+    if spec.metadata.get(SPAWNED_BY) is None or not rt.redis.exists(keys.ledger_key(spec.run_id)):
+        return
+    parent = rt.load_run(spec.parent_run_id)
+    if parent is not None:
+        Guard(rt.redis, rt.settings, parent.run_id, parent.user_id, rt.clock.today).release(
+            "parallel_agents"
+        )
+    with contextlib.suppress(LedgerError):
+        rt.ledger.release(spec.run_id, "not_submitted")
 
 
 @dataclass(frozen=True)
@@ -288,6 +398,7 @@ def _assess(rt: Runtime, spec: RunSpec, granted: list[str]) -> list[str]:
 
 def _create(
     rt: Runtime,
+    source: Source,
     entry_id: str,
     spec: RunSpec,
     fields: dict[str, Any],
@@ -302,30 +413,33 @@ def _create(
     score = rt.clock.now_ms()
     at = rt.clock.iso(score)
     stored = {k: (str(v) if k == "spend" else v) for k, v in limits.items()}
+    ref = source.ref(entry_id)
     state = RunState(
         run_id=spec.run_id,
         user_id=spec.user_id,
         spec=spec,
         created_at=at,
         updated_at=at,
-        entry_id=entry_id,
+        entry_id=ref,
+        submitted_by=source.principal.name if source.principal is not None else None,
         limits=stored,
         capabilities=granted,
-        history=[HistoryEntry(at=at, event="submitted", detail=f"entry {entry_id}")],
+        history=[HistoryEntry(at=at, event="submitted", detail=f"entry {ref}")],
     )
     announced = make_event(
         "run_submitted",
         at=at,
         run_id=spec.run_id,
         user_id=spec.user_id,
-        entry_id=entry_id,
+        entry_id=ref,
+        principal=state.submitted_by,
         phases=[p.name for p in spec.pipeline],
     )
     created = calls.create_run(
         rt.redis,
         run_id=spec.run_id,
         user_id=spec.user_id,
-        entry_id=entry_id,
+        entry_id=ref,
         record=state.to_json(),
         created_ms=score,
         activity_maxlen=rt.settings.service.activity_maxlen,
@@ -333,12 +447,13 @@ def _create(
     )
     if created != 1:
         existing = rt.load_run(spec.run_id) if created == 0 else None
-        if existing is None or existing.entry_id != entry_id:
+        if existing is None or existing.entry_id != ref:
             reject(
                 rt,
                 entry_id,
                 fields,
                 f"run_id {spec.run_id!r} is already used by another submission",
+                source=source,
             )
             return None
         # a re-delivery of the entry that created it
@@ -348,15 +463,28 @@ def _create(
 
 
 def reject(
-    rt: Runtime, entry_id: str, fields: dict[str, Any], error: str, *, drop: bool = False
+    rt: Runtime,
+    entry_id: str,
+    fields: dict[str, Any],
+    error: str,
+    *,
+    drop: bool = False,
+    source: Source = SERVICE,
+    code: str = "invalid_spec",
+    retry_after: float | None = None,
 ) -> None:
-    """Record why the entry was refused; with ``drop`` also delete its (oversized) payload."""
+    """Record why the entry was refused (``rejection:{entry}``, the entry named across streams); with
+    ``drop`` also delete its (oversized) payload."""
     raw = str(fields.get("spec", ""))
     guess = _guess_ids(raw)
     at_ms = rt.clock.now_ms()
+    ref = source.ref(entry_id)
     rejection = Rejection(
-        entry_id=entry_id,
+        entry_id=ref,
         error=error,
+        code=code,  # type: ignore[arg-type]
+        retry_after=retry_after,
+        principal=source.principal.name if source.principal is not None else None,
         at=rt.clock.iso(at_ms),
         size_bytes=len(raw),
         preview=raw[:PREVIEW_CHARS],
@@ -365,11 +493,19 @@ def reject(
     )
     pipe = rt.redis.pipeline(transaction=False)
     write_rejection(pipe, rejection, at_ms)
-    rt.emit(pipe, "run_rejected", run_id=guess.get("run_id"), entry_id=entry_id, error=error[:1000])
+    rt.emit(
+        pipe,
+        "run_rejected",
+        run_id=guess.get("run_id"),
+        entry_id=ref,
+        code=code,
+        principal=rejection.principal,
+        error=error[:1000],
+    )
     if drop:
-        pipe.xdel(keys.SUBMISSIONS_STREAM, entry_id)
+        pipe.xdel(source.stream, entry_id)
     pipe.execute()
-    log.warning("submission_rejected", entry_id=entry_id, error=error)
+    log.warning("submission_rejected", entry_id=ref, code=code, error=error)
 
 
 def _guess_ids(raw: str) -> dict[str, str]:

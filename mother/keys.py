@@ -47,6 +47,8 @@ __all__ = [
     "LIBRARIES_INDEX",
     "MOTHER_CONFIG",
     "PHASE_DEADLINES",
+    "PRINCIPALS",
+    "PRINCIPAL_PATTERN",
     "PROBE_KEY",
     "REJECTIONS_BY_RUN",
     "REJECTIONS_INDEX",
@@ -57,6 +59,7 @@ __all__ = [
     "RUN_RETENTION",
     "RUN_WARNINGS",
     "SECURITY_VIOLATIONS",
+    "SPAWNS_STREAM",
     "SUBMISSIONS_STREAM",
     "TERMINATION_INDEX",
     "TERMINATION_PREFIX",
@@ -68,6 +71,7 @@ __all__ = [
     "artifact_meta_key",
     "attempt_token_key",
     "check_id",
+    "check_principal",
     "chunk_key",
     "command_reply_key",
     "conflict_key",
@@ -89,6 +93,12 @@ __all__ = [
     "member_of_job",
     "parse_heartbeat_member",
     "phase_job_id",
+    "principal_commands_key",
+    "principal_key",
+    "principal_of_stream",
+    "principal_replies_pattern",
+    "principal_reply_key",
+    "principal_submissions_key",
     "rate_limit_key",
     "rejection_key",
     "result_key",
@@ -145,6 +155,13 @@ ADMISSION_WAITING = "admission:waiting"
 ADMISSION_STATE = "admission:state"
 # stream: what people ask of Mother (cancel, ...); workers cannot write it
 COMMANDS_STREAM = "mother:commands"
+# stream: the child runs workers submit for a phase's spawn_run (XADD only; Mother checks each against
+# its parent)
+SPAWNS_STREAM = "mother:spawns"
+# set: the names of the principals (each its own ACL user, its own streams)
+PRINCIPALS = "principals"
+# a principal's name (also its ACL user's): never one of the service users'
+PRINCIPAL_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
 # JSON: the leading Mother's effective limits, read by submitters' server calls
 MOTHER_CONFIG = "mother:config"
 # zset: run_id waiting for a person, scored by its gate's deadline (server ms)
@@ -339,6 +356,52 @@ def conflict_key(conflict_id: str) -> str:
 
 
 # Context summaries and composed contexts
+_PRINCIPAL_RE = re.compile(PRINCIPAL_PATTERN)
+# a principal's streams: the one its submissions arrive by, the one its commands arrive by
+_PRINCIPAL_STREAM = re.compile(rf"mother:(submissions|commands):({PRINCIPAL_PATTERN})")
+
+
+def check_principal(name: str) -> str:
+    if not isinstance(name, str) or not _PRINCIPAL_RE.fullmatch(name):
+        raise InvalidSpec(
+            f"principal {_shown(name)} is not a valid name: a lowercase letter, then up to 62 of "
+            "a-z 0-9 _ -",
+            field="principal",
+        )
+    return name
+
+
+def principal_key(name: str) -> str:
+    """JSON: a principal's grants and whom it acts for (``mother principals``)."""
+    return f"principal:{check_principal(name)}"
+
+
+def principal_submissions_key(name: str) -> str:
+    """stream: the principal's submissions; only its ACL user may XADD to it, so an entry there is its."""
+    return f"mother:submissions:{check_principal(name)}"
+
+
+def principal_commands_key(name: str) -> str:
+    """stream: the principal's commands (cancel, approve, deny, answer, budget)."""
+    return f"mother:commands:{check_principal(name)}"
+
+
+def principal_reply_key(name: str, entry_id: str) -> str:
+    """list: Mother's reply to the principal's command ``entry_id`` (only it may read its replies)."""
+    return f"mother:reply:{check_principal(name)}:{check_id(entry_id, 'entry_id')}"
+
+
+def principal_replies_pattern(name: str) -> str:
+    """The ACL key pattern of every reply to the principal's commands."""
+    return f"mother:reply:{check_principal(name)}:*"
+
+
+def principal_of_stream(stream: str) -> str | None:
+    """The principal whose submissions or commands stream ``stream`` is; None for Mother's own."""
+    found = _PRINCIPAL_STREAM.fullmatch(stream)
+    return found.group(2) if found else None
+
+
 def command_reply_key(entry_id: str) -> str:
     """list: Mother's reply to the mother:commands entry ``entry_id`` (the CLI blocks on it; expires)."""
     return f"mother:reply:{entry_id}"

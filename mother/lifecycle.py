@@ -42,6 +42,7 @@ from mother.streams import Delivery
 from mother.termination import build_record, terminate, terminated
 from schemas import (
     ACTIVE_STATUSES,
+    SPAWNED_BY,
     Gate,
     HistoryEntry,
     PhaseResult,
@@ -824,6 +825,6 @@ def _parent_holding_slot(state: RunState) -> str | None:
     parent = state.spec.parent_run_id
     return (
         parent
-        if parent is not None and state.spec.metadata.get("spawned_by") == "spawn_run"
+        if parent is not None and state.spec.metadata.get(SPAWNED_BY) == "spawn_run"
         else None
     )

@@ -3,8 +3,10 @@
 - **Leadership.** ``mother:leader`` is a lease (``mh_lease``: SET NX PX / renew if
   ours). A standby polls it and takes over within one lease period after the
   leader dies. On taking over it reclaims every pending stream entry.
-- **Streams.** Consumer group ``mother`` on ``mother:submissions`` and
-  ``mother:events``: at-least-once. An entry is acknowledged after it is handled;
+- **Streams.** Consumer group ``mother`` on its own streams (``mother:submissions``,
+  ``mother:commands``, ``mother:events``), the workers' ``mother:spawns``, and each principal's
+  ``mother:submissions:{name}`` and ``mother:commands:{name}`` (:mod:`mother.principals.streams`: the
+  stream an entry came by is who sent it): at-least-once. An entry is acknowledged after it is handled;
   one whose handling raised stays pending, is reclaimed by XAUTOCLAIM after
   ``claim_idle_seconds`` and, after ``max_deliveries`` attempts, moves to
   ``mother:dead_letter``.
@@ -26,23 +28,24 @@ import redis
 from pydantic import ValidationError
 
 from mother import calls, keys
-from mother.client import COMMAND_CANCEL, EVENT_PHASE_RESULT, GATE_COMMANDS, REPLY_TTL_SECONDS
+from mother.client import COMMAND_CANCEL, EVENT_PHASE_RESULT
+from mother.commands import handle_command
 from mother.config import Settings
 from mother.conflicts import install as install_review_hooks
 from mother.connection import Outage, redis_down, sleep_unless, unless_redis_down
-from mother.errors import InvalidSpec, MotherError
+from mother.errors import MotherError
 from mother.functions import ensure_loaded
-from mother.gates.decide import decide
 from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run
 from mother.logs import get_logger
+from mother.principals.streams import ConsumedStreams, Source
 from mother.records.budgets import publish_limits
 from mother.records.conflicts import ensure_index as ensure_conflict_index
 from mother.records.libraries import ensure_indexes as ensure_library_indexes
 from mother.records.tools import read_registry
 from mother.review import on_phase_result
 from mother.runtime import Runtime
-from mother.streams import Delivery, as_text, ensure_group
+from mother.streams import Delivery, as_text
 from mother.termination import ensure_index
 from mother.tools import sync as sync_tools
 from mother.watchdog import Watchdog
@@ -52,7 +55,6 @@ from schemas.budget import PublishedLimits
 __all__ = ["Mother"]
 
 log = get_logger("mother")
-STREAMS = (keys.EVENTS_STREAM, keys.COMMANDS_STREAM, keys.SUBMISSIONS_STREAM)
 
 
 class Mother:
@@ -70,7 +72,10 @@ class Mother:
         # conflict resolution and human gates review every phase result
         install_review_hooks(self.rt)
         self.instance = instance or f"{keys.leader_prefix(os.getpid())}{uuid.uuid4().hex[:6]}"
-        self.watchdog = Watchdog(self.rt)
+        self.consumed = ConsumedStreams(
+            self.rt.redis, self.cfg.consumer_group, self.cfg.principals_refresh_seconds
+        )
+        self.watchdog = Watchdog(self.rt, streams=lambda: self.consumed.streams)
         self.stopping = False
         self.leader = False
         self._renewed_at = 0.0
@@ -193,19 +198,20 @@ class Mother:
         )
 
     def ensure_groups(self) -> None:
-        for stream in STREAMS:
-            ensure_group(self.rt.redis, stream, self.cfg.consumer_group)
+        self.consumed.forget_groups()
+        self.consumed.refresh(force=True)
 
     # -- one loop ----------------------------------------------------------
     def serve_once(self) -> int:
         """Read and handle one batch from both streams; run the watchdog when due."""
         handled = 0
+        self.consumed.refresh()
         # read as bytes: an entry that is not UTF-8 must be refused on its own, not break the batch
         try:
             batches = self.rt.rq_redis.xreadgroup(
                 self.cfg.consumer_group,
                 self.instance,
-                {s: ">" for s in STREAMS},
+                {s: ">" for s in self.consumed.streams},
                 count=self.cfg.batch,
                 block=self.cfg.block_ms,
             )
@@ -243,16 +249,17 @@ class Mother:
         is then rejected with that error, an event ignored (both acknowledged).
         """
         delivery = Delivery(stream, self.cfg.consumer_group, entry_id)
+        source = self.consumed.source(stream)
         try:
             if not_text is not None:
-                if stream == keys.SUBMISSIONS_STREAM:
-                    reject(self.rt, entry_id, fields, not_text)
+                if source.role == "submissions":
+                    reject(self.rt, entry_id, fields, not_text, source=source)
                 else:
                     self.log.warning("event_ignored", entry_id=entry_id, why=not_text)
-            elif stream == keys.SUBMISSIONS_STREAM:
-                handle_submission(self.rt, entry_id, fields, delivery=delivery)
-            elif stream == keys.COMMANDS_STREAM:
-                self.handle_command(delivery, fields)
+            elif source.role == "submissions":
+                handle_submission(self.rt, entry_id, fields, delivery=delivery, source=source)
+            elif source.role == "commands":
+                self.handle_command(delivery, fields, source)
             else:
                 self.handle_event(delivery, fields)
         except Exception as exc:
@@ -273,7 +280,7 @@ class Mother:
         acknowledged). Nothing but Redis going away escapes: a failure here too (say, a run record that is
         not one) leaves the entry pending, and the entries read with it are still handled."""
         run_id = _run_id_of(fields)
-        if run_id is None and stream != keys.SUBMISSIONS_STREAM:
+        if run_id is None and self.consumed.source(stream).role != "submissions":
             # an event naming no readable run: nothing to end
             return False
         return unless_redis_down(
@@ -300,6 +307,7 @@ class Mother:
                 entry_id,
                 fields,
                 f"Mother failed to take this submission in: {type(exc).__name__}: {exc}",
+                source=self.consumed.source(stream),
             )
         else:
             # _failed returns before this for an event that names no run
@@ -330,28 +338,11 @@ class Mother:
                 + ("; commands go to mother:commands" if kind == COMMAND_CANCEL else ""),
             )
 
-    def handle_command(self, delivery: Delivery, fields: dict[str, Any]) -> None:
-        """A person's command on ``mother:commands`` (a stream the workers' ACL user cannot write)."""
-        entry_id = delivery.entry_id
-        kind, payload = fields.get("type"), self._payload(entry_id, fields)
-        if payload is None:
-            return
-        if kind == COMMAND_CANCEL:
-            run_id = payload.get("run_id")
-            if not keys.is_id(run_id):
-                self.log.warning(
-                    "command_ignored",
-                    entry_id=entry_id,
-                    why=f"cancel names no valid run_id: {run_id!r}"[:300],
-                )
-                return
-            self._cancel(run_id, payload, delivery)
-        elif kind in GATE_COMMANDS:
-            self._gate_command(str(kind), payload, delivery)
-        else:
-            self.log.warning(
-                "command_ignored", entry_id=entry_id, why=f"unknown command {kind!r}"[:300]
-            )
+    def handle_command(self, delivery: Delivery, fields: dict[str, Any], source: Source) -> None:
+        """A person's command on ``mother:commands`` or a principal's stream (:mod:`mother.commands`)."""
+        payload = self._payload(delivery.entry_id, fields)
+        if payload is not None:
+            handle_command(self.rt, delivery, fields.get("type"), payload, source)
 
     def _payload(self, entry_id: str, fields: dict[str, Any]) -> dict[str, Any] | None:
         """An entry's ``payload`` field as a JSON object; None (logged) when it is not one."""
@@ -369,66 +360,6 @@ class Mother:
             return None
         return payload
 
-    def _cancel(self, run_id: str, payload: dict[str, Any], delivery: Delivery) -> None:
-        state = self.rt.load_run(run_id)
-        if state is None or state.status == "terminated":
-            return
-        actor = str(payload.get("actor", "user"))[:128]
-        reason = str(payload.get("reason", "cancelled by user"))[:1000]
-        end_run(
-            self.rt,
-            state,
-            "user_cancelled",
-            f"Cancelled by {actor}: {reason}",
-            contributing_factors=[f"cancel requested during phase {state.phase or 'intake'}"],
-            delivery=delivery,
-        )
-
-    def _gate_command(self, kind: str, payload: dict[str, Any], delivery: Delivery) -> None:
-        """A person's decision on a gate (approve, deny, answer): taken, or refused changing nothing;
-        either way Mother replies on ``mother:reply:{entry}`` (the CLI waits for it) and a refusal is
-        kept in the activity stream."""
-        run_id = payload.get("run_id")
-        try:
-            if not isinstance(run_id, str) or not keys.is_id(run_id):
-                raise InvalidSpec(f"{kind} names no valid run_id: {run_id!r}"[:300], field="run_id")
-            reply: dict[str, Any] = {
-                "ok": True,
-                **decide(
-                    self.rt,
-                    run_id,
-                    kind,
-                    actor=payload.get("actor"),
-                    reason=payload.get("reason", ""),
-                    gate_id=payload.get("gate_id"),
-                    digest=payload.get("digest"),
-                    answer=payload.get("text"),
-                    delivery=delivery,
-                ),
-            }
-        except MotherError as exc:
-            reply = {"ok": False, **exc.to_dict()}
-            self.log.warning(
-                "gate_decision_refused",
-                entry_id=delivery.entry_id,
-                run_id=run_id,
-                error=exc.message,
-            )
-            self.rt.emit(
-                self.rt.redis,
-                "gate_decision_refused",
-                run_id=run_id if keys.is_id(run_id) else None,
-                entry_id=delivery.entry_id,
-                decision=kind,
-                actor=str(payload.get("actor"))[:128],
-                error=exc.message[:1000],
-            )
-        pipe = self.rt.redis.pipeline(transaction=True)
-        key = keys.command_reply_key(delivery.entry_id)
-        pipe.rpush(key, orjson.dumps(reply))
-        pipe.expire(key, REPLY_TTL_SECONDS)
-        pipe.execute()
-
     def _end_catastrophically(self, run_id: str, exc: Exception) -> None:
         state = self.rt.load_run(run_id)
         if state is not None and state.status != "terminated":
@@ -443,7 +374,7 @@ class Mother:
     # -- reclaiming ----------------------------------------------------------
     def reclaim(self, min_idle_ms: int) -> None:
         """Claim entries pending too long (a dead consumer's, or our own failures); dead-letter repeats."""
-        for stream in STREAMS:
+        for stream in self.consumed.streams:
             start = "0-0"
             while True:
                 reply = self.rt.rq_redis.xautoclaim(
@@ -475,7 +406,7 @@ class Mother:
     def _not_taken_in(self, stream: str, run_id: str | None) -> bool:
         """Whether an entry is a submission whose run was not made (its record's existence: a record
         that does not parse is still a run that was made)."""
-        return stream == keys.SUBMISSIONS_STREAM and (
+        return self.consumed.source(stream).role == "submissions" and (
             run_id is None or not self.rt.redis.exists(keys.run_key(run_id))
         )
 
@@ -489,6 +420,7 @@ class Mother:
                 fields,
                 f"Mother failed to take this submission in on each of more than "
                 f"{self.cfg.max_deliveries} deliveries; it is kept in {keys.DEAD_LETTER_STREAM}",
+                source=self.consumed.source(stream),
             )
         pipe = self.rt.redis.pipeline(transaction=True)
         pipe.xadd(

@@ -20,6 +20,7 @@ Runs every ``service.watchdog_interval_seconds`` on the leader:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import orjson
@@ -59,10 +60,20 @@ log = get_logger("watchdog")
 BATCH = 200
 
 
+def _own_streams() -> list[str]:
+    return [keys.SUBMISSIONS_STREAM, keys.SPAWNS_STREAM, keys.EVENTS_STREAM, keys.COMMANDS_STREAM]
+
+
 class Watchdog:
-    def __init__(self, rt: Runtime, reconcile_every: int = 5) -> None:
+    """``streams``: the streams Mother reads now (its own and each principal's), for trimming and the
+    queue depth."""
+
+    def __init__(
+        self, rt: Runtime, reconcile_every: int = 5, streams: Callable[[], list[str]] = _own_streams
+    ) -> None:
         self.rt = rt
         self.reconcile_every = reconcile_every
+        self.streams = streams
         self.ticks = 0
 
     def tick(self) -> None:
@@ -83,7 +94,7 @@ class Watchdog:
         """Trim the streams Mother consumes below what is still to be handled (and their retention), and
         forget rejections past theirs: Redis stays bounded however many runs pass through."""
         cfg = self.rt.settings.service
-        for stream in (keys.SUBMISSIONS_STREAM, keys.EVENTS_STREAM, keys.COMMANDS_STREAM):
+        for stream in self.streams():
             calls.trim_stream(
                 self.rt.redis, stream, retention_ms=int(cfg.stream_retention_seconds * 1000)
             )
@@ -300,9 +311,12 @@ class Watchdog:
         Redis memory (INFO)."""
         r = self.rt.redis
         group = self.rt.settings.service.consumer_group
-        backlog = group_backlog(r, keys.SUBMISSIONS_STREAM, group)
-        depth = backlog[0] + (backlog[1] or 0) if backlog is not None else 0
-        depth += r.zcard(keys.ADMISSION_WAITING)
+        depth = r.zcard(keys.ADMISSION_WAITING)
+        for stream in self.streams():
+            if not stream.startswith((keys.SUBMISSIONS_STREAM, keys.SPAWNS_STREAM)):
+                continue
+            backlog = group_backlog(r, stream, group)
+            depth += backlog[0] + (backlog[1] or 0) if backlog is not None else 0
         memory_mb = int(r.info("memory")["used_memory"]) // (1024 * 1024)
         concurrent = r.zcard(keys.RUN_DEADLINES)
         refresh_gauges(r, concurrent, depth, memory_mb)

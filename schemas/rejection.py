@@ -16,7 +16,12 @@ class Rejection(Record):
 
     entry_id: str
     error: str
-    code: Literal["invalid_spec"] = "invalid_spec"
+    code: Literal["invalid_spec", "identity_refused", "rate_limited", "queue_full"] = "invalid_spec"
+    retry_after: float | None = Field(
+        None, description="seconds until the user may submit again (rate_limited)"
+    )
+    # the principal it came from (None: Mother's own submissions stream or the workers' spawns)
+    principal: str | None = None
     at: Timestamp
     size_bytes: int
     preview: str = Field(description="the spec's first characters as submitted")

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_PHASES",
     "MAX_SPEC_BYTES",
     "MAX_TASK_CHARS",
+    "SPAWNED_BY",
     "HistoryEntry",
     "LimitOverrides",
     "PhaseSpec",
@@ -36,6 +37,8 @@ __all__ = [
     "RunStatus",
 ]
 
+# the metadata key a spawn_run child carries: its parent holds a parallel_agents slot for it
+SPAWNED_BY = "spawned_by"
 # a submitted spec, serialised, is at most 1 MiB
 MAX_SPEC_BYTES = 1024 * 1024
 MAX_TASK_CHARS = 200_000
@@ -219,7 +222,16 @@ class RunState(Record):
     updated_at: Timestamp
     terminated_at: Timestamp | None = None
     reason: str | None = None
-    entry_id: str | None = Field(None, description="the mother:submissions entry the run came from")
+    entry_id: str | None = Field(
+        None,
+        description="the submission entry the run came from ('{principal}:{id}' for a principal's "
+        "stream, 'spawn:{id}' for a worker's spawn_run, the id alone for mother:submissions)",
+    )
+    submitted_by: str | None = Field(
+        None,
+        description="the principal whose stream the run arrived by (proven by its ACL user); None: "
+        "Mother's own submissions stream (service credentials) or a parent run's spawn_run",
+    )
     results: list[PhaseResult] = Field(
         default_factory=list, description="accepted result of each finished phase"
     )

@@ -185,3 +185,51 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     p = start_pipeline(tmp_path_factory.mktemp("pipeline"))
     yield p
     stop_pipeline(p)
+
+
+# -- the shipped ACL file, and `mother up --dev` -------------------------------------------------------
+
+SHIPPED_ACL = ROOT / "deploy" / "users.acl"
+
+
+def as_user(url: str, user: str) -> str:
+    """``url`` as one of the shipped users (their CHANGE-ME passwords), or the tests' ``admin``."""
+    return url.replace("redis://", f"redis://{user}:CHANGE-ME-{user}@")
+
+
+def start_acl_stack(tmp: Path) -> tuple[EmbeddedRedis, LocalStack]:
+    """The embedded server with the shipped ACL file (and an administrator the tests make users with);
+    Mother on the mother user, two workers on the worker user, serving agents and tools (as deployed:
+    the maintenance queue is served by workers of the `maintenance` user)."""
+    acl = tmp / "users.acl"
+    acl.write_text(SHIPPED_ACL.read_text() + "user admin on >CHANGE-ME-admin ~* &* +@all\n")
+    server = EmbeddedRedis(
+        dir=tmp / "redis", appendfsync="no", extra_args=["--aclfile", str(acl)]
+    ).start()
+    stack = LocalStack(
+        as_user(server.url, "mother"),
+        workers=2,
+        worker_url=as_user(server.url, "worker"),
+        queues="agents,tools",
+        log_dir=tmp / "logs",
+        env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp / "ws")},
+    ).start()
+    return server, stack
+
+
+def start_up_dev(tmp: Path, env: dict[str, str], *, stderr: Any = subprocess.PIPE) -> Any:
+    """``mother up --dev`` with no workers and no dashboard on a free port, as a process (stdout piped)."""
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    return subprocess.Popen(
+        [str(MOTHER_BIN), "up", "--dev", "--workers", "0", "--dashboard-port", "0", "--port",
+         str(port), "--dir", str(tmp / "redis")],
+        env=cli_env(env),
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )  # fmt: skip

@@ -16,12 +16,12 @@ from mother.activity import recent
 from mother.budget import (
     Guard,
     admit,
+    append_submission,
     emergency_stop,
     open_run_budget,
     override,
     rate_check,
     reset_stop,
-    submit_with_backpressure,
 )
 from mother.clock import ServerClock
 from mother.config import Settings, load_settings
@@ -555,21 +555,28 @@ def test_a_crossed_run_limit_is_the_records_primary_code(tmp_path: Path) -> None
         stop_pipeline(p)
 
 
+def _append(r: redis.Redis, settings: Settings, run_id: str) -> str:
+    return append_submission(
+        r, settings, stream=keys.SUBMISSIONS_STREAM, payload=b"{}", run_id=run_id, user_id="u"
+    )
+
+
 def test_queue_full_refuses_and_enqueues_nothing(r: redis.Redis) -> None:
     """At max queue depth submit raises QueueFull and the stream does not grow; runs waiting in the admission
-    queue count in the depth."""
+    queue count in the depth (the submitter's check; intake decides again)."""
     load_functions(r)
     settings = SETTINGS.model_copy(deep=True)
     settings.budget.global_.max_queue_depth = 3
-    submit_with_backpressure(r, settings, b"{}", "q-1")
-    submit_with_backpressure(r, settings, b"{}", "q-2")
+    _append(r, settings, "q-1")
+    _append(r, settings, "q-2")
     r.zadd(keys.ADMISSION_WAITING, {"waiting-1": 1})
     with pytest.raises(
         QueueFull, match=r"the submission queue is full \(3/3 runs waiting to start\)"
     ):
-        submit_with_backpressure(r, settings, b"{}", "q-3")
+        _append(r, settings, "q-3")
     assert r.xlen(keys.SUBMISSIONS_STREAM) == 2
-    assert not r.hexists(keys.RUN_CLAIMS, "q-3")
+    # the submitter claims nothing: Mother claims run ids at intake
+    assert not r.exists(keys.RUN_CLAIMS)
 
 
 def test_the_queue_depth_is_the_servers_and_the_leading_mothers_limit(r: redis.Redis) -> None:
@@ -591,8 +598,8 @@ def test_the_queue_depth_is_the_servers_and_the_leading_mothers_limit(r: redis.R
     )
     r.execute_command("JSON.SET", keys.MOTHER_CONFIG, "$", orjson.dumps({"max_queue_depth": 3}))
     # the queue is empty: the gauge was stale
-    first = submit_with_backpressure(r, settings, b"{}", "d-1")
-    # the gauge is Mother's to refresh (a client's ACL user may not write it): a submission leaves it
+    first = _append(r, settings, "d-1")
+    # the gauge is Mother's to refresh: a submission leaves it
     assert orjson.loads(r.execute_command("JSON.GET", keys.GLOBAL_BUDGET, "$.queue_depth")) == [104]
     for _ in range(2):
         # raw entries count at once
@@ -600,7 +607,7 @@ def test_the_queue_depth_is_the_servers_and_the_leading_mothers_limit(r: redis.R
     with pytest.raises(
         QueueFull, match=r"the submission queue is full \(3/3 runs waiting to start\)"
     ):
-        submit_with_backpressure(r, settings, b"{}", "d-2")
+        _append(r, settings, "d-2")
     assert (
         r.xlen(keys.SUBMISSIONS_STREAM) == 3
         and r.xrange(keys.SUBMISSIONS_STREAM, count=1)[0][0] == first
@@ -608,19 +615,35 @@ def test_the_queue_depth_is_the_servers_and_the_leading_mothers_limit(r: redis.R
     r.xreadgroup(settings.service.consumer_group, "c", {keys.SUBMISSIONS_STREAM: ">"})
     # Mother took one in
     r.xack(keys.SUBMISSIONS_STREAM, settings.service.consumer_group, first)
-    submit_with_backpressure(r, settings, b"{}", "d-2")
+    _append(r, settings, "d-2")
 
 
-def test_a_run_id_is_claimed_once_on_the_server(r: redis.Redis) -> None:
-    """Two submissions of one run_id: the first claims it, the second is refused naming the first's entry,
-    whatever the clients saw before (the check was a client-side EXISTS: both got the run_id back)."""
+def test_a_claimed_run_id_is_refused_before_it_is_appended(r: redis.Redis) -> None:
+    """A run_id Mother has claimed for a submission is refused at once, naming that submission's entry,
+    and nothing is appended (Mother's intake refuses a later duplicate in any case)."""
     load_functions(r)
-    entry = submit_with_backpressure(r, SETTINGS, b"{}", "same-id")
+    r.hset(keys.RUN_CLAIMS, "same-id", "1-0")
     with pytest.raises(
-        InvalidSpec, match=rf"run_id 'same-id' is already used \(by submission {entry}\)"
+        InvalidSpec, match=r"run_id 'same-id' is already used \(by submission 1-0\)"
     ):
-        submit_with_backpressure(r, SETTINGS, b"{}", "same-id")
-    assert r.xlen(keys.SUBMISSIONS_STREAM) == 1 and r.hget(keys.RUN_CLAIMS, "same-id") == entry
+        _append(r, SETTINGS, "same-id")
+    assert r.xlen(keys.SUBMISSIONS_STREAM) == 0
+
+
+def test_a_full_rate_window_is_refused_before_it_is_appended(r: redis.Redis) -> None:
+    """The submitter's check reads the user's window without counting in it (Mother counts at intake):
+    at the limit it raises RateLimited with retry_after, and appends nothing."""
+    load_functions(r)
+    settings = SETTINGS.model_copy(deep=True)
+    settings.budget.rate_limit.messages = 2
+    rate_check(r, settings, "u")
+    rate_check(r, settings, "u")
+    before = r.zcard(keys.rate_limit_key("u"))
+    with pytest.raises(RateLimited) as info:
+        _append(r, settings, "r-1")
+    assert 3590 < info.value.retry_after <= 3600
+    assert r.zcard(keys.rate_limit_key("u")) == before == 2
+    assert r.xlen(keys.SUBMISSIONS_STREAM) == 0
 
 
 def test_run_ends_budget_exhausted_end_to_end(tmp_path: Path) -> None:

@@ -19,35 +19,19 @@ from mother.connection import connect
 from mother.records.tools import read_stats
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
-from tests.conftest import FAST_ENV, run_cli
+from tests.conftest import FAST_ENV, as_user, run_cli, start_acl_stack
 from tests.test_pipeline import example
 
 ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"
 
 
-def _as(url: str, user: str) -> str:
-    return url.replace("redis://", f"redis://{user}:CHANGE-ME-{user}@")
+_as = as_user
 
 
 @pytest.fixture(scope="module")
 def acl_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, MotherClient]]:
     """The embedded server with the shipped ACL file; Mother on the mother user, two workers on the worker user."""
-    tmp = tmp_path_factory.mktemp("acl")
-    # the shipped users, and an administrator the tests make narrow users with
-    acl = tmp / "users.acl"
-    acl.write_text(ACL.read_text() + "user admin on >CHANGE-ME-admin ~* &* +@all\n")
-    server = EmbeddedRedis(
-        dir=tmp / "redis", appendfsync="no", extra_args=["--aclfile", str(acl)]
-    ).start()
-    stack = LocalStack(
-        _as(server.url, "mother"),
-        workers=2,
-        worker_url=_as(server.url, "worker"),
-        # as deployed: the maintenance queue is served by workers of the `maintenance` user
-        queues="agents,tools",
-        log_dir=tmp / "logs",
-        env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp / "ws")},
-    ).start()
+    server, stack = start_acl_stack(tmp_path_factory.mktemp("acl"))
     try:
         yield server.url, MotherClient(settings=load_settings(redis_url=_as(server.url, "mother")))
     finally:
@@ -209,7 +193,7 @@ def test_doctor_names_the_acl_user_and_what_it_lacks(
         "read composed contexts" in report.lacks and "claim attempt tokens (GETDEL)" in report.lacks
     )
     # it may write run:* keys: a worker's credentials must not
-    assert "write run records" in report.excess
+    assert "write run records (a waiting run's gate)" in report.excess
     assert {what for what, _ in NEEDS["worker"]} > set(report.lacks) and MUST_NOT["worker"]
 
 
@@ -332,47 +316,56 @@ def test_the_dashboard_runs_as_its_read_only_acl_user(acl_stack: tuple[str, Moth
             as_dashboard.execute_command(*command)
 
 
-def test_clients_submit_and_watch_with_the_submit_only_acl_user(
+def test_a_principal_submits_and_watches_with_its_own_acl_user(
     acl_stack: tuple[str, MotherClient],
 ) -> None:
-    """The shipped `client` user submits a run (through the client's server functions) and follows
-    it to its end; it cannot write run fate, people's commands, budgets or tokens."""
+    """A principal made by an administrator (`mother principals add`) submits a run on its own stream
+    and follows it to its end; it cannot write run fate, Mother's streams, people's commands, budgets,
+    claims, rate windows or tokens, and `mother doctor` as it finds nothing lacking or in excess."""
+    from mother import principals
+    from mother.cli.principals import principal_url
     from tests.test_pipeline import wait_until
 
     url, mother = acl_stack
-    client = MotherClient(settings=load_settings(redis_url=_as(url, "client")))
-    # before Mother has loaded the server functions, a submission says so in one line
+    admin = connect(_as(url, "admin"))
+    _, password = principals.add(
+        admin, "alice", ["submit", "cancel"], [], "2026-11-27T00:00:00.000Z"
+    )
+    alice_url = principal_url(url, "alice", password)
+    client = MotherClient(settings=load_settings(redis_url=alice_url))
+    assert client.principal is not None and client.principal.name == "alice"
     wait_until(lambda: mother.redis.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "mother"))
     run_id = client.submit(example("three-phase"))
     envelope = client.wait(run_id, 60)
     assert envelope.termination.reason == "success"
-    assert client.status(run_id).status == "terminated"
+    state = client.status(run_id)
+    assert state.status == "terminated" and state.submitted_by == "alice"
+    assert state.entry_id is not None and state.entry_id.startswith("alice:")
     assert client.runs(user="alice", limit=5)[0]["run_id"] == run_id
-    as_client = connect(_as(url, "client"))
+    as_alice = connect(alice_url)
     for command in (
         ("JSON.SET", keys.run_key(run_id), "$.status", '"running"'),
         ("JSON.SET", keys.GLOBAL_BUDGET, "$.redis_memory_mb", "99999"),
         ("XADD", keys.COMMANDS_STREAM, "*", "type", "cancel"),
+        ("XADD", keys.SUBMISSIONS_STREAM, "*", "spec", "{}"),
         ("XTRIM", keys.SUBMISSIONS_STREAM, "MAXLEN", "0"),
-        ("DEL", keys.SUBMISSIONS_STREAM),
+        ("PEXPIRE", keys.SUBMISSIONS_STREAM, "1"),
+        ("DEL", keys.principal_submissions_key("alice")),
+        ("XDEL", keys.principal_submissions_key("alice"), "0-1"),
+        ("HSET", keys.RUN_CLAIMS, "squat", "1-0"),
+        ("ZADD", keys.rate_limit_key("carol"), "1", "x"),
         ("GET", keys.attempt_token_key(run_id, 0, 1)),
         ("JSON.SET", keys.run_limits_key(run_id), "$.status", '"open"'),
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):
-            as_client.execute_command(*command)
+            as_alice.execute_command(*command)
     # a refusal names the command, the key and the ACL user, and the way out
     with pytest.raises(redis.exceptions.NoPermissionError) as refused:
-        as_client.execute_command("XADD", keys.COMMANDS_STREAM, "*", "type", "cancel")
-    assert "XADD on mother:commands as ACL user 'client'" in str(refused.value)
-    cancel = run_cli(
-        "budget",
-        "stop",
-        run_id,
-        "--actor",
-        "eve",
-        "--reason",
-        "x",
-        env={"MOTHER_REDIS_URL": _as(url, "client")},
-    )
-    assert cancel.returncode == 2 and cancel.stderr.count("\n") == 1
-    assert "as ACL user 'client'" in cancel.stderr and "mother doctor" in cancel.stderr
+        as_alice.execute_command("XADD", keys.COMMANDS_STREAM, "*", "type", "cancel")
+    assert "XADD on mother:commands as ACL user 'alice'" in str(refused.value)
+    stop = run_cli("budget", "stop", run_id, "--reason", "x", env={"MOTHER_REDIS_URL": alice_url})
+    assert stop.returncode == 2 and stop.stderr.count("\n") == 1, stop.stderr
+    assert "principal alice may not budget_stop" in stop.stderr
+    doctor = run_cli("doctor", env={"MOTHER_REDIS_URL": alice_url})
+    assert "ACL user           alice (checked for what a principal needs)" in doctor.stdout
+    assert "FAIL" not in doctor.stdout and " can " not in doctor.stdout.split("ACL user")[1]

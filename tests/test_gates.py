@@ -146,13 +146,25 @@ def test_mother_refuses_a_raw_decision_with_a_reply_and_an_activity_entry(gated:
     """What the client checks, Mother checks again on the server: a raw XADD from an actor not allowed gets
     a refusal on mother:reply:{entry}, a gate_decision_refused entry, and the run keeps waiting."""
     run_id = gated.client.submit(example("approval-denied", gate_timeout_seconds=600))
-    _waiting(gated, run_id)
+    state = _waiting(gated, run_id)
+    assert state.gate is not None
+    gate = {"gate_id": state.gate.gate_id, "digest": state.gate.digest}
     before = _raw(gated, run_id)
+    # a decision that does not name its gate and digest could approve whatever the run waits on
+    unnamed = gated.redis.xadd(
+        keys.COMMANDS_STREAM,
+        {
+            "type": "approve",
+            "payload": orjson.dumps({"run_id": run_id, "actor": "ops", "reason": "any gate"}),
+        },
+    )
+    with pytest.raises(GateRefused, match="must name the gate it decides and its digest"):
+        gated.client.command_reply(unnamed, 10)
     entry = gated.redis.xadd(
         keys.COMMANDS_STREAM,
         {
             "type": "approve",
-            "payload": orjson.dumps({"run_id": run_id, "actor": "mallory", "reason": "me"}),
+            "payload": orjson.dumps({"run_id": run_id, "actor": "mallory", "reason": "me", **gate}),
         },
     )
     with pytest.raises(GateRefused, match="mallory may not decide"):
@@ -167,7 +179,7 @@ def test_mother_refuses_a_raw_decision_with_a_reply_and_an_activity_entry(gated:
         keys.COMMANDS_STREAM,
         {
             "type": "approve",
-            "payload": orjson.dumps({"run_id": run_id, "actor": "ops", "reason": "ok"}),
+            "payload": orjson.dumps({"run_id": run_id, "actor": "ops", "reason": "ok", **gate}),
         },
     )
     assert gated.client.command_reply(entry, 10)["decision"] == "approve"

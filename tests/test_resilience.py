@@ -134,11 +134,19 @@ def _threads(pid: int) -> int:
 
 
 def _children(pid: int) -> list[int]:
+    """The work-horses of worker ``pid`` (not the tool sandbox its start proves, a bwrap child)."""
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
     except OSError:
         return []
-    return [int(x) for x in text.split()]
+    return [int(x) for x in text.split() if _comm(int(x)) not in ("bwrap", "")]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def test_killed_leader_standby_finishes_the_run(fresh: Pipeline) -> None:

@@ -28,7 +28,7 @@ from mother import secrets
 from mother.config import Settings
 from schemas import RunSpec
 from schemas.tool import DeterministicTool
-from tests.conftest import MOTHER_BIN, Pipeline, cli_env, run_cli, start_pipeline, stop_pipeline
+from tests.conftest import Pipeline, run_cli, start_pipeline, start_up_dev, stop_pipeline
 from tests.test_pipeline import wait_until
 from tests.test_tools import _tool
 from workers.sandbox.bwrap import Sandbox, hand_over
@@ -573,21 +573,12 @@ def test_a_worker_refuses_to_start_without_its_sandbox(redis_url: str) -> None:
 
 
 def test_up_dev_without_a_sandbox_says_so_in_one_yellow_line(tmp_path: Path) -> None:
-    env = cli_env(
-        {"MOTHER_TOOLS__SANDBOX_BWRAP": "/nonexistent/bwrap", "FORCE_COLOR": "1", "COLUMNS": "300"}
-    )
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    proc = subprocess.Popen(
-        [str(MOTHER_BIN), "up", "--dev", "--workers", "0", "--dashboard-port", "0", "--port",
-         str(port), "--dir", str(tmp_path / "redis")],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )  # fmt: skip
+    env = {
+        "MOTHER_TOOLS__SANDBOX_BWRAP": "/nonexistent/bwrap",
+        "FORCE_COLOR": "1",
+        "COLUMNS": "300",
+    }
+    proc = start_up_dev(tmp_path, env)
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()

@@ -116,8 +116,8 @@ def test_spawn_refused_by_a_full_queue_gives_back_what_it_took(
     """QueueFull at the child's submission: the model gets a tool error, the parallel_agents slot and the
     ledger reservation are given back (they used to stay taken for a child that never ran)."""
     rt, state = _parent(r, redis_url, max_queue_depth=1)
-    # the parent's own entry, which no consumer group took in: full
-    assert r.xlen(keys.SUBMISSIONS_STREAM) == 1
+    # a run waiting for a slot: the queue is full
+    r.zadd(keys.ADMISSION_WAITING, {"someone-elses": 1})
     guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today)
     tool = SpawnRun(rt, state, 0, guard, check_alive=lambda: None)
     with pytest.raises(

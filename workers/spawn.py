@@ -1,7 +1,8 @@
 """The ``spawn_run`` tool: an agent starts a child run through Mother.
 
-The child is a normal submission (``mother:submissions``) with ``parent_run_id``;
-Mother resolves its limits against the parent's (depth decrements). Before
+The child is a submission on ``mother:spawns`` (the one stream workers may append submissions to) with
+``parent_run_id``; Mother takes it only as a child of a run that has not ended, for the parent's own
+user, and resolves its limits against the parent's (depth decrements). Before
 submitting, the tool charges the parent's ``spawns`` and ``parallel_agents`` in the
 budget guard and reserves the child's budget in the spend ledger, so a parent can
 never hand out more than it has left. With ``wait`` (default) the tool returns the
@@ -19,7 +20,8 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
-from mother.budget import Guard, submit_with_backpressure
+from mother import keys
+from mother.budget import Guard, append_submission
 from mother.errors import (
     BudgetExhausted,
     DepthExhausted,
@@ -30,15 +32,14 @@ from mother.errors import (
 )
 from mother.limits import resolve_limits
 from mother.records.budgets import read_own_spend
+from mother.records.rejections import read_rejection_for
 from mother.records.results import read_result
 from mother.runtime import Runtime
-from schemas import RunSpec, RunState, describe_validation_error
+from schemas import SPAWNED_BY, RunSpec, RunState, describe_validation_error
 
 __all__ = ["SpawnRun"]
 
 WAIT_POLL_SECONDS = 0.2
-# metadata key: the child holds one of its parent's parallel_agents slots
-SPAWNED_BY = "spawned_by"
 
 
 class SpawnRun:
@@ -92,8 +93,15 @@ class SpawnRun:
             ledger.report_actual(self.state.run_id, self._own_spend())
             ledger.reserve(spec.run_id, Decimal(str(arguments["budget"])), self.state.run_id)
             reserved = True
-            submit_with_backpressure(self.rt.redis, self.rt.settings, spec.to_json(), spec.run_id)
-        # give back what a child that will not run took
+            append_submission(
+                self.rt.redis,
+                self.rt.settings,
+                stream=keys.SPAWNS_STREAM,
+                payload=spec.to_json(),
+                run_id=spec.run_id,
+                user_id=spec.user_id,
+            )
+        # give back what a child that will not run took (one Mother refuses later, Mother gives back)
         except (InsufficientBudget, InvalidSpec, QueueFull) as exc:
             self.guard.release("parallel_agents")
             if reserved:
@@ -154,6 +162,11 @@ class SpawnRun:
             if envelope is not None and envelope.termination is not None:
                 term = envelope.termination
                 return f"child {child_id} ended {term.reason}: {term.details}\n{envelope.output}".rstrip()
+            # refused at intake (Mother gave back its reservation and slot)
+            if envelope is None and not self.rt.redis.exists(keys.run_key(child_id)):
+                rejected = read_rejection_for(self.rt.redis, child_id)
+                if rejected is not None:
+                    raise ToolError(f"cannot spawn: {rejected.error}")
             time.sleep(WAIT_POLL_SECONDS)
             # the parent ending (deadline, cancel) stops the wait
             self.check_alive()

@@ -14,6 +14,7 @@ from mother.cli import (
     gates,
     inspect,
     library,
+    principals,
     replay,
     runs,
     services,
@@ -61,6 +62,7 @@ app.add_typer(artifacts.artifacts_app, name="artifacts")
 app.add_typer(artifacts.gc_app, name="gc")
 app.add_typer(library.app, name="library")
 app.add_typer(replay.app, name="replay")
+app.add_typer(principals.app, name="principals")
 app.add_typer(signing.keys_app, name="keys")
 app.command()(signing.sign)
 app.command()(signing.verify)

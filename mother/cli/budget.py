@@ -12,8 +12,9 @@ from rich.text import Text
 from mother import keys
 from mother.budget import emergency_stop, override, reset_stop
 from mother.cli._common import console, fail, handle_errors, redis_client, settings
+from mother.client import MotherClient
 from mother.codes import CODES, USER_CODES
-from mother.errors import NotFound
+from mother.errors import InvalidSpec, NotFound
 from mother.records.budgets import budget_doc, budget_view
 from mother.runtime import Runtime
 
@@ -148,6 +149,31 @@ def _effective(doc: dict[str, Any]) -> dict[str, Any]:
     return limits
 
 
+ActorOpt = Annotated[
+    str | None, typer.Option(help="who (as a principal leave it out: the actor is the principal)")
+]
+
+
+def _by_principal(kind: str, run_id: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """As a principal (with ``operate``): the command goes to Mother on its stream and this waits for
+    Mother's reply (Mother applies it with its own rights, the principal the actor). None: the
+    connection is Mother's own credentials, which write directly."""
+    client = MotherClient(settings=settings())
+    if client.principal is None:
+        return None
+    client.actor_for(payload.pop("actor", None))
+    entry_id = client.send_command(kind, {"run_id": run_id, **payload})
+    return client.command_reply(entry_id, client.settings.gates.reply_seconds)
+
+
+def _actor(actor: str | None) -> str:
+    if actor is None:
+        raise InvalidSpec(
+            "--actor: who acts (required with Mother's own credentials)", field="actor"
+        )
+    return actor
+
+
 @app.command("override")
 @handle_errors
 def override_cmd(
@@ -155,34 +181,60 @@ def override_cmd(
     dimension: Annotated[str, typer.Option(help=f"one of {', '.join(CODES)}")],
     delta: Annotated[int, typer.Option(help="added to the limit (negative lowers it)")],
     expires_in: Annotated[str, typer.Option(help="e.g. 30m, 2h")],
-    actor: Annotated[str, typer.Option(help="who")],
     reason: Annotated[str, typer.Option(help="why")],
+    actor: ActorOpt = None,
 ) -> None:
     """A time-boxed, audited limit change (never above 2x the profile default)."""
     cfg = settings()
-    record = override(
-        redis_client(cfg),
+    expires_in_s = parse_duration(expires_in)
+    reply = _by_principal(
+        "budget_override",
         run_id,
-        dimension=dimension,
-        delta=delta,
-        expires_in_s=parse_duration(expires_in),
-        actor=actor,
-        reason=reason,
-        maxlen=cfg.service.activity_maxlen,
+        {
+            "dimension": dimension,
+            "delta": delta,
+            "expires_in_s": expires_in_s,
+            "actor": actor,
+            "reason": reason,
+        },
+    )
+    record = (
+        reply["override"]
+        if reply is not None
+        else override(
+            redis_client(cfg),
+            run_id,
+            dimension=dimension,
+            delta=delta,
+            expires_in_s=expires_in_s,
+            actor=_actor(actor),
+            reason=reason,
+            maxlen=cfg.service.activity_maxlen,
+        )
     )
     console.print(f"override recorded: {dimension} {delta:+d} until {record['expires_at']}")
+
+
+def _state(kind: str, run_id: str, reason: str, actor: str | None) -> dict[str, Any]:
+    """An emergency stop or its reset: through Mother for a principal, else directly; the event."""
+    reply = _by_principal(kind, run_id, {"actor": actor, "reason": reason})
+    if reply is not None:
+        event: dict[str, Any] = reply["event"]
+        return event
+    cfg = settings()
+    act = emergency_stop if kind == "budget_stop" else reset_stop
+    return act(redis_client(cfg), run_id, _actor(actor), reason, cfg.service.activity_maxlen)
 
 
 @app.command("stop")
 @handle_errors
 def stop_cmd(
     run_id: Annotated[str, typer.Argument()],
-    actor: Annotated[str, typer.Option()],
     reason: Annotated[str, typer.Option()],
+    actor: ActorOpt = None,
 ) -> None:
     """Emergency stop: mutating actions are refused at once until `mother budget reset`."""
-    cfg = settings()
-    event = emergency_stop(redis_client(cfg), run_id, actor, reason, cfg.service.activity_maxlen)
+    event = _state("budget_stop", run_id, reason, actor)
     if event.get("already"):
         console.print(
             f"run {run_id} was already budget_stopped (at {event['at']} by {event['actor']}: "
@@ -196,10 +248,9 @@ def stop_cmd(
 @handle_errors
 def reset_cmd(
     run_id: Annotated[str, typer.Argument()],
-    actor: Annotated[str, typer.Option()],
     reason: Annotated[str, typer.Option()],
+    actor: ActorOpt = None,
 ) -> None:
     """Lift an emergency stop."""
-    cfg = settings()
-    event = reset_stop(redis_client(cfg), run_id, actor, reason, cfg.service.activity_maxlen)
+    event = _state("budget_reset", run_id, reason, actor)
     console.print(f"run {run_id} is active again (at {event['at']})")

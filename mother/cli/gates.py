@@ -21,7 +21,13 @@ RunArg = Annotated[str, typer.Argument(help="the waiting run")]
 GateOpt = Annotated[
     str | None, typer.Option("--gate", help="the gate it waits on (refused if it waits on another)")
 ]
-ActorOpt = Annotated[str, typer.Option(help="who decides (an approver of the gate)")]
+ActorOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="who decides (an approver of the gate); as a principal leave it out: the actor is the "
+        "principal, proven by its Redis user"
+    ),
+]
 TimeoutOpt = Annotated[
     float | None, typer.Option(help="seconds to wait for Mother's reply (gates.reply_seconds)")
 ]
@@ -41,8 +47,8 @@ def _done(reply: dict[str, Any]) -> None:
 @handle_errors
 def approve(
     run_id: RunArg,
-    actor: ActorOpt,
     reason: Annotated[str, typer.Option(help="why (kept with the decision)")],
+    actor: ActorOpt = None,
     gate: GateOpt = None,
     digest: Annotated[
         str | None, typer.Option(help="approve only if the gate asks for exactly this content")
@@ -60,8 +66,8 @@ def approve(
 @handle_errors
 def deny(
     run_id: RunArg,
-    actor: ActorOpt,
     reason: Annotated[str, typer.Option(help="why (kept with the decision)")],
+    actor: ActorOpt = None,
     gate: GateOpt = None,
     timeout: TimeoutOpt = None,
 ) -> None:
@@ -72,7 +78,7 @@ def deny(
 @handle_errors
 def answer(
     run_id: RunArg,
-    actor: ActorOpt,
+    actor: ActorOpt = None,
     text: Annotated[str | None, typer.Option(help="the answer")] = None,
     file: Annotated[
         Path | None, typer.Option(help="the answer, from a file ('-': standard input)")

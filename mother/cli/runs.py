@@ -191,7 +191,10 @@ def status(
 @handle_errors
 def cancel(
     run_id: Annotated[str, typer.Argument()],
-    actor: Annotated[str, typer.Option(help="who cancels")] = "cli",
+    actor: Annotated[
+        str | None,
+        typer.Option(help="who cancels (as a principal leave it out: the actor is the principal)"),
+    ] = None,
     reason: Annotated[str, typer.Option(help="why")] = "cancelled from the CLI",
 ) -> None:
     """End a run as user_cancelled (Mother writes the record)."""

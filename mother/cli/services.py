@@ -175,7 +175,19 @@ def up(
                 f"up: Redis {server.url}, Mother, {workers} worker(s); logs in {stack.log_dir}",
                 soft_wrap=True,
             )
-            console.print(f"export MOTHER_REDIS_URL={server.url}", soft_wrap=True)
+            if dev:
+                console.print(
+                    "dev principal (may do everything, for any user): "
+                    f"export MOTHER_REDIS_URL={_dev_principal(server.url)}",
+                    soft_wrap=True,
+                )
+                console.print(
+                    f"Mother's own credentials (the embedded server's default user): {server.url}",
+                    style="dim",
+                    soft_wrap=True,
+                )
+            else:
+                console.print(f"export MOTHER_REDIS_URL={server.url}", soft_wrap=True)
             if dashboard_port:
                 console.print(
                     f"dashboard: http://127.0.0.1:{dashboard_port}/ (metrics at /metrics)",
@@ -214,3 +226,22 @@ def up(
     console.print("stopped.")
     if gave_up:
         raise typer.Exit(1)
+
+
+def _dev_principal(url: str) -> str:
+    """``mother up --dev``'s principal ``dev``: every grant, for every user (made again at each start:
+    the embedded server keeps no ACL file). Its URL."""
+    from mother import principals
+    from mother.cli.principals import principal_url
+    from mother.clock import ServerClock
+    from mother.connection import connect
+    from mother.functions import load_functions
+    from schemas.principal import GRANTS
+
+    client = connect(url)
+    # what a principal's client calls at once (Mother loads them too, a moment later)
+    load_functions(client)
+    if principals.load(client, "dev") is not None:
+        principals.remove(client, "dev")
+    _, password = principals.add(client, "dev", list(GRANTS), ["*"], ServerClock(client).now_iso())
+    return principal_url(url, "dev", password)

@@ -45,6 +45,12 @@ def check_decision(
     """A decision's fields, checked: one-line errors that say what to fix."""
     if decision not in ("approve", "deny", "answer"):
         raise InvalidSpec(f"unknown decision {decision!r}; use approve, deny or answer")
+    if actor is None:
+        raise InvalidSpec(
+            "--actor: who decides (with Mother's own credentials it must be said; a principal's "
+            "connection is its own actor)",
+            field="actor",
+        )
     if not isinstance(actor, str) or not keys.is_id(actor):
         raise InvalidSpec(
             f"actor must be a name of 1-128 characters from A-Z a-z 0-9 _ . : -, got {actor!r}"[

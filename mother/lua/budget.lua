@@ -563,25 +563,34 @@ local function published(key, path, fallback)
   return fallback
 end
 
--- mh_submit: claim the run_id and append the submission, unless the queue is full: atomically, against the
--- queue's real depth (submissions not yet taken in + runs waiting for a slot) and the leading Mother's
--- max_queue_depth (a client's own settings only when no Mother has published any).
--- KEYS: 1 budget:global, 2 mother:submissions, 3 runs:claimed, 4 admission:waiting, 5 mother:config
--- ARGV: 1 spec JSON, 2 max_queue_depth when none is published, 3 Mother's consumer group, 4 run_id
--- Returns {1, entry id} | {0, 'queue_full', depth, max} | {0, 'run_id_taken', the entry that claimed it}
-local function mh_submit(keys, args)
-  local owner = redis.call('HGET', keys[3], args[4])
-  if owner then return {0, 'run_id_taken', owner} end
-  local max = published(keys[5], '$.max_queue_depth', tonumber(args[2]))
-  local depth = backlog(keys[2], args[3], max) + redis.call('ZCARD', keys[4])
-  if depth >= max then return {0, 'queue_full', depth, max} end
-  local id = redis.call('XADD', keys[2], '*', 'spec', args[1])
-  redis.call('HSET', keys[3], args[4], id)
-  -- the queue_depth gauge (KEYS[1]) is Mother's to refresh: a submitter's ACL user may not write it
-  return {1, id}
+-- mh_submit_check: what a submitter may learn before it appends, changing nothing (Mother decides at
+-- intake, where the run_id is claimed, the rate window counted and the queue measured, whatever path the
+-- submission came by): whether the run_id is taken, the queue is full (the submitter's stream's backlog and
+-- the runs waiting for a slot, against the leading Mother's max_queue_depth), or the user's rate window is
+-- full.
+-- KEYS: 1 the stream it appends to, 2 runs:claimed, 3 admission:waiting, 4 mother:config, 5 the user's
+--       rate-limit window
+-- ARGV: 1 run_id, 2 max_queue_depth when none is published, 3 Mother's consumer group, 4 the rate limit,
+--       5 the window ms
+-- Returns {'ok'} | {'run_id_taken', the entry that claimed it} | {'queue_full', depth, max}
+--       | {'rate_limited', ms until a message leaves the window}
+local function mh_submit_check(keys, args)
+  local owner = redis.call('HGET', keys[2], args[1])
+  if owner then return {'run_id_taken', owner} end
+  local max = published(keys[4], '$.max_queue_depth', tonumber(args[2]))
+  local depth = backlog(keys[1], args[3], max) + redis.call('ZCARD', keys[3])
+  if depth >= max then return {'queue_full', depth, max} end
+  local now, window = now_ms(), tonumber(args[5])
+  local since = '(' .. (now - window)
+  if redis.call('ZCOUNT', keys[5], since, '+inf') >= tonumber(args[4]) then
+    local oldest = redis.call('ZRANGE', keys[5], since, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+    return {'rate_limited', tonumber(oldest[2]) + window - now}
+  end
+  return {'ok'}
 end
 
--- mh_rate: sliding-window rate limit on server time; one window per user across all clients.
+-- mh_rate: sliding-window rate limit on server time; one window per user across all clients (Mother's
+-- intake counts every submission here).
 -- KEYS: 1 the user's window zset.  ARGV: 1 limit, 2 window ms, 3 a unique member id
 -- Returns {1, remaining} or {0, retry_after_ms}.
 local function mh_rate(keys, args)
@@ -602,6 +611,6 @@ redis.register_function('mh_guard', mh_guard)
 redis.register_function('mh_budget_state', mh_budget_state)
 redis.register_function('mh_override', mh_override)
 redis.register_function('mh_admit', mh_admit)
-redis.register_function('mh_submit', mh_submit)
+redis.register_function{function_name='mh_submit_check', callback=mh_submit_check, flags={'no-writes'}}
 redis.register_function('mh_rate', mh_rate)
 redis.register_function('mh_release_reservations', mh_release_reservations)

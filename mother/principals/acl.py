@@ -1,0 +1,112 @@
+"""A principal's Redis ACL user: exactly what its grants need.
+
+Everyone who may follow runs reads them (run records, results, terminations, rejections, budgets,
+the queue: read commands only); nothing is writable but, through selectors, the principal's own
+streams:
+
+- ``submit``: ``XADD`` on ``mother:submissions:{name}`` and no other command on it;
+- ``approve``, ``answer``, ``cancel``, ``operate``: ``XADD`` on ``mother:commands:{name}``;
+- and its own replies, ``mother:reply:{name}:*`` (``BLPOP``).
+
+Redis cannot tell a server function who called it (``ACL WHOAMI`` is refused in scripts), so what a
+principal can write is its identity: an entry on ``mother:submissions:alice`` was written by alice's
+ACL user, because no other user may write there. Mother reads the name from the stream's key.
+"""
+
+from __future__ import annotations
+
+from mother import keys
+from schemas.principal import Principal
+
+__all__ = ["COMMAND_GRANTS", "RESERVED", "rules"]
+
+# the service users' names (deploy/users.acl) and Redis's own: never a principal's
+RESERVED = frozenset({"default", "mother", "worker", "maintenance", "dashboard", "client", "admin"})
+# which grant a command on a principal's command stream needs
+COMMAND_GRANTS = {
+    "cancel": "cancel",
+    "approve": "approve",
+    "deny": "approve",
+    "answer": "answer",
+    "budget_override": "operate",
+    "budget_stop": "operate",
+    "budget_reset": "operate",
+}
+# what following a run reads
+READ_KEYS = (
+    "run:*",
+    "result:*",
+    "termination:*",
+    "rejection:*",
+    "rejections*",
+    "runs:*",
+    "terminations:*",
+    "limits:run:*",
+    "admission:*",
+    "budget:*",
+    "mother:config",
+    "mother:deadlines:*",
+    "rq:*",
+    "activity",
+    "ratelimit:user:*",
+    # what a connection asks the server when it opens (the JSON module's probe)
+    "mother:probe",
+)
+READ_COMMANDS = (
+    "json.get",
+    "json.mget",
+    "json.type",
+    "zrange",
+    "zrevrange",
+    "zscore",
+    "zrank",
+    "zinter",
+    "zcard",
+    "zcount",
+    "exists",
+    "type",
+    "hget",
+    "hexists",
+    "hgetall",
+    "llen",
+    "scard",
+    "smembers",
+    "sismember",
+    "xrange",
+    "xrevrange",
+    "xread",
+    "xinfo|stream",
+    "xinfo|groups",
+    "xlen",
+    "xpending",
+    # the client's courtesy checks (mh_submit_check, no writes)
+    "fcall_ro",
+)
+CONNECTION = (
+    "ping",
+    "hello",
+    "client|setinfo",
+    "client|setname",
+    "acl|whoami",
+    "time",
+    "info",
+    "function|list",
+    "ft._list",
+)
+
+
+def rules(principal: Principal, *, password: str) -> list[str]:
+    """``ACL SETUSER {name} ...`` arguments: the user reset to exactly what ``principal`` may do."""
+    name = principal.name
+    own = [keys.principal_key(name), keys.principal_submissions_key(name), keys.PRINCIPALS]
+    args = ["reset", "on", f">{password}", "resetchannels", "-@all"]
+    args += [f"+{command}" for command in (*CONNECTION, *READ_COMMANDS)]
+    # `~`, not `%R~`: the JSON module's commands declare no key access, so Redis asks full access for
+    # their keys; the user's only commands outside its selectors read
+    args += [f"~{pattern}" for pattern in (*READ_KEYS, *own)]
+    if principal.may("submit"):
+        args.append(f"(~{keys.principal_submissions_key(name)} +xadd)")
+    if any(principal.may(g) for g in set(COMMAND_GRANTS.values())):
+        args.append(f"(~{keys.principal_commands_key(name)} +xadd)")
+        args.append(f"(~{keys.principal_replies_pattern(name)} +blpop +lpop)")
+    return args
