@@ -79,6 +79,8 @@ COMMAND_CANCEL = "cancel"
 GATE_COMMANDS = ("approve", "deny", "answer")
 # how long Mother keeps a reply to a command
 REPLY_TTL_SECONDS = 3600
+# the longest a reply is blocked on at once (a connection's read times out past about 5 s)
+REPLY_BLOCK_SECONDS = 2.0
 # on mother:events: what workers report
 EVENT_PHASE_RESULT = "phase_result"
 
@@ -544,12 +546,18 @@ class MotherClient:
             if me is not None
             else keys.command_reply_key(entry_id)
         )
-        got = self.redis.blpop([key], timeout=max(0.01, timeout))
-        if got is None:
-            raise WaitTimeout(
-                f"no Mother replied within {timeout:g}s (is `mother run` running?); the command "
-                f"{entry_id} stays queued and is taken when one runs: see `mother status`"
-            )
+        deadline = time.monotonic() + max(0.01, timeout)
+        got = None
+        while got is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(
+                    f"queued, Mother has not confirmed yet: no reply within {timeout:g}s (is "
+                    f"`mother run` running?); the command {entry_id} is taken when one runs: see "
+                    "`mother status`"
+                )
+            # in short blocks: the connection's socket gives up on a read past a few seconds
+            got = self.redis.blpop([key], timeout=max(0.01, min(left, REPLY_BLOCK_SECONDS)))
         reply = orjson.loads(cast("list[str]", got)[1])
         if reply.get("ok"):
             return {k: v for k, v in reply.items() if k != "ok"}

@@ -35,6 +35,7 @@ from mother.libraries.context import library_approvals, library_hits
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
 from mother.records import budgets, runs
+from mother.records import conflicts as conflict_records
 from mother.roles import phase_needs_approval
 from mother.runtime import Runtime
 from mother.security import digest, mint_token, queue_token
@@ -747,7 +748,19 @@ def finish_end(
     this call applied it."""
     run_id = state.run_id
     spend, held = budgets.parse_end_read(budget_raw)
+    # a conflict the end cut short (an arbiter refused by the budget, a cancel while a person was
+    # asked) is closed with the end, unresolved
+    unsettled = [
+        c for c in conflict_records.read_conflicts(rt.redis, state.conflicts) if c.status == "open"
+    ]
     pipe = rt.redis.pipeline(transaction=True)
+    for conflict in unsettled:
+        conflict_records.queue_write(
+            pipe,
+            conflict_records.closed_by_end(
+                conflict, record.reason, record.details, rt.clock.now_ms(), rt.clock.now_iso()
+            ),
+        )
     release_reservations(
         pipe, rt.settings, run_id, state.user_id, held, f"the run ended {record.reason}"
     )

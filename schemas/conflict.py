@@ -48,6 +48,10 @@ ConflictStrategy = Literal[
 CONFLICT_STRATEGIES: tuple[str, ...] = get_args(ConflictStrategy)
 
 FinalDecision = Literal["accepted", "rejected", "escalated", "blocked"]
+# an agent: its role, and the model it ran on (role@model)
+AgentName = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}(@[A-Za-z0-9_.:/@-]{1,128})?$")
+]
 # what a role does: produce work, review it, or test it (role files declare it)
 RoleKind = Literal["work", "review", "test"]
 # what a phase may report beside its output (the spec's evidence_contradiction, retrieval_ambiguity)
@@ -108,7 +112,9 @@ class ConflictResolution(Record):
     agents_involved: list[Id]
     their_outputs: list[PartyOutput]
     strategy_applied: ConflictStrategy | None = None
-    winner_agent: Id | None = None
+    winner_agent: AgentName | None = Field(
+        None, description="the winning output's agent, role@model (null: no agent won)"
+    )
     rationale: ShortText = ""
     resolution_successful: bool = False
     final_decision: FinalDecision | None = None

@@ -261,6 +261,11 @@ def _step(ctx: Ctx) -> None:
     _unresolved(ctx)
 
 
+def agent_of(side: PartyOutput) -> str:
+    """The agent behind a side: its role, and the model it ran on (``role@model``)."""
+    return f"{side.agent_id}@{side.model}" if side.model else side.agent_id
+
+
 def _top(parties: list[PartyOutput], key: Callable[[PartyOutput], float]) -> PartyOutput | None:
     if len(parties) < 2:
         return None
@@ -281,7 +286,7 @@ def _prefer(ctx: Ctx, what: str, key: Callable[[PartyOutput], float]) -> Tried:
     decision: FinalDecision = "rejected" if winner.stance == "reject" else "accepted"
     return Resolved(
         decision,
-        winner.agent_id,
+        agent_of(winner),
         f"{winner.agent_id} has the highest {what} ({shown})",
         _result_of(ctx, winner),
     )
@@ -458,14 +463,15 @@ def _judge(ctx: Ctx, detour: Detour) -> Tried:
         if verdict is None or verdict.decision != "accept":
             return Failed(f"{who} rejected the work too")
         if kind == "competing_proposals":
-            names = {p.phase for p in ctx.conflict.their_outputs if p.stance == "proposal"}
-            if verdict.winner not in names:
-                return Failed(f"{who} named no proposal ({sorted(names)}) as the winner")
+            proposals = {p.phase: p for p in ctx.conflict.their_outputs if p.stance == "proposal"}
+            chosen = proposals.get(verdict.winner or "")
+            if chosen is None:
+                return Failed(f"{who} named no proposal ({sorted(proposals)}) as the winner")
             return Resolved(
                 "accepted",
-                verdict.winner,
+                agent_of(chosen),
                 f"{who} chose the proposal of phase {verdict.winner} (confidence {verdict.confidence:.2f})",
-                ctx.state.pending_result,
+                _proposal(ctx, chosen),
             )
         winner = _work_agent(ctx)
         return Resolved(
@@ -475,6 +481,16 @@ def _judge(ctx: Ctx, detour: Detour) -> Tried:
             result if kind in REVIEW_TYPES else ctx.state.pending_result,
         )
     # an escalated re-run of the work
+    if kind in REVIEW_TYPES and _work_index(ctx) == ctx.position[0]:
+        # nothing apart to review again (a lone test or review phase): its own verdict decides
+        if verdict is not None and verdict.decision == "accept":
+            return Resolved(
+                "accepted",
+                f"{detour.role}@{detour.model}",
+                f"{detour.role} on {detour.model} accepted on the larger model",
+                result,
+            )
+        return Failed(f"{detour.role} on {detour.model} rejected again")
     if kind in REVIEW_TYPES:
         r = ctx.position[0]
         reviewing = ctx.state.spec.pipeline[r]
@@ -498,7 +514,7 @@ def _judge(ctx: Ctx, detour: Detour) -> Tried:
         if result.confidence >= threshold:
             return Resolved(
                 "accepted",
-                detour.role,
+                f"{detour.role}@{detour.model}",
                 f"{detour.role} on {detour.model} reached confidence {result.confidence:.2f} "
                 f"(threshold {threshold:g})",
                 result,
@@ -512,7 +528,7 @@ def _judge(ctx: Ctx, detour: Detour) -> Tried:
         return Failed(f"{detour.role} on {detour.model} still reports {finding}")
     return Resolved(
         "accepted",
-        detour.role,
+        f"{detour.role}@{detour.model}",
         f"{detour.role} on {detour.model} produced an output without the conflict",
         result,
     )
@@ -552,22 +568,37 @@ def on_gate_decision(
     said = decision.answer or decision.reason
     if decision.decision == "expire":
         ctx.step("request_user_input", "failed", "nobody decided before the gate's deadline")
-        _unresolved(ctx, reason="blocked", why=f"gate {gate.gate_id}'s deadline passed")
+        # the policy goes on (terminate_blocked after it, say); with nothing left, blocked
+        if conflict.next_strategy < len(conflict.policy):
+            _step(ctx)
+        else:
+            _unresolved(ctx, reason="blocked", why=f"gate {gate.gate_id}'s deadline passed")
         return
     if decision.decision == "deny":
         ctx.step("request_user_input", "resolved", f"{decision.actor} denied: {said}")
         _finish(
             ctx,
             "request_user_input",
-            Resolved("rejected", decision.actor, f"{decision.actor} denied the work: {said}"),
+            Resolved("rejected", None, f"{decision.actor} denied the work: {said}"),
         )
         return
     verb = "answered" if decision.decision == "answer" else "approved"
     ctx.step("request_user_input", "resolved", f"{decision.actor} {verb}: {said}")
+    # what the person approved is the work: a reviewer's rejection is overruled, the work carries on
+    approved = (
+        _work_result(ctx, _work_index(ctx))
+        if conflict.conflict_type in REVIEW_TYPES and _work_index(ctx) < ctx.position[0]
+        else result
+    )
     _finish(
         ctx,
         "request_user_input",
-        Resolved("accepted", decision.actor, f"{decision.actor} {verb}: {said}", result),
+        Resolved(
+            "accepted",
+            _agent_of_result(ctx, approved) if approved is not None else None,
+            f"{decision.actor} {verb}: {said}",
+            approved or result,
+        ),
     )
 
 
@@ -807,6 +838,12 @@ def _detour(
                 update={"phase": state.spec.pipeline[index].name, "phase_index": index}
             )
             runs.queue_result_replaced(pipe, ctx.run_id, index, kept)
+            # the run's artifacts are the escalated work's now, not the rejected original's
+            rejected = set(state.results[index].artifacts) if index < len(state.results) else set()
+            kept_ids = [a for a in state.artifacts if a not in rejected]
+            runs.queue_artifacts(
+                pipe, ctx.run_id, kept_ids + [a for a in result.artifacts if a not in kept_ids]
+            )
 
     rt.forget(ctx.run_id)
     return advance(
@@ -822,6 +859,7 @@ def _detour(
         also=also,
         token_digest=ctx.token_digest,
         delivery=ctx.delivery,
+        gate=ctx.close,
     )
 
 
@@ -877,15 +915,36 @@ def _work_result(ctx: Ctx, index: int) -> PhaseResult | None:
 
 
 def _work_agent(ctx: Ctx) -> str:
-    return ctx.state.spec.pipeline[_work_index(ctx)].role
+    """The agent of the work in question (role@model of its result, else the phase's role)."""
+    index = _work_index(ctx)
+    work = _work_result(ctx, index)
+    if work is not None and work.phase_index == index:
+        return _agent_of_result(ctx, work)
+    return ctx.state.spec.pipeline[index].role
+
+
+def _agent_of_result(ctx: Ctx, result: PhaseResult) -> str:
+    """``role@model`` of a result: its phase's role, the model it ran on (its manifest's)."""
+    phase = ctx.state.spec.pipeline[min(result.phase_index, len(ctx.state.spec.pipeline) - 1)]
+    model = result.manifest.model if result.manifest is not None else phase.model
+    return f"{phase.role}@{model}"
+
+
+def _proposal(ctx: Ctx, side: PartyOutput) -> PhaseResult | None:
+    """The result of a competing proposal: the group's last (the result under review) or an earlier
+    member's accepted result."""
+    for result in (ctx.result, ctx.state.pending_result, *ctx.state.results):
+        if result is not None and (result.phase, result.attempt) == (side.phase, side.attempt):
+            return result
+    return None
 
 
 def _result_of(ctx: Ctx, winner: PartyOutput) -> PhaseResult | None:
-    """The result a winning side stands for, when it is one phase ``r`` can be accepted with."""
-    if (
-        ctx.conflict.conflict_type in REVIEW_TYPES
-        or ctx.conflict.conflict_type == "competing_proposals"
-    ):
+    """The result a winning side stands for, when it is one phase ``r`` can be accepted with: the
+    winning proposal's output and artifacts carry the run on."""
+    if ctx.conflict.conflict_type == "competing_proposals":
+        return _proposal(ctx, winner)
+    if ctx.conflict.conflict_type in REVIEW_TYPES:
         return None
     for result in (ctx.result, ctx.state.pending_result):
         if result is not None and (result.phase, result.attempt) == (winner.phase, winner.attempt):

@@ -17,7 +17,7 @@ from mother.records._json import ensure_json_index
 from schemas import describe_validation_error
 from schemas.conflict import ConflictResolution
 
-__all__ = ["ensure_index", "queue_write", "read_conflict", "read_conflicts"]
+__all__ = ["closed_by_end", "ensure_index", "queue_write", "read_conflict", "read_conflicts"]
 
 log = get_logger("records.conflicts")
 
@@ -59,6 +59,26 @@ def read_conflicts(client: Any, conflict_ids: list[str]) -> list[ConflictResolut
         for cid, raw in zip(conflict_ids, found, strict=True)
         if raw and raw != "[]"
     ]
+
+
+def closed_by_end(
+    conflict: ConflictResolution, reason: str, details: str, at_ms: int, at_iso: str
+) -> ConflictResolution:
+    """``conflict``, still open when its run ended (``reason``: an arbiter refused by the budget, the run
+    cancelled while a person was asked), closed unresolved: blocked, no winner, why in its rationale."""
+    return conflict.model_copy(
+        update={
+            "status": "closed",
+            "final_decision": "blocked",
+            "resolution_successful": False,
+            "winner_agent": None,
+            "resolved_at": at_iso,
+            "resolution_duration_ms": max(0, at_ms - conflict.detected_ms),
+            "rationale": f"the run ended {reason} before the conflict was settled: {details}"[
+                :4000
+            ],
+        }
+    )
 
 
 def ensure_index(client: redis.Redis) -> bool:

@@ -27,6 +27,7 @@ __all__ = [
     "is_active_at",
     "parse_position",
     "parse_run_record",
+    "queue_artifacts",
     "queue_conflict_id",
     "queue_detour",
     "queue_grant",
@@ -209,6 +210,11 @@ def queue_result_replaced(pipe: Any, run_id: str, index: int, result: PhaseResul
     pipe.execute_command(
         "JSON.SET", keys.run_key(run_id), f"$.results[{int(index)}]", result.to_json()
     )
+
+
+def queue_artifacts(pipe: Any, run_id: str, artifacts: list[str]) -> None:
+    """Queue setting the run's list of artifacts (an escalated re-run's replace the rejected ones)."""
+    pipe.execute_command("JSON.SET", keys.run_key(run_id), "$.artifacts", orjson.dumps(artifacts))
 
 
 def queue_conflict_id(pipe: Any, run_id: str, conflict_id: str) -> None:
