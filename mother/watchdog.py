@@ -49,6 +49,7 @@ from mother.records import parse_position, runs
 from mother.records.budgets import budget_doc, refresh_gauges
 from mother.records.rejections import forget_rejections
 from mother.records.results import queue_termination_read
+from mother.records.tools import refresh_success_rates
 from mother.review import on_attempt_lost
 from mother.runtime import Runtime
 from mother.streams import group_backlog
@@ -88,6 +89,7 @@ class Watchdog:
             self.reconcile()
             self.refresh_gauges()
             self.trim()
+            refresh_success_rates(self.rt.redis)
 
     # -- bounded Redis -------------------------------------------------------
     def trim(self) -> None:

@@ -241,6 +241,35 @@ def test_sync_replaces_a_shipped_tool_and_keeps_routing_order(
     assert gs.openai_function()["function"]["parameters"] == gs.input_schema
 
 
+def test_two_manifests_with_one_tool_id_are_refused_naming_both(
+    r: redis.Redis, tmp_path: Path
+) -> None:
+    """A deployment's manifest may replace a shipped tool; two of its own with one tool_id are refused
+    (the last one used to win without a word), naming both files; nothing is synced."""
+    first = _manifest(tmp_path, "twin")
+    second = tmp_path / "zz-twin.yaml"
+    second.write_text(first.read_text())
+    with pytest.raises(ConfigError) as err:
+        sync(r, Settings(tools={"manifests_dir": tmp_path}), NOW)
+    assert str(second) in err.value.message and str(first) in err.value.message
+    assert "tool_id 'twin'" in err.value.message and read_registry(r) is None
+
+
+def test_success_rates_are_in_the_registry(r: redis.Redis, tmp_path: Path) -> None:
+    """registry:tools.tool_success_rates holds each tool's rate from its tool_stats (it was always {}):
+    at sync, and refreshed by Mother's watchdog."""
+    from mother.records.tools import record_call, refresh_success_rates
+
+    sync(r, Settings(), NOW)
+    record_call(r, "list_dir", ok=True, execution_ms=1.0)
+    record_call(r, "list_dir", ok=False, execution_ms=1.0)
+    assert refresh_success_rates(r)
+    stored = read_registry(r)
+    assert stored is not None and stored.tool_success_rates == {"list_dir": 0.5}
+    synced = sync(r, Settings(), NOW)
+    assert synced.tool_success_rates == {"list_dir": 0.5}
+
+
 def test_signed_manifests_are_required_when_signatures_are(tmp_path: Path) -> None:
     from mother.signing import generate_keypair, sign_file
 
@@ -407,6 +436,32 @@ def test_run_tests_counts_real_pytest_and_unittest_runs(tmp_path: Path) -> None:
     assert parse_summary("nothing here") is None
 
 
+def test_run_tests_picks_the_workspaces_runner_and_no_tests_is_a_failure(tmp_path: Path) -> None:
+    """Without a test_command a JavaScript workspace (package.json) runs `npm test`, not pytest (which
+    ended such a run `success` with no tests ran); a Python workspace with no tests, or a runner that
+    finds none, fails the tool instead of passing."""
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed on this machine (Debian's nodejs/npm)")
+    js = tmp_path / "js"
+    js.mkdir()
+    (js / "package.json").write_text(
+        orjson.dumps({"name": "t", "scripts": {"test": "node check.js"}}).decode()
+    )
+    (js / "check.js").write_text(
+        "console.log('Tests:       1 failed, 2 passed, 3 total'); process.exit(1);\n"
+    )
+    ex = ToolExecutor()
+    tool = shipped_tools()["run_tests"]
+    got = ex.run(tool, js, {"repo_path": "."})
+    assert got.ok and got.output is not None, got.error
+    assert (got.output["tests_run"], got.output["tests_failed"]) == (3, 1)
+    empty = tmp_path / "py"
+    empty.mkdir()
+    (empty / "module.py").write_text("x = 1\n")
+    none = ex.run(tool, empty, {"repo_path": "."})
+    assert not none.ok and "python -m pytest -q found no tests" in (none.error or "")
+
+
 def test_render_resize_and_ocr_on_a_generated_image(tmp_path: Path) -> None:
     from PIL import Image
 
@@ -565,6 +620,27 @@ def test_writing_tools_are_refused_after_an_emergency_stop(r: redis.Redis) -> No
     for tool in (tools["write_file"], destructive):
         with pytest.raises(BudgetStopped):
             guard.charge_tool(read_only=tool.read_only)
+
+
+def test_a_call_that_cannot_run_is_never_put_to_a_person(stack: Pipeline) -> None:
+    """A tool call that needs approval but breaks the tool's input schema gets the schema's error back
+    (the model can correct it); no gate opens for a call that could never run."""
+    spec = example(
+        "tool-run-tests",
+        approval_tools=["write_file"],
+        pipeline=[{"name": "code", "role": "coder", "model": "scripted"}],
+        scripts={
+            "coder": [
+                {"tool_calls": [{"name": "write_file", "arguments": {"path": "a.py"}}]},
+                {"text": "gave up"},
+            ]
+        },
+    )
+    run_id = stack.client.submit(spec)
+    envelope = stack.wait(run_id)
+    assert envelope.termination is not None and envelope.termination.reason == "success"
+    state = stack.client.status(run_id)
+    assert state.gates == [] and state.gate is None
 
 
 def test_an_approval_required_manifest_gates_its_tool(stack: Pipeline, tmp_path: Path) -> None:

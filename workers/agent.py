@@ -158,6 +158,10 @@ def _tool_call(
         if harness is not None:
             harness.permission_denied(refused)
         return refused_text(refused), False, False
+    # a call that cannot run is never put to a person
+    problem = toolbox.input_problem(call.name, call.arguments)
+    if problem is not None:
+        return f"error: {problem}", False, False
     request = toolbox.needs_approval(call.name, call.arguments)
     if request is not None:
         raise ApprovalRequired(

@@ -15,7 +15,7 @@ from mother.functions import call
 from schemas import describe_validation_error
 from schemas.tool import ToolRegistry, ToolStats
 
-__all__ = ["read_registry", "read_stats", "record_call", "write_registry"]
+__all__ = ["read_registry", "read_stats", "record_call", "refresh_success_rates", "write_registry"]
 
 
 def write_registry(client: Any, registry: ToolRegistry) -> None:
@@ -49,6 +49,22 @@ def read_stats(client: Any, tool_ids: list[str]) -> dict[str, ToolStats]:
             if found:
                 stats[tool_id] = ToolStats.model_validate(found[0])
     return stats
+
+
+def refresh_success_rates(client: Any) -> bool:
+    """Set ``registry:tools.tool_success_rates`` from each tool's ``tool_stats`` as of now (Mother's
+    watchdog, now and then); False when no registry is synced."""
+    raw = client.execute_command("JSON.GET", keys.TOOLS_REGISTRY, "$.routing_order")
+    if not raw:
+        return False
+    listed = orjson.loads(raw)
+    tool_ids = listed[0] if listed else []
+    stats = read_stats(client, tool_ids)
+    rates = {tool_id: s.success_rate for tool_id, s in stats.items()}
+    client.execute_command(
+        "JSON.SET", keys.TOOLS_REGISTRY, "$.tool_success_rates", orjson.dumps(rates), "XX"
+    )
+    return True
 
 
 def record_call(client: Any, tool_id: str, *, ok: bool, execution_ms: float) -> None:

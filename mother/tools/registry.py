@@ -97,13 +97,24 @@ def load_manifests(settings: Settings, extra: Iterable[Path] = ()) -> list[Deter
     """Every manifest a sync reads (:func:`manifest_paths`), checked; signatures verified when
     ``harness.require_signatures`` is on (the shipped ones too: sign them with `mother sign`)."""
     trusted = list(settings.harness.trusted_keys) if settings.harness.require_signatures else None
+    shipped = shipped_dir().resolve()
     tools: dict[str, DeterministicTool] = {}
+    # tool_id -> the file it came from
+    where: dict[str, Path] = {}
     for path in manifest_paths(settings, extra):
         try:
             tool = load_manifest(path, trusted)
         except SignatureInvalid as exc:
             raise SignatureInvalid(f"tool manifest refused: {exc.message}") from None
-        tools[tool.tool_id] = tool
+        earlier = where.get(tool.tool_id)
+        # a deployment's manifest replaces a shipped tool of its id; two of its own with one id is a
+        # mistake that would leave one of them silently unused
+        if earlier is not None and earlier.resolve().parent != shipped:
+            raise ConfigError(
+                f"{path}: tool_id {tool.tool_id!r} is already the tool_id of {earlier}; give each "
+                "tool its own tool_id"
+            )
+        tools[tool.tool_id], where[tool.tool_id] = tool, path
     return list(tools.values())
 
 
@@ -121,8 +132,11 @@ def build_registry(
 
 
 def sync(client: Any, settings: Settings, now_iso: str, extra: Iterable[Path] = ()) -> ToolRegistry:
-    """Read and check every manifest, then replace ``registry:tools``; nothing is written if one is wrong."""
+    """Read and check every manifest, then replace ``registry:tools`` (with each tool's success rate
+    from its ``tool_stats`` as of now); nothing is written if one is wrong."""
     registry = build_registry(settings, load_manifests(settings, extra), now_iso)
+    stats = read_stats(client, [t.tool_id for t in registry.tools])
+    registry.tool_success_rates = {tool_id: s.success_rate for tool_id, s in stats.items()}
     write_registry(client, registry)
     return registry
 

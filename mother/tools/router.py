@@ -4,9 +4,14 @@ For a phase's task (its ``task``, else the run's when the pipeline has one phase
 tools are those whose ``allowed_roles`` name the role (or ``*``), by priority (ties in ``routing_order``).
 A tool matches when one of its ``handles_patterns`` (RE2) finds the task, or when at least two of its
 ``keywords`` start a word of it (case-insensitive). Its inputs are the input schema's defaults, then the
-matching pattern's named groups, then the phase's declared ``inputs``; a tool whose inputs still break
-its input schema is passed over (the reason kept). The matches, in order, are the phase's candidates:
-a phase with any runs as a ``tool_only`` plan, each tried until one succeeds.
+named groups of its matching patterns (the first pattern to name an input wins), then the phase's
+declared ``inputs``; a tool whose inputs still break its input schema is passed over (the reason kept).
+The matches, in order, are the phase's candidates: a phase with any runs as a ``tool_only`` plan, each
+tried until one succeeds.
+
+Some tasks name a tool's trigger words and are no tool request at all: "do not run the tests", "write
+a helper script that can run the tests", "fix the failing tests". A task that says not to do something,
+or asks for something to be written, goes to the model (:func:`not_a_tool_request`).
 """
 
 from __future__ import annotations
@@ -26,12 +31,50 @@ from mother.tools.patterns import compile_pattern, pattern_options, pattern_sour
 from schemas import RunSpec
 from schemas.tool import DeterministicTool, ToolCandidate, ToolRegistry
 
-__all__ = ["KEYWORDS_NEEDED", "Routed", "ToolRouter", "ToolsCache", "phase_query"]
+__all__ = [
+    "KEYWORDS_NEEDED",
+    "Routed",
+    "ToolRouter",
+    "ToolsCache",
+    "not_a_tool_request",
+    "phase_query",
+]
 
 log = get_logger("tools")
 
 # keywords that must appear for a tool to match without a pattern (the spec's rule)
 KEYWORDS_NEEDED = 2
+
+
+# a task that says not to do what a tool does, or asks for code to be written or changed, is the model's
+_ACTIONS = r"(?:run|execute|check|read|extract|ocr|resize|scale|render|draw|test)"
+_NOT_A_TOOL_REQUEST = [
+    (
+        re2.compile(
+            r"(?i)\b(?:do not|don'?t|does not|doesn'?t|never|no need to|not to|without|skip(?:ping)?|"
+            rf"avoid|instead of|rather than|stop)\b(?:\W+\w+){{0,4}}?\W+{_ACTIONS}",
+            pattern_options(),
+        ),
+        "the task says not to do it",
+    ),
+    (
+        re2.compile(
+            r"(?i)(?:^|[.;:!?]\s*|\b(?:please|then|and|first)\s+)(?:write|create|implement|add|build|"
+            r"generate|make|code|develop|design|refactor|fix|update|modify|edit|rewrite|improve)\b",
+            pattern_options(),
+        ),
+        "the task asks for something to be written or changed",
+    ),
+]
+
+
+def not_a_tool_request(query: str) -> str | None:
+    """Why ``query`` is no request for a tool (a negation, a request to write or change something),
+    or None."""
+    for pattern, why in _NOT_A_TOOL_REQUEST:
+        if pattern.search(query) is not None:
+            return why
+    return None
 
 
 def phase_query(spec: RunSpec, index: int) -> str | None:
@@ -153,17 +196,20 @@ class ToolRouter:
     ) -> tuple[str, dict[str, Any]] | None:
         """(what matched, the inputs its named groups extracted), or None. ``hits``: the positions of
         this tool's patterns the set found, ``words`` its keywords it found (None: look)."""
+        first: str | None = None
+        groups: dict[str, Any] = {}
         for i, (source, pattern) in enumerate(compiled.patterns):
             if hits is not None and i not in hits:
                 continue
             found = pattern.search(query)
-            if found is not None:
-                groups = {
-                    k: _typed(compiled.tool, k, v)
-                    for k, v in found.groupdict().items()
-                    if v is not None
-                }
-                return f"pattern: {source}", groups
+            if found is None:
+                continue
+            first = first or source
+            for name, value in found.groupdict().items():
+                if value is not None and name not in groups:
+                    groups[name] = _typed(compiled.tool, name, value)
+        if first is not None:
+            return f"pattern: {first}", groups
         if words is None:
             words = [k for k in compiled.keywords if _starts_word(lowered, k)]
         if len(words) >= KEYWORDS_NEEDED:
@@ -186,6 +232,10 @@ class ToolRouter:
 
     def route(self, query: str, role: str, declared: dict[str, Any] | None = None) -> Routed:
         routed = Routed()
+        why = not_a_tool_request(query)
+        if why is not None:
+            routed.passed_over.append(f"no tool request: {why}")
+            return routed
         lowered = query.lower()
         found = self._found(query)
         # with the sets, only the tools they found can match, in the tools' order

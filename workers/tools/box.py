@@ -22,6 +22,7 @@ import orjson
 
 from mother.capabilities import denial
 from mother.errors import PolicyViolation, ToolError
+from mother.tools.contracts import contract_error, with_defaults
 from mother.tools.registry import load_manifest, shipped_dir
 from schemas import within_depth
 from schemas.tool import DeterministicTool
@@ -145,6 +146,14 @@ class ToolBox:
         if self.granted is None:
             return None
         return denial(self.granted, [f"tool.{name}"])
+
+    def input_problem(self, name: str, arguments: Any) -> str | None:
+        """Why a registry tool's call cannot run with ``arguments`` (its input schema, in one line), or
+        None: checked before a person is asked to approve the call."""
+        tool = self.registry.get(name)
+        if tool is None or not isinstance(arguments, dict):
+            return None
+        return contract_error(tool, "input", with_defaults(tool, arguments))
 
     def needs_approval(self, name: str, arguments: Any) -> dict[str, Any] | None:
         """The approval request for this call when a person must approve it first (and has not)."""

@@ -2,7 +2,9 @@
 would, and its program must be a test runner of :data:`RUNNERS`) and count the tests from the runner's
 own summary: pytest's ``3 passed, 1 failed in 0.2s``, unittest's ``Ran 4 tests`` + ``FAILED
 (failures=1)``, jest's ``Tests: 1 failed, 3 passed, 4 total``. Failing tests are a result, not a
-failure of the tool; a runner that is not installed, or a summary that cannot be found, is."""
+failure of the tool; a runner that is not installed, a summary that cannot be found, or no tests found
+at all, is. Without a ``test_command`` the workspace says which runner: a ``package.json`` is
+JavaScript (``npm test``), anything else Python (``python -m pytest -q``)."""
 
 from __future__ import annotations
 
@@ -96,11 +98,25 @@ def _argv(command: str) -> list[str]:
     return [found, *argv[1:]]
 
 
+# a test command named only by its runner
+_SHORT = {"unittest": "python -m unittest"}
+
+
+def runner_for(repo: Path, asked: str | None) -> str:
+    """The test command: the one asked for (a bare runner name spelled out), else the workspace's."""
+    if asked:
+        return _SHORT.get(asked.strip(), asked)
+    if (repo / "package.json").is_file():
+        return "npm test --silent"
+    return "python -m pytest -q"
+
+
 def run(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
     repo = inside(workspace, inputs.get("repo_path", "."), "repo_path")
     if not repo.is_dir():
         raise ToolError(f"no directory {inputs.get('repo_path')!r} in the workspace")
-    argv = _argv(str(inputs["test_command"]))
+    command = runner_for(repo, inputs.get("test_command"))
+    argv = _argv(command)
     extra = inputs.get("env_vars") or {}
     env = {
         **os.environ,
@@ -121,6 +137,11 @@ def run(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
         tail = (stderr or stdout).strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
         raise ToolError(f"no test summary in the output of {argv[0]} ({tail[0][:300]})")
     tests_run, passed, failed = counts
+    if tests_run == 0:
+        raise ToolError(
+            f"{command} found no tests in {inputs.get('repo_path', '.')!r} (a run of no tests proves "
+            "nothing); name the tests' runner with test_command, or add tests"
+        )
     return {
         "exit_code": done.returncode,
         "stdout": stdout[-KEEP_CHARS:],
