@@ -64,6 +64,10 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("append activity", ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE)),
         ("record security violations", ("LTRIM", keys.SECURITY_VIOLATIONS, "0", "-1")),
         ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
+        (
+            "search libraries for search_library (FT.SEARCH idx:chunks)",
+            ("FT.SEARCH", keys.CHUNK_INDEX, f"@library_id:{{{PROBE}}}", "LIMIT", "0", "0"),
+        ),
     ],
     "mother": [
         ("write termination records", ("JSON.DEL", keys.termination_key(PROBE))),

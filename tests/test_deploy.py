@@ -369,3 +369,58 @@ def test_a_principal_submits_and_watches_with_its_own_acl_user(
     doctor = run_cli("doctor", env={"MOTHER_REDIS_URL": alice_url})
     assert "ACL user           alice (checked for what a principal needs)" in doctor.stdout
     assert "FAIL" not in doctor.stdout and " can " not in doctor.stdout.split("ACL user")[1]
+
+
+def test_agents_search_a_library_under_the_shipped_acl(
+    acl_stack: tuple[str, MotherClient], tmp_path: Path
+) -> None:
+    """search_library, the agents' tool, works for the worker user of the shipped ACL file (it could
+    not FT.SEARCH idx:chunks: every call failed, yet took the run's quota and left no audit record),
+    for a library whose id holds '-' and '.' (a query syntax error before) and a query in German
+    ('Gehälter' was split into 'geh' and 'lter' and found nothing)."""
+    import uuid
+
+    import yaml
+
+    from mother.clock import ServerClock
+    from mother.libraries.ingest import create_library
+
+    _url, client = acl_stack
+    examples = Path(__file__).resolve().parents[1] / "examples" / "libraries"
+    data = yaml.safe_load((examples / "personal.yaml").read_text())
+    data.update(library_id="hr.eu-1", library_name="HR EU")
+    policy = tmp_path / "hr.yaml"
+    policy.write_text(yaml.safe_dump(data))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "gehalt.md").write_text(
+        "# Gehälter 2026\n\nDie Gehälter steigen im März um drei Prozent.\n"
+    )
+    create_library(client.redis, policy, [docs], ServerClock(client.redis).now_iso())
+    run_id = f"lib-{uuid.uuid4().hex[:8]}"
+    call = {"name": "search_library", "arguments": {"library_id": "hr.eu-1", "query": "Gehälter"}}
+    client.submit(
+        {
+            "run_id": run_id,
+            "user_id": "alice",
+            "task": "Wie steigen die Gehälter?",
+            "libraries": ["hr.eu-1"],
+            "pipeline": [{"name": "look", "role": "coder", "model": "scripted"}],
+            "scripts": {
+                "coder": [{"tool_calls": [call]}, {"text": "um drei Prozent", "confidence": 0.9}]
+            },
+        }
+    )
+    envelope = client.wait(run_id, 60)
+    assert envelope.termination.reason == "success", envelope.termination.details
+    logs = [
+        orjson.loads(client.redis.execute_command("JSON.GET", keys.access_log_key(log_id)))
+        for log_id in client.redis.zrange(keys.access_logs_key("hr.eu-1"), 0, -1)
+    ]
+    mine = [log for log in logs if log["run_id"] == run_id]
+    # the phase's retrieval_hits (Mother's) and the agent's call (the worker's): both found it
+    assert len(mine) == 2 and all(
+        log["access_granted"] and log["retrieval_count"] >= 1 for log in mine
+    )
+    stats = read_stats(client.redis, ["search_library"])["search_library"]
+    assert stats.success_count >= 1 and stats.failure_count == 0

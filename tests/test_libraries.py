@@ -572,6 +572,11 @@ def test_library_cli_end_to_end(stack, tmp_path: Path) -> None:
     assert found.returncode == 0, found.stderr
     hits = orjson.loads(found.stdout)
     assert hits["hits"] and "dentist@example.com" not in found.stdout and hits["access_log"]
+    unknown = run_cli(
+        "library", "search", "notes", "dentist", "--role", "coder", "--model", "gpt-9", env=env
+    )
+    # an unknown model is neither local nor cloud: refused, not taken for a local one
+    assert unknown.returncode == 2 and "model 'gpt-9' is not in the catalogue" in unknown.stderr
     refused = run_cli("library", "search", "notes", "dentist", "--role", "vision", env=env)
     assert refused.returncode == 2 and "Agent 'vision' not allowed" in refused.stderr
     report = orjson.loads(run_cli("library", "report", "notes", env=env).stdout)
@@ -707,3 +712,65 @@ def test_agents_search_a_library_through_the_registry_tool(stack, tmp_path: Path
     record = stack.wait(tight).termination
     assert record.reason == "policyViolation", record.details
     assert "refused 2 times" in record.details and "max_queries_per_run" in record.details
+
+
+def test_the_financials_example_serves_the_catalogues_local_models() -> None:
+    """The shipped confidential example lets its roles send hits to every local model of the shipped
+    catalogue (it named models the catalogue does not have, and refused its only local one), and
+    still refuses the cloud ones."""
+    from mother.config import Settings
+
+    policy = load_policy(EXAMPLES / "financials.yaml")
+    models = Settings().models
+    local = [name for name, m in models.items() if not m.cloud]
+    assert "ollama/qwen2.5:32b" in local
+    for name in local:
+        assert decide(
+            policy, role="analyst", model=name, cloud=False, justification="audit"
+        ).allowed
+    for name in (n for n, m in models.items() if m.cloud):
+        assert not decide(policy, role="analyst", model=name, cloud=True, justification="a").allowed
+
+
+def test_a_document_and_a_library_can_be_purged(stack, tmp_path: Path) -> None:
+    """`mother library remove-document` takes a document's chunks out (search finds nothing of it, no
+    chunk key is left) with an activity entry naming who and why; `remove --yes` takes the library."""
+    from mother import keys
+    from mother.activity import recent
+    from tests.conftest import run_cli
+
+    env = {"MOTHER_REDIS_URL": stack.url}
+    policy = tmp_path / "purge.yaml"
+    data = yaml.safe_load((EXAMPLES / "personal.yaml").read_text())
+    data.update(library_id="purge-me", library_name="Purge me")
+    policy.write_text(yaml.safe_dump(data))
+    assert (
+        run_cli("library", "create", "purge-me", "--policy", str(policy), env=env).returncode == 0
+    )
+    assert (
+        run_cli(
+            "library", "ingest", "purge-me", str(EXAMPLES / "docs" / "personal"), env=env
+        ).returncode
+        == 0
+    )
+    shown = orjson.loads(run_cli("library", "show", "purge-me", env=env).stdout)
+    (document_id,) = shown["documents"]
+    assert list(stack.redis.scan_iter(match="chunk:purge-me:*"))
+    removed = run_cli(
+        "library", "remove-document", "purge-me", document_id, "--reason", "PII request 42",
+        "--actor", "dpo", env=env,
+    )  # fmt: skip
+    assert removed.returncode == 0 and "1 chunk(s)" in removed.stdout, removed.stderr
+    assert list(stack.redis.scan_iter(match="chunk:purge-me:*")) == []
+    found = orjson.loads(
+        run_cli("library", "search", "purge-me", "dentist", "--role", "coder", env=env).stdout
+    )
+    assert found["hits"] == []
+    entry = next(e for e in recent(stack.redis, 200) if e.type == "library_document_removed")
+    assert entry.data["actor"] == "dpo" and entry.data["reason"] == "PII request 42"
+    unconfirmed = run_cli("library", "remove", "purge-me", "--reason", "gone", env=env)
+    assert unconfirmed.returncode == 2 and "--yes" in unconfirmed.stderr
+    gone = run_cli("library", "remove", "purge-me", "--reason", "gone", "--yes", env=env)
+    assert gone.returncode == 0, gone.stderr
+    assert not stack.redis.exists(keys.library_key("purge-me"), keys.library_policy_key("purge-me"))
+    assert "purge-me" not in run_cli("library", "list", env=env).stdout

@@ -16,6 +16,7 @@ from mother import keys
 from mother.cli._common import console, data_console, fail, handle_errors, redis_client, settings
 from mother.libraries import RedactionEngine, load_policy
 from mother.libraries.ingest import ingest
+from mother.libraries.purge import remove_document, remove_library
 from mother.libraries.redaction import library_key, policy_patterns
 from mother.libraries.report import access_report
 from mother.libraries.retrieval import retrieve
@@ -114,6 +115,36 @@ def show(library_id: LibArg) -> None:
 def policy_command(library_id: LibArg) -> None:
     """A library's policy (JSON)."""
     data_console().print_json(read_policy(_rt().redis, library_id).model_dump_json())
+
+
+@app.command("remove-document")
+@handle_errors
+def remove_document_command(
+    library_id: LibArg,
+    document_id: Annotated[
+        str, typer.Argument(help="the document (`mother library show` lists them)")
+    ],
+    reason: Annotated[str, typer.Option(help="why (kept in the activity stream)")],
+    actor: Annotated[str, typer.Option(help="who removes it")] = "cli",
+) -> None:
+    """Remove a document and its chunks for good (its access logs stay, as the audit trail)."""
+    removed = remove_document(_rt(), library_id, document_id, actor=actor, reason=reason)
+    console.print(f"removed document {document_id} from {library_id}: {removed} chunk(s)")
+
+
+@app.command("remove")
+@handle_errors
+def remove_command(
+    library_id: LibArg,
+    reason: Annotated[str, typer.Option(help="why (kept in the activity stream)")],
+    actor: Annotated[str, typer.Option(help="who removes it")] = "cli",
+    yes: Annotated[bool, typer.Option("--yes", help="yes, remove every document of it")] = False,
+) -> None:
+    """Remove a library: every document and chunk, its policy and record (its access logs stay)."""
+    if not yes:
+        fail(f"removing library {library_id} deletes every document of it: add --yes", "usage")
+    removed = remove_library(_rt(), library_id, actor=actor, reason=reason)
+    console.print(f"removed library {library_id}: {removed} chunk(s)")
 
 
 @app.command("search")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from mother import keys
-from mother.records._json import aggregate_rows
+from mother.records._json import aggregate_rows, tag
 
 __all__ = ["access_report"]
 
@@ -14,7 +14,7 @@ __all__ = ["access_report"]
 def access_report(client: Any, library_id: str, from_ms: int, to_ms: int) -> dict[str, Any]:
     """Totals, unique users, accesses by agent and by outcome, violations, redactions, chunks retrieved."""
     query = (
-        f"@library_id:{{{keys.check_id(library_id, 'library_id')}}} @timestamp:[{from_ms} {to_ms}]"
+        f"@library_id:{tag(keys.check_id(library_id, 'library_id'))} @timestamp:[{from_ms} {to_ms}]"
     )
 
     def aggregate(*steps: str) -> list[dict[str, str]]:

@@ -13,19 +13,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from mother import keys
-from mother.errors import MotherError, PolicyViolation
+from mother.errors import InvalidSpec, MotherError, PolicyViolation
 from mother.libraries.access import decide
 from mother.libraries.redaction import RedactionEngine, library_key
-from mother.records._json import search_rows
+from mother.records._json import search_rows, tag
 from mother.records.libraries import queue_access_log, read_policy, take_query
 from mother.runtime import Runtime
 from mother.security import record_violation
 from schemas.library import AccessDecision, AccessLog
 
-__all__ = ["Hit", "RetrievalRefused", "Retrieved", "query_text", "retrieve", "search_command"]
+__all__ = [
+    "Hit",
+    "RetrievalFailed",
+    "RetrievalRefused",
+    "Retrieved",
+    "query_text",
+    "retrieve",
+    "search_command",
+]
 
-_WORD = re.compile(r"[A-Za-z0-9]+")
+# a word of any script ("Gehälter" is one word, not "geh" and "lter")
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # RediSearch's default stop words: left out of the query (a stop word in a union with stemmed terms
 # made the search module find nothing)
 STOP_WORDS = frozenset(
@@ -67,6 +78,13 @@ STOP_WORDS = frozenset(
 )
 
 
+class RetrievalFailed(MotherError):
+    """The search itself failed (the server refused it, the index is missing): audited, nothing
+    charged; the agent sees a tool error."""
+
+    code = "retrieval_failed"
+
+
 class RetrievalRefused(PolicyViolation):
     """The library's policy refused the access (``decision`` says which rule)."""
 
@@ -100,9 +118,9 @@ def query_text(library_id: str, text: str) -> str:
     words = [w for w in (w.lower() for w in _WORD.findall(text)) if w not in STOP_WORDS][:32]
     terms = "|".join(words) if words else "*"
     return (
-        f"@library_id:{{{library_id}}} @text:({terms})"
+        f"@library_id:{tag(library_id)} @text:({terms})"
         if words
-        else f"@library_id:{{{library_id}}}"
+        else f"@library_id:{tag(library_id)}"
     )
 
 
@@ -122,14 +140,17 @@ def retrieve(
 ) -> Retrieved:
     """The top hits of ``query`` in the library, redacted; raises RetrievalRefused (and logs it)."""
     keys.check_id(library_id, "library_id")
-    policy = read_policy(rt.redis, library_id)
     model_config = rt.settings.models.get(model)
+    if model_config is None:
+        # an unknown model is neither local nor cloud: whether the policy lets hits go to it is unknown
+        raise InvalidSpec(
+            f"model {model!r} is not in the catalogue (models.*); one of "
+            f"{', '.join(sorted(rt.settings.models))}",
+            field="model",
+        )
+    policy = read_policy(rt.redis, library_id)
     decision = decide(
-        policy,
-        role=role,
-        model=model,
-        cloud=bool(model_config is not None and model_config.cloud),
-        justification=justification,
+        policy, role=role, model=model, cloud=model_config.cloud, justification=justification
     )
     now_ms = rt.clock.now_ms()
     log = AccessLog(
@@ -145,6 +166,21 @@ def retrieve(
         justification=justification or None,
         access_granted=False,
     )
+    limit = min(
+        k or policy.retrieval_limits.max_chunks_per_query,
+        policy.retrieval_limits.max_chunks_per_query,
+    )
+    rows: list[tuple[float, dict[str, str]]] = []
+    if decision.allowed:
+        # searched before the quota is taken: a search that fails costs the run nothing
+        try:
+            rows = _search(rt.redis, query_text(library_id, query), limit)
+        except redis.RedisError as exc:
+            log.policy_violations = [f"searchFailed: {exc}"[:1000]]
+            _audit(rt, log, policy.audit.retention_days, violation=False)
+            raise RetrievalFailed(
+                f"the search of library {library_id} failed ({exc}); nothing was charged"
+            ) from None
     if decision.allowed:
         taken, why = take_query(
             rt.redis,
@@ -173,13 +209,9 @@ def retrieve(
         log.policy_violations = [f"{decision.reason}: {decision.details}"]
         _audit(rt, log, policy.audit.retention_days, violation=True)
         raise RetrievalRefused(f"{decision.reason}: {decision.details}", decision=decision)
-    limit = min(
-        k or policy.retrieval_limits.max_chunks_per_query,
-        policy.retrieval_limits.max_chunks_per_query,
-    )
     secret = rt.settings.libraries.hash_key
     engine = RedactionEngine(policy, library_key(secret.encode(), library_id) if secret else b"")
-    hits = [_hit(engine, row) for row in _search(rt.redis, query_text(library_id, query), limit)]
+    hits = [_hit(engine, row) for row in rows]
     log.access_granted = True
     log.retrieval_count = len(hits)
     log.chunk_ids = [h.chunk_id for h in hits]

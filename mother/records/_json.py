@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 import redis
 
-__all__ = ["aggregate_rows", "ensure_json_index", "path_values", "search_rows"]
+__all__ = ["aggregate_rows", "ensure_json_index", "path_values", "search_rows", "tag"]
+
+
+_TAG_SPECIAL = re.compile(r"([^\w])", re.UNICODE)
+
+
+def tag(value: str) -> str:
+    """``value`` as one TAG of a search query, ``{...}``: every character that is not a letter, a digit
+    or an underscore escaped (ids hold ``-``, ``.`` and ``:``, which the query syntax reads)."""
+    return "{" + _TAG_SPECIAL.sub(r"\\\1", value) + "}"
 
 
 def path_values(raw: str | bytes) -> dict[str, Any]:
