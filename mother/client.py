@@ -41,9 +41,10 @@ from mother.functions import server_now_ms
 from mother.gates.build import check_decision, gate_waited_on
 from mother.principals.identity import principal_of
 from mother.records import parse_run_record, path_values, runs
+from mother.records.budgets import published_limits
 from mother.records.rejections import read_rejection_for
 from mother.records.results import queue_termination_read, read_result
-from mother.specs import check_models, check_scripts
+from mother.specs import check_faults, check_libraries, check_models, check_scripts
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
 from schemas import (
@@ -275,6 +276,11 @@ class MotherClient:
             raise InvalidSpec(f"spec is {len(payload)} bytes; the limit is {MAX_SPEC_BYTES} bytes")
         check_models(self.settings, parsed)
         check_scripts(self.settings, parsed)
+        # what only the deployment knows: its libraries, and whether its Mother lets scripts fail
+        check_libraries(self.redis, parsed)
+        published = published_limits(self.redis)
+        if published is not None:
+            check_faults(self.settings, parsed, published.fault_models)
         assert parsed.run_id is not None
         me = self.principal
         if me is not None and not me.submits_for(parsed.user_id):

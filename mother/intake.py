@@ -45,7 +45,7 @@ from mother.principals.streams import Source
 from mother.records.rejections import write_rejection
 from mother.roles import role_settings
 from mother.runtime import Runtime
-from mother.specs import check_spec
+from mother.specs import check_libraries, check_spec
 from mother.streams import Delivery
 from schemas import MAX_SPEC_BYTES, SPAWNED_BY, HistoryEntry, RunSpec, RunState, TerminationReason
 from schemas.rejection import Rejection
@@ -130,6 +130,7 @@ def _read_spec(
     try:
         spec = parse_spec(raw)
         check_spec(rt.settings, spec)
+        check_libraries(rt.redis, spec)
     except InvalidSpec as exc:
         reject(rt, entry_id, fields, exc.message, source=source)
         return None

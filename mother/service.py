@@ -45,6 +45,7 @@ from mother.records.libraries import ensure_indexes as ensure_library_indexes
 from mother.records.tools import read_registry
 from mother.review import on_phase_result
 from mother.runtime import Runtime
+from mother.specs import fault_models
 from mother.streams import Delivery, as_text
 from mother.termination import ensure_index
 from mother.tools import sync as sync_tools
@@ -192,6 +193,7 @@ class Mother:
                 max_concurrent_runs=g.max_concurrent_runs,
                 max_redis_memory_mb=g.max_redis_memory_mb,
                 max_docling_jobs=g.max_docling_jobs,
+                fault_models=fault_models(self.settings),
                 published_by=self.instance,
                 published_at=self.rt.clock.now_iso(),
             ),

@@ -4,11 +4,21 @@ at intake (a raw XADD skips the client)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from mother import keys
 from mother.config import Settings
 from mother.errors import InvalidSpec
 from schemas import RunSpec
 
-__all__ = ["check_faults", "check_models", "check_scripts", "check_spec"]
+__all__ = [
+    "check_faults",
+    "check_libraries",
+    "check_models",
+    "check_scripts",
+    "check_spec",
+    "fault_models",
+]
 
 
 def check_spec(settings: Settings, spec: RunSpec) -> None:
@@ -47,19 +57,23 @@ def check_models(settings: Settings, spec: RunSpec) -> None:
             )
 
 
-def check_faults(settings: Settings, spec: RunSpec) -> None:
+def fault_models(settings: Settings) -> list[str]:
+    """The scripted models that may inject faults (what the leading Mother publishes)."""
+    return sorted(
+        name for name, m in settings.models.items() if m.provider == "scripted" and m.allow_faults
+    )
+
+
+def check_faults(settings: Settings, spec: RunSpec, allowed: list[str] | None = None) -> None:
     """No scripted reply injects a fault unless a scripted model of the run allows it (Mother's settings
-    decide: a client's own cannot switch fault injection on)."""
+    decide: a client's own cannot switch fault injection on; ``allowed``: the models the leading Mother
+    published as allowing it, which a client checks against)."""
+    allowing_models = set(fault_models(settings) if allowed is None else allowed)
     for role, replies in spec.scripts.items():
         faulty = next((i for i, reply in enumerate(replies, 1) if reply.fail is not None), None)
         if faulty is None:
             continue
-        allowing = [
-            p.model
-            for p in spec.pipeline
-            if settings.models[p.model].provider == "scripted"
-            and settings.models[p.model].allow_faults
-        ]
+        allowing = [p.model for p in spec.pipeline if p.model in allowing_models]
         if not allowing:
             kind = replies[faulty - 1].fail
             raise InvalidSpec(
@@ -67,4 +81,20 @@ def check_faults(settings: Settings, spec: RunSpec) -> None:
                 "does not allow: remove it, or enable models.<scripted model>.allow_faults (tests and "
                 "demos only: `mother up --dev`)",
                 field=f"scripts.{role}",
+            )
+
+
+def check_libraries(client: Any, spec: RunSpec) -> None:
+    """Every library the spec names exists (one round trip): InvalidSpec naming the first that does not."""
+    if not spec.libraries:
+        return
+    pipe = client.pipeline(transaction=False)
+    for library_id in spec.libraries:
+        pipe.sismember(keys.LIBRARIES_INDEX, library_id)
+    for library_id, known in zip(spec.libraries, pipe.execute(), strict=True):
+        if not known:
+            raise InvalidSpec(
+                f"library {library_id!r} does not exist; `mother library list` lists them, "
+                "`mother library create` makes one",
+                field="libraries",
             )

@@ -164,5 +164,10 @@ class PublishedLimits(Record):
     max_concurrent_runs: int
     max_redis_memory_mb: int
     max_docling_jobs: int
+    fault_models: list[str] = Field(
+        default_factory=list,
+        description="the scripted models that may inject faults here (a client refuses a spec that "
+        "injects one on another before submitting)",
+    )
     published_by: str
     published_at: Timestamp

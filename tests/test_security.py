@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 import redis
 
 from mother import keys
@@ -183,3 +184,63 @@ def test_fault_injection_is_refused_unless_the_deployment_allows_it(
     again = client.submit(example("worker-killed"))
     [(_, _), (entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
     assert handle_submission(dev, entry_id, fields).run_id == again
+
+
+def test_a_submitter_is_refused_what_mothers_published_settings_refuse(
+    r: redis.Redis, redis_url: str
+) -> None:
+    """`mother submit` of a spec that injects a fault, on a deployment whose leading Mother allows none,
+    is refused before it is sent (it exited 0 and was rejected later), whatever the client's own
+    settings say; on one that allows them it goes."""
+    from mother.client import MotherClient
+    from mother.config import load_settings
+    from mother.errors import InvalidSpec
+    from mother.records.budgets import publish_limits
+    from schemas.budget import PublishedLimits
+
+    client = MotherClient(
+        settings=load_settings(redis_url=redis_url, models={"scripted": {"allow_faults": True}})
+    )
+    published = PublishedLimits(
+        max_queue_depth=100,
+        max_concurrent_runs=10,
+        max_redis_memory_mb=1000,
+        max_docling_jobs=2,
+        fault_models=[],
+        published_by="m",
+        published_at="2026-11-27T00:00:00.000Z",
+    )
+    publish_limits(r, published)
+    with pytest.raises(
+        InvalidSpec, match=r"injects a fault .* which this deployment does not allow"
+    ):
+        client.submit(example("worker-killed"))
+    assert r.xlen(keys.SUBMISSIONS_STREAM) == 0
+    publish_limits(r, published.model_copy(update={"fault_models": ["scripted"]}))
+    assert client.submit(example("worker-killed"))
+
+
+def test_a_spec_naming_a_library_that_does_not_exist_is_refused_on_every_path(
+    r: redis.Redis, redis_url: str
+) -> None:
+    """A library that does not exist: refused at submit with one line; by raw XADD (no run_id) a
+    rejection and no run (it was accepted, then ended catastrophic_error or timed out)."""
+    from mother.client import MotherClient
+    from mother.config import load_settings
+    from mother.errors import InvalidSpec
+    from mother.intake import handle_submission
+    from mother.runtime import Runtime
+
+    settings = load_settings(redis_url=redis_url)
+    spec = {**example("three-phase"), "libraries": ["nope"]}
+    with pytest.raises(InvalidSpec, match="library 'nope' does not exist"):
+        MotherClient(settings=settings).submit(spec)
+    del spec["run_id"]
+    entry_id = r.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(spec)})
+    assert (
+        handle_submission(Runtime.create(settings), entry_id, {"spec": orjson.dumps(spec).decode()})
+        is None
+    )
+    rejection = orjson.loads(r.execute_command("JSON.GET", keys.rejection_key(entry_id)))
+    assert rejection["error"].startswith("library 'nope' does not exist")
+    assert not r.exists(keys.run_key(f"run-{entry_id}"))

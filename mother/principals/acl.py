@@ -49,6 +49,8 @@ READ_KEYS = (
     "rq:*",
     "activity",
     "ratelimit:user:*",
+    # the libraries' names (a spec naming one that does not exist is refused before it is sent)
+    "libraries",
     # what a connection asks the server when it opens (the JSON module's probe)
     "mother:probe",
 )
