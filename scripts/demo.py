@@ -114,18 +114,12 @@ def _show_context(client: MotherClient, run_id: str) -> None:
 def _create_libraries(client: MotherClient) -> None:
     """The spec's three example libraries, from the policies and fake documents in examples/libraries."""
     from mother.clock import ServerClock
-    from mother.libraries.ingest import create_library
+    from mother.libraries.ingest import create_example_libraries
 
-    now = ServerClock(client.redis).now_iso()
-    for name in ("public_research", "financials", "personal"):
-        made = create_library(
-            client.redis,
-            EXAMPLES / "libraries" / f"{name}.yaml",
-            [EXAMPLES / "libraries" / "docs" / name],
-            now,
-        )
+    made = create_example_libraries(client.redis, ServerClock(client.redis).now_iso())
+    for name, docs in made.items():
         console.print(
-            f"library {name}: {sum(m.chunks for m in made)} chunk(s) from {len(made)} document(s)"
+            f"library {name}: {sum(m.chunks for m in docs)} chunk(s) from {len(docs)} document(s)"
         )
 
 

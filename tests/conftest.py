@@ -146,13 +146,10 @@ def start_pipeline(
 def start_with_libraries(tmp: Path) -> Pipeline:
     """A pipeline whose store holds the spec's three example libraries (examples/libraries/)."""
     from mother.clock import ServerClock
-    from mother.libraries.ingest import create_library
+    from mother.libraries.ingest import create_example_libraries
 
     p = start_pipeline(tmp)
-    now = ServerClock(p.redis).now_iso()
-    libraries = Path(__file__).resolve().parents[1] / "examples" / "libraries"
-    for name in ("public_research", "financials", "personal"):
-        create_library(p.redis, libraries / f"{name}.yaml", [libraries / "docs" / name], now)
+    assert create_example_libraries(p.redis, ServerClock(p.redis).now_iso())
     return p
 
 

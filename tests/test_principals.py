@@ -350,13 +350,18 @@ def test_up_dev_makes_a_dev_principal_that_can_do_everything(tmp_path: Path) -> 
     proc = start_up_dev(tmp_path, {"COLUMNS": "400"}, stderr=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None
-        url = None
+        url, libraries = None, None
         for line in proc.stdout:
             if "dev principal" in line:
                 url = line.strip().split("MOTHER_REDIS_URL=", 1)[1]
+            if "example libraries" in line:
+                libraries = line
                 break
         assert url is not None and url.startswith("redis://dev:")
+        assert libraries is not None and "financials" in libraries
         client = MotherClient(settings=load_settings(redis_url=url))
+        # the library examples run as their headers say: their libraries are there
+        assert client.submit(example("library-redacted"))
         run_id = client.submit(_quick("anyone"))
         assert wait_until(lambda: tenancy_status(client, run_id) is not None, timeout=30)
         assert client.status(run_id).submitted_by == "dev"

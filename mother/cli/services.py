@@ -181,6 +181,12 @@ def up(
                     f"export MOTHER_REDIS_URL={_dev_principal(server.url)}",
                     soft_wrap=True,
                 )
+                made = _dev_libraries(server.url)
+                if made:
+                    console.print(
+                        f"example libraries (the library examples use them): {', '.join(made)}",
+                        soft_wrap=True,
+                    )
                 console.print(
                     f"Mother's own credentials (the embedded server's default user): {server.url}",
                     style="dim",
@@ -245,3 +251,14 @@ def _dev_principal(url: str) -> str:
         principals.remove(client, "dev")
     _, password = principals.add(client, "dev", list(GRANTS), ["*"], ServerClock(client).now_iso())
     return principal_url(url, "dev", password)
+
+
+def _dev_libraries(url: str) -> list[str]:
+    """``mother up --dev`` makes the example libraries of a source checkout, so every example in
+    ``examples/`` runs as its header says."""
+    from mother.clock import ServerClock
+    from mother.connection import connect
+    from mother.libraries.ingest import create_example_libraries
+
+    client = connect(url)
+    return list(create_example_libraries(client, ServerClock(client).now_iso()))

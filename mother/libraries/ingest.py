@@ -161,3 +161,24 @@ def create_library(
     ensure_indexes(client)
     write_policy(client, policy, now_iso)
     return [ingest(client, policy.library_id, path, now_iso) for path in files_under(documents)]
+
+
+# the spec's three example libraries (examples/libraries: policies and fake documents)
+EXAMPLE_LIBRARIES = ("public_research", "financials", "personal")
+
+
+def examples_dir() -> Path | None:
+    """``examples/libraries`` of a source checkout (an installed package has none), or None."""
+    found = Path(__file__).resolve().parents[2] / "examples" / "libraries"
+    return found if found.is_dir() else None
+
+
+def create_example_libraries(client: Any, now_iso: str) -> dict[str, list[Ingested]]:
+    """Make (or re-police) the example libraries the library examples name; {} without a checkout."""
+    root = examples_dir()
+    if root is None:
+        return {}
+    return {
+        name: create_library(client, root / f"{name}.yaml", [root / "docs" / name], now_iso)
+        for name in EXAMPLE_LIBRARIES
+    }
