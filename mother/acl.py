@@ -133,7 +133,8 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("write the tool registry", ("JSON.DEL", keys.TOOLS_REGISTRY, "$.mother_doctor_probe")),
         ("run scripts of its own (EVAL)", ("EVAL", "return 1", "0")),
     ],
-    "maintenance": DESTROYS,
+    # the GC removes a forgotten run's run-id claim with its records
+    "maintenance": [d for d in DESTROYS if "runs:claimed" not in d[0]],
     "dashboard": [
         *DESTROYS,
         ("append people's commands (cancel)", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),

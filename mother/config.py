@@ -776,6 +776,16 @@ class RetentionSettings(_Section):
     gc_batch_size: int = Field(
         500, ge=1, le=100_000, description="index entries read per step (each item its own call)"
     )
+    gc_reports_keep_days: float = Field(
+        90, gt=0, le=36_500, description="a GC report (gc_report:{time}) is kept this long"
+    )
+    gc_lease_seconds: int = Field(
+        300,
+        ge=1,
+        le=86_400,
+        description="a scheduled GC holds its day this long at a time (renewed after each step): a "
+        "GC killed half way frees its day within it, and its retry collects the same day",
+    )
 
     @field_validator("by_status", mode="after")
     @classmethod

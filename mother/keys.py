@@ -37,6 +37,8 @@ __all__ = [
     "FUNCTIONS_LIBRARY",
     "GATE_DEADLINES",
     "GATE_WARNINGS",
+    "GC_DELETED",
+    "GC_FORGOTTEN",
     "GC_LIBRARY",
     "GC_REPORTS",
     "GLOBAL_BUDGET",
@@ -180,6 +182,10 @@ ARTIFACT_ARCHIVE_DUE = "artifacts:archive_due"
 RUN_RETENTION = "retention:runs"
 # zset: gc_report keys by when the GC that wrote them ran (ms)
 GC_REPORTS = "gc:reports"
+# lists: what the GC deleted (artifact ids) and forgot (run ids) that no activity entry names yet
+# (written with each deletion, drained into one entry a batch by mh_gc_drain)
+GC_DELETED = "gc:deleted"
+GC_FORGOTTEN = "gc:forgotten"
 CONFLICT_PREFIX = "conflict:"
 # the monotonic counters /metrics exposes, a hash ('runs_terminated|success' -> n), counted by the server
 # functions and moves that do what they count (mother/lua/prelude.lua: METRICS_KEY)

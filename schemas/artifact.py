@@ -95,6 +95,12 @@ class GCReport(Record):
     )
     runs_removed: int = Field(0, ge=0, description="ended runs whose records were removed")
     runs_kept: int = Field(0, ge=0, description="runs kept for a starred or protected artifact")
+    workspaces_removed: int = Field(
+        0, ge=0, description="removed runs' workspace directories deleted on the GC's host"
+    )
+    status: Literal["running", "completed"] = Field(
+        "completed", description="running: written after each step; a GC killed half way says so"
+    )
     keys_removed: int = Field(0, ge=0)
     access_logs_pruned: int = Field(
         0, ge=0, description="access-log timeline entries past their library's retention_days"

@@ -8,6 +8,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -170,9 +172,13 @@ def test_each_retention_class_with_the_clock_moved(
     ):
         assert r.zscore(index, "run-a") is None
     assert done.runs_removed + after.runs_removed == 1
-    kinds = [f["type"] for _, f in r.xrange(keys.ACTIVITY_STREAM)]
-    assert kinds.count("artifact_deleted") == 2 and "run_records_removed" in kinds
-    assert "garbage_collection" in kinds
+    entries = [f for _, f in r.xrange(keys.ACTIVITY_STREAM)]
+    kinds = [f["type"] for f in entries]
+    # one entry for the batch, not one per artifact
+    assert kinds.count("artifacts_deleted") == 1 and "artifact_deleted" not in kinds
+    batch = orjson.loads(next(f["data"] for f in entries if f["type"] == "artifacts_deleted"))
+    assert batch["count"] == 2 and sorted(batch["ids"]) == sorted(ids)
+    assert "run_records_removed" in kinds and "garbage_collection" in kinds
 
 
 def test_the_gc_reads_only_what_is_due(r: redis.Redis) -> None:
@@ -227,6 +233,99 @@ def test_starred_deferral_and_protection(r: redis.Redis) -> None:
     assert collect(default, now_ms=T0 + 8 * DAY_MS).scheduled_deletion == 1
 
 
+def test_an_unprotected_starred_artifact_the_gc_kept_is_deleted_once_unstarred(
+    r: redis.Redis,
+) -> None:
+    """star (which protects), unprotect, GC, unstar: the GC took the starred artifact off the expiry
+    index, and unstar used to leave it off for good; it is back on the index and the next GC deletes it."""
+    rt = _rt(r)
+    (kept,) = _run(rt, "run-u", "user_cancelled", T0, n=1)
+    control(r, rt.settings, "star", kept, actor="bob", now_ms=T0)
+    control(r, rt.settings, "unprotect", kept, actor="bob", now_ms=T0)
+    # the star still protects it: the GC leaves it (and nothing has it on the index)
+    assert collect(rt, now_ms=T0 + 8 * DAY_MS).scheduled_deletion == 0
+    assert r.zscore(keys.ARTIFACT_EXPIRY, kept) is None
+    control(r, rt.settings, "unstar", kept, actor="bob", now_ms=T0)
+    assert r.zscore(keys.ARTIFACT_EXPIRY, kept) == T0 + 7 * DAY_MS
+    assert collect(rt, now_ms=T0 + 8 * DAY_MS).scheduled_deletion == 1
+    assert _exists(r, kept) == (False, False, False)
+
+
+def test_what_a_run_leaves_has_a_retention_too(r: redis.Redis, tmp_path: Any) -> None:
+    """A forgotten run's run-id claim and workspace files go with its records (runs:claimed grew by one
+    a run and workspaces were never deleted); a GC report expires after gc_reports_keep_days."""
+    rt = Runtime(
+        settings=Settings(
+            worker={"workspace_root": tmp_path}, retention={"gc_reports_keep_days": 3}
+        ),
+        redis=r,
+    )
+    load_functions(r)
+    _run(rt, "run-w", "success", T0)
+    r.hset(keys.RUN_CLAIMS, mapping={"run-w": "1-0", "run-other": "2-0"})
+    (tmp_path / "run-w" / "sub").mkdir(parents=True)
+    (tmp_path / "run-w" / "sub" / "f.txt").write_text("x")
+    report = collect(rt, now_ms=T0 + 181 * DAY_MS)
+    assert report.runs_removed == 1 and report.workspaces_removed == 1
+    assert not (tmp_path / "run-w").exists()
+    assert r.hgetall(keys.RUN_CLAIMS) == {"run-other": "2-0"}
+    (key,) = r.zrange(keys.GC_REPORTS, 0, -1)
+    assert 0 < r.ttl(key) <= 3 * 86_400
+
+
+def test_a_killed_gc_leaves_its_report_and_frees_its_day(r: redis.Redis, redis_url: str) -> None:
+    """A scheduled GC killed half way (kill -9, in a process of its own): its report so far is there
+    (status running, what its finished steps did), and its day is only leased, so once the lease lapses
+    the job's retry collects the same day, finishing the work and marking the day done."""
+    rt = _rt(r, gc_batch_size=5)
+    for n in range(600):
+        _run(rt, f"run-k{n}", "user_cancelled", T0 - 30 * DAY_MS, n=1)
+    env = {
+        **os.environ,
+        "MOTHER_REDIS_URL": redis_url,
+        "MOTHER_RETENTION__GC_BATCH_SIZE": "5",
+        "MOTHER_RETENTION__GC_LEASE_SECONDS": "2",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from workers.gc import scheduled; scheduled()"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    day = keys.gc_day_key(rt.clock.today())
+    # killed while it deletes, after its first step's report is written
+    assert wait_until(
+        lambda: r.zcard(keys.GC_REPORTS) >= 1 and r.zcard(keys.ARTIFACT_EXPIRY) < 500,
+        timeout=60,
+        step=0.001,
+    )
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    (key,) = r.zrange(keys.GC_REPORTS, 0, -1)
+    partial = orjson.loads(r.execute_command("JSON.GET", key))
+    assert partial["status"] == "running"
+    assert str(r.get(day)).startswith("running") and 0 < r.ttl(day) <= 2
+    assert wait_until(lambda: not r.exists(day), timeout=10)
+    # the retry, the same day
+    done = subprocess.run(
+        [sys.executable, "-c", "from workers.gc import scheduled; print(scheduled())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "'status': 'completed'" in done.stdout
+    assert str(r.get(day)).startswith("done") and r.ttl(day) > 86_400
+    assert r.zcard(keys.ARTIFACT_EXPIRY) == 0
+    # every deletion is in exactly one batch's entry, the killed GC's too
+    named = [
+        orjson.loads(f["data"])
+        for _, f in r.xrange(keys.ACTIVITY_STREAM, count=100_000)
+        if f["type"] == "artifacts_deleted"
+    ]
+    assert sum(b["count"] for b in named) == 600
+
+
 def test_archive_and_restore_give_back_the_exact_bytes(r: redis.Redis) -> None:
     rt = _rt(r)
     (artifact_id,) = _run(rt, "run-z", "success", T0, n=1)
@@ -268,12 +367,14 @@ def test_a_gc_killed_half_way_is_finished_by_the_next_and_removes_nothing_twice(
     report = collect(rt, now_ms=now)
     assert report.scheduled_deletion == left and report.errors == []
     assert all(_exists(r, a) == (False, False, False) for a in all_ids)
-    deleted = [
-        orjson.loads(f["data"])["artifact_id"]
+    batches = [
+        orjson.loads(f["data"])
         for _, f in r.xrange(keys.ACTIVITY_STREAM, count=100_000)
-        if f["type"] == "artifact_deleted"
+        if f["type"] == "artifacts_deleted"
     ]
-    assert sorted(deleted) == sorted(all_ids)  # each once
+    # each once: a batch's entry names its artifacts (5 a batch here)
+    deleted = [a for b in batches for a in b["ids"]]
+    assert sorted(deleted) == sorted(all_ids) and all(b["count"] <= 5 for b in batches)
 
 
 def test_dry_run_changes_nothing(r: redis.Redis) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import shutil
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -63,13 +64,22 @@ def run(now: str | None = None, dry_run: bool = False) -> dict[str, Any]:
 
 def scheduled() -> dict[str, Any]:
     """The daily cron's job: the first scheduler's job of a (server, UTC) day collects; another
-    scheduler's job that day finds the day taken and does nothing."""
+    scheduler's job that day finds the day taken (done, or being collected) and does nothing. The day
+    is held on a lease while the GC runs and marked done when it finishes: a GC killed half way (its
+    work-horse killed, the machine gone) frees the day, and the job's retry collects again (the GC is
+    idempotent: it finishes what the first began)."""
     rt = _runtime()
     day = rt.clock.today()
-    if not rt.redis.set(keys.gc_day_key(day), rt.clock.now_iso(), nx=True, ex=3 * 86_400):
-        log.info("gc_skipped", day=day, why="another scheduler's job collected today")
+    key = keys.gc_day_key(day)
+    lease = rt.settings.retention.gc_lease_seconds
+    if not rt.redis.set(key, f"running {rt.clock.now_iso()}", nx=True, ex=lease):
+        held = rt.redis.get(key)
+        held = held.decode() if isinstance(held, bytes) else held
+        log.info("gc_skipped", day=day, why=f"today's GC is taken ({held})")
         return {"skipped": True, "day": day}
-    return run()
+    report = collect(rt, now_ms=rt.clock.now_ms(), renew=lambda: rt.redis.expire(key, lease))
+    rt.redis.set(key, f"done {report.finished_at}", ex=3 * 86_400)
+    return report.model_dump(mode="json")
 
 
 def parse_now(text: str) -> int:
@@ -88,7 +98,9 @@ class _Step:
     stuck: int = 0
 
 
-def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False) -> GCReport:
+def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False, renew: Any = None) -> GCReport:
+    """One GC as of ``now_ms``. Its report is written after each step (``status: running``), so a GC
+    killed half way leaves what it did; ``renew`` is called after each step (its day's lease)."""
     started_ms = rt.clock.now_ms()
     t0 = time.monotonic()
     report = GCReport(
@@ -96,12 +108,20 @@ def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False) -> GCReport:
         finished_at=rt.clock.iso(started_ms),
         now=rt.clock.iso(now_ms),
         dry_run=dry_run,
+        status="running",
     )
     batch = rt.settings.retention.gc_batch_size
+    key = keys.gc_report_key(report.started_at)
+    keep_s = int(rt.settings.retention.gc_reports_keep_days * 86_400)
     try:
-        _archive(rt, report, now_ms, batch, dry_run)
-        _expire(rt, report, now_ms, batch, dry_run)
-        _runs(rt, report, now_ms, batch, dry_run)
+        for step in (_archive, _expire, _runs):
+            step(rt, report, now_ms, batch, dry_run)
+            if not dry_run:
+                progress = rt.redis.pipeline(transaction=True)
+                _queue_save(progress, key, report, started_ms, keep_s)
+                progress.execute()
+            if renew is not None:
+                renew()
         _access_logs(rt, report, now_ms, dry_run)
     except redis.exceptions.NoPermissionError as exc:
         raise ConfigError(
@@ -110,11 +130,12 @@ def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False) -> GCReport:
         ) from None
     report.duration_ms = int((time.monotonic() - t0) * 1000)
     report.finished_at = rt.clock.now_iso()
+    report.status = "completed"
     if not dry_run:
-        key = keys.gc_report_key(report.started_at)
         pipe = rt.redis.pipeline(transaction=True)
-        pipe.execute_command("JSON.SET", key, "$", report.to_json())
-        pipe.zadd(keys.GC_REPORTS, {key: started_ms})
+        _queue_save(pipe, key, report, started_ms, keep_s)
+        # reports past their retention leave the listing (their keys expire by themselves)
+        pipe.zremrangebyscore(keys.GC_REPORTS, "-inf", started_ms - keep_s * 1000)
         queue_count(pipe, "gc_runs")
         rt.emit(
             pipe,
@@ -130,6 +151,14 @@ def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False) -> GCReport:
         "gc_done", **report.model_dump(mode="json", exclude={"errors"}), errors=len(report.errors)
     )
     return report
+
+
+def _queue_save(pipe: Any, key: str, report: GCReport, started_ms: int, keep_s: int) -> None:
+    """Queue writing the report (listed in gc:reports), to expire after
+    ``retention.gc_reports_keep_days``."""
+    pipe.execute_command("JSON.SET", key, "$", report.to_json())
+    pipe.expire(key, keep_s)
+    pipe.zadd(keys.GC_REPORTS, {key: started_ms})
 
 
 def _batches(
@@ -207,10 +236,12 @@ def _expire(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: boo
                     keys.ARTIFACT_EXPIRY,
                     keys.ARTIFACT_ARCHIVE_DUE,
                     keys.ACTIVITY_STREAM,
+                    keys.GC_DELETED,
                 ],
                 [artifact_id, now_ms, notify, rt.settings.service.activity_maxlen],
             )
-        for artifact_id, reply in zip(ids, execute(pipe, raise_on_error=False), strict=True):
+        _drain(pipe, rt, keys.GC_DELETED, "artifacts_deleted", now=rt.clock.now_ms())
+        for artifact_id, reply in zip(ids, execute(pipe, raise_on_error=False)[:-1], strict=True):
             outcome = _outcome(report, artifact_id, reply)
             if outcome in ("deleted", "gone"):
                 report.scheduled_deletion += 1
@@ -287,23 +318,59 @@ def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool)
                     keys.RUNS_INDEX,
                     keys.user_runs_key(user) if user else keys.RUNS_INDEX,
                     keys.termination_reason_index_key(reason) if reason else keys.RUNS_INDEX,
-                    keys.ACTIVITY_STREAM,
+                    keys.GC_FORGOTTEN,
+                    keys.RUN_CLAIMS,
                     *_run_keys(run_id, state),
                 ],
-                [run_id, now_ms, rt.settings.service.activity_maxlen],
+                [run_id, now_ms],
             )
             planned.append((run_id, "forget"))
         if dry_run or not planned:
             continue
-        for (run_id, what), reply in zip(planned, execute(pipe, raise_on_error=False), strict=True):
+        _drain(pipe, rt, keys.GC_FORGOTTEN, "run_records_removed", now=rt.clock.now_ms())
+        for (run_id, what), reply in zip(
+            planned, execute(pipe, raise_on_error=False)[:-1], strict=True
+        ):
             if what == "kept":
                 continue
             if _outcome(report, run_id, reply) == "error" or int(reply[0]) < 0:
                 step.stuck += 1
             else:
                 report.runs_removed += 1
+                report.workspaces_removed += _remove_workspace(rt, run_id)
                 report.keys_removed += int(reply[0])
                 report.bytes_freed += int(reply[1])
+
+
+# what a batch's activity entry names of its items, at most (the count is whole)
+ENTRY_IDS = 50
+
+
+def _drain(pipe: Any, rt: Runtime, pending: str, kind: str, *, now: int) -> None:
+    """Queue the batch's one activity entry (one per item flooded the capped stream and pushed every
+    run's history out of it): what the batch's calls listed in ``pending``, and any a GC killed
+    before its entry left there, in the same step that empties it."""
+    call(
+        pipe,
+        "mh_gc_drain",
+        [pending, keys.ACTIVITY_STREAM],
+        [kind, rt.settings.service.activity_maxlen, now, ENTRY_IDS],
+    )
+
+
+def _remove_workspace(rt: Runtime, run_id: str) -> int:
+    """Delete the run's workspace files on this host (``worker.workspace_root/{run_id}``), when there
+    are any: 1 when removed. Its symlinks are removed, never followed."""
+    root = rt.settings.worker.workspace_root
+    target = root / run_id
+    if not target.is_dir() or target.is_symlink() or target.resolve().parent != root.resolve():
+        return 0
+    try:
+        shutil.rmtree(target)
+    except OSError as exc:
+        log.warning("workspace_not_removed", run_id=run_id, error=str(exc))
+        return 0
+    return 1
 
 
 def _access_logs(rt: Runtime, report: GCReport, now_ms: int, dry_run: bool) -> None:

@@ -16,7 +16,7 @@ from rq import Queue
 from rq import cron_job_registry as rq_cron_jobs
 from rq.cron import CronJob, CronScheduler
 from rq.defaults import DEFAULT_CRON_JOB_HISTORY_LIMIT, DEFAULT_CRON_JOB_HISTORY_TTL
-from rq.job import Job
+from rq.job import Job, Retry
 from rq.serializers import JSONSerializer
 
 from mother import keys
@@ -34,6 +34,12 @@ MAINTENANCE_QUEUE = "maintenance"
 GC_TIMEOUT_SECONDS = 6 * 3600
 
 
+def gc_retry() -> Retry:
+    """A GC killed half way (its work-horse killed, its machine gone) is tried again the same day: its
+    day's lease has lapsed by then (``retention.gc_lease_seconds``), and it finishes the first's work."""
+    return Retry(max=3, interval=[360, 900, 3600])
+
+
 class JsonCronJob(CronJob):
     """RQ's CronJob, enqueueing with the JSON serializer our workers read (RQ's own uses pickle, which
     they refuse) and by function name (workers import the job; the scheduler need not)."""
@@ -48,6 +54,7 @@ class JsonCronJob(CronJob):
                 timeout=self.job_options.get("job_timeout"),
                 result_ttl=self.job_options.get("result_ttl"),
                 failure_ttl=self.job_options.get("failure_ttl"),
+                retry=gc_retry(),
                 pipeline=pipeline,
             )
             stamp = (job.enqueued_at or datetime.now(UTC)).timestamp()
@@ -87,7 +94,11 @@ def catch_up(rt: Runtime, cron: str, queue: Any) -> bool:
     if rt.redis.exists(keys.gc_day_key(day)):
         return False
     queue.enqueue_call(
-        GC_JOB, timeout=GC_TIMEOUT_SECONDS, result_ttl=7 * 86_400, failure_ttl=30 * 86_400
+        GC_JOB,
+        timeout=GC_TIMEOUT_SECONDS,
+        result_ttl=7 * 86_400,
+        failure_ttl=30 * 86_400,
+        retry=gc_retry(),
     )
     log.info("gc_caught_up", missed=previous.isoformat() + "Z", day=day)
     return True

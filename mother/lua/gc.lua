@@ -21,13 +21,18 @@ end
 
 -- delete an artifact (content, archive, metadata) and take it off both indexes, with an audit entry;
 -- returns {bytes, keys removed}
-local function delete_artifact(keys, id, stream, maxlen, at, fields)
+-- ``pending``: no entry of its own; the id joins that list, which mh_gc_drain turns into one entry a batch
+local function delete_artifact(keys, id, stream, maxlen, at, fields, pending)
   local freed = usage(keys[1]) + usage(keys[2]) + usage(keys[3])
   local removed = redis.call('DEL', keys[1], keys[2], keys[3])
   redis.call('ZREM', keys[4], id)
   redis.call('ZREM', keys[5], id)
-  fields.artifact_id, fields.bytes, fields.keys = id, freed, removed
-  audit(stream, maxlen, at, 'artifact_deleted', fields)
+  if pending then
+    redis.call('RPUSH', pending, id)
+  else
+    fields.artifact_id, fields.bytes, fields.keys = id, freed, removed
+    audit(stream, maxlen, at, 'artifact_deleted', fields)
+  end
   return freed, removed
 end
 
@@ -74,7 +79,7 @@ end
 
 -- mh_gc_expire: delete one expired artifact (its content, archive and metadata), or skip it.
 -- KEYS: 1 artifact_meta, 2 artifact, 3 archive:artifact, 4 artifacts:expiry, 5 artifacts:archive_due,
---       6 activity
+--       6 activity, 7 gc:deleted (its id goes there; mh_gc_drain writes one entry a batch)
 -- ARGV: 1 id, 2 now_ms, 3 notify_ms (a starred one's grace; '' : starred ones are protected),
 --       4 activity maxlen
 -- Returns {outcome, bytes, keys removed}: deleted, protected, deferred, not_due, gone.
@@ -104,7 +109,7 @@ local function mh_gc_expire(keys, args)
        message = 'a starred artifact expired: it is deleted at delete_at unless it is protected'})
     return {'deferred', 0}
   end
-  local freed, removed = delete_artifact(keys, id, keys[6], args[4], at, {run_id = doc and doc.run_id or nil})
+  local freed, removed = delete_artifact(keys, id, keys[6], args[4], at, {}, keys[7])
   if not doc then return {'gone', freed, removed} end
   return {'deleted', freed, removed}
 end
@@ -140,22 +145,25 @@ end
 -- mh_gc_forget_run: remove an ended run's own records and its entries in the run indexes, if its
 -- retention is still due (a starred or protected artifact's run was re-scheduled by the GC instead).
 -- KEYS: 1 retention:runs, 2 runs:all, 3 runs:user:{user}, 4 the reason's termination index,
---       5 activity, 6.. the run's keys (run, termination, result, budgets, limits, contexts, ...)
--- ARGV: 1 run_id, 2 now_ms, 3 activity maxlen
+--       5 gc:forgotten (its id goes there; mh_gc_drain writes one entry a batch), 6 runs:claimed,
+--       7.. the run's keys (run, termination, result, budgets, limits, contexts, ...)
+-- ARGV: 1 run_id, 2 now_ms
 -- Returns {removed keys, bytes} or {-1, 0} when not due.
 local function mh_gc_forget_run(keys, args)
   local run_id, now = args[1], tonumber(args[2])
   local score = redis.call('ZSCORE', keys[1], run_id)
   if not score or tonumber(score) > now then return {-1, 0} end
   local freed = 0
-  for i = 6, #keys do freed = freed + usage(keys[i]) end
+  for i = 7, #keys do freed = freed + usage(keys[i]) end
   local removed = 0
-  if #keys >= 6 then removed = redis.call('DEL', unpack(keys, 6)) end
+  if #keys >= 7 then removed = redis.call('DEL', unpack(keys, 7)) end
   redis.call('ZREM', keys[1], run_id)
   redis.call('ZREM', keys[2], run_id)
   redis.call('ZREM', keys[3], run_id)
   redis.call('ZREM', keys[4], run_id)
-  audit(keys[5], args[3], iso(now), 'run_records_removed', {run_id = run_id, keys = removed, bytes = freed})
+  -- its run_id's claim goes with it (runs:claimed grew by one a run, forever)
+  redis.call('HDEL', keys[6], run_id)
+  redis.call('RPUSH', keys[5], run_id)
   return {removed, freed}
 end
 
@@ -222,6 +230,11 @@ local function mh_artifact_control(keys, args)
       fields.protected = false
       fields.protection_reason = cjson.null
       doc.protected = false
+    end
+    if op == 'unstar' then doc.user_starred = false end
+    -- whatever took it off the indexes before (a protection, a star the GC kept), nothing keeps it
+    -- now unless a star still does: back on them
+    if not doc.protected and not (doc.user_starred and args[6] == '1') then
       reindex(doc, id, keys[4], keys[5])
     end
     set_fields(keys[1], fields)
@@ -230,7 +243,7 @@ local function mh_artifact_control(keys, args)
       return redis.error_reply('ERR artifact ' .. id .. ' is protected (' .. tostring(doc.protection_reason) ..
         '): unprotect it first')
     end
-    delete_artifact(keys, id, keys[6], args[7], at, {run_id = doc.run_id, actor = actor, early = true})
+    delete_artifact(keys, id, keys[6], args[7], at, {run_id = doc.run_id, actor = actor, early = true}, nil)
     return ''
   else
     return redis.error_reply('ERR unknown artifact op ' .. tostring(op))
@@ -262,6 +275,22 @@ local function mh_artifact_restore(keys, args)
   return redis.call('JSON.GET', keys[1])
 end
 
+-- mh_gc_drain: one activity entry for what the GC removed since the last one (a batch): how many, and
+-- the first ids; the list emptied in the same step, so each removal is in exactly one entry.
+-- KEYS: 1 gc:deleted or gc:forgotten, 2 activity
+-- ARGV: 1 the entry's type, 2 activity maxlen, 3 now_ms, 4 ids named at most
+-- Returns how many the entry counts (0: none, no entry).
+local function mh_gc_drain(keys, args)
+  local count = redis.call('LLEN', keys[1])
+  if count == 0 then return 0 end
+  local named = redis.call('LRANGE', keys[1], 0, tonumber(args[4]) - 1)
+  redis.call('DEL', keys[1])
+  redis.call('XADD', keys[2], 'MAXLEN', '~', args[2], '*', 'type', args[1], 'at', iso(tonumber(args[3])),
+    'agent', 'system', 'data', cjson.encode({count = count, ids = named, more_ids = count - #named}))
+  return count
+end
+
+redis.register_function('mh_gc_drain', mh_gc_drain)
 redis.register_function('mh_retain', mh_retain)
 redis.register_function('mh_gc_expire', mh_gc_expire)
 redis.register_function('mh_gc_archive', mh_gc_archive)
