@@ -43,18 +43,19 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
             (
                 "FCALL",
                 FUNCTIONS_PROBE,
-                "4",
+                "5",
                 keys.run_budget_key(PROBE),
                 keys.user_daily_budget_key(PROBE, "2000-01-01"),
                 keys.ACTIVITY_STREAM,
                 keys.run_limits_key(PROBE),
+                keys.METRICS_COUNTERS,
             ),
         ),
         ("claim attempt tokens (GETDEL)", ("GETDEL", keys.attempt_token_key(PROBE, 0, 0))),
         ("read the tool registry", ("JSON.TYPE", keys.TOOLS_REGISTRY)),
         (
             "count tool calls through mh_tool_stat",
-            ("FCALL", FUNCTIONS_PROBE, "1", keys.tool_stats_key(PROBE)),
+            ("FCALL", FUNCTIONS_PROBE, "2", keys.tool_stats_key(PROBE), keys.METRICS_COUNTERS),
         ),
         # XADD with the one id no entry can have: refused for its id, unless refused for permission
         ("report results on mother:events", ("XADD", keys.EVENTS_STREAM, "0-0", "probe", "1")),

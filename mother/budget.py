@@ -252,6 +252,7 @@ def admit(
             keys.run_key(run_id),
             keys.ADMISSION_WAITING,
             keys.ADMISSION_STATE,
+            keys.METRICS_COUNTERS,
         ],
         [orjson.dumps(payload), maxlen],
     )
@@ -360,7 +361,13 @@ class Guard:
         args = [body, self.maxlen] + ([b"1"] if repeats else [])
         return fcall_command(
             "mh_guard",
-            [self._run_key, self._user_key, keys.ACTIVITY_STREAM, self._limits_key],
+            [
+                self._run_key,
+                self._user_key,
+                keys.ACTIVITY_STREAM,
+                self._limits_key,
+                keys.METRICS_COUNTERS,
+            ],
             args,
         )
 

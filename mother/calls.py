@@ -73,6 +73,7 @@ def transition(
             keys.RUNS_WAITING,
             keys.RUN_WARNINGS,
             keys.run_limits_key(run_id),
+            keys.METRICS_COUNTERS,
             *more_keys,
         ],
         [
@@ -129,6 +130,7 @@ def terminate(
             keys.GATE_DEADLINES,
             keys.GATE_WARNINGS,
             keys.RUNS_WAITING,
+            keys.METRICS_COUNTERS,
         ],
         [record, run_id, envelope, at, reason, history, gate],
     )
@@ -206,6 +208,7 @@ def create_run(
                 keys.RUNS_INDEX,
                 keys.user_runs_key(user_id),
                 keys.ACTIVITY_STREAM,
+                keys.METRICS_COUNTERS,
             ],
             [record, run_id, entry_id, created_ms, activity_maxlen, orjson.dumps(announced)],
         )

@@ -188,7 +188,7 @@ GC_DELETED = "gc:deleted"
 GC_FORGOTTEN = "gc:forgotten"
 CONFLICT_PREFIX = "conflict:"
 # the monotonic counters /metrics exposes, a hash ('runs_terminated|success' -> n), counted by the server
-# functions and moves that do what they count (mother/lua/prelude.lua: METRICS_KEY)
+# functions (passed in KEYS: mother/lua/prelude.lua, counted) and the moves that do what they count
 METRICS_COUNTERS = "metrics:counters"
 LIBRARIES_INDEX = "libraries"
 CHUNK_INDEX = "idx:chunks"

@@ -750,11 +750,12 @@ def test_repeated_action_texts_are_charged_as_written_past_the_servers_cache(
         )
         reply = r.fcall(
             "mh_guard",
-            4,
+            5,
             keys.run_budget_key("repeats"),
             keys.user_daily_budget_key("u1", day),
             keys.ACTIVITY_STREAM,
             keys.run_limits_key("repeats"),
+            keys.METRICS_COUNTERS,
             action,
             1000,
             "1",

@@ -370,7 +370,20 @@ def test_stats_are_exact_after_calls_from_four_processes(
     assert stats.avg_execution_ms > 0 and stats.last_used is not None
     assert stats.avg_execution_ms == pytest.approx(stats.total_execution_ms / 160, abs=0.001)
     with pytest.raises(redis.ResponseError, match="finite number"):
-        r.execute_command("FCALL", "mh_tool_stat", 1, keys.tool_stats_key("list_dir"), 1, "-5")
+        r.execute_command(
+            "FCALL",
+            "mh_tool_stat",
+            2,
+            keys.tool_stats_key("list_dir"),
+            keys.METRICS_COUNTERS,
+            1,
+            "-5",
+        )
+    # the counters' key is passed in KEYS (ACL key patterns see it): a call that leaves it out is refused
+    before = r.execute_command("JSON.GET", keys.tool_stats_key("list_dir"))
+    with pytest.raises(redis.ResponseError, match=r"KEYS\[2\] must be metrics:counters"):
+        r.execute_command("FCALL", "mh_tool_stat", 1, keys.tool_stats_key("list_dir"), 1, "5")
+    assert r.execute_command("JSON.GET", keys.tool_stats_key("list_dir")) == before
 
 
 # -- the real tools ----------------------------------------------------------------------------------

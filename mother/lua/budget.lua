@@ -207,7 +207,8 @@ end
 -- mh_guard: check and charge one action against the run's and the user's daily budget.
 -- KEYS: 1 budget:run:{id} (the run's counters), 2 budget:user:{user}:daily:{day}, 3 activity,
 --       4 limits:run:{id} (what is enforced: limits, overrides, warning ratio, status and stop, fence, start
---       time, the user's daily limits; written by Mother and operators only: a worker cannot raise a limit)
+--       time, the user's daily limits; written by Mother and operators only: a worker cannot raise a limit),
+--       5 metrics:counters
 -- ARGV: 1 action JSON: {day, read_only, check[dims], user_check[dims], add{dim:n}, user_add{dim:n},
 --        reserve{op, dims{dim:n}, user_dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}},
 --        clock ('tick': the wall clock's warning and crossing are recorded; 'deadline': the run's deadline
@@ -464,7 +465,7 @@ end
 -- mh_admit: intake's circuit breaker, the user's daily run cap, and the admission queue, in one step;
 -- decided once per run (a re-delivered intake gets the first decision back: nothing is counted twice).
 -- KEYS: 1 budget:global, 2 budget:user:{user}:daily:{day}, 3 run deadlines zset, 4 activity, 5 run:{id},
---       6 admission:waiting, 7 admission:state
+--       6 admission:waiting, 7 admission:state, 8 metrics:counters
 -- ARGV: 1 JSON {day, run_id, user_id, child (a spawned run: never waits, its parent waits on it),
 --        global{max_concurrent_runs,max_redis_memory_mb,max_docling_jobs,warning_ratio},
 --        user_limits{runs,cloud_calls,total_tokens}, user_ttl_s, user_warning_ratio}, 2 maxlen
@@ -607,10 +608,10 @@ local function mh_rate(keys, args)
   return {1, tonumber(args[1]) - count - 1}
 end
 
-redis.register_function('mh_guard', mh_guard)
+redis.register_function('mh_guard', counted(mh_guard, 5))
 redis.register_function('mh_budget_state', mh_budget_state)
 redis.register_function('mh_override', mh_override)
-redis.register_function('mh_admit', mh_admit)
+redis.register_function('mh_admit', counted(mh_admit, 8))
 redis.register_function{function_name='mh_submit_check', callback=mh_submit_check, flags={'no-writes'}}
 redis.register_function('mh_rate', mh_rate)
 redis.register_function('mh_release_reservations', mh_release_reservations)

@@ -89,8 +89,8 @@ end
 -- its dispatch) in the same call, only if it was applied. A move may also open a gate (the run then waits
 -- for a person) or close the gate the run waits on (a person's decision); nothing else moves a waiting run.
 -- KEYS: 1 run:{id}, 2 phase deadlines zset, 3 run deadlines zset, 4 gate deadlines zset, 5 gate warnings
---       zset, 6 runs:waiting zset, 7 run wall-clock warnings zset, 8 limits:run:{id},
---       9.. one per follow-up command, its key
+--       zset, 6 runs:waiting zset, 7 run wall-clock warnings zset, 8 limits:run:{id}, 9 metrics:counters,
+--       10.. one per follow-up command, its key
 -- ARGV: 1 run_id, 2 expected phase_index, 3 expected attempt, 4 new phase_index,
 --       5 new attempt, 6 new phase name, 7 phase timeout ms, 8 run duration ms (0: keep),
 --       9 timestamp (ISO), 10 history entry JSON, 11 accepted PhaseResult JSON or '',
@@ -98,12 +98,12 @@ end
 --       token_digest ('' when the move is Mother's own: a start, a retry), 14 the gate op JSON or '' (open:
 --       see open_gate; close: see check_gate, with decision = the GateDecision's JSON text),
 --       15.. the follow-up commands (mother.functions.follow_ups), each as: n, the command's name, then
---       its n - 1 words after its key (the key is the next of KEYS 9..)
+--       its n - 1 words after its key (the key is the next of KEYS 10..)
 -- Returns 1 when applied, 0 when the run is terminated, waits (and no gate is closed) or the attempt is not
 -- current, -1 when it is current but the result's token is not the attempt's, -2..-5 when the gate may not
 -- be closed (check_gate) -- nothing written but 1; an error, writing nothing, when the follow-ups do not
 -- match their keys.
-local FIRST_FOLLOW_UP_KEY = 9
+local FIRST_FOLLOW_UP_KEY = 10
 local function mh_transition(keys, args)
   -- the follow-ups, read (and their shape checked) before anything is written: {first ARGV, word count, key}
   local ops, i = {}, 15
@@ -174,7 +174,7 @@ end
 --       8 mother:ending (the run joins it: its end is applied by mh_ended, once), 9 budget:global (its
 --       concurrent_runs gauge is set from the run deadlines at once), 10 admission:waiting (a run waiting
 --       for a slot leaves the queue), 11 the run wall-clock warnings zset, 12 gate deadlines, 13 gate
---       warnings, 14 runs:waiting (a run waiting for a person leaves them)
+--       warnings, 14 runs:waiting (a run waiting for a person leaves them), 15 metrics:counters
 -- ARGV: 1 TerminationRecord JSON, 2 run_id, 3 ResultEnvelope JSON (termination null),
 --       4 timestamp (ISO), 5 reason, 6 history entry JSON, 7 '' or a gate close op (a person's denial, the
 --       gate's expiry: the end happens only if the run still waits on that gate; see check_gate)
@@ -228,7 +228,7 @@ end
 -- submission entry (first come: a client's mh_submit claims it before it appends the entry; a raw XADD's
 -- run_id is claimed here), run:{id} is created (NX) and indexed, and its run_submitted entry appended. A
 -- Mother that dies before it leaves nothing; one that dies after it leaves a run that is announced.
--- KEYS: 1 run:{id}, 2 runs:claimed, 3 runs:all, 4 runs:user:{user}, 5 activity
+-- KEYS: 1 run:{id}, 2 runs:claimed, 3 runs:all, 4 runs:user:{user}, 5 activity, 6 metrics:counters
 -- ARGV: 1 RunState JSON, 2 run_id, 3 entry id, 4 creation time ms, 5 activity maxlen,
 --       6 the run_submitted entry's fields, a JSON flat list [field, value, ...]
 -- Returns 1 when created, 0 when the run exists already (the caller reads whose it is), -1 when another
@@ -378,7 +378,7 @@ end
 
 -- mh_tool_stat: count one call of a registry tool and stamp it with the server's clock, in one step, so
 -- concurrent workers never lose a count (`redis-cli JSON.GET tool_stats:git_status`).
--- KEYS: 1 tool_stats:{tool_id}.  ARGV: 1 ok (1|0), 2 execution time in ms.
+-- KEYS: 1 tool_stats:{tool_id}, 2 metrics:counters.  ARGV: 1 ok (1|0), 2 execution time in ms.
 local function mh_tool_stat(keys, args)
   local ok = args[1] == '1'
   local ms = tonumber(args[2])
@@ -404,9 +404,9 @@ local function mh_tool_stat(keys, args)
   return {succ, fail}
 end
 
-redis.register_function('mh_transition', mh_transition)
-redis.register_function('mh_terminate', mh_terminate)
-redis.register_function('mh_create_run', mh_create_run)
+redis.register_function('mh_transition', counted(mh_transition, 9))
+redis.register_function('mh_terminate', counted(mh_terminate, 15))
+redis.register_function('mh_create_run', counted(mh_create_run, 6))
 redis.register_function('mh_ended', mh_ended)
 redis.register_function('mh_due', mh_due)
 redis.register_function('mh_trim_stream', mh_trim_stream)
@@ -414,6 +414,6 @@ redis.register_function('mh_forget_rejection', mh_forget_rejection)
 redis.register_function('mh_heartbeat', mh_heartbeat)
 redis.register_function('mh_lease', mh_lease)
 redis.register_function('mh_release_lease', mh_release_lease)
-redis.register_function('mh_tool_stat', mh_tool_stat)
+redis.register_function('mh_tool_stat', counted(mh_tool_stat, 2))
 redis.register_function('mh_library_take', mh_library_take)
 redis.register_function{function_name='mh_now', callback=mh_now, flags={'no-writes'}}

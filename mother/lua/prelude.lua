@@ -2,10 +2,26 @@
 -- (libraries cannot call each other's local functions). Not a library of its own.
 
 -- metrics:counters: the monotonic counters /metrics exposes (mother/web/metrics.py), one hash field
--- each ('runs_terminated|success'); counted in the same call as what they count
-local METRICS_KEY = 'metrics:counters'
+-- each ('runs_terminated|success'); counted in the same call as what they count. The key is passed in
+-- KEYS like every other (ACL key patterns and a cluster's slot check see it): a function that counts is
+-- registered through counted(fn, index), which takes the key from KEYS[index] for the call's length.
+local metrics_key = nil
 local function count(field, n)
-  redis.call('HINCRBY', METRICS_KEY, field, n or 1)
+  if metrics_key == nil then error('count() outside a counted function: metrics:counters was not passed in KEYS') end
+  redis.call('HINCRBY', metrics_key, field, n or 1)
+end
+
+local function counted(fn, index)
+  return function(keys, args)
+    if keys[index] ~= 'metrics:counters' then
+      return redis.error_reply('ERR KEYS[' .. index .. '] must be metrics:counters, got ' .. tostring(keys[index]))
+    end
+    metrics_key = keys[index]
+    local ok, result = pcall(fn, keys, args)
+    metrics_key = nil
+    if not ok then error(result, 0) end
+    return result
+  end
 end
 
 local function now_ms()

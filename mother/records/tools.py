@@ -69,4 +69,9 @@ def refresh_success_rates(client: Any) -> bool:
 
 def record_call(client: Any, tool_id: str, *, ok: bool, execution_ms: float) -> None:
     """Count one call of ``tool_id`` in ``tool_stats:{tool_id}`` (atomic on the server)."""
-    call(client, "mh_tool_stat", [keys.tool_stats_key(tool_id)], [1 if ok else 0, execution_ms])
+    call(
+        client,
+        "mh_tool_stat",
+        [keys.tool_stats_key(tool_id), keys.METRICS_COUNTERS],
+        [1 if ok else 0, execution_ms],
+    )
