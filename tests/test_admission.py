@@ -104,3 +104,78 @@ def _until(predicate, timeout: float = 30.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("condition not met in time")
+
+
+def _submitted(r, rt, spec: dict) -> str:
+    """Submit ``spec`` and have Mother's intake take it in (in this process, against the real server)."""
+    from mother.client import MotherClient
+    from mother.intake import handle_submission
+
+    run_id = MotherClient(settings=rt.settings).submit(spec)
+    [(entry_id, fields)] = [
+        (e, f) for e, f in r.xrange(keys.SUBMISSIONS_STREAM) if run_id in str(f.get("spec", ""))
+    ]
+    handle_submission(rt, entry_id, fields)
+    return run_id
+
+
+def test_the_circuit_breaker_refuses_new_runs_while_a_gauge_is_at_its_limit_and_closes_after(
+    r, redis_url: str, monkeypatch
+) -> None:
+    """budget:global's gauges trip the breaker: with Redis's real memory (the watchdog's INFO reading)
+    at or past max_redis_memory_mb, or docling jobs at max_docling_jobs, a new run ends at intake
+    budget_exhausted, "System at capacity", naming the gauge and its figures; the refusal is an activity
+    entry (circuit_breaker) and a counter; the user's daily run count and the concurrent slots are left
+    alone. When the gauge falls under its limit again, the next run starts."""
+    from mother.config import load_settings
+    from mother.records.results import read_termination
+    from mother.service import Mother
+    from mother.web.data import gauges
+
+    monkeypatch.setenv("MOTHER_BUDGET__GLOBAL__MAX_REDIS_MEMORY_MB", "1")
+    monkeypatch.setenv("MOTHER_BUDGET__GLOBAL__MAX_DOCLING_JOBS", "2")
+    mother = Mother(load_settings(redis_url=redis_url))
+    mother.publish_config()
+    mother.watchdog.refresh_gauges()
+    rt = mother.rt
+    memory_mb = orjson.loads(r.execute_command("JSON.GET", keys.GLOBAL_BUDGET))["redis_memory_mb"]
+    assert memory_mb >= 1
+    assert gauges(r)["circuit"] == "open"
+    refusals = int(r.hget(keys.METRICS_COUNTERS, "budget_refusals|circuit_open") or 0)
+    tag = uuid.uuid4().hex[:6]
+    user = f"breaker-{tag}"
+    daily = keys.user_daily_budget_key(user, rt.clock.today())
+    run_id = _submitted(r, rt, _quick(f"mem-{tag}", user, 0))
+    record = read_termination(r, run_id)
+    assert record is not None and record.reason == "budget_exhausted"
+    assert "System at capacity" in record.details
+    assert record.contributing_factors == [f"redis_memory_mb {memory_mb}/1"]
+    [entry] = [
+        f
+        for _, f in r.xrange(keys.ACTIVITY_STREAM)
+        if f["type"] == "circuit_breaker" and f.get("run_id") == run_id
+    ]
+    assert orjson.loads(entry["data"])["gauge"] == "redis_memory_mb"
+    assert int(r.hget(keys.METRICS_COUNTERS, "budget_refusals|circuit_open")) == refusals + 1
+    assert not r.exists(daily) or orjson.loads(r.execute_command("JSON.GET", daily))["runs"] == 0
+    assert r.zscore(keys.RUN_DEADLINES, run_id) is None
+
+    # memory back under a limit it may reach; docling jobs at theirs: still open, for that gauge
+    monkeypatch.setenv("MOTHER_BUDGET__GLOBAL__MAX_REDIS_MEMORY_MB", "16000")
+    mother = Mother(load_settings(redis_url=redis_url))
+    mother.publish_config()
+    rt = mother.rt
+    r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.docling_jobs", 2)
+    assert gauges(r)["circuit"] == "open"
+    run_id = _submitted(r, rt, _quick(f"docling-{tag}", user, 0))
+    record = read_termination(r, run_id)
+    assert record is not None and record.contributing_factors == ["docling_jobs 2/2"]
+
+    # closed again: the next run is admitted and started
+    r.execute_command("JSON.SET", keys.GLOBAL_BUDGET, "$.docling_jobs", 0)
+    assert gauges(r)["circuit"] == "closed"
+    run_id = _submitted(r, rt, _quick(f"open-{tag}", user, 0))
+    assert read_termination(r, run_id) is None
+    assert r.zscore(keys.RUN_DEADLINES, run_id) is not None
+    assert orjson.loads(r.execute_command("JSON.GET", daily))["runs"] == 1
+    assert int(r.hget(keys.METRICS_COUNTERS, "budget_refusals|circuit_open")) == refusals + 2

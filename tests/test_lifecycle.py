@@ -440,3 +440,61 @@ def test_a_redelivered_submission_announces_and_counts_its_run_once(
     assert handle_submission(rt, other, fields) is None
     rejection = orjson.loads(r.execute_command("JSON.GET", keys.rejection_key(other)))
     assert rejection["error"] == f"run_id {run_id!r} is already used by another submission"
+
+
+@pytest.mark.parametrize("late_status", ["completed", "failed"])
+def test_a_result_of_an_attempt_that_was_retried_moves_nothing(
+    r: redis.Redis, redis_url: str, late_status: str
+) -> None:
+    """The attempt fence: attempt 1 of a phase failed and Mother dispatched attempt 2; attempt 1's horse,
+    still alive, then reports (with its own valid token). The phase is the same, only the attempt differs:
+    the result is no longer current and moves nothing: no accepted result, no next phase, no third attempt,
+    no activity entry, and its entry is left to its caller to acknowledge."""
+    rt, run_id = _started(r, redis_url)
+    failed = PhaseResult(
+        run_id=run_id,
+        phase="plan",
+        phase_index=0,
+        attempt=1,
+        status="failed",
+        error="TimeoutError: the model did not answer",
+        finished_at="2026-11-22T00:00:00.000Z",
+    )
+    first_token = _token(r, failed)
+    assert first_token is not None
+    on_phase_result(rt, failed, first_token, delivery=_delivered(r, rt, failed))
+    assert (rt.load_run(run_id).phase_index, rt.load_run(run_id).attempt) == (0, 2)
+
+    late = PhaseResult(
+        run_id=run_id,
+        phase="plan",
+        phase_index=0,
+        attempt=1,
+        status=late_status,
+        finished_at="2026-11-22T00:00:01.000Z",
+        **(
+            {"output": "the plan, late", "confidence": 0.9}
+            if late_status == "completed"
+            else {"error": "RuntimeError: late"}
+        ),
+    )
+    delivery = _delivered(r, rt, late)
+    state_before = r.execute_command("JSON.GET", keys.run_key(run_id))
+    activity_before = r.xlen(keys.ACTIVITY_STREAM)
+    queued_before = r.lrange("rq:queue:agents", 0, -1)
+    on_phase_result(rt, late, first_token, delivery=delivery)
+    assert r.execute_command("JSON.GET", keys.run_key(run_id)) == state_before
+    run = rt.load_run(run_id)
+    assert (run.status, run.phase_index, run.attempt, run.results) == ("running", 0, 2, [])
+    assert r.xlen(keys.ACTIVITY_STREAM) == activity_before
+    assert r.lrange("rq:queue:agents", 0, -1) == queued_before
+    for moved in (keys.phase_job_id(run_id, 1, 1), keys.phase_job_id(run_id, 0, 3)):
+        assert not r.exists(Job.key_for(moved))
+    assert not delivery.acked
+    # the server's fence on its own, without the token check: a move of Mother's (no token: a timeout's
+    # retry, an advance) made from attempt 1 is refused for the attempt alone
+    args = _transition_args(
+        rt, run_id, rt.spec(run_id), (0, 1), (1, 1), "phase_completed", "", late, False
+    )
+    assert calls.transition(r, **args) == 0
+    assert r.execute_command("JSON.GET", keys.run_key(run_id)) == state_before
