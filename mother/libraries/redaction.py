@@ -2,11 +2,17 @@
 (linear in the text, whatever a policy's author writes; a pattern RE2 cannot run is refused when the
 policy loads), applied before any chunk reaches a model or an artifact.
 
-Every pattern is matched on the original text; where matches overlap, the one that starts first wins
-(then the longer, then the earlier pattern), so positions and lengths in the record refer to the text
-as it was. ``mask`` puts the pattern's replacement in place, ``remove`` drops the match, ``hash`` puts
-``[pattern_id:token]``, the token a keyed HMAC of the match: the same value gives the same token within
-a library (joins still work), and nothing outside it can reverse or correlate it.
+Every pattern is matched on the original text. A match redacts its group ``value`` (or ``value_<x>``)
+when one takes part (the rest is context that stays: "phone: " before a number), else the whole match;
+one in which a group ``keep`` (or ``keep_<x>``) takes part is a look-alike and redacts nothing (RE2 has
+no lookaround: a look-alike written as an earlier alternative is consumed before the pattern sees its
+digits). A pattern's ``check`` (``luhn``) must pass too. Where redactions overlap, they become one: the
+union of their spans is redacted (no part of either secret stays visible), credited to the most severe
+pattern (then the one that starts first, then the longer, then the earlier pattern); positions and
+lengths in the record refer to the text as it was. ``mask`` puts the pattern's replacement in place,
+``remove`` drops the span, ``hash`` puts ``[pattern_id:token]``, the token a keyed HMAC of the span:
+the same value gives the same token within a library (joins still work), and nothing outside it can
+reverse or correlate it.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from mother.errors import ConfigError
 from mother.tools.patterns import compile_pattern
 from schemas.library import DEFAULT_PATTERNS, LibraryAccessPolicy, Redaction, RedactionPattern
 
-__all__ = ["Redacted", "RedactionEngine", "library_key", "policy_patterns"]
+__all__ = ["Redacted", "RedactionEngine", "library_key", "luhn", "policy_patterns"]
 
 DEFAULTS = {p.pattern_id: p for p in DEFAULT_PATTERNS}
 TOKEN_CHARS = 12
@@ -64,6 +70,43 @@ class Redacted:
         return len(self.redactions)
 
 
+SEVERITY_RANK = {"low": 0, "medium": 1, "high": 2}
+
+
+def luhn(digits: str) -> bool:
+    """Whether ``digits`` (a card number's, 12 or more) end in a valid Luhn check digit."""
+    if len(digits) < 12:
+        return False
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        n = ord(ch) - 48
+        if i % 2:
+            n = n * 2 - 9 if n > 4 else n * 2
+        total += n
+    return total % 10 == 0
+
+
+CHECKS = {"luhn": lambda value: luhn("".join(ch for ch in value if ch.isdigit()))}
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    pattern: RedactionPattern
+    regex: Any
+    values: tuple[int, ...]  # the indexes of its value groups
+    keeps: tuple[int, ...]  # of its keep groups
+
+
+def _groups(regex: Any, prefix: str) -> tuple[int, ...]:
+    return tuple(
+        sorted(
+            index
+            for name, index in regex.groupindex.items()
+            if name == prefix or name.startswith(f"{prefix}_")
+        )
+    )
+
+
 class RedactionEngine:
     """A policy's patterns, compiled once."""
 
@@ -72,15 +115,14 @@ class RedactionEngine:
         if self.method == "hash" and not key:
             raise ConfigError(f"library {policy.library_id}: redaction_method hash needs a key")
         self.key = key
-        self.patterns: list[tuple[RedactionPattern, Any]] = [
-            (
-                p,
-                compile_pattern(
-                    p.regex, f"library {policy.library_id}: redaction pattern {p.pattern_id}"
-                ),
+        self.patterns: list[_Compiled] = []
+        for p in policy_patterns(policy):
+            regex = compile_pattern(
+                p.regex, f"library {policy.library_id}: redaction pattern {p.pattern_id}"
             )
-            for p in policy_patterns(policy)
-        ]
+            self.patterns.append(
+                _Compiled(p, regex, _groups(regex, "value"), _groups(regex, "keep"))
+            )
 
     def _replacement(self, pattern: RedactionPattern, value: str) -> str:
         if self.method == "mask":
@@ -90,22 +132,42 @@ class RedactionEngine:
         token = hmac.new(self.key, value.encode(), hashlib.sha256).hexdigest()[:TOKEN_CHARS]
         return f"[{pattern.pattern_id}:{token}]"
 
+    def spans(self, text: str) -> list[tuple[int, int, int, RedactionPattern]]:
+        """Every redaction the patterns find, before overlaps are joined: (start, end, order, pattern)."""
+        found = []
+        for order, c in enumerate(self.patterns):
+            check = CHECKS[c.pattern.check] if c.pattern.check else None
+            for match in c.regex.finditer(text):
+                if any(match.start(g) >= 0 for g in c.keeps):
+                    continue
+                start, end = match.start(), match.end()
+                for g in c.values:
+                    if match.start(g) >= 0:
+                        start, end = match.span(g)
+                        break
+                if end > start and (check is None or check(text[start:end])):
+                    found.append((start, end, order, c.pattern))
+        return found
+
     def apply(self, text: str) -> Redacted:
         if not self.patterns:
             return Redacted(text, [])
-        found = []
-        for order, (pattern, regex) in enumerate(self.patterns):
-            for match in regex.finditer(text):
-                start, end = match.start(), match.end()
-                if end > start:
-                    found.append((start, -(end - start), order, end, pattern))
-        found.sort(key=lambda f: (f[0], f[1], f[2]))
+        found = sorted(self.spans(text), key=lambda f: (f[0], f[0] - f[1], f[2]))
+        # overlapping spans joined: [start, end, the credited one's (rank, start, -length, order), pattern]
+        joined: list[list[Any]] = []
+        for start, end, order, pattern in found:
+            rank = (-SEVERITY_RANK[pattern.severity], start, start - end, order)
+            if joined and start < joined[-1][1]:
+                last = joined[-1]
+                last[1] = max(last[1], end)
+                if rank < last[2]:
+                    last[2], last[3] = rank, pattern
+            else:
+                joined.append([start, end, rank, pattern])
         pieces: list[str] = []
         redactions: list[Redaction] = []
         cursor = 0
-        for start, _neg, _order, end, pattern in found:
-            if start < cursor:
-                continue
+        for start, end, _rank, pattern in joined:
             pieces.append(text[cursor:start])
             pieces.append(self._replacement(pattern, text[start:end]))
             redactions.append(
