@@ -147,12 +147,32 @@ class ToolBox:
             return None
         return denial(self.granted, [f"tool.{name}"])
 
+    def _shape_problem(self, name: str, arguments: Any) -> str | None:
+        """Why no tool can run this call at all (an unknown tool, arguments that are not a JSON object or
+        are nested too deep), in one line, or None."""
+        if name not in self.tools:
+            return f"unknown tool {name!r}; available: {', '.join(sorted(self.tools))}"
+        if not isinstance(arguments, dict):
+            got = (
+                f"not JSON: {arguments[:200]!r}"
+                if isinstance(arguments, str)
+                else f"a JSON {type(arguments).__name__}"
+            )
+            return f"the arguments must be a JSON object, got {got}"
+        try:
+            within_depth(arguments)
+        # parsed, but past what JSON tools and RedisJSON documents take
+        except ValueError as exc:
+            return f"the arguments are {exc}"
+        return None
+
     def input_problem(self, name: str, arguments: Any) -> str | None:
-        """Why a registry tool's call cannot run with ``arguments`` (its input schema, in one line), or
-        None: checked before a person is asked to approve the call."""
+        """Why the call cannot run with ``arguments`` (their shape, a registry tool's input schema), in
+        one line, or None: checked before a person is asked to approve the call."""
+        problem = self._shape_problem(name, arguments)
         tool = self.registry.get(name)
-        if tool is None or not isinstance(arguments, dict):
-            return None
+        if problem is not None or tool is None:
+            return problem
         return contract_error(tool, "input", with_defaults(tool, arguments))
 
     def needs_approval(self, name: str, arguments: Any) -> dict[str, Any] | None:
@@ -178,24 +198,9 @@ class ToolBox:
         ]
 
     def run(self, name: str, arguments: Any) -> ToolResult:
-        if name not in self.tools:
-            return ToolResult(
-                name,
-                False,
-                f"error: unknown tool {name!r}; available: {', '.join(sorted(self.tools))}",
-            )
-        if not isinstance(arguments, dict):
-            got = (
-                f"not JSON: {arguments[:200]!r}"
-                if isinstance(arguments, str)
-                else f"a JSON {type(arguments).__name__}"
-            )
-            return ToolResult(name, False, f"error: the arguments must be a JSON object, got {got}")
-        try:
-            within_depth(arguments)
-        # parsed, but past what JSON tools and RedisJSON documents take
-        except ValueError as exc:
-            return ToolResult(name, False, f"error: the arguments are {exc}")
+        problem = self._shape_problem(name, arguments)
+        if problem is not None:
+            return ToolResult(name, False, f"error: {problem}")
         blocked = self.manifest_check(name) if self.manifest_check is not None else None
         if blocked:
             return ToolResult(name, False, f"error: tool blocked before execution: {blocked}")
