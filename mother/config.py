@@ -169,6 +169,26 @@ class WorkerSettings(_Section):
         default_factory=lambda: list(QUEUES)
     )
     heartbeat_interval_seconds: float = Field(2.0, gt=0, le=60)
+    concurrency: int = Field(
+        1,
+        ge=1,
+        le=4096,
+        description="RQ workers `mother worker` runs: 1, a single worker; more, one parent that warms "
+        "up once and forks them (workers/pool.py)",
+    )
+    phase_memory_mb: float = Field(
+        12.0,
+        gt=0,
+        le=65_536,
+        description="memory (PSS) one in-flight phase costs a pooled host, to refuse a concurrency the "
+        "host cannot hold (measured: docs/benchmarks.md)",
+    )
+    base_memory_mb: float = Field(
+        150.0,
+        ge=0,
+        le=65_536,
+        description="memory (PSS) a pool's parent and what its workers share cost, whatever the concurrency",
+    )
     workspace_root: Path = Field(
         Path(".mother/workspaces"),
         description="per-run tool workspaces; default: {data_dir}/workspaces",

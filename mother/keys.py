@@ -190,6 +190,9 @@ CONFLICT_PREFIX = "conflict:"
 # the monotonic counters /metrics exposes, a hash ('runs_terminated|success' -> n), counted by the server
 # functions (passed in KEYS: mother/lua/prelude.lua, counted) and the moves that do what they count
 METRICS_COUNTERS = "metrics:counters"
+# worker hosts (mother worker --concurrency N): "host:pid" -> JSON {concurrency, busy, free, pss_mb, ...},
+# written by each pool every few seconds (workers/pool.py), read by mother doctor
+WORKER_HOSTS = "mother:hosts"
 LIBRARIES_INDEX = "libraries"
 CHUNK_INDEX = "idx:chunks"
 CHUNK_PREFIX = "chunk:"

@@ -86,6 +86,8 @@ def exit_text(returncode: int) -> str:
 class LocalStack:
     redis_url: str
     workers: int = 2
+    # RQ workers each worker process runs (1: itself; more: a pool it forks, workers/pool.py)
+    concurrency: int = 1
     mothers: int = 1
     log_dir: Path | None = None
     # the workers' own URL (their ACL user), when it is not redis_url
@@ -160,6 +162,7 @@ class LocalStack:
             self.queues,
             "--name",
             f"w{index}-{os.getpid()}-{time.monotonic_ns() % 10**6}",
+            *(("--concurrency", str(self.concurrency)) if self.concurrency > 1 else ()),
             env={"MOTHER_REDIS_URL": self.worker_url} if self.worker_url else None,
         )
 

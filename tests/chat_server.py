@@ -14,6 +14,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Server(ThreadingHTTPServer):
+    # a burst of hundreds of phases connects at once: the default backlog (5) would make most retry
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class ChatServer:
     def __init__(
         self, replies: list[dict[str, Any]], serves: tuple[str, ...] = ("test-model",)
@@ -115,7 +121,7 @@ class ChatServer:
                 self.end_headers()
                 self.wfile.write(raw)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

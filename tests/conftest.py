@@ -129,13 +129,21 @@ class Pipeline:
 
 
 def start_pipeline(
-    tmp: Path, *, mothers: int = 1, workers: int = 2, env: dict[str, str] | None = None
+    tmp: Path,
+    *,
+    mothers: int = 1,
+    workers: int = 2,
+    env: dict[str, str] | None = None,
+    concurrency: int = 1,
 ) -> Pipeline:
+    """An embedded server, Mother(s) and ``workers`` worker processes, each running ``concurrency`` RQ
+    workers (more than one: a pool, workers/pool.py)."""
     server = EmbeddedRedis(dir=tmp / "redis", appendfsync="no").start()
     workspace = tmp / "workspaces"
     stack = LocalStack(
         server.url,
         workers=workers,
+        concurrency=concurrency,
         mothers=mothers,
         log_dir=tmp / "logs",
         env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(workspace), **(env or {})},

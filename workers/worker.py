@@ -4,12 +4,16 @@
 - For a phase job it makes the first read and the phase's setup just before it forks the work-horse,
   and hands them to the horse on the job (:func:`workers.phase.prefetch`); it connects the horse's
   connections too (:class:`mother.connection.ForkHandoffPool`).
-- It beats for the attempt its horse runs (:mod:`workers.heartbeat`).
+- It beats for the attempt its horse runs (:mod:`workers.heartbeat`), or, in a pool
+  (:mod:`workers.pool`), tells the pool which attempt it runs and the pool beats for it.
+- It freezes the garbage collector before it forks a horse: the horse's collections never write to
+  the objects it inherits, so their pages stay shared.
 - It outlives a Redis outage.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import math
 import os
@@ -33,6 +37,7 @@ from mother.logs import get_logger
 from mother.security import record_violation
 from workers import phase
 from workers.heartbeat import AttemptBeat, beat
+from workers.pool import PoolLink
 from workers.sandbox.state import SandboxState
 
 __all__ = ["PROJECT_JOBS", "PhaseWorker", "job_refusal", "log_sandbox", "preload_module", "warm_up"]
@@ -110,8 +115,10 @@ class PhaseWorker(Worker):
     worker beats for the attempt (RQ's monitor loop wakes every ``worker.heartbeat_interval_seconds``,
     rounded up to whole seconds: RQ's timer counts seconds); a horse whose worker dies beats for itself."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, pool: PoolLink | None = None, **kwargs: Any) -> None:
         settings = phase.runtime().settings
+        # the pool this worker was forked by (it beats for our attempts), or None
+        self.pool = pool
         every = max(1, math.ceil(settings.worker.heartbeat_interval_seconds))
         kwargs["job_monitoring_interval"] = min(
             kwargs.get("job_monitoring_interval") or every, every
@@ -147,9 +154,12 @@ class PhaseWorker(Worker):
             args = job.args
             # a malformed job fails in the horse, with RQ's own error
             if len(args) == 3:
+                member = self._beating = keys.member_of_job(args)
+                # the pool beats for the attempt from now on, through the setup
+                if self.pool is not None and member is not None:
+                    self.pool.begin(member)
                 # what the horse finds on its job: the first read and the setup, and who beats for it
                 setattr(job, phase.HANDED, phase.prefetch(*args))
-                self._beating = keys.member_of_job(args)
                 setattr(job, phase.BEATS, AttemptBeat(self._beating))
             pools.append(rt.redis.connection_pool)
         # the horses inherit a clock measured within RESYNC_AFTER_MS
@@ -168,6 +178,8 @@ class PhaseWorker(Worker):
                 raise
             self._lost_redis_during(job, exc)
         finally:
+            if self._beating is not None and self.pool is not None:
+                self.pool.end(self._beating)
             self._beating = None
             for pool in handoffs:
                 pool.close_handoff()
@@ -200,6 +212,13 @@ class PhaseWorker(Worker):
             why=why,
         )
 
+    def fork_work_horse(self, job: Job, queue: Queue) -> None:
+        # what this worker made since its last fork joins what the horse shares: collected first, so
+        # no garbage stays frozen
+        gc.collect()
+        gc.freeze()
+        super().fork_work_horse(job, queue)
+
     def main_work_horse(self, job: Job, queue: Queue) -> None:
         # in the horse: if the worker dies first, beat for the attempt
         beats = getattr(job, phase.BEATS, None)
@@ -215,7 +234,8 @@ class PhaseWorker(Worker):
         """Stamp the attempt the horse runs alive (only while its member is there: the horse's last
         write takes it away). A failed beat is logged (at debug level during an outage the worker
         is already reporting); Mother tolerates a few missed ones."""
-        if self._beating is None:
+        # the pool beats for it (while it lives and hears us)
+        if self._beating is None or (self.pool is not None and self.pool.alive()):
             return
         try:
             beat(self.connection, self._beating, existing=True)

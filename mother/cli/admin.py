@@ -191,6 +191,38 @@ def _serving(client: redis.Redis) -> None:
             _row(True, f"queue {queue}", f"{live} worker(s) listening")
         else:
             _row(None, f"queue {queue}", "no worker listens: its jobs wait (`mother worker`)")
+    _hosts(client)
+
+
+def _hosts(client: redis.Redis) -> None:
+    """Each pooled worker host (`mother worker --concurrency N`): its slots, busy and free, and its memory
+    per phase (PSS), from the line its pool writes every few seconds."""
+    import orjson
+
+    from workers.pool import PUBLISH_EVERY
+
+    lines = cast("dict[str, str]", client.hgetall(keys.WORKER_HOSTS))
+    for field_, raw in sorted(lines.items()):
+        try:
+            line = orjson.loads(raw)
+            age = time.time() - float(line["updated_at"])
+            busy, slots = int(line["busy"]), int(line["concurrency"])
+            per = float(line["pss_mb"]) / max(1, busy) if busy else None
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            _row(None, f"host {field_}", "its line is not readable")
+            continue
+        memory = (
+            f"{line['pss_mb']:.0f} MB PSS in all, {per:.1f} MB per busy slot"
+            if per is not None
+            else f"{line['pss_mb']:.0f} MB PSS idle"
+        )
+        detail = (
+            f"{slots} slots ({line['workers']} workers): {busy} busy, {line['free']} free; {memory}"
+        )
+        if age > 3 * PUBLISH_EVERY:
+            _row(None, f"host {field_}", f"{detail}; not heard from for {age:.0f}s (stopped?)")
+        else:
+            _row(True, f"host {field_}", detail)
 
 
 def _models(cfg: Any) -> None:

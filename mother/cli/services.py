@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -44,8 +46,17 @@ def worker(
     ] = None,
     burst: Annotated[bool, typer.Option(help="exit when the queues are empty")] = False,
     name: Annotated[str | None, typer.Option(help="worker name (default: RQ's)")] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=4096,
+            help="RQ workers to run (default worker.concurrency, 1): more than one are forked by one "
+            "parent that warms up once and beats for their phases",
+        ),
+    ] = None,
 ) -> None:
-    """Run an RQ worker (forking: each job in a work-horse, with heartbeats)."""
+    """Run RQ workers (forking: each job in a work-horse, with heartbeats): one, or a pool of them."""
     from rq.serializers import JSONSerializer
 
     from mother import secrets
@@ -61,6 +72,9 @@ def worker(
             names = check_queues([q.strip() for q in queues.split(",") if q.strip()])
         except ValueError as exc:
             fail(f"--queues: {exc}", "usage")
+    count = concurrency or cfg.worker.concurrency
+    if count > 1:
+        _check_memory(cfg, count)
     rt = runtime()
     # refuses to start where the sandbox is required and cannot be made (ConfigError, one line); a
     # worker of the maintenance queue alone (the GC) runs no tool
@@ -69,10 +83,68 @@ def worker(
     warm_up(cfg)
     # nothing the worker starts inherits its credentials (its settings are loaded)
     secrets.take(cfg)
-    worker = PhaseWorker(names, connection=rt.rq_redis, serializer=JSONSerializer, name=name)
-    # RQ's own lines as ours (JSON where the process logs JSON)
-    route_rq_logs(cfg.log_level, failed=worker.attempt_failed)
-    worker.work(burst=burst, logging_level=cfg.log_level)
+    if count == 1:
+        worker = PhaseWorker(names, connection=rt.rq_redis, serializer=JSONSerializer, name=name)
+        # RQ's own lines as ours (JSON where the process logs JSON)
+        route_rq_logs(cfg.log_level, failed=worker.attempt_failed)
+        worker.work(burst=burst, logging_level=cfg.log_level)
+        return
+    from workers.pool import Pool, PoolLink
+
+    prefix = name or f"{socket.gethostname()}.{os.getpid()}"
+
+    def run_one(index: int, link: PoolLink) -> int:
+        one = PhaseWorker(
+            names,
+            connection=rt.rq_redis,
+            serializer=JSONSerializer,
+            name=f"{prefix}.{index}.{os.getpid()}",
+            pool=link,
+        )
+        route_rq_logs(cfg.log_level, failed=one.attempt_failed)
+        one.work(burst=burst, logging_level=cfg.log_level)
+        return 0
+
+    pool = Pool(cfg, count, rt.rq_redis, run_one, warm=lambda: warm_pool(rt), queues=tuple(names))
+    raise typer.Exit(pool.run())
+
+
+def warm_pool(rt: Any) -> None:
+    """What a pool's workers and horses inherit instead of each making it: the project's modules, the
+    model SDK (warmed), a client per configured HTTP model, and what a first connection to Redis loads
+    (the resolver's libraries, the parser): each child then connects on warm memory. The connections
+    themselves are closed: a child makes its own."""
+    from mother import secrets
+    from workers import agent, phase  # noqa: F401 - imported to be inherited
+    from workers.providers import sdk_client, warm_up_sdk
+    from workers.tools import shipped_tools
+
+    shipped_tools()
+    warm_up_sdk()
+    for model in rt.settings.models.values():
+        if model.provider == "openai":
+            api_key = secrets.get(model.api_key_env) if model.api_key_env else ""
+            sdk_client(model.base_url, api_key or "not-needed", model.request_timeout_seconds)
+    for client in (rt.redis, rt.rq_redis):
+        client.ping()
+        client.connection_pool.disconnect()
+
+
+def _check_memory(cfg: Any, count: int) -> None:
+    """Refuse a concurrency this host's memory cannot hold; warn when it would use most of it."""
+    from workers.pool import memory_plan
+
+    plan = memory_plan(cfg, count)
+    if plan.refused:
+        fail(
+            f"--concurrency {count}: {plan.line()}; run fewer, or more hosts "
+            "(worker.phase_memory_mb if your phases measure less)",
+            "config",
+        )
+    if plan.tight:
+        console.print(
+            Text(f"warning: {plan.line()}; more than 80% of it", style="yellow"), soft_wrap=True
+        )
 
 
 @handle_errors
@@ -124,7 +196,15 @@ def up(
         int | None, typer.Option(min=1, max=65535, help="embedded Redis port (default from config)")
     ] = None,
     dir: Annotated[Path | None, typer.Option("--dir", help="embedded Redis data dir")] = None,
-    workers: Annotated[int, typer.Option(min=0, max=64, help="number of RQ workers")] = 2,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=4096,
+            help="RQ workers (more than one: one pooled worker process that forks them; refused past "
+            "what this host's memory holds)",
+        ),
+    ] = 2,
     dashboard_port: Annotated[
         int,
         typer.Option(
@@ -144,6 +224,8 @@ def up(
     """Embedded Redis + Mother + N workers in one command; one that exits is started again; Ctrl-C stops them all."""
     cfg = settings()
     sandbox_notice(cfg, dev=dev)
+    if workers > 1:
+        _check_memory(cfg, workers)
     server = EmbeddedRedis(
         port=port or cfg.server.port,
         dir=dir or cfg.server.dir,
@@ -160,7 +242,9 @@ def up(
     with server:
         stack = LocalStack(
             server.url,
-            workers=workers,
+            # one worker process: itself, or a pool of `workers`
+            workers=min(workers, 1),
+            concurrency=max(workers, 1),
             log_dir=server.dir / "logs",
             env=DEV_ENV if dev else {},
             cron=True,
