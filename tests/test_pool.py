@@ -16,7 +16,7 @@ import pytest
 
 from mother import keys
 from mother.config import load_settings
-from tests.conftest import Pipeline, run_cli, start_pipeline, stop_pipeline
+from tests.conftest import FAST_ENV, Pipeline, run_cli, start_pipeline, stop_pipeline
 from workers.pool import memory_plan, tree
 
 SLOTS = 3
@@ -54,7 +54,11 @@ def pooled(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 
 
 def _spec(fail: str | None, delay: float = 0.0) -> dict:
-    first = {"fail": fail, "attempts": [1]} if fail else {"text": "slow", "delay_seconds": delay}
+    first = (
+        {"fail": fail, "attempts": [1]}
+        if fail
+        else {"text": "slow", "delay_seconds": delay, "attempts": [1]}
+    )
     return {
         "run_id": f"pool-{uuid.uuid4().hex[:8]}",
         "user_id": "pool-user",
@@ -133,7 +137,8 @@ def test_a_phase_whose_worker_and_horse_stall_past_the_timeout_is_not_lost(
     [horse] = horses
     worker = int(Path(f"/proc/{horse}/stat").read_text().rsplit(")", 1)[1].split()[1])
     assert worker in workers
-    timeout = load_settings(redis_url=pooled.url).service.heartbeat_timeout_seconds
+    # the pipeline's (FAST_ENV), not this process's settings
+    timeout = float(FAST_ENV["MOTHER_SERVICE__HEARTBEAT_TIMEOUT_SECONDS"])
     os.kill(worker, signal.SIGSTOP)
     os.kill(horse, signal.SIGSTOP)
     try:

@@ -42,17 +42,7 @@ def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
     assert hb == [keys.heartbeat_member(run_id, 0, 1)]
     # the worker running the job is the one with a work-horse child (the first heartbeat is written by
     # the worker just before it forks, so the horse may be a moment behind it)
-    victims = wait_until(
-        lambda: [
-            n
-            for n, proc in fresh.stack.procs.items()
-            if n.startswith("worker-") and _children(proc.pid)
-        ],
-        timeout=10,
-    )
-    assert len(victims) == 1
-    proc = fresh.stack.procs[victims[0]]
-    horse = _children(proc.pid)
+    worker, horse = wait_until(lambda: _running_worker(fresh), timeout=10)
     # killed mid-call: its model call is reserved
     wait_until(
         lambda: (
@@ -63,7 +53,7 @@ def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
         ),
         timeout=10,
     )
-    os.kill(proc.pid, signal.SIGKILL)
+    os.kill(worker, signal.SIGKILL)
     for pid in horse:
         os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -86,30 +76,21 @@ def test_killed_worker_parent_and_child_is_retried(fresh: Pipeline) -> None:
 def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itself(
     fresh: Pipeline,
 ) -> None:
-    """While a work-horse runs a phase, its worker keeps the attempt's heartbeat (the horse starts no
-    heartbeat thread: it has one thread). kill -9 of the worker alone: the horse gets the parent-death
+    """While a work-horse runs a phase, its worker's parent keeps the attempt's heartbeat (the horse starts
+    no heartbeat thread: it has one thread). kill -9 of the worker alone: the horse gets the parent-death
     signal, beats for itself past the heartbeat timeout, and its result ends the run: no retry."""
     run_id = fresh.client.submit(_slow(8, attempts=[1]))
     member = keys.heartbeat_member(run_id, 0, 1)
     wait_until(lambda: fresh.redis.zscore(keys.HEARTBEATS, member), timeout=20)
-    victims = wait_until(
-        lambda: [
-            n
-            for n, proc in fresh.stack.procs.items()
-            if n.startswith("worker-") and _children(proc.pid)
-        ],
-        timeout=10,
-    )
-    worker = fresh.stack.procs[victims[0]]
-    (horse,) = _children(worker.pid)
+    worker, (horse,) = wait_until(lambda: _running_worker(fresh), timeout=10)
     first = fresh.redis.zscore(keys.HEARTBEATS, member)
-    # workers beat every 1 s here (0.5 s rounded up to whole seconds)
+    # the worker's parent beats every 0.5 s here
     time.sleep(2.5)
-    # stamped by the worker...
+    # stamped for the worker...
     assert fresh.redis.zscore(keys.HEARTBEATS, member) > first
     # ...not by a thread in the horse
     assert _threads(horse) == 1
-    os.kill(worker.pid, signal.SIGKILL)
+    os.kill(worker, signal.SIGKILL)
     # the orphaned horse started its own heartbeat
     wait_until(lambda: _threads(horse) == 2, timeout=5)
     orphaned = fresh.redis.zscore(keys.HEARTBEATS, member)
@@ -124,6 +105,19 @@ def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itse
     assert state.attempt == 1 and not [h for h in state.history if h.event == "phase_retried"]
     # its last write took the member away
     assert fresh.redis.zscore(keys.HEARTBEATS, member) is None
+
+
+def _running_worker(fresh: Pipeline) -> tuple[int, list[int]] | None:
+    """The RQ worker running a job (a child of a worker process: `mother worker` forks its workers) and its
+    work-horse(s), or None while no worker has one."""
+    for name, proc in fresh.stack.procs.items():
+        if not name.startswith("worker-"):
+            continue
+        for worker in _children(proc.pid):
+            horses = _children(worker)
+            if horses:
+                return worker, horses
+    return None
 
 
 def _threads(pid: int) -> int:

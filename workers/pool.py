@@ -224,10 +224,14 @@ class Pool:
     run_worker: Callable[[int, PoolLink], int]
     warm: Callable[[], None] = lambda: None
     queues: tuple[str, ...] = ()
+    # the workers exit when the queues are empty (RQ's burst mode): none is replaced, the pool ends with them
+    burst: bool = False
     children: dict[int, _Child] = field(default_factory=dict, init=False)
     stopping: int = field(default=0, init=False)
     _exits: dict[int, list[float]] = field(default_factory=dict, init=False)
     _paused: dict[int, float] = field(default_factory=dict, init=False)
+    # burst: the slots whose worker ended (not replaced)
+    _done: set[int] = field(default_factory=set, init=False)
     _read_fd: int = field(default=-1, init=False)
     _write_fd: int = field(default=-1, init=False)
     _buffer: bytes = field(default=b"", init=False)
@@ -252,7 +256,7 @@ class Pool:
         interval = self.settings.worker.heartbeat_interval_seconds
         next_beat = next_publish = time.monotonic()
         try:
-            while self.children or not self.stopping:
+            while self.children or not (self.stopping or self._done):
                 self._read_messages(min(interval, 0.5))
                 self._reap()
                 now = time.monotonic()
@@ -307,21 +311,26 @@ class Pool:
                 else f"exit code {os.WEXITSTATUS(status)}"
             )
             # its attempts are no longer beaten for here: an orphaned horse beats for itself
-            (log.info if self.stopping else log.warning)(
+            quiet = (
+                self.stopping or self.burst or (os.WIFEXITED(status) and not os.WEXITSTATUS(status))
+            )
+            (log.info if quiet else log.warning)(
                 "pool_worker_exited",
                 index=child.index,
                 pid=pid,
                 how=how,
                 attempts=sorted(child.members),
             )
-            if not self.stopping:
+            if self.burst:
+                self._done.add(child.index)
+            elif not self.stopping:
                 self._paused[child.index] = time.monotonic()
                 self._exits.setdefault(child.index, []).append(time.monotonic())
 
     def _respawn(self, now: float) -> None:
         running = {c.index for c in self.children.values()}
         for index in range(self.concurrency):
-            if index in running:
+            if index in running or index in self._done:
                 continue
             recent = [t for t in self._exits.get(index, []) if now - t < RESPAWN_WINDOW]
             self._exits[index] = recent

@@ -45,7 +45,12 @@ def worker(
         ),
     ] = None,
     burst: Annotated[bool, typer.Option(help="exit when the queues are empty")] = False,
-    name: Annotated[str | None, typer.Option(help="worker name (default: RQ's)")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help="worker name prefix: each RQ worker is PREFIX.INDEX.PID (default HOST.PID)"
+        ),
+    ] = None,
     concurrency: Annotated[
         int | None,
         typer.Option(
@@ -56,7 +61,8 @@ def worker(
         ),
     ] = None,
 ) -> None:
-    """Run RQ workers (forking: each job in a work-horse, with heartbeats): one, or a pool of them."""
+    """Run RQ workers (forking: each job in a work-horse) under one parent that warms up once, beats for
+    their phases and replaces a worker that dies."""
     from rq.serializers import JSONSerializer
 
     from mother import secrets
@@ -73,8 +79,7 @@ def worker(
         except ValueError as exc:
             fail(f"--queues: {exc}", "usage")
     count = concurrency or cfg.worker.concurrency
-    if count > 1:
-        _check_memory(cfg, count)
+    _check_memory(cfg, count)
     rt = runtime()
     # refuses to start where the sandbox is required and cannot be made (ConfigError, one line); a
     # worker of the maintenance queue alone (the GC) runs no tool
@@ -83,16 +88,12 @@ def worker(
     warm_up(cfg)
     # nothing the worker starts inherits its credentials (its settings are loaded)
     secrets.take(cfg)
-    if count == 1:
-        worker = PhaseWorker(names, connection=rt.rq_redis, serializer=JSONSerializer, name=name)
-        # RQ's own lines as ours (JSON where the process logs JSON)
-        route_rq_logs(cfg.log_level, failed=worker.attempt_failed)
-        worker.work(burst=burst, logging_level=cfg.log_level)
-        return
     from workers.pool import Pool, PoolLink
 
     prefix = name or f"{socket.gethostname()}.{os.getpid()}"
 
+    # each worker a child of one parent that beats for its attempts (a pool of one too: the attempt
+    # stays alive while its worker sets it up, however slowly)
     def run_one(index: int, link: PoolLink) -> int:
         one = PhaseWorker(
             names,
@@ -101,11 +102,20 @@ def worker(
             name=f"{prefix}.{index}.{os.getpid()}",
             pool=link,
         )
+        # RQ's own lines as ours (JSON where the process logs JSON)
         route_rq_logs(cfg.log_level, failed=one.attempt_failed)
         one.work(burst=burst, logging_level=cfg.log_level)
         return 0
 
-    pool = Pool(cfg, count, rt.rq_redis, run_one, warm=lambda: warm_pool(rt), queues=tuple(names))
+    pool = Pool(
+        cfg,
+        count,
+        rt.rq_redis,
+        run_one,
+        warm=lambda: warm_pool(rt),
+        queues=tuple(names),
+        burst=burst,
+    )
     raise typer.Exit(pool.run())
 
 
