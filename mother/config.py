@@ -177,7 +177,7 @@ class WorkerSettings(_Section):
         "up once and forks them (workers/pool.py)",
     )
     phase_memory_mb: float = Field(
-        12.0,
+        24.0,
         gt=0,
         le=65_536,
         description="memory (PSS) one in-flight phase costs a pooled host, to refuse a concurrency the "

@@ -58,6 +58,7 @@ from mother.functions import server_now_ms
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 from schemas import ms_from_iso
+from workers.pool import tree
 
 # run as a file: the project's root is importable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -75,7 +76,11 @@ def pct(values: list[float], q: float) -> float:
 def cpu_seconds(pid: int, children: bool = False) -> tuple[float, float, int]:
     """CPU time of a process, or of its reaped children (a worker's work-horses): (user s, system s, minor
     page faults). System time and faults are what a VM makes dear; user time travels between machines."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # a horse that ended since the tree was read: its time is its worker's children's now
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0, 0.0, 0
     first, faults = (13, 8) if children else (11, 7)
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[first]) / tick, int(fields[first + 1]) / tick, int(fields[faults])
@@ -86,12 +91,26 @@ def cpu_snapshot(
 ) -> dict[str, tuple[float, float, int]]:
     """CPU (user s, system s, minor faults) so far of every process taking part, by role (``dispatchers``:
     role -> pid)."""
-    workers = [p.pid for n, p in stack.procs.items() if n.startswith("worker-")]
+    # each `mother worker` is a parent (depth 0) whose RQ workers (1) fork the work-horses (2)
+    found = [
+        (pid, depth)
+        for n, p in stack.procs.items()
+        if n.startswith("worker-")
+        for pid, depth in tree(p.pid)
+    ]
+    rq_workers = [pid for pid, depth in found if depth == 1]
     return {
         "Redis server": cpu_seconds(server.pid),
         **{role: cpu_seconds(pid) for role, pid in dispatchers.items()},
-        "workers (own)": _sum(cpu_seconds(pid) for pid in workers),
-        "work-horses": _sum(cpu_seconds(pid, children=True) for pid in workers),
+        "workers (own)": _sum([(0.0, 0.0, 0), *(cpu_seconds(pid) for pid, d in found if d <= 1)]),
+        # the horses reaped (their workers' children time) and those still running
+        "work-horses": _sum(
+            [
+                (0.0, 0.0, 0),
+                *(cpu_seconds(pid, children=True) for pid in rq_workers),
+                *(cpu_seconds(pid) for pid, d in found if d == 2),
+            ]
+        ),
         "this script (watching)": cpu_seconds(os.getpid()),
     }
 
