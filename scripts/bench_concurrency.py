@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,8 +39,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -106,10 +105,14 @@ class Sampler(threading.Thread):
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        while not self.stopped.wait(1.0):
+        measured = 0.0
+        while not self.stopped.wait(0.5):
             in_flight = self.client.zcard(keys.HEARTBEATS)
-            if in_flight < self.best[0]:
+            # reading hundreds of smaps_rollup files costs the kernel a page-table walk each: at most
+            # every 5 s, and only when at least as many phases are in flight as at the best sample
+            if in_flight < self.best[0] or time.monotonic() - measured < 5.0:
                 continue
+            measured = time.monotonic()
             levels = [0.0, 0.0, 0.0]
             for name, proc in self.stack.procs.items():
                 if not name.startswith("worker-"):
@@ -147,14 +150,14 @@ def one_round(
     wall = time.monotonic() - started
     sampler.stopped.set()
     sampler.join()
-    attempts = [
-        int(
-            (orjson.loads(admin.execute_command("JSON.GET", keys.run_key(r), "$.attempt")) or [1])[
-                0
-            ]
-        )
-        for r in ids
-    ]
+    attempts = [client.status(run_id) for run_id in ids]
+    why: dict[str, int] = {}
+    for state in attempts:
+        for entry in state.history:
+            if entry.event == "phase_retried":
+                why[entry.detail[:60]] = why.get(entry.detail[:60], 0) + 1
+    if why:
+        print(f"  {way} {kind}: attempts retried because: {why}", flush=True)
     waves = math.ceil(runs / args.slots)
     return Round(
         way,
@@ -162,7 +165,7 @@ def one_round(
         runs,
         wall,
         waves * args.delay,
-        sum(a - 1 for a in attempts),
+        sum(state.attempt - 1 for state in attempts),
         sum(1 for r in reasons if r != "success"),
         sampler.best[1],
         sampler.best[0],
@@ -178,7 +181,7 @@ def measure(way: str, tree: Path | None, args: Any, chat: ChatServer) -> list[Ro
         server = EmbeddedRedis(dir=Path(tmp) / "redis", appendfsync="no").start()
         env = {
             **UNLIMITED,
-            "MOTHER_LOG_LEVEL": "WARNING",
+            "MOTHER_LOG_LEVEL": args.log_level,
             "MOTHER_MODELS": json.dumps(models),
             "MOTHER_TOOLS__SANDBOX_REQUIRED": "false",
             "MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "workspaces"),
@@ -210,6 +213,8 @@ def measure(way: str, tree: Path | None, args: Any, chat: ChatServer) -> list[Ro
         finally:
             stack.stop()
             server.stop()
+            if args.logs:
+                shutil.copytree(Path(tmp) / "logs", Path(args.logs) / way, dirs_exist_ok=True)
 
 
 def main() -> int:
@@ -221,6 +226,10 @@ def main() -> int:
     )
     parser.add_argument("--ways", default="before,processes,pool")
     parser.add_argument("--before", default=None, help="the git revision of the baseline")
+    parser.add_argument(
+        "--logs", default=None, help="copy the processes' logs under this directory"
+    )
+    parser.add_argument("--log-level", default="WARNING", help="the processes' log level")
     args = parser.parse_args()
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
     if "before" in ways and not args.before:

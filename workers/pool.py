@@ -29,6 +29,7 @@ import errno
 import fcntl
 import gc
 import os
+import random
 import select
 import signal
 import socket
@@ -65,6 +66,11 @@ RESPAWN_WINDOW = 30.0
 RESPAWN_PAUSE = 5.0
 # how often the host's line in mother:hosts is written, and how old a line doctor calls stale
 PUBLISH_EVERY = 5.0
+# workers forked between two looks at the beats (a fork of the warmed parent takes ~1-3 ms, more on a
+# starved host)
+FORK_BATCH = 8
+# processes of each kind (workers, horses) whose PSS is read for the host's line
+PSS_SAMPLE = 8
 # a message a worker writes to the pool: "<pid> <b|e> <member>\n", at most PIPE_BUF bytes (atomic)
 MESSAGE_MAX = 512
 
@@ -250,19 +256,26 @@ class Pool:
         # everything made so far is shared with every child from here on
         gc.collect()
         gc.freeze()
-        for index in range(self.concurrency):
-            self._fork(index)
-        log.info("pool_started", concurrency=self.concurrency, pid=os.getpid())
+        log.info("pool_starting", concurrency=self.concurrency, pid=os.getpid())
         interval = self.settings.worker.heartbeat_interval_seconds
         next_beat = next_publish = time.monotonic()
+        started = False
         try:
             while self.children or not (self.stopping or self._done):
-                self._read_messages(min(interval, 0.5))
+                # the workers are forked FORK_BATCH at a time between the rounds of beats: the first
+                # ones take jobs while the rest are forked, and their attempts must be beaten for
+                self._read_messages(0 if self._forked_short() else min(interval, 0.5))
                 self._reap()
                 now = time.monotonic()
                 if not self.stopping:
                     self._respawn(now)
+                if not started and not self._forked_short():
+                    started = True
+                    log.info("pool_started", concurrency=self.concurrency, pid=os.getpid())
                 if now >= next_beat:
+                    if now - next_beat > interval:
+                        # the loop was held up (a starved host): the beats came late
+                        log.warning("pool_beats_late", late_seconds=round(now - next_beat, 1))
                     next_beat = now + interval
                     self._beat()
                 if now >= next_publish:
@@ -327,9 +340,17 @@ class Pool:
                 self._paused[child.index] = time.monotonic()
                 self._exits.setdefault(child.index, []).append(time.monotonic())
 
+    def _forked_short(self) -> bool:
+        """Whether slots are still without a worker (not counting burst's finished ones)."""
+        return not self.stopping and len(self.children) + len(self._done) < self.concurrency
+
     def _respawn(self, now: float) -> None:
+        """Fork a worker for up to FORK_BATCH slots that have none."""
         running = {c.index for c in self.children.values()}
+        forked = 0
         for index in range(self.concurrency):
+            if forked >= FORK_BATCH:
+                return
             if index in running or index in self._done:
                 continue
             recent = [t for t in self._exits.get(index, []) if now - t < RESPAWN_WINDOW]
@@ -338,6 +359,7 @@ class Pool:
             if len(recent) >= RESPAWN_BURST and now - self._paused.get(index, 0) < RESPAWN_PAUSE:
                 continue
             self._fork(index)
+            forked += 1
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stopping += 1
@@ -393,8 +415,6 @@ class Pool:
 
     # -- the host's line -----------------------------------------------------------------------------
     def host_line(self) -> dict[str, Any]:
-        pids = tree_pids(os.getpid())
-        total = sum(pss_mb(pid) for pid in pids)
         busy = self.busy()
         return {
             "host": self._host,
@@ -404,11 +424,26 @@ class Pool:
             "workers": len(self.children),
             "busy": busy,
             "free": max(0, len(self.children) - busy),
-            "pss_mb": round(total, 1),
+            "pss_mb": round(self.pss_estimate(), 1),
             "phase_memory_mb": self.settings.worker.phase_memory_mb,
             "started_at": self._started_at,
             "updated_at": time.time(),
         }
+
+    def pss_estimate(self) -> float:
+        """The PSS of the whole tree in MB: the parent's, and a sample of up to PSS_SAMPLE workers and as
+        many horses scaled to their number (reading every process's smaps_rollup makes the kernel walk
+        each one's page tables: with hundreds of processes that would hold up the beats)."""
+        levels: dict[int, list[int]] = {}
+        for pid, depth in tree(os.getpid()):
+            levels.setdefault(min(depth, 2), []).append(pid)
+        total = sum(pss_mb(pid) for pid in levels.get(0, []))
+        for depth in (1, 2):
+            pids = levels.get(depth, [])
+            sample = random.sample(pids, min(PSS_SAMPLE, len(pids)))
+            if sample:
+                total += sum(pss_mb(pid) for pid in sample) * len(pids) / len(sample)
+        return total
 
     def _field(self) -> str:
         return f"{self._host}:{os.getpid()}"
