@@ -77,7 +77,7 @@ class Round:
     failed: int
     pss_total: float
     in_flight: int
-    levels: list[float]
+    processes: int
     mother_ms: float
     redis_ms: float
 
@@ -86,22 +86,19 @@ class Round:
         return (
             f"  {self.way:<10} {self.kind:<5} {per:8.1f} MB ({self.in_flight:>4} in flight) "
             f"{self.wall:7.1f} s {self.ideal / self.wall * 100:6.1f}% {self.lost:>5} {self.failed:>6} "
-            f"{self.mother_ms:8.2f} {self.redis_ms:8.2f}   "
-            + "/".join(
-                f"{level / self.in_flight:.1f}" if self.in_flight else "-" for level in self.levels
-            )
+            f"{self.mother_ms:8.2f} {self.redis_ms:8.2f} {self.processes:>9}"
         )
 
 
 class Sampler(threading.Thread):
     """Samples the worker processes' PSS every second; keeps the sample with the most phases in flight."""
 
-    def __init__(self, stack: LocalStack, client: Any, pool: bool) -> None:
+    def __init__(self, stack: LocalStack, client: Any) -> None:
         super().__init__(daemon=True)
-        self.stack, self.client, self.pool = stack, client, pool
+        self.stack, self.client = stack, client
         self.best = (0, 0.0)
-        # PSS of the best sample by level: a pool's parent, the workers, the work-horses
-        self.levels = [0.0, 0.0, 0.0]
+        # the processes of the best sample: parents, workers, work-horses, the sandboxes they started
+        self.processes = 0
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -113,17 +110,14 @@ class Sampler(threading.Thread):
             if in_flight < self.best[0] or time.monotonic() - measured < 5.0:
                 continue
             measured = time.monotonic()
-            levels = [0.0, 0.0, 0.0]
-            for name, proc in self.stack.procs.items():
-                if not name.startswith("worker-"):
-                    continue
-                found = tree(proc.pid)
-                # separate workers: worker, horse; a pool: its parent, workers, horses
-                shift = 0 if max((d for _, d in found), default=0) >= 2 or self.pool else 1
-                for pid, depth in found:
-                    levels[min(2, depth + shift)] += pss_mb(pid)
-            self.best = (in_flight, sum(levels))
-            self.levels = levels
+            pids = [
+                pid
+                for name, proc in self.stack.procs.items()
+                if name.startswith("worker-")
+                for pid, _ in tree(proc.pid)
+            ]
+            self.best = (in_flight, sum(pss_mb(pid) for pid in pids))
+            self.processes = len(pids)
 
 
 def one_round(
@@ -131,7 +125,7 @@ def one_round(
 ) -> Round:
     mother = stack.procs["mother-0"].pid
     mother0, redis0 = cpu(mother), redis_cpu(admin)
-    sampler = Sampler(stack, admin, stack.concurrency > 1)
+    sampler = Sampler(stack, admin)
     sampler.start()
     started = time.monotonic()
     ids = [
@@ -169,7 +163,7 @@ def one_round(
         sum(1 for r in reasons if r != "success"),
         sampler.best[1],
         sampler.best[0],
-        sampler.levels,
+        sampler.processes,
         (cpu(mother) - mother0) * 1000 / runs,
         (redis_cpu(admin) - redis0) * 1000 / runs,
     )
@@ -265,7 +259,7 @@ def main() -> int:
     )
     print(
         f"  {'way':<10} {'round':<5} {'PSS/phase':>11} {'':>16} {'wall':>9} {'ideal%':>7} {'lost':>5} "
-        f"{'failed':>6} {'Mother ms':>9} {'Redis ms':>8}   PSS/phase: pool parent/workers/horses"
+        f"{'failed':>6} {'Mother ms':>9} {'Redis ms':>8} {'processes':>9}"
     )
     for r in results:
         print(r.line())
