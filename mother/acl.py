@@ -43,12 +43,13 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
             (
                 "FCALL",
                 FUNCTIONS_PROBE,
-                "5",
+                "6",
                 keys.run_budget_key(PROBE),
                 keys.user_daily_budget_key(PROBE, "2000-01-01"),
                 keys.ACTIVITY_STREAM,
                 keys.run_limits_key(PROBE),
                 keys.METRICS_COUNTERS,
+                keys.run_activity_key(PROBE),
             ),
         ),
         ("claim attempt tokens (GETDEL)", ("GETDEL", keys.attempt_token_key(PROBE, 0, 0))),
@@ -63,6 +64,10 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("heartbeat phases", ("FCALL", FUNCTIONS_PROBE, "1", keys.HEARTBEATS)),
         ("store artifacts", ("JSON.DEL", keys.artifact_key(PROBE))),
         ("append activity", ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE)),
+        (
+            "append a run's own activity",
+            ("XTRIM", keys.run_activity_key(PROBE), "MAXLEN", "~", HUGE),
+        ),
         ("record security violations", ("LTRIM", keys.SECURITY_VIOLATIONS, "0", "-1")),
         ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
         (
@@ -90,7 +95,7 @@ NEEDS["maintenance"] = [
         "delete artifacts and archives",
         ("DEL", keys.artifact_key(PROBE), keys.archive_artifact_key(PROBE)),
     ),
-    ("delete ended runs' records", ("DEL", keys.run_key(PROBE))),
+    ("delete ended runs' records", ("DEL", keys.run_key(PROBE), keys.run_activity_key(PROBE))),
     ("write GC reports", ("JSON.DEL", keys.gc_report_key(PROBE))),
     ("append activity", ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE)),
     ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
@@ -102,6 +107,10 @@ NEEDS["dashboard"] = [
     ("read the gauges", ("ZCARD", keys.RUN_DEADLINES)),
     ("read RQ's workers and queues", ("SCARD", "rq:workers")),
     ("read the activity stream", ("XREVRANGE", keys.ACTIVITY_STREAM, "+", "-", "COUNT", "1")),
+    (
+        "read a run's own activity",
+        ("XREVRANGE", keys.run_activity_key(PROBE), "+", "-", "COUNT", "1"),
+    ),
 ]
 
 # what no principal, worker, maintenance or dashboard user may do to others' work

@@ -1,4 +1,6 @@
-"""The ``activity`` stream: every decision the system makes, capped with ``MAXLEN ~``."""
+"""The ``activity`` stream: every decision the system makes, capped with ``MAXLEN ~``; and each run's own
+stream (``activity:run:{id}``), which gets every entry that names the run in the same call and is kept and
+collected with the run's records: a run's story does not depend on how busy the global stream is."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from mother import keys
 from mother.streams import as_text
 from schemas import ActivityEvent, Id, describe_validation_error, iso_from_ms
 
-__all__ = ["DEFAULT_MAXLEN", "emit", "flat_fields", "make_event", "newer", "recent"]
+__all__ = ["DEFAULT_MAXLEN", "emit", "flat_fields", "last_id", "make_event", "newer", "recent"]
 
 DEFAULT_MAXLEN = 100_000
 
@@ -32,7 +34,17 @@ def emit(
     """Append one entry (accepts a pipeline, so callers batch it with their writes)."""
     event = make_event(event_type, at=at, run_id=run_id, phase=phase, **data)
     fields: dict[FieldT, EncodableT] = dict(event.to_fields().items())
-    client.xadd(keys.ACTIVITY_STREAM, fields, maxlen=maxlen, approximate=True)
+    if run_id is None:
+        client.xadd(keys.ACTIVITY_STREAM, fields, maxlen=maxlen, approximate=True)
+        return event
+    # the global entry and the run's own, in one MULTI (or in the caller's pipeline, with its writes)
+    pipe = client if isinstance(client, redis.client.Pipeline) else client.pipeline()
+    pipe.xadd(keys.ACTIVITY_STREAM, fields, maxlen=maxlen, approximate=True)
+    pipe.xadd(
+        keys.run_activity_key(run_id), fields, maxlen=keys.RUN_ACTIVITY_MAXLEN, approximate=True
+    )
+    if pipe is not client:
+        pipe.execute()
     return event
 
 
@@ -50,33 +62,47 @@ def flat_fields(event: ActivityEvent) -> list[str]:
 
 
 def recent(client: redis.Redis, count: int = 100, run_id: str | None = None) -> list[ActivityEvent]:
-    """The newest entries, oldest first; with ``run_id`` only that run's (from the last ``count``*10).
+    """The newest ``count`` entries, oldest first: the global stream's, or with ``run_id`` the run's own.
 
-    Anyone can XADD to the stream, so an entry that is not one of ours (not UTF-8, data that is not
-    JSON, a field out of shape) is shown as an ``unreadable_entry`` holding its id, what is wrong and
-    its fields, instead of failing the whole listing."""
+    Anyone with the right can XADD to a stream, so an entry that is not one of ours (not UTF-8, data that
+    is not JSON, a field out of shape) is shown as an ``unreadable_entry`` holding its id, what is wrong
+    and its fields, instead of failing the whole listing."""
+    stream = keys.ACTIVITY_STREAM if run_id is None else keys.run_activity_key(run_id)
     rows = client.execute_command(
-        "XREVRANGE",
-        keys.ACTIVITY_STREAM,
-        "+",
-        "-",
-        "COUNT",
-        count * 10 if run_id else count,
-        **{NEVER_DECODE: True},
+        "XREVRANGE", stream, "+", "-", "COUNT", count, **{NEVER_DECODE: True}
+    )
+    if not rows and run_id is not None:
+        return _legacy(client, count, run_id)
+    return [_event(*as_text(raw_id, raw_fields)) for raw_id, raw_fields in reversed(rows)]
+
+
+def _legacy(client: redis.Redis, count: int, run_id: str) -> list[ActivityEvent]:
+    """A run that ended before runs had their own stream: its entries still in the global one (the newest
+    ``count`` * 10 of them, filtered)."""
+    rows = client.execute_command(
+        "XREVRANGE", keys.ACTIVITY_STREAM, "+", "-", "COUNT", count * 10, **{NEVER_DECODE: True}
     )
     events = [_event(*as_text(raw_id, raw_fields)) for raw_id, raw_fields in rows]
-    if run_id is not None:
-        events = [e for e in events if e.run_id == run_id][:count]
-    return list(reversed(events))
+    return list(reversed([e for e in events if e.run_id == run_id][:count]))
+
+
+def last_id(client: redis.Redis, run_id: str | None = None) -> str:
+    """The id of the newest entry (of the run's own stream with ``run_id``): :func:`newer` reads after it;
+    "0" when the stream has none yet."""
+    stream = keys.ACTIVITY_STREAM if run_id is None else keys.run_activity_key(run_id)
+    rows = client.execute_command("XREVRANGE", stream, "+", "-", "COUNT", 1)
+    return str(rows[0][0]) if rows else "0"
 
 
 def newer(
     client: redis.Redis, after: str, run_id: str | None = None, block_ms: int = 1000
 ) -> tuple[str, list[ActivityEvent]]:
-    """The entries after entry id ``after`` (``$``: from now), waiting up to ``block_ms`` for one; with
-    ``run_id`` only that run's. Returns the id to read after next time, and the entries, oldest first."""
+    """The entries after entry id ``after`` (``$``: from now), waiting up to ``block_ms`` for one: of the
+    global stream, or with ``run_id`` of the run's own. Returns the id to read after next time, and the
+    entries, oldest first."""
+    stream = keys.ACTIVITY_STREAM if run_id is None else keys.run_activity_key(run_id)
     reply = client.execute_command(
-        "XREAD", "COUNT", 1000, "BLOCK", block_ms, "STREAMS", keys.ACTIVITY_STREAM, after,
+        "XREAD", "COUNT", 1000, "BLOCK", block_ms, "STREAMS", stream, after,
         **{NEVER_DECODE: True},
     )  # fmt: skip
     if not reply:
@@ -84,7 +110,7 @@ def newer(
     rows = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
     events = [_event(*as_text(raw_id, raw_fields)) for raw_id, raw_fields in rows]
     last = rows[-1][0].decode() if rows else after
-    return last, [e for e in events if run_id is None or e.run_id == run_id]
+    return last, events
 
 
 def _event(entry_id: str, fields: dict[str, str], not_text: str | None) -> ActivityEvent:

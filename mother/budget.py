@@ -253,6 +253,7 @@ def admit(
             keys.ADMISSION_WAITING,
             keys.ADMISSION_STATE,
             keys.METRICS_COUNTERS,
+            keys.run_activity_key(run_id),
         ],
         [orjson.dumps(payload), maxlen],
     )
@@ -318,6 +319,7 @@ class Guard:
         self.maxlen = settings.service.activity_maxlen
         self._run_key = keys.run_budget_key(run_id)
         self._limits_key = keys.run_limits_key(run_id)
+        self._activity_key = keys.run_activity_key(run_id)
         self._day, self._user_key = "", ""
         self._repeating: dict[
             str, tuple[str, tuple[Any, ...]]
@@ -367,6 +369,7 @@ class Guard:
                 keys.ACTIVITY_STREAM,
                 self._limits_key,
                 keys.METRICS_COUNTERS,
+                self._activity_key,
             ],
             args,
         )
@@ -473,9 +476,11 @@ class Guard:
         input_tokens: int,
         output_tokens: int,
         spend: int,
+        model: str | None = None,
         pipe: redis.client.Pipeline | None = None,
     ) -> dict[str, Any] | None:
-        """After an LLM call: release the reservation and charge what it really used (never refused).
+        """After an LLM call: release the reservation and charge what it really used (never refused);
+        ``model``: its name, for the per-model token and spend counters.
         Returns the run's counters after it (model_calls, input/output tokens, spend_micro_usd, duration_sec);
         with ``pipe`` the settle is queued on it (returns None)."""
         used = check_amount(input_tokens, "input_tokens") + check_amount(
@@ -492,6 +497,7 @@ class Guard:
                         "spend_micro_usd": check_amount(spend, "spend"),
                     },
                     "user_add": {"total_tokens": used},
+                    **({"model": model} if model else {}),
                 }
             },
             pipe=pipe,
@@ -512,13 +518,16 @@ class Guard:
         input_tokens: int,
         output_tokens: int,
         pipe: redis.client.Pipeline | None = None,
+        name: str | None = None,
     ) -> dict[str, Any] | None:
-        """Settle a call to ``model`` with what it used, priced (queued on ``pipe`` when given)."""
+        """Settle a call to ``model`` (called ``name``) with what it used, priced (queued on ``pipe`` when
+        given)."""
         return self.settle_model_call(
             op,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             spend=spend_micro_usd(model, input_tokens, output_tokens),
+            model=name,
             pipe=pipe,
         )
 
@@ -558,6 +567,7 @@ def release_reservations(
             keys.run_budget_key(run_id),
             keys.ACTIVITY_STREAM,
             keys.run_limits_key(run_id),
+            keys.run_activity_key(run_id),
             *(keys.user_daily_budget_key(user_id, d) for d in days),
         ],
         [
@@ -596,6 +606,7 @@ def _state(
             keys.ACTIVITY_STREAM,
             keys.run_key(run_id),
             keys.run_budget_key(run_id),
+            keys.run_activity_key(run_id),
         ],
         [status, orjson.dumps(event), maxlen, event_type],
     )
@@ -656,7 +667,7 @@ def override(
     reply = call(
         client,
         "mh_override",
-        [keys.run_limits_key(run_id), keys.ACTIVITY_STREAM],
+        [keys.run_limits_key(run_id), keys.ACTIVITY_STREAM, keys.run_activity_key(run_id)],
         [orjson.dumps(payload), maxlen],
     )
     if isinstance(reply, str) and reply.startswith("ERR"):

@@ -14,7 +14,7 @@ import orjson
 from mother import keys
 from mother.errors import GateRefused
 from mother.functions import call
-from mother.records.metrics import duration_follow_ups
+from mother.records.metrics import observe_follow_ups
 
 __all__ = [
     "create_run",
@@ -48,7 +48,7 @@ def transition(
     token_digest: str = "",
     gate: str = "",
     follow_ups: tuple[list[Any], list[Any]] = ([], []),
-    duration_ms: int | None = None,
+    observed: dict[str, int] | None = None,
 ) -> Any:
     """``mh_transition``: move the run from attempt ``expected`` to ``to`` (phase index, attempt) if
     ``expected`` is still current (and ``token_digest``, when given, is the attempt's), setting the
@@ -56,10 +56,11 @@ def transition(
     words: :func:`mother.functions.follow_ups`) in the same call. ``gate``: a gate op (JSON: open one
     after the move, or close the one the run waits on before it; :mod:`mother.gates`). Replies 1
     applied, 0 not current, -1 current but another token, -2..-5 the gate may not be closed
-    (:func:`gate_refusal`). ``duration_ms``: the accepted result's, for the phase-duration histogram."""
+    (:func:`gate_refusal`). ``observed``: histogram name -> ms, counted with the move (an accepted result's
+    duration and queue wait)."""
     more_keys, words = follow_ups
-    if duration_ms is not None:
-        counted_keys, counted = duration_follow_ups(duration_ms)
+    for name, ms in (observed or {}).items():
+        counted_keys, counted = observe_follow_ups(name, ms)
         more_keys, words = [*more_keys, *counted_keys], [*words, *counted]
     return call(
         client,
@@ -179,6 +180,7 @@ def ended(
         [
             keys.RUNS_ENDING,
             keys.ACTIVITY_STREAM,
+            keys.run_activity_key(run_id),
             *([keys.run_budget_key(parent)] if parent else []),
         ],
         [run_id, activity_maxlen, orjson.dumps(entries)],
@@ -209,6 +211,7 @@ def create_run(
                 keys.user_runs_key(user_id),
                 keys.ACTIVITY_STREAM,
                 keys.METRICS_COUNTERS,
+                keys.run_activity_key(run_id),
             ],
             [record, run_id, entry_id, created_ms, activity_maxlen, orjson.dumps(announced)],
         )

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 import redis
@@ -40,10 +40,10 @@ from mother.errors import (
 from mother.functions import server_now_ms
 from mother.gates.build import check_decision, gate_waited_on
 from mother.principals.identity import principal_of
-from mother.records import parse_run_record, path_values, runs
+from mother.records import parse_run_record, runs
 from mother.records.budgets import published_limits
 from mother.records.rejections import read_rejection_for
-from mother.records.results import queue_termination_read, read_result
+from mother.records.results import read_result
 from mother.specs import check_faults, check_libraries, check_models, check_scripts
 from mother.streams import group_backlog
 from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
@@ -60,6 +60,9 @@ from schemas import (
     ms_from_iso,
 )
 from schemas.principal import Principal
+
+if TYPE_CHECKING:
+    from mother.observe.listing import Page, RunQuery
 
 __all__ = [
     "MotherClient",
@@ -109,18 +112,6 @@ def parse_spec(spec: RunSpec | dict[str, Any] | str | bytes) -> RunSpec:
     raise InvalidSpec(
         f"a spec must be a RunSpec, a mapping or JSON text, not {type(spec).__name__}"
     )
-
-
-def _record(raw: Any) -> dict[str, Any]:
-    """A record read for a listing, as a mapping: empty when it is missing, and a ``status`` that says so
-    when it cannot be read as one (a key of another type, JSON that is not an object), so the listing
-    shows such a run."""
-    if raw is None:
-        return {}
-    if isinstance(raw, Exception):
-        return {"status": f"record unreadable: {raw}"}
-    found = orjson.loads(raw)
-    return found if isinstance(found, dict) else {"status": "record is not a JSON object"}
 
 
 def _not_text(raw: bytes) -> str | None:
@@ -587,14 +578,15 @@ class MotherClient:
         return rows
 
     def inspect(
-        self, run_id: str, *, context_text: bool = False, activity: int = 50
+        self, run_id: str, *, context_text: bool = False, activity: int | None = None
     ) -> dict[str, Any]:
         """Everything about a run: state, termination, budget, artifacts, conflicts, its phases'
-        context manifests (with their sections' text when ``context_text``) and summaries, its newest
-        ``activity`` entries, and since when its end has waited to be applied (``end_pending_since``:
+        context manifests (with their sections' text when ``context_text``) and summaries, its activity
+        (its own stream: every entry, or the newest ``activity`` of them), and since when its end has waited to be applied (``end_pending_since``:
         its Mother died between its record and the rest). What ``mother inspect RUN`` prints, the
         dashboard's run page shows and a replay bundle holds."""
         from mother.activity import recent
+        from mother.observe.timeline import timeline
         from mother.records.artifacts import read_artifact_meta
         from mother.records.budgets import budget_view
         from mother.records.conflicts import read_conflicts
@@ -609,7 +601,9 @@ class MotherClient:
         out["artifacts"] = read_artifact_meta(r, state.artifacts)
         out["conflicts"] = [c.to_dict() for c in read_conflicts(r, state.conflicts)]
         out["contexts"], out["summaries"] = self._contexts(state, context_text)
-        out["activity"] = [e.to_dict() for e in recent(r, activity, run_id=run_id)]
+        count = keys.RUN_ACTIVITY_MAXLEN if activity is None else activity
+        out["activity"] = [e.to_dict() for e in recent(r, count, run_id=run_id)]
+        out["timeline"] = timeline(out["run"], out["activity"], out["budget"])
         # its record is written, the rest of its end not yet applied
         pending = r.zscore(keys.RUNS_ENDING, run_id)
         out["end_pending_since"] = iso_from_ms(int(pending)) if pending is not None else None
@@ -696,29 +690,24 @@ class MotherClient:
                 index = keys.user_runs_key(user) if user is not None else keys.RUNS_INDEX
             # the connection decodes replies
             ids = cast("list[str]", self.redis.zrevrange(index, 0, limit - 1))
-        # every run's two reads in one round trip
-        pipe = self.redis.pipeline(transaction=False)
-        for run_id in ids:
-            runs.queue_listing_read(pipe, run_id)
-            queue_termination_read(pipe, run_id)
-        replies = pipe.execute(raise_on_error=False) if ids else []
-        rows = []
-        for run_id, run_raw, term_raw in zip(ids, replies[::2], replies[1::2], strict=False):
-            term = _record(term_raw)
-            # missing, or a key of another type
-            unread = run_raw is None or isinstance(run_raw, Exception)
-            run = _record(run_raw) if unread else path_values(run_raw)
-            rows.append(
-                {
-                    "run_id": run_id,
-                    **run,
-                    **{
-                        k: term.get(k)
-                        for k in ("reason", "phase_at_termination", "details", "suggested_action")
-                    },
-                }
-            )
-        return rows
+        from mother.observe.listing import rows_of
+
+        return rows_of(self.redis, ids)
+
+    def list_runs(self, query: RunQuery) -> Page:
+        """A page of runs from the index over every run (``idx:runs``): filtered on reason, status, "not
+        success", user and time ranges, sorted, counted, with the next page's cursor. On a server without
+        the search module, a listing by reason or user only comes from their sorted sets (the newest
+        ``limit``); any other filter says it needs the module."""
+        from mother.observe.listing import Page, list_runs
+
+        try:
+            return list_runs(self.redis, query)
+        except InvalidSpec as exc:
+            if "search module" not in exc.message or not query.by_sets_only():
+                raise
+        rows = self.runs(reason=query.reason, user=query.user, limit=query.limit)
+        return Page(rows, len(rows), None)
 
 
 @dataclass

@@ -70,7 +70,11 @@ def default_data_dir() -> Path:
 class _Section(BaseModel):
     # a NaN or infinite setting (a ratio, a timeout, a factor) would pass every bound check unnoticed
     model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, populate_by_name=True, allow_inf_nan=False
+        extra="forbid",
+        validate_assignment=True,
+        populate_by_name=True,
+        allow_inf_nan=False,
+        defer_build=True,
     )
 
 

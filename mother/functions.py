@@ -21,6 +21,7 @@ import redis
 from mother import keys
 from mother.codes import CODES, SEQ_SPAN, USER_CODES
 from mother.errors import ConfigError, RedisUnavailable
+from mother.records.metrics import LONG_BOUNDS, bound_text
 
 __all__ = [
     "FUNCTIONS_PROBE",
@@ -46,7 +47,13 @@ def _read(file: str) -> str:
 def _with_prelude(source: str) -> str:
     """The library with the shared helpers (lua/prelude.lua) inserted after its ``#!lua`` line."""
     shebang, body = source.split("\n", 1)
-    return f"{shebang}\n{_read('prelude.lua')}\n{body}"
+    prelude = (
+        _read("prelude.lua")
+        .replace("__RUN_ACTIVITY_PREFIX__", keys.RUN_ACTIVITY_PREFIX)
+        .replace("__RUN_ACTIVITY_MAXLEN__", str(keys.RUN_ACTIVITY_MAXLEN))
+        .replace("__LONG_BOUNDS__", ", ".join(f"{{{b}, '{bound_text(b)}'}}" for b in LONG_BOUNDS))
+    )
+    return f"{shebang}\n{prelude}\n{body}"
 
 
 def _guard_codes() -> str:

@@ -420,6 +420,7 @@ def _create(
         user_id=spec.user_id,
         spec=spec,
         created_at=at,
+        created_ms=score,
         updated_at=at,
         entry_id=ref,
         submitted_by=source.principal.name if source.principal is not None else None,

@@ -56,9 +56,13 @@ __all__ = [
     "REJECTIONS_INDEX",
     "RUNS_INDEX",
     "RUNS_WAITING",
+    "RUN_ACTIVITY_MAXLEN",
+    "RUN_ACTIVITY_PREFIX",
     "RUN_CLAIMS",
     "RUN_DEADLINES",
+    "RUN_PREFIX",
     "RUN_RETENTION",
+    "RUN_SEARCH_INDEX",
     "RUN_WARNINGS",
     "SECURITY_VIOLATIONS",
     "SPAWNS_STREAM",
@@ -104,6 +108,7 @@ __all__ = [
     "rate_limit_key",
     "rejection_key",
     "result_key",
+    "run_activity_key",
     "run_budget_key",
     "run_key",
     "run_limits_key",
@@ -127,7 +132,15 @@ SECURITY_VIOLATIONS = "security:violations"
 SUBMISSIONS_STREAM = "mother:submissions"
 EVENTS_STREAM = "mother:events"
 ACTIVITY_STREAM = "activity"
+# a run's own activity stream (activity:run:{id}) keeps this many entries at most (MAXLEN ~), the same
+# number in the server functions (rendered into mother/lua/prelude.lua): a run's story lives as long as its
+# records (the GC removes it with them)
+RUN_ACTIVITY_PREFIX = "activity:run:"
+RUN_ACTIVITY_MAXLEN = 10_000
 TERMINATION_INDEX = "idx:termination"
+# RediSearch index over run:{id} (status, user, reason TAGs; created and ended NUMERIC): mother runs, /runs
+RUN_SEARCH_INDEX = "idx:runs"
+RUN_PREFIX = "run:"
 # the prefix idx:termination indexes
 TERMINATION_PREFIX = "termination:"
 DEAD_LETTER_STREAM = "mother:dead_letter"
@@ -249,6 +262,11 @@ def termination_key(run_id: str) -> str:
 # Runs
 def run_key(run_id: str) -> str:
     return f"run:{check_id(run_id, 'run_id')}"
+
+
+def run_activity_key(run_id: str) -> str:
+    """A run's own activity stream: each entry that names the run, appended with the global one."""
+    return RUN_ACTIVITY_PREFIX + check_id(run_id, "run_id")
 
 
 def result_key(run_id: str) -> str:

@@ -74,6 +74,8 @@ __all__ = [
 
 log = get_logger("lifecycle")
 JOB_FUNCTION = "workers.phase.execute"
+# the phase job's meta field holding the server's time (ms) of its dispatch
+DISPATCHED_MS = "dispatched_ms"
 # what keeps a phase from being dispatched, and ends its run (_end_undispatchable says how)
 UNDISPATCHABLE = (ContextBudgetExceeded, ConfigError, InsufficientEvidence, PolicyViolation)
 
@@ -181,8 +183,18 @@ def _transition_args(
         "result": result.to_json() if result is not None else "",
         "artifacts": list(result.artifacts) if result is not None else [],
         "token_digest": token_digest,
-        "duration_ms": result.usage.duration_ms if result is not None else None,
+        "observed": _observed(result),
     }
+
+
+def _observed(result: PhaseResult | None) -> dict[str, int]:
+    """What an accepted result adds to the histograms: its duration and how long it waited for a worker."""
+    if result is None:
+        return {}
+    found = {"phase_duration": result.usage.duration_ms}
+    if result.queued_ms is not None:
+        found["queue_wait"] = result.queued_ms
+    return found
 
 
 def dispatch(
@@ -477,6 +489,8 @@ def _queue_dispatch(
         result_ttl=3600,
         failure_ttl=86400,
         description=f"{run_id} phase {spec.pipeline[index].name} attempt {attempt}",
+        # the server's time of the dispatch: the worker reports its queue wait against it
+        meta={DISPATCHED_MS: rt.clock.now_ms()},
         pipeline=pipe,
     )
     queue_token(
@@ -643,8 +657,22 @@ def completed_event(result: PhaseResult) -> tuple[str, dict[str, Any]]:
             "attempt": result.attempt,
             "confidence": result.confidence,
             "artifacts": result.artifacts,
+            **attempt_facts(result),
         },
     )
+
+
+def attempt_facts(result: PhaseResult | None) -> dict[str, Any]:
+    """What an attempt's end entry (``phase_completed``, ``phase_failed``) says of its time and cost, from
+    its result: when a worker took it, which worker, and its usage (tokens, spend, model and tool time).
+    A lost attempt has no result: the entry says ``lost``. The run's timeline is made of these."""
+    if result is None:
+        return {"lost": True}
+    return {
+        "started_at": result.started_at,
+        "worker": result.worker,
+        "usage": result.usage.to_dict(),
+    }
 
 
 def is_current(state: RunState, index: int, attempt: int) -> bool:

@@ -28,16 +28,27 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mother.client import MotherClient
 from mother.errors import InvalidSpec, NotFound
 from mother.functions import server_now_ms
 from mother.records.budgets import budget_view
 from mother.records.results import read_result
-from schemas import iso_from_ms
+from schemas import (
+    ConflictResolution,
+    Gate,
+    Id,
+    RunSpec,
+    RunState,
+    TerminationRecord,
+    describe_validation_error,
+    iso_from_ms,
+)
+from schemas.artifact import ArtifactMetadata
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -61,7 +72,7 @@ MAX_BUNDLE_BYTES = 256 * 1024 * 1024
 
 def export(client: MotherClient, run_id: str) -> dict[str, Any]:
     """The run as a bundle (a plain mapping, ready for :func:`write_bundle`)."""
-    view = client.inspect(run_id, context_text=True, activity=500)
+    view = client.inspect(run_id, context_text=True)
     run, activity = view["run"], view["activity"]
     envelope = read_result(client.redis, run_id)
     return {
@@ -77,6 +88,7 @@ def export(client: MotherClient, run_id: str) -> dict[str, Any]:
         "gates": run.get("gates") or [],
         "budget": view["budget"],
         "budget_timeline": [e for e in activity if e.get("type") in BUDGET_EVENTS],
+        "timeline": view["timeline"],
         "termination": view["termination"],
         "result": envelope.to_dict() if envelope is not None else None,
         "artifacts": view["artifacts"],
@@ -161,7 +173,36 @@ def read_bundle(path: Path) -> dict[str, Any]:
             raise InvalidSpec(
                 f"{path} lacks {needed!r}: it is not a complete {BUNDLE_FORMAT} bundle"
             )
+    try:
+        _Bundle.model_validate(bundle)
+    except ValidationError as exc:
+        raise InvalidSpec(
+            f"{path} is not a well-formed {BUNDLE_FORMAT} bundle: {describe_validation_error(exc)}"
+        ) from None
     return bundle
+
+
+class _Replies(BaseModel):
+    source: Literal["scripts", "results"]
+    scripts: dict[str, Any]
+
+
+class _Bundle(BaseModel):
+    """What :func:`story` and :func:`replay_spec` read of a bundle, checked before they read it (a bundle
+    edited by hand, or cut short, is refused in one line instead of failing half way)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: Id
+    spec: RunSpec
+    run: RunState
+    termination: TerminationRecord | None
+    replies: _Replies
+    conflicts: list[ConflictResolution] = []
+    gates: list[Gate] = []
+    artifacts: list[ArtifactMetadata] = []
+    budget: dict[str, Any] = {}
+    activity: list[dict[str, Any]] = []
 
 
 def story(bundle: dict[str, Any]) -> list[str]:

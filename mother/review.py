@@ -35,6 +35,7 @@ from mother.codes import RESOURCES
 from mother.errors import HookDecision
 from mother.lifecycle import (
     advance,
+    attempt_facts,
     completed_event,
     end_run,
     is_current,
@@ -361,6 +362,7 @@ def _retry(
         phase=phase.name,
         attempt=state.attempt,
         error=error[:1000],
+        **attempt_facts(result),
     )
     lost = "was lost" if result is None else "failed"
     release_attempt(rt, state, f"phase {phase.name} attempt {state.attempt} {lost}: {error}")
@@ -401,7 +403,13 @@ def release_attempt(rt: Runtime, state: RunState, why: str) -> None:
 
 
 def _exhaust(
-    rt: Runtime, *, state: RunState, error: str, delivery: Delivery | None = None, **_: Any
+    rt: Runtime,
+    *,
+    state: RunState,
+    error: str,
+    delivery: Delivery | None = None,
+    result: PhaseResult | None = None,
+    **_: Any,
 ) -> None:
     phase = state.spec.pipeline[state.phase_index]
     rt.emit(
@@ -411,6 +419,7 @@ def _exhaust(
         phase=phase.name,
         attempt=state.attempt,
         error=error[:1000],
+        **attempt_facts(result),
     )
     failures = [*_failures(state), f"attempt {state.attempt}: {error[:300]}"]
     end_run(

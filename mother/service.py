@@ -38,6 +38,7 @@ from mother.functions import ensure_loaded
 from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run
 from mother.logs import get_logger
+from mother.observe.listing import ensure_index as ensure_runs_index
 from mother.principals.streams import ConsumedStreams, Source
 from mother.records.budgets import publish_limits
 from mother.records.conflicts import ensure_index as ensure_conflict_index
@@ -160,6 +161,7 @@ class Mother:
         self.ensure_groups()
         for what, make in (
             ("termination", ensure_index),
+            ("runs", ensure_runs_index),
             ("conflict", ensure_conflict_index),
             ("library", ensure_library_indexes),
         ):

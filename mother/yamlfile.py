@@ -4,10 +4,9 @@ with one-line reasons when they are wrong: cannot be read, not UTF-8 (which byte
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import yaml
 
 from mother.errors import not_utf8
 
@@ -38,7 +37,7 @@ class YamlProblem(ValueError):
     """A file or text that is not a YAML document; ``str()`` is one line that starts with its source."""
 
 
-def describe(exc: yaml.YAMLError) -> str:
+def describe(exc: Exception) -> str:
     """A parser error in one line: 'line L, column C: what was wrong'."""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     mark = getattr(exc, "problem_mark", None)
@@ -65,39 +64,47 @@ def file_text(path: Path) -> str:
     return _decoded(raw, str(path))
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+@cache
+def _loader() -> Any:
     """YAML's safe loader that refuses a mapping naming one key twice: the plain loader keeps the last
-    value, so ``budget: 5`` written again further down silently replaces the first."""
+    value, so ``budget: 5`` written again further down silently replaces the first. (Made at first use:
+    a command that reads no YAML does not load the parser.)"""
+    import yaml
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, Any] = {}
-        for key_node, _value in node.value:
-            # `<<: *base`: its keys may be given again
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                first = seen.get(key)
-            # an unhashable key: the base loader says so
-            except TypeError:
-                break
-            if first is not None:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"key {key!r} appears twice (first on line {first.line + 1}); keep one",
-                    key_node.start_mark,
-                )
-            seen[key] = key_node.start_mark
-        return super().construct_mapping(node, deep=deep)
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: dict[Any, Any] = {}
+            for key_node, _value in node.value:
+                # `<<: *base`: its keys may be given again
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    first = seen.get(key)
+                # an unhashable key: the base loader says so
+                except TypeError:
+                    break
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"key {key!r} appears twice (first on line {first.line + 1}); keep one",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def parse_yaml(text: str | bytes, source: str) -> Any:
     """The YAML document in ``text`` (``source`` names it in the reason)."""
     if isinstance(text, bytes):
         text = _decoded(text, source)
+    import yaml
+
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=_loader())
     except yaml.YAMLError as exc:
         raise YamlProblem(f"{source}: not valid YAML: {describe(exc)}") from None
     except RecursionError:

@@ -29,6 +29,7 @@ __all__ = [
     "Shallow",
     "ShortText",
     "Timestamp",
+    "build_models",
     "describe_validation_error",
     "iso_from_ms",
     "ms_from_iso",
@@ -92,7 +93,11 @@ class Record(BaseModel):
     # allow_inf_nan=False: NaN and infinities are refused everywhere (JSON has no such numbers, and
     # a NaN limit or amount would compare false with everything)
     model_config = ConfigDict(
-        extra="forbid", str_strip_whitespace=False, validate_default=True, allow_inf_nan=False
+        extra="forbid",
+        str_strip_whitespace=False,
+        validate_default=True,
+        allow_inf_nan=False,
+        defer_build=True,
     )
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,3 +153,18 @@ def describe_validation_error(
     if len(errors) > limit:
         parts.append(f"and {len(errors) - limit} more")
     return "; ".join(parts)
+
+
+def build_models(base: type[BaseModel] = Record) -> int:
+    """Build the validator and serializer of every subclass of ``base`` now. Records are built at first use
+    (``defer_build``: a CLI command pays only for the records it reads); a process that forks workers
+    builds them before it forks, so the children share them instead of each building its own. Returns
+    how many were built."""
+    built, todo = 0, list(base.__subclasses__())
+    while todo:
+        model = todo.pop()
+        todo += model.__subclasses__()
+        if type(model.__pydantic_validator__).__name__ == "MockValSer":
+            model.model_rebuild(force=True)
+            built += 1
+    return built

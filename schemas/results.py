@@ -25,6 +25,9 @@ class Usage(Record):
     model_calls: int = Field(0, ge=0)
     tool_calls: int = Field(0, ge=0)
     duration_ms: int = Field(0, ge=0)
+    spend_micro_usd: int = Field(0, ge=0, description="what its model calls cost (USD millionths)")
+    model_ms: int = Field(0, ge=0, description="time spent waiting on the model")
+    tool_ms: int = Field(0, ge=0, description="time spent in tool calls")
 
 
 class PhaseResult(Record):
@@ -47,6 +50,14 @@ class PhaseResult(Record):
     worker: str | None = None
     notices: list[ShortText] = Field(
         default_factory=list, description="limits hit and other things the user is told"
+    )
+    started_at: Timestamp | None = Field(
+        None, description="when a worker took the attempt's job (its queue wait ends there)"
+    )
+    queued_ms: int | None = Field(
+        None,
+        ge=0,
+        description="how long its job waited in the queue for a worker (dispatch to start)",
     )
     finished_at: Timestamp
     manifest: ContextManifest | None = Field(None, description="what went into the model calls")

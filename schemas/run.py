@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     Field,
     JsonValue,
+    SerializerFunctionWrapHandler,
     StrictInt,
     StringConstraints,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -270,3 +272,20 @@ class RunState(Record):
     pending_result: PhaseResult | None = Field(
         None, description="the result a gate holds until a person decides"
     )
+    created_ms: int | None = Field(
+        None,
+        ge=0,
+        description="created_at as epoch milliseconds (idx:runs sorts and filters on it)",
+    )
+    terminated_ms: int | None = Field(
+        None, ge=0, description="terminated_at as epoch milliseconds (idx:runs)"
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_missing_ms(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a null is no number to a search index: a record without them leaves them out
+        data = handler(self)
+        for name in ("created_ms", "terminated_ms"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data

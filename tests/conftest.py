@@ -98,6 +98,18 @@ def run_cli(
     )
 
 
+def cli(*args: str, url: str, input: str | None = None) -> Any:
+    """Run ``mother ARGS`` in this process (typer's test runner) against ``url``: what a subprocess would
+    prove no better for a command that only reads and prints. Returns click's Result (stdout, stderr,
+    exit_code); ``main``'s one-line errors are exercised by :func:`run_cli`."""
+    from typer.testing import CliRunner
+
+    from mother.cli import app
+
+    env = {"MOTHER_REDIS_URL": url, "COLUMNS": "200", "NO_COLOR": "1"}
+    return CliRunner().invoke(app, list(args), env=env, input=input, catch_exceptions=False)
+
+
 # -- the run pipeline: real Mother and RQ worker processes -----------------------------------
 
 FAST_ENV = {

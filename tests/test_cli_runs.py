@@ -148,7 +148,7 @@ def test_runs_status_cancel_and_errors(pipeline: Pipeline, tmp_path: Path) -> No
     )
     row = next(line for line in piped.stdout.splitlines() if run_id in line)
     assert "user_cancelled" in row and "Cancelled by ops: wrong task" in row
-    inspected = json.loads(run_cli("inspect", run_id, env=env).stdout)
+    inspected = json.loads(run_cli("inspect", run_id, "--json", env=env).stdout)
     assert (
         inspected["termination"]["reason"] == "user_cancelled"
         and inspected["run"]["status"] == "terminated"
@@ -570,7 +570,7 @@ def test_inspect_shows_foreign_activity_entries_as_unreadable(pipeline: Pipeline
     unreadable_entry with what is wrong; `mother inspect` failed on any of them, for every run."""
     run_id = pipeline.client.submit(example("three-phase"))
     assert pipeline.wait(run_id).termination.reason == "success"
-    stream = keys.ACTIVITY_STREAM
+    stream = keys.run_activity_key(run_id)  # what inspect reads: the run's own stream
     bad = {
         pipeline.redis.xadd(
             stream, {"type": b"note\xff", "at": "2026-01-01T00:00:00.000Z", "run_id": run_id}
@@ -583,7 +583,7 @@ def test_inspect_shows_foreign_activity_entries_as_unreadable(pipeline: Pipeline
             stream, {"type": "note", "run_id": run_id}
         ): "at: required field is missing",
     }
-    got = run_cli("inspect", run_id, env={"MOTHER_REDIS_URL": pipeline.url})
+    got = run_cli("inspect", run_id, "--json", env={"MOTHER_REDIS_URL": pipeline.url})
     assert got.returncode == 0, got.stderr
     activity = json.loads(got.stdout)["activity"]
     assert [e["type"] for e in activity if e["type"] != "unreadable_entry"][:1] == ["run_submitted"]

@@ -49,7 +49,7 @@ def test_context_summarized_example_succeeds_on_summaries(pipeline: Pipeline) ->
             )
     assert "Note: Context included summarized retrieval hits (see summary-" in envelope.output
     assert len(activity_of(pipeline, run_id, "context_summarized")) == 3
-    shown = run_cli("inspect", run_id, env={"MOTHER_REDIS_URL": pipeline.url})
+    shown = run_cli("inspect", run_id, "--json", env={"MOTHER_REDIS_URL": pipeline.url})
     assert (
         shown.returncode == 0
         and research.manifest.summary_ids[0] in shown.stdout

@@ -114,7 +114,9 @@ def test_the_pages_show_what_redis_holds(stack, web) -> None:
     for reason, n in stored.items():
         row = re.search(rf'<tr data-reason="{reason}">.*?</tr>', html, re.S)
         assert row is not None, reason
-        assert f'<td class="num stored-total">{n}</td>' in row.group(0)
+        assert re.search(
+            rf'<td class="num stored-total"><a href="[^"]+">{n}</a></td>', row.group(0)
+        )
     # the chart's bars add up to the stored terminations (all ended within the last 48 hours)
     bars = Counter()
     for reason, n in re.findall(r'data-reason="([A-Za-z_]+)" data-n="(\d+)"', html):
@@ -130,9 +132,9 @@ def test_the_pages_show_what_redis_holds(stack, web) -> None:
 
     runs = web.get("/runs?reason=timeout").text
     assert stack.ended["timeout"] in runs and stack.ended["success"] not in runs
-    mine = web.get("/api/runs?user=erin").json()
+    mine = web.get("/api/runs?user=erin").json()["rows"]
     assert [r["run_id"] for r in mine] == [stack.ended["budget_exhausted"]]
-    waiting_only = web.get("/api/runs?status=waiting").json()
+    waiting_only = web.get("/api/runs?status=waiting").json()["rows"]
     assert [r["run_id"] for r in waiting_only] == [stack.waiting]
     bad = web.get("/runs?status=sleeping")
     assert bad.status_code == 400 and "unknown status &#39;sleeping&#39;" in bad.text
@@ -153,6 +155,55 @@ def test_the_pages_show_what_redis_holds(stack, web) -> None:
     # a library run's page shows no chunk text: contexts appear as manifests
     library_page = web.get(f"/runs/{stack.ended['insufficient_evidence']}").text
     assert "retrieval_hits (" not in library_page or "[public_research/" not in library_page
+
+
+def test_bars_reasons_and_filters_list_exactly_the_runs_they_count(stack, web) -> None:
+    """Each bar of the chart and each reason links to a listing of exactly the runs it counts (counted
+    here from the termination records themselves); "not success", a status, and pages of 2 cover every
+    matching run once; the chart has a legend and says its times are UTC."""
+    import re
+    from html import unescape
+
+    r = stack.p.redis
+    records = [
+        orjson.loads(r.execute_command("JSON.GET", key))
+        for key in r.scan_iter(match=f"{keys.TERMINATION_PREFIX}*")
+    ]
+    html = web.get("/").text
+    assert 'id="legend"' in html and "UTC" in html
+    bars = re.findall(
+        r'<a href="([^"]+)" class="bar">\s*<rect [^>]*data-reason="([a-z_]+)" data-n="(\d+)" '
+        r'data-start="(\d+)" data-end="(\d+)"',
+        html,
+    )
+    assert bars
+    for href, reason, n, start, end in bars:
+        expected = {
+            rec["run_id"]
+            for rec in records
+            if rec["reason"] == reason and int(start) <= rec["timestamp_ms"] <= int(end)
+        }
+        listed = web.get(unescape(href).replace("/runs?", "/api/runs?")).json()
+        assert listed["total"] == int(n) == len(expected), href
+        assert {row["run_id"] for row in listed["rows"]} == expected
+    for reason in {rec["reason"] for rec in records}:
+        listed = web.get(f"/api/runs?reason={reason}&limit=500").json()
+        assert {row["run_id"] for row in listed["rows"]} == {
+            rec["run_id"] for rec in records if rec["reason"] == reason
+        }
+    failed = {rec["run_id"] for rec in records if rec["reason"] != "success"}
+    seen: list[str] = []
+    url = "/api/runs?outcome=not_success&limit=2"
+    while url:
+        page = web.get(url).json()
+        assert page["total"] == len(failed)
+        seen += [row["run_id"] for row in page["rows"]]
+        url = f"/api/runs?outcome=not_success&limit=2&cursor={page['next']}" if page["next"] else ""
+    assert sorted(seen) == sorted(failed)  # every one, once
+    listed = web.get("/runs?outcome=not_success&limit=2").text
+    assert f'<span id="runs-total">{len(failed)}</span>' in listed and 'id="next-page"' in listed
+    for row in web.get("/api/runs?limit=500").json()["rows"]:
+        assert row["created_at"] and "duration_ms" in row and "spend_usd" in row
 
 
 def test_a_token_guards_every_page(stack) -> None:
@@ -274,6 +325,14 @@ def test_every_page_in_headless_chromium(stack, tmp_path: Path) -> None:
             assert page.locator("#runs-table tbody tr").count() >= min(before + 1, 15)
             assert page.locator("#live").inner_text().startswith("live")
 
+            # a bar is a link to exactly the runs it counts
+            first = page.locator("#chart a.bar").first
+            n = first.locator("rect").get_attribute("data-n")
+            first.click()
+            page.wait_for_selector("#runs-total")
+            assert page.locator("#runs-total").inner_text() == n
+            assert page.locator("#runs-table tbody tr").count() == int(n)
+
             page.goto(base + "/runs?reason=timeout")
             rows = page.locator("#runs-table tbody tr")
             assert (
@@ -289,6 +348,11 @@ def test_every_page_in_headless_chromium(stack, tmp_path: Path) -> None:
             assert page.locator("#phases tbody tr").count() == len(
                 stack.p.client.status(run_id).spec.pipeline
             )
+            # its timeline: every attempt, with its times and cost
+            assert page.locator("#timeline tbody tr[data-attempt]").count() >= len(
+                stack.p.client.status(run_id).spec.pipeline
+            )
+            assert "$" in page.locator("#run-cost").inner_text()
             page.screenshot(path=str(shots / "run.png"), full_page=True)
             # the page's content alone (the header's "live" clock changes with every update)
             page.locator("#main").screenshot(path=str(shots / "run-main.png"))
@@ -296,6 +360,15 @@ def test_every_page_in_headless_chromium(stack, tmp_path: Path) -> None:
             page.goto(base + "/waiting")
             assert f"mother approve {stack.waiting}" in page.locator("#waiting-table").inner_text()
             page.screenshot(path=str(shots / "waiting.png"), full_page=True)
+
+            # a 390 px phone: no page is wider than the screen
+            phone = browser.new_page(viewport={"width": 390, "height": 844})
+            for path in ("/", "/runs", f"/runs/{run_id}", "/waiting"):
+                phone.goto(base + path)
+                wide = phone.evaluate("document.documentElement.scrollWidth")
+                assert wide <= 390, (path, wide)
+            phone.screenshot(path=str(shots / "phone.png"), full_page=True)
+            phone.close()
 
             # the same page twice gives the same picture (nothing moved in between)
             page.goto(f"{base}/runs/{run_id}")
@@ -329,6 +402,103 @@ def test_the_grafana_dashboard_names_only_metrics_we_export(web) -> None:
     exported = set(re.findall(r"^# TYPE (mother_[a-z_]+) ", web.get("/metrics").text, re.M))
     series = exported | {f"{n}_total" for n in exported} | {f"{n}_bucket" for n in exported}
     assert named and named <= series, named - series
+
+
+def _samples(text: str) -> dict[str, list[dict[str, str]]]:
+    """The exposition's samples: metric name -> each sample's labels."""
+    import re
+
+    found: dict[str, list[dict[str, str]]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? ", line)
+        assert m, line
+        labels = dict(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        found.setdefault(m.group(1), []).append(labels)
+    return found
+
+
+def _series(expr: str, samples: dict[str, list[dict[str, str]]]) -> set[tuple[str, ...]]:
+    """The series ``sum by (L) (f(metric[w]))`` terms joined by ``or`` return, each as (the metric it
+    comes from, its label values): PromQL's ``or`` keeps a right-hand series only where the left has none
+    with the same labels (``sum by`` has dropped the metric's name, so one from another metric is lost)."""
+    import re
+
+    out: set[tuple[str, ...]] = set()
+    for part in expr.split(" or "):
+        m = re.fullmatch(
+            r"\s*sum by \(([a-z_, ]+)\) \((?:increase|rate)\((mother_[a-z_]+)\[\w+\]\)\).*", part
+        )
+        assert m, part
+        by = [x.strip() for x in m.group(1).split(",")]
+        side = {tuple(s.get(x, "") for x in by) for s in samples.get(m.group(2), [])}
+        taken = {t[1:] for t in out}
+        out |= {(m.group(2), *t) for t in side if t not in taken}
+    return out
+
+
+def test_every_grafana_panel_returns_every_series_it_should(stack, web) -> None:
+    """Each panel's expressions, evaluated on what /metrics exports for runs of ten reasons (no promtool
+    here: a small evaluator of the shapes the board uses): a `sum by (labels)` panel shows one series per
+    label set of each metric it names (the budget panel joined refusals and crossings with `or`, which
+    dropped every crossing whose code also had refusals), its labels exist on the metric, and its legend
+    names only labels the expression keeps."""
+    import json
+    import re
+
+    board = json.loads(
+        (
+            Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "mother-harness.json"
+        ).read_text()
+    )
+    # a run whose tool-call limit the guard reaches (crossed) and then refuses past: one code both
+    from mother.errors import BudgetExhausted
+    from tests.test_budget import SETTINGS, _open
+
+    settings = SETTINGS.model_copy(deep=True)
+    settings.budget.profiles["balanced"].tool_calls = 2
+    guard = _open(stack.p.redis, "grafana-panel-run", settings)
+    guard.charge_tool(read_only=False)
+    guard.charge_tool(read_only=False)
+    with pytest.raises(BudgetExhausted):
+        guard.charge_tool(read_only=False)
+    text = web.get("/metrics").text
+    samples = _samples(text)
+    declared = {
+        f"{name}{tail}"
+        for name, kind in re.findall(r"^# TYPE (mother_[a-z_]+) (\w+)", text, re.M)
+        for tail in ({"histogram": ("_bucket", "_sum", "_count")}.get(kind, ("",)))
+    }
+    assert samples["mother_redis_up"] == [{}]
+    summed = re.compile(r"sum by \([a-z_, ]+\) \((increase|rate)\(mother_[a-z_]+\[\w+\]\)\).*")
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            metrics = re.findall(r"mother_[a-z_]+", expr)
+            for metric in metrics:
+                assert metric in samples or metric in declared, (panel["title"], metric)
+            groups = re.findall(r"by \(([a-z_, ]+)\)", expr)
+            if groups:
+                keep = {x.strip() for g in groups for x in g.split(",")}
+            elif re.search(r"\b(sum|min|max|avg|count)\(", expr):
+                keep = set()
+            else:  # a plain selector keeps its labels
+                keep = {label for m in metrics for s in samples.get(m, []) for label in s}
+            for name in re.findall(r"\{\{(\w+)\}\}", target.get("legendFormat") or ""):
+                assert name in keep, (panel["title"], name)
+            for metric in metrics:
+                if metric not in samples:
+                    continue  # declared, nothing counted yet in this stack
+                labels = {label for s in samples[metric] for label in s}
+                assert keep - {"le"} <= labels | {"le"}, (panel["title"], metric, keep - labels)
+            if summed.fullmatch(expr.split(" or ")[0]):
+                shown = _series(expr, samples)
+                wanted = set().union(*(_series(part, samples) for part in expr.split(" or ")))
+                assert shown == wanted, (panel["title"], sorted(wanted - shown))
+    refusals = {s["code"] for s in samples.get("mother_budget_refusals_total", [])}
+    crossed = {s["code"] for s in samples.get("mother_budget_limits_exceeded_total", [])}
+    assert refusals & crossed, "no code was both refused and crossed: the test would prove less"
 
 
 def test_the_last_gc_report_is_a_gauge_even_with_errors(r) -> None:

@@ -252,7 +252,7 @@ def test_an_unprotected_starred_artifact_the_gc_kept_is_deleted_once_unstarred(
 
 
 def test_what_a_run_leaves_has_a_retention_too(r: redis.Redis, tmp_path: Any) -> None:
-    """A forgotten run's run-id claim and workspace files go with its records (runs:claimed grew by one
+    """A forgotten run's run-id claim, its own activity stream and workspace files go with its records (runs:claimed grew by one
     a run and workspaces were never deleted); a GC report expires after gc_reports_keep_days."""
     rt = Runtime(
         settings=Settings(
@@ -265,9 +265,12 @@ def test_what_a_run_leaves_has_a_retention_too(r: redis.Redis, tmp_path: Any) ->
     r.hset(keys.RUN_CLAIMS, mapping={"run-w": "1-0", "run-other": "2-0"})
     (tmp_path / "run-w" / "sub").mkdir(parents=True)
     (tmp_path / "run-w" / "sub" / "f.txt").write_text("x")
+    rt.emit(r, "note", run_id="run-w")  # its own activity stream goes with it too
+    assert r.xlen(keys.run_activity_key("run-w")) == 1
     report = collect(rt, now_ms=T0 + 181 * DAY_MS)
     assert report.runs_removed == 1 and report.workspaces_removed == 1
     assert not (tmp_path / "run-w").exists()
+    assert not r.exists(keys.run_activity_key("run-w"))
     assert r.hgetall(keys.RUN_CLAIMS) == {"run-other": "2-0"}
     (key,) = r.zrange(keys.GC_REPORTS, 0, -1)
     assert 0 < r.ttl(key) <= 3 * 86_400

@@ -166,3 +166,31 @@ def test_replay_from_the_cli_and_on_another_model(stack, tmp_path: Path) -> None
     assert other.returncode == 0, other.stdout + other.stderr
     unknown = run_cli("replay", "run", str(bundle), "--model", "nope", env=env)
     assert unknown.returncode == 2 and "unknown model 'nope'" in unknown.stderr
+
+
+def test_a_malformed_bundle_is_one_line_and_exit_2(stack, tmp_path: Path) -> None:
+    """Before: a bundle edited by hand (a field of the wrong type) got a 47-line traceback."""
+    from mother.replay import export
+    from tests.conftest import cli
+
+    run_id = stack.client.submit(example("three-phase"))
+    assert stack.wait(run_id).termination.reason == "success"
+    good = export(stack.client, run_id)
+    edits = {
+        "run": 5,
+        "spec": {**good["spec"], "pipeline": "x"},
+        "termination": [],
+        "replies": {},
+        "conflicts": [{"conflict_id": 1}],
+        "gates": "none",
+        "artifacts": [7],
+        "run_id": {"a": 1},
+    }
+    for field, value in edits.items():
+        path = tmp_path / f"{field}.json.gz"
+        path.write_bytes(gzip.compress(orjson.dumps({**good, field: value})))
+        for command in ("show", "run"):
+            got = cli("replay", command, str(path), url=stack.url)
+            assert got.exit_code == 2, (field, command, got.stdout, got.stderr)
+            assert got.stderr.count("\n") == 1 and "not a well-formed" in got.stderr, got.stderr
+            assert field in got.stderr or field == "run_id", got.stderr

@@ -171,7 +171,13 @@ def _tool_call(
         )
     if meter is not None:
         meter.tool(read_only=toolbox.is_read_only(call.name))
-    result = toolbox.run(call.name, call.arguments)
+    began = time.monotonic()
+    try:
+        result = toolbox.run(call.name, call.arguments)
+    finally:
+        if meter is not None:
+            meter.spent.tool_ms += int((time.monotonic() - began) * 1000)
+            meter.spent.tool_calls += 1
     return result.output, True, result.ok and toolbox.is_read_only(call.name)
 
 
@@ -247,13 +253,16 @@ def _metered_call(
         return provider.complete(messages, toolbox.specs())
     op = meter.reserve(messages, toolbox.specs())
     reply, used = None, (0, 0)
+    began = time.monotonic()
     try:
         reply = provider.complete(messages, toolbox.specs())
+        meter.spent.model_ms += int((time.monotonic() - began) * 1000)
         if reply.usage_note is not None:
             meter.estimate_usage(reply)
         used = (reply.input_tokens, reply.output_tokens)
         return reply
     except ProviderError as exc:
+        meter.spent.model_ms += int((time.monotonic() - began) * 1000)
         # the server may have billed it: the prompt's estimate, not nothing
         if exc.may_have_used:
             used = (meter.estimate_failed(exc.message), 0)

@@ -226,8 +226,14 @@ def _expire(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: boo
         if dry_run:
             _expire_dry(rt, report, ids, notify == "")
             continue
+        # the runs they belong to (a starred one's deletion_scheduled entry goes to its run's stream too)
+        owners = rt.redis.execute_command(
+            "JSON.MGET", *(keys.artifact_meta_key(a) for a in ids), "$.run_id"
+        )
         pipe = rt.redis.pipeline(transaction=False)
-        for artifact_id in ids:
+        for artifact_id, owner in zip(ids, owners, strict=True):
+            found = orjson.loads(owner) if owner else []
+            run_id = found[0] if found and keys.is_id(found[0]) else None
             call(
                 pipe,
                 "mh_gc_expire",
@@ -237,6 +243,7 @@ def _expire(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: boo
                     keys.ARTIFACT_ARCHIVE_DUE,
                     keys.ACTIVITY_STREAM,
                     keys.GC_DELETED,
+                    *([keys.run_activity_key(run_id)] if run_id else []),
                 ],
                 [artifact_id, now_ms, notify, rt.settings.service.activity_maxlen],
             )
@@ -276,6 +283,7 @@ def _run_keys(run_id: str, state: dict[str, Any] | None) -> list[str]:
         keys.result_key(run_id),
         keys.run_budget_key(run_id),
         keys.run_limits_key(run_id),
+        keys.run_activity_key(run_id),
         keys.ledger_key(run_id),
         keys.ledger_children_key(run_id),
         *(keys.context_key(run_id, i) for i in range(phases)),

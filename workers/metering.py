@@ -17,13 +17,14 @@ from typing import Any
 
 import orjson
 
-from mother.budget import Guard
+from mother.budget import Guard, spend_micro_usd
 from mother.config import ModelConfig
 from mother.errors import BudgetStopped, LimitExceeded
 from mother.limits import check_limits, fail_safe_message
 from mother.logs import get_logger
 from mother.records.budgets import read_counters
 from mother.tokens import BYTES_PER_TOKEN, Calibration, request_estimate
+from schemas import Usage
 
 __all__ = ["Meter", "estimate_prompt_tokens", "estimate_tokens"]
 
@@ -78,6 +79,9 @@ class Meter:
         self.defer_final = False
         # that deferred settle: (op, input, output tokens)
         self.pending: tuple[str, int, int] | None = None
+        # what this attempt used, as it goes (a failed attempt reports it too): its calls, tokens, spend,
+        # and the time spent waiting on the model and in tools (the agent loop adds those)
+        self.spent = Usage()
 
     def spend_usd(self) -> float:
         return float(self._spend)
@@ -217,13 +221,19 @@ class Meter:
     ) -> None:
         """Settle a call now; a ``final`` one (the text reply that ends the phase) waits, when
         ``defer_final`` is set, for :meth:`settle_pending` to put it in the phase's last write."""
+        self.spent.model_calls += 1
+        self.spent.input_tokens += input_tokens
+        self.spent.output_tokens += output_tokens
+        self.spent.spend_micro_usd += spend_micro_usd(self.model, input_tokens, output_tokens)
         if final and self.defer_final:
             self.pending = (op, input_tokens, output_tokens)
             return
         self._settle_now(op, input_tokens, output_tokens)
 
     def _settle_now(self, op: str, input_tokens: int, output_tokens: int) -> None:
-        self.counters = self.guard.settle_call(op, self.model, input_tokens, output_tokens)
+        self.counters = self.guard.settle_call(
+            op, self.model, input_tokens, output_tokens, name=self.model_name
+        )
         self._calibrate(input_tokens)
 
     def settle_pending(self, pipe: Any = None) -> bool:
@@ -233,7 +243,9 @@ class Meter:
             return False
         op, input_tokens, output_tokens = self.pending
         if pipe is not None:
-            self.guard.settle_call(op, self.model, input_tokens, output_tokens, pipe=pipe)
+            self.guard.settle_call(
+                op, self.model, input_tokens, output_tokens, pipe=pipe, name=self.model_name
+            )
             return True
         self.pending = None
         self._settle_now(op, input_tokens, output_tokens)

@@ -33,7 +33,7 @@ from mother.context import queue_load as queue_context_load
 from mother.errors import ApprovalRequired, ContextInvalid, HookDecision, MotherError, PhaseStale
 from mother.hooks import HarnessAction, load_hooks
 from mother.libraries.context import cloud_escalation
-from mother.lifecycle import is_current
+from mother.lifecycle import DISPATCHED_MS, is_current
 from mother.logs import configure_logging, get_logger
 from mother.records import parse_run_record, runs
 from mother.records.artifacts import store_artifact
@@ -201,7 +201,8 @@ def _handed(job: Any, ids: tuple[str, int, int]) -> tuple[Prefetched | None, Att
 def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     rt = runtime()
     member = keys.heartbeat_member(run_id, phase_index, attempt)
-    got, beats = _handed(get_current_job(), (run_id, phase_index, attempt))
+    job = get_current_job()
+    got, beats = _handed(job, (run_id, phase_index, attempt))
     prepared = got.setup if got is not None else None
     if got is not None and got.first is not None:
         state, raw_counters, raw_context, token = got.first
@@ -219,6 +220,14 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
         return {"status": "no_token"}
     beats.begin(Heartbeat(rt.redis, member, rt.settings.worker.heartbeat_interval_seconds))
     started = time.monotonic()
+    started_ms = rt.clock.now_ms()
+    started_at = rt.clock.iso(started_ms)
+    dispatched = (job.meta or {}).get(DISPATCHED_MS) if job is not None else None
+    queued_ms = (
+        max(0, started_ms - dispatched)
+        if isinstance(dispatched, int) and not isinstance(dispatched, bool)
+        else None
+    )
     meters: list[Meter] = []
 
     # prefetch()'s, else made here
@@ -228,7 +237,8 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
         )
 
     try:
-        result = _run(rt, state, phase_index, attempt, started, setup, meters)
+        result = _run(rt, state, phase_index, attempt, (started, started_at), setup, meters)
+        result.queued_ms = queued_ms
     except PhaseStale:
         for meter in meters:
             meter.settle_pending()
@@ -412,12 +422,14 @@ def _run(
     state: RunState,
     index: int,
     attempt: int,
-    started: float,
+    began: tuple[float, str],
     setup: Callable[[], PhaseSetup],
     meters: list[Meter],
 ) -> PhaseResult:
     """The phase's agent loop on ``setup()`` (what it raises fails the phase like the loop's errors);
-    its Meter is appended to ``meters`` (its final settle is deferred to the caller's last write)."""
+    its Meter is appended to ``meters`` (its final settle is deferred to the caller's last write).
+    ``began``: when the worker took the job (monotonic, and the server's time as text)."""
+    started, started_at = began
     phase = state.spec.pipeline[index]
     bound = log.bind(run_id=state.run_id, phase=phase.name, attempt=attempt)
     manifest = None
@@ -429,6 +441,7 @@ def _run(
             phase_index=index,
             attempt=attempt,
             manifest=manifest,
+            started_at=started_at,
             finished_at=rt.clock.now_iso(),
             worker=_worker_name(),
             **outcome,
@@ -440,7 +453,10 @@ def _run(
         ready = setup()
         manifest = ready.context.manifest()
         meters.append(ready.meter)
+        planned = time.monotonic()
         handled = _tool_plan(rt, state, index, ready)
+        if handled is not None:  # a registry tool did the phase: its time is tool time
+            ready.meter.spent.tool_ms += int((time.monotonic() - planned) * 1000)
         if handled is None:
             _check_cloud_escalation(rt, state, index, ready.context.model)
         outcome = _tool_outcome(handled) if handled is not None else _agent_loop(rt, ready)
@@ -454,7 +470,9 @@ def _run(
         else:
             error, code = f"{type(exc).__name__}: {exc}", None
         bound.warning("phase_failed", error=error, error_code=code)
-        usage = Usage(duration_ms=int((time.monotonic() - started) * 1000))
+        # what it used before it failed (its calls were charged), and how long it ran
+        usage = meters[0].spent.model_copy() if meters else Usage()
+        usage.duration_ms = int((time.monotonic() - started) * 1000)
         request = (
             ApprovalRequest.model_validate(exc.request)
             if isinstance(exc, ApprovalRequired)
@@ -479,6 +497,9 @@ def _run(
         )
     text = _output(outcome, ready.context, bound)
     outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
+    spent = ready.meter.spent
+    outcome.usage.spend_micro_usd = spent.spend_micro_usd
+    outcome.usage.model_ms, outcome.usage.tool_ms = spent.model_ms, spent.tool_ms
     return result(
         status="completed",
         output=text,

@@ -84,12 +84,13 @@ def control(
             raise InvalidSpec(
                 f"retention.exceptions.{exception} is off: {reason} artifacts are not kept forever here"
             )
-    read_meta(client, artifact_id)
+    meta = read_meta(client, artifact_id)
     try:
         return artifact_control(
             client,
             op,
             artifact_id,
+            run_id=meta.run_id,
             now_ms=now_ms,
             actor=actor,
             reason=reason,
@@ -125,6 +126,7 @@ def restore_artifact(
             artifact_id,
             data.decode(),
             hashlib.sha1(blob).hexdigest(),
+            run_id=meta.run_id,
             now_ms=now_ms,
             actor=actor,
             maxlen=settings.service.activity_maxlen,

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import wraps
 from typing import Any, NoReturn, TypeVar
 
@@ -25,6 +25,7 @@ __all__ = [
     "err_console",
     "fail",
     "handle_errors",
+    "pipe_closed",
     "redis_client",
     "sandbox_notice",
     "settings",
@@ -72,6 +73,8 @@ def handle_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except BrokenPipeError:
+            pipe_closed()
         except MotherError as exc:
             fail(exc.message, exc.code)
         except redis.RedisError as exc:
@@ -85,6 +88,16 @@ def handle_errors(func: F) -> F:
             )
 
     return wrapper  # type: ignore[return-value]
+
+
+def pipe_closed() -> NoReturn:
+    """The reader of stdout went away (``mother logs RUN --json | head -1``): end quietly, as a process
+    that SIGPIPE ended (exit 141), with nothing more written (what is buffered goes to /dev/null, or
+    Python's own flush at exit would print a BrokenPipeError)."""
+    # a stdout with no descriptor (a test runner's) has nothing buffered for the OS to refuse
+    with suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise SystemExit(141)
 
 
 def settings(**overrides: Any) -> Settings:

@@ -20,7 +20,7 @@ from mother.connection import server_info
 from mother.errors import MotherError
 from mother.server import EmbeddedRedis
 
-__all__ = ["doctor", "schema_export", "server", "version"]
+__all__ = ["doctor", "schema_app", "schema_export", "server", "version"]
 
 
 @handle_errors
@@ -273,3 +273,7 @@ def version() -> None:
             console.print(f"{dist} {dist_version(dist)}")
         except Exception:  # noqa: BLE001
             console.print(f"{dist} (not installed)")
+
+
+schema_app = typer.Typer(help="JSON Schema of the records.", no_args_is_help=True)
+schema_app.command("export")(schema_export)

@@ -10,16 +10,16 @@ from typing import Annotated, Any
 
 import orjson
 import typer
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from mother import keys
-from mother.activity import newer, recent
+from mother.activity import last_id, newer, recent
 from mother.cli._common import console, ctrl_c_held, err_console, fail, handle_errors, settings
 from mother.cli.gates import print_waiting
 from mother.client import MotherClient, check_timeout, gate_command, load_spec_file, load_spec_text
 from mother.functions import server_now_ms
+from mother.observe.listing import MAX_PAGE
+from mother.observe.timeline import duration_text
 from schemas import ResultEnvelope, RunState, ms_from_iso
 
 __all__ = [
@@ -251,12 +251,8 @@ def logs(
             soft_wrap=True,
         )
 
-    # where the stream is now: entries after it are new
-    last = (
-        str(client.redis.xinfo_stream(keys.ACTIVITY_STREAM)["last-generated-id"])
-        if client.redis.exists(keys.ACTIVITY_STREAM)
-        else "0"
-    )
+    # where the run's stream is now: entries after it are new
+    last = last_id(client.redis, run_id)
     for event in recent(client.redis, limit, run_id=run_id):
         show(event)
     if not follow:
@@ -280,9 +276,39 @@ def runs(
         str | None, typer.Option(help="only runs that ended with this reason")
     ] = None,
     user: Annotated[str | None, typer.Option(help="only this user's runs")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            help="only runs in this status: queued, running, waiting, budget_stopped, terminated"
+        ),
+    ] = None,
+    not_success: Annotated[
+        bool, typer.Option("--not-success", help="only runs that ended with any reason but success")
+    ] = False,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="created (with --by-end: ended) since: an age (30m, 2h, 7d) or an ISO time, UTC"
+        ),
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="created (ended) until: an age or an ISO time, UTC")
+    ] = None,
+    by_end: Annotated[
+        bool, typer.Option("--by-end", help="--since/--until and the order are by when runs ended")
+    ] = False,
+    oldest_first: Annotated[
+        bool, typer.Option("--oldest-first", help="the oldest first (default: the newest)")
+    ] = False,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_PAGE, help="runs per page")] = 50,
+    cursor: Annotated[
+        str | None, typer.Option(help="the next page: the cursor the previous page printed")
+    ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="one JSON object per line, for scripts")
+        bool,
+        typer.Option(
+            "--json", help='one JSON object per line, for scripts (then {"next": cursor})'
+        ),
     ] = False,
     waiting: Annotated[
         bool,
@@ -299,33 +325,62 @@ def runs(
         int, typer.Option(min=0, help="with --watch: stop after this many redraws (0: Ctrl-C)")
     ] = 0,
 ) -> None:
-    """A table of the newest runs and why each stopped."""
-    if watch:
-        if as_json or waiting:
-            fail("--watch draws the table: drop --json and --waiting", "usage")
-        _watch(reason, user, limit, interval, times)
-        return
+    """Runs and why each stopped, newest first, from the index over every stored run: filter, sort and page
+    through them. Times are UTC."""
+    from mother.observe.listing import RunQuery, when_ms
+
     if waiting:
         if reason is not None or user is not None:
             fail("--waiting lists every waiting run: drop --reason and --user", "usage")
         print_waiting(as_json, limit)
         return
-    rows = _client().runs(reason=reason, user=user, limit=limit)
-    if as_json:
-        sys.stdout.write("".join(orjson.dumps(row).decode() + "\n" for row in rows))
-        return
-    console.print(runs_table(rows))
-
-
-def _watch(reason: str | None, user: str | None, limit: int, interval: float, times: int) -> None:
     client = _client()
+    now = server_now_ms(client.redis) if since or until else 0
+    low = when_ms(since, now, "since") if since else None
+    high = when_ms(until, now, "until") if until else None
+    query = RunQuery(
+        reason=reason,
+        status=status,
+        not_success=not_success,
+        user=user,
+        created_from=None if by_end else low,
+        created_to=None if by_end else high,
+        ended_from=low if by_end else None,
+        ended_to=high if by_end else None,
+        sort="ended" if by_end else "created",
+        descending=not oldest_first,
+        limit=limit,
+        cursor=cursor,
+    ).check()
+    if watch:
+        if as_json:
+            fail("--watch draws the table: drop --json", "usage")
+        _watch(client, query, interval, times)
+        return
+    page = client.list_runs(query)
+    if as_json:
+        lines = [orjson.dumps(row).decode() for row in page.rows]
+        lines.append(orjson.dumps({"next": page.next, "total": page.total}).decode())
+        sys.stdout.write("".join(line + "\n" for line in lines))
+        return
+    console.print(
+        runs_table(page.rows, title=f"runs: {len(page.rows)} of {page.total} (times UTC)")
+    )
+    if page.next:
+        err_console.print(f"more: add --cursor {page.next}")
+
+
+def _watch(client: Any, query: Any, interval: float, times: int) -> None:
+    from rich.live import Live
+
     drawn = 0
     try:
         with Live(console=console, auto_refresh=False) as live:
             while True:
-                rows = client.runs(reason=reason, user=user, limit=limit)
-                stamp = time.strftime("%H:%M:%S")
-                live.update(runs_table(rows, title=f"runs at {stamp} (Ctrl-C stops)"), refresh=True)
+                page = client.list_runs(query)
+                stamp = time.strftime("%H:%M:%S", time.gmtime())
+                title = f"runs at {stamp} UTC: {len(page.rows)} of {page.total} (Ctrl-C stops)"
+                live.update(runs_table(page.rows, title=title), refresh=True)
                 drawn += 1
                 if times and drawn >= times:
                     return
@@ -334,13 +389,26 @@ def _watch(reason: str | None, user: str | None, limit: int, interval: float, ti
         return
 
 
+def _clock(at: Any) -> str:
+    """An ISO time as 'YYYY-MM-DD HH:MM:SS' (UTC, as stored)."""
+    return at[:19].replace("T", " ") if isinstance(at, str) else ""
+
+
 def runs_table(rows: list[dict[str, Any]], title: str = "runs") -> Table:
-    """Run, user, status, reason, phase at termination (or current phase), details, suggested action."""
+    """Run, user, status, reason, phase (at termination, or current), created and ended (UTC), duration,
+    cost, details, suggested action."""
     table = Table(title=title)
-    for col in ("run", "user", "status", "reason", "phase", "details", "suggested action"):
+    columns = (
+        "run", "user", "status", "reason", "phase", "created (UTC)", "ended (UTC)",
+        "duration", "cost", "details", "suggested action",
+    )  # fmt: skip
+    for col in columns:
         table.add_column(col, overflow="fold", no_wrap=col in ("run", "reason"))
     # str(): a record edited by hand may hold any JSON value anywhere
     for row in rows:
+        cost = row.get("spend_usd") or ""
+        if row.get("total_tokens"):
+            cost = f"{cost} ({row['total_tokens']} tok)"
         table.add_row(
             *(
                 str(value or "")
@@ -350,6 +418,10 @@ def runs_table(rows: list[dict[str, Any]], title: str = "runs") -> Table:
                     row.get("status"),
                     row.get("reason"),
                     row.get("phase_at_termination") or row.get("phase"),
+                    _clock(row.get("created_at")),
+                    _clock(row.get("terminated_at")),
+                    duration_text(row.get("duration_ms")),
+                    cost,
                     str(row.get("details") or "")[:200],
                     row.get("suggested_action"),
                 )

@@ -131,6 +131,13 @@ def warm_pool(rt: Any) -> None:
 
     shipped_tools()
     warm_up_sdk()
+    # the records' and settings' validators (built at first use otherwise: in every child, unshared)
+    import schemas  # noqa: F401 - every record module, for build_models to find
+    from mother.config import _Section
+    from schemas._base import build_models
+
+    build_models()
+    build_models(_Section)
     for model in rt.settings.models.values():
         if model.provider == "openai":
             api_key = secrets.get(model.api_key_env) if model.api_key_env else ""

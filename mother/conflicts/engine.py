@@ -207,6 +207,9 @@ def _open(rt: Runtime, outcome: Outcome, state: RunState, found: Found) -> None:
     ctx = Ctx(
         rt, state, conflict, result, (r, a), outcome.token_digest, outcome.delivery, opened=True
     )
+    # the attempt that raised it ended (its time and cost on the run's timeline), then the conflict
+    kind, fields = completed_event(result)
+    ctx.events.append((kind, {**fields, "raised_conflict": conflict.conflict_id}))
     ctx.events.append(
         (
             "conflict_detected",

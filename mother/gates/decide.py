@@ -18,10 +18,11 @@ from mother.gates.build import check_decision, close_op, gate_waited_on
 from mother.lifecycle import advance, end_run
 from mother.logs import get_logger
 from mother.records import runs
+from mother.records.metrics import queue_observe
 from mother.records.runs import attempt_view
 from mother.runtime import Runtime
 from mother.streams import Delivery
-from schemas import RunState
+from schemas import RunState, ms_from_iso
 from schemas.gate import Gate, GateDecision
 
 __all__ = ["decide", "expire", "waiting_on"]
@@ -77,8 +78,10 @@ def decide(
         )
     else:
         _approve(rt, state, gate, made, close, delivery)
+    pipe = rt.redis.pipeline()
+    _observe_wait(rt, pipe, gate)
     rt.emit(
-        rt.redis,
+        pipe,
         "gate_decided",
         run_id=run_id,
         phase=gate.phase,
@@ -88,6 +91,7 @@ def decide(
         actor=actor,
         reason=reason[:1000],
     )
+    pipe.execute()
     log.info("gate_decided", run_id=run_id, gate_id=gate.gate_id, decision=kind, actor=actor)
     return {"run_id": run_id, "gate_id": gate.gate_id, "decision": kind, "actor": actor}
 
@@ -157,4 +161,13 @@ def expire(rt: Runtime, run_id: str) -> bool:
         ],
         gate=close,
     )
+    pipe = rt.redis.pipeline()
+    _observe_wait(rt, pipe, gate)
+    pipe.execute()
     return True
+
+
+def _observe_wait(rt: Runtime, pipe: Any, gate: Gate) -> None:
+    """How long the run waited at ``gate`` (opened to now), in the gate-wait histogram."""
+    if gate.opened_at is not None:
+        queue_observe(pipe, "gate_wait", max(0, rt.clock.now_ms() - ms_from_iso(gate.opened_at)))

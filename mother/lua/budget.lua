@@ -47,13 +47,27 @@ local function effective(doc, dim, now)
   return total
 end
 
-local function activity(key, maxlen, fields)
-  local args = {key, 'MAXLEN', '~', maxlen, '*'}
-  for k, v in pairs(fields) do
-    table.insert(args, k)
-    table.insert(args, type(v) == 'table' and cjson.encode(v) or tostring(v))
+-- a settled model call's tokens and spend, by model (mother_model_*_total): a model name of the
+-- configuration's alphabet only (what a worker sends cannot make labels of anything)
+local function count_model(model, add)
+  if type(model) ~= 'string' or #model > 128 or not string.find(model, '^[%w_.:/@-]+$') or type(add) ~= 'table' then
+    return
   end
-  redis.call('XADD', unpack(args))
+  for _, dim in ipairs({'input_tokens', 'output_tokens', 'spend_micro_usd'}) do
+    local n = tonumber(add[dim])
+    if n and n > 0 and n == math.floor(n) then count('model_' .. dim .. '|' .. model, n) end
+  end
+  count('model_calls|' .. model)
+end
+
+-- one activity entry; ``act``: {key = the global stream, maxlen, run_key = the run's own stream}
+local function activity(act, fields)
+  local flat = {}
+  for k, v in pairs(fields) do
+    table.insert(flat, k)
+    table.insert(flat, type(v) == 'table' and cjson.encode(v) or tostring(v))
+  end
+  append_activity(act.key, act.maxlen, act.run_key, fields.run_id, flat)
 end
 
 -- record warnings / crossings of a doc's dimensions after a charge; ``scope`` ('run' or 'user')
@@ -72,7 +86,7 @@ local function thresholds(key, doc, dims, now, at, scope, act, bounds)
         redis.call('JSON.ARRAPPEND', key, '$.warnings_triggered', cjson.encode(warning))
         doc.warnings_triggered = doc.warnings_triggered or {}
         table.insert(doc.warnings_triggered, warning)
-        activity(act.key, act.maxlen, {type = 'budget_warning', at = at, run_id = act.run_id,
+        activity(act, {type = 'budget_warning', at = at, run_id = act.run_id,
           data = {code = warning, current = used, max = limit, ratio = ratio}})
       end
       if used >= limit then exceeded(key, doc, code, used, limit, at) end
@@ -137,7 +151,7 @@ end
 local function refuse(key, doc, code, used, limit, at, act)
   count('budget_refusals|' .. code)
   if doc and limit then exceeded(key, doc, code, used, limit, at) end
-  activity(act.key, act.maxlen, {type = 'budget_refused', at = at, run_id = act.run_id,
+  activity(act, {type = 'budget_refused', at = at, run_id = act.run_id,
     data = {code = code, current = used or 0, max = limit or 0}})
   return cjson.encode({ok = false, code = code, current = used, max = limit})
 end
@@ -149,7 +163,7 @@ local function refuse_stopped(key, doc, ctl, at, act)
   count('budget_refusals|budget_stopped')
   if doc.stop_refused ~= stop_at then
     redis.call('JSON.SET', key, '$.stop_refused', cjson.encode(stop_at))
-    activity(act.key, act.maxlen, {type = 'budget_refused', at = at, run_id = act.run_id,
+    activity(act, {type = 'budget_refused', at = at, run_id = act.run_id,
       data = {code = 'budget_stopped', current = 0, max = 0, stopped_at = stop_at}})
   end
   return cjson.encode({ok = false, code = 'budget_stopped'})
@@ -178,7 +192,7 @@ end
 
 -- decode the action, stamp server time, and compare the caller's idea of today with the server's;
 -- ``act`` says where activity entries go and (set by the caller once known) the run they name
-local function begin(args, activity_key)
+local function begin(args, activity_key, run_activity_key)
   if UNRENDERED then
     error('the budget library was loaded without its reason codes: load it with mother.functions.load_functions')
   end
@@ -186,7 +200,7 @@ local function begin(args, activity_key)
   local now = now_ms()
   local at, day = iso(now)
   local retry = (a.day ~= day) and cjson.encode({retry_day = day}) or nil
-  return a, {key = activity_key, maxlen = tonumber(args[2])}, now, at, retry
+  return a, {key = activity_key, maxlen = tonumber(args[2]), run_key = run_activity_key}, now, at, retry
 end
 
 -- a phase attempt as the guard names it ('index:attempt'), and the run's fence (the attempt Mother gave up on)
@@ -208,7 +222,7 @@ end
 -- KEYS: 1 budget:run:{id} (the run's counters), 2 budget:user:{user}:daily:{day}, 3 activity,
 --       4 limits:run:{id} (what is enforced: limits, overrides, warning ratio, status and stop, fence, start
 --       time, the user's daily limits; written by Mother and operators only: a worker cannot raise a limit),
---       5 metrics:counters
+--       5 metrics:counters, 6 activity:run:{id}
 -- ARGV: 1 action JSON: {day, read_only, check[dims], user_check[dims], add{dim:n}, user_add{dim:n},
 --        reserve{op, dims{dim:n}, user_dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}},
 --        clock ('tick': the wall clock's warning and crossing are recorded; 'deadline': the run's deadline
@@ -219,7 +233,7 @@ end
 -- attempt held, before retrying it) is refused with code phase_stale: a horse that outlived its attempt
 -- can no longer reserve or charge, so nothing it holds outlasts the give-back.
 local function mh_guard(keys, args)
-  local a, act, now, at, retry = begin(args, keys[3])
+  local a, act, now, at, retry = begin(args, keys[3], keys[6])
   if retry then return retry end
   count('guard_calls')
   local day = a.day
@@ -274,6 +288,7 @@ local function mh_guard(keys, args)
   local touched, user_touched, run_w, user_w = {}, {}, {}, {}
   if a.settle then
     if not settling then return cjson.encode({ok = true, settled = false}) end  -- settled before: idempotent
+    count_model(a.settle.model, a.settle.add)
     reserve(run_w, doc, settling.dims, -1)
     run_w.reservations = {[a.settle.op] = 'null'}
     if user and settling.user_dims then reserve(user_w, user, settling.user_dims, -1) end
@@ -315,11 +330,11 @@ end
 -- run's ``reserved``, its user_dims the ``reserved`` of the user's document of the day it was made, and the
 -- reservation becomes a tombstone {at, released=<time>} (no dims): a settle that still comes (a horse that outlived its
 -- attempt) charges what the call used, once, and takes the tombstone away.
--- KEYS: 1 budget:run:{id}, 2 activity, 3 limits:run:{id} (the fence), 4.. budget:user:{user}:daily:{day} for
---       the days in ARGV 4..
+-- KEYS: 1 budget:run:{id}, 2 activity, 3 limits:run:{id} (the fence), 4 activity:run:{id},
+--       5.. budget:user:{user}:daily:{day} for the days in ARGV 4..
 -- ARGV: 1 activity maxlen, 2 why (for the activity entry), 3 the fence: the attempt 'index:attempt' given
 --       up on (its actions and earlier ones' are refused from now on: mh_guard), or '' for none, 4.. the
---       days (YYYY-MM-DD) of KEYS 4..
+--       days (YYYY-MM-DD) of KEYS 5..
 -- A reservation whose day is not passed is left as it is. Returns JSON {released=n, left=n}.
 local function give_back(fields, target, dims)  -- reserve(fields, target, dims, -1), never below nothing
   reserve(fields, target, dims, -1)
@@ -342,7 +357,7 @@ local function mh_release_reservations(keys, args)
     end
   end
   local users = {}  -- day -> {key, doc (false: none), w}
-  for i = 4, #keys do users[args[i]] = {key = keys[i]} end
+  for i = 5, #keys do users[args[i - 1]] = {key = keys[i]} end
   local at = iso(now_ms())
   local run_w, released, left, tokens = {reservations = {}}, 0, 0, 0
   for op, r in pairs(doc.reservations or {}) do
@@ -374,14 +389,15 @@ local function mh_release_reservations(keys, args)
       merge(u.key, u.w)
     end
   end
-  activity(keys[2], tonumber(args[1]), {type = 'reservations_released', at = at, run_id = doc.run_id,
+  activity({key = keys[2], maxlen = tonumber(args[1]), run_key = keys[4]}, {type = 'reservations_released', at = at, run_id = doc.run_id,
     data = {count = released, total_tokens = tokens, why = args[2]}})
   return cjson.encode({released = released, left = left})
 end
 
 -- mh_budget_state: set a run's budget status (budget_stopped / active) with an event, and the run's own status
 -- with it at once: a running run becomes budget_stopped, and running again at the reset.
--- KEYS: 1 limits:run:{id}, 2 activity, 3 run:{id}, 4 budget:run:{id} (its counters, for the event)
+-- KEYS: 1 limits:run:{id}, 2 activity, 3 run:{id}, 4 budget:run:{id} (its counters, for the event),
+--       5 activity:run:{id}
 -- ARGV: 1 status, 2 event JSON (actor, reason), 3 maxlen, 4 event type
 -- Returns the stop event JSON (a repeated stop: the standing one, with already=true), or an error text
 -- prefixed 'ERR' (a reset of a run that is not stopped, a change to an ended run).
@@ -415,13 +431,13 @@ local function mh_budget_state(keys, args)
       detail = string.sub(tostring(ev.actor) .. ': ' .. tostring(ev.reason), 1, 4000)}))
   end
   if args[4] ~= '' then
-    activity(keys[2], tonumber(args[3]), {type = args[4], at = at, run_id = ctl.run_id, data = ev})
+    activity({key = keys[2], maxlen = tonumber(args[3]), run_key = keys[5]}, {type = args[4], at = at, run_id = ctl.run_id, data = ev})
   end
   return cjson.encode(ev)
 end
 
 -- mh_override: add a time-boxed limit delta, never above 2x the profile default.
--- KEYS: 1 limits:run:{id}, 2 activity.  ARGV: 1 override JSON {dimension, delta, actor, reason, expires_in_ms}, 2 maxlen
+-- KEYS: 1 limits:run:{id}, 2 activity, 3 activity:run:{id}.  ARGV: 1 override JSON {dimension, delta, actor, reason, expires_in_ms}, 2 maxlen
 local function mh_override(keys, args)
   local doc = get_doc(keys[1])
   if not doc then return 'ERR no budget for this run' end
@@ -441,7 +457,7 @@ local function mh_override(keys, args)
   o.expires_at = iso(o.expires_at_ms)
   o.expires_in_ms = nil
   redis.call('JSON.ARRAPPEND', keys[1], '$.overrides', cjson.encode(o))
-  activity(keys[2], tonumber(args[2]), {type = 'budget_override', at = at, run_id = doc.run_id,
+  activity({key = keys[2], maxlen = tonumber(args[2]), run_key = keys[3]}, {type = 'budget_override', at = at, run_id = doc.run_id,
     data = {dimension = o.dimension, delta = o.delta, actor = o.actor, reason = o.reason, expires_at = o.expires_at,
             effective = current + o.delta}})
   return cjson.encode(o)
@@ -465,14 +481,14 @@ end
 -- mh_admit: intake's circuit breaker, the user's daily run cap, and the admission queue, in one step;
 -- decided once per run (a re-delivered intake gets the first decision back: nothing is counted twice).
 -- KEYS: 1 budget:global, 2 budget:user:{user}:daily:{day}, 3 run deadlines zset, 4 activity, 5 run:{id},
---       6 admission:waiting, 7 admission:state, 8 metrics:counters
+--       6 admission:waiting, 7 admission:state, 8 metrics:counters, 9 activity:run:{id}
 -- ARGV: 1 JSON {day, run_id, user_id, child (a spawned run: never waits, its parent waits on it),
 --        global{max_concurrent_runs,max_redis_memory_mb,max_docling_jobs,warning_ratio},
 --        user_limits{runs,cloud_calls,total_tokens}, user_ttl_s, user_warning_ratio}, 2 maxlen
 -- Returns JSON {ok=true, admitted=true, concurrent_runs, user_runs} | {ok=true, waiting=true, position,
 -- waiting_runs, running} | {ok=false, code, gauge?, current, max} | {retry_day}; ``again`` when decided before.
 local function mh_admit(keys, args)
-  local a, act, now, at, retry = begin(args, keys[4])
+  local a, act, now, at, retry = begin(args, keys[4], keys[9])
   if retry then return retry end
   local decided = redis.call('JSON.GET', keys[5], '$.admission')
   decided = decided and cjson.decode(decided)[1]
@@ -491,7 +507,7 @@ local function mh_admit(keys, args)
   }
   for _, c in ipairs(checks) do
     if c[2] >= c[3] then
-      activity(act.key, act.maxlen, {type = 'circuit_breaker', at = at, run_id = a.run_id,
+      activity(act, {type = 'circuit_breaker', at = at, run_id = a.run_id,
         data = {message = c[4], gauge = c[1], current = c[2], limit = c[3]}})
       count('budget_refusals|circuit_open')
       return cjson.encode({ok = false, code = 'circuit_open', gauge = c[1], current = c[2], max = c[3]})
@@ -518,7 +534,7 @@ local function mh_admit(keys, args)
     record_admission(keys[5], '"waiting"')
     local position = redis.call('ZRANK', keys[6], a.run_id) + 1
     redis.call('JSON.SET', keys[1], '$.queue_depth', queued + 1)
-    activity(act.key, act.maxlen, {type = 'run_queued', at = at, run_id = a.run_id,
+    activity(act, {type = 'run_queued', at = at, run_id = a.run_id,
       data = {position = position, waiting = queued + 1, running = concurrent, max_concurrent_runs = max}})
     return cjson.encode({ok = true, waiting = true, position = position, waiting_runs = queued + 1, running = concurrent})
   end
@@ -527,7 +543,7 @@ local function mh_admit(keys, args)
   redis.call('JSON.SET', keys[1], '$.concurrent_runs', gauge)
   record_admission(keys[5], '"admitted"')
   if gauge >= a.global.warning_ratio * max then
-    activity(act.key, act.maxlen, {type = 'circuit_breaker', at = at, run_id = a.run_id,
+    activity(act, {type = 'circuit_breaker', at = at, run_id = a.run_id,
       data = {message = 'concurrent runs at warning level', gauge = 'concurrent_runs', current = gauge,
               limit = max, level = 'warning'}})
   end

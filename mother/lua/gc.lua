@@ -9,20 +9,22 @@ local function usage(key)
   return tonumber(redis.call('MEMORY', 'USAGE', key) or 0) or 0
 end
 
-local function audit(stream, maxlen, at, kind, fields)
-  local args = {stream, 'MAXLEN', '~', maxlen, '*', 'type', kind, 'at', at}
-  if fields.run_id then
-    table.insert(args, 'run_id'); table.insert(args, fields.run_id)
+-- an entry about an artifact; one that names its run goes to the run's own stream too (``run_key``)
+local function audit(stream, maxlen, at, kind, fields, run_key)
+  local flat = {'type', kind, 'at', at}
+  local run_id = fields.run_id
+  if run_id then
+    table.insert(flat, 'run_id'); table.insert(flat, run_id)
     fields.run_id = nil
   end
-  table.insert(args, 'data'); table.insert(args, cjson.encode(fields))
-  redis.call('XADD', unpack(args))
+  table.insert(flat, 'data'); table.insert(flat, cjson.encode(fields))
+  append_activity(stream, maxlen, run_key, run_id, flat)
 end
 
 -- delete an artifact (content, archive, metadata) and take it off both indexes, with an audit entry;
 -- returns {bytes, keys removed}
 -- ``pending``: no entry of its own; the id joins that list, which mh_gc_drain turns into one entry a batch
-local function delete_artifact(keys, id, stream, maxlen, at, fields, pending)
+local function delete_artifact(keys, id, stream, maxlen, at, fields, pending, run_key)
   local freed = usage(keys[1]) + usage(keys[2]) + usage(keys[3])
   local removed = redis.call('DEL', keys[1], keys[2], keys[3])
   redis.call('ZREM', keys[4], id)
@@ -31,7 +33,7 @@ local function delete_artifact(keys, id, stream, maxlen, at, fields, pending)
     redis.call('RPUSH', pending, id)
   else
     fields.artifact_id, fields.bytes, fields.keys = id, freed, removed
-    audit(stream, maxlen, at, 'artifact_deleted', fields)
+    audit(stream, maxlen, at, 'artifact_deleted', fields, run_key)
   end
   return freed, removed
 end
@@ -79,7 +81,8 @@ end
 
 -- mh_gc_expire: delete one expired artifact (its content, archive and metadata), or skip it.
 -- KEYS: 1 artifact_meta, 2 artifact, 3 archive:artifact, 4 artifacts:expiry, 5 artifacts:archive_due,
---       6 activity, 7 gc:deleted (its id goes there; mh_gc_drain writes one entry a batch)
+--       6 activity, 7 gc:deleted (its id goes there; mh_gc_drain writes one entry a batch),
+--       8 activity:run:{id} of the artifact's run (its deletion_scheduled entry)
 -- ARGV: 1 id, 2 now_ms, 3 notify_ms (a starred one's grace; '' : starred ones are protected),
 --       4 activity maxlen
 -- Returns {outcome, bytes, keys removed}: deleted, protected, deferred, not_due, gone.
@@ -106,7 +109,7 @@ local function mh_gc_expire(keys, args)
     redis.call('ZADD', keys[4], later, id)
     audit(keys[6], args[4], at, 'artifact_deletion_scheduled',
       {run_id = doc.run_id, artifact_id = id, delete_at = iso(later),
-       message = 'a starred artifact expired: it is deleted at delete_at unless it is protected'})
+       message = 'a starred artifact expired: it is deleted at delete_at unless it is protected'}, keys[8])
     return {'deferred', 0}
   end
   local freed, removed = delete_artifact(keys, id, keys[6], args[4], at, {}, keys[7])
@@ -193,7 +196,7 @@ end
 
 -- mh_artifact_control: a person's control of one artifact, checked and applied in one step.
 -- KEYS: 1 artifact_meta, 2 artifact, 3 archive:artifact, 4 artifacts:expiry, 5 artifacts:archive_due,
---       6 activity
+--       6 activity, 7 activity:run:{id} of the artifact's run
 -- ARGV: 1 op (star|unstar|protect|unprotect|delete), 2 id, 3 now_ms, 4 actor, 5 reason (protect),
 --       6 '1' when a star protects (exceptions.user_starred), 7 activity maxlen
 -- Returns the metadata as JSON after the op ('' after delete).
@@ -243,19 +246,19 @@ local function mh_artifact_control(keys, args)
       return redis.error_reply('ERR artifact ' .. id .. ' is protected (' .. tostring(doc.protection_reason) ..
         '): unprotect it first')
     end
-    delete_artifact(keys, id, keys[6], args[7], at, {run_id = doc.run_id, actor = actor, early = true}, nil)
+    delete_artifact(keys, id, keys[6], args[7], at, {run_id = doc.run_id, actor = actor, early = true}, nil, keys[7])
     return ''
   else
     return redis.error_reply('ERR unknown artifact op ' .. tostring(op))
   end
   audit(keys[6], args[7], at, 'artifact_' .. op .. (op:sub(-1) == 'r' and 'red' or 'ed'),
-    {run_id = doc.run_id, artifact_id = id, actor = actor, reason = args[5] ~= '' and args[5] or nil})
+    {run_id = doc.run_id, artifact_id = id, actor = actor, reason = args[5] ~= '' and args[5] or nil}, keys[7])
   return redis.call('JSON.GET', keys[1])
 end
 
 -- mh_artifact_restore: put an archived artifact's content back (the GC's archive, decompressed and
 -- checked by the caller) and drop the archive.
--- KEYS: 1 artifact_meta, 2 artifact, 3 archive:artifact, 4 activity
+-- KEYS: 1 artifact_meta, 2 artifact, 3 archive:artifact, 4 activity, 5 activity:run:{id} of its run
 -- ARGV: 1 id, 2 the content (JSON), 3 now_ms, 4 actor, 5 activity maxlen, 6 sha1 of the archive read
 local function mh_artifact_restore(keys, args)
   local doc = get_doc(keys[1])
@@ -271,7 +274,7 @@ local function mh_artifact_restore(keys, args)
   redis.call('DEL', keys[3])
   set_fields(keys[1], {status = 'active', archived_at = cjson.null, archive_due_at = cjson.null})
   audit(keys[4], args[5], iso(tonumber(args[3])), 'artifact_restored',
-    {run_id = doc.run_id, artifact_id = args[1], actor = args[4]})
+    {run_id = doc.run_id, artifact_id = args[1], actor = args[4]}, keys[5])
   return redis.call('JSON.GET', keys[1])
 end
 

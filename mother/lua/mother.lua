@@ -180,6 +180,13 @@ end
 --       gate's expiry: the end happens only if the run still waits on that gate; see check_gate)
 -- Returns {1, record} when this call won, {0, first record} otherwise, {-2..-5, false} when the gate op
 -- was refused (nothing written).
+-- the run's end as idx:runs files it: the termination record's own timestamp_ms (idx:termination counts by
+-- it: the dashboard's bars link to the same runs), else the server's now
+local function ended_ms(record, now)
+  local ms = cjson.decode(record).timestamp_ms
+  return type(ms) == 'number' and ms or now
+end
+
 local function mh_terminate(keys, args)
   local gate = args[7] and args[7] ~= '' and cjson.decode(args[7]) or nil
   local now = now_ms()
@@ -196,9 +203,11 @@ local function mh_terminate(keys, args)
   redis.call('ZADD', keys[2], now, args[2])
   count('runs_terminated|' .. args[5])
   if redis.call('EXISTS', keys[3]) == 1 then
+    local created = cjson.decode(redis.call('JSON.GET', keys[3], '$.created_ms'))[1]
+    if type(created) == 'number' then observe('run_duration', ended_ms(args[1], now) - created) end
     local ts = cjson.encode(args[4])
     redis.call('JSON.MERGE', keys[3], '$', '{"status":"terminated","reason":' .. cjson.encode(args[5])
-      .. ',"terminated_at":' .. ts .. ',"updated_at":' .. ts .. '}')
+      .. ',"terminated_at":' .. ts .. ',"terminated_ms":' .. int_text(ended_ms(args[1], now)) .. ',"updated_at":' .. ts .. '}')
     redis.call('JSON.ARRAPPEND', keys[3], '$.history', args[6])
   end
   redis.call('JSON.SET', keys[4], '$', args[3])
@@ -228,7 +237,8 @@ end
 -- submission entry (first come: a client's mh_submit claims it before it appends the entry; a raw XADD's
 -- run_id is claimed here), run:{id} is created (NX) and indexed, and its run_submitted entry appended. A
 -- Mother that dies before it leaves nothing; one that dies after it leaves a run that is announced.
--- KEYS: 1 run:{id}, 2 runs:claimed, 3 runs:all, 4 runs:user:{user}, 5 activity, 6 metrics:counters
+-- KEYS: 1 run:{id}, 2 runs:claimed, 3 runs:all, 4 runs:user:{user}, 5 activity, 6 metrics:counters,
+--       7 activity:run:{id}
 -- ARGV: 1 RunState JSON, 2 run_id, 3 entry id, 4 creation time ms, 5 activity maxlen,
 --       6 the run_submitted entry's fields, a JSON flat list [field, value, ...]
 -- Returns 1 when created, 0 when the run exists already (the caller reads whose it is), -1 when another
@@ -241,7 +251,7 @@ local function mh_create_run(keys, args)
   count('runs_submitted')
   redis.call('ZADD', keys[3], 'NX', args[4], args[2])
   redis.call('ZADD', keys[4], 'NX', args[4], args[2])
-  redis.call('XADD', keys[5], 'MAXLEN', '~', args[5], '*', unpack(cjson.decode(args[6])))
+  append_activity(keys[5], args[5], keys[7], args[2], cjson.decode(args[6]))
   return 1
 end
 
@@ -250,16 +260,18 @@ end
 -- slot back to its parent. Queued in one MULTI with the end's idempotent writes (releases, the ledger's close,
 -- the ack), so an end that a Mother died before applying is applied whole by the next one, and one applied
 -- twice (a Mother that stalled past the recovery's slack) changes nothing the second time.
--- KEYS: 1 mother:ending, 2 activity, 3 (optional) budget:run:{parent}
+-- KEYS: 1 mother:ending, 2 activity, 3 activity:run:{id}, 4 (optional) budget:run:{parent}
+-- (an entry that names another run goes to the global stream only)
 -- ARGV: 1 run_id, 2 activity maxlen, 3 JSON list of entries, each a flat list [field, value, ...]
 -- Returns 1 when this call applied the end, 0 when it had been applied.
 local function mh_ended(keys, args)
   if redis.call('ZREM', keys[1], args[1]) == 0 then return 0 end
   for _, fields in ipairs(cjson.decode(args[3])) do
-    redis.call('XADD', keys[2], 'MAXLEN', '~', args[2], '*', unpack(fields))
+    local named = flat_run_id(fields)
+    append_activity(keys[2], args[2], keys[3], named == args[1] and named or nil, fields)
   end
-  if keys[3] and redis.call('EXISTS', keys[3]) == 1 then
-    redis.call('JSON.NUMINCRBY', keys[3], '$.parallel_agents', -1)
+  if keys[4] and redis.call('EXISTS', keys[4]) == 1 then
+    redis.call('JSON.NUMINCRBY', keys[4], '$.parallel_agents', -1)
   end
   return 1
 end

@@ -11,6 +11,19 @@ local function count(field, n)
   redis.call('HINCRBY', metrics_key, field, n or 1)
 end
 
+-- a histogram observation (mother.records.metrics.HISTOGRAMS: '<name>_bucket|<bound>', sum, count) with the
+-- long bounds, rendered from mother.records.metrics.LONG_BOUNDS: {seconds, field text}
+local LONG_BOUNDS = {__LONG_BOUNDS__}
+local function observe(name, ms)
+  local bucket = '+Inf'
+  for _, b in ipairs(LONG_BOUNDS) do
+    if ms <= b[1] * 1000 then bucket = b[2]; break end
+  end
+  count(name .. '_bucket|' .. bucket)
+  count(name .. '_ms_sum', math.max(0, math.floor(ms)))
+  count(name .. '_count')
+end
+
 local function counted(fn, index)
   return function(keys, args)
     if keys[index] ~= 'metrics:counters' then
@@ -22,6 +35,28 @@ local function counted(fn, index)
     if not ok then error(result, 0) end
     return result
   end
+end
+
+-- activity: every entry goes to the global stream (live tails, metrics; capped by service.activity_maxlen)
+-- and, when it names a run, to that run's own stream in the same call (kept with the run's records: the
+-- run page, logs, inspect and replay read it). A function that appends entries takes the run's stream in
+-- KEYS like every other key; ``run_key`` must be the stream of the run the entry names.
+local RUN_ACTIVITY_PREFIX, RUN_ACTIVITY_MAXLEN = '__RUN_ACTIVITY_PREFIX__', '__RUN_ACTIVITY_MAXLEN__'
+local function append_activity(stream, maxlen, run_key, run_id, flat)
+  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(flat))
+  if run_id == nil or run_id == cjson.null or run_id == '' then return end
+  if run_key ~= RUN_ACTIVITY_PREFIX .. run_id then
+    error('the activity stream of run ' .. tostring(run_id) .. ' must be passed in KEYS, got ' .. tostring(run_key))
+  end
+  redis.call('XADD', run_key, 'MAXLEN', '~', RUN_ACTIVITY_MAXLEN, '*', unpack(flat))
+end
+
+-- the run an entry's flat field list [field, value, ...] names (nil: none)
+local function flat_run_id(flat)
+  for i = 1, #flat - 1, 2 do
+    if flat[i] == 'run_id' then return flat[i + 1] end
+  end
+  return nil
 end
 
 local function now_ms()

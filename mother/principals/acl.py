@@ -48,6 +48,7 @@ READ_KEYS = (
     "mother:deadlines:*",
     "rq:*",
     "activity",
+    "activity:run:*",
     "ratelimit:user:*",
     # the libraries' names (a spec naming one that does not exist is refused before it is sent)
     "libraries",

@@ -32,11 +32,11 @@ def path_values(raw: str | bytes) -> dict[str, Any]:
 def ensure_json_index(
     client: redis.Redis, index: str, prefix: str, fields: list[tuple[str, str, str]]
 ) -> bool:
-    """Create a search index over the JSON documents under ``prefix`` (``fields``: path, name, type;
-    the last one sortable) unless it exists: True when it does, False without the search module."""
+    """Create a search index over the JSON documents under ``prefix`` (``fields``: path, name, type, such
+    as ``TAG`` or ``NUMERIC SORTABLE``; the last one sortable) unless it exists: True when it does, False without the search module."""
     words: list[str] = []
     for path, name, kind in fields:
-        words += [path, "AS", name, kind]
+        words += [path, "AS", name, *kind.split()]
     try:
         client.execute_command(
             "FT.CREATE", index, "ON", "JSON", "PREFIX", "1", prefix, "SCHEMA", *words, "SORTABLE"

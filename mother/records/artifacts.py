@@ -121,6 +121,7 @@ def artifact_control(
     op: str,
     artifact_id: str,
     *,
+    run_id: str,
     now_ms: int,
     actor: str,
     reason: str = "",
@@ -137,6 +138,7 @@ def artifact_control(
             keys.ARTIFACT_EXPIRY,
             keys.ARTIFACT_ARCHIVE_DUE,
             keys.ACTIVITY_STREAM,
+            keys.run_activity_key(run_id),
         ],
         [op, artifact_id, now_ms, actor, reason, "1" if star_protects else "0", maxlen],
     )
@@ -149,6 +151,7 @@ def restore(
     content: str,
     archive_sha1: str,
     *,
+    run_id: str,
     now_ms: int,
     actor: str,
     maxlen: int,
@@ -156,7 +159,7 @@ def restore(
     raw = call(
         client,
         "mh_artifact_restore",
-        [*artifact_keys(artifact_id), keys.ACTIVITY_STREAM],
+        [*artifact_keys(artifact_id), keys.ACTIVITY_STREAM, keys.run_activity_key(run_id)],
         [artifact_id, content, now_ms, actor, maxlen, archive_sha1],
     )
     return dict(orjson.loads(raw))

@@ -112,7 +112,7 @@ def read_run(client: Any, run_id: str) -> RunState | None:
     return parse_run_record(run_id, raw) if raw else None
 
 
-LISTING_PATHS = ("$.user_id", "$.status", "$.phase", "$.created_at")
+LISTING_PATHS = ("$.user_id", "$.status", "$.phase", "$.created_at", "$.terminated_at")
 
 
 def queue_listing_read(pipe: Any, run_id: str) -> None:

@@ -1,7 +1,8 @@
 """The dashboard: a small ASGI app (Starlette, Jinja templates, served by uvicorn; no front-end build).
 
 Pages: ``/`` (terminations by reason over time, gauges and the circuit breaker, runs waiting for a
-person, the newest runs), ``/runs`` (filterable by reason, user, status and time), ``/runs/{id}``
+person, the newest runs), ``/runs`` (every stored run, from ``idx:runs``: filtered by reason, "not success", user, status and
+time, sorted and paged; the overview's bars and reasons link to exactly the runs they count), ``/runs/{id}``
 (phases, attempts, termination, budget used against limits, conflicts, context manifests and
 summaries, artifacts, activity), ``/waiting``; JSON at ``/api/...``; Prometheus metrics at
 ``/metrics``. Pages update by polling (``dashboard.refresh_seconds``).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import math
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -34,14 +36,21 @@ from starlette.staticfiles import StaticFiles
 from mother.client import MotherClient
 from mother.clock import ServerClock
 from mother.config import Settings
+from mother.connection import redact_url
 from mother.errors import ConfigError, InvalidSpec, NotFound
+from mother.logs import get_logger
+from mother.observe.listing import RUN_STATUSES, RunQuery
+from mother.observe.timeline import duration_text, usd
 from mother.web import data
-from mother.web.metrics import RedisCollector
+from mother.web.metrics import AWAY, RedisCollector
 from schemas import TERMINATION_REASONS, iso_from_ms
 
 __all__ = ["check_exposure", "create_app"]
 
 HERE = Path(__file__).resolve().parent
+log = get_logger(__name__)
+# what says Redis is away (answered with a one-line 503)
+REDIS_DOWN_ERRORS = AWAY
 COOKIE = "mother_dashboard"
 # a colour per termination reason, the same on every page
 PALETTE = [
@@ -49,6 +58,10 @@ PALETTE = [
     "#9e9d24", "#283593", "#558b2f", "#d84315", "#37474f", "#f9a825", "#00695c", "#5d4037",
 ]  # fmt: skip
 COLOURS = {reason: PALETTE[i % len(PALETTE)] for i, reason in enumerate(TERMINATION_REASONS)}
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def check_exposure(settings: Settings) -> None:
@@ -107,7 +120,10 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"])
     )
-    env.filters["iso"] = lambda ms: iso_from_ms(int(ms))[:16].replace("T", " ")
+    env.filters["iso"] = lambda ms: iso_from_ms(int(float(ms)))[:16].replace("T", " ")
+    env.filters["clock"] = lambda at: at[:19].replace("T", " ") if isinstance(at, str) else ""
+    env.filters["took"] = duration_text
+    env.filters["usd"] = usd
     env.filters["json"] = lambda value: orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
     env.globals.update(colours=COLOURS, refresh=settings.dashboard.refresh_seconds)
 
@@ -121,28 +137,46 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
             raise InvalidSpec(f"bucket must be hour or day, got {bucket!r}", field="bucket")
         return bucket
 
-    def filters(request: Request) -> dict[str, Any]:
+    def query_of(request: Request, limit: int = 50) -> RunQuery:
+        """The runs a page lists, from its query string (each field as `mother runs` takes it)."""
         q = request.query_params
-        reason = q.get("reason") or None
-        status = q.get("status") or None
-        if status is not None and status not in data.RUN_STATUSES:
-            raise InvalidSpec(
-                f"unknown status {status!r}; use one of: {', '.join(data.RUN_STATUSES)}",
-                field="status",
-            )
-        hours = q.get("hours") or None
-        try:
-            since = clock.now_ms() - int(float(hours) * 3_600_000) if hours else None
-            limit = min(max(int(q.get("limit") or 50), 1), 500)
-        except ValueError:
-            raise InvalidSpec("hours and limit must be numbers", field="hours") from None
-        return {
-            "reason": reason,
-            "user": q.get("user") or None,
-            "status": status,
-            "since_ms": since,
-            "limit": limit,
+
+        def number(name: str) -> float | None:
+            text = q.get(name) or None
+            if text is None:
+                return None
+            try:
+                value = float(text)
+            except ValueError:
+                raise InvalidSpec(
+                    f"{name} must be a number, got {text[:40]!r}", field=name
+                ) from None
+            if not math.isfinite(value) or value < 0:
+                raise InvalidSpec(
+                    f"{name} must be a finite number >= 0, got {text[:40]!r}", field=name
+                )
+            return value
+
+        hours = number("hours")
+        since = clock.now_ms() - int(hours * 3_600_000) if hours is not None else None
+        bounds = {
+            name: number(name) for name in ("ended_from", "ended_to", "created_from", "created_to")
         }
+        sort = q.get("sort") or "created"
+        return RunQuery(
+            reason=q.get("reason") or None,
+            status=q.get("status") or None,
+            not_success=q.get("outcome") == "not_success",
+            user=q.get("user") or None,
+            created_from=since if since is not None else _int(bounds["created_from"]),
+            created_to=_int(bounds["created_to"]),
+            ended_from=_int(bounds["ended_from"]),
+            ended_to=_int(bounds["ended_to"]),
+            sort=sort,  # type: ignore[arg-type]
+            descending=q.get("order") != "asc",
+            limit=int(number("limit") or limit),
+            cursor=q.get("cursor") or None,
+        ).check()
 
     def overview(request: Request) -> HTMLResponse:
         bucket = bucket_of(request)
@@ -156,19 +190,23 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
             totals=data.reason_totals(redis),
             gauges=data.gauges(redis),
             waiting=mother.waiting(limit=10),
-            rows=data.recent_runs(mother, limit=15),
+            rows=mother.list_runs(RunQuery(limit=15)).rows,
         )
 
     def runs_page(request: Request) -> HTMLResponse:
-        chosen = filters(request)
-        rows = data.recent_runs(mother, **chosen)
+        found = mother.list_runs(query_of(request))
+        params = {k: v for k, v in request.query_params.items() if k != "cursor"}
         return page(
             "runs.html",
             request,
-            rows=rows,
+            rows=found.rows,
+            total=found.total,
+            next_page=f"/runs?{urlencode({**params, 'cursor': found.next})}"
+            if found.next
+            else None,
             chosen=request.query_params,
             reasons=TERMINATION_REASONS,
-            statuses=data.RUN_STATUSES,
+            statuses=RUN_STATUSES,
         )
 
     def run_page(request: Request) -> HTMLResponse:
@@ -194,7 +232,7 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
         )
 
     def api_runs(request: Request) -> JSONResponse:
-        return JSONResponse(data.recent_runs(mother, **filters(request)))
+        return JSONResponse(mother.list_runs(query_of(request)).to_dict())
 
     def api_run(request: Request) -> Response:
         view = mother.inspect(request.path_params["run_id"])
@@ -217,6 +255,15 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
             return JSONResponse({"error": str(exc)}, status_code=400)
         return page("error.html", request, status=400, message=str(exc))
 
+    def redis_away(request: Request, exc: Exception) -> Response:
+        """Redis cannot be reached: one line and 503 (the page or API asked for has nothing to show), not a
+        traceback per request; /metrics answers instead with mother_redis_up 0."""
+        line = f"Redis unreachable at {redact_url(settings.redis_url)}: {type(exc).__name__}"
+        log.warning("dashboard_redis_unreachable", path=request.url.path, error=str(exc)[:200])
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": line}, status_code=503)
+        return PlainTextResponse(line + "\n", status_code=503)
+
     middleware = [Middleware(TokenGate, token=settings.dashboard.token)]
     return Starlette(
         routes=[
@@ -233,5 +280,9 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ],
         middleware=middleware,
-        exception_handlers={NotFound: not_found, InvalidSpec: bad_request},
+        exception_handlers={
+            NotFound: not_found,
+            InvalidSpec: bad_request,
+            **dict.fromkeys(REDIS_DOWN_ERRORS, redis_away),
+        },
     )

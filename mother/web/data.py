@@ -12,18 +12,16 @@ import orjson
 import redis
 
 from mother import keys
-from mother.client import MotherClient
 from mother.config import QUEUES
 from mother.records._json import aggregate_rows
-from schemas import TERMINATION_REASONS, ms_from_iso
+from schemas import TERMINATION_REASONS
 
-__all__ = ["BUCKETS", "Chart", "chart", "gauges", "reason_totals", "recent_runs"]
+__all__ = ["BUCKETS", "Chart", "chart", "gauges", "reason_totals"]
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 # a bucket's width and how many of them a chart shows
 BUCKETS: dict[str, tuple[int, int]] = {"hour": (HOUR_MS, 48), "day": (DAY_MS, 30)}
-RUN_STATUSES = ("queued", "running", "waiting", "budget_stopped", "terminated")
 
 
 @dataclass
@@ -110,32 +108,6 @@ def reason_totals(client: redis.Redis) -> dict[str, int]:
     return {reason: int(n) for reason, n in sorted(counts) if n}
 
 
-def recent_runs(
-    client: MotherClient,
-    *,
-    reason: str | None = None,
-    user: str | None = None,
-    status: str | None = None,
-    since_ms: int | None = None,
-    limit: int = 50,
-) -> list[dict[str, Any]]:
-    """Newest runs first, filtered (:meth:`MotherClient.runs` does reason and user from their indexes;
-    status and time are applied here to the newest ``limit * 10`` of those)."""
-    wide = status is not None or since_ms is not None
-    rows = client.runs(reason=reason, user=user, limit=limit * 10 if wide else limit)
-    out = []
-    for row in rows:
-        if status is not None and row.get("status") != status:
-            continue
-        created = row.get("created_at")
-        if since_ms is not None and (not created or ms_from_iso(created) < since_ms):
-            continue
-        out.append(row)
-        if len(out) >= limit:
-            break
-    return out
-
-
 def gauges(client: redis.Redis) -> dict[str, Any]:
     """The global gauges against the limits the leading Mother published, the circuit breaker (open
     when a gauge that refuses new runs is at its limit), queue depths and workers."""
@@ -208,6 +180,8 @@ def bar_layout(data: Chart, width: int = 960, height: int = 220) -> dict[str, An
                     "reason": reason,
                     "n": n,
                     "start": data.starts[i],
+                    # the runs it counts: those that ended in its bucket with its reason
+                    "end": data.starts[i] + BUCKETS[data.bucket][0] - 1,
                 }
             )
     return {"width": width, "height": height, "ceiling": ceiling, "rects": rects}

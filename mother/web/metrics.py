@@ -1,11 +1,13 @@
 """Prometheus metrics at ``/metrics`` (``prometheus_client``), read from Redis at each scrape.
 
 Counters come from ``metrics:counters``, a hash the server functions and Mother's moves count into in the
-same call as what they count (runs submitted, started and terminated by reason, phase durations, budget
-refusals by code, guard calls, conflicts by type and their resolutions by strategy and decision, tool
-calls by tool and outcome): monotonic, shared by every Mother and worker, and kept across restarts of
+same call as what they count (runs submitted, started and terminated by reason, budget refusals by code,
+guard calls, conflicts by type and their resolutions by strategy and decision, tool calls by tool and
+outcome, model calls, tokens and spend by model; histograms of phase and run durations, queue and gate
+waits): monotonic, shared by every Mother and worker, and kept across restarts of
 the process serving them. Gauges (queue depths, concurrent runs, runs waiting, workers, the circuit
-breaker, the last GC report) are read as they are. Names follow Prometheus's conventions: the
+breaker, the last GC report) are read as they are. ``mother_redis_up`` is 0 (and nothing else is
+exported) when Redis cannot be reached. Names follow Prometheus's conventions: the
 ``mother_`` prefix, ``_total`` on counters, base units (seconds, bytes)."""
 
 from __future__ import annotations
@@ -24,10 +26,15 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from mother import keys
-from mother.records.metrics import DURATION_BOUNDS, bound_text
+from mother.connection import REDIS_DOWN
+from mother.errors import RedisUnavailable
+from mother.records.metrics import HISTOGRAMS, bound_text
 from mother.web.data import gauges
 
 __all__ = ["COUNTERS", "RedisCollector"]
+
+# what says Redis is away: the scrape exports mother_redis_up 0
+AWAY: tuple[type[Exception], ...] = (*REDIS_DOWN, RedisUnavailable)
 
 # the counters of metrics:counters: field (the metric is mother_<field>_total), help, labels (a field
 # with labels is counted as 'field|label value|…')
@@ -50,6 +57,14 @@ COUNTERS: tuple[tuple[str, str, list[str]], ...] = (
         ["type", "strategy", "decision"],
     ),
     ("tool_calls", "Registry tool calls, by tool and outcome", ["tool", "outcome"]),
+    ("model_calls", "Model calls settled, by model", ["model"]),
+    ("model_input_tokens", "Input (prompt) tokens of settled model calls, by model", ["model"]),
+    ("model_output_tokens", "Output tokens of settled model calls, by model", ["model"]),
+    (
+        "model_spend_micro_usd",
+        "What settled model calls cost, in millionths of a US dollar, by model",
+        ["model"],
+    ),
 )
 
 
@@ -60,34 +75,49 @@ class RedisCollector(Collector):
         self.client = client
 
     def collect(self) -> Iterator[Metric]:
-        counters = {
-            str(k): int(v) for k, v in (self.client.hgetall(keys.METRICS_COUNTERS) or {}).items()
-        }
+        up = GaugeMetricFamily("mother_redis_up", "1 when the scrape could read Redis, else 0")
+        try:
+            counters = {
+                str(k): int(v)
+                for k, v in (self.client.hgetall(keys.METRICS_COUNTERS) or {}).items()
+            }
+            families = [*self._counters(counters), *self._histograms(counters)]
+            families += [*self._gauges(), *self._gc()]
+        except AWAY:
+            # Redis away: only that, so an alert on mother_redis_up == 0 fires (not a 500 per scrape)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+    def _counters(self, counters: dict[str, int]) -> Iterator[Metric]:
         for field, text, labels in COUNTERS:
             family = CounterMetricFamily(f"mother_{field}", text, labels=labels)
+            if not labels:  # one series, there from the first scrape (0 until counted)
+                family.add_metric([], counters.get(field, 0))
+                yield family
+                continue
             for key, value in sorted(counters.items()):
                 parts = key.split("|")
                 if parts[0] == field and len(parts) == len(labels) + 1:
                     family.add_metric(parts[1:], value)
             yield family
-        yield self._durations(counters)
-        yield from self._gauges()
-        yield from self._gc()
 
     @staticmethod
-    def _durations(counters: dict[str, int]) -> Metric:
-        buckets: list[tuple[str, float]] = []
-        seen = 0
-        for bound in DURATION_BOUNDS:
-            seen += counters.get(f"phase_duration_bucket|{bound_text(bound)}", 0)
-            buckets.append((bound_text(bound), seen))
-        seen += counters.get("phase_duration_bucket|+Inf", 0)
-        buckets.append(("+Inf", seen))
-        family = HistogramMetricFamily(
-            "mother_phase_duration_seconds", "Duration of accepted phase attempts"
-        )
-        family.add_metric([], buckets, counters.get("phase_duration_ms_sum", 0) / 1000)
-        return family
+    def _histograms(counters: dict[str, int]) -> Iterator[Metric]:
+        for name, (text, bounds) in HISTOGRAMS.items():
+            buckets: list[tuple[str, float]] = []
+            seen = 0
+            for bound in bounds:
+                seen += counters.get(f"{name}_bucket|{bound_text(bound)}", 0)
+                buckets.append((bound_text(bound), seen))
+            seen += counters.get(f"{name}_bucket|+Inf", 0)
+            buckets.append(("+Inf", seen))
+            family = HistogramMetricFamily(f"mother_{name}_seconds", text)
+            family.add_metric([], buckets, counters.get(f"{name}_ms_sum", 0) / 1000)
+            yield family
 
     def _gauges(self) -> Iterator[Metric]:
         now = gauges(self.client)

@@ -18,7 +18,7 @@
         var open = Array.prototype.map.call(document.querySelectorAll("details[open] summary"), function (s) { return s.textContent; });
         if (fresh) document.getElementById("main").innerHTML = fresh.innerHTML;
         document.querySelectorAll("details summary").forEach(function (s) { if (open.indexOf(s.textContent) >= 0) s.parentNode.open = true; });
-        live.className = ""; live.textContent = "live · " + new Date().toLocaleTimeString();
+        live.className = ""; live.textContent = "live · " + new Date().toISOString().slice(11, 19) + " UTC";
         document.body.dataset.updated = String(Date.now());
       })
       .catch(function () { live.className = "stale"; live.textContent = "not updating"; });
