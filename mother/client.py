@@ -50,7 +50,6 @@ from mother.yamlfile import YamlProblem, file_text, parse_yaml, read_yaml
 from schemas import (
     ACTIVE_STATUSES,
     MAX_SPEC_BYTES,
-    TERMINATION_REASONS,
     Gate,
     ResultEnvelope,
     RunSpec,
@@ -662,52 +661,21 @@ class MotherClient:
     def runs(
         self, *, reason: str | None = None, user: str | None = None, limit: int = 50
     ) -> list[dict[str, Any]]:
-        """Newest runs first: run_id, user, status, phase, reason, details, suggested_action. A run whose
-        record is gone (deleted by hand) is still listed, with what its termination record says."""
-        if reason is not None and reason not in TERMINATION_REASONS:
-            raise InvalidSpec(
-                f"unknown termination reason {reason!r}; use one of: {', '.join(TERMINATION_REASONS)}",
-                field="reason",
-            )
-        # the user's runs that ended so (the newest end first), however many others ended so
-        # since: scanning the reason's newest ``limit`` would miss them
-        if reason is not None and user is not None:
-            ended = cast(
-                "list[tuple[str, float]]",
-                self.redis.zinter(
-                    {keys.termination_reason_index_key(reason): 1, keys.user_runs_key(user): 0},
-                    withscores=True,
-                ),
-            )
-            ids = [
-                run_id
-                for run_id, _ in sorted(ended, key=lambda pair: pair[1], reverse=True)[:limit]
-            ]
-        else:
-            if reason is not None:
-                index = keys.termination_reason_index_key(reason)
-            else:
-                index = keys.user_runs_key(user) if user is not None else keys.RUNS_INDEX
-            # the connection decodes replies
-            ids = cast("list[str]", self.redis.zrevrange(index, 0, limit - 1))
-        from mother.observe.listing import rows_of
+        """Newest runs first (by creation; with ``reason``, by end): run_id, user, status, phase, reason,
+        details, suggested_action, times, duration and cost. A run whose record is gone (deleted by
+        hand) is still listed, with what its termination record says."""
+        from mother.observe.listing import RunQuery
 
-        return rows_of(self.redis, ids)
+        order = "ended" if reason is not None else "created"
+        query = RunQuery(reason=reason, user=user, sort=order, limit=limit)  # type: ignore[arg-type]
+        return self.list_runs(query).rows
 
     def list_runs(self, query: RunQuery) -> Page:
-        """A page of runs from the index over every run (``idx:runs``): filtered on reason, status, "not
-        success", user and time ranges, sorted, counted, with the next page's cursor. On a server without
-        the search module, a listing by reason or user only comes from their sorted sets (the newest
-        ``limit``); any other filter says it needs the module."""
-        from mother.observe.listing import Page, list_runs
+        """A page of runs (:func:`mother.observe.listing.list_runs`): filtered on reason, status, "not
+        success", user and time ranges, sorted, counted, with the next page's cursor."""
+        from mother.observe.listing import list_runs
 
-        try:
-            return list_runs(self.redis, query)
-        except InvalidSpec as exc:
-            if "search module" not in exc.message or not query.by_sets_only():
-                raise
-        rows = self.runs(reason=query.reason, user=query.user, limit=query.limit)
-        return Page(rows, len(rows), None)
+        return list_runs(self.redis, query)
 
 
 @dataclass

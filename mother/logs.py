@@ -11,7 +11,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import orjson
 
@@ -60,19 +60,44 @@ def _apply() -> None:
     ]
     if console:
         processors.append(structlog.dev.ConsoleRenderer())
-        factory: structlog.typing.WrappedLogger = structlog.PrintLoggerFactory(sys.stderr)
+        factory: structlog.typing.WrappedLogger = structlog.PrintLoggerFactory(cast(Any, _Stderr()))
     else:
         processors += [
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(serializer=orjson.dumps),
         ]
-        factory = structlog.BytesLoggerFactory(sys.stderr.buffer)
+        factory = structlog.BytesLoggerFactory(cast(Any, _StderrBytes()))
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=factory,
         cache_logger_on_first_use=True,
     )
+
+
+class _Stderr:
+    """Whatever ``sys.stderr`` is when a line is written (not when logging was configured): a stream
+    swapped in and closed since (a test runner's, an in-process CLI call's) is never written to."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+class _StderrBytes:
+    """:class:`_Stderr` for bytes (the JSON renderer's): the stream's buffer, or its text."""
+
+    def write(self, data: bytes) -> int:
+        stream = sys.stderr
+        buffer = getattr(stream, "buffer", None)
+        if buffer is not None:
+            return int(buffer.write(data))
+        return stream.write(data.decode("utf-8", "replace"))
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 class _Lazy:

@@ -141,7 +141,7 @@ def test_usage_mistakes_are_one_line_naming_the_help() -> None:
         (
             "runs",
             "--jsn",
-        ): "error[usage]: No such option: --jsn (Possible options: --json, --reason); see `mother runs --help`",
+        ): "error[usage]: No such option: --jsn (Possible options: --json, --reason, --since); see `mother runs --help`",
         ("status",): "error[usage]: Missing argument 'run_id'; see `mother status --help`",
         ("nosuch",): "error[usage]: No such command 'nosuch'; see `mother --help`",
         (

@@ -400,7 +400,15 @@ def test_a_success_applied_late_logs_its_last_phase_completed_too(
         (
             "phase_completed",
             "review",
-            {"attempt": 1, "confidence": 0.75, "artifacts": ["art-review"]},
+            {
+                "attempt": 1,
+                "confidence": 0.75,
+                "artifacts": ["art-review"],
+                # when a worker took it, which one, what it used (the run's timeline)
+                "started_at": None,
+                "worker": None,
+                "usage": last.usage.to_dict(),
+            },
         ),
         (
             "terminated",

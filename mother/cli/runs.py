@@ -359,9 +359,9 @@ def runs(
         return
     page = client.list_runs(query)
     if as_json:
-        lines = [orjson.dumps(row).decode() for row in page.rows]
-        lines.append(orjson.dumps({"next": page.next, "total": page.total}).decode())
-        sys.stdout.write("".join(line + "\n" for line in lines))
+        sys.stdout.write("".join(orjson.dumps(row).decode() + "\n" for row in page.rows))
+        if page.next:  # the rows alone on stdout; the next page's cursor for scripts on stderr
+            sys.stderr.write(orjson.dumps({"next": page.next, "total": page.total}).decode() + "\n")
         return
     console.print(
         runs_table(page.rows, title=f"runs: {len(page.rows)} of {page.total} (times UTC)")

@@ -157,15 +157,14 @@ class RunQuery:
         return self
 
     def by_sets_only(self) -> bool:
-        """Whether the reason and user sorted sets answer it (newest first, first page, no other filter)."""
+        """Whether the run sorted sets answer it: every run or a user's by creation (``runs:all``,
+        ``runs:user:{u}``), a reason's (and a user's of them) by end (``terminations:reason:{r}``), with
+        no other filter. They list a run whose record is missing or unreadable (edited by hand) too, and
+        need no search module."""
         ranges = (self.created_from, self.created_to, self.ended_from, self.ended_to)
-        return (
-            self.status is None
-            and not self.not_success
-            and self.cursor is None
-            and all(v is None for v in ranges)
-            and self.descending
-        )
+        plain = self.status is None and not self.not_success and all(v is None for v in ranges)
+        order = "ended" if self.reason is not None else "created"
+        return plain and self.sort == order
 
     def text(self, anchor: int | None) -> str:
         """The search query (``*``: every run)."""
@@ -230,9 +229,13 @@ class Page:
 
 
 def list_runs(client: redis.Redis, query: RunQuery) -> Page:
-    """The page ``query`` asks for, from ``idx:runs``. Without the search module: InvalidSpec naming it."""
+    """The page ``query`` asks for: from the run sorted sets where they answer it
+    (:meth:`RunQuery.by_sets_only`), else from ``idx:runs`` (without the search module: InvalidSpec
+    naming it)."""
     query.check()
     anchor, offset = _cursor(query.cursor)
+    if query.by_sets_only():
+        return _from_sets(client, query, anchor, offset)
     field = query.sort
     try:
         reply = client.execute_command(
@@ -255,9 +258,9 @@ def list_runs(client: redis.Redis, query: RunQuery) -> Page:
         text = str(exc).lower()
         if "unknown command" in text or "no such index" in text or "unknown index" in text:
             raise InvalidSpec(
-                "listing runs by status, time or page needs the search module (idx:runs); this "
-                "server has none, or Mother has not made the index yet: `mother runs --reason` and "
-                "`--user` work without it"
+                "listing runs by status or time needs the search module (idx:runs); this server "
+                "has none, or Mother has not made the index yet: `mother runs [--user U]` and "
+                "`mother runs --reason R --by-end` work without it"
             ) from None
         raise
     total, found = _search_reply(reply)
@@ -268,6 +271,42 @@ def list_runs(client: redis.Redis, query: RunQuery) -> Page:
         anchor = int(float(first)) if first not in (None, "") else None
     more = offset + len(ids) < total and anchor is not None
     return Page(rows, total, f"{anchor}.{offset + len(ids)}" if more else None)
+
+
+def _from_sets(client: redis.Redis, query: RunQuery, anchor: int | None, offset: int) -> Page:
+    """A page from the sorted sets: a user's runs that ended with a reason are the intersection of the
+    two (scored by the end), one round trip for the ids, one for the rows."""
+    if query.reason is not None and query.user is not None:
+        source = [keys.termination_reason_index_key(query.reason), keys.user_runs_key(query.user)]
+        ids_scores = cast(
+            "list[tuple[str, float]]", client.zinter({source[0]: 1, source[1]: 0}, withscores=True)
+        )
+        ids_scores.sort(key=lambda pair: pair[1], reverse=query.descending)
+        if anchor is not None:
+            keep = (lambda s: s <= anchor) if query.descending else (lambda s: s >= anchor)
+            ids_scores = [(m, sc) for m, sc in ids_scores if keep(sc)]
+        total = len(ids_scores)
+        found = ids_scores[offset : offset + query.limit]
+    else:
+        if query.reason is not None:
+            index = keys.termination_reason_index_key(query.reason)
+        else:
+            index = keys.user_runs_key(query.user) if query.user is not None else keys.RUNS_INDEX
+        high = "+inf" if anchor is None or not query.descending else anchor
+        low = "-inf" if anchor is None or query.descending else anchor
+        pipe = client.pipeline(transaction=False)
+        if query.descending:
+            pipe.zrevrangebyscore(index, high, low, start=offset, num=query.limit, withscores=True)
+        else:
+            pipe.zrangebyscore(index, low, high, start=offset, num=query.limit, withscores=True)
+        pipe.zcount(index, low, high)
+        got, total = pipe.execute()
+        found = [(m.decode() if isinstance(m, bytes) else m, float(sc)) for m, sc in got]
+    rows = rows_of(client, [m for m, _ in found])
+    if anchor is None and found:
+        anchor = int(found[0][1])
+    more = offset + len(found) < int(total) and anchor is not None
+    return Page(rows, int(total), f"{anchor}.{offset + len(found)}" if more else None)
 
 
 def _search_reply(reply: Any) -> tuple[int, list[tuple[str, dict[str, str]]]]:

@@ -49,6 +49,8 @@ READ_KEYS = (
     "rq:*",
     "activity",
     "activity:run:*",
+    # the search index over run records (`mother runs` by status, time, "not success")
+    "idx:runs",
     "ratelimit:user:*",
     # the libraries' names (a spec naming one that does not exist is refused before it is sent)
     "libraries",
@@ -56,11 +58,14 @@ READ_KEYS = (
     "mother:probe",
 )
 READ_COMMANDS = (
+    "ft.search",
     "json.get",
     "json.mget",
     "json.type",
     "zrange",
     "zrevrange",
+    "zrangebyscore",
+    "zrevrangebyscore",
     "zscore",
     "zrank",
     "zinter",
