@@ -17,7 +17,7 @@ from mother.cli._common import console, handle_errors, redis_client, settings
 from mother.client import MotherClient
 from mother.connection import connect
 from mother.errors import NotFound
-from mother.observe.timeline import duration_text, usd
+from mother.observe.timeline import clock_text, duration_text, usd
 
 __all__ = ["RunView", "inspect_key", "inspect_run", "print_summary", "read_key", "resolve_inspect"]
 
@@ -69,11 +69,9 @@ def print_summary(view: dict[str, Any]) -> None:
     if term:
         head.append(f" · {term['reason']}", style="bold")
     console.print(head)
-    when = f"created {_clock(run.get('created_at'))} UTC"
+    when = f"created {clock_text(run.get('created_at'))} UTC"
     if run.get("terminated_at"):
-        when += (
-            f" · ended {_clock(run['terminated_at'])} UTC · took {duration_text(tl['duration_ms'])}"
-        )
+        when += f" · ended {clock_text(run['terminated_at'])} UTC · took {duration_text(tl['duration_ms'])}"
     console.print(Text(when))
     console.print(
         Text(
@@ -117,7 +115,7 @@ def print_summary(view: dict[str, Any]) -> None:
             str(a["phase"]),
             str(a["attempt"]),
             a["status"],
-            _clock(a["started_at"])[11:],
+            clock_text(a["started_at"])[11:],
             duration_text(a["queue_ms"]),
             duration_text(a["run_ms"]),
             duration_text(a["model_ms"]),
@@ -152,10 +150,6 @@ def print_summary(view: dict[str, Any]) -> None:
             style="dim",
         )
     )
-
-
-def _clock(at: Any) -> str:
-    return at[:19].replace("T", " ") if isinstance(at, str) else ""
 
 
 def read_key(client: redis.Redis, url: str, key: str) -> Any:

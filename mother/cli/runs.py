@@ -19,7 +19,7 @@ from mother.cli.gates import print_waiting
 from mother.client import MotherClient, check_timeout, gate_command, load_spec_file, load_spec_text
 from mother.functions import server_now_ms
 from mother.observe.listing import MAX_PAGE
-from mother.observe.timeline import duration_text
+from mother.observe.timeline import clock_text, duration_text
 from schemas import ResultEnvelope, RunState, ms_from_iso
 
 __all__ = [
@@ -389,11 +389,6 @@ def _watch(client: Any, query: Any, interval: float, times: int) -> None:
         return
 
 
-def _clock(at: Any) -> str:
-    """An ISO time as 'YYYY-MM-DD HH:MM:SS' (UTC, as stored)."""
-    return at[:19].replace("T", " ") if isinstance(at, str) else ""
-
-
 def runs_table(rows: list[dict[str, Any]], title: str = "runs") -> Table:
     """Run, user, status, reason, phase (at termination, or current), created and ended (UTC), duration,
     cost, details, suggested action."""
@@ -418,8 +413,8 @@ def runs_table(rows: list[dict[str, Any]], title: str = "runs") -> Table:
                     row.get("status"),
                     row.get("reason"),
                     row.get("phase_at_termination") or row.get("phase"),
-                    _clock(row.get("created_at")),
-                    _clock(row.get("terminated_at")),
+                    clock_text(row.get("created_at")),
+                    clock_text(row.get("terminated_at")),
                     duration_text(row.get("duration_ms")),
                     cost,
                     str(row.get("details") or "")[:200],

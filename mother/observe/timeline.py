@@ -14,7 +14,7 @@ from typing import Any
 
 from schemas import ms_from_iso
 
-__all__ = ["MICRO", "duration_text", "timeline", "usd"]
+__all__ = ["MICRO", "clock_text", "duration_text", "timeline", "usd"]
 
 MICRO = Decimal(1_000_000)
 
@@ -38,6 +38,11 @@ def duration_text(ms: Any) -> str:
     if ms < 3_600_000:
         return f"{ms // 60_000}m{ms % 60_000 // 1000:02d}s"
     return f"{ms // 3_600_000}h{ms % 3_600_000 // 60_000:02d}m"
+
+
+def clock_text(at: Any) -> str:
+    """A stored ISO time as people read it: ``YYYY-MM-DD HH:MM:SS`` (UTC, as stored); '' for none."""
+    return at[:19].replace("T", " ") if isinstance(at, str) else ""
 
 
 def _ms(at: Any) -> int | None:

@@ -40,7 +40,7 @@ from mother.connection import redact_url
 from mother.errors import ConfigError, InvalidSpec, NotFound
 from mother.logs import get_logger
 from mother.observe.listing import RUN_STATUSES, RunQuery
-from mother.observe.timeline import duration_text, usd
+from mother.observe.timeline import clock_text, duration_text, usd
 from mother.web import data
 from mother.web.metrics import AWAY, RedisCollector
 from schemas import TERMINATION_REASONS, iso_from_ms
@@ -121,7 +121,7 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
         loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"])
     )
     env.filters["iso"] = lambda ms: iso_from_ms(int(float(ms)))[:16].replace("T", " ")
-    env.filters["clock"] = lambda at: at[:19].replace("T", " ") if isinstance(at, str) else ""
+    env.filters["clock"] = clock_text
     env.filters["took"] = duration_text
     env.filters["usd"] = usd
     env.filters["json"] = lambda value: orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
