@@ -9,7 +9,7 @@ commands, read attempt tokens) and warns when the ACL lets it. The threat model 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
@@ -20,6 +20,7 @@ __all__ = [
     "DESTROYS",
     "MUST_NOT",
     "NEEDS",
+    "WORKER_GAPS",
     "AclReport",
     "check",
     "principal_must_not",
@@ -28,6 +29,9 @@ __all__ = [
     "whoami",
 ]
 
+# a probe that starts with it is queued in a MULTI and discarded: the server answers whether the command
+# is permitted when it is queued, and nothing runs (for an append or an increment, which has no harmless form)
+QUEUED = "(queued)"
 # an id no run, artifact or token has: the probes touch keys that do not exist
 PROBE = "mother-doctor-probe"
 HUGE = "1000000000000"
@@ -68,7 +72,8 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
             "append a run's own activity",
             ("XTRIM", keys.run_activity_key(PROBE), "MAXLEN", "~", HUGE),
         ),
-        ("record security violations", ("LTRIM", keys.SECURITY_VIOLATIONS, "0", "-1")),
+        ("record security violations", (QUEUED, "LPUSH", keys.SECURITY_VIOLATIONS, "probe")),
+        ("count into the metrics", (QUEUED, "HINCRBY", keys.METRICS_COUNTERS, "probe", "0")),
         ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
         (
             "search libraries for search_library (FT.SEARCH idx:chunks)",
@@ -154,6 +159,59 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
 }
 
 
+# what a worker's credentials can still do to runs it does not hold, that the shipped ACL cannot forbid
+# without breaking what a worker needs (issue 53: per-attempt capabilities; docs/security.md, "Known
+# gaps"). `mother doctor` as a worker lists each its user can do; each probe changes nothing.
+WORKER_GAPS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "age another run's heartbeat (mother:heartbeats), so Mother takes its attempt for lost",
+        ("ZADD", keys.HEARTBEATS, "XX", "0", keys.heartbeat_member(PROBE, 0, 0)),
+    ),
+    (
+        "put another run's phase job in RQ's failed registry, so Mother fails its attempt",
+        ("ZADD", "rq:failed:agents", "XX", "0", PROBE),
+    ),
+    (
+        "trim Mother's events stream through XADD's MAXLEN (results not yet read are lost)",
+        ("XADD", keys.EVENTS_STREAM, "MAXLEN", HUGE, "0-0", "probe", "1"),
+    ),
+    (
+        "claim (GETDEL) another attempt's one-time token before its worker does",
+        ("GETDEL", keys.attempt_token_key(PROBE, 0, 0)),
+    ),
+    (
+        "rewrite another run's budget counters (budget:run:*)",
+        ("JSON.DEL", keys.run_budget_key(PROBE), "$.mother_doctor_probe"),
+    ),
+    (
+        "rewrite another user's daily counters",
+        ("JSON.DEL", keys.user_daily_budget_key(PROBE, "2000-01-01"), "$.mother_doctor_probe"),
+    ),
+    ("rewrite another run's ledger", ("JSON.DEL", keys.ledger_key(PROBE), "$.mother_doctor_probe")),
+    (
+        "rewrite or delete artifacts, protected ones too",
+        ("JSON.DEL", keys.artifact_meta_key(PROBE), "$.mother_doctor_probe"),
+    ),
+    (
+        "rewrite library access logs",
+        ("JSON.DEL", keys.access_log_key(PROBE), "$.mother_doctor_probe"),
+    ),
+    (
+        "drop or rewrite recorded security violations",
+        ("LTRIM", keys.SECURITY_VIOLATIONS, "0", "-1"),
+    ),
+    ("delete or set the metrics counters", ("HDEL", keys.METRICS_COUNTERS, "mother-doctor-probe")),
+    (
+        "trim or delete another run's own activity",
+        ("XTRIM", keys.run_activity_key(PROBE), "MAXLEN", "~", HUGE),
+    ),
+    (
+        "send RQ's commands to workers (kill a horse, stop a job, shut down)",
+        ("PUBLISH", "rq:pubsub:mother-doctor-probe", "{}"),
+    ),
+]
+
+
 @dataclass
 class AclReport:
     user: str
@@ -161,6 +219,8 @@ class AclReport:
     lacks: list[str]
     # what this role's user can do and must not
     excess: list[str]
+    # (a worker) what its user can still do to other runs that the shipped ACL cannot forbid yet
+    gaps: list[str] = field(default_factory=list)
 
 
 def whoami(client: redis.Redis) -> str:
@@ -224,11 +284,19 @@ def check(client: redis.Redis, role: str | None = None) -> AclReport:
         needs, must_not = NEEDS[role], MUST_NOT.get(role, [])
     lacks = [what for what, command in needs if _denied(client, command)]
     excess = [what for what, command in must_not if not _denied(client, command)]
-    return AclReport(user, role, lacks, excess)
+    gaps = (
+        [what for what, command in WORKER_GAPS if not _denied(client, command)]
+        if role == "worker"
+        else []
+    )
+    return AclReport(user, role, lacks, excess, gaps)
 
 
 def _denied(client: redis.Redis, command: tuple[str, ...]) -> bool:
-    """Whether the server refuses ``command`` for lack of permission (any other reply or error is not that)."""
+    """Whether the server refuses ``command`` for lack of permission (any other reply or error is not that).
+    A ``QUEUED`` probe is queued in a MULTI and discarded: it never runs."""
+    if command[0] == QUEUED:
+        return _denied_queued(client, command[1:])
     try:
         client.execute_command(*command)
     except redis.exceptions.NoPermissionError:
@@ -236,3 +304,25 @@ def _denied(client: redis.Redis, command: tuple[str, ...]) -> bool:
     except redis.ResponseError as exc:
         return "NOPERM" in str(exc) or "no permissions" in str(exc).lower()
     return False
+
+
+def _denied_queued(client: redis.Redis, command: tuple[str, ...]) -> bool:
+    """``command`` queued in a MULTI on one connection, then DISCARDed: the server checks its permission as
+    it queues it (NOPERM then) and runs nothing."""
+    connection = client.connection_pool.get_connection()
+    try:
+        connection.send_command("MULTI")
+        connection.read_response()
+        connection.send_command(*command)
+        try:
+            connection.read_response()
+            denied = False
+        except redis.exceptions.NoPermissionError:
+            denied = True
+        except redis.ResponseError as exc:
+            denied = "NOPERM" in str(exc) or "no permissions" in str(exc).lower()
+        connection.send_command("DISCARD")
+        connection.read_response()
+        return denied
+    finally:
+        client.connection_pool.release(connection)

@@ -23,6 +23,7 @@ from mother.activity import emit
 
 __all__ = [
     "MAX_VIOLATIONS",
+    "cap_violations",
     "digest",
     "mint_token",
     "queue_token",
@@ -56,15 +57,20 @@ def digest(token: str | None) -> str:
     return hashlib.sha256(token.encode()).hexdigest() if token else "-"
 
 
+def cap_violations(client: Any) -> None:
+    """Keep the newest ``MAX_VIOLATIONS`` (Mother's watchdog, every few ticks)."""
+    client.ltrim(keys.SECURITY_VIOLATIONS, 0, MAX_VIOLATIONS - 1)
+
+
 def record_violation(
     client: Any, kind: str, *, at: str, maxlen: int, run_id: str | None = None, **data: Any
 ) -> None:
-    """Append a violation to ``security:violations`` (capped) and the activity stream, in one round trip
-    (``client`` may be a pipeline: then the caller executes it)."""
+    """Append a violation to ``security:violations`` and the activity stream, in one round trip (``client``
+    may be a pipeline: then the caller executes it). Appending is all a worker may do there (LPUSH: it
+    cannot trim, delete or rewrite what is recorded); Mother caps the list (:func:`cap_violations`)."""
     entry = {"kind": kind, "at": at, "run_id": run_id, **data}
     pipe = client if hasattr(client, "command_stack") else client.pipeline(transaction=False)
     pipe.lpush(keys.SECURITY_VIOLATIONS, orjson.dumps(entry))
-    pipe.ltrim(keys.SECURITY_VIOLATIONS, 0, MAX_VIOLATIONS - 1)
     emit(pipe, "security_violation", at=at, run_id=run_id, maxlen=maxlen, kind=kind, **data)
     if pipe is not client:
         pipe.execute()

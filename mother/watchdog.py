@@ -52,6 +52,7 @@ from mother.records.results import queue_termination_read
 from mother.records.tools import refresh_success_rates
 from mother.review import on_attempt_lost
 from mother.runtime import Runtime
+from mother.security import cap_violations
 from mother.streams import group_backlog
 from schemas import ACTIVE_STATUSES, RunState, TerminationRecord
 
@@ -107,6 +108,7 @@ class Watchdog:
             limit=BATCH,
         )
         forget_rejections(self.rt.redis, [entry_id for entry_id, _ in due])
+        cap_violations(self.rt.redis)
 
     # -- deadlines ---------------------------------------------------------
     def check_deadlines(self) -> None:

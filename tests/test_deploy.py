@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from mother import calls, keys
-from mother.acl import MUST_NOT, NEEDS, check
+from mother.acl import MUST_NOT, NEEDS, WORKER_GAPS, check
 from mother.budget import override
 from mother.client import MotherClient
 from mother.config import load_settings
@@ -23,6 +23,11 @@ from tests.conftest import FAST_ENV, as_user, run_cli, start_acl_stack
 from tests.test_pipeline import example
 
 ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"
+# what the shipped worker user can still do to runs it does not hold (issue 53's open part): each closed
+# one leaves this list (and `mother doctor`'s); RQ's pub/sub commands, rewriting recorded violations and
+# deleting or setting the metrics are closed
+CLOSED = ("RQ's commands", "security violations", "metrics counters")
+GAPS_OPEN = [what for what, _ in WORKER_GAPS if not any(c in what for c in CLOSED)]
 
 
 _as = as_user
@@ -164,6 +169,89 @@ def test_a_workers_credentials_decide_nothing_about_runs(
     assert client.redis.execute_command("JSON.GET", limits, "$.limits.tool_calls") == "[180]"
 
 
+def test_rq_commands_cannot_stop_another_runs_attempt_or_the_workers(
+    acl_stack: tuple[str, MotherClient],
+) -> None:
+    """Before (issue 53): with the worker credentials, RQ's `kill-horse` published to the worker running a
+    victim's attempt killed it (the run retried or ended), and `shutdown` stopped every worker. Now the
+    worker user may publish on no channel, and the workers listen to no command: even credentials that
+    may publish (the tests' administrator) reach no one. The victim's first attempt ends the run."""
+    from rq.command import send_kill_horse_command, send_shutdown_command
+
+    url, client = acl_stack
+    run_id = client.submit(
+        example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 2}]})
+    )
+    admin = connect(_as(url, "admin"))
+    for _ in range(200):
+        if not admin.exists(keys.run_key(run_id)):
+            __import__("time").sleep(0.05)
+            continue
+        state = client.status(run_id)
+        if state.status == "running" and admin.zscore(
+            keys.HEARTBEATS, keys.heartbeat_member(run_id, state.phase_index, state.attempt)
+        ):
+            break
+        __import__("time").sleep(0.05)
+    worker = connect(_as(url, "worker"))
+    names = sorted(n.removeprefix("rq:worker:") for n in admin.smembers("rq:workers"))
+    assert names
+    job_id = keys.phase_job_id(run_id, state.phase_index, state.attempt)
+    for name in names:
+        for send in (send_kill_horse_command, send_shutdown_command):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                send(worker, name)
+        stop_job = orjson.dumps({"command": "stop-job", "job_id": job_id})
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            worker.publish(f"rq:pubsub:{name}", stop_job)
+        assert admin.execute_command("PUBSUB", "NUMSUB", f"rq:pubsub:{name}")[1] == 0
+        send_kill_horse_command(admin, name)
+        send_shutdown_command(admin, name)
+    done = client.wait(run_id, 30)
+    assert done.termination.reason == "success"
+    assert client.status(run_id).attempt == 1
+    # the workers still serve
+    again = client.submit(example("cancelled", scripts={"crawler": [{"text": "done"}]}))
+    assert client.wait(again, 30).termination.reason == "success"
+
+
+def test_a_worker_appends_violations_and_counts_metrics_and_rewrites_neither(
+    acl_stack: tuple[str, MotherClient],
+) -> None:
+    """Before (issue 53): the worker user could trim or delete `security:violations` and set, delete or
+    reset the metrics. Now it may only append a violation (LPUSH; Mother caps the list) and add to a
+    counter (HINCRBY, what the server functions count with)."""
+    url, _client = acl_stack
+    worker, admin = connect(_as(url, "worker")), connect(_as(url, "admin"))
+    admin.lpush(keys.SECURITY_VIOLATIONS, b'{"kind": "recorded before"}')
+    admin.hset(keys.METRICS_COUNTERS, "runs_submitted", 5)
+    before = admin.lrange(keys.SECURITY_VIOLATIONS, 0, -1), admin.hgetall(keys.METRICS_COUNTERS)
+    attacks = [
+        ("LTRIM", keys.SECURITY_VIOLATIONS, "1", "0"),
+        ("DEL", keys.SECURITY_VIOLATIONS),
+        ("LSET", keys.SECURITY_VIOLATIONS, "0", "{}"),
+        ("LPOP", keys.SECURITY_VIOLATIONS),
+        ("RENAME", keys.SECURITY_VIOLATIONS, "x"),
+        ("EXPIRE", keys.SECURITY_VIOLATIONS, "1"),
+        ("HSET", keys.METRICS_COUNTERS, "runs_submitted", "0"),
+        ("HDEL", keys.METRICS_COUNTERS, "runs_submitted"),
+        ("DEL", keys.METRICS_COUNTERS),
+        ("UNLINK", keys.METRICS_COUNTERS),
+        ("PEXPIRE", keys.METRICS_COUNTERS, "1"),
+    ]
+    for command in attacks:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            worker.execute_command(*command)
+    assert (
+        admin.lrange(keys.SECURITY_VIOLATIONS, 0, -1),
+        admin.hgetall(keys.METRICS_COUNTERS),
+    ) == before
+    # what it needs still works
+    assert worker.lpush(keys.SECURITY_VIOLATIONS, b'{"kind": "probe"}') == len(before[0]) + 1
+    assert worker.hincrby(keys.METRICS_COUNTERS, "runs_submitted", 0) == 5
+    admin.lpop(keys.SECURITY_VIOLATIONS)
+
+
 def test_doctor_names_the_acl_user_and_what_it_lacks(
     acl_stack: tuple[str, MotherClient], tmp_path: Path
 ) -> None:
@@ -174,7 +262,17 @@ def test_doctor_names_the_acl_user_and_what_it_lacks(
         result = run_cli("doctor", env={"MOTHER_REDIS_URL": _as(url, user)})
         assert result.returncode == 0, result.stdout + result.stderr
         assert f"ACL user           {user} (checked for what a {user} needs)" in result.stdout
-        assert "FAIL" not in result.stdout and " can " not in result.stdout.split("ACL user")[1]
+        shown = result.stdout.split("ACL user")[1]
+        assert "FAIL" not in result.stdout and " can " not in shown.replace(" can still ", "")
+        # issue 53: what a worker's credentials can still do to runs it does not hold, listed
+        still = {
+            line.split(" can still ", 1)[1].split(": a known gap")[0]
+            for line in shown.splitlines()
+            if " can still " in line
+        }
+        assert still == (set(GAPS_OPEN) if user == "worker" else set()), still
+    # every gap listed is one a worker's connection can really do; RQ's commands are closed (issue 53)
+    assert check(connect(_as(url, "worker")), role="worker").gaps == GAPS_OPEN
     connect(_as(url, "admin")).execute_command(
         "ACL",
         "SETUSER",

@@ -132,6 +132,17 @@ class PhaseWorker(Worker):
         # in a horse: the job it ran returned a failed phase attempt (RQ's "Job OK" says otherwise)
         self._failed_jobs: set[str] = set()
 
+    def subscribe(self) -> None:
+        """RQ listens on ``rq:pubsub:{worker}`` for commands (kill the horse, stop the job, shut down) from
+        anyone who may PUBLISH there: with one shared ``worker`` user, any worker's credentials could end
+        another run's attempt or stop every worker. Mother sends none, so none is listened to (and the
+        shipped ACL gives the service users no channel at all); a run is ended through Mother."""
+        log.info(
+            "rq_commands_not_listened",
+            worker=self.name,
+            why="Mother sends no RQ pub/sub commands; anyone with worker credentials could",
+        )
+
     def attempt_failed(self, job_id: str) -> bool:
         """Whether the job ``job_id`` this process ran returned a failed phase attempt."""
         return job_id in self._failed_jobs

@@ -166,6 +166,13 @@ def _acl(client: redis.Redis) -> str:
             "ACL",
             f"user {report.user} can {what}: a {report.role}'s credentials must not (deploy/users.acl)",
         )
+    for what in report.gaps:
+        _row(
+            None,
+            "ACL",
+            f"user {report.user} can still {what}: a known gap, not yet enforced "
+            "(docs/security.md, Known gaps)",
+        )
     return (
         f"ACL user {report.user} may not {report.lacks[0]}; see deploy/users.acl"
         if report.lacks
