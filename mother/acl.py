@@ -65,7 +65,6 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         # XADD with the one id no entry can have: refused for its id, unless refused for permission
         ("report results on mother:events", ("XADD", keys.EVENTS_STREAM, "0-0", "probe", "1")),
         ("submit spawn_run children", ("XADD", keys.SPAWNS_STREAM, "0-0", "probe", "1")),
-        ("heartbeat phases", ("FCALL", FUNCTIONS_PROBE, "1", keys.HEARTBEATS)),
         ("store artifacts", ("JSON.DEL", keys.artifact_key(PROBE))),
         ("append activity", ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE)),
         (
@@ -89,6 +88,15 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("load the server functions", ("FUNCTION", "LIST", "LIBRARYNAME", PROBE)),
         ("read Redis memory (INFO)", ("INFO", "memory")),
         ("read attempt tokens' keys", ("DEL", keys.attempt_token_key(PROBE, 0, 0))),
+        (
+            "make each attempt's ACL user (ACL SETUSER)",
+            (QUEUED, "ACL", "SETUSER", keys.attempt_user(PROBE, 0, 0)),
+        ),
+        (
+            "delete attempts' ACL users (ACL DELUSER)",
+            ("ACL", "DELUSER", keys.attempt_user(PROBE, 0, 0)),
+        ),
+        ("list the ACL users (ACL USERS)", ("ACL", "USERS")),
     ],
 }
 
@@ -164,12 +172,12 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
 # gaps"). `mother doctor` as a worker lists each its user can do; each probe changes nothing.
 WORKER_GAPS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "age another run's heartbeat (mother:heartbeats), so Mother takes its attempt for lost",
+        "age another run's heartbeat (Mother's index, mother:heartbeats), so Mother takes it for lost",
         ("ZADD", keys.HEARTBEATS, "XX", "0", keys.heartbeat_member(PROBE, 0, 0)),
     ),
     (
-        "put another run's phase job in RQ's failed registry, so Mother fails its attempt",
-        ("ZADD", "rq:failed:agents", "XX", "0", PROBE),
+        "write or delete another attempt's heartbeat key",
+        ("DEL", keys.attempt_heartbeat_key(PROBE, 0, 0)),
     ),
     (
         "trim Mother's events stream through XADD's MAXLEN (results not yet read are lost)",

@@ -22,7 +22,6 @@ __all__ = [
     "ended",
     "forget_rejection",
     "gate_refusal",
-    "heartbeat",
     "lease",
     "release_lease",
     "server_times",
@@ -223,12 +222,6 @@ def due(client: Any, zset: str, *, slack_ms: int = 0, limit: int) -> list[tuple[
     ``limit``), with their scores."""
     found = call(client, "mh_due", [zset], [slack_ms, limit])
     return [(found[i], float(found[i + 1])) for i in range(0, len(found), 2)]
-
-
-def heartbeat(client: Any, member: str, *, existing: bool = False) -> Any:
-    """``mh_heartbeat``: stamp a phase attempt alive at server time; ``existing``: only a member still there
-    (replies 0 when it is not)."""
-    return call(client, "mh_heartbeat", [keys.HEARTBEATS], [member, "XX"] if existing else [member])
 
 
 def lease(client: Any, *, instance: str, ttl_ms: int) -> int:

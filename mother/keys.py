@@ -26,6 +26,7 @@ __all__ = [
     "ADMISSION_WAITING",
     "ARTIFACT_ARCHIVE_DUE",
     "ARTIFACT_EXPIRY",
+    "ATTEMPT_USER_PREFIX",
     "BUDGET_LIBRARY",
     "CHUNK_INDEX",
     "CHUNK_PREFIX",
@@ -75,7 +76,9 @@ __all__ = [
     "archive_artifact_key",
     "artifact_key",
     "artifact_meta_key",
+    "attempt_heartbeat_key",
     "attempt_token_key",
+    "attempt_user",
     "check_id",
     "check_principal",
     "chunk_key",
@@ -87,6 +90,7 @@ __all__ = [
     "gc_report_key",
     "global_budget_key",
     "heartbeat_member",
+    "heartbeat_member_ids",
     "is_id",
     "leader_prefix",
     "ledger_children_key",
@@ -97,6 +101,7 @@ __all__ = [
     "library_run_violations_key",
     "library_user_usage_key",
     "member_of_job",
+    "parse_attempt_user",
     "parse_heartbeat_member",
     "phase_job_id",
     "principal_commands_key",
@@ -152,8 +157,11 @@ RUN_DEADLINES = "mother:deadlines:run"
 PHASE_DEADLINES = "mother:deadlines:phase"
 # zset: run_id scored by when its wall clock reaches the warning ratio
 RUN_WARNINGS = "mother:deadlines:run_warning"
-# zset: phase job id scored by its last heartbeat (server ms)
+# zset: Mother's index of the phase attempts to check ("run index attempt"), scored by when each was last
+# seen alive (server ms); Mother's alone: an attempt's beats go to its own key (attempt_heartbeat_key)
 HEARTBEATS = "mother:heartbeats"
+# the ACL users Mother makes per phase attempt (mother/attempt_users.py): "attempt:{run}:{index}:{attempt}"
+ATTEMPT_USER_PREFIX = "attempt:"
 # zset: run_id whose record is written and whose end is not yet applied (record's server ms)
 RUNS_ENDING = "mother:ending"
 # zset: run_id scored by creation time (ms)
@@ -304,6 +312,27 @@ def leader_prefix(pid: int) -> str:
     return f"{socket.gethostname()}:{pid}:"
 
 
+def attempt_user(run_id: str, phase_index: int, attempt: int) -> str:
+    """The ACL user of one phase attempt (its password: the attempt's result token)."""
+    return f"{ATTEMPT_USER_PREFIX}{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
+
+
+def parse_attempt_user(user: str) -> tuple[str, int, int] | None:
+    """(run_id, index, attempt) of an attempt user's name; None for any other name."""
+    run_id, sep, rest = user.removeprefix(ATTEMPT_USER_PREFIX).rpartition(":")
+    run_id, sep2, index = run_id.rpartition(":")
+    if not (user.startswith(ATTEMPT_USER_PREFIX) and sep and sep2 and is_id(run_id)):
+        return None
+    if not (index.isdigit() and rest.isdigit()):
+        return None
+    return run_id, int(index), int(rest)
+
+
+def attempt_heartbeat_key(run_id: str, phase_index: int, attempt: int) -> str:
+    """A phase attempt's heartbeat: a string with a time to live, written only by the attempt's own user."""
+    return f"heartbeat:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
+
+
 def heartbeat_member(run_id: str, phase_index: int, attempt: int) -> str:
     """A phase attempt's member in the HEARTBEATS zset (not a key; ids hold no spaces)."""
     return f"{check_id(run_id, 'run_id')} {int(phase_index)} {int(attempt)}"
@@ -315,6 +344,14 @@ def member_of_job(args: object) -> str | None:
     try:
         return heartbeat_member(*args)  # type: ignore[misc]
     except (InvalidSpec, TypeError, ValueError):
+        return None
+
+
+def heartbeat_member_ids(member: str) -> tuple[str, int, int] | None:
+    """:func:`parse_heartbeat_member` without the error: None for what is not a member."""
+    try:
+        return parse_heartbeat_member(member)
+    except InvalidSpec:
         return None
 
 

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import orjson
 
-from mother import calls, keys
+from mother import attempt_users, calls, keys
 from mother.activity import flat_fields, make_event
 from mother.artifacts import retain
 from mother.budget import Guard, open_run_budget, release_reservations
@@ -477,8 +477,11 @@ def _queue_dispatch(
     timeout = (
         int(phase_timeout_seconds(rt, spec, index)) + rt.settings.worker.job_timeout_margin_seconds
     )
-    # the attempt's result must carry it; only the worker that claims the attempt gets it
+    # the attempt's result must carry it; only the worker that claims the attempt gets it. It is also the
+    # password of the attempt's own ACL user, the one its beats go through (made now: no server function
+    # may run ACL SETUSER, and this pipeline may become one's follow-ups)
     token = mint_token()
+    attempt_users.mint(rt.redis, run_id, index, attempt, token)
     plan = comp.context.tool_plan
     queue = rt.tools_queue if plan else rt.agents_queue
     queue.enqueue_call(
@@ -493,8 +496,11 @@ def _queue_dispatch(
         meta={DISPATCHED_MS: rt.clock.now_ms()},
         pipeline=pipe,
     )
-    queue_token(
-        pipe, run_id, index, attempt, token, timeout + int(rt.settings.service.claim_idle_seconds)
+    claim_ttl = timeout + int(rt.settings.service.claim_idle_seconds)
+    queue_token(pipe, run_id, index, attempt, token, claim_ttl)
+    # alive while its job waits for a worker; the worker's beats take over
+    attempt_users.queue_alive(
+        pipe, run_id, index, attempt, ttl_ms=claim_ttl * 1000, now_ms=rt.clock.now_ms()
     )
     runs.set_token_digest(pipe, run_id, digest(token))
     store_context(pipe, rt.emit, comp, rt.settings.context.keep_seconds)

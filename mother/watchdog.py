@@ -28,7 +28,8 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
-from mother import calls, keys
+from mother import attempt_users, calls, keys
+from mother.attempt_users import DISPATCH_MARK
 from mother.budget import Guard
 from mother.connection import unless_redis_down
 from mother.gates.decide import expire
@@ -90,6 +91,7 @@ class Watchdog:
             self.reconcile()
             self.refresh_gauges()
             self.trim()
+            self.sweep_attempt_users()
             refresh_success_rates(self.rt.redis)
 
     # -- bounded Redis -------------------------------------------------------
@@ -248,11 +250,127 @@ class Watchdog:
 
     # -- lost workers ------------------------------------------------------
     def check_heartbeats(self) -> None:
+        """The attempts not seen alive for a heartbeat timeout (Mother's index, ``mother:heartbeats``):
+        one whose heartbeat key is still there is alive (seen now); one whose key is gone is lost. Only
+        the attempt's own ACL user writes its key, so no other worker's credentials make it lost."""
         slack = int(self.rt.settings.service.heartbeat_timeout_seconds * 1000)
-        for member, _ in calls.due(self.rt.redis, keys.HEARTBEATS, slack_ms=slack, limit=BATCH):
-            # first: a member that is not one goes too
-            self.rt.redis.zrem(keys.HEARTBEATS, member)
-            self._isolated("heartbeat", member, self._lost, member, slack)
+        due = calls.due(self.rt.redis, keys.HEARTBEATS, slack_ms=slack, limit=BATCH)
+        if not due:
+            return
+        members = [member for member, _ in due]
+        alive = self._alive(members)
+        if not all(alive) and self._restarted_within(slack):
+            # Redis restarted: the keys expired while it was down and it kept no attempt user. The
+            # attempts get their users again and a timeout to beat before any is taken for lost (a
+            # member that names no attempt is dropped all the same).
+            alive = [
+                live or keys.heartbeat_member_ids(m) is not None
+                for m, live in zip(members, alive, strict=True)
+            ]
+            self._remint_missing()
+        now = self.rt.clock.now_ms()
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for member, live in zip(members, alive, strict=True):
+            if live:
+                pipe.zadd(keys.HEARTBEATS, {member: now}, xx=True)
+            else:
+                pipe.zrem(keys.HEARTBEATS, member)
+        pipe.execute()
+        self._claimed_unbeaten([m for m, live in zip(members, alive, strict=True) if live], slack)
+        for member, live in zip(members, alive, strict=True):
+            if not live:
+                self._isolated("heartbeat", member, self._lost, member, slack)
+
+    def _claimed_unbeaten(self, members: list[str], slack_ms: int) -> None:
+        """An attempt whose token was claimed but whose key still has Mother's dispatch mark: its worker
+        beats at once after the claim, so none did (the token taken by someone else, or a worker that
+        died right after). The mark's long life, meant for the wait in the queue, is cut to a heartbeat
+        timeout: a beat by then keeps the attempt, else it is lost at a later check."""
+        named = [(m, ids) for m in members if (ids := keys.heartbeat_member_ids(m)) is not None]
+        if not named:
+            return
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for _member, ids in named:
+            pipe.get(keys.attempt_heartbeat_key(*ids))
+            pipe.exists(keys.attempt_token_key(*ids))
+        found = pipe.execute()
+        cut = self.rt.redis.pipeline(transaction=False)
+        for n, (_member, ids) in enumerate(named):
+            if found[2 * n] == DISPATCH_MARK and not found[2 * n + 1]:
+                cut.execute_command("PEXPIRE", keys.attempt_heartbeat_key(*ids), slack_ms, "LT")
+        if cut.command_stack:
+            cut.execute()
+
+    def _restarted_within(self, slack_ms: int) -> bool:
+        """Whether the server started less than two heartbeat timeouts ago (``INFO server``)."""
+        uptime = self.rt.redis.info("server").get("uptime_in_seconds")
+        return isinstance(uptime, int) and uptime * 1000 < 2 * slack_ms
+
+    def _alive(self, members: list[str]) -> list[bool]:
+        """Whether each attempt's heartbeat key is there (a member that names no attempt: not alive)."""
+        pipe = self.rt.redis.pipeline(transaction=False)
+        named = []
+        for member in members:
+            ids = keys.heartbeat_member_ids(member)
+            named.append(ids is not None)
+            if ids is not None:
+                pipe.exists(keys.attempt_heartbeat_key(*ids))
+        found = iter(pipe.execute() if any(named) else [])
+        return [bool(next(found)) if ok else False for ok in named]
+
+    def sweep_attempt_users(self) -> None:
+        """Delete the ACL users (and heartbeat keys) of attempts that are no longer their run's current
+        one: ended, retried, the run over. An attempt ahead of its run's position (dispatched, its move
+        not applied yet) is kept."""
+
+        def current(ids: list[tuple[str, int, int]]) -> list[bool]:
+            pipe = self.rt.redis.pipeline(transaction=False)
+            for run_id, _index, _attempt in ids:
+                runs.queue_position_read(pipe, run_id)
+            found = pipe.execute(raise_on_error=False)
+            out = []
+            for (_run, index, attempt), raw in zip(ids, found, strict=True):
+                position = runs.parse_position(raw) if not isinstance(raw, Exception) else None
+                if position is None or position[0] not in ACTIVE_STATUSES:
+                    out.append(False)
+                    continue
+                out.append((index, attempt) >= (position[1], position[2]))
+            return out
+
+        attempt_users.sweep(self.rt.redis, current)
+        self._remint_missing()
+
+    def _remint_missing(self) -> None:
+        """The current attempts in Mother's index whose ACL user is gone (a Redis restart keeps none) get
+        it again, from their run's token digest."""
+        members = [str(m) for m in self.rt.redis.zrange(keys.HEARTBEATS, 0, BATCH - 1)]
+        have = set(attempt_users.users(self.rt.redis))
+        missing = [
+            ids
+            for m in members
+            if (ids := keys.heartbeat_member_ids(m)) is not None
+            and keys.attempt_user(*ids) not in have
+        ]
+        if not missing:
+            return
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for run_id, _index, _attempt in missing:
+            runs.queue_position_read(pipe, run_id)
+            pipe.execute_command("JSON.GET", keys.run_key(run_id), "$.token_digest")
+        found = pipe.execute(raise_on_error=False)
+        for n, (run_id, index, attempt) in enumerate(missing):
+            raw, digest_raw = found[2 * n], found[2 * n + 1]
+            position = runs.parse_position(raw) if not isinstance(raw, Exception) else None
+            if position is None or position[0] not in ACTIVE_STATUSES:
+                continue
+            if (position[1], position[2]) != (index, attempt) or not isinstance(digest_raw, str):
+                continue
+            digest = orjson.loads(digest_raw)
+            if digest and isinstance(digest[0], str) and len(digest[0]) == 64:
+                attempt_users.remint(self.rt.redis, run_id, index, attempt, digest[0])
+                log.info(
+                    "attempt_user_made_again", run_id=run_id, phase_index=index, attempt=attempt
+                )
 
     def _lost(self, member: str, slack: int) -> None:
         run_id, index, attempt = keys.parse_heartbeat_member(member)
@@ -283,6 +401,11 @@ class Watchdog:
         ):
             return
         run_id, index, attempt = job.args
+        # any worker's credentials can put a job in the registry: it counts only when the attempt is not
+        # alive (its worker drops the heartbeat key when its horse dies, so that is at once)
+        if self._alive([keys.heartbeat_member(run_id, int(index), int(attempt))])[0]:
+            log.warning("failed_job_ignored", job_id=job_id, why="its attempt is still alive")
+            return
         result = job.latest_result()
         info = (result.exc_string if result is not None else "") or ""
         last = info.strip().splitlines()[-1] if info.strip() else "the job process died"

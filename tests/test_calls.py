@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from mother import calls, keys
-from mother.functions import execute, load_functions
+from mother.functions import call, execute, load_functions
 
 
 def test_a_call_and_a_pipelined_call_load_a_missing_library(r: redis.Redis) -> None:
@@ -19,18 +19,19 @@ def test_a_call_and_a_pipelined_call_load_a_missing_library(r: redis.Redis) -> N
     r.execute_command("FUNCTION", "FLUSH")
     pipe = r.pipeline(transaction=True)
     pipe.incr("counted")
-    calls.heartbeat(pipe, "run-1 0 1")
+    call(pipe, "mh_lease", [keys.LEADER_LEASE], ["me", 5000])
     pipe.incr("counted")
-    assert execute(pipe) == [1, 1, 2]
-    assert r.zscore(keys.HEARTBEATS, "run-1 0 1") is not None and r.get("counted") == "2"
+    assert execute(pipe)[::2] == [1, 2]
+    assert r.get(keys.LEADER_LEASE) == "me" and r.get("counted") == "2"
     r.execute_command("FUNCTION", "FLUSH")
+    r.delete(keys.LEADER_LEASE)
     pipe = r.pipeline(transaction=False)
-    calls.heartbeat(pipe, "run-2 0 1")
+    call(pipe, "mh_lease", [keys.LEADER_LEASE], ["me-2", 5000])
     pipe.lpush("a-list", "x")
     pipe.incr("a-list")  # a key of another type: an error of its own, raised as it was
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         execute(pipe)
-    assert r.zscore(keys.HEARTBEATS, "run-2 0 1") is not None
+    assert r.get(keys.LEADER_LEASE) == "me-2"
 
 
 def test_due_reads_members_and_scores_as_pairs(r: redis.Redis) -> None:

@@ -26,7 +26,7 @@ ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"
 # what the shipped worker user can still do to runs it does not hold (issue 53's open part): each closed
 # one leaves this list (and `mother doctor`'s); RQ's pub/sub commands, rewriting recorded violations and
 # deleting or setting the metrics are closed
-CLOSED = ("RQ's commands", "security violations", "metrics counters")
+CLOSED = ("RQ's commands", "security violations", "metrics counters", "heartbeat")
 GAPS_OPEN = [what for what, _ in WORKER_GAPS if not any(c in what for c in CLOSED)]
 
 
@@ -213,6 +213,60 @@ def test_rq_commands_cannot_stop_another_runs_attempt_or_the_workers(
     # the workers still serve
     again = client.submit(example("cancelled", scripts={"crawler": [{"text": "done"}]}))
     assert client.wait(again, 30).termination.reason == "success"
+
+
+def test_another_workers_credentials_cannot_make_an_attempt_lost(
+    acl_stack: tuple[str, MotherClient],
+) -> None:
+    """Before (issue 53): with the worker credentials, aging a victim's member in `mother:heartbeats` ended
+    its attempt in ~3 s, and its job id in RQ's failed registry failed it at the next tick. Now an attempt's
+    liveness is its own key, writable only by its own ACL user (whose password is its one-time token);
+    Mother's index is Mother's; and a failed-registry entry counts only when the attempt's key is gone.
+    Neither the shared worker user nor another attempt's user can touch it: the victim's first attempt
+    ends the run."""
+    from mother.attempt_users import attempt_client, mint
+
+    url, client = acl_stack
+    run_id = client.submit(
+        example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 4}]})
+    )
+    admin, worker = connect(_as(url, "admin")), connect(_as(url, "worker"))
+    key = keys.attempt_heartbeat_key(run_id, 0, 1)
+    for _ in range(200):
+        if admin.get(key) not in (None, "dispatched"):
+            break
+        __import__("time").sleep(0.05)
+    member = keys.heartbeat_member(run_id, 0, 1)
+    for command in (
+        ("ZADD", keys.HEARTBEATS, "0", member),
+        ("ZREM", keys.HEARTBEATS, member),
+        ("DEL", key),
+        ("SET", key, "x", "PX", "1"),
+        ("PEXPIRE", key, "1"),
+        ("ACL", "DELUSER", keys.attempt_user(run_id, 0, 1)),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            worker.execute_command(*command)
+    # an attempt's own user reaches its own key only
+    mint(admin, "run-other", 0, 1, "other-token")
+    other = attempt_client(url, keys.heartbeat_member("run-other", 0, 1), "other-token")
+    other.set(keys.attempt_heartbeat_key("run-other", 0, 1), "me", px=1000)
+    for command in (
+        ("DEL", key),
+        ("SET", key, "x", "PX", "1"),
+        ("ZADD", keys.HEARTBEATS, "0", member),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            other.execute_command(*command)
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        attempt_client(url, member, "a guessed token").ping()
+    # the failed registry: any worker may write it, and it is not enough
+    job_id = keys.phase_job_id(run_id, 0, 1)
+    worker.zadd("rq:failed:agents", {job_id: 0})
+    done = client.wait(run_id, 30)
+    assert done.termination.reason == "success"
+    state = client.status(run_id)
+    assert state.attempt == 1 and not [h for h in state.history if h.event == "phase_retried"]
 
 
 def test_a_worker_appends_violations_and_counts_metrics_and_rewrites_neither(

@@ -389,7 +389,8 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
     """The worker makes a phase job's first read before forking (PhaseWorker → prefetch) and, for the
     current attempt, sets the phase up (context, provider, hooks, meter, messages) without writing
     anything: the horse uses it only for that very attempt. A stale attempt gets no setup and does
-    nothing, and the heartbeat the read wrote is taken back. A setup that fails is left to the horse."""
+    nothing (no beat: the read writes none; an attempt's beats are its own user's). A setup that fails is
+    left to the horse."""
     import os
 
     from mother.hooks import load_hooks
@@ -406,7 +407,6 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
     # not all UTF-8
     last = pipeline.server.client(decode_responses=False).xrevrange(keys.EVENTS_STREAM, count=1)
     after = f"({last[0][0].decode()}" if last else "-"
-    member = keys.heartbeat_member(run_id, 0, 1)
     phase.runtime.cache_clear()
     os.environ["MOTHER_REDIS_URL"] = pipeline.url
     try:
@@ -452,14 +452,14 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
         phase.runtime.cache_clear()
         pipeline.client.cancel(run_id)
         assert pipeline.wait(run_id).termination.reason == "user_cancelled"
-        pipeline.redis.zrem(keys.HEARTBEATS, member)
-        # the run ended: stale, so no setup
+        beat_key = keys.attempt_heartbeat_key(run_id, 0, 1)
+        pipeline.redis.delete(beat_key)
+        # the run ended: stale, so no setup, and nothing beats for it
         got = phase.prefetch(run_id, 0, 1)
         assert got is not None and got.first[0].status == "terminated"
         assert got.setup is None
-        assert pipeline.redis.zscore(keys.HEARTBEATS, member) is not None
         assert phase.execute(run_id, 0, 1) == {"status": "stale"}
-        assert pipeline.redis.zscore(keys.HEARTBEATS, member) is None
+        assert not pipeline.redis.exists(beat_key)
         # an unknown run: nothing to inherit but the verdict
         got = phase.prefetch("run-nope", 0, 1)
         assert got is not None and got.first[0] is None and got.setup is None
@@ -470,7 +470,7 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
         phase.runtime.cache_clear()
     # no result
     assert pipeline.redis.xrange(keys.EVENTS_STREAM, after, "+") == []
-    assert pipeline.redis.zscore(keys.HEARTBEATS, keys.heartbeat_member("run-nope", 0, 1)) is None
+    assert not pipeline.redis.exists(keys.attempt_heartbeat_key("run-nope", 0, 1))
 
 
 def test_phase_the_worker_cannot_set_up_fails_in_the_horse_with_the_reason(tmp_path: Path) -> None:

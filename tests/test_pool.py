@@ -100,17 +100,20 @@ def test_a_killed_worker_is_replaced_and_its_attempt_retried_once(pooled: Pipeli
     assert len(set(before) - set(after)) == 1
 
 
+def _beaten(p: Pipeline, run_id: str, index: int = 0, attempt: int = 1) -> str | None:
+    """Who last beat for the attempt (its heartbeat key), None before a worker did (Mother's own mark at
+    dispatch is not a beat)."""
+    who = p.redis.get(keys.attempt_heartbeat_key(run_id, index, attempt))
+    return who if who not in (None, "dispatched") else None
+
+
 def test_a_killed_horse_is_found_and_its_attempt_retried_once(pooled: Pipeline) -> None:
     """kill -9 of the work-horse from outside (an OOM kill): its worker ends the job, the pool stops
     beating for it, Mother retries the attempt once."""
     spec = _spec(None, 30.0)
     run_id = pooled.client.submit(spec)
     horse = _until(
-        lambda: (
-            next(iter(_levels(pooled)[2]), None)
-            if pooled.redis.zscore(keys.HEARTBEATS, keys.heartbeat_member(run_id, 0, 1))
-            else None
-        ),
+        lambda: next(iter(_levels(pooled)[2]), None) if _beaten(pooled, run_id) else None,
         what="the phase's horse",
     )
     os.kill(horse, signal.SIGKILL)
@@ -126,8 +129,7 @@ def test_a_phase_whose_worker_and_horse_stall_past_the_timeout_is_not_lost(
     timeouts (SIGSTOP: what a set-up starved of CPU looks like from outside) keep their attempt; when
     they run again the phase ends on its first attempt."""
     run_id = pooled.client.submit(_spec(None, 2.0))
-    member = keys.heartbeat_member(run_id, 0, 1)
-    _until(lambda: pooled.redis.zscore(keys.HEARTBEATS, member), what="the phase's first beat")
+    _until(lambda: _beaten(pooled, run_id), what="the phase's first beat")
 
     def with_horse() -> tuple[int, list[int], list[int]] | None:
         levels = _levels(pooled)

@@ -78,33 +78,45 @@ def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itse
 ) -> None:
     """While a work-horse runs a phase, its worker's parent keeps the attempt's heartbeat (the horse starts
     no heartbeat thread: it has one thread). kill -9 of the worker alone: the horse gets the parent-death
-    signal, beats for itself past the heartbeat timeout, and its result ends the run: no retry."""
+    signal, beats for itself past the heartbeat timeout, and its result ends the run: no retry. The beats
+    go to the attempt's own key (its ACL user's), which says who made the last one."""
     run_id = fresh.client.submit(_slow(8, attempts=[1]))
-    member = keys.heartbeat_member(run_id, 0, 1)
-    wait_until(lambda: fresh.redis.zscore(keys.HEARTBEATS, member), timeout=20)
+    key = keys.attempt_heartbeat_key(run_id, 0, 1)
+    wait_until(lambda: fresh.redis.get(key) not in (None, "dispatched"), timeout=20)
     worker, (horse,) = wait_until(lambda: _running_worker(fresh), timeout=10)
-    first = fresh.redis.zscore(keys.HEARTBEATS, member)
-    # the worker's parent beats every 0.5 s here
-    time.sleep(2.5)
-    # stamped for the worker...
-    assert fresh.redis.zscore(keys.HEARTBEATS, member) > first
-    # ...not by a thread in the horse
+    pool = _parent(worker)
+    # the worker's parent (the pool) beats every 0.5 s here, past the timeout (3 s)
+    time.sleep(3.5)
+    assert fresh.redis.get(key).endswith(f":{pool}")
+    # ...not a thread in the horse
     assert _threads(horse) == 1
     os.kill(worker, signal.SIGKILL)
     # the orphaned horse started its own heartbeat
     wait_until(lambda: _threads(horse) == 2, timeout=5)
-    orphaned = fresh.redis.zscore(keys.HEARTBEATS, member)
-    # longer than the heartbeat timeout (3 s here)
+    wait_until(lambda: not str(fresh.redis.get(key)).endswith(f":{pool}"), timeout=5)
+    # longer than the heartbeat timeout (3 s here): the horse's beats keep it
     time.sleep(4)
-    assert fresh.redis.zscore(keys.HEARTBEATS, member) > orphaned
+    assert fresh.redis.get(key) is not None
     envelope = fresh.wait(run_id, timeout=30)
     assert envelope.termination.reason == "success"
     # the orphaned horse's reply, not a retry's
     assert envelope.output == "finished"
     state = fresh.client.status(run_id)
     assert state.attempt == 1 and not [h for h in state.history if h.event == "phase_retried"]
-    # its last write took the member away
-    assert fresh.redis.zscore(keys.HEARTBEATS, member) is None
+    # the attempt is over: Mother deletes its user, its key and its place in the index
+    user = keys.attempt_user(run_id, 0, 1)
+    wait_until(
+        lambda: (
+            not fresh.redis.exists(key)
+            and user not in fresh.redis.execute_command("ACL", "USERS")
+            and fresh.redis.zscore(keys.HEARTBEATS, keys.heartbeat_member(run_id, 0, 1)) is None
+        ),
+        timeout=10,
+    )
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def _running_worker(fresh: Pipeline) -> tuple[int, list[int]] | None:
@@ -473,8 +485,9 @@ def test_redis_restart_mid_run_is_outlived(tmp_path: Path) -> None:
                 },
             )
         )
-        # the first phase is running
-        wait_until(lambda: p.redis.zrange(keys.HEARTBEATS, 0, -1), timeout=20)
+        # the first phase is running: a worker beats for it
+        beat = keys.attempt_heartbeat_key(run_id, 0, 1)
+        wait_until(lambda: p.redis.get(beat) not in (None, "dispatched"), timeout=20)
         notices: list[str] = []
         waited: dict[str, ResultEnvelope] = {}
         waiter = threading.Thread(

@@ -1,12 +1,15 @@
-"""Heartbeats of phase attempts: Mother's watchdog fails an attempt whose stamp in ``mother:heartbeats``
-grows older than ``service.heartbeat_timeout_seconds``.
+"""Heartbeats of phase attempts: Mother's watchdog fails an attempt whose heartbeat key
+(``heartbeat:{run}:{index}:{attempt}``, a string with a time to live of ``service.heartbeat_timeout_seconds``)
+is gone. Only the attempt's own ACL user may write that key: its password is the attempt's one-time result
+token, which only the worker that claimed it holds (:mod:`mother.attempt_users`). So no other worker's
+credentials can age an attempt into "lost".
 
 A work-horse's own heartbeat thread costs each phase measurable time (starting it, and waking it at the
 end, hands the GIL between threads while the horse waits on Redis: docs/benchmarks.md). So the worker that
-forked the horse beats for the attempt it runs (from RQ's monitor loop), and the horse starts a thread of
-its own only when that worker dies first: Linux sends it ``ORPHAN_SIGNAL`` then (PR_SET_PDEATHSIG). Where
-that signal cannot be armed, or no worker beats for the attempt (a phase run in-process, or by a plain
-``rq worker``), the phase beats for itself.
+forked the horse beats for the attempt it runs (from RQ's monitor loop, or its pool's parent does), and the
+horse starts a thread of its own only when that worker dies first: Linux sends it ``ORPHAN_SIGNAL`` then
+(PR_SET_PDEATHSIG). Where that signal cannot be armed, or no worker beats for the attempt (a phase run
+in-process, or by a plain ``rq worker``), the phase beats for itself.
 """
 
 from __future__ import annotations
@@ -18,30 +21,60 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from mother import calls
+import redis
+
+from mother import keys
+from mother.attempt_users import attempt_client
 from mother.logs import get_logger
 from mother.server import parent_death_signal
 
-__all__ = ["ORPHAN_SIGNAL", "AttemptBeat", "Heartbeat", "beat"]
+__all__ = ["ORPHAN_SIGNAL", "AttemptBeat", "AttemptLine", "Heartbeat"]
 
 log = get_logger("heartbeat")
 ORPHAN_SIGNAL = signal.SIGUSR2
 
 
-def beat(client: Any, member: str, *, existing: bool = False) -> Any:
-    """Stamp ``member`` alive in ``mother:heartbeats`` at server time (queued when ``client`` is a
-    pipeline). ``existing``: only if it is still there (returns 0 when it is not)."""
-    return calls.heartbeat(client, member, existing=existing)
+class AttemptLine:
+    """One attempt's own connection (authenticated as its ACL user), made at first use: its beats, and the
+    marks its holder leaves on its heartbeat key."""
+
+    def __init__(self, url: str, member: str, token: str, ttl_ms: int, who: str = "") -> None:
+        self.url, self.member, self.token, self.ttl_ms = url, member, token, ttl_ms
+        self.who = who or f"{os.uname().nodename}:{os.getpid()}"
+        self.key = keys.attempt_heartbeat_key(*keys.parse_heartbeat_member(member))
+        self._client: redis.Redis | None = None
+
+    def client(self) -> redis.Redis:
+        if self._client is None:
+            self._client = attempt_client(self.url, self.member, self.token)
+        return self._client
+
+    def beat(self) -> None:
+        """The attempt is alive for another ``ttl_ms``. Raises what Redis raises (a refused password: the
+        attempt is over, its user deleted)."""
+        self.client().set(self.key, self.who, px=self.ttl_ms)
+
+    def mark(self, text: str, ttl_ms: int) -> None:
+        """Leave ``text`` on the heartbeat key for ``ttl_ms`` (``reported``: its result is on its way)."""
+        self.client().set(self.key, text, px=ttl_ms)
+
+    def drop(self) -> None:
+        """The attempt died here (its horse did): the key goes, so Mother acts on it at once."""
+        self.client().delete(self.key)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
 
 class Heartbeat:
-    """Stamps an attempt alive every interval, at server time, from a daemon thread. Started with
+    """Beats for an attempt every interval from a daemon thread, on the attempt's own line. Started with
     ``_thread`` rather than ``threading.Thread.start``, which waits until the new thread has been
-    scheduled. Its beats only stamp a member that is still there: one that comes after the phase's last
-    write took the member away does not bring it back."""
+    scheduled."""
 
-    def __init__(self, client: Any, member: str, interval_seconds: float) -> None:
-        self.client, self.member, self.interval = client, member, interval_seconds
+    def __init__(self, line: AttemptLine, interval_seconds: float) -> None:
+        self.line, self.member, self.interval = line, line.member, interval_seconds
         # made by start(): most phases never need one
         self.stopped: threading.Event | None = None
 
@@ -57,10 +90,13 @@ class Heartbeat:
 
     def _run(self, stopped: threading.Event) -> None:
         while not stopped.wait(self.interval):
+            if stopped.is_set():
+                return
             try:
-                beat(self.client, self.member, existing=True)
-            # a missed beat is retried next interval; Mother tolerates a few
+                self.line.beat()
+            # a missed beat is retried next interval, on a new connection; Mother tolerates a few
             except Exception as exc:  # noqa: BLE001
+                self.line.close()
                 log.warning("heartbeat_failed", error=str(exc))
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from rq import get_current_job
 
 from mother import keys
@@ -54,7 +55,7 @@ from schemas.conflict import Finding, Verdict
 from schemas.gate import CLOUD_ESCALATION, ApprovalRequest
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness
-from workers.heartbeat import AttemptBeat, Heartbeat, beat
+from workers.heartbeat import AttemptBeat, AttemptLine, Heartbeat
 from workers.metering import Meter
 from workers.providers import Provider, make_provider
 from workers.sandbox import state as sandbox_state
@@ -78,6 +79,8 @@ __all__ = [
 log = get_logger("phase")
 # what the worker sets on a phase job before forking its horse: a Prefetched, and an AttemptBeat
 HANDED = "mother_prefetched"
+# how long a reported attempt's heartbeat key says so (Mother deletes it once it has read the result)
+REPORTED_MS = 24 * 3_600_000
 BEATS = "mother_beats"
 
 
@@ -130,15 +133,16 @@ class Prefetched:
 def _read_first(
     rt: Runtime, run_id: str, phase_index: int, attempt: int
 ) -> tuple[Any, Any, Any, str | None]:
-    """The attempt's first heartbeat with the run, its counters and context, and the claim of its result token
-    (GETDEL: the token goes to one worker only), as read: one round trip."""
+    """The run, its counters and context, and the claim of its result token (GETDEL: the token goes to one
+    worker only; it is also the password of the attempt's own ACL user, which its beats go through), as
+    read: one round trip. The attempt is alive meanwhile: Mother gave its heartbeat key a time to live
+    that covers the wait for a worker."""
     pipe = rt.redis.pipeline(transaction=False)
-    beat(pipe, keys.heartbeat_member(run_id, phase_index, attempt))
     runs.queue_read(pipe, run_id)
     queue_counters_read(pipe, run_id)
     queue_context_load(pipe, run_id, phase_index)
     queue_token_claim(pipe, run_id, phase_index, attempt)
-    _beat, raw_run, raw_counters, raw_context, token = pipe.execute()
+    raw_run, raw_counters, raw_context, token = pipe.execute()
     return raw_run, raw_counters, raw_context, token
 
 
@@ -210,15 +214,14 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
         raw = got.raw if got is not None else _read_first(rt, run_id, phase_index, attempt)
         state, raw_counters, raw_context, token = _parsed(run_id, raw)
     if state is None or not is_current(state, phase_index, attempt):
-        # beaten before the run was read: take it back
-        rt.redis.zrem(keys.HEARTBEATS, member)
         return {"status": "stale"}
     # claimed before us: this job runs twice, or someone took it to report in its place
     if token is None:
         _report_missing_token(rt, run_id, phase_index, attempt)
         # its heartbeat lapses unless another worker really runs the attempt
         return {"status": "no_token"}
-    beats.begin(Heartbeat(rt.redis, member, rt.settings.worker.heartbeat_interval_seconds))
+    line = attempt_line(rt, member, token)
+    beats.begin(Heartbeat(line, rt.settings.worker.heartbeat_interval_seconds))
     started = time.monotonic()
     started_ms = rt.clock.now_ms()
     started_at = rt.clock.iso(started_ms)
@@ -245,13 +248,31 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
         return {"status": "stale"}
     finally:
         beats.end()
-    _report(rt, result, token, member, meters)
+    _report(rt, result, token, line, meters)
     return {"status": result.status, "artifacts": result.artifacts}
 
 
-def _report(rt: Runtime, result: PhaseResult, token: str, member: str, meters: list[Meter]) -> None:
-    """The phase's last write, one transaction: the final model call's settle, the output artifact, the
-    result (with the attempt's token) and the heartbeat's removal."""
+def attempt_line(rt: Runtime, member: str, token: str) -> AttemptLine:
+    """The attempt's own line (its ACL user), whose beats Mother reads as its liveness."""
+    ttl = int(rt.settings.service.heartbeat_timeout_seconds * 1000)
+    return AttemptLine(rt.settings.redis_url, member, token, ttl, who=_worker_name() or "")
+
+
+def _report(
+    rt: Runtime, result: PhaseResult, token: str, line: AttemptLine, meters: list[Meter]
+) -> None:
+    """The phase's last write, one transaction: the final model call's settle, the output artifact and the
+    result (with the attempt's token). Just before it, the attempt's heartbeat key says ``reported`` for
+    a long while: a result on its way is not a lost attempt (Mother deletes the key with the attempt's
+    user once the attempt is no longer current)."""
+    try:
+        line.mark("reported", REPORTED_MS)
+    # the result still goes; at worst the attempt is taken for lost before it is read, and that result
+    # is then stale (the retry's stands)
+    except redis.RedisError as exc:
+        log.warning("heartbeat_mark_failed", member=line.member, error=str(exc))
+    finally:
+        line.close()
     pipe = rt.redis.pipeline(transaction=True)
     settling = meters[0].settle_pending(pipe) if meters else False
     if result.status == "completed":
@@ -276,7 +297,6 @@ def _report(rt: Runtime, result: PhaseResult, token: str, member: str, meters: l
         keys.EVENTS_STREAM,
         {"type": EVENT_PHASE_RESULT, "payload": result.to_json(), "token": token},
     )
-    pipe.zrem(keys.HEARTBEATS, member)
     replies = pipe.execute()
     if settling:
         try:

@@ -7,9 +7,9 @@ again, so no collection writes to their headers and the pages stay shared with e
 N RQ workers (:class:`workers.worker.PhaseWorker`). Each worker freezes again before it forks a
 work-horse (:meth:`PhaseWorker.fork_work_horse`). A child that dies is replaced.
 
-The parent also beats for every attempt its workers run (``mother:heartbeats``, one pipelined call per
-interval for all of them): a worker tells it, through a pipe, when it takes a phase job and when the
-job is over. So an attempt stays alive while its worker sets it up or its horse is starved of CPU, and
+The parent also beats for every attempt its workers run (each on the attempt's own line: its ACL
+user, whose password is the attempt's token, :mod:`mother.attempt_users`): a worker tells it, through a
+pipe, when it takes a phase job (with the token it claimed) and when the job is over. So an attempt stays alive while its worker sets it up or its horse is starved of CPU, and
 what ends the beating is a real death: the worker's (the parent reaps it and stops beating for it; its
 orphaned horse beats for itself, :mod:`workers.heartbeat`) or the horse's (its worker ends the job).
 
@@ -45,7 +45,7 @@ from mother import keys
 from mother.config import Settings
 from mother.logs import get_logger
 from mother.server import parent_death_signal
-from workers.heartbeat import beat
+from workers.heartbeat import AttemptLine
 
 __all__ = [
     "MemoryPlan",
@@ -183,8 +183,9 @@ class PoolLink:
     def alive(self) -> bool:
         return not self.broken and os.getppid() == self.pool_pid
 
-    def begin(self, member: str) -> bool:
-        return self._say(b"b", member)
+    def begin(self, member: str, token: str) -> bool:
+        """The worker runs ``member``'s attempt, whose token (its ACL user's password) the pool beats with."""
+        return self._say(b"b", f"{member}\t{token}")
 
     def end(self, member: str) -> bool:
         return self._say(b"e", member)
@@ -243,6 +244,8 @@ class Pool:
     _buffer: bytes = field(default=b"", init=False)
     _started_at: float = field(default_factory=time.time, init=False)
     _host: str = field(default_factory=socket.gethostname, init=False)
+    # each running attempt's own line (its ACL user), by heartbeat member
+    _lines: dict[str, AttemptLine] = field(default_factory=dict, init=False)
 
     def run(self) -> int:
         """Warm up, fork the workers and keep them: until SIGTERM/SIGINT, which is passed on to every
@@ -334,6 +337,8 @@ class Pool:
                 how=how,
                 attempts=sorted(child.members),
             )
+            for member in child.members:
+                self._close_line(member)
             if self.burst:
                 self._done.add(child.index)
             elif not self.stopping:
@@ -391,27 +396,59 @@ class Pool:
             child = self.children.get(int(parts[0]))
             if child is None:
                 continue
-            member = parts[2].decode()
-            if parts[1] == b"b":
+            member, _, token = parts[2].decode().partition("\t")
+            if parts[1] == b"b" and token:
                 child.members.add(member)
+                self._lines[member] = AttemptLine(
+                    self.settings.redis_url, member, token, self._ttl_ms(), who=self._who()
+                )
+                # at once: until then the key's time to live is the one that covered the queue
+                self._beat_one(member)
             else:
                 child.members.discard(member)
+                self._close_line(member)
 
     def busy(self) -> int:
         return sum(1 for c in self.children.values() if c.members)
 
     def _beat(self) -> None:
-        members = [m for c in self.children.values() for m in c.members]
-        if not members:
-            return
+        """Each running attempt beats on its own line (its ACL user): one round trip each. A line whose
+        user is gone (the attempt ended; Mother deleted it) is dropped; other failures are retried next
+        interval (Mother tolerates missed beats up to the timeout)."""
+        failed = [
+            why
+            for member in [m for c in self.children.values() for m in c.members]
+            if (why := self._beat_one(member))
+        ]
+        if failed:
+            log.warning("pool_heartbeat_failed", attempts=len(failed), first=failed[0][:300])
+
+    def _beat_one(self, member: str) -> str:
+        """One attempt's beat; what went wrong ('' when nothing did, or when its user is gone)."""
+        line = self._lines.get(member)
+        if line is None:
+            return ""
         try:
-            with self.client.pipeline(transaction=False) as pipe:
-                for member in members:
-                    beat(pipe, member, existing=True)
-                pipe.execute()
-        # missed beats are tolerated by the timeout; the next interval tries again
+            line.beat()
+        except redis.AuthenticationError:
+            # its user is gone: the attempt is over (its worker will say so), or Redis restarted and
+            # Mother makes the user again; the next beat connects again
+            line.close()
         except redis.RedisError as exc:
-            log.warning("pool_heartbeat_failed", error=str(exc), attempts=len(members))
+            line.close()
+            return f"{member}: {exc}"
+        return ""
+
+    def _close_line(self, member: str) -> None:
+        line = self._lines.pop(member, None)
+        if line is not None:
+            line.close()
+
+    def _ttl_ms(self) -> int:
+        return int(self.settings.service.heartbeat_timeout_seconds * 1000)
+
+    def _who(self) -> str:
+        return f"{self._host}:{os.getpid()}"
 
     # -- the host's line -----------------------------------------------------------------------------
     def host_line(self) -> dict[str, Any]:

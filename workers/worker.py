@@ -36,7 +36,7 @@ from mother.lifecycle import JOB_FUNCTION
 from mother.logs import get_logger
 from mother.security import record_violation
 from workers import phase
-from workers.heartbeat import AttemptBeat, beat
+from workers.heartbeat import AttemptBeat, AttemptLine
 from workers.pool import PoolLink
 from workers.sandbox.state import SandboxState
 
@@ -129,6 +129,9 @@ class PhaseWorker(Worker):
         self.allowed_jobs = PROJECT_JOBS | frozenset(settings.worker.allowed_jobs)
         # the attempt whose horse runs now, which this worker beats for (None: no phase job runs)
         self._beating: str | None = None
+        # that attempt's own line (its ACL user), and whether its horse died
+        self._line: AttemptLine | None = None
+        self._horse_failed = False
         # in a horse: the job it ran returned a failed phase attempt (RQ's "Job OK" says otherwise)
         self._failed_jobs: set[str] = set()
 
@@ -166,12 +169,18 @@ class PhaseWorker(Worker):
             # a malformed job fails in the horse, with RQ's own error
             if len(args) == 3:
                 member = self._beating = keys.member_of_job(args)
-                # the pool beats for the attempt from now on, through the setup
-                if self.pool is not None and member is not None:
-                    self.pool.begin(member)
                 # what the horse finds on its job: the first read and the setup, and who beats for it
-                setattr(job, phase.HANDED, phase.prefetch(*args))
+                got = phase.prefetch(*args)
+                setattr(job, phase.HANDED, got)
                 setattr(job, phase.BEATS, AttemptBeat(self._beating))
+                token = got.raw[3] if got is not None else None
+                if member is not None and isinstance(token, str):
+                    # the attempt's own line: its beats, and its key dropped if the horse dies
+                    self._line = phase.attempt_line(rt, member, token)
+                    # the pool beats for the attempt from now on (at once), through the setup; with
+                    # no pool to tell, the first beat is ours, now
+                    if self.pool is None or not self.pool.begin(member, token):
+                        self._beat_for_horse()
             pools.append(rt.redis.connection_pool)
         # the horses inherit a clock measured within RESYNC_AFTER_MS
         rt.clock.refresh()
@@ -191,6 +200,7 @@ class PhaseWorker(Worker):
         finally:
             if self._beating is not None and self.pool is not None:
                 self.pool.end(self._beating)
+            self._end_line()
             self._beating = None
             for pool in handoffs:
                 pool.close_handoff()
@@ -242,16 +252,35 @@ class PhaseWorker(Worker):
         self._beat_for_horse()
 
     def _beat_for_horse(self, *, outage: bool = False) -> None:
-        """Stamp the attempt the horse runs alive (only while its member is there: the horse's last
-        write takes it away). A failed beat is logged (at debug level during an outage the worker
-        is already reporting); Mother tolerates a few missed ones."""
+        """Stamp the attempt the horse runs alive, on the attempt's own line. A failed beat is logged (at
+        debug level during an outage the worker is already reporting); Mother tolerates a few missed ones."""
         # the pool beats for it (while it lives and hears us)
-        if self._beating is None or (self.pool is not None and self.pool.alive()):
+        if self._line is None or (self.pool is not None and self.pool.alive()):
             return
         try:
-            beat(self.connection, self._beating, existing=True)
+            self._line.beat()
         except redis.RedisError as exc:
             (log.debug if outage else log.warning)("heartbeat_failed", error=str(exc))
+
+    def handle_job_failure(self, job: Job, queue: Queue, *args: Any, **kwargs: Any) -> None:
+        # in the worker: its horse died (killed, timed out): the attempt's key goes now, so Mother acts
+        # on the failed job at once (a failed-registry entry alone, which any worker can write, it ignores)
+        if os.getpid() == self._parent_pid:
+            self._horse_failed = True
+        super().handle_job_failure(job, queue, *args, **kwargs)
+
+    def _end_line(self) -> None:
+        line, self._line = self._line, None
+        failed, self._horse_failed = self._horse_failed, False
+        if line is None:
+            return
+        try:
+            if failed:
+                line.drop()
+        except redis.RedisError as exc:
+            log.warning("heartbeat_drop_failed", member=line.member, error=str(exc))
+        finally:
+            line.close()
 
     # -- outliving a Redis outage ---------------------------------------------------------------
     # RQ retries its blocking dequeue while Redis is away, but quits on a connection error anywhere

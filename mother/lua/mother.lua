@@ -283,16 +283,6 @@ local function mh_due(keys, args)
   return redis.call('ZRANGE', keys[1], '-inf', cutoff, 'BYSCORE', 'LIMIT', 0, tonumber(args[2]), 'WITHSCORES')
 end
 
--- mh_heartbeat: stamp a phase job as alive at server time.
--- KEYS: 1 heartbeats zset.  ARGV: 1 member (run phase attempt), 2 'XX': only a member still there
--- (a beat that comes after the phase's last write, or the watchdog, took it away does not bring it back).
--- Returns 1 when stamped, 0 when XX found no member.
-local function mh_heartbeat(keys, args)
-  if args[2] == 'XX' and not redis.call('ZSCORE', keys[1], args[1]) then return 0 end
-  redis.call('ZADD', keys[1], now_ms(), args[1])
-  return 1
-end
-
 -- stream ids as {ms, seq}, and their order
 local function stream_id(text)
   local ms, seq = string.match(text or '', '^(%d+)-(%d+)$')
@@ -423,7 +413,6 @@ redis.register_function('mh_ended', mh_ended)
 redis.register_function('mh_due', mh_due)
 redis.register_function('mh_trim_stream', mh_trim_stream)
 redis.register_function('mh_forget_rejection', mh_forget_rejection)
-redis.register_function('mh_heartbeat', mh_heartbeat)
 redis.register_function('mh_lease', mh_lease)
 redis.register_function('mh_release_lease', mh_release_lease)
 redis.register_function('mh_tool_stat', counted(mh_tool_stat, 2))

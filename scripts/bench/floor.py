@@ -3,10 +3,10 @@
 A no-op run's phases make the same server calls as Mother's, through the same server functions
 and the production wrappers that send them, with as little Python around them as can make them:
 
-  the phase job  its first read (heartbeat, run, counters, context: one round trip), the model
+  the phase job  its first read (its beat, run, counters, context: one round trip), the model
                  call's reservation (``mh_guard`` through :class:`mother.budget.Guard`), then one
                  transaction: the settle, the output artifact and its meta, the result on a stream,
-                 the heartbeat's removal
+                 the attempt's "reported" mark
   the dispatcher (:func:`relay`, one process, as Mother) reads the results with a consumer group and
                  per result makes one transaction: ``mh_transition`` with the next attempt's RQ job,
                  its context and two activity entries as follow-ups (or, after the last phase,
@@ -40,7 +40,6 @@ from mother.records.budgets import COUNTER_PATHS
 from schemas import RunSpec, iso_from_ms
 from scripts.bench import FLOOR_ENDING, FLOOR_STREAM
 from scripts.bench.noop import serve
-from workers.heartbeat import beat
 from workers.phase import runtime
 
 __all__ = ["PHASES", "floor_job_id", "floor_run_id", "open_run", "phase", "relay", "relay_command"]
@@ -96,9 +95,9 @@ def phase(index: int, step: int, steps: int) -> int:
     job = get_current_job()
     assert job is not None
     conn, run_id = job.connection, floor_run_id(index)
-    member = keys.heartbeat_member(run_id, step, 1)
     pipe = conn.pipeline(transaction=False)
-    beat(pipe, member)
+    # the attempt's beat (its own key; in production on its own ACL user's line)
+    pipe.set(keys.attempt_heartbeat_key(run_id, step, 1), "floor", px=10_000)
     pipe.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS)
     pipe.execute_command("JSON.GET", keys.run_budget_key(run_id), *COUNTER_PATHS)
     pipe.execute_command("JSON.GET", keys.context_key(run_id, step))
@@ -152,7 +151,8 @@ def phase(index: int, step: int, steps: int) -> int:
         ),
     )
     pipe.xadd(FLOOR_STREAM, {"result": result, "steps": steps, "index": index})
-    pipe.zrem(keys.HEARTBEATS, member)
+    # the attempt's key says it reported (production: on its own line, just before)
+    pipe.set(keys.attempt_heartbeat_key(run_id, step, 1), "reported", px=86_400_000)
     settled = pipe.execute()[0]
     # raises if the guard refused
     guard.queued_reply(settled)
