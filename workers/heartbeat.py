@@ -28,10 +28,13 @@ from mother.attempt_users import attempt_client
 from mother.logs import get_logger
 from mother.server import parent_death_signal
 
-__all__ = ["ORPHAN_SIGNAL", "AttemptBeat", "AttemptLine", "Heartbeat"]
+__all__ = ["ORPHAN_SIGNAL", "REPORTED", "REPORTED_MS", "AttemptBeat", "AttemptLine", "Heartbeat"]
 
 log = get_logger("heartbeat")
 ORPHAN_SIGNAL = signal.SIGUSR2
+# how long a reported attempt's heartbeat key says so (Mother deletes it once it has read the result)
+REPORTED_MS = 24 * 3_600_000
+REPORTED = "reported"
 
 
 class AttemptLine:
@@ -132,3 +135,8 @@ class AttemptBeat:
         heartbeat, self.running = self.running, None
         if heartbeat is not None:
             heartbeat.stop()
+
+    def own(self) -> bool:
+        """Whether the phase beats for itself (no worker does, or its worker died): then it marks its
+        key ``reported`` itself; else the worker's pool does, when the worker says the job is over."""
+        return self.orphaned or self.member is None

@@ -55,7 +55,7 @@ from schemas.conflict import Finding, Verdict
 from schemas.gate import CLOUD_ESCALATION, ApprovalRequest
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness
-from workers.heartbeat import AttemptBeat, AttemptLine, Heartbeat
+from workers.heartbeat import REPORTED, REPORTED_MS, AttemptBeat, AttemptLine, Heartbeat
 from workers.metering import Meter
 from workers.providers import Provider, make_provider
 from workers.sandbox import state as sandbox_state
@@ -79,8 +79,6 @@ __all__ = [
 log = get_logger("phase")
 # what the worker sets on a phase job before forking its horse: a Prefetched, and an AttemptBeat
 HANDED = "mother_prefetched"
-# how long a reported attempt's heartbeat key says so (Mother deletes it once it has read the result)
-REPORTED_MS = 24 * 3_600_000
 BEATS = "mother_beats"
 
 
@@ -248,7 +246,7 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
         return {"status": "stale"}
     finally:
         beats.end()
-    _report(rt, result, token, line, meters)
+    _report(rt, result, token, line if beats.own() else None, meters)
     return {"status": result.status, "artifacts": result.artifacts}
 
 
@@ -259,20 +257,22 @@ def attempt_line(rt: Runtime, member: str, token: str) -> AttemptLine:
 
 
 def _report(
-    rt: Runtime, result: PhaseResult, token: str, line: AttemptLine, meters: list[Meter]
+    rt: Runtime, result: PhaseResult, token: str, line: AttemptLine | None, meters: list[Meter]
 ) -> None:
     """The phase's last write, one transaction: the final model call's settle, the output artifact and the
-    result (with the attempt's token). Just before it, the attempt's heartbeat key says ``reported`` for
-    a long while: a result on its way is not a lost attempt (Mother deletes the key with the attempt's
-    user once the attempt is no longer current)."""
-    try:
-        line.mark("reported", REPORTED_MS)
-    # the result still goes; at worst the attempt is taken for lost before it is read, and that result
-    # is then stale (the retry's stands)
-    except redis.RedisError as exc:
-        log.warning("heartbeat_mark_failed", member=line.member, error=str(exc))
-    finally:
-        line.close()
+    result (with the attempt's token). A phase that beats for itself (``line``) first marks its heartbeat
+    key ``reported`` for a long while: a result on its way is not a lost attempt (Mother deletes the key
+    with the attempt's user once the attempt is no longer current); otherwise its worker's pool, which
+    beats for it until the job is over, makes that mark then."""
+    if line is not None:
+        try:
+            line.mark(REPORTED, REPORTED_MS)
+        # the result still goes; at worst the attempt is taken for lost before it is read, and that
+        # result is then stale (the retry's stands)
+        except redis.RedisError as exc:
+            log.warning("heartbeat_mark_failed", member=line.member, error=str(exc))
+        finally:
+            line.close()
     pipe = rt.redis.pipeline(transaction=True)
     settling = meters[0].settle_pending(pipe) if meters else False
     if result.status == "completed":

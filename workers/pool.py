@@ -45,7 +45,7 @@ from mother import keys
 from mother.config import Settings
 from mother.logs import get_logger
 from mother.server import parent_death_signal
-from workers.heartbeat import AttemptLine
+from workers.heartbeat import REPORTED, REPORTED_MS, AttemptLine
 
 __all__ = [
     "MemoryPlan",
@@ -187,8 +187,10 @@ class PoolLink:
         """The worker runs ``member``'s attempt, whose token (its ACL user's password) the pool beats with."""
         return self._say(b"b", f"{member}\t{token}")
 
-    def end(self, member: str) -> bool:
-        return self._say(b"e", member)
+    def end(self, member: str, *, died: bool = False) -> bool:
+        """The job is over: its result was reported (the pool marks the key so), or its horse died (the
+        pool deletes the key: Mother acts at once)."""
+        return self._say(b"e", f"{member}\t{'died' if died else 'ok'}")
 
     def _say(self, kind: bytes, member: str) -> bool:
         if not self.alive():
@@ -397,6 +399,8 @@ class Pool:
             if child is None:
                 continue
             member, _, token = parts[2].decode().partition("\t")
+            if parts[1] == b"e":
+                self._ended(member, died=token == "died")
             if parts[1] == b"b" and token:
                 child.members.add(member)
                 self._lines[member] = AttemptLine(
@@ -438,6 +442,20 @@ class Pool:
             line.close()
             return f"{member}: {exc}"
         return ""
+
+    def _ended(self, member: str, *, died: bool) -> None:
+        """A worker's job is over: the attempt's key says ``reported`` for long (its result is on its
+        way to Mother), or goes (its horse died)."""
+        line = self._lines.get(member)
+        if line is None:
+            return
+        try:
+            if died:
+                line.drop()
+            else:
+                line.mark(REPORTED, REPORTED_MS)
+        except redis.RedisError as exc:
+            log.warning("pool_heartbeat_end_failed", member=member, error=str(exc))
 
     def _close_line(self, member: str) -> None:
         line = self._lines.pop(member, None)

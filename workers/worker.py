@@ -198,9 +198,15 @@ class PhaseWorker(Worker):
                 raise
             self._lost_redis_during(job, exc)
         finally:
-            if self._beating is not None and self.pool is not None:
+            told = (
+                self._beating is not None
+                and self.pool is not None
+                and self._line is not None
+                and self.pool.end(self._beating, died=self._horse_failed)
+            )
+            if self._beating is not None and self.pool is not None and self._line is None:
                 self.pool.end(self._beating)
-            self._end_line()
+            self._end_line(told)
             self._beating = None
             for pool in handoffs:
                 pool.close_handoff()
@@ -269,13 +275,15 @@ class PhaseWorker(Worker):
             self._horse_failed = True
         super().handle_job_failure(job, queue, *args, **kwargs)
 
-    def _end_line(self) -> None:
+    def _end_line(self, told: bool) -> None:
+        """The job is over. The pool, when it was told, marks or drops the attempt's key; else, for a horse
+        that died, this worker drops it (a horse that reported marked it itself)."""
         line, self._line = self._line, None
         failed, self._horse_failed = self._horse_failed, False
         if line is None:
             return
         try:
-            if failed:
+            if failed and not told:
                 line.drop()
         except redis.RedisError as exc:
             log.warning("heartbeat_drop_failed", member=line.member, error=str(exc))
