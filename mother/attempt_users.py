@@ -31,6 +31,7 @@ from mother.logs import get_logger
 __all__ = [
     "DISPATCH_MARK",
     "attempt_client",
+    "check_permitted",
     "mint",
     "queue_alive",
     "remint",
@@ -42,6 +43,25 @@ __all__ = [
 log = get_logger(__name__)
 # what Mother writes on an attempt's heartbeat key at dispatch (its life covers the wait for a worker)
 DISPATCH_MARK = "dispatched"
+
+
+def check_permitted(client: Any) -> None:
+    """A Mother whose ACL user may not make, list and delete attempt users stops at start, in one line
+    (else every dispatch would fail)."""
+    from mother.acl import NEEDS, _denied
+    from mother.errors import ConfigError
+
+    lacks = [
+        what
+        for what, command in NEEDS["mother"]
+        if "attempt" in what or "ACL USERS" in what
+        if _denied(client, command)
+    ]
+    if lacks:
+        raise ConfigError(
+            f"this Redis user may not {lacks[0]}: Mother makes an ACL user per phase attempt; grant "
+            "+acl|setuser +acl|deluser +acl|users to Mother's user (deploy/users.acl)"
+        )
 
 
 def rules(run_id: str, index: int, attempt: int, token_digest: str) -> list[str]:

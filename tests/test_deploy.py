@@ -269,6 +269,21 @@ def test_another_workers_credentials_cannot_make_an_attempt_lost(
     assert state.attempt == 1 and not [h for h in state.history if h.event == "phase_retried"]
 
 
+def test_a_mother_whose_user_may_not_make_attempt_users_stops_in_one_line(
+    acl_stack: tuple[str, MotherClient],
+) -> None:
+    """An ACL file from before issue 53 (Mother's user without ACL SETUSER/DELUSER/USERS): `mother run`
+    stops at start naming what to grant, where every dispatch would have failed."""
+    url, _client = acl_stack
+    connect(_as(url, "admin")).execute_command(
+        "ACL", "SETUSER", "oldmother", "on", ">CHANGE-ME-oldmother", "~*", "&*", "+@all", "-@dangerous",
+        "+info", "+client|list", "+module|list",
+    )  # fmt: skip
+    got = run_cli("run", env={"MOTHER_REDIS_URL": _as(url, "oldmother")}, timeout=60)
+    assert got.returncode == 2, got.stdout + got.stderr
+    assert got.stderr.count("\n") == 1 and "+acl|setuser +acl|deluser +acl|users" in got.stderr
+
+
 def test_a_worker_appends_violations_and_counts_metrics_and_rewrites_neither(
     acl_stack: tuple[str, MotherClient],
 ) -> None:

@@ -24,12 +24,13 @@ __all__ = ["run", "up", "worker"]
 @handle_errors
 def run() -> None:
     """Run the Mother service (leader when it holds the lease, standby otherwise)."""
-    from mother import secrets
+    from mother import attempt_users, secrets
     from mother.service import Mother
     from workers.providers import make_provider
 
     cfg = settings()
     mother = Mother(cfg, make_provider=make_provider)
+    attempt_users.check_permitted(mother.rt.redis)
     secrets.take(cfg)
     mother.install_signal_handlers()
     mother.run_forever()
