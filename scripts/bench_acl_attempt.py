@@ -15,14 +15,17 @@ from __future__ import annotations
 import argparse
 import secrets
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import redis
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mother import keys
 from mother.server import EmbeddedRedis
+from scripts.bench import redis_cpu
 
 
 def rules(run_id: str, password: str) -> list[str]:
@@ -54,11 +57,6 @@ def rules(run_id: str, password: str) -> list[str]:
     ]
 
 
-def cpu_seconds(client: redis.Redis) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-
-
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
@@ -84,7 +82,7 @@ def main() -> None:
                         "ACL", "SETUSER", f"standing-{i}", *rules(f"run-s{i}", "x" * 32)
                     )
                 pings, pairs, auths = [], [], []
-                cpu0 = cpu_seconds(admin)
+                cpu0 = redis_cpu(admin)
                 for i in range(args.attempts):
                     t = time.perf_counter()
                     admin.ping()
@@ -103,7 +101,7 @@ def main() -> None:
                     done = time.perf_counter()
                     pairs.append(((made - t) + (done - t2)) * 1000)
                     auths.append((authed - made) * 1000)
-                cpu = (cpu_seconds(admin) - cpu0) * 1000 / args.attempts
+                cpu = (redis_cpu(admin) - cpu0) * 1000 / args.attempts
                 print(
                     f"  {live:>10} {statistics.median(pings):>6.3f} / {pct(pings, 0.99):<5.3f}"
                     f" {statistics.median(pairs):>8.3f} / {pct(pairs, 0.99):<7.3f}"

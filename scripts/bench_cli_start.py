@@ -24,6 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scripts.bench import baseline_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
@@ -99,23 +102,8 @@ def main() -> None:
     parser.add_argument("--importtime", default="", help="a module, e.g. mother.cli.runs")
     parser.add_argument("--before", default=None, help="the git revision of the baseline")
     args = parser.parse_args()
-    worktree = None
-    if args.before:
-        worktree = Path(tempfile.mkdtemp(prefix="bench-cli-before-")) / "tree"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.before],
-            check=True,
-            capture_output=True,
-        )
-    try:
+    with baseline_tree(args.before, "cli") as worktree:
         run(args, worktree)
-    finally:
-        if worktree is not None:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
-                check=False,
-                capture_output=True,
-            )
 
 
 def run(args: argparse.Namespace, worktree: Path | None) -> None:

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,22 +47,11 @@ from mother.config import load_settings
 from mother.connection import connect
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
-from scripts.bench import UNLIMITED
+from scripts.bench import UNLIMITED, baseline_tree, proc_cpu, redis_cpu
 from tests.chat_server import ChatServer
 from workers.pool import pss_mb, tree
 
 ROOT = Path(__file__).resolve().parents[1]
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def redis_cpu(client: Any) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
 @dataclass
@@ -124,7 +112,7 @@ def one_round(
     way: str, kind: str, stack: LocalStack, admin: Any, client: MotherClient, runs: int, args: Any
 ) -> Round:
     mother = stack.procs["mother-0"].pid
-    mother0, redis0 = cpu(mother), redis_cpu(admin)
+    mother0, redis0 = proc_cpu(mother), redis_cpu(admin)
     sampler = Sampler(stack, admin)
     sampler.start()
     started = time.monotonic()
@@ -164,7 +152,7 @@ def one_round(
         sampler.best[1],
         sampler.best[0],
         sampler.processes,
-        (cpu(mother) - mother0) * 1000 / runs,
+        (proc_cpu(mother) - mother0) * 1000 / runs,
         (redis_cpu(admin) - redis0) * 1000 / runs,
     )
 
@@ -228,31 +216,16 @@ def main() -> int:
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
     if "before" in ways and not args.before:
         parser.error("--ways before needs --before REV")
-    worktree = None
-    if "before" in ways:
-        worktree = Path(tempfile.mkdtemp(prefix="bench-concurrency-before-")) / "tree"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.before],
-            check=True,
-            capture_output=True,
-        )
     reply = {
         "text": "ok",
         "delay": args.delay,
         "usage": {"prompt_tokens": 10, "completion_tokens": 1},
     }
     results: list[Round] = []
-    try:
+    with baseline_tree(args.before if "before" in ways else None, "concurrency") as worktree:
         for way in ways:
             with ChatServer([reply] * (4 * args.runs)) as chat:
                 results += measure(way, worktree if way == "before" else None, args, chat)
-    finally:
-        if worktree is not None:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
-                check=False,
-                capture_output=True,
-            )
     print(
         f"{args.runs} one-phase runs on a model answering after {args.delay:g} s, {args.slots} worker "
         f"slots; {os.cpu_count()} cores"

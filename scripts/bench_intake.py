@@ -20,9 +20,7 @@ Medians of ``--rounds`` are printed, per submission, with the ratio to ``before`
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,20 +35,9 @@ from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from scripts.bench import UNLIMITED
+from scripts.bench import UNLIMITED, baseline_tree, proc_cpu, redis_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def redis_cpu(client: Any) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
 def spec(i: int) -> bytes:
@@ -92,14 +79,14 @@ def measure(n: int, *, tree: Path | None, principal: bool) -> tuple[float, float
                 while not _grouped(admin, stream):
                     time.sleep(0.05)
             pid = stack.procs["mother-0"].pid
-            mother0, redis0 = cpu(pid), redis_cpu(admin)
+            mother0, redis0 = proc_cpu(pid), redis_cpu(admin)
             pipe = client.pipeline(transaction=False)
             for i in range(n):
                 pipe.xadd(stream, {"spec": spec(i)})
             pipe.execute()
             while admin.zcard(keys.RUNS_INDEX) + admin.zcard(keys.REJECTIONS_INDEX) < n:
                 time.sleep(0.02)
-            return (cpu(pid) - mother0) * 1000 / n, (redis_cpu(admin) - redis0) * 1000 / n
+            return (proc_cpu(pid) - mother0) * 1000 / n, (redis_cpu(admin) - redis0) * 1000 / n
         finally:
             stack.stop()
             server.stop()
@@ -124,27 +111,14 @@ def main() -> int:
         ("after, mother:submissions", None, False),
         ("after, a principal's stream", None, True),
     ]
-    worktree = None
-    if args.before:
-        worktree = Path(tempfile.mkdtemp(prefix="bench-intake-before-")) / "tree"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.before],
-            check=True,
-            capture_output=True,
-        )
-        ways.insert(0, ("before", worktree, False))
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in ways}
-    try:
+    results: dict[str, list[tuple[float, float]]] = {}
+    with baseline_tree(args.before, "intake") as worktree:
+        if worktree is not None:
+            ways.insert(0, ("before", worktree, False))
+        results = {name: [] for name, _, _ in ways}
         for _ in range(args.rounds):
             for name, tree, principal in ways:
                 results[name].append(measure(args.submissions, tree=tree, principal=principal))
-    finally:
-        if worktree is not None:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
-                check=False,
-                capture_output=True,
-            )
     print(
         f"{args.submissions} submissions per measurement, median of {args.rounds}; CPU ms per "
         "submission taken in"

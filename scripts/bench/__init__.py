@@ -7,9 +7,25 @@ with the project's root on ``PYTHONPATH``.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-__all__ = ["BENCH_JOBS", "FLOOR_ENDING", "FLOOR_STREAM", "HOPS_STREAM", "ROOT", "worker_env"]
+__all__ = [
+    "BENCH_JOBS",
+    "FLOOR_ENDING",
+    "FLOOR_STREAM",
+    "HOPS_STREAM",
+    "ROOT",
+    "baseline_tree",
+    "proc_cpu",
+    "redis_cpu",
+    "worker_env",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 # the bare-hop jobs report here to their relay
@@ -38,3 +54,41 @@ UNLIMITED = {
 def worker_env() -> dict[str, str]:
     """What a stack's processes need to run the benchmark's jobs: the project's root importable, the jobs allowed."""
     return {"PYTHONPATH": str(ROOT), "MOTHER_WORKER__ALLOWED_JOBS": json.dumps(list(BENCH_JOBS))}
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def redis_cpu(client: Any) -> float:
+    """CPU seconds the Redis server has used (``INFO cpu``)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+@contextmanager
+def baseline_tree(revision: str | None, name: str) -> Iterator[Path | None]:
+    """The tree at ``revision`` as a git worktree (None without a revision), removed afterwards: a
+    benchmark's baseline, run from the same interpreter and packages in the same run."""
+    if not revision:
+        yield None
+        return
+    tree = Path(tempfile.mkdtemp(prefix=f"bench-{name}-before-")) / "tree"
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), revision],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield tree
+    finally:
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+            check=False,
+            capture_output=True,
+        )
