@@ -23,6 +23,7 @@ __all__ = [
     "WORKER_GAPS",
     "AclReport",
     "check",
+    "denied",
     "principal_must_not",
     "principal_needs",
     "role_of",
@@ -290,28 +291,33 @@ def check(client: redis.Redis, role: str | None = None) -> AclReport:
         needs, must_not = principal_needs(user, list(me.grants)), principal_must_not(user)
     else:
         needs, must_not = NEEDS[role], MUST_NOT.get(role, [])
-    lacks = [what for what, command in needs if _denied(client, command)]
-    excess = [what for what, command in must_not if not _denied(client, command)]
+    lacks = [what for what, command in needs if denied(client, command)]
+    excess = [what for what, command in must_not if not denied(client, command)]
     gaps = (
-        [what for what, command in WORKER_GAPS if not _denied(client, command)]
+        [what for what, command in WORKER_GAPS if not denied(client, command)]
         if role == "worker"
         else []
     )
     return AclReport(user, role, lacks, excess, gaps)
 
 
-def _denied(client: redis.Redis, command: tuple[str, ...]) -> bool:
+def denied(client: redis.Redis, command: tuple[str, ...]) -> bool:
     """Whether the server refuses ``command`` for lack of permission (any other reply or error is not that).
     A ``QUEUED`` probe is queued in a MULTI and discarded: it never runs."""
     if command[0] == QUEUED:
         return _denied_queued(client, command[1:])
     try:
         client.execute_command(*command)
-    except redis.exceptions.NoPermissionError:
-        return True
     except redis.ResponseError as exc:
-        return "NOPERM" in str(exc) or "no permissions" in str(exc).lower()
+        return _refused(exc)
     return False
+
+
+def _refused(exc: redis.ResponseError) -> bool:
+    """Whether an error reply says the user lacks the permission (NOPERM), not that the command failed."""
+    return isinstance(exc, redis.exceptions.NoPermissionError) or (
+        "NOPERM" in str(exc) or "no permissions" in str(exc).lower()
+    )
 
 
 def _denied_queued(client: redis.Redis, command: tuple[str, ...]) -> bool:
@@ -324,13 +330,11 @@ def _denied_queued(client: redis.Redis, command: tuple[str, ...]) -> bool:
         connection.send_command(*command)
         try:
             connection.read_response()
-            denied = False
-        except redis.exceptions.NoPermissionError:
-            denied = True
+            refused = False
         except redis.ResponseError as exc:
-            denied = "NOPERM" in str(exc) or "no permissions" in str(exc).lower()
+            refused = _refused(exc)
         connection.send_command("DISCARD")
         connection.read_response()
-        return denied
+        return refused
     finally:
         client.connection_pool.release(connection)

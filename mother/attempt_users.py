@@ -48,14 +48,14 @@ DISPATCH_MARK = "dispatched"
 def check_permitted(client: Any) -> None:
     """A Mother whose ACL user may not make, list and delete attempt users stops at start, in one line
     (else every dispatch would fail)."""
-    from mother.acl import NEEDS, _denied
+    from mother.acl import NEEDS, denied
     from mother.errors import ConfigError
 
     lacks = [
         what
         for what, command in NEEDS["mother"]
         if "attempt" in what or "ACL USERS" in what
-        if _denied(client, command)
+        if denied(client, command)
     ]
     if lacks:
         raise ConfigError(
@@ -145,12 +145,12 @@ def users(client: Any) -> list[str]:
     ]
 
 
-def sweep(client: Any, is_current: Any, batch: int = 500) -> int:
+def sweep(client: Any, is_current: Any, batch: int = 500) -> list[str]:
     """Delete the users (and heartbeat keys, and index members) of attempts that are no longer current:
     ``is_current`` answers for a batch of them (a callable taking a list of (run_id, index, attempt),
-    returning a list of bools). Returns how many were deleted."""
+    returning a list of bools). Returns the attempt users left."""
     found = users(client)
-    gone = 0
+    gone: set[str] = set()
     for start in range(0, len(found), batch):
         chunk = found[start : start + batch]
         ids = [keys.parse_attempt_user(str(u)) for u in chunk]
@@ -169,7 +169,7 @@ def sweep(client: Any, is_current: Any, batch: int = 500) -> int:
                 pipe.delete(keys.attempt_heartbeat_key(*ids_))
                 pipe.zrem(keys.HEARTBEATS, keys.heartbeat_member(*ids_))
         pipe.execute(raise_on_error=False)
-        gone += len(stale)
+        gone.update(user for user, _ids in stale)
     if gone:
-        log.debug("attempt_users_deleted", count=gone)
-    return gone
+        log.debug("attempt_users_deleted", count=len(gone))
+    return [user for user in found if user not in gone]

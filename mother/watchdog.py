@@ -252,13 +252,18 @@ class Watchdog:
     def check_heartbeats(self) -> None:
         """The attempts not seen alive for a heartbeat timeout (Mother's index, ``mother:heartbeats``):
         one whose heartbeat key is still there is alive (seen now); one whose key is gone is lost. Only
-        the attempt's own ACL user writes its key, so no other worker's credentials make it lost."""
+        the attempt's own ACL user writes its key, so no other worker's credentials make it lost.
+
+        A key that still has Mother's dispatch mark after its token was claimed had no beat (its worker
+        beats at once after the claim: the token was taken by someone else, or the worker died right
+        after): the mark's long life, meant for the wait in the queue, is cut to a heartbeat timeout."""
         slack = int(self.rt.settings.service.heartbeat_timeout_seconds * 1000)
         due = calls.due(self.rt.redis, keys.HEARTBEATS, slack_ms=slack, limit=BATCH)
         if not due:
             return
         members = [member for member, _ in due]
-        alive = self._alive(members)
+        beats = self._beats(members)
+        alive = [value is not None for value, _claimable in beats]
         if not all(alive) and self._restarted_within(slack):
             # Redis restarted: the keys expired while it was down and it kept no attempt user. The
             # attempts get their users again and a timeout to beat before any is taken for lost (a
@@ -270,102 +275,88 @@ class Watchdog:
             self._remint_missing()
         now = self.rt.clock.now_ms()
         pipe = self.rt.redis.pipeline(transaction=False)
-        for member, live in zip(members, alive, strict=True):
-            if live:
-                pipe.zadd(keys.HEARTBEATS, {member: now}, xx=True)
-            else:
+        for member, live, (value, claimable) in zip(members, alive, beats, strict=True):
+            if not live:
                 pipe.zrem(keys.HEARTBEATS, member)
+                continue
+            pipe.zadd(keys.HEARTBEATS, {member: now}, xx=True)
+            ids = keys.heartbeat_member_ids(member)
+            if ids is not None and value == DISPATCH_MARK and not claimable:
+                pipe.execute_command("PEXPIRE", keys.attempt_heartbeat_key(*ids), slack, "LT")
         pipe.execute()
-        self._claimed_unbeaten([m for m, live in zip(members, alive, strict=True) if live], slack)
         for member, live in zip(members, alive, strict=True):
             if not live:
                 self._isolated("heartbeat", member, self._lost, member, slack)
-
-    def _claimed_unbeaten(self, members: list[str], slack_ms: int) -> None:
-        """An attempt whose token was claimed but whose key still has Mother's dispatch mark: its worker
-        beats at once after the claim, so none did (the token taken by someone else, or a worker that
-        died right after). The mark's long life, meant for the wait in the queue, is cut to a heartbeat
-        timeout: a beat by then keeps the attempt, else it is lost at a later check."""
-        named = [(m, ids) for m in members if (ids := keys.heartbeat_member_ids(m)) is not None]
-        if not named:
-            return
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for _member, ids in named:
-            pipe.get(keys.attempt_heartbeat_key(*ids))
-            pipe.exists(keys.attempt_token_key(*ids))
-        found = pipe.execute()
-        cut = self.rt.redis.pipeline(transaction=False)
-        for n, (_member, ids) in enumerate(named):
-            if found[2 * n] == DISPATCH_MARK and not found[2 * n + 1]:
-                cut.execute_command("PEXPIRE", keys.attempt_heartbeat_key(*ids), slack_ms, "LT")
-        if cut.command_stack:
-            cut.execute()
 
     def _restarted_within(self, slack_ms: int) -> bool:
         """Whether the server started less than two heartbeat timeouts ago (``INFO server``)."""
         uptime = self.rt.redis.info("server").get("uptime_in_seconds")
         return isinstance(uptime, int) and uptime * 1000 < 2 * slack_ms
 
-    def _alive(self, members: list[str]) -> list[bool]:
-        """Whether each attempt's heartbeat key is there (a member that names no attempt: not alive)."""
+    def _beats(self, members: list[str]) -> list[tuple[str | None, bool]]:
+        """Each attempt's heartbeat key (None: gone; a member that names no attempt: None too) and whether
+        its token still waits to be claimed, in one round trip."""
+        named = [keys.heartbeat_member_ids(member) for member in members]
         pipe = self.rt.redis.pipeline(transaction=False)
-        named = []
-        for member in members:
-            ids = keys.heartbeat_member_ids(member)
-            named.append(ids is not None)
+        for ids in named:
             if ids is not None:
-                pipe.exists(keys.attempt_heartbeat_key(*ids))
-        found = iter(pipe.execute() if any(named) else [])
-        return [bool(next(found)) if ok else False for ok in named]
+                pipe.get(keys.attempt_heartbeat_key(*ids))
+                pipe.exists(keys.attempt_token_key(*ids))
+        found = iter(pipe.execute() if any(ids is not None for ids in named) else [])
+        return [(next(found), bool(next(found))) if ids else (None, False) for ids in named]
+
+    def _positions(self, run_ids: list[str]) -> list[tuple[str, int, int] | None]:
+        """Each run's (status, phase_index, attempt), one round trip (None: no run, or no position)."""
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for run_id in run_ids:
+            runs.queue_position_read(pipe, run_id)
+        found = pipe.execute(raise_on_error=False) if run_ids else []
+        return [
+            runs.parse_position(raw) if not isinstance(raw, Exception) else None for raw in found
+        ]
 
     def sweep_attempt_users(self) -> None:
         """Delete the ACL users (and heartbeat keys) of attempts that are no longer their run's current
         one: ended, retried, the run over. An attempt ahead of its run's position (dispatched, its move
-        not applied yet) is kept."""
+        not applied yet) is kept. Then the current ones that lost their user get it again."""
 
         def current(ids: list[tuple[str, int, int]]) -> list[bool]:
-            pipe = self.rt.redis.pipeline(transaction=False)
-            for run_id, _index, _attempt in ids:
-                runs.queue_position_read(pipe, run_id)
-            found = pipe.execute(raise_on_error=False)
-            out = []
-            for (_run, index, attempt), raw in zip(ids, found, strict=True):
-                position = runs.parse_position(raw) if not isinstance(raw, Exception) else None
-                if position is None or position[0] not in ACTIVE_STATUSES:
-                    out.append(False)
-                    continue
-                out.append((index, attempt) >= (position[1], position[2]))
-            return out
+            positions = self._positions([run_id for run_id, _index, _attempt in ids])
+            return [
+                position is not None
+                and position[0] in ACTIVE_STATUSES
+                and (index, attempt) >= (position[1], position[2])
+                for (_run, index, attempt), position in zip(ids, positions, strict=True)
+            ]
 
-        attempt_users.sweep(self.rt.redis, current)
-        self._remint_missing()
+        remaining = attempt_users.sweep(self.rt.redis, current)
+        self._remint_missing(remaining)
 
-    def _remint_missing(self) -> None:
+    def _remint_missing(self, have: list[str] | None = None) -> None:
         """The current attempts in Mother's index whose ACL user is gone (a Redis restart keeps none) get
-        it again, from their run's token digest."""
+        it again, from their run's token digest. ``have``: the attempt users there are, when known."""
         members = [str(m) for m in self.rt.redis.zrange(keys.HEARTBEATS, 0, BATCH - 1)]
-        have = set(attempt_users.users(self.rt.redis))
+        there = set(attempt_users.users(self.rt.redis) if have is None else have)
         missing = [
             ids
             for m in members
             if (ids := keys.heartbeat_member_ids(m)) is not None
-            and keys.attempt_user(*ids) not in have
+            and keys.attempt_user(*ids) not in there
         ]
         if not missing:
             return
-        pipe = self.rt.redis.pipeline(transaction=False)
-        for run_id, _index, _attempt in missing:
-            runs.queue_position_read(pipe, run_id)
-            pipe.execute_command("JSON.GET", keys.run_key(run_id), "$.token_digest")
-        found = pipe.execute(raise_on_error=False)
-        for n, (run_id, index, attempt) in enumerate(missing):
-            raw, digest_raw = found[2 * n], found[2 * n + 1]
-            position = runs.parse_position(raw) if not isinstance(raw, Exception) else None
+        positions = self._positions([run_id for run_id, _index, _attempt in missing])
+        digests = self.rt.redis.execute_command(
+            "JSON.MGET", *(keys.run_key(run_id) for run_id, _i, _a in missing), "$.token_digest"
+        )
+        for (run_id, index, attempt), position, raw in zip(
+            missing, positions, digests, strict=True
+        ):
             if position is None or position[0] not in ACTIVE_STATUSES:
                 continue
-            if (position[1], position[2]) != (index, attempt) or not isinstance(digest_raw, str):
+            if (position[1], position[2]) != (index, attempt) or not isinstance(raw, str):
                 continue
-            digest = orjson.loads(digest_raw)
+            digest = orjson.loads(raw)
             if digest and isinstance(digest[0], str) and len(digest[0]) == 64:
                 attempt_users.remint(self.rt.redis, run_id, index, attempt, digest[0])
                 log.info(
@@ -403,7 +394,7 @@ class Watchdog:
         run_id, index, attempt = job.args
         # any worker's credentials can put a job in the registry: it counts only when the attempt is not
         # alive (its worker drops the heartbeat key when its horse dies, so that is at once)
-        if self._alive([keys.heartbeat_member(run_id, int(index), int(attempt))])[0]:
+        if self._beats([keys.heartbeat_member(run_id, int(index), int(attempt))])[0][0] is not None:
             log.warning("failed_job_ignored", job_id=job_id, why="its attempt is still alive")
             return
         result = job.latest_result()

@@ -269,8 +269,7 @@ def list_runs(client: redis.Redis, query: RunQuery) -> Page:
     if anchor is None and found:
         first = found[0][1].get(field)
         anchor = int(float(first)) if first not in (None, "") else None
-    more = offset + len(ids) < total and anchor is not None
-    return Page(rows, total, f"{anchor}.{offset + len(ids)}" if more else None)
+    return _page(rows, total, anchor, offset)
 
 
 def _from_sets(client: redis.Redis, query: RunQuery, anchor: int | None, offset: int) -> Page:
@@ -305,8 +304,14 @@ def _from_sets(client: redis.Redis, query: RunQuery, anchor: int | None, offset:
     rows = rows_of(client, [m for m, _ in found])
     if anchor is None and found:
         anchor = int(found[0][1])
-    more = offset + len(found) < int(total) and anchor is not None
-    return Page(rows, int(total), f"{anchor}.{offset + len(found)}" if more else None)
+    return _page(rows, int(total), anchor, offset)
+
+
+def _page(rows: list[dict[str, Any]], total: int, anchor: int | None, offset: int) -> Page:
+    """The page of ``rows`` found at ``offset`` of ``total``, and the cursor of the next one."""
+    shown = offset + len(rows)
+    more = shown < total and anchor is not None
+    return Page(rows, total, f"{anchor}.{shown}" if more else None)
 
 
 def _search_reply(reply: Any) -> tuple[int, list[tuple[str, dict[str, str]]]]:
