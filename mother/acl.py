@@ -17,6 +17,7 @@ from mother import keys
 from mother.functions import FUNCTIONS_PROBE
 
 __all__ = [
+    "ATTEMPT_ONLY",
     "DESTROYS",
     "MUST_NOT",
     "NEEDS",
@@ -39,42 +40,19 @@ HUGE = "1000000000000"
 
 # role -> [(what it is for, a harmless command that needs that permission)]
 NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    # a worker's shared user: what RQ needs to dequeue, reads, the claim of a token; what a phase writes
+    # it writes as its attempt's own user (mother/attempt_users.py), which Mother makes per attempt
     "worker": [
         ("read run records", ("JSON.GET", keys.run_key(PROBE))),
         ("read composed contexts", ("JSON.GET", keys.context_key(PROBE, 0))),
         ("read run limits", ("JSON.GET", keys.run_limits_key(PROBE))),
-        (
-            "charge budgets through mh_guard",
-            (
-                "FCALL",
-                FUNCTIONS_PROBE,
-                "6",
-                keys.run_budget_key(PROBE),
-                keys.user_daily_budget_key(PROBE, "2000-01-01"),
-                keys.ACTIVITY_STREAM,
-                keys.run_limits_key(PROBE),
-                keys.METRICS_COUNTERS,
-                keys.run_activity_key(PROBE),
-            ),
-        ),
+        ("read run counters", ("JSON.GET", keys.run_budget_key(PROBE))),
         ("claim attempt tokens (GETDEL)", ("GETDEL", keys.attempt_token_key(PROBE, 0, 0))),
         ("read the tool registry", ("JSON.TYPE", keys.TOOLS_REGISTRY)),
-        (
-            "count tool calls through mh_tool_stat",
-            ("FCALL", FUNCTIONS_PROBE, "2", keys.tool_stats_key(PROBE), keys.METRICS_COUNTERS),
-        ),
-        # XADD with the one id no entry can have: refused for its id, unless refused for permission
-        ("report results on mother:events", ("XADD", keys.EVENTS_STREAM, "0-0", "probe", "1")),
-        ("submit spawn_run children", ("XADD", keys.SPAWNS_STREAM, "0-0", "probe", "1")),
-        ("store artifacts", ("JSON.DEL", keys.artifact_key(PROBE))),
-        ("append activity", ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE)),
-        (
-            "append a run's own activity",
-            ("XTRIM", keys.run_activity_key(PROBE), "MAXLEN", "~", HUGE),
-        ),
         ("record security violations", (QUEUED, "LPUSH", keys.SECURITY_VIOLATIONS, "probe")),
         ("count into the metrics", (QUEUED, "HINCRBY", keys.METRICS_COUNTERS, "probe", "0")),
         ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
+        ("write its host's line (mother:hosts)", ("HDEL", keys.WORKER_HOSTS, PROBE)),
         (
             "search libraries for search_library (FT.SEARCH idx:chunks)",
             ("FT.SEARCH", keys.CHUNK_INDEX, f"@library_id:{{{PROBE}}}", "LIMIT", "0", "0"),
@@ -141,6 +119,62 @@ DESTROYS = [
     ("write run records (a waiting run's gate)", ("JSON.DEL", keys.run_key(PROBE), "$.gate")),
 ]
 
+# what the shared worker user could do before per-attempt users (issue 53), and must not now: each
+# harmless (it changes nothing where it is allowed)
+ATTEMPT_ONLY: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "age another run's heartbeat (Mother's index, mother:heartbeats), so Mother takes it for lost",
+        ("ZADD", keys.HEARTBEATS, "XX", "0", keys.heartbeat_member(PROBE, 0, 0)),
+    ),
+    (
+        "write or delete another attempt's heartbeat key",
+        ("DEL", keys.attempt_heartbeat_key(PROBE, 0, 0)),
+    ),
+    (
+        "append to Mother's events stream (XADD, whose MAXLEN trims results not yet read)",
+        ("XADD", keys.EVENTS_STREAM, "MAXLEN", HUGE, "0-0", "probe", "1"),
+    ),
+    (
+        "rewrite another run's budget counters (budget:run:*)",
+        ("JSON.DEL", keys.run_budget_key(PROBE), "$.mother_doctor_probe"),
+    ),
+    (
+        "rewrite another user's daily counters",
+        ("JSON.DEL", keys.user_daily_budget_key(PROBE, "2000-01-01"), "$.mother_doctor_probe"),
+    ),
+    ("rewrite another run's ledger", ("JSON.DEL", keys.ledger_key(PROBE), "$.mother_doctor_probe")),
+    (
+        "rewrite or delete artifacts, protected ones too",
+        ("JSON.DEL", keys.artifact_meta_key(PROBE), "$.mother_doctor_probe"),
+    ),
+    ("move artifacts' expiry", ("ZREM", keys.ARTIFACT_EXPIRY, PROBE)),
+    (
+        "rewrite library access logs",
+        ("JSON.DEL", keys.access_log_key(PROBE), "$.mother_doctor_probe"),
+    ),
+    (
+        "drop or rewrite recorded security violations",
+        ("LTRIM", keys.SECURITY_VIOLATIONS, "0", "-1"),
+    ),
+    ("delete or set the metrics counters", ("HDEL", keys.METRICS_COUNTERS, "mother-doctor-probe")),
+    (
+        "trim the activity stream (XADD MAXLEN, XTRIM)",
+        ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE),
+    ),
+    (
+        "trim or delete another run's own activity",
+        ("XTRIM", keys.run_activity_key(PROBE), "MAXLEN", "~", HUGE),
+    ),
+    (
+        "charge budgets through the server functions",
+        ("FCALL", FUNCTIONS_PROBE, "1", keys.run_budget_key(PROBE)),
+    ),
+    (
+        "send RQ's commands to workers (kill a horse, stop a job, shut down)",
+        ("PUBLISH", "rq:pubsub:mother-doctor-probe", "{}"),
+    ),
+]
+
 MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "worker": [
         *DESTROYS,
@@ -156,6 +190,7 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         # a path no registry has: deletes nothing even where it is allowed
         ("write the tool registry", ("JSON.DEL", keys.TOOLS_REGISTRY, "$.mother_doctor_probe")),
         ("run scripts of its own (EVAL)", ("EVAL", "return 1", "0")),
+        *ATTEMPT_ONLY,
     ],
     # the GC removes a forgotten run's run-id claim with its records
     "maintenance": [d for d in DESTROYS if "runs:claimed" not in d[0]],
@@ -169,54 +204,17 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
 
 
 # what a worker's credentials can still do to runs it does not hold, that the shipped ACL cannot forbid
-# without breaking what a worker needs (issue 53: per-attempt capabilities; docs/security.md, "Known
-# gaps"). `mother doctor` as a worker lists each its user can do; each probe changes nothing.
+# without breaking what a worker needs (docs/security.md, "Known gaps"). `mother doctor` as a worker
+# lists each its user can do; each probe changes nothing.
 WORKER_GAPS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "age another run's heartbeat (Mother's index, mother:heartbeats), so Mother takes it for lost",
-        ("ZADD", keys.HEARTBEATS, "XX", "0", keys.heartbeat_member(PROBE, 0, 0)),
-    ),
-    (
-        "write or delete another attempt's heartbeat key",
-        ("DEL", keys.attempt_heartbeat_key(PROBE, 0, 0)),
-    ),
-    (
-        "trim Mother's events stream through XADD's MAXLEN (results not yet read are lost)",
-        ("XADD", keys.EVENTS_STREAM, "MAXLEN", HUGE, "0-0", "probe", "1"),
-    ),
-    (
-        "claim (GETDEL) another attempt's one-time token before its worker does",
+        "claim (GETDEL) another attempt's one-time token before its worker does, and with it that "
+        "attempt's own credentials",
         ("GETDEL", keys.attempt_token_key(PROBE, 0, 0)),
     ),
     (
-        "rewrite another run's budget counters (budget:run:*)",
-        ("JSON.DEL", keys.run_budget_key(PROBE), "$.mother_doctor_probe"),
-    ),
-    (
-        "rewrite another user's daily counters",
-        ("JSON.DEL", keys.user_daily_budget_key(PROBE, "2000-01-01"), "$.mother_doctor_probe"),
-    ),
-    ("rewrite another run's ledger", ("JSON.DEL", keys.ledger_key(PROBE), "$.mother_doctor_probe")),
-    (
-        "rewrite or delete artifacts, protected ones too",
-        ("JSON.DEL", keys.artifact_meta_key(PROBE), "$.mother_doctor_probe"),
-    ),
-    (
-        "rewrite library access logs",
-        ("JSON.DEL", keys.access_log_key(PROBE), "$.mother_doctor_probe"),
-    ),
-    (
-        "drop or rewrite recorded security violations",
-        ("LTRIM", keys.SECURITY_VIOLATIONS, "0", "-1"),
-    ),
-    ("delete or set the metrics counters", ("HDEL", keys.METRICS_COUNTERS, "mother-doctor-probe")),
-    (
-        "trim or delete another run's own activity",
-        ("XTRIM", keys.run_activity_key(PROBE), "MAXLEN", "~", HUGE),
-    ),
-    (
-        "send RQ's commands to workers (kill a horse, stop a job, shut down)",
-        ("PUBLISH", "rq:pubsub:mother-doctor-probe", "{}"),
+        "delete or move RQ's queued jobs (rq:*): the attempt waits out its claim time and is retried",
+        ("DEL", f"rq:job:{PROBE}"),
     ),
 ]
 

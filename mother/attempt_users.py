@@ -19,7 +19,9 @@ workers go on beating.
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
+import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,9 +32,16 @@ from mother.logs import get_logger
 
 __all__ = [
     "DISPATCH_MARK",
+    "PHASE_FUNCTIONS",
+    "READ_SELECTORS",
+    "REPORTED_MARK",
+    "REPORTED_MS",
+    "act_as",
     "attempt_client",
     "check_permitted",
     "mint",
+    "own_keys",
+    "phase_artifact_id",
     "queue_alive",
     "remint",
     "rules",
@@ -43,6 +52,10 @@ __all__ = [
 log = get_logger(__name__)
 # what Mother writes on an attempt's heartbeat key at dispatch (its life covers the wait for a worker)
 DISPATCH_MARK = "dispatched"
+# what the attempt writes on its heartbeat key just before its result, and for how long: a result on its
+# way is not a lost attempt (Mother deletes the key with the attempt's user once the result is taken)
+REPORTED_MARK = "reported"
+REPORTED_MS = 24 * 3_600_000
 
 
 def check_permitted(client: Any) -> None:
@@ -64,41 +77,157 @@ def check_permitted(client: Any) -> None:
         )
 
 
-def rules(run_id: str, index: int, attempt: int, token_digest: str) -> list[str]:
+# what a phase attempt reads of everyone's: the read-only selectors of deploy/users.acl's worker user
+# (the shipped file and these are checked against each other by the tests)
+READ_SELECTORS = (
+    "(~run:* ~result:* ~termination:* ~context:* ~limits:* ~policy:* ~registry:tools ~mother:config"
+    " ~mother:probe ~admission:waiting ~rejection:* ~rejections:by_run ~budget:* ~tool_stats:*"
+    " ~tokens:calibration:* ~context_summary:* +hget +hgetall +json.get +json.mget +json.type"
+    " +json.objkeys +json.arrlen +json.resp +exists +type +zcard +zrank +zscore +ft._list)",
+    "(~mother:spawns ~runs:claimed ~admission:waiting ~mother:config ~ratelimit:user:* +fcall_ro +hget"
+    " +xinfo|groups +xrange +zcard +zcount +zrange +json.get)",
+    "(~idx:chunks ~chunk:* +ft.search)",
+)
+# the server functions a phase calls (FCALL runs each command a function sends with the caller's
+# permissions: these name which functions, the key selectors below say on what)
+PHASE_FUNCTIONS = (
+    "mh_guard",
+    "mh_tool_stat",
+    "mh_library_take",
+    "ledger_register",
+    "ledger_reserve",
+    "ledger_report",
+    "ledger_release",
+)
+# what a phase may do on the keys it may write (no key-space-wide, server-wide or script-loading command)
+WRITE_COMMANDS = "+@all -@dangerous -@scripting -@pubsub -@connection"
+
+
+def phase_artifact_id(token_digest: str) -> str:
+    """The id of the output artifact of the attempt whose token has this SHA-256: known to Mother when it
+    makes the attempt's user (so the user may write that artifact and no other) and to the worker that
+    holds the token."""
+    return f"art-{token_digest[:20]}"
+
+
+def days_of(today: str) -> tuple[str, str]:
+    """The server days an attempt that starts on ``today`` may charge: today and the next (a phase that
+    runs over midnight charges the new day)."""
+    day = _dt.date.fromisoformat(today)
+    return day.isoformat(), (day + _dt.timedelta(days=1)).isoformat()
+
+
+def own_keys(run_id: str, index: int, attempt: int, token_digest: str) -> list[str]:
+    """The keys only this attempt (and Mother) may write: its heartbeat, its run's counters, ledger,
+    activity and library counters, its output artifact, the ledger nodes of the children it spawns."""
+    art = phase_artifact_id(token_digest)
+    return [
+        keys.attempt_heartbeat_key(run_id, index, attempt),
+        keys.attempt_result_key(run_id, index, attempt),
+        keys.run_budget_key(run_id),
+        keys.run_activity_key(run_id),
+        keys.ledger_key(run_id),
+        keys.ledger_children_key(run_id),
+        keys.library_run_violations_key(run_id),
+        keys.artifact_key(art),
+        keys.artifact_meta_key(art),
+    ]
+
+
+def own_patterns(run_id: str) -> list[str]:
+    """Key patterns for the run's keys whose last part is not known in advance: its per-library query
+    counters, its spawned children's ledger nodes (children are named ``{run}.c{8 hex}``) and its library
+    access logs (:func:`mother.keys.access_log_id_prefix`)."""
+    return [
+        keys.library_run_usage_key(run_id, "x")[: -len("x")] + "*",
+        keys.ledger_key(run_id[:100] + ".c") + "*",
+        keys.access_log_key(keys.access_log_id_prefix(run_id) + "x")[: -len("x")] + "*",
+    ]
+
+
+def user_keys(user_id: str, today: str) -> list[str]:
+    """Keys of the run's user the attempt writes (through the budget guard and the library caps): its daily
+    counters and per-library daily counters, today's and the next day's."""
+    out = []
+    for day in days_of(today):
+        out.append(keys.user_daily_budget_key(user_id, day))
+        out.append(keys.library_user_usage_key(user_id, day, "x")[: -len("x")] + "*")
+    return out
+
+
+# keys every attempt writes and no run owns, each with the only commands a phase uses on it: appends to
+# the activity stream, Mother's events and spawns, the violations list, counts into the metrics and the
+# tokenizer's calibration, tool statistics and library access logs (docs/security.md lists what a holder
+# can still do with them)
+SHARED_SELECTORS = (
+    f"(~{keys.ACTIVITY_STREAM} ~{keys.EVENTS_STREAM} ~{keys.SPAWNS_STREAM} +xadd)",
+    f"(~{keys.SECURITY_VIOLATIONS} +lpush)",
+    f"(~{keys.METRICS_COUNTERS} ~tokens:calibration:* +hincrby)",
+    "(~tool_stats:* +json.set)",
+    "(~access_logs:* +zadd)",
+)
+
+
+def rules(
+    run_id: str, index: int, attempt: int, token_digest: str, user_id: str, today: str
+) -> list[str]:
     """The attempt user's ACL rules: on, its password the token (given as the token's SHA-256, which is
-    what the run record keeps as ``token_digest``), its heartbeat key only."""
-    key = keys.attempt_heartbeat_key(run_id, index, attempt)
+    what the run record keeps as ``token_digest``); writes to its run's keys (:func:`own_keys`) and its
+    user's counters (:func:`user_keys`); calls to the phase's server functions on those keys and the
+    shared ones they touch; appends and counts on the shared keys (:data:`SHARED_SELECTORS`); reads like a
+    worker."""
+    writable = [*own_keys(run_id, index, attempt, token_digest), *own_patterns(run_id)]
+    writable += user_keys(user_id, today)
+    fcall_keys = [
+        *writable,
+        keys.run_limits_key(run_id),
+        keys.METRICS_COUNTERS,
+        keys.ACTIVITY_STREAM,
+        "tool_stats:*",
+    ]
+    functions = " ".join(f"+fcall|{name}" for name in PHASE_FUNCTIONS)
     return [
         "reset",
         "on",
         "#" + token_digest,
         "resetchannels",
-        f"~{key}",
+        "resetkeys",
         "-@all",
-        "+set",
-        "+del",
         "+ping",
         "+hello",
+        "+auth",
+        "+time",
+        "+info",
         "+client|setinfo",
         "+client|setname",
+        "(" + " ".join(f"~{k}" for k in writable) + f" {WRITE_COMMANDS})",
+        "(" + " ".join(f"~{k}" for k in fcall_keys) + f" {functions})",
+        *SHARED_SELECTORS,
+        *READ_SELECTORS,
     ]
 
 
-def mint(client: Any, run_id: str, index: int, attempt: int, token: str) -> None:
+def mint(
+    client: Any, run_id: str, index: int, attempt: int, token: str, user_id: str, today: str
+) -> None:
     """Make (or remake) the attempt's user. ``ACL SETUSER`` runs in no server function, so it is its own
     command, before the dispatch that hands the token over; a user whose dispatch then does not apply is
     an attempt that is not current, which :func:`sweep` deletes."""
-    remint(client, run_id, index, attempt, hashlib.sha256(token.encode()).hexdigest())
+    remint(
+        client, run_id, index, attempt, hashlib.sha256(token.encode()).hexdigest(), user_id, today
+    )
 
 
-def remint(client: Any, run_id: str, index: int, attempt: int, token_digest: str) -> None:
+def remint(
+    client: Any, run_id: str, index: int, attempt: int, token_digest: str, user_id: str, today: str
+) -> None:
     """Make the attempt's user from the token's digest (the run record's ``token_digest``): after a Redis
     restart, which keeps no ACL user Mother made, the attempt's worker can go on beating."""
     client.execute_command(
         "ACL",
         "SETUSER",
         keys.attempt_user(run_id, index, attempt),
-        *rules(run_id, index, attempt, token_digest),
+        *rules(run_id, index, attempt, token_digest, user_id, today),
     )
 
 
@@ -136,6 +265,31 @@ def attempt_client(url: str, member: str, token: str) -> redis.Redis:
     )
 
 
+def act_as(
+    client: redis.Redis, run_id: str, index: int, attempt: int, token: str, wait_seconds: float
+) -> Any:
+    """Make ``client`` (its whole pool: the phase's guard, ledger, artifacts, activity and result all go
+    through it) the attempt's user; returns what undoes it. A user not there yet (Redis restarted, Mother
+    has not made it again) is waited for up to ``wait_seconds``; then ``AttemptRefused``."""
+    from mother.connection import authenticate_as
+    from mother.errors import AttemptRefused
+
+    user = keys.attempt_user(run_id, index, attempt)
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.1
+    while True:
+        try:
+            return authenticate_as(client, user, token)
+        except redis.AuthenticationError as exc:
+            if time.monotonic() + delay > deadline:
+                raise AttemptRefused(
+                    f"Redis refused the credentials of attempt user {user} ({exc}): the attempt is no "
+                    "longer current, or Mother has not made its user again after a Redis restart"
+                ) from None
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+
 def users(client: Any) -> list[str]:
     """The attempt users there are now."""
     return [
@@ -166,7 +320,7 @@ def sweep(client: Any, is_current: Any, batch: int = 500) -> list[str]:
         for user, ids_ in stale:
             pipe.execute_command("ACL", "DELUSER", user)
             if ids_ is not None:
-                pipe.delete(keys.attempt_heartbeat_key(*ids_))
+                pipe.delete(keys.attempt_heartbeat_key(*ids_), keys.attempt_result_key(*ids_))
                 pipe.zrem(keys.HEARTBEATS, keys.heartbeat_member(*ids_))
         pipe.execute(raise_on_error=False)
         gone.update(user for user, _ids in stale)

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.maint_notifications import MaintNotificationsConfig
+from redis.utils import str_if_bytes
 
 from mother.errors import MissingJSONModule, MotherError, RedisUnavailable
 from mother.keys import PROBE_KEY
@@ -26,6 +27,7 @@ __all__ = [
     "ForkHandoffPool",
     "Outage",
     "ServerInfo",
+    "authenticate_as",
     "connect",
     "connect_waiting",
     "redact_url",
@@ -198,6 +200,41 @@ class ForkHandoffPool(redis.ConnectionPool):
         conn.pid = os.getpid()
         self._created_connections += 1
         return conn
+
+
+def authenticate_as(client: redis.Redis, username: str, password: str) -> Callable[[], None]:
+    """From now on every connection of ``client``'s pool is ``username``'s: the one it holds (or makes,
+    which may be a :class:`ForkHandoffPool` handoff) sends ``AUTH`` at once, so wrong credentials raise
+    here (``redis.AuthenticationError``), and any it makes later connects as that user. Any other idle
+    connection is closed. Returns what undoes it (the pool's own credentials for later connections; the
+    connections open now are closed)."""
+    pool = client.connection_pool
+    before = {name: pool.connection_kwargs.get(name) for name in ("username", "password")}
+    conn = pool.get_connection()
+    try:
+        # idle ones would still be the old user's
+        pool.disconnect(inuse_connections=False)
+        pool.connection_kwargs.update(username=username, password=password)
+        conn.username, conn.password = username, password
+        if getattr(conn, "_sock", None) is None:
+            conn.connect()
+        else:
+            conn.send_command("AUTH", username, password, check_health=False)
+            if str_if_bytes(conn.read_response()) != "OK":
+                raise redis.AuthenticationError(f"AUTH as {username} was not accepted")
+    except BaseException:
+        pool.connection_kwargs.update(before)
+        conn.username, conn.password = before["username"], before["password"]
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+
+    def undo() -> None:
+        pool.connection_kwargs.update(before)
+        pool.disconnect(inuse_connections=True)
+
+    return undo
 
 
 @dataclass(frozen=True)

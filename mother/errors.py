@@ -19,6 +19,7 @@ wrong and what to do; what a caller needs beyond that is a typed attribute. The 
     ├── ToolError                    tool_error
     │   └── ToolTransient            tool_transient     (a tool failure worth trying again)
     ├── PhaseStale                   phase_stale
+    ├── AttemptRefused               attempt_refused
     ├── HookDecision                 hook_decision      (action, event, hook; result_code hook_<action>:<event>)
     ├── ApprovalRequired             approval_required  (request: the tool call a person must approve)
     ├── VerdictMissing               verdict_missing    (a reviewing phase stated no verdict)
@@ -52,6 +53,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "ApprovalRequired",
+    "AttemptRefused",
     "BudgetExhausted",
     "BudgetStopped",
     "ConfigError",
@@ -215,6 +217,13 @@ class PhaseStale(MotherError):
     """The phase attempt a worker runs is no longer current (run ended or re-dispatched)."""
 
     code = "phase_stale"
+
+
+class AttemptRefused(MotherError):
+    """Redis refused a phase attempt's own credentials (its ACL user is gone: the attempt is no longer
+    current, or Redis restarted and Mother has not made the user again)."""
+
+    code = "attempt_refused"
 
 
 class HookDecision(MotherError):

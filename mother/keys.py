@@ -12,6 +12,7 @@ collides with another family or spans a delimiter in an unexpected way.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import re
 import socket
 from typing import TypeGuard
@@ -333,6 +334,13 @@ def attempt_heartbeat_key(run_id: str, phase_index: int, attempt: int) -> str:
     return f"heartbeat:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
 
 
+def attempt_result_key(run_id: str, phase_index: int, attempt: int) -> str:
+    """A phase attempt's result as it reported it (JSON: ``payload``, ``token``), written only by the
+    attempt's own user with the entry on ``mother:events``, read only by Mother: the entry may be trimmed
+    (any attempt's ``XADD … MAXLEN``), this key may not. Deleted with the attempt's user."""
+    return f"attempt_result:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
+
+
 def heartbeat_member(run_id: str, phase_index: int, attempt: int) -> str:
     """A phase attempt's member in the HEARTBEATS zset (not a key; ids hold no spaces)."""
     return f"{check_id(run_id, 'run_id')} {int(phase_index)} {int(attempt)}"
@@ -538,6 +546,13 @@ def library_run_violations_key(run_id: str) -> str:
 # Access logs
 def access_log_key(log_id: str) -> str:
     return f"access_log:{check_id(log_id, 'log_id')}"
+
+
+def access_log_id_prefix(run_id: str) -> str:
+    """How the ids of a run's library access logs start: ``acc-`` and 16 hex digits of the run id's
+    SHA-256 (a run id may be longer than an id allows); the run's attempts may write those logs only."""
+    digest = hashlib.sha256(check_id(run_id, "run_id").encode()).hexdigest()
+    return f"acc-{digest[:16]}-"
 
 
 def access_logs_key(library_id: str) -> str:

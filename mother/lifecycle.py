@@ -15,7 +15,7 @@ import orjson
 
 from mother import attempt_users, calls, keys
 from mother.activity import flat_fields, make_event
-from mother.artifacts import retain
+from mother.artifacts import artifact_default, retain
 from mother.budget import Guard, open_run_budget, release_reservations
 from mother.capabilities import denial
 from mother.codes import SEQ_SPAN
@@ -481,7 +481,7 @@ def _queue_dispatch(
     # password of the attempt's own ACL user, the one its beats go through (made now: no server function
     # may run ACL SETUSER, and this pipeline may become one's follow-ups)
     token = mint_token()
-    attempt_users.mint(rt.redis, run_id, index, attempt, token)
+    attempt_users.mint(rt.redis, run_id, index, attempt, token, spec.user_id, rt.clock.today())
     plan = comp.context.tool_plan
     queue = rt.tools_queue if plan else rt.agents_queue
     queue.enqueue_call(
@@ -499,8 +499,13 @@ def _queue_dispatch(
     claim_ttl = timeout + int(rt.settings.service.claim_idle_seconds)
     queue_token(pipe, run_id, index, attempt, token, claim_ttl)
     # alive while its job waits for a worker; the worker's beats take over
-    attempt_users.queue_alive(
-        pipe, run_id, index, attempt, ttl_ms=claim_ttl * 1000, now_ms=rt.clock.now_ms()
+    now_ms = rt.clock.now_ms()
+    attempt_users.queue_alive(pipe, run_id, index, attempt, ttl_ms=claim_ttl * 1000, now_ms=now_ms)
+    # the attempt's output artifact expires by the default retention (counted from now) until its run's end
+    # moves it to its class: indexed here, by Mother, so a worker needs no write to the shared index
+    pipe.zadd(
+        keys.ARTIFACT_EXPIRY,
+        {attempt_users.phase_artifact_id(digest(token)): artifact_default(rt.settings, now_ms)},
     )
     runs.set_token_digest(pipe, run_id, digest(token))
     store_context(pipe, rt.emit, comp, rt.settings.context.keep_seconds)
@@ -538,7 +543,7 @@ def _llm(rt: Runtime, run_id: str, spec: RunSpec, attempt: int) -> LLMSummarizer
         )
     return llm_summarizer(
         rt.settings,
-        lambda: Guard(rt.redis, rt.settings, run_id, spec.user_id, rt.clock.today),
+        lambda: Guard(rt.redis, rt.settings, run_id, spec.user_id, rt.clock.today()),
         spec,
         attempt,
         make_provider=rt.make_provider,

@@ -63,14 +63,23 @@ def cap_violations(client: Any) -> None:
 
 
 def record_violation(
-    client: Any, kind: str, *, at: str, maxlen: int, run_id: str | None = None, **data: Any
+    client: Any,
+    kind: str,
+    *,
+    at: str,
+    maxlen: int,
+    run_id: str | None = None,
+    activity: bool = True,
+    **data: Any,
 ) -> None:
-    """Append a violation to ``security:violations`` and the activity stream, in one round trip (``client``
-    may be a pipeline: then the caller executes it). Appending is all a worker may do there (LPUSH: it
-    cannot trim, delete or rewrite what is recorded); Mother caps the list (:func:`cap_violations`)."""
+    """Append a violation to ``security:violations`` and (``activity``) the activity stream, in one round
+    trip (``client`` may be a pipeline: then the caller executes it). Appending is all a worker may do
+    there (LPUSH: it cannot trim, delete or rewrite what is recorded); Mother caps the list
+    (:func:`cap_violations`). A worker holding no attempt may not append activity: ``activity=False``."""
     entry = {"kind": kind, "at": at, "run_id": run_id, **data}
     pipe = client if hasattr(client, "command_stack") else client.pipeline(transaction=False)
     pipe.lpush(keys.SECURITY_VIOLATIONS, orjson.dumps(entry))
-    emit(pipe, "security_violation", at=at, run_id=run_id, maxlen=maxlen, kind=kind, **data)
+    if activity:
+        emit(pipe, "security_violation", at=at, run_id=run_id, maxlen=maxlen, kind=kind, **data)
     if pipe is not client:
         pipe.execute()

@@ -24,12 +24,13 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import orjson
+from pydantic import ValidationError
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from mother import attempt_users, calls, keys
-from mother.attempt_users import DISPATCH_MARK
+from mother.attempt_users import DISPATCH_MARK, REPORTED_MARK, REPORTED_MS
 from mother.budget import Guard
 from mother.connection import unless_redis_down
 from mother.gates.decide import expire
@@ -51,11 +52,11 @@ from mother.records.budgets import budget_doc, refresh_gauges
 from mother.records.rejections import forget_rejections
 from mother.records.results import queue_termination_read
 from mother.records.tools import refresh_success_rates
-from mother.review import on_attempt_lost
+from mother.review import on_attempt_lost, on_phase_result
 from mother.runtime import Runtime
 from mother.security import cap_violations
 from mother.streams import group_backlog
-from schemas import ACTIVE_STATUSES, RunState, TerminationRecord
+from schemas import ACTIVE_STATUSES, PhaseResult, RunState, TerminationRecord
 
 __all__ = ["Watchdog"]
 
@@ -263,7 +264,7 @@ class Watchdog:
             return
         members = [member for member, _ in due]
         beats = self._beats(members)
-        alive = [value is not None for value, _claimable in beats]
+        alive = [value is not None for value, _claimable, _ttl in beats]
         if not all(alive) and self._restarted_within(slack):
             # Redis restarted: the keys expired while it was down and it kept no attempt user. The
             # attempts get their users again and a timeout to beat before any is taken for lost (a
@@ -274,8 +275,13 @@ class Watchdog:
             ]
             self._remint_missing()
         now = self.rt.clock.now_ms()
+        # a result reported this long ago and not taken: its entry on mother:events is gone (trimmed)
+        overdue = REPORTED_MS - (
+            slack * 2 + int(self.rt.settings.service.claim_idle_seconds * 1000)
+        )
+        reported: list[tuple[str, int, int]] = []
         pipe = self.rt.redis.pipeline(transaction=False)
-        for member, live, (value, claimable) in zip(members, alive, beats, strict=True):
+        for member, live, (value, claimable, ttl) in zip(members, alive, beats, strict=True):
             if not live:
                 pipe.zrem(keys.HEARTBEATS, member)
                 continue
@@ -283,27 +289,86 @@ class Watchdog:
             ids = keys.heartbeat_member_ids(member)
             if ids is not None and value == DISPATCH_MARK and not claimable:
                 pipe.execute_command("PEXPIRE", keys.attempt_heartbeat_key(*ids), slack, "LT")
+            if ids is not None and value == REPORTED_MARK and 0 <= ttl < overdue:
+                reported.append(ids)
         pipe.execute()
         for member, live in zip(members, alive, strict=True):
             if not live:
                 self._isolated("heartbeat", member, self._lost, member, slack)
+        if reported:
+            self._isolated("reported", str(reported[0]), self._take_reported, reported)
+
+    def _take_reported(self, reported: list[tuple[str, int, int]]) -> None:
+        """Attempts that reported a result long ago and are still their run's current one: their entry on
+        ``mother:events`` is gone (an attempt's ``XADD … MAXLEN`` trims the stream). Each result is taken
+        from the attempt's own key (``attempt_result:{run}:{i}:{a}``, which only it writes), fenced as
+        any result; an attempt with no result there (its horse died between the mark and the result) has
+        its heartbeat key deleted, so it is lost at the next check."""
+        positions = self._positions([run_id for run_id, _index, _attempt in reported])
+        current = [
+            ids
+            for ids, position in zip(reported, positions, strict=True)
+            if position is not None
+            and position[0] in ACTIVE_STATUSES
+            and (position[1], position[2]) == (ids[1], ids[2])
+        ]
+        if not current:
+            return
+        found = self.rt.redis.mget([keys.attempt_result_key(*ids) for ids in current])
+        for (run_id, index, attempt), raw in zip(current, found, strict=True):
+            if raw is None:
+                log.warning(
+                    "reported_without_result",
+                    run_id=run_id,
+                    phase_index=index,
+                    attempt=attempt,
+                    why="its heartbeat says it reported, and no result is there: taken for lost",
+                )
+                self.rt.redis.delete(keys.attempt_heartbeat_key(run_id, index, attempt))
+                continue
+            try:
+                stored = orjson.loads(raw)
+                result = PhaseResult.model_validate_json(stored["payload"])
+                token = stored.get("token")
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValidationError) as exc:
+                log.error(
+                    "stored_result_unreadable", run_id=run_id, phase_index=index, error=str(exc)
+                )
+                self.rt.redis.delete(keys.attempt_heartbeat_key(run_id, index, attempt))
+                continue
+            if (result.run_id, result.phase_index, result.attempt) != (run_id, index, attempt):
+                log.error("stored_result_for_another_attempt", run_id=run_id, phase_index=index)
+                self.rt.redis.delete(keys.attempt_heartbeat_key(run_id, index, attempt))
+                continue
+            log.warning(
+                "result_taken_from_its_key",
+                run_id=run_id,
+                phase_index=index,
+                attempt=attempt,
+                why="its entry on mother:events was gone (trimmed)",
+            )
+            on_phase_result(self.rt, result, token if isinstance(token, str) else None)
 
     def _restarted_within(self, slack_ms: int) -> bool:
         """Whether the server started less than two heartbeat timeouts ago (``INFO server``)."""
         uptime = self.rt.redis.info("server").get("uptime_in_seconds")
         return isinstance(uptime, int) and uptime * 1000 < 2 * slack_ms
 
-    def _beats(self, members: list[str]) -> list[tuple[str | None, bool]]:
-        """Each attempt's heartbeat key (None: gone; a member that names no attempt: None too) and whether
-        its token still waits to be claimed, in one round trip."""
+    def _beats(self, members: list[str]) -> list[tuple[str | None, bool, int]]:
+        """Each attempt's heartbeat key (None: gone; a member that names no attempt: None too), whether
+        its token still waits to be claimed, and the key's time to live in ms, in one round trip."""
         named = [keys.heartbeat_member_ids(member) for member in members]
         pipe = self.rt.redis.pipeline(transaction=False)
         for ids in named:
             if ids is not None:
                 pipe.get(keys.attempt_heartbeat_key(*ids))
                 pipe.exists(keys.attempt_token_key(*ids))
+                pipe.pttl(keys.attempt_heartbeat_key(*ids))
         found = iter(pipe.execute() if any(ids is not None for ids in named) else [])
-        return [(next(found), bool(next(found))) if ids else (None, False) for ids in named]
+        return [
+            (next(found), bool(next(found)), int(next(found))) if ids else (None, False, -2)
+            for ids in named
+        ]
 
     def _positions(self, run_ids: list[str]) -> list[tuple[str, int, int] | None]:
         """Each run's (status, phase_index, attempt), one round trip (None: no run, or no position)."""
@@ -346,19 +411,27 @@ class Watchdog:
         if not missing:
             return
         positions = self._positions([run_id for run_id, _index, _attempt in missing])
-        digests = self.rt.redis.execute_command(
-            "JSON.MGET", *(keys.run_key(run_id) for run_id, _i, _a in missing), "$.token_digest"
-        )
-        for (run_id, index, attempt), position, raw in zip(
-            missing, positions, digests, strict=True
+        run_keys = [keys.run_key(run_id) for run_id, _i, _a in missing]
+        pipe = self.rt.redis.pipeline(transaction=False)
+        pipe.execute_command("JSON.MGET", *run_keys, "$.token_digest")
+        pipe.execute_command("JSON.MGET", *run_keys, "$.user_id")
+        digests, user_ids = pipe.execute()
+        today = self.rt.clock.today()
+        for (run_id, index, attempt), position, raw, raw_user in zip(
+            missing, positions, digests, user_ids, strict=True
         ):
             if position is None or position[0] not in ACTIVE_STATUSES:
                 continue
             if (position[1], position[2]) != (index, attempt) or not isinstance(raw, str):
                 continue
             digest = orjson.loads(raw)
+            user = orjson.loads(raw_user) if isinstance(raw_user, str) else None
+            if not (user and isinstance(user[0], str) and keys.is_id(user[0])):
+                continue
             if digest and isinstance(digest[0], str) and len(digest[0]) == 64:
-                attempt_users.remint(self.rt.redis, run_id, index, attempt, digest[0])
+                attempt_users.remint(
+                    self.rt.redis, run_id, index, attempt, digest[0], user[0], today
+                )
                 log.info(
                     "attempt_user_made_again", run_id=run_id, phase_index=index, attempt=attempt
                 )

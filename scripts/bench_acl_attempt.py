@@ -1,18 +1,19 @@
-"""Benchmark: what a per-attempt ACL user would cost (issue 53's design for worker capabilities).
+"""Benchmark: what a per-attempt ACL user costs (issue 53: worker capabilities).
 
     .venv/bin/python scripts/bench_acl_attempt.py [--attempts 2000] [--live 0,1000]
 
-One embedded server. Per attempt, Mother would make an ACL user scoped to that run's keys
-(``ACL SETUSER``: about a dozen key patterns and the commands a phase needs), the horse would connect
-and authenticate as it, and Mother would remove it when the attempt ends (``ACL DELUSER``, which also
-closes the user's connections). Measured, with ``--live`` other such users standing (the users of the
-attempts in flight elsewhere): the SETUSER + DELUSER pair, the horse's new connection + AUTH, and the
-Redis CPU (``INFO cpu``) per attempt, against a bare round trip (``PING``) in the same run.
+One embedded server. Per attempt, Mother makes an ACL user scoped to that run's keys
+(``ACL SETUSER`` with the rules of :func:`mother.attempt_users.rules`, the shipped ones), the horse
+re-authenticates the connection it already has as it (``AUTH``), and Mother removes it when the attempt
+is over (``ACL DELUSER``, which also closes the user's connections). Measured, with ``--live`` other such
+users standing (the users of the attempts in flight elsewhere): the SETUSER + DELUSER pair, the horse's
+AUTH, and the Redis CPU (``INFO cpu``) per attempt, against a bare round trip (``PING``) in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import secrets
 import statistics
 import sys
@@ -24,37 +25,12 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mother import keys
+from mother.attempt_users import rules
 from mother.server import EmbeddedRedis
 from scripts.bench import redis_cpu
 
-
-def rules(run_id: str, password: str) -> list[str]:
-    """The rules a phase attempt's user would get: its run's own keys, the commands a phase uses."""
-    return [
-        "on",
-        f">{password}",
-        "resetkeys",
-        "resetchannels",
-        f"~{keys.run_key(run_id)}",
-        f"~{keys.run_budget_key(run_id)}",
-        f"~{keys.run_limits_key(run_id)}",
-        f"~{keys.run_activity_key(run_id)}",
-        f"~{keys.context_key(run_id, 0)}",
-        f"~{keys.ledger_key(run_id)}",
-        f"~artifact:{run_id}:*",
-        f"~artifact_meta:{run_id}:*",
-        f"~heartbeat:{run_id}:*",
-        f"~events:{run_id}:*",
-        "-@all",
-        "+json.get",
-        "+json.set",
-        "+json.mget",
-        "+fcall",
-        "+xadd",
-        "+set",
-        "+get",
-        "+ping",
-    ]
+# the day the attempts' users charge (any day: the rules name it)
+DAY = "2026-11-27"
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -71,15 +47,20 @@ def main() -> None:
         server = EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no").start()
         try:
             admin = redis.Redis.from_url(server.url, decode_responses=True)
-            host, port = admin.connection_pool.connection_kwargs["host"], server.port
+            # the horse's connection, open already (a worker hands it over at the fork)
+            horse = redis.Redis.from_url(server.url, single_connection_client=True)
+            horse.ping()
             print(f"{args.attempts} attempts per round; ms per attempt (p50 / p99)")
             print(
-                f"  {'live users':>10} {'PING':>14} {'SETUSER+DELUSER':>18} {'connect+AUTH':>16} {'Redis CPU':>11}"
+                f"  {'live users':>10} {'PING':>14} {'SETUSER+DELUSER':>18} {'AUTH':>16} {'Redis CPU':>11}"
             )
             for live in (int(x) for x in args.live.split(",")):
                 for i in range(live):
                     admin.execute_command(
-                        "ACL", "SETUSER", f"standing-{i}", *rules(f"run-s{i}", "x" * 32)
+                        "ACL",
+                        "SETUSER",
+                        f"standing-{i}",
+                        *rules(f"run-s{i}", 0, 1, "a" * 64, "u", DAY),
                     )
                 pings, pairs, auths = [], [], []
                 cpu0 = redis_cpu(admin)
@@ -88,14 +69,16 @@ def main() -> None:
                     admin.ping()
                     pings.append((time.perf_counter() - t) * 1000)
                     run_id, password = f"run-{i}", secrets.token_hex(16)
-                    name = f"attempt-{run_id}-0-1"
+                    name = keys.attempt_user(run_id, 0, 1)
+                    digest = hashlib.sha256(password.encode()).hexdigest()
                     t = time.perf_counter()
-                    admin.execute_command("ACL", "SETUSER", name, *rules(run_id, password))
+                    admin.execute_command(
+                        "ACL", "SETUSER", name, *rules(run_id, 0, 1, digest, f"user-{i % 50}", DAY)
+                    )
                     made = time.perf_counter()
-                    horse = redis.Redis(host=host, port=port, username=name, password=password)
-                    horse.ping()
+                    horse.execute_command("AUTH", name, password)
                     authed = time.perf_counter()
-                    horse.close()
+                    horse.execute_command("AUTH", "default", "")
                     t2 = time.perf_counter()
                     admin.execute_command("ACL", "DELUSER", name)
                     done = time.perf_counter()
@@ -110,7 +93,7 @@ def main() -> None:
                 for i in range(live):
                     admin.execute_command("ACL", "DELUSER", f"standing-{i}")
             print(
-                "Redis CPU per attempt includes the PING, the connection and its AUTH (server side)"
+                "Redis CPU per attempt includes the PING, the AUTH and a second AUTH back (server side)"
             )
         finally:
             server.stop()

@@ -209,6 +209,28 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
 SHIPPED_ACL = ROOT / "deploy" / "users.acl"
 
 
+def attacker_attempt(
+    client: Any, admin: redis.Redis, url: str, user_id: str = "mallory"
+) -> tuple[str, redis.Redis]:
+    """The credentials of a phase attempt an attacker really holds: its own run (for ``user_id``, its phase
+    taking 15 s, a worker's slot that long), whose attempt user is made again with a token the test knows. Mother keeps it (the attempt is
+    current), where a user made up for no run is deleted by its sweep. Returns (run id, a connection as it)."""
+    from mother import keys
+    from mother.attempt_users import attempt_client, mint
+    from mother.clock import ServerClock
+    from tests.test_pipeline import example, wait_until
+
+    spec = example(
+        "cancelled", user_id=user_id, scripts={"crawler": [{"text": "x", "delay_seconds": 15}]}
+    )
+    run_id = client.submit(spec)
+    beat = keys.attempt_heartbeat_key(run_id, 0, 1)
+    wait_until(lambda: admin.get(beat) not in (None, "dispatched"), timeout=30)
+    token = f"{user_id}-token"
+    mint(admin, run_id, 0, 1, token, user_id, ServerClock(admin).today())
+    return run_id, attempt_client(url, keys.heartbeat_member(run_id, 0, 1), token)
+
+
 def as_user(url: str, user: str) -> str:
     """``url`` as one of the shipped users (their CHANGE-ME passwords), or the tests' ``admin``."""
     return url.replace("redis://", f"redis://{user}:CHANGE-ME-{user}@")

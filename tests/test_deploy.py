@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -12,22 +13,24 @@ import redis
 
 from mother import calls, keys
 from mother.acl import MUST_NOT, NEEDS, WORKER_GAPS, check
+from mother.attempt_users import attempt_client
 from mother.budget import override
 from mother.client import MotherClient
+from mother.clock import ServerClock
 from mother.config import load_settings
 from mother.connection import connect
+from mother.records.artifacts import artifact_control
 from mother.records.tools import read_stats
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
-from tests.conftest import FAST_ENV, as_user, run_cli, start_acl_stack
+from tests.conftest import FAST_ENV, as_user, attacker_attempt, run_cli, start_acl_stack
 from tests.test_pipeline import example
 
 ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"
-# what the shipped worker user can still do to runs it does not hold (issue 53's open part): each closed
-# one leaves this list (and `mother doctor`'s); RQ's pub/sub commands, rewriting recorded violations and
-# deleting or setting the metrics are closed
-CLOSED = ("RQ's commands", "security violations", "metrics counters", "heartbeat")
-GAPS_OPEN = [what for what, _ in WORKER_GAPS if not any(c in what for c in CLOSED)]
+# what the shipped worker user can still do to runs it does not hold: the claim of a queued attempt's
+# token (and with it that attempt's credentials) and RQ's own keys; everything else moved to the
+# attempts' own users (issue 53)
+GAPS_OPEN = [what for what, _ in WORKER_GAPS]
 
 
 _as = as_user
@@ -224,7 +227,6 @@ def test_another_workers_credentials_cannot_make_an_attempt_lost(
     Mother's index is Mother's; and a failed-registry entry counts only when the attempt's key is gone.
     Neither the shared worker user nor another attempt's user can touch it: the victim's first attempt
     ends the run."""
-    from mother.attempt_users import attempt_client, mint
 
     url, client = acl_stack
     run_id = client.submit(
@@ -248,9 +250,8 @@ def test_another_workers_credentials_cannot_make_an_attempt_lost(
         with pytest.raises(redis.exceptions.NoPermissionError):
             worker.execute_command(*command)
     # an attempt's own user reaches its own key only
-    mint(admin, "run-other", 0, 1, "other-token")
-    other = attempt_client(url, keys.heartbeat_member("run-other", 0, 1), "other-token")
-    other.set(keys.attempt_heartbeat_key("run-other", 0, 1), "me", px=1000)
+    other_run, other = attacker_attempt(client, admin, url)
+    other.set(keys.attempt_heartbeat_key(other_run, 0, 1), "me", px=60_000)
     for command in (
         ("DEL", key),
         ("SET", key, "x", "PX", "1"),
@@ -267,6 +268,120 @@ def test_another_workers_credentials_cannot_make_an_attempt_lost(
     assert done.termination.reason == "success"
     state = client.status(run_id)
     assert state.attempt == 1 and not [h for h in state.history if h.event == "phase_retried"]
+
+
+def _snapshot(
+    admin: redis.Redis, run_id: str, user_id: str, day: str, artifact_id: str
+) -> list[Any]:
+    """What an attack on a run could change: its counters, its user's daily counters, its ledger node,
+    its output artifact (content, metadata, expiry), its own activity, the violations and metrics."""
+    pipe = admin.pipeline(transaction=False)
+    for key in (
+        keys.run_budget_key(run_id),
+        keys.user_daily_budget_key(user_id, day),
+        keys.ledger_key(run_id),
+        keys.artifact_key(artifact_id),
+        keys.artifact_meta_key(artifact_id),
+    ):
+        pipe.execute_command("JSON.GET", key)
+    pipe.zscore(keys.ARTIFACT_EXPIRY, artifact_id)
+    pipe.xlen(keys.run_activity_key(run_id))
+    pipe.xlen(keys.EVENTS_STREAM)
+    pipe.lrange(keys.SECURITY_VIOLATIONS, 0, -1)
+    pipe.hgetall(keys.METRICS_COUNTERS)
+    return list(pipe.execute())
+
+
+def test_neither_a_workers_nor_another_attempts_credentials_rewrite_a_victim_run(
+    acl_stack: tuple[str, MotherClient],
+) -> None:
+    """Issue 53's attacks on the records of a run that ended, made with the shared worker credentials and with
+    the credentials of an attempt of another user's run: rewriting its counters, its user's daily counters,
+    its ledger, its protected output artifact (content, protection, expiry, deletion), its own activity, the
+    recorded violations and the metrics, trimming Mother's streams, and charging it through the budget
+    guard. Every one is refused for permission, and the victim's records are byte for byte as they were.
+    The attacking attempt's user may write its own run's counters (it is not refused for everything)."""
+    url, client = acl_stack
+    victim = client.submit(example("cancelled", scripts={"crawler": [{"text": "victim output"}]}))
+    done = client.wait(victim, 60)
+    assert done.termination.reason == "success"
+    state = client.status(victim)
+    admin, worker = connect(_as(url, "admin")), connect(_as(url, "worker"))
+    artifact_id = state.results[0].artifacts[0]
+    # the output's id comes from the attempt's token; Mother indexed its expiry at the dispatch
+    assert artifact_id.startswith("art-") and len(artifact_id) == 24
+    clock = ServerClock(client.redis)
+    artifact_control(
+        client.redis,
+        "protect",
+        artifact_id,
+        run_id=victim,
+        now_ms=clock.now_ms(),
+        actor="compliance",
+        reason="legal hold",
+        star_protects=True,
+        maxlen=1000,
+    )
+    user_id = state.spec.user_id
+    day = clock.today()
+    # an access log of the victim's (as its search_library would write it): audit, not to be rewritten
+    log_key = keys.access_log_key(keys.access_log_id_prefix(victim) + "0123456789ab")
+    admin.execute_command(
+        "JSON.SET", log_key, "$", orjson.dumps({"run_id": victim, "granted": "no"})
+    )
+    mallory_run, mallory = attacker_attempt(client, admin, url)
+    before = _snapshot(admin, victim, user_id, day, artifact_id)
+    assert (
+        before[0]
+        and before[1]
+        and before[3]
+        and b'"protected":true' in (before[4].encode() if isinstance(before[4], str) else before[4])
+    )
+    # it may write its own run's counters: not a user refused everything
+    mallory.execute_command("JSON.NUMINCRBY", keys.run_budget_key(mallory_run), "$.tool_calls", 0)
+    attacks = [
+        ("JSON.SET", keys.run_budget_key(victim), "$.tokens_used", "0"),
+        ("JSON.NUMINCRBY", keys.run_budget_key(victim), "$.tokens_used", "100000"),
+        ("DEL", keys.run_budget_key(victim)),
+        ("JSON.SET", keys.user_daily_budget_key(user_id, day), "$.spend_micro_usd", "0"),
+        ("JSON.SET", keys.ledger_key(victim), "$.spent_micro", "0"),
+        ("JSON.SET", keys.artifact_key(artifact_id), "$.content", '"forged"'),
+        ("JSON.SET", keys.artifact_meta_key(artifact_id), "$.protected", "false"),
+        ("DEL", keys.artifact_key(artifact_id), keys.artifact_meta_key(artifact_id)),
+        ("ZADD", keys.ARTIFACT_EXPIRY, "0", artifact_id),
+        ("JSON.SET", log_key, "$.granted", '"yes"'),
+        ("DEL", log_key),
+        ("XTRIM", keys.run_activity_key(victim), "MAXLEN", "0"),
+        ("XADD", keys.run_activity_key(victim), "MAXLEN", "0", "*", "type", "forged"),
+        ("DEL", keys.run_activity_key(victim)),
+        ("LTRIM", keys.SECURITY_VIOLATIONS, "1", "0"),
+        ("HSET", keys.METRICS_COUNTERS, "mother_runs_total", "0"),
+        ("HDEL", keys.METRICS_COUNTERS, "mother_runs_total"),
+        ("XTRIM", keys.EVENTS_STREAM, "MAXLEN", "0"),
+        ("DEL", keys.EVENTS_STREAM),
+        ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "0"),
+        ("DEL", keys.SUBMISSIONS_STREAM),
+        (
+            "FCALL",
+            "mh_guard",
+            "6",
+            keys.run_budget_key(victim),
+            keys.user_daily_budget_key(user_id, day),
+            keys.ACTIVITY_STREAM,
+            keys.run_limits_key(victim),
+            keys.METRICS_COUNTERS,
+            keys.run_activity_key(victim),
+            "{}",
+            "100",
+        ),
+    ]
+    for who, conn in (("worker", worker), ("another attempt", mallory)):
+        for command in attacks:
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                conn.execute_command(*command)
+                pytest.fail(f"{who} could {command[:2]}")
+    assert _snapshot(admin, victim, user_id, day, artifact_id) == before
+    assert orjson.loads(admin.execute_command("JSON.GET", log_key))["granted"] == "no"
 
 
 def test_a_mother_whose_user_may_not_make_attempt_users_stops_in_one_line(

@@ -25,7 +25,7 @@ from mother.config import load_settings
 from mother.connection import connect
 from mother.errors import GateRefused, PolicyViolation, RateLimited
 from schemas.rejection import Rejection
-from tests.conftest import as_user, run_cli, start_acl_stack, start_up_dev
+from tests.conftest import as_user, attacker_attempt, run_cli, start_acl_stack, start_up_dev
 from tests.test_pipeline import example, wait_until
 
 ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"
@@ -292,18 +292,27 @@ def test_a_principal_cancels_only_its_own_users_runs(tenancy: Tenancy) -> None:
 
 
 def test_workers_submit_only_their_parents_children(tenancy: Tenancy) -> None:
-    """The worker user cannot append to Mother's submissions stream; on mother:spawns Mother takes only
-    a child of a run that has not ended, for its parent's user."""
+    """The worker user can append to neither Mother's submissions stream nor mother:spawns (only a phase
+    attempt's own user may spawn); on mother:spawns Mother takes only a child of a run that has not
+    ended, for its parent's user, whatever attempt appends it."""
     worker = connect(_as(tenancy.url, "worker"))
+    for stream in (keys.SUBMISSIONS_STREAM, keys.SPAWNS_STREAM):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            worker.xadd(stream, {"spec": orjson.dumps(_quick("carol"))})
+    _run, attempt = attacker_attempt(
+        MotherClient(settings=load_settings(redis_url=_as(tenancy.url, "admin"))),
+        tenancy.admin,
+        tenancy.url,
+    )
     with pytest.raises(redis.exceptions.NoPermissionError):
-        worker.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(_quick("carol"))})
+        attempt.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(_quick("carol"))})
     owner = tenancy.client(tenancy.principal("dana", ["submit"]))
     parent = _gated(owner, "danas-parent")
     for spec, error in (
         (_quick("carol", "orphan"), "takes only spawn_run children"),
         ({**_quick("carol", "wrong-user"), "parent_run_id": parent}, "its parent's user's"),
     ):
-        entry = worker.xadd(keys.SPAWNS_STREAM, {"spec": orjson.dumps(spec)})
+        entry = attempt.xadd(keys.SPAWNS_STREAM, {"spec": orjson.dumps(spec)})
         got = wait_until(lambda entry=entry: tenancy.rejection(f"spawn:{entry}"), timeout=20)
         assert got.code == "identity_refused" and error in got.error
         assert not tenancy.admin.exists(keys.run_key(spec["run_id"]))

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from mother import keys
+from mother.attempt_users import attempt_client, mint
 from mother.termination import build_record, terminate
 from schemas import ResultEnvelope
 from tests.conftest import Pipeline, start_pipeline, stop_pipeline
@@ -234,6 +235,41 @@ def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path)
         assert p.client.wait(run_id, timeout=5).termination.reason == "user_cancelled"
     finally:
         stop_pipeline(p)
+
+
+def test_a_result_trimmed_off_the_events_stream_is_taken_from_its_attempts_key(
+    fresh: Pipeline,
+) -> None:
+    """Issue 53: another run's attempt may append to mother:events, and an XADD may carry MAXLEN 0: every
+    result not yet read is trimmed away. The reporting attempt also wrote its result to its own key
+    (attempt_result:{run}:{i}:{a}, which only it may write); Mother takes it from there once the result is
+    overdue, fenced as any result: the run succeeds on its first attempt, its output intact (before, it
+    waited out the "reported" mark's day and ended timeout)."""
+    run_id = fresh.client.submit(_slow(1.5))
+    key = keys.attempt_heartbeat_key(run_id, 0, 1)
+    wait_until(lambda: fresh.redis.get(key) not in (None, "dispatched"), timeout=20)
+    mothers = [proc.pid for name, proc in fresh.stack.procs.items() if name.startswith("mother-")]
+    for pid in mothers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: fresh.redis.get(key) == "reported", timeout=20)
+        wait_until(lambda: fresh.redis.exists(keys.attempt_result_key(run_id, 0, 1)), timeout=10)
+        assert fresh.redis.xlen(keys.EVENTS_STREAM) >= 1
+        # the attacker: another run's attempt, with its own credentials
+        mint(fresh.redis, "run-mallory", 0, 1, "mallory-token", "mallory", "2026-01-01")
+        mallory = attempt_client(
+            fresh.url, keys.heartbeat_member("run-mallory", 0, 1), "mallory-token"
+        )
+        mallory.xadd(keys.EVENTS_STREAM, {"type": "noise"}, maxlen=0, approximate=False)
+        assert fresh.redis.xlen(keys.EVENTS_STREAM) == 0
+    finally:
+        for pid in mothers:
+            os.kill(pid, signal.SIGCONT)
+    done = fresh.wait(run_id, 60)
+    assert done.termination.reason == "success" and done.output == "finished"
+    state = fresh.client.status(run_id)
+    assert state.attempt == 1 and [r.attempt for r in state.results] == [1]
+    assert not [h for h in state.history if h.event == "phase_retried"]
 
 
 def test_two_mothers_give_one_record_per_run(fresh: Pipeline) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import redis
 
 from mother import keys
-from mother.attempt_users import attempt_client
+from mother.attempt_users import REPORTED_MARK, REPORTED_MS, attempt_client
 from mother.logs import get_logger
 from mother.server import parent_death_signal
 
@@ -33,8 +33,7 @@ __all__ = ["ORPHAN_SIGNAL", "REPORTED", "REPORTED_MS", "AttemptBeat", "AttemptLi
 log = get_logger("heartbeat")
 ORPHAN_SIGNAL = signal.SIGUSR2
 # how long a reported attempt's heartbeat key says so (Mother deletes it once it has read the result)
-REPORTED_MS = 24 * 3_600_000
-REPORTED = "reported"
+REPORTED = REPORTED_MARK
 
 
 class AttemptLine:

@@ -16,22 +16,29 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import redis
 from rq import get_current_job
 
-from mother import keys
+from mother import attempt_users, keys
 from mother.artifacts import artifact_default
 from mother.budget import Guard
 from mother.client import EVENT_PHASE_RESULT
 from mother.config import Settings, load_settings
 from mother.context import load as load_context
 from mother.context import queue_load as queue_context_load
-from mother.errors import ApprovalRequired, ContextInvalid, HookDecision, MotherError, PhaseStale
+from mother.errors import (
+    ApprovalRequired,
+    AttemptRefused,
+    ContextInvalid,
+    HookDecision,
+    MotherError,
+    PhaseStale,
+)
 from mother.hooks import HarnessAction, load_hooks
 from mother.libraries.context import cloud_escalation
 from mother.lifecycle import DISPATCHED_MS, is_current
@@ -48,7 +55,7 @@ from mother.roles import (
     tool_manifest_error,
 )
 from mother.runtime import Runtime
-from mother.security import queue_token_claim, record_violation
+from mother.security import digest, queue_token_claim, record_violation
 from schemas import MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, RunState, Usage
 from schemas.artifact import Artifact
 from schemas.conflict import Finding, Verdict
@@ -224,29 +231,46 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     started_ms = rt.clock.now_ms()
     started_at = rt.clock.iso(started_ms)
     dispatched = (job.meta or {}).get(DISPATCHED_MS) if job is not None else None
-    queued_ms = (
-        max(0, started_ms - dispatched)
-        if isinstance(dispatched, int) and not isinstance(dispatched, bool)
-        else None
-    )
+    if not isinstance(dispatched, int) or isinstance(dispatched, bool):
+        dispatched = None
+    queued_ms = max(0, started_ms - dispatched) if dispatched is not None else None
     meters: list[Meter] = []
-
-    # prefetch()'s, else made here
-    def setup() -> PhaseSetup:
-        return prepared or _prepare(
-            rt, state, phase_index, attempt, parse_counters(raw_counters), raw_context
-        )
-
+    # what the attempt writes, it writes as its own ACL user: its run's keys and nothing of anyone else's
     try:
-        result = _run(rt, state, phase_index, attempt, (started, started_at), setup, meters)
-        result.queued_ms = queued_ms
-    except PhaseStale:
-        for meter in meters:
-            meter.settle_pending()
-        return {"status": "stale"}
-    finally:
+        undo = attempt_users.act_as(
+            rt.redis,
+            run_id,
+            phase_index,
+            attempt,
+            token,
+            rt.settings.service.heartbeat_timeout_seconds,
+        )
+    except AttemptRefused as exc:
         beats.end()
-    _report(rt, result, token, line if beats.own() else None, meters)
+        log.error("attempt_refused", run_id=run_id, phase_index=phase_index, error=exc.message)
+        raise
+    try:
+        # prefetch()'s, else made here
+        def setup() -> PhaseSetup:
+            return prepared or _prepare(
+                rt, state, phase_index, attempt, parse_counters(raw_counters), raw_context
+            )
+
+        artifact_id = attempt_users.phase_artifact_id(digest(token))
+        try:
+            result = _run(
+                rt, state, (phase_index, attempt), (started, started_at), setup, meters, artifact_id
+            )
+            result.queued_ms = queued_ms
+        except PhaseStale:
+            for meter in meters:
+                meter.settle_pending()
+            return {"status": "stale"}
+        finally:
+            beats.end()
+        _report(rt, result, token, line if beats.own() else None, meters, dispatched)
+    finally:
+        undo()
     return {"status": result.status, "artifacts": result.artifacts}
 
 
@@ -257,7 +281,12 @@ def attempt_line(rt: Runtime, member: str, token: str) -> AttemptLine:
 
 
 def _report(
-    rt: Runtime, result: PhaseResult, token: str, line: AttemptLine | None, meters: list[Meter]
+    rt: Runtime,
+    result: PhaseResult,
+    token: str,
+    line: AttemptLine | None,
+    meters: list[Meter],
+    dispatched_ms: int | None = None,
 ) -> None:
     """The phase's last write, one transaction: the final model call's settle, the output artifact and the
     result (with the attempt's token). A phase that beats for itself (``line``) first marks its heartbeat
@@ -285,18 +314,17 @@ def _report(
             content=result.output,
         )
         now_ms = rt.clock.now_ms()
-        expires_ms = artifact_default(rt.settings, now_ms)
-        store_artifact(
-            pipe,
-            artifact,
-            rt.clock.iso(now_ms),
-            expires_ms=expires_ms,
-            expires_at=rt.clock.iso(expires_ms),
-        )
-    pipe.xadd(
-        keys.EVENTS_STREAM,
-        {"type": EVENT_PHASE_RESULT, "payload": result.to_json(), "token": token},
+        # Mother indexed its expiry at the dispatch, from the dispatch's time
+        expires_ms = artifact_default(rt.settings, dispatched_ms or now_ms)
+        store_artifact(pipe, artifact, rt.clock.iso(now_ms), expires_at=rt.clock.iso(expires_ms))
+    payload = result.to_json()
+    # the result where only this attempt writes and only Mother reads (the entry below may be trimmed)
+    pipe.set(
+        keys.attempt_result_key(result.run_id, result.phase_index, result.attempt),
+        orjson.dumps({"payload": payload.decode(), "token": token}),
+        px=REPORTED_MS,
     )
+    pipe.xadd(keys.EVENTS_STREAM, {"type": EVENT_PHASE_RESULT, "payload": payload, "token": token})
     replies = pipe.execute()
     if settling:
         try:
@@ -318,6 +346,8 @@ def _report_missing_token(rt: Runtime, run_id: str, phase_index: int, attempt: i
         attempt=attempt,
         worker=_worker_name(),
         why="the attempt's result token was claimed before this job started; it cannot report",
+        # without the attempt's credentials a worker appends to the violations list alone
+        activity=False,
     )
 
 
@@ -440,15 +470,17 @@ def _prepare(
 def _run(
     rt: Runtime,
     state: RunState,
-    index: int,
-    attempt: int,
+    ids: tuple[int, int],
     began: tuple[float, str],
     setup: Callable[[], PhaseSetup],
     meters: list[Meter],
+    artifact_id: str,
 ) -> PhaseResult:
     """The phase's agent loop on ``setup()`` (what it raises fails the phase like the loop's errors);
     its Meter is appended to ``meters`` (its final settle is deferred to the caller's last write).
-    ``began``: when the worker took the job (monotonic, and the server's time as text)."""
+    ``ids``: (phase index, attempt); ``began``: when the worker took the job (monotonic, and the server's
+    time as text); ``artifact_id``: its output's (stored by :func:`execute` with the result)."""
+    index, attempt = ids
     started, started_at = began
     phase = state.spec.pipeline[index]
     bound = log.bind(run_id=state.run_id, phase=phase.name, attempt=attempt)
@@ -467,8 +499,6 @@ def _run(
             **outcome,
         )
 
-    # stored by execute() with the result
-    artifact_id = f"art-{uuid.uuid4().hex[:20]}"
     try:
         ready = setup()
         manifest = ready.context.manifest()

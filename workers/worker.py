@@ -237,6 +237,7 @@ class PhaseWorker(Worker):
             queue=queue.name,
             worker=self.name,
             why=why,
+            activity=False,
         )
 
     def fork_work_horse(self, job: Job, queue: Queue) -> None:

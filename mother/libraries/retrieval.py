@@ -154,7 +154,7 @@ def retrieve(
     )
     now_ms = rt.clock.now_ms()
     log = AccessLog(
-        log_id=f"acc-{uuid.uuid4().hex[:20]}",
+        log_id=f"{keys.access_log_id_prefix(run_id)}{uuid.uuid4().hex[:12]}",
         timestamp=rt.clock.iso(now_ms),
         timestamp_ms=now_ms,
         run_id=run_id,
