@@ -131,17 +131,20 @@ def own_keys(run_id: str, index: int, attempt: int, token_digest: str) -> list[s
         keys.library_run_violations_key(run_id),
         keys.artifact_key(art),
         keys.artifact_meta_key(art),
+        keys.workspace_key(run_id),
+        keys.workspace_blobs_key(run_id),
     ]
 
 
 def own_patterns(run_id: str) -> list[str]:
     """Key patterns for the run's keys whose last part is not known in advance: its per-library query
-    counters, its spawned children's ledger nodes (children are named ``{run}.c{8 hex}``) and its library
-    access logs (:func:`mother.keys.access_log_id_prefix`)."""
+    counters, its spawned children's ledger nodes (children are named ``{run}.c{8 hex}``), its library
+    access logs (:func:`mother.keys.access_log_id_prefix`) and its workspace's stored contents."""
     return [
         keys.library_run_usage_key(run_id, "x")[: -len("x")] + "*",
         keys.ledger_key(run_id[:100] + ".c") + "*",
         keys.access_log_key(keys.access_log_id_prefix(run_id) + "x")[: -len("x")] + "*",
+        keys.workspace_blob_key(run_id, "0" * 64)[:-64] + "*",
     ]
 
 

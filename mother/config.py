@@ -197,6 +197,30 @@ class WorkerSettings(_Section):
         Path(".mother/workspaces"),
         description="per-run tool workspaces; default: {data_dir}/workspaces",
     )
+    workspace_store: Literal["redis", "shared", "s3"] = Field(
+        "redis",
+        description="where a run's workspace travels between hosts: redis (its changed files, "
+        "content-addressed and compressed, restored by the next phase's host); shared (workspace_root is "
+        "a filesystem every worker host mounts: nothing is copied); s3 (not built yet)",
+    )
+    workspace_max_mb: float = Field(
+        256.0,
+        gt=0,
+        le=65_536,
+        description="a run's workspace may hold this much (uncompressed) when it travels through Redis; "
+        "a phase that leaves more fails (workspace_too_large)",
+    )
+
+    @field_validator("workspace_store")
+    @classmethod
+    def _store_built(cls, value: str) -> str:
+        if value == "s3":
+            raise ValueError(
+                "workspace_store s3 is not built yet: use redis (the default) or shared (a filesystem "
+                "every worker host mounts)"
+            )
+        return value
+
     max_model_calls_per_phase: int = Field(50, ge=1, le=10_000)
     job_timeout_margin_seconds: int = Field(30, ge=0, le=3600)
     max_tool_output_chars: int = Field(100_000, ge=100, le=1_000_000)

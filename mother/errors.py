@@ -20,6 +20,8 @@ wrong and what to do; what a caller needs beyond that is a typed attribute. The 
     │   └── ToolTransient            tool_transient     (a tool failure worth trying again)
     ├── PhaseStale                   phase_stale
     ├── AttemptRefused               attempt_refused
+    ├── WorkspaceTooLarge            workspace_too_large
+    ├── WorkspaceCorrupt             workspace_corrupt
     ├── HookDecision                 hook_decision      (action, event, hook; result_code hook_<action>:<event>)
     ├── ApprovalRequired             approval_required  (request: the tool call a person must approve)
     ├── VerdictMissing               verdict_missing    (a reviewing phase stated no verdict)
@@ -90,6 +92,8 @@ __all__ = [
     "ToolError",
     "VerdictMissing",
     "WaitTimeout",
+    "WorkspaceCorrupt",
+    "WorkspaceTooLarge",
     "not_utf8",
 ]
 
@@ -224,6 +228,18 @@ class AttemptRefused(MotherError):
     current, or Redis restarted and Mother has not made the user again)."""
 
     code = "attempt_refused"
+
+
+class WorkspaceTooLarge(MotherError):
+    """A phase left more in its run's workspace than ``worker.workspace_max_mb``."""
+
+    code = "workspace_too_large"
+
+
+class WorkspaceCorrupt(MotherError):
+    """A run's stored workspace cannot be restored as it is (a path outside it, content changed or gone)."""
+
+    code = "workspace_corrupt"
 
 
 class HookDecision(MotherError):

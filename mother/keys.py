@@ -548,6 +548,24 @@ def access_log_key(log_id: str) -> str:
     return f"access_log:{check_id(log_id, 'log_id')}"
 
 
+# Workspaces (workers/workspaces.py)
+def workspace_key(run_id: str) -> str:
+    """String (JSON): the run's workspace as its last phase left it: path -> sha256, size, mode, mtime."""
+    return f"workspace:{check_id(run_id, 'run_id')}"
+
+
+def workspace_blob_key(run_id: str, sha256: str) -> str:
+    """String: one file content of the run's workspace, zlib-compressed, named by its SHA-256."""
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise InvalidSpec(f"a workspace blob is named by a SHA-256 in hex, not {sha256[:80]!r}")
+    return f"workspace_blob:{check_id(run_id, 'run_id')}:{sha256}"
+
+
+def workspace_blobs_key(run_id: str) -> str:
+    """Set: the SHA-256 of every content the run stored (what the GC deletes with the run)."""
+    return f"workspace_blobs:{check_id(run_id, 'run_id')}"
+
+
 def access_log_id_prefix(run_id: str) -> str:
     """How the ids of a run's library access logs start: ``acc-`` and 16 hex digits of the run id's
     SHA-256 (a run id may be longer than an id allows); the run's attempts may write those logs only."""

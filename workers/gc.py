@@ -27,6 +27,7 @@ import gzip
 import hashlib
 import shutil
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -274,8 +275,13 @@ def _expire_dry(rt: Runtime, report: GCReport, ids: list[str], star_protects: bo
             report.scheduled_deletion += 1
 
 
-def _run_keys(run_id: str, state: dict[str, Any] | None) -> list[str]:
-    """The run's own keys (what its record names, and the rest by its id)."""
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _run_keys(run_id: str, state: dict[str, Any] | None, blobs: Collection[Any] = ()) -> list[str]:
+    """The run's own keys (what its record names, and the rest by its id; ``blobs``: the SHA-256 of its
+    stored workspace contents)."""
     phases = len((state or {}).get("spec", {}).get("pipeline", [])) or 32
     return [
         keys.run_key(run_id),
@@ -288,6 +294,9 @@ def _run_keys(run_id: str, state: dict[str, Any] | None) -> list[str]:
         keys.ledger_children_key(run_id),
         *(keys.context_key(run_id, i) for i in range(phases)),
         *(keys.conflict_key(c) for c in (state or {}).get("conflicts", [])),
+        keys.workspace_key(run_id),
+        keys.workspace_blobs_key(run_id),
+        *(keys.workspace_blob_key(run_id, _text(sha)) for sha in blobs),
     ]
 
 
@@ -299,14 +308,15 @@ def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool)
         for run_id in ids:
             read.execute_command("JSON.GET", keys.run_key(run_id))
             read.execute_command("JSON.GET", keys.termination_key(run_id), "$.reason")
+            read.smembers(keys.workspace_blobs_key(run_id))
         raws = read.execute()
-        states = [orjson.loads(raws[2 * i]) if raws[2 * i] else None for i in range(len(ids))]
+        states = [orjson.loads(raws[3 * i]) if raws[3 * i] else None for i in range(len(ids))]
         needed = _needed(rt, states)
         pipe = rt.redis.pipeline(transaction=False)
         planned: list[tuple[str, str]] = []
         for i, run_id in enumerate(ids):
             state = states[i]
-            reasons = orjson.loads(raws[2 * i + 1]) if raws[2 * i + 1] else []
+            reasons = orjson.loads(raws[3 * i + 1]) if raws[3 * i + 1] else []
             if needed[i]:
                 report.runs_kept += 1
                 if not dry_run:
@@ -328,7 +338,7 @@ def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool)
                     keys.termination_reason_index_key(reason) if reason else keys.RUNS_INDEX,
                     keys.GC_FORGOTTEN,
                     keys.RUN_CLAIMS,
-                    *_run_keys(run_id, state),
+                    *_run_keys(run_id, state, raws[3 * i + 2]),
                 ],
                 [run_id, now_ms],
             )

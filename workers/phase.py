@@ -18,6 +18,7 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -60,6 +61,7 @@ from schemas import MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, Run
 from schemas.artifact import Artifact
 from schemas.conflict import Finding, Verdict
 from schemas.gate import CLOUD_ESCALATION, ApprovalRequest
+from workers import workspaces
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness
 from workers.heartbeat import REPORTED, REPORTED_MS, AttemptBeat, AttemptLine, Heartbeat
@@ -427,6 +429,7 @@ def _prepare(
         approval=lambda tool, arguments: approval_request(
             phase.name, tool, arguments, needing, state.grants
         ),
+        on_first_use=lambda root: _restore_workspace(rt, state.run_id, root),
     )
     harness = Harness(
         rt,
@@ -511,6 +514,8 @@ def _run(
             _check_cloud_escalation(rt, state, index, ready.context.model)
         outcome = _tool_outcome(handled) if handled is not None else _agent_loop(rt, ready)
         verdict = _verdict(rt, state, index, outcome, ready.context.model, artifact_id)
+        if ready.toolbox.used:
+            _store_workspace(rt, state.run_id, ready.toolbox.workspace)
     except PhaseStale:
         raise
     except Exception as exc:  # noqa: BLE001
@@ -562,6 +567,43 @@ def _run(
         findings=_findings(outcome, ready.context),
         handled_by=handled.outcome.tool_id if handled is not None else None,
     )
+
+
+def _restore_workspace(rt: Runtime, run_id: str, root: Path) -> None:
+    """Before the phase's first tool: the run's workspace as its last phase left it, whichever host that
+    ran on (nothing to do on a shared filesystem)."""
+    if rt.settings.worker.workspace_store != "redis":
+        return
+    moved = workspaces.restore(rt.redis, run_id, root)
+    if moved.sent_files or moved.removed:
+        log.info(
+            "workspace_restored",
+            run_id=run_id,
+            files=moved.files,
+            fetched=moved.sent_files,
+            fetched_bytes=moved.sent_bytes,
+            removed=moved.removed,
+            ms=round(moved.ms, 1),
+        )
+
+
+def _store_workspace(rt: Runtime, run_id: str, root: Path) -> None:
+    """After a phase that used its workspace: it is stored for the next phase's host (a phase that leaves
+    more than worker.workspace_max_mb fails, workspace_too_large)."""
+    if rt.settings.worker.workspace_store != "redis":
+        return
+    cap = int(rt.settings.worker.workspace_max_mb * 2**20)
+    moved = workspaces.store(rt.redis, run_id, root, cap_bytes=cap)
+    if moved.sent_files:
+        log.info(
+            "workspace_stored",
+            run_id=run_id,
+            files=moved.files,
+            bytes=moved.bytes,
+            sent=moved.sent_files,
+            sent_bytes=moved.sent_bytes,
+            ms=round(moved.ms, 1),
+        )
 
 
 def _findings(outcome: LoopOutcome, context: ComposedContext) -> list[Finding]:

@@ -113,8 +113,11 @@ class ToolBox:
         manifest_check: Any = None,
         approval: Callable[[str, Any], dict[str, Any] | None] | None = None,
         context: ToolContext | None = None,
+        on_first_use: Callable[[Path], None] | None = None,
     ):
         self.workspace = workspace
+        # what makes the directory the run's workspace before any tool sees it (workers/workspaces.py)
+        self.on_first_use = on_first_use
         # the calling phase, for run-bound registry tools (search_library)
         self.context = context
         # (tool name, arguments) -> the approval request for a call that needs one not yet given, or None
@@ -138,8 +141,15 @@ class ToolBox:
         if not self._made:
             # the run's files are its own: no other user of the host reads them
             self.workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if self.on_first_use is not None:
+                self.on_first_use(self.workspace)
             self._made = True
         return self.workspace
+
+    @property
+    def used(self) -> bool:
+        """Whether a tool needed the workspace in this phase."""
+        return self._made
 
     def check_permission(self, name: str) -> dict[str, Any] | None:
         """The permission_denied event for calling tool ``name``, or None if the token allows it."""
