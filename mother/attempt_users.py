@@ -246,9 +246,16 @@ def queue_alive(
 def attempt_client(url: str, member: str, token: str) -> redis.Redis:
     """A connection authenticated as the attempt ``member`` names (its token is the password), to ``url``'s
     server: what the attempt's beats go through."""
+    from mother.connection import SENTINEL_SCHEME, client_for
+
     run_id, index, attempt = keys.parse_heartbeat_member(member)
     parts = urlsplit(url)
-    if parts.scheme in ("redis", "rediss"):
+    if parts.scheme == SENTINEL_SCHEME:
+        # the sentinels' addresses stay; the URL's user and password are not the attempt's
+        url = urlunsplit(
+            (parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, "")
+        )
+    elif parts.scheme in ("redis", "rediss"):
         netloc = parts.hostname or "127.0.0.1"
         if ":" in netloc:
             netloc = f"[{netloc}]"
@@ -257,7 +264,7 @@ def attempt_client(url: str, member: str, token: str) -> redis.Redis:
         url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
     else:  # unix://user:pass@/path: the path is all it needs
         url = urlunsplit((parts.scheme, "", parts.path, parts.query, parts.fragment))
-    return redis.Redis.from_url(
+    return client_for(
         url,
         username=keys.attempt_user(run_id, index, attempt),
         password=token,

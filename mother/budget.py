@@ -28,6 +28,7 @@ import redis
 from mother import keys
 from mother.codes import CODES
 from mother.config import ModelConfig, Settings
+from mother.connection import check_durable, queue_durable
 from mother.errors import (
     BudgetExhausted,
     BudgetStopped,
@@ -39,6 +40,7 @@ from mother.errors import (
 )
 from mother.functions import call, call_ro, fcall_command, send
 from mother.limits import layer_sources
+from mother.logs import get_logger
 from mother.records.budgets import create_run_budget
 from schemas import RunSpec, iso_from_ms
 from schemas.budget import BudgetCounter, RunLimits
@@ -70,6 +72,8 @@ TOOL_ACTIONS = {
     ro: {"read_only": ro, "check": ["tool_calls"], "add": {"tool_calls": 1}} for ro in (False, True)
 }
 TOOL_ACTION_NAMES = {False: "tool", True: "tool:read_only"}
+
+log = get_logger(__name__)
 
 
 def check_amount(value: Any, what: str) -> int:
@@ -751,7 +755,15 @@ def append_submission(
         )
     if verdict == "rate_limited":
         raise rate_limited(settings, user_id, int(reply[1]))
-    return _text(client.xadd(stream, {"spec": payload}))
+    pipe = client.pipeline(transaction=False)
+    pipe.xadd(stream, {"spec": payload})
+    waited = queue_durable(pipe, settings.service)
+    replies = pipe.execute(raise_on_error=not waited)
+    if isinstance(replies[0], Exception):
+        raise replies[0]
+    if waited:
+        check_durable(replies[1], settings.service, f"submission of {run_id}", log)
+    return _text(replies[0])
 
 
 def _text(value: Any) -> str:

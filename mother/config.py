@@ -106,6 +106,21 @@ class ServiceSettings(_Section):
     claim_idle_seconds: float = Field(
         30.0, gt=0, le=86400, description="reclaim stream entries pending this long"
     )
+    wait_replicas: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="replicas that must have a submission and a termination record before it is "
+        "acknowledged (WAIT; 0: acknowledged when the primary has it, which a failover may lose)",
+    )
+    wait_fsync: bool = Field(
+        False,
+        description="with wait_replicas: the primary and those replicas must also have it on disk "
+        "(WAITAOF, appendonly on every one)",
+    )
+    wait_replicas_ms: int = Field(
+        1000, ge=1, le=60_000, description="how long an acknowledgement waits for them at most"
+    )
     finish_end_after_seconds: float = Field(
         30.0,
         gt=0,

@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import redis
 from redis.maint_notifications import MaintNotificationsConfig
+from redis.sentinel import Sentinel, SentinelConnectionPool
 from redis.utils import str_if_bytes
 
 from mother.errors import MissingJSONModule, MotherError, RedisUnavailable
@@ -28,11 +29,16 @@ __all__ = [
     "Outage",
     "ServerInfo",
     "authenticate_as",
+    "check_durable",
+    "client_for",
     "connect",
     "connect_waiting",
+    "queue_durable",
     "redact_url",
     "redis_down",
     "require_json",
+    "sentinel_parts",
+    "sentinel_pool",
     "server_info",
     "sleep_unless",
     "unless_redis_down",
@@ -200,6 +206,38 @@ class ForkHandoffPool(redis.ConnectionPool):
         conn.pid = os.getpid()
         self._created_connections += 1
         return conn
+
+
+def queue_durable(pipe: Any, service: Any) -> bool:
+    """Queue on ``pipe``, after the writes it acknowledges, the wait for ``service.wait_replicas``
+    replicas (``WAIT``, or ``WAITAOF`` with ``wait_fsync``); False when none is asked for. Pass the
+    reply to :func:`check_durable`."""
+    if service.wait_replicas <= 0:
+        return False
+    if service.wait_fsync:
+        pipe.execute_command("WAITAOF", 1, service.wait_replicas, service.wait_replicas_ms)
+    else:
+        pipe.execute_command("WAIT", service.wait_replicas, service.wait_replicas_ms)
+    return True
+
+
+def check_durable(reply: Any, service: Any, what: str, log: Any) -> bool:
+    """Whether the replicas asked for had ``what`` in time; a warning when not (it is written on the
+    primary all the same: a failover before the replicas catch up may lose it)."""
+    if isinstance(reply, Exception):
+        log.warning("durability_wait_failed", what=what, error=str(reply))
+        return False
+    got = int(reply[1] if isinstance(reply, list) else reply)
+    if got >= service.wait_replicas:
+        return True
+    log.warning(
+        "durability_not_confirmed",
+        what=what,
+        replicas=got,
+        wanted=service.wait_replicas,
+        within_ms=service.wait_replicas_ms,
+    )
+    return False
 
 
 def authenticate_as(client: redis.Redis, username: str, password: str) -> Callable[[], None]:
@@ -404,17 +442,102 @@ class NamedRedis(redis.Redis):
             ) from None
 
 
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_PORT = 26379
+_SENTINEL_FORM = "redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db]"
+
+
+def sentinel_parts(url: str) -> dict[str, Any]:
+    """A ``redis+sentinel://`` URL's parts: the sentinels' (host, port), the service (the name the
+    sentinels monitor), the database, the Redis user and password, and ``sentinel_password`` (a query
+    parameter: the sentinels' own). Raises RedisUnavailable, in one line, for what is not one."""
+
+    def bad(why: str) -> RedisUnavailable:
+        return RedisUnavailable(
+            f"MOTHER_REDIS_URL {redact_url(url)!r} {why}; use {_SENTINEL_FORM}", url=redact_url(url)
+        )
+
+    parts = urlsplit(url)
+    auth, _, hosts = parts.netloc.rpartition("@")
+    sentinels: list[tuple[str, int]] = []
+    for item in filter(None, hosts.split(",")):
+        host, colon, port = item.rpartition(":") if item.count(":") == 1 else (item, "", "")
+        if colon and not port.isdigit():
+            raise bad(f"names {item!r}, whose {port!r} is not a port")
+        sentinels.append((host or item, int(port) if colon else SENTINEL_PORT))
+    if not sentinels:
+        raise bad("names no sentinel")
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise bad("names no service (the name the sentinels monitor)")
+    if len(path) > 1 and not path[1].isdigit():
+        raise bad(f"names {path[1]!r}, which is not a database number")
+    user, _, password = auth.partition(":")
+    query = dict(parse_qsl(parts.query))
+    return {
+        "sentinels": sentinels,
+        "service": unquote(path[0]),
+        "db": int(path[1]) if len(path) > 1 else 0,
+        "username": unquote(user) or None,
+        "password": unquote(password) or None,
+        "sentinel_password": query.get("sentinel_password"),
+    }
+
+
+def sentinel_pool(url: str, **kwargs: Any) -> SentinelConnectionPool:
+    """A pool whose connections go to the primary the sentinels of ``url`` name now (asked again after a
+    connection fails: a failover is followed). ``kwargs`` (a user and password among them) win over the
+    URL's."""
+    found = sentinel_parts(url)
+    timeouts = {"socket_timeout": 2, "socket_connect_timeout": 2}
+    manager = Sentinel(
+        found["sentinels"],
+        sentinel_kwargs={
+            **timeouts,
+            **({"password": found["sentinel_password"]} if found["sentinel_password"] else {}),
+        },
+    )
+    options = {
+        **CONNECTION_OPTIONS,
+        "db": found["db"],
+        "username": found["username"],
+        "password": found["password"],
+        **kwargs,
+    }
+    return SentinelConnectionPool(found["service"], manager, **options)
+
+
+def client_for(url: str, *, single_connection_client: bool = False, **kwargs: Any) -> redis.Redis:
+    """A plain redis-py client for ``url`` (``redis://``, ``rediss://``, ``unix://`` or
+    ``redis+sentinel://``), ``kwargs`` over the URL's options; nothing is checked."""
+    if urlsplit(url).scheme == SENTINEL_SCHEME:
+        client = redis.Redis(
+            connection_pool=sentinel_pool(url, **kwargs),
+            single_connection_client=single_connection_client,
+        )
+        client.auto_close_connection_pool = True
+        return client
+    return redis.Redis.from_url(url, single_connection_client=single_connection_client, **kwargs)
+
+
 def connect(
     url: str, *, check: bool = True, decode_responses: bool = True, **kwargs: object
 ) -> redis.Redis:
-    """A client for ``url``; with ``check`` the server must answer and have RedisJSON."""
+    """A client for ``url``; with ``check`` the server must answer and have RedisJSON. A
+    ``redis+sentinel://`` URL connects to the primary its sentinels name (and follows a failover)."""
     try:
-        pool = ForkHandoffPool.from_url(
-            url, decode_responses=decode_responses, **{**CONNECTION_OPTIONS, **kwargs}
-        )
+        if urlsplit(url).scheme == SENTINEL_SCHEME:
+            pool: redis.ConnectionPool = sentinel_pool(
+                url, decode_responses=decode_responses, **kwargs
+            )
+        else:
+            pool = ForkHandoffPool.from_url(
+                url, decode_responses=decode_responses, **{**CONNECTION_OPTIONS, **kwargs}
+            )
     except ValueError as exc:
         raise RedisUnavailable(
-            f"MOTHER_REDIS_URL {redact_url(url)!r} is not a Redis URL ({exc}); use redis://host:port/db or unix:///path"
+            f"MOTHER_REDIS_URL {redact_url(url)!r} is not a Redis URL ({exc}); use redis://host:port/db, "
+            f"unix:///path or {_SENTINEL_FORM}"
         ) from None
     client = NamedRedis(connection_pool=pool)
     # the client owns its pool, as with Redis.from_url

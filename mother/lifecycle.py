@@ -19,6 +19,7 @@ from mother.artifacts import artifact_default, retain
 from mother.budget import Guard, open_run_budget, release_reservations
 from mother.capabilities import denial
 from mother.codes import SEQ_SPAN
+from mother.connection import check_durable, queue_durable
 from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
 from mother.context import store as store_context
 from mother.errors import (
@@ -740,7 +741,13 @@ def end_run(
     # its reservations are read after the record closed the budget: none is made after it (a
     # call in flight settles)
     queue_end_reads(pipe, state.run_id)
-    term_reply, node_raw, budget_raw = execute(pipe)
+    waited = queue_durable(pipe, rt.settings.service)
+    term_reply, node_raw, budget_raw, *durable = execute(pipe, raise_on_error=not waited)
+    for reply in (term_reply, node_raw, budget_raw):
+        if isinstance(reply, Exception):
+            raise reply
+    if waited:
+        check_durable(durable[0], rt.settings.service, f"termination of {state.run_id}", log)
     won, stored = terminated(term_reply, lambda code: _gate_refusal_error(code, state.run_id, gate))
     if won:
         finish_end(rt, state, stored, node_raw, budget_raw, activity, delivery=delivery)

@@ -24,6 +24,7 @@ from typing import IO
 import redis
 
 from mother import calls, keys
+from mother.connection import client_for
 from mother.server import _die_with_parent
 
 __all__ = ["DEV_ENV", "Exited", "LocalStack", "exit_text"]
@@ -209,7 +210,7 @@ class LocalStack:
         a dead process writes nothing more, so its successor or a standby may lead at once instead of
         after ``service.lease_seconds``. Says what became of the lease ('' when it held none)."""
         try:
-            with redis.Redis.from_url(self.redis_url, socket_timeout=2) as client:
+            with client_for(self.redis_url, socket_timeout=2) as client:
                 holder = client.get(keys.LEADER_LEASE)
                 if holder is None or not holder.decode().startswith(keys.leader_prefix(proc.pid)):
                     return ""

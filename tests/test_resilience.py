@@ -665,3 +665,59 @@ def test_a_runs_end_sets_the_concurrent_runs_gauge_at_once(r: redis.Redis, redis
         1
     ]
     assert r.zrange(keys.ADMISSION_WAITING, 0, -1) == ["other"]
+
+
+def test_a_spawn_request_trimmed_off_its_stream_is_asked_for_again(tmp_path: Path) -> None:
+    """Issue 53: any attempt may XADD to mother:spawns with MAXLEN 0, trimming away a spawn_run request
+    Mother has not read. The parent, waiting for its child, asks again once the child is not taken in
+    after claim_idle_seconds (the run id claim makes a copy of one Mother did take a no-op): the
+    child runs, and the parent succeeds with its output."""
+    p = start_pipeline(tmp_path, mothers=1, workers=2)
+    try:
+        spec = example(
+            "three-phase",
+            limit_overrides={"depth": 2, "spend": "1.00"},
+            scripts={
+                "planner": [
+                    {
+                        "tool_calls": [
+                            {
+                                "name": "spawn_run",
+                                "arguments": {"role": "helper", "task": "t", "budget": "0.10"},
+                            }
+                        ]
+                    },
+                    {"text": "parent planned"},
+                ],
+                "helper": [{"text": "child done"}],
+                "coder": [{"text": "coded"}],
+                "critic": [{"text": "ok"}],
+            },
+        )
+        run_id = p.client.submit(spec)
+        beat = keys.attempt_heartbeat_key(run_id, 0, 1)
+        wait_until(lambda: p.redis.get(beat) not in (None, "dispatched"), timeout=30)
+        mother = p.stack.procs["mother-0"].pid
+        os.kill(mother, signal.SIGSTOP)
+        try:
+            wait_until(lambda: p.redis.xlen(keys.SPAWNS_STREAM) >= 1, timeout=20)
+            mint(p.redis, "run-mallory", 0, 1, "mallory-token", "mallory", "2026-01-01")
+            mallory = attempt_client(
+                p.url, keys.heartbeat_member("run-mallory", 0, 1), "mallory-token"
+            )
+            mallory.xadd(keys.SPAWNS_STREAM, {"type": "noise"}, maxlen=0, approximate=False)
+            assert p.redis.xlen(keys.SPAWNS_STREAM) == 0
+        finally:
+            os.kill(mother, signal.SIGCONT)
+        done = p.wait(run_id, 90)
+        assert done.termination.reason == "success"
+        spawned = [
+            e
+            for _id, e in p.redis.xrange(keys.run_activity_key(run_id))
+            if e["type"] == "run_spawned"
+        ]
+        assert len(spawned) == 1
+        child = orjson.loads(spawned[0]["data"])["child_run_id"]
+        assert p.wait(child, 30).termination.reason == "success"
+    finally:
+        stop_pipeline(p)

@@ -16,7 +16,7 @@ from mother import keys
 from mother.acl import check as acl_check
 from mother.cli._common import console, describe_url, fail, handle_errors, settings
 from mother.config import QUEUES, config_path
-from mother.connection import server_info
+from mother.connection import client_for, server_info
 from mother.errors import MotherError
 from mother.server import EmbeddedRedis
 
@@ -97,9 +97,7 @@ def doctor(
     _sandbox(cfg)
     url = describe_url(cfg)
     try:
-        client = redis.Redis.from_url(
-            cfg.redis_url, decode_responses=True, socket_connect_timeout=3
-        )
+        client = client_for(cfg.redis_url, decode_responses=True, socket_connect_timeout=3)
         info = server_info(client, cfg.redis_url)
     except MotherError as exc:
         _row(False, "redis", exc.message)

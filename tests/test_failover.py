@@ -1,0 +1,227 @@
+"""Redis failover under load (issue 54): a primary, a replica and three sentinels (the embedded server
+in each role), Mother, workers and the client on a ``redis+sentinel://`` URL; the primary is killed
+with runs in flight. Every run ends exactly once on the promoted replica; what was lost is counted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import pytest
+import redis
+
+from mother import keys
+from mother.client import MotherClient
+from mother.config import load_settings
+from mother.connection import connect, sentinel_parts
+from mother.errors import NoSuchRun, RedisUnavailable, WaitTimeout
+from mother.server import EmbeddedRedis, free_port, valkey_binary
+from mother.stack import LocalStack
+from tests.conftest import FAST_ENV
+from tests.test_pipeline import example, wait_until
+
+SERVICE = "mother"
+
+
+@dataclass
+class Sentinels:
+    ports: list[int]
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def url(self, db: int = 0) -> str:
+        hosts = ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        return f"redis+sentinel://{hosts}/{SERVICE}/{db}"
+
+    def master_port(self) -> int | None:
+        for port in self.ports:
+            try:
+                addr = redis.Redis(port=port, socket_timeout=1).execute_command(
+                    "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE
+                )
+            except redis.RedisError:
+                continue
+            if addr:
+                return int(addr[1])
+        return None
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(timeout=10)
+
+
+def start_sentinels(tmp: Path, primary_port: int, count: int = 3) -> Sentinels:
+    sentinels = Sentinels([free_port() for _ in range(count)])
+    for port in sentinels.ports:
+        folder = tmp / f"sentinel-{port}"
+        folder.mkdir()
+        conf = folder / "sentinel.conf"
+        conf.write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} 2\n"
+            f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+            f"sentinel failover-timeout {SERVICE} 5000\n"
+            f"sentinel parallel-syncs {SERVICE} 1\n"
+        )
+        sentinels.procs.append(
+            subprocess.Popen(
+                [str(valkey_binary()), str(conf), "--sentinel"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+    wait_until(lambda: sentinels.master_port() == primary_port, timeout=20)
+    return sentinels
+
+
+@pytest.fixture
+def cell(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedRedis, Sentinels]]:
+    primary = EmbeddedRedis(dir=tmp_path / "primary", appendfsync="everysec").start()
+    replica = EmbeddedRedis(
+        dir=tmp_path / "replica",
+        appendfsync="everysec",
+        extra_args=["--replicaof", "127.0.0.1", str(primary.port)],
+    ).start()
+    wait_until(
+        lambda: replica.client().info("replication").get("master_link_status") == "up", timeout=20
+    )
+    sentinels = start_sentinels(tmp_path, int(primary.port or 0))
+    try:
+        yield primary, replica, sentinels
+    finally:
+        sentinels.stop()
+        replica.stop()
+        primary.stop()
+
+
+def test_a_sentinel_url_is_parsed_and_a_bad_one_is_one_line() -> None:
+    got = sentinel_parts("redis+sentinel://u:p%40ss@h1:26380,h2/mymaster/3?sentinel_password=s")
+    assert got == {
+        "sentinels": [("h1", 26380), ("h2", 26379)],
+        "service": "mymaster",
+        "db": 3,
+        "username": "u",
+        "password": "p@ss",
+        "sentinel_password": "s",
+    }
+    for bad, why in (
+        ("redis+sentinel://h1:26379", "names no service"),
+        ("redis+sentinel:///mother", "names no sentinel"),
+        ("redis+sentinel://h1:x/mother", "is not a port"),
+        ("redis+sentinel://h1/mother/zero", "is not a database number"),
+    ):
+        with pytest.raises(RedisUnavailable, match=why) as caught:
+            sentinel_parts(bad)
+        assert "\n" not in caught.value.message
+
+
+def test_the_primary_killed_under_load_every_run_ends_once_on_the_replica(
+    tmp_path: Path, cell: tuple[EmbeddedRedis, EmbeddedRedis, Sentinels]
+) -> None:
+    """20 three-phase runs on two workers; the primary is killed (-9) when a third have ended. The
+    sentinels promote the replica; Mother, the workers and the client find it through the sentinels.
+    Every run the client was told about ends exactly once (one termination record, one `terminated`
+    entry), and the figures (failover time, runs, what was lost) are printed for docs/benchmarks.md."""
+    primary, replica, sentinels = cell
+    url = sentinels.url()
+    stack = LocalStack(url, workers=2, mothers=1, log_dir=tmp_path / "logs", env=FAST_ENV).start()
+    try:
+        client = MotherClient(settings=load_settings(redis_url=url))
+        specs = [
+            example(
+                "three-phase",
+                scripts={
+                    "planner": [{"text": "planned", "delay_seconds": 0.3}],
+                    "coder": [{"text": "coded", "delay_seconds": 0.3}],
+                    "critic": [{"text": "ok"}],
+                },
+            )
+            for _ in range(20)
+        ]
+        submitted = [client.submit(spec) for spec in specs]
+        wait_until(
+            lambda: (
+                sum(bool(client.redis.exists(keys.termination_key(run_id))) for run_id in submitted)
+                >= len(submitted) // 3
+            ),
+            timeout=90,
+        )
+        killed = time.monotonic()
+        os.kill(int(primary.pid or 0), signal.SIGKILL)
+        wait_until(lambda: sentinels.master_port() == replica.port, timeout=30, step=0.1)
+        promoted = time.monotonic() - killed
+        ended: dict[str, str] = {}
+        lost: list[str] = []
+        for run_id in submitted:
+            try:
+                ended[run_id] = client.wait(run_id, 120).termination.reason
+            except NoSuchRun:
+                lost.append(run_id)
+            except WaitTimeout:
+                pytest.fail(f"run {run_id} did not end after the failover")
+        served = time.monotonic() - killed
+        new_primary = connect(url)
+        assert new_primary.connection_pool.get_master_address()[1] == replica.port  # type: ignore[attr-defined]
+        twice = []
+        for run_id in ended:
+            entries = new_primary.xrange(keys.run_activity_key(run_id))
+            terminated = [e for _id, e in entries if e.get("type") == "terminated"]
+            if len(terminated) != 1:
+                twice.append((run_id, len(terminated)))
+        print(
+            orjson.dumps(
+                {
+                    "runs": len(submitted),
+                    "ended": len(ended),
+                    "success": sum(r == "success" for r in ended.values()),
+                    "reasons": sorted(set(ended.values())),
+                    "lost_acknowledged": len(lost),
+                    "ended_twice": twice,
+                    "promoted_s": round(promoted, 2),
+                    "all_ended_s": round(served, 2),
+                }
+            ).decode()
+        )
+        assert not twice
+        assert len(ended) + len(lost) == len(submitted) and len(ended) >= len(submitted) - 2
+    finally:
+        stack.stop()
+
+
+def test_submissions_wait_for_the_replica_when_asked_and_say_when_it_did_not_come(
+    cell: tuple[EmbeddedRedis, EmbeddedRedis, Sentinels], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """service.wait_replicas: a submission is acknowledged once a replica has it (WAIT); WAITAOF with
+    wait_fsync. With the replica gone the submission is still made, and a warning says it is on the
+    primary only, after wait_replicas_ms."""
+    _primary, replica, sentinels = cell
+    for fsync in (False, True):
+        client = MotherClient(
+            settings=load_settings(
+                redis_url=sentinels.url(),
+                service={"wait_replicas": 1, "wait_fsync": fsync, "wait_replicas_ms": 2000},
+            )
+        )
+        run_id = client.submit(example("three-phase"))
+        # on the replica already: the acknowledgement waited for it
+        assert replica.client().xlen(keys.SUBMISSIONS_STREAM) >= 1
+        assert run_id
+    replica.stop()
+    client = MotherClient(
+        settings=load_settings(
+            redis_url=sentinels.url(), service={"wait_replicas": 1, "wait_replicas_ms": 300}
+        )
+    )
+    started = time.monotonic()
+    client.submit(example("three-phase"))
+    assert 0.25 < time.monotonic() - started < 5
+    said = capsys.readouterr()
+    assert "durability_not_confirmed" in said.out + said.err
