@@ -276,9 +276,7 @@ class Watchdog:
             self._remint_missing()
         now = self.rt.clock.now_ms()
         # a result reported this long ago and not taken: its entry on mother:events is gone (trimmed)
-        overdue = REPORTED_MS - (
-            slack * 2 + int(self.rt.settings.service.claim_idle_seconds * 1000)
-        )
+        overdue = REPORTED_MS - (slack + int(self.rt.settings.service.claim_idle_seconds * 1000))
         reported: list[tuple[str, int, int]] = []
         pipe = self.rt.redis.pipeline(transaction=False)
         for member, live, (value, claimable, ttl) in zip(members, alive, beats, strict=True):

@@ -212,16 +212,17 @@ SHIPPED_ACL = ROOT / "deploy" / "users.acl"
 def attacker_attempt(
     client: Any, admin: redis.Redis, url: str, user_id: str = "mallory"
 ) -> tuple[str, redis.Redis]:
-    """The credentials of a phase attempt an attacker really holds: its own run (for ``user_id``, its phase
-    taking 15 s, a worker's slot that long), whose attempt user is made again with a token the test knows. Mother keeps it (the attempt is
-    current), where a user made up for no run is deleted by its sweep. Returns (run id, a connection as it)."""
+    """The credentials of a phase attempt an attacker really holds: its own run (for ``user_id``, its
+    phase taking 8 s, a worker's slot that long), whose attempt user is made again with a token the test
+    knows. Mother keeps it (the attempt is current), where a user made up for no run is deleted by its
+    sweep. Returns (run id, a connection as it)."""
     from mother import keys
     from mother.attempt_users import attempt_client, mint
     from mother.clock import ServerClock
     from tests.test_pipeline import example, wait_until
 
     spec = example(
-        "cancelled", user_id=user_id, scripts={"crawler": [{"text": "x", "delay_seconds": 15}]}
+        "cancelled", user_id=user_id, scripts={"crawler": [{"text": "x", "delay_seconds": 8}]}
     )
     run_id = client.submit(spec)
     beat = keys.attempt_heartbeat_key(run_id, 0, 1)

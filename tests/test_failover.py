@@ -126,7 +126,7 @@ def test_a_sentinel_url_is_parsed_and_a_bad_one_is_one_line() -> None:
 def test_the_primary_killed_under_load_every_run_ends_once_on_the_replica(
     tmp_path: Path, cell: tuple[EmbeddedRedis, EmbeddedRedis, Sentinels]
 ) -> None:
-    """20 three-phase runs on two workers; the primary is killed (-9) when a third have ended. The
+    """12 three-phase runs on two workers; the primary is killed (-9) when a third have ended. The
     sentinels promote the replica; Mother, the workers and the client find it through the sentinels.
     Every run the client was told about ends exactly once (one termination record, one `terminated`
     entry), and the figures (failover time, runs, what was lost) are printed for docs/benchmarks.md."""
@@ -144,7 +144,7 @@ def test_the_primary_killed_under_load_every_run_ends_once_on_the_replica(
                     "critic": [{"text": "ok"}],
                 },
             )
-            for _ in range(20)
+            for _ in range(12)
         ]
         submitted = [client.submit(spec) for spec in specs]
         wait_until(

@@ -680,12 +680,14 @@ def test_a_spawn_request_trimmed_off_its_stream_is_asked_for_again(tmp_path: Pat
             scripts={
                 "planner": [
                     {
+                        # time to stop Mother before the request is made
+                        "delay_seconds": 1,
                         "tool_calls": [
                             {
                                 "name": "spawn_run",
                                 "arguments": {"role": "helper", "task": "t", "budget": "0.10"},
                             }
-                        ]
+                        ],
                     },
                     {"text": "parent planned"},
                 ],
@@ -719,5 +721,7 @@ def test_a_spawn_request_trimmed_off_its_stream_is_asked_for_again(tmp_path: Pat
         assert len(spawned) == 1
         child = orjson.loads(spawned[0]["data"])["child_run_id"]
         assert p.wait(child, 30).termination.reason == "success"
+        logs = "".join(f.read_text() for f in (tmp_path / "logs").glob("worker-*.log"))
+        assert "spawn_asked_again" in logs
     finally:
         stop_pipeline(p)

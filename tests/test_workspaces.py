@@ -154,7 +154,8 @@ def test_phases_on_two_hosts_read_each_others_files(tmp_path: Path, store: str) 
     """Host a (its own workspace root) runs the planner, which writes notes.txt, and is stopped (warmly:
     it finishes the phase); host b (another root) runs the coder and the critic, which read it and what
     the coder wrote. Through Redis every read finds its file; with nothing copied (``shared``, and the
-    roots not shared) the reads fail: what a second host saw before workspaces travelled."""
+    roots not shared) the reads fail: what a second host saw before workspaces travelled. Then the GC
+    removes the stored workspace with the run's records."""
     p = start_pipeline(tmp_path, workers=0)
     try:
         root_a, root_b = tmp_path / "host-a", tmp_path / "host-b"
@@ -175,31 +176,22 @@ def test_phases_on_two_hosts_read_each_others_files(tmp_path: Path, store: str) 
             assert (root_b / run_id / "out" / "from_b.txt").read_text() == "written on b"
             stored = orjson.loads(p.redis.get(keys.workspace_key(run_id)))
             assert sorted(stored["files"]) == ["notes.txt", "out/from_b.txt"]
+            # the GC removes the stored workspace (manifest, set of contents, every content) with the
+            # run's records
+            shas = p.redis.smembers(keys.workspace_blobs_key(run_id))
+            blob_keys = [keys.workspace_blob_key(run_id, sha) for sha in shas]
+            assert len(shas) == 2 and p.redis.exists(*blob_keys) == 2
+            gc = run_cli(
+                "gc", "run", "--now", "2099-01-01T00:00:00.000Z", env={"MOTHER_REDIS_URL": p.url}
+            )
+            assert gc.returncode == 0, gc.stderr
+            assert not p.redis.exists(
+                keys.workspace_key(run_id), keys.workspace_blobs_key(run_id), *blob_keys
+            )
         else:
             # the coder's read of notes.txt failed on b; the critic's, of what b wrote, did not
             assert (stats["success_count"], stats["failure_count"]) == (1, 1)
             assert not (root_b / run_id / "notes.txt").exists()
             assert not p.redis.exists(keys.workspace_key(run_id))
-    finally:
-        stop_pipeline(p)
-
-
-def test_the_gc_removes_a_runs_stored_workspace_with_its_records(tmp_path: Path) -> None:
-    """A run's workspace manifest, its set of contents and every content go with the run's records."""
-    p = start_pipeline(tmp_path, workers=1)
-    try:
-        run_id = p.client.submit(_spec())
-        assert p.wait(run_id, 90).termination.reason == "success"
-        shas = p.redis.smembers(keys.workspace_blobs_key(run_id))
-        assert len(shas) == 2
-        blob_keys = [keys.workspace_blob_key(run_id, sha) for sha in shas]
-        assert p.redis.exists(*blob_keys) == 2
-        gc = run_cli(
-            "gc", "run", "--now", "2099-01-01T00:00:00.000Z", env={"MOTHER_REDIS_URL": p.url}
-        )
-        assert gc.returncode == 0, gc.stderr
-        assert not p.redis.exists(
-            keys.workspace_key(run_id), keys.workspace_blobs_key(run_id), *blob_keys
-        )
     finally:
         stop_pipeline(p)

@@ -31,6 +31,7 @@ from mother.errors import (
     ToolError,
 )
 from mother.limits import resolve_limits
+from mother.logs import get_logger
 from mother.records.budgets import read_own_spend
 from mother.records.rejections import read_rejection_for
 from mother.records.results import read_result
@@ -40,6 +41,8 @@ from schemas import SPAWNED_BY, RunSpec, RunState, describe_validation_error
 __all__ = ["SpawnRun"]
 
 WAIT_POLL_SECONDS = 0.2
+
+log = get_logger(__name__)
 
 
 class SpawnRun:
@@ -118,7 +121,7 @@ class SpawnRun:
         )
         if arguments.get("wait", True) is False:
             return f"spawned {spec.run_id}"
-        return self._wait(spec.run_id)
+        return self._wait(spec.run_id, spec.to_json())
 
     def _child_spec(self, arguments: dict[str, Any]) -> RunSpec:
         role, task, overrides = (
@@ -156,7 +159,12 @@ class SpawnRun:
                 f"spawn_run arguments are invalid: {describe_validation_error(exc)}"
             ) from None
 
-    def _wait(self, child_id: str) -> str:
+    def _wait(self, child_id: str, payload: bytes) -> str:
+        # an entry on mother:spawns may be trimmed away before Mother reads it (any attempt's XADD may
+        # carry MAXLEN): a child Mother has not claimed this long after is asked for again (the run id
+        # claim makes a second copy of one it did take in a no-op)
+        resend_after = self.rt.settings.service.claim_idle_seconds
+        asked = time.monotonic()
         while True:
             envelope = read_result(self.rt.redis, child_id)
             if envelope is not None and envelope.termination is not None:
@@ -167,6 +175,16 @@ class SpawnRun:
                 rejected = read_rejection_for(self.rt.redis, child_id)
                 if rejected is not None:
                     raise ToolError(f"cannot spawn: {rejected.error}")
+                overdue = time.monotonic() - asked > resend_after
+                if overdue and self.rt.redis.hget(keys.RUN_CLAIMS, child_id) is None:
+                    log.warning(
+                        "spawn_asked_again",
+                        run_id=self.state.run_id,
+                        child_run_id=child_id,
+                        why=f"not taken in after {resend_after:g}s: its entry on mother:spawns is gone",
+                    )
+                    self.rt.redis.xadd(keys.SPAWNS_STREAM, {"spec": payload})
+                    asked = time.monotonic()
             time.sleep(WAIT_POLL_SECONDS)
             # the parent ending (deadline, cancel) stops the wait
             self.check_alive()
