@@ -313,39 +313,31 @@ class Watchdog:
         if not current:
             return
         found = self.rt.redis.mget([keys.attempt_result_key(*ids) for ids in current])
-        for (run_id, index, attempt), raw in zip(current, found, strict=True):
-            if raw is None:
+        lost: list[str] = []
+        for ids, raw in zip(current, found, strict=True):
+            taken = _stored_result(ids, raw)
+            if isinstance(taken, str):
+                run_id, index, attempt = ids
                 log.warning(
-                    "reported_without_result",
+                    "reported_result_not_there",
                     run_id=run_id,
                     phase_index=index,
                     attempt=attempt,
-                    why="its heartbeat says it reported, and no result is there: taken for lost",
+                    why=f"its heartbeat says it reported, and {taken}: taken for lost",
                 )
-                self.rt.redis.delete(keys.attempt_heartbeat_key(run_id, index, attempt))
-                continue
-            try:
-                stored = orjson.loads(raw)
-                result = PhaseResult.model_validate_json(stored["payload"])
-                token = stored.get("token")
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValidationError) as exc:
-                log.error(
-                    "stored_result_unreadable", run_id=run_id, phase_index=index, error=str(exc)
-                )
-                self.rt.redis.delete(keys.attempt_heartbeat_key(run_id, index, attempt))
-                continue
-            if (result.run_id, result.phase_index, result.attempt) != (run_id, index, attempt):
-                log.error("stored_result_for_another_attempt", run_id=run_id, phase_index=index)
-                self.rt.redis.delete(keys.attempt_heartbeat_key(run_id, index, attempt))
+                lost.append(keys.attempt_heartbeat_key(*ids))
                 continue
             log.warning(
                 "result_taken_from_its_key",
-                run_id=run_id,
-                phase_index=index,
-                attempt=attempt,
+                run_id=ids[0],
+                phase_index=ids[1],
+                attempt=ids[2],
                 why="its entry on mother:events was gone (trimmed)",
             )
-            on_phase_result(self.rt, result, token if isinstance(token, str) else None)
+            on_phase_result(self.rt, *taken)
+        if lost:
+            # lost at the next check
+            self.rt.redis.delete(*lost)
 
     def _restarted_within(self, slack_ms: int) -> bool:
         """Whether the server started less than two heartbeat timeouts ago (``INFO server``)."""
@@ -549,3 +541,20 @@ class Watchdog:
         dispatch(
             self.rt, run_id, state.spec, state.phase_index, state.attempt, outputs=outputs_of(state)
         )
+
+
+def _stored_result(
+    ids: tuple[str, int, int], raw: str | bytes | None
+) -> tuple[PhaseResult, str | None] | str:
+    """The result (and its token) an attempt stored on its own key, or why there is none to take."""
+    if raw is None:
+        return "no result is stored"
+    try:
+        stored = orjson.loads(raw)
+        result = PhaseResult.model_validate_json(stored["payload"])
+        token = stored.get("token")
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValidationError) as exc:
+        return f"its stored result cannot be read ({str(exc)[:200]})"
+    if (result.run_id, result.phase_index, result.attempt) != ids:
+        return "its stored result is another attempt's"
+    return result, token if isinstance(token, str) else None

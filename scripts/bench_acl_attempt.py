@@ -27,15 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mother import keys
 from mother.attempt_users import rules
 from mother.server import EmbeddedRedis
-from scripts.bench import redis_cpu
+from scripts.bench import pct, redis_cpu
 
 # the day the attempts' users charge (any day: the rules name it)
 DAY = "2026-11-27"
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mother.server import EmbeddedRedis
+from scripts.bench import pct
 from workers import workspaces
 
 WORDS = [
@@ -85,11 +86,6 @@ def make_workspace(root: Path, megabytes: float, seed: int) -> list[Path]:
         paths.append(path)
         i += 1
     return paths
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from mother.termination import build_record, terminate
 from schemas import ResultEnvelope
 from tests.conftest import Pipeline, start_pipeline, stop_pipeline
 from tests.test_pipeline import example, held_back_nothing, termination_keys, wait_until
+from tests.test_spawn import _spawn
 
 
 @pytest.fixture
@@ -237,6 +238,14 @@ def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path)
         stop_pipeline(p)
 
 
+def _trim_as_another_attempt(p: Pipeline, stream: str) -> None:
+    """The attacker: another run's attempt, with its own credentials (made while Mother, whose sweep would
+    delete a user of no current attempt, is stopped), appends to ``stream`` with MAXLEN 0."""
+    mint(p.redis, "run-mallory", 0, 1, "mallory-token", "mallory", "2026-01-01")
+    mallory = attempt_client(p.url, keys.heartbeat_member("run-mallory", 0, 1), "mallory-token")
+    mallory.xadd(stream, {"type": "noise"}, maxlen=0, approximate=False)
+
+
 def test_a_result_trimmed_off_the_events_stream_is_taken_from_its_attempts_key(
     fresh: Pipeline,
 ) -> None:
@@ -255,12 +264,7 @@ def test_a_result_trimmed_off_the_events_stream_is_taken_from_its_attempts_key(
         wait_until(lambda: fresh.redis.get(key) == "reported", timeout=20)
         wait_until(lambda: fresh.redis.exists(keys.attempt_result_key(run_id, 0, 1)), timeout=10)
         assert fresh.redis.xlen(keys.EVENTS_STREAM) >= 1
-        # the attacker: another run's attempt, with its own credentials
-        mint(fresh.redis, "run-mallory", 0, 1, "mallory-token", "mallory", "2026-01-01")
-        mallory = attempt_client(
-            fresh.url, keys.heartbeat_member("run-mallory", 0, 1), "mallory-token"
-        )
-        mallory.xadd(keys.EVENTS_STREAM, {"type": "noise"}, maxlen=0, approximate=False)
+        _trim_as_another_attempt(fresh, keys.EVENTS_STREAM)
         assert fresh.redis.xlen(keys.EVENTS_STREAM) == 0
     finally:
         for pid in mothers:
@@ -679,16 +683,8 @@ def test_a_spawn_request_trimmed_off_its_stream_is_asked_for_again(tmp_path: Pat
             limit_overrides={"depth": 2, "spend": "1.00"},
             scripts={
                 "planner": [
-                    {
-                        # time to stop Mother before the request is made
-                        "delay_seconds": 1,
-                        "tool_calls": [
-                            {
-                                "name": "spawn_run",
-                                "arguments": {"role": "helper", "task": "t", "budget": "0.10"},
-                            }
-                        ],
-                    },
+                    # time to stop Mother before the request is made
+                    {**_spawn("helper"), "delay_seconds": 1},
                     {"text": "parent planned"},
                 ],
                 "helper": [{"text": "child done"}],
@@ -703,11 +699,7 @@ def test_a_spawn_request_trimmed_off_its_stream_is_asked_for_again(tmp_path: Pat
         os.kill(mother, signal.SIGSTOP)
         try:
             wait_until(lambda: p.redis.xlen(keys.SPAWNS_STREAM) >= 1, timeout=20)
-            mint(p.redis, "run-mallory", 0, 1, "mallory-token", "mallory", "2026-01-01")
-            mallory = attempt_client(
-                p.url, keys.heartbeat_member("run-mallory", 0, 1), "mallory-token"
-            )
-            mallory.xadd(keys.SPAWNS_STREAM, {"type": "noise"}, maxlen=0, approximate=False)
+            _trim_as_another_attempt(p, keys.SPAWNS_STREAM)
             assert p.redis.xlen(keys.SPAWNS_STREAM) == 0
         finally:
             os.kill(mother, signal.SIGCONT)

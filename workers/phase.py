@@ -406,6 +406,7 @@ def _prepare(
     needing = approval_tools(rt.settings, state.spec, phase.role) | {
         t.tool_id for t in eligible if t.approval_required
     }
+    travels = rt.settings.worker.workspace_store == "redis"
     toolbox = ToolBox(
         rt.settings.worker.workspace_root / state.run_id,
         registry=eligible,
@@ -429,7 +430,8 @@ def _prepare(
         approval=lambda tool, arguments: approval_request(
             phase.name, tool, arguments, needing, state.grants
         ),
-        on_first_use=lambda root: _restore_workspace(rt, state.run_id, root),
+        # through Redis; on a shared filesystem it is already there
+        on_first_use=(lambda root: _restore_workspace(rt, state.run_id, root)) if travels else None,
     )
     harness = Harness(
         rt,
@@ -514,7 +516,7 @@ def _run(
             _check_cloud_escalation(rt, state, index, ready.context.model)
         outcome = _tool_outcome(handled) if handled is not None else _agent_loop(rt, ready)
         verdict = _verdict(rt, state, index, outcome, ready.context.model, artifact_id)
-        if ready.toolbox.used:
+        if ready.toolbox.used and rt.settings.worker.workspace_store == "redis":
             _store_workspace(rt, state.run_id, ready.toolbox.workspace)
     except PhaseStale:
         raise
@@ -571,39 +573,19 @@ def _run(
 
 def _restore_workspace(rt: Runtime, run_id: str, root: Path) -> None:
     """Before the phase's first tool: the run's workspace as its last phase left it, whichever host that
-    ran on (nothing to do on a shared filesystem)."""
-    if rt.settings.worker.workspace_store != "redis":
-        return
+    ran on."""
     moved = workspaces.restore(rt.redis, run_id, root)
     if moved.sent_files or moved.removed:
-        log.info(
-            "workspace_restored",
-            run_id=run_id,
-            files=moved.files,
-            fetched=moved.sent_files,
-            fetched_bytes=moved.sent_bytes,
-            removed=moved.removed,
-            ms=round(moved.ms, 1),
-        )
+        log.info("workspace_restored", run_id=run_id, **moved.fields())
 
 
 def _store_workspace(rt: Runtime, run_id: str, root: Path) -> None:
     """After a phase that used its workspace: it is stored for the next phase's host (a phase that leaves
     more than worker.workspace_max_mb fails, workspace_too_large)."""
-    if rt.settings.worker.workspace_store != "redis":
-        return
     cap = int(rt.settings.worker.workspace_max_mb * 2**20)
     moved = workspaces.store(rt.redis, run_id, root, cap_bytes=cap)
     if moved.sent_files:
-        log.info(
-            "workspace_stored",
-            run_id=run_id,
-            files=moved.files,
-            bytes=moved.bytes,
-            sent=moved.sent_files,
-            sent_bytes=moved.sent_bytes,
-            ms=round(moved.ms, 1),
-        )
+        log.info("workspace_stored", run_id=run_id, **moved.fields())
 
 
 def _findings(outcome: LoopOutcome, context: ComposedContext) -> list[Finding]:

@@ -22,7 +22,7 @@ import os
 import stat
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -53,6 +53,10 @@ class Moved:
     sent_bytes: int = 0
     removed: int = 0
     ms: float = 0.0
+
+    def fields(self) -> dict[str, Any]:
+        """What a log line says of it."""
+        return {**asdict(self), "ms": round(self.ms, 1)}
 
 
 def manifest(client: Any, run_id: str) -> dict[str, dict[str, Any]] | None:

@@ -22,6 +22,7 @@ __all__ = [
     "HOPS_STREAM",
     "ROOT",
     "baseline_tree",
+    "pct",
     "proc_cpu",
     "redis_cpu",
     "worker_env",
@@ -92,3 +93,9 @@ def baseline_tree(revision: str | None, name: str) -> Iterator[Path | None]:
             check=False,
             capture_output=True,
         )
+
+
+def pct(samples: list[float], q: float) -> float:
+    """The ``q`` quantile of ``samples`` (nearest rank)."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
