@@ -50,7 +50,6 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("claim attempt tokens (GETDEL)", ("GETDEL", keys.attempt_token_key(PROBE, 0, 0))),
         ("read the tool registry", ("JSON.TYPE", keys.TOOLS_REGISTRY)),
         ("record security violations", (QUEUED, "LPUSH", keys.SECURITY_VIOLATIONS, "probe")),
-        ("count into the metrics", (QUEUED, "HINCRBY", keys.METRICS_COUNTERS, "probe", "0")),
         ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
         ("write its host's line (mother:hosts)", ("HDEL", keys.WORKER_HOSTS, PROBE)),
         (
@@ -157,6 +156,19 @@ ATTEMPT_ONLY: list[tuple[str, tuple[str, ...]]] = [
         ("LTRIM", keys.SECURITY_VIOLATIONS, "0", "-1"),
     ),
     ("delete or set the metrics counters", ("HDEL", keys.METRICS_COUNTERS, "mother-doctor-probe")),
+    (
+        "count into the metrics (HINCRBY, by a negative amount too)",
+        (QUEUED, "HINCRBY", keys.METRICS_COUNTERS, "mother-doctor-probe", "0"),
+    ),
+    ("rewrite tool statistics", ("JSON.DEL", keys.tool_stats_key(PROBE), "$.mother_doctor_probe")),
+    (
+        "rewrite a model's token calibration",
+        ("HDEL", keys.token_calibration_key(PROBE), "mother-doctor-probe"),
+    ),
+    (
+        "move or add library access logs on their timeline",
+        ("ZREM", keys.access_logs_key(PROBE), PROBE),
+    ),
     (
         "trim the activity stream (XADD MAXLEN, XTRIM)",
         ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE),

@@ -27,8 +27,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from mother import keys
+from mother import effects, keys
+from mother.activity import DEFAULT_MAXLEN
 from mother.logs import get_logger
+from mother.security import record_violation
+from schemas import iso_from_ms
 
 __all__ = [
     "DISPATCH_MARK",
@@ -92,7 +95,6 @@ READ_SELECTORS = (
 # permissions: these name which functions, the key selectors below say on what)
 PHASE_FUNCTIONS = (
     "mh_guard",
-    "mh_tool_stat",
     "mh_library_take",
     "ledger_register",
     "ledger_reserve",
@@ -124,6 +126,7 @@ def own_keys(run_id: str, index: int, attempt: int, token_digest: str) -> list[s
     return [
         keys.attempt_heartbeat_key(run_id, index, attempt),
         keys.attempt_result_key(run_id, index, attempt),
+        keys.attempt_effects_key(run_id, index, attempt),
         keys.run_budget_key(run_id),
         keys.run_activity_key(run_id),
         keys.ledger_key(run_id),
@@ -138,11 +141,12 @@ def own_keys(run_id: str, index: int, attempt: int, token_digest: str) -> list[s
 
 def own_patterns(run_id: str) -> list[str]:
     """Key patterns for the run's keys whose last part is not known in advance: its per-library query
-    counters, its spawned children's ledger nodes (children are named ``{run}.c{8 hex}``), its library
+    counters (run ids hold no ``:``), its spawned children's ledger nodes (``{child prefix}.c{8 hex}``,
+    exactly: :func:`mother.keys.child_prefix`), its library
     access logs (:func:`mother.keys.access_log_id_prefix`) and its workspace's stored contents."""
     return [
         keys.library_run_usage_key(run_id, "x")[: -len("x")] + "*",
-        keys.ledger_key(run_id[:100] + ".c") + "*",
+        keys.ledger_key(keys.child_prefix(run_id)) + keys.CHILD_SUFFIX_GLOB,
         keys.access_log_key(keys.access_log_id_prefix(run_id) + "x")[: -len("x")] + "*",
         keys.workspace_blob_key(run_id, "0" * 64)[:-64] + "*",
     ]
@@ -158,16 +162,13 @@ def user_keys(user_id: str, today: str) -> list[str]:
     return out
 
 
-# keys every attempt writes and no run owns, each with the only commands a phase uses on it: appends to
-# the activity stream, Mother's events and spawns, the violations list, counts into the metrics and the
-# tokenizer's calibration, tool statistics and library access logs (docs/security.md lists what a holder
-# can still do with them)
+# keys every attempt writes and no run owns, each with the only command a phase uses on it: appends to
+# the activity stream, Mother's events and spawns, and the violations list (docs/security.md lists what a
+# holder can still do with them). What it adds to the metrics, tool statistics, a model's calibration and
+# a library's timeline it counts in its own attempt_effects key, which Mother adds (mother/effects.py).
 SHARED_SELECTORS = (
     f"(~{keys.ACTIVITY_STREAM} ~{keys.EVENTS_STREAM} ~{keys.SPAWNS_STREAM} +xadd)",
     f"(~{keys.SECURITY_VIOLATIONS} +lpush)",
-    f"(~{keys.METRICS_COUNTERS} ~tokens:calibration:* +hincrby)",
-    "(~tool_stats:* +json.set)",
-    "(~access_logs:* +zadd)",
 )
 
 
@@ -181,13 +182,7 @@ def rules(
     worker."""
     writable = [*own_keys(run_id, index, attempt, token_digest), *own_patterns(run_id)]
     writable += user_keys(user_id, today)
-    fcall_keys = [
-        *writable,
-        keys.run_limits_key(run_id),
-        keys.METRICS_COUNTERS,
-        keys.ACTIVITY_STREAM,
-        "tool_stats:*",
-    ]
+    fcall_keys = [*writable, keys.run_limits_key(run_id), keys.ACTIVITY_STREAM]
     functions = " ".join(f"+fcall|{name}" for name in PHASE_FUNCTIONS)
     return [
         "reset",
@@ -289,7 +284,7 @@ def act_as(
     delay = 0.1
     while True:
         try:
-            return authenticate_as(client, user, token)
+            restore = authenticate_as(client, user, token)
         except redis.AuthenticationError as exc:
             if time.monotonic() + delay > deadline:
                 raise AttemptRefused(
@@ -298,6 +293,16 @@ def act_as(
                 ) from None
             time.sleep(delay)
             delay = min(1.0, delay * 2)
+            continue
+        break
+    # what the phase adds to shared keys goes to the attempt's own hash (mother/effects.py)
+    effects.begin(run_id, index, attempt)
+
+    def undo() -> None:
+        effects.end()
+        restore()
+
+    return undo
 
 
 def users(client: Any) -> list[str]:
@@ -309,8 +314,25 @@ def users(client: Any) -> list[str]:
     ]
 
 
+def _fold(client: Any, attempts: list[tuple[str, int, int]]) -> None:
+    """:func:`mother.effects.fold` for ``attempts``; what it refuses is a security violation."""
+    for key, field, why in effects.fold(client, attempts):
+        log.warning("attempt_effects_refused", key=key, field=field[:200], why=why[:300])
+        record_violation(
+            client,
+            "attempt_effects_refused",
+            at=iso_from_ms(int(time.time() * 1000)),
+            maxlen=DEFAULT_MAXLEN,
+            activity=False,
+            key=key,
+            field=field[:200],
+            why=why[:300],
+        )
+
+
 def sweep(client: Any, is_current: Any, batch: int = 500) -> list[str]:
-    """Delete the users (and heartbeat keys, and index members) of attempts that are no longer current:
+    """Delete the users (and heartbeat keys, and index members) of attempts that are no longer current,
+    then add what every attempt with a user counted for shared keys (:func:`mother.effects.fold`):
     ``is_current`` answers for a batch of them (a callable taking a list of (run_id, index, attempt),
     returning a list of bools). Returns the attempt users left."""
     found = users(client)
@@ -325,6 +347,7 @@ def sweep(client: Any, is_current: Any, batch: int = 500) -> list[str]:
         ]
         stale += [(u, None) for u, i in zip(chunk, ids, strict=True) if i is None]
         if not stale:
+            _fold(client, [i for _u, i in known])
             continue
         pipe = client.pipeline(transaction=False)
         for user, ids_ in stale:
@@ -334,6 +357,9 @@ def sweep(client: Any, is_current: Any, batch: int = 500) -> list[str]:
                 pipe.zrem(keys.HEARTBEATS, keys.heartbeat_member(*ids_))
         pipe.execute(raise_on_error=False)
         gone.update(user for user, _ids in stale)
+        # after the stale users are gone (nothing more comes from them), what every attempt counted for
+        # shared keys so far is added: a live one's later counts start a new hash, added next time
+        _fold(client, [i for _u, i in known])
     if gone:
         log.debug("attempt_users_deleted", count=len(gone))
     return [user for user in found if user not in gone]

@@ -318,6 +318,12 @@ class Guard:
         # a phase attempt's guard: its reservations and charges are refused once Mother has given up on
         # the attempt (the run's fence, set when it gives back what a failed or lost attempt held)
         self.attempt = attempt_tag(*attempt) if attempt is not None else None
+        # and counts into the attempt's own hash, not the shared metrics (mother/effects.py)
+        self._metrics_key = (
+            keys.attempt_effects_key(run_id, *attempt)
+            if attempt is not None
+            else keys.METRICS_COUNTERS
+        )
         # a callable returning today's date (server clock) as YYYY-MM-DD
         self.day = day
         self.maxlen = settings.service.activity_maxlen
@@ -372,7 +378,7 @@ class Guard:
                 self._user_key,
                 keys.ACTIVITY_STREAM,
                 self._limits_key,
-                keys.METRICS_COUNTERS,
+                self._metrics_key,
                 self._activity_key,
             ],
             args,

@@ -105,8 +105,8 @@ def handle_submission(
 def _read_spec(
     rt: Runtime, entry_id: str, fields: dict[str, Any], source: Source
 ) -> RunSpec | None:
-    """The entry's spec, valid and named (``run-{entry}`` when it names no run_id); None when the
-    entry was rejected instead."""
+    """The entry's spec, valid and named (``run-{entry}`` when it names no run_id, ``run-{principal}-{entry}``
+    on a principal's stream: run ids hold no ``:``); None when the entry was rejected instead."""
     raw = fields.get("spec")
     if raw is None:
         reject(
@@ -134,7 +134,8 @@ def _read_spec(
     except InvalidSpec as exc:
         reject(rt, entry_id, fields, exc.message, source=source)
         return None
-    return spec.model_copy(update={"run_id": spec.run_id or f"run-{source.ref(entry_id)}"})
+    name = spec.run_id or f"run-{source.ref(entry_id).replace(':', '-')}"
+    return spec.model_copy(update={"run_id": name})
 
 
 # (rejection code, error, retry_after)

@@ -29,6 +29,7 @@ __all__ = [
     "ARTIFACT_EXPIRY",
     "ATTEMPT_USER_PREFIX",
     "BUDGET_LIBRARY",
+    "CHILD_SUFFIX_GLOB",
     "CHUNK_INDEX",
     "CHUNK_PREFIX",
     "COMMANDS_STREAM",
@@ -82,6 +83,7 @@ __all__ = [
     "attempt_user",
     "check_id",
     "check_principal",
+    "child_prefix",
     "chunk_key",
     "command_reply_key",
     "conflict_key",
@@ -102,6 +104,7 @@ __all__ = [
     "library_run_violations_key",
     "library_user_usage_key",
     "member_of_job",
+    "parent_prefix",
     "parse_attempt_user",
     "parse_heartbeat_member",
     "phase_job_id",
@@ -129,6 +132,12 @@ __all__ = [
 
 ID_PATTERN = r"[A-Za-z0-9_.:-]{1,128}"
 _ID_RE = re.compile(ID_PATTERN)
+# a spawned child's id: its parent's child prefix (:func:`child_prefix`), ".c" and 8 hex digits
+_CHILD_RE = re.compile(r"(.+)\.c[0-9a-f]{8}")
+# the same last part as an ACL key pattern (a glob of exactly 8 hex digits, not a prefix)
+CHILD_SUFFIX_GLOB = ".c" + "[0-9a-f]" * 8
+# a run id this long or shorter names its children after itself; a longer one, after its digest
+_CHILD_PREFIX_MAX = 128 - len(".c") - 8
 _MODEL_RE = re.compile(r"[A-Za-z0-9_.:/@-]{1,128}")
 
 # Fixed keys.
@@ -332,6 +341,15 @@ def parse_attempt_user(user: str) -> tuple[str, int, int] | None:
 def attempt_heartbeat_key(run_id: str, phase_index: int, attempt: int) -> str:
     """A phase attempt's heartbeat: a string with a time to live, written only by the attempt's own user."""
     return f"heartbeat:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
+
+
+def attempt_effects_key(run_id: str, phase_index: int, attempt: int) -> str:
+    """Hash: what a phase attempt adds to keys every run shares (the metrics, tool statistics, a model's
+    token calibration, a library's access-log timeline), counted here by the attempt's own user only and
+    added there by Mother when the attempt is over (``mh_fold``, which refuses what is not an addition):
+    an attempt cannot rewrite what others counted. ``m|{metric}``, ``t|{tool}|s|f|ms``,
+    ``c|{model}|estimated|reported|samples`` (increments); ``z|{library}|{log id}`` (a time in ms)."""
+    return f"attempt_effects:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
 
 
 def attempt_result_key(run_id: str, phase_index: int, attempt: int) -> str:
@@ -564,6 +582,23 @@ def workspace_blob_key(run_id: str, sha256: str) -> str:
 def workspace_blobs_key(run_id: str) -> str:
     """Set: the SHA-256 of every content the run stored (what the GC deletes with the run)."""
     return f"workspace_blobs:{check_id(run_id, 'run_id')}"
+
+
+def child_prefix(run_id: str) -> str:
+    """What the ids of ``run_id``'s spawned children start with (before ``.c`` and 8 hex digits): the run's
+    id, or for an id too long to be extended, ``h`` and 32 hex digits of its SHA-256. A run id of the
+    child shape is taken only with the parent it names (:func:`parent_prefix`), so the attempt's ACL
+    pattern for its children's ledger nodes matches its own children and nobody else's runs."""
+    check_id(run_id, "run_id")
+    if len(run_id) <= _CHILD_PREFIX_MAX:
+        return run_id
+    return "h" + hashlib.sha256(run_id.encode()).hexdigest()[:32]
+
+
+def parent_prefix(run_id: str) -> str | None:
+    """The child prefix a run id of the child shape (``{prefix}.c{8 hex}``) names, or None."""
+    match = _CHILD_RE.fullmatch(run_id)
+    return match.group(1) if match else None
 
 
 def access_log_id_prefix(run_id: str) -> str:

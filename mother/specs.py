@@ -13,6 +13,7 @@ from schemas import RunSpec
 
 __all__ = [
     "check_faults",
+    "check_ids",
     "check_libraries",
     "check_models",
     "check_scripts",
@@ -24,9 +25,34 @@ __all__ = [
 def check_spec(settings: Settings, spec: RunSpec) -> None:
     """``InvalidSpec`` (one line: what to change) when the spec asks for what this deployment does not have
     or does not allow: Mother's check at intake."""
+    check_ids(spec)
     check_models(settings, spec)
     check_scripts(settings, spec)
     check_faults(settings, spec)
+
+
+def check_ids(spec: RunSpec) -> None:
+    """A run's and its user's ids hold no ``:`` (keys are ``budget:library:run:{run}:{library}``: a run
+    named ``a:b`` would share ``a``'s key space, and its attempts' ACL patterns), and a run id of a
+    spawned child's shape (``{prefix}.c{8 hex}``) names its parent (the attempt that spawns children may
+    write their ledger nodes by that shape, so nobody else's run may have it)."""
+    for field, value in (("run_id", spec.run_id), ("user_id", spec.user_id)):
+        if value is not None and ":" in value:
+            raise InvalidSpec(
+                f"{field} {value[:80]!r} holds ':'; ids of runs and users use letters, digits, '_', "
+                "'.' and '-'",
+                field=field,
+            )
+    prefix = keys.parent_prefix(spec.run_id) if spec.run_id is not None else None
+    if prefix is None:
+        return
+    if spec.parent_run_id is None or keys.child_prefix(spec.parent_run_id) != prefix:
+        raise InvalidSpec(
+            f"run_id {spec.run_id!r} has a spawned child's shape ({{parent}}.c and 8 hex digits) "
+            f"but {'names no parent_run_id' if spec.parent_run_id is None else f'its parent_run_id is {spec.parent_run_id!r}'}; "
+            "pick another run_id",
+            field="run_id",
+        )
 
 
 def check_scripts(settings: Settings, spec: RunSpec) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from mother import keys
+from mother import effects, keys
 from mother.config import ModelConfig, Settings
 from mother.errors import ConfigError
 
@@ -155,6 +155,13 @@ class Calibration:
     def record(client: Any, model: str, estimated: int, reported: int) -> None:
         """Add one call's raw estimate and reported prompt tokens (one round trip, atomic per field)."""
         if estimated <= 0 or reported <= 0:
+            return
+        attempt = effects.current()
+        if attempt is not None:
+            # a phase attempt's user counts into its own hash; Mother adds it (mother/effects.py)
+            pipe = client.pipeline(transaction=False)
+            effects.queue_calibration(pipe, attempt, model, estimated, reported)
+            pipe.execute()
             return
         key = keys.token_calibration_key(model)
         pipe = client.pipeline(transaction=True)

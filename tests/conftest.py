@@ -232,6 +232,23 @@ def attacker_attempt(
     return run_id, attempt_client(url, keys.heartbeat_member(run_id, 0, 1), token)
 
 
+def tool_calls_counted(client: redis.Redis, tool_id: str, calls: int) -> dict[str, Any]:
+    """``tool_stats:{tool_id}`` once it counts ``calls`` calls: a phase's calls reach it when Mother adds
+    its attempt's own count (mother/effects.py), within a few watchdog ticks."""
+    import orjson
+
+    from mother import keys
+    from tests.test_pipeline import wait_until
+
+    def counted() -> dict[str, Any] | None:
+        raw = client.execute_command("JSON.GET", keys.tool_stats_key(tool_id))
+        doc = orjson.loads(raw) if raw else None
+        return doc if doc and doc["success_count"] + doc["failure_count"] >= calls else None
+
+    found: dict[str, Any] = wait_until(counted)
+    return found
+
+
 def as_user(url: str, user: str) -> str:
     """``url`` as one of the shipped users (their CHANGE-ME passwords), or the tests' ``admin``."""
     return url.replace("redis://", f"redis://{user}:CHANGE-ME-{user}@")

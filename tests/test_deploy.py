@@ -24,7 +24,7 @@ from mother.records.tools import read_stats
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 from tests.conftest import FAST_ENV, as_user, attacker_attempt, run_cli, start_acl_stack
-from tests.test_pipeline import example
+from tests.test_pipeline import example, wait_until
 
 ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"
 # what the shipped worker user can still do to runs it does not hold: the claim of a queued attempt's
@@ -91,9 +91,11 @@ def test_the_shipped_acl_runs_multi_phase_runs_with_tools_and_a_child(
         assert (record.reason, record.details) == ("success", "All 3 phases completed")
     children = [k.split(":", 1)[1] for k in client.redis.scan_iter(match=f"run:{busy}.c*")]
     assert len(children) == 1 and client.result(children[0]).output == "child done"
-    # the worker user counted its tool calls (mh_tool_stat on tool_stats:*), and read the registry
-    # Mother synced (the three-phase run's tools come from registry:tools)
-    stats = read_stats(client.redis, ["write_file", "list_dir"])
+    # the attempts counted their tool calls in their own hashes, which Mother added to tool_stats:*
+    # (mother/effects.py); the tools came from the registry Mother synced (registry:tools)
+    stats = wait_until(
+        lambda: len(s := read_stats(client.redis, ["write_file", "list_dir"])) == 2 and s
+    )
     assert stats["write_file"].success_count >= 2 and stats["list_dir"].success_count >= 1
     assert client.redis.exists(keys.TOOLS_REGISTRY)
 
@@ -399,17 +401,39 @@ def test_a_mother_whose_user_may_not_make_attempt_users_stops_in_one_line(
     assert got.stderr.count("\n") == 1 and "+acl|setuser +acl|deluser +acl|users" in got.stderr
 
 
-def test_a_worker_appends_violations_and_counts_metrics_and_rewrites_neither(
+def test_neither_workers_nor_attempts_rewrite_what_every_run_counts(
     acl_stack: tuple[str, MotherClient],
 ) -> None:
     """Before (issue 53): the worker user could trim or delete `security:violations` and set, delete or
-    reset the metrics. Now it may only append a violation (LPUSH; Mother caps the list) and add to a
-    counter (HINCRBY, what the server functions count with)."""
-    url, _client = acl_stack
+    reset the metrics; an attempt's holder could still `HINCRBY` the metrics or a model's calibration by a
+    negative amount, `JSON.SET` a tool's statistics and `ZADD` another run's access log to another place
+    on its library's timeline (where the GC prunes it). Now both may only append a violation; an attempt
+    counts what it adds in its own `attempt_effects` hash, and Mother adds from it only additions: a
+    negative count or another run's log there is refused and recorded as a violation."""
+    url, client = acl_stack
     worker, admin = connect(_as(url, "worker")), connect(_as(url, "admin"))
+    attacker_run, attacker = attacker_attempt(client, admin, url)
+    stats, calibration = (
+        keys.tool_stats_key("victim_tool"),
+        keys.token_calibration_key("victim-model"),
+    )
+    timeline = keys.access_logs_key("victim-lib")
     admin.lpush(keys.SECURITY_VIOLATIONS, b'{"kind": "recorded before"}')
-    admin.hset(keys.METRICS_COUNTERS, "runs_submitted", 5)
-    before = admin.lrange(keys.SECURITY_VIOLATIONS, 0, -1), admin.hgetall(keys.METRICS_COUNTERS)
+    admin.hset(keys.METRICS_COUNTERS, "victim_counter", 5)
+    admin.execute_command("JSON.SET", stats, "$", '{"success_count": 9, "failure_count": 0}')
+    admin.hset(calibration, mapping={"estimated": 100, "reported": 100, "samples": 5})
+    admin.zadd(timeline, {"acc-victim-log": 1_000})
+
+    def shared() -> tuple[Any, ...]:
+        return (
+            admin.hget(keys.METRICS_COUNTERS, "victim_counter"),
+            admin.execute_command("JSON.GET", stats),
+            admin.hgetall(calibration),
+            admin.zrange(timeline, 0, -1, withscores=True),
+        )
+
+    before = shared()
+    violations = admin.lrange(keys.SECURITY_VIOLATIONS, 0, -1)
     attacks = [
         ("LTRIM", keys.SECURITY_VIOLATIONS, "1", "0"),
         ("DEL", keys.SECURITY_VIOLATIONS),
@@ -417,23 +441,50 @@ def test_a_worker_appends_violations_and_counts_metrics_and_rewrites_neither(
         ("LPOP", keys.SECURITY_VIOLATIONS),
         ("RENAME", keys.SECURITY_VIOLATIONS, "x"),
         ("EXPIRE", keys.SECURITY_VIOLATIONS, "1"),
-        ("HSET", keys.METRICS_COUNTERS, "runs_submitted", "0"),
-        ("HDEL", keys.METRICS_COUNTERS, "runs_submitted"),
+        ("HSET", keys.METRICS_COUNTERS, "victim_counter", "0"),
+        ("HDEL", keys.METRICS_COUNTERS, "victim_counter"),
+        ("HINCRBY", keys.METRICS_COUNTERS, "victim_counter", "-5"),
         ("DEL", keys.METRICS_COUNTERS),
         ("UNLINK", keys.METRICS_COUNTERS),
         ("PEXPIRE", keys.METRICS_COUNTERS, "1"),
+        ("JSON.SET", stats, "$.success_count", "0"),
+        ("FCALL", "mh_tool_stat", "2", stats, keys.METRICS_COUNTERS, "0", "1"),
+        ("HINCRBY", calibration, "reported", "-99"),
+        ("ZADD", timeline, "0", "acc-victim-log"),
+        ("ZADD", timeline, "1", "acc-made-up"),
     ]
-    for command in attacks:
-        with pytest.raises(redis.exceptions.NoPermissionError):
-            worker.execute_command(*command)
-    assert (
-        admin.lrange(keys.SECURITY_VIOLATIONS, 0, -1),
-        admin.hgetall(keys.METRICS_COUNTERS),
-    ) == before
-    # what it needs still works
-    assert worker.lpush(keys.SECURITY_VIOLATIONS, b'{"kind": "probe"}') == len(before[0]) + 1
-    assert worker.hincrby(keys.METRICS_COUNTERS, "runs_submitted", 0) == 5
+    for who, conn in (("worker", worker), ("attempt", attacker)):
+        for command in attacks:
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                conn.execute_command(*command)
+            assert shared() == before, (who, command)
+    assert admin.lrange(keys.SECURITY_VIOLATIONS, 0, -1) == violations
+    # what they need still works: appending a violation
+    assert worker.lpush(keys.SECURITY_VIOLATIONS, b'{"kind": "probe"}') == len(violations) + 1
     admin.lpop(keys.SECURITY_VIOLATIONS)
+    # the attempt's own hash: Mother adds an addition, refuses a subtraction and another run's log
+    effects = keys.attempt_effects_key(attacker_run, 0, 1)
+    attacker.hincrby(effects, "m|victim_counter", -5)
+    attacker.hincrby(effects, "m|attacker_counter", 2)
+    attacker.hset(effects, "z|victim-lib|acc-victim-log", 0)
+    attacker.hincrby(effects, "c|victim-model|reported", 100_000_000)
+    attacker.hincrby(effects, "c|victim-model|estimated", 1)
+    attacker.hincrby(effects, "c|victim-model|samples", 1)
+
+    def refused() -> set[str]:
+        found = (orjson.loads(v) for v in admin.lrange(keys.SECURITY_VIOLATIONS, 0, 50))
+        return {
+            v["field"]
+            for v in found
+            if v.get("kind") == "attempt_effects_refused" and v.get("key") == effects
+        }
+
+    assert wait_until(
+        lambda: refused() >= {"m|victim_counter", "z|victim-lib|acc-victim-log", "c|victim-model"},
+        timeout=30,
+    )
+    assert shared() == before
+    assert admin.hget(keys.METRICS_COUNTERS, "attacker_counter") == "2"
 
 
 def test_doctor_names_the_acl_user_and_what_it_lacks(
@@ -695,11 +746,16 @@ def test_agents_search_a_library_under_the_shipped_acl(
     )
     envelope = client.wait(run_id, 60)
     assert envelope.termination.reason == "success", envelope.termination.details
-    logs = [
-        orjson.loads(client.redis.execute_command("JSON.GET", keys.access_log_key(log_id)))
-        for log_id in client.redis.zrange(keys.access_logs_key("hr.eu-1"), 0, -1)
-    ]
-    mine = [log for log in logs if log["run_id"] == run_id]
+
+    def logs_of_run() -> list[dict[str, Any]]:
+        logs = [
+            orjson.loads(client.redis.execute_command("JSON.GET", keys.access_log_key(log_id)))
+            for log_id in client.redis.zrange(keys.access_logs_key("hr.eu-1"), 0, -1)
+        ]
+        return [log for log in logs if log["run_id"] == run_id]
+
+    # the agent's log reaches the library's timeline when Mother adds its attempt's (mother/effects.py)
+    mine = wait_until(lambda: len(found := logs_of_run()) == 2 and found)
     # the phase's retrieval_hits (Mother's) and the agent's call (the worker's): both found it
     assert len(mine) == 2 and all(
         log["access_granted"] and log["retrieval_count"] >= 1 for log in mine

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
 import pytest
 
 from mother import keys
@@ -24,7 +23,7 @@ from mother.client import MotherClient
 from mother.config import load_settings
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
-from tests.conftest import FAST_ENV
+from tests.conftest import FAST_ENV, tool_calls_counted
 from tests.test_pipeline import example, wait_until
 from tests.test_workspaces import _spec
 
@@ -176,9 +175,7 @@ def test_phases_on_two_hosts_read_each_others_files_over_the_network(cluster: Cl
     first.send_signal(signal.SIGTERM)
     c.start_worker(b, "host-2-w")
     assert c.client.wait(run_id, 90).termination.reason == "success"
-    stats = orjson.loads(
-        c.client.redis.execute_command("JSON.GET", keys.tool_stats_key("read_file"))
-    )
+    stats = tool_calls_counted(c.client.redis, "read_file", 2)
     assert (stats["success_count"], stats["failure_count"]) == (2, 0)
     assert (b.root / run_id / "notes.txt").read_text() == "hello from host a"
     assert _once(c, run_id) == [1]

@@ -105,3 +105,68 @@ def test_no_key_is_formatted_outside_keys_module() -> None:
                 if pattern.search(line):
                     offenders.append(f"{path.relative_to(ROOT)}:{number}")
     assert offenders == []
+
+
+def _spec(**fields: object) -> object:
+    from schemas import RunSpec
+
+    base = {"user_id": "alice", "task": "t", "pipeline": [{"name": "a", "role": "r", "model": "m"}]}
+    return RunSpec.model_validate({**base, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"run_id": "alpha:x"}, "run_id 'alpha:x' holds ':'"),
+        ({"user_id": "bob:2026-11-27"}, "user_id 'bob:2026-11-27' holds ':'"),
+        ({"run_id": "alpha.c0123abcd"}, "names no parent_run_id"),
+        ({"run_id": "alpha.c0123abcd", "parent_run_id": "beta"}, "its parent_run_id is 'beta'"),
+    ],
+)
+def test_run_ids_that_would_share_another_runs_keys_are_refused(
+    fields: dict[str, object], says: str
+) -> None:
+    """A run named ``alpha:x`` would live in ``alpha``'s ``budget:library:run:alpha:*`` keys, a user
+    ``bob:{day}`` in ``bob``'s per-library daily counters, and a run of a spawned child's shape that its
+    parent did not spawn in that parent's children's ledger nodes: what the attempt users of ``alpha`` and
+    ``bob`` may write. Refused in one line; a child of the shape under its parent is taken."""
+    from mother.specs import check_ids
+
+    with pytest.raises(InvalidSpec, match=re.escape(says)):
+        check_ids(_spec(**fields))  # type: ignore[arg-type]
+    check_ids(_spec(run_id="alpha.c0123abcd", parent_run_id="alpha"))  # type: ignore[arg-type]
+    long_parent = "a" * 119
+    check_ids(
+        _spec(run_id=f"{keys.child_prefix(long_parent)}.c0123abcd", parent_run_id=long_parent)
+    )  # type: ignore[arg-type]
+
+
+def test_an_attempts_children_pattern_matches_its_own_children_only(r: object) -> None:
+    """The attempt user's ledger pattern for the children it spawns is exact (8 hex digits after ``.c``):
+    not a grandchild's node, not a longer suffix, and not the children of a sibling run that shares the
+    first 100 characters of a long id (what ``run_id[:100]`` gave them before)."""
+    from mother.attempt_users import mint
+
+    long_a, long_b = "a" * 100 + "x" * 20, "a" * 100 + "y" * 20
+    cases = {
+        ("alpha", "ledger:alpha.c0123abcd"): True,
+        ("alpha", "ledger:alpha.c0123abcde"): False,
+        ("alpha", "ledger:alpha.cx123abcd"): False,
+        ("alpha", "ledger:alpha.c0123abcd.c11111111"): False,
+        ("alpha", "ledger:alpha.c0123abc"): False,
+        (long_a, f"ledger:{keys.child_prefix(long_a)}.c0123abcd"): True,
+        (long_a, f"ledger:{keys.child_prefix(long_b)}.c0123abcd"): False,
+        (long_a, f"ledger:{'a' * 100}.c0123abcd"): False,
+    }
+    made = set()
+    try:
+        for (run_id, key), allowed in cases.items():
+            if run_id not in made:
+                mint(r, run_id, 0, 1, f"token-{run_id}", "alice", "2026-11-27")
+                made.add(run_id)
+            user = keys.attempt_user(run_id, 0, 1)
+            got = r.execute_command("ACL", "DRYRUN", user, "JSON.SET", key, "$", "1")  # type: ignore[attr-defined]
+            assert (got == "OK") is allowed, (run_id[:12], key, got)
+    finally:
+        for run_id in made:
+            r.execute_command("ACL", "DELUSER", keys.attempt_user(run_id, 0, 1))  # type: ignore[attr-defined]

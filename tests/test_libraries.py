@@ -16,6 +16,7 @@ from mother.libraries import RedactionEngine, decide, load_policy
 from mother.libraries.redaction import library_key
 from schemas.library import DEFAULT_PATTERNS, LibraryAccessPolicy
 from tests.conftest import wait_for_person
+from tests.test_pipeline import wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "libraries"
 
@@ -683,7 +684,8 @@ def test_agents_search_a_library_through_the_registry_tool(stack, tmp_path: Path
     # one for the phase's retrieval_hits, one for the agent's granted call (the other named a
     # library outside the run: refused before anything was charged)
     assert budget["retrieval_queries"] == 2
-    assert successes() == before + 1
+    # added to tool_stats by Mother from the attempt's own count (mother/effects.py)
+    assert wait_until(lambda: successes() == before + 1)
     logs = [
         orjson.loads(stack.redis.execute_command("JSON.GET", keys.access_log_key(log_id)))
         for log_id in stack.redis.zrange(keys.access_logs_key("personal"), 0, -1)

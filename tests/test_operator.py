@@ -14,7 +14,7 @@ import pytest
 
 from mother import keys
 from tests.conftest import Pipeline, cli
-from tests.test_pipeline import example
+from tests.test_pipeline import example, wait_until
 
 NEWER_RUNS = 10_000
 ENTRIES_PER_RUN = 11
@@ -179,10 +179,16 @@ def test_time_and_cost_of_a_call_on_a_priced_http_model(tmp_path: Path) -> None:
         from mother.config import load_settings
 
         client = MotherClient(settings=load_settings(redis_url=_url(r)), client=r)
+        # the phase's counts reach metrics:counters when Mother adds its attempt's (mother/effects.py)
+        counters = wait_until(
+            lambda: (
+                (c := r.hgetall(keys.METRICS_COUNTERS)).get("model_input_tokens|local-llm") and c
+            )
+        )
         return {
             "view": client.inspect(run_id),
             "row": client.list_runs(RunQuery(limit=5)).rows[0],
-            "counters": r.hgetall(keys.METRICS_COUNTERS),
+            "counters": counters,
         }
 
     envelope, got, _chat = _run_on_chat_server(

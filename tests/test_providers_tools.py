@@ -17,6 +17,7 @@ from mother.errors import ProviderError, ScriptExhausted
 from schemas import ScriptedReply
 from tests.chat_server import ChatServer
 from tests.conftest import start_pipeline, stop_pipeline
+from tests.test_pipeline import wait_until
 from workers.agent import run_loop
 from workers.providers import OpenAIProvider, ScriptedProvider
 from workers.tools import ToolBox
@@ -389,8 +390,13 @@ def test_pipeline_run_on_an_openai_compatible_server(tmp_path: Path) -> None:
         {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
         {"text": "The workspace is empty.", "usage": {"prompt_tokens": 42, "completion_tokens": 9}},
     ]
+    # the calibration is added by Mother from the attempt's own count (mother/effects.py)
     envelope, calibration, chat = _run_on_chat_server(
-        tmp_path, replies, lambda r, _run_id: r.hgetall(keys.token_calibration_key("local-llm"))
+        tmp_path,
+        replies,
+        lambda r, _run_id: wait_until(
+            lambda: (c := r.hgetall(keys.token_calibration_key("local-llm"))).get("samples") and c
+        ),
     )
     assert envelope.termination.reason == "success"
     assert envelope.output == "The workspace is empty."

@@ -15,7 +15,7 @@ import redis
 
 from mother import keys
 from mother.errors import WorkspaceCorrupt, WorkspaceTooLarge
-from tests.conftest import Pipeline, run_cli, start_pipeline, stop_pipeline
+from tests.conftest import Pipeline, run_cli, start_pipeline, stop_pipeline, tool_calls_counted
 from tests.test_pipeline import example, wait_until
 from workers import workspaces
 
@@ -167,7 +167,7 @@ def test_phases_on_two_hosts_read_each_others_files(tmp_path: Path, store: str) 
         _host(p, "host-b", root_b, store)
         done = p.wait(run_id, 90)
         assert done.termination.reason == "success"
-        stats = orjson.loads(p.redis.execute_command("JSON.GET", keys.tool_stats_key("read_file")))
+        stats = tool_calls_counted(p.redis, "read_file", 2)
         assert p.stack.procs["host-a"].wait(timeout=30) is not None
         assert (root_a / run_id / "notes.txt").exists()
         if store == "redis":

@@ -133,7 +133,7 @@ class SpawnRun:
             raise ToolError("spawn_run needs role (string), task (string) and budget (USD)")
         if not isinstance(overrides, dict):
             raise ToolError('spawn_run\'s limit_overrides must be an object, e.g. {"turns": 10}')
-        child_id = f"{self.state.run_id[:100]}.c{uuid.uuid4().hex[:8]}"
+        child_id = f"{keys.child_prefix(self.state.run_id)}.c{uuid.uuid4().hex[:8]}"
         try:
             return RunSpec.model_validate(
                 {

@@ -406,6 +406,113 @@ local function mh_tool_stat(keys, args)
   return {succ, fail}
 end
 
+-- mh_fold: what an attempt that is over counted in its own attempt_effects key, added to the keys every
+-- run shares, then the key deleted (once: a second call finds nothing). Only additions are taken: a count
+-- that is not a whole number >= 0, a tool or model or library outside KEYS, calibration counts that are
+-- not whole calls (a sample per call, at most ARGV[2] tokens each), an access log that is not the run's (its id's prefix) or whose time is not a time
+-- are refused, each named in the reply, and nothing of theirs is added.
+-- KEYS: 1 attempt_effects:{run}:{i}:{a}, 2 metrics:counters, 3.. the tool_stats:*, tokens:calibration:*
+--       and access_logs:* keys the fields name (Mother reads the hash first).
+-- ARGV: 1 the run's access-log id prefix, 2 the most tokens one model call may have, 3 largest count taken.
+-- Returns {added fields, {refused field, why, ...}}.
+local function mh_fold(keys, args)
+  local flat = redis.call('HGETALL', keys[1])
+  if #flat == 0 then return {0, {}} end
+  local allowed = {}
+  for i = 3, #keys do allowed[keys[i]] = true end
+  local prefix, per_call, most = args[1], tonumber(args[2]), tonumber(args[3])
+  local refused, added = {}, 0
+  local tools, models = {}, {}
+  local function refuse(field, why) refused[#refused + 1] = field; refused[#refused + 1] = why end
+  local function whole(v)
+    local n = tonumber(v)
+    if n == nil or n ~= n or n < 0 or n > most or math.floor(n) ~= n then return nil end
+    return n
+  end
+  for i = 1, #flat, 2 do
+    local field, value = flat[i], flat[i + 1]
+    local family, rest = string.match(field, '^(%a)|(.+)$')
+    if family == 'm' then
+      local n = whole(value)
+      if n == nil or #rest > 200 then refuse(field, 'not a count')
+      elseif n > 0 then redis.call('HINCRBY', keys[2], rest, n); added = added + 1 end
+    elseif family == 't' then
+      local tool, part = string.match(rest, '^(.+)|(%a+)$')
+      local n = whole(value)
+      if tool == nil or not allowed['tool_stats:' .. tool] or (part ~= 's' and part ~= 'f' and part ~= 'ms') or n == nil then
+        refuse(field, 'not a tool call count')
+      else
+        tools[tool] = tools[tool] or {s = 0, f = 0, ms = 0}
+        tools[tool][part] = n
+      end
+    elseif family == 'c' then
+      local model, part = string.match(rest, '^(.+)|(%a+)$')
+      local n = whole(value)
+      if model == nil or not allowed['tokens:calibration:' .. model] or n == nil
+        or (part ~= 'estimated' and part ~= 'reported' and part ~= 'samples') then
+        refuse(field, 'not a calibration count')
+      else
+        models[model] = models[model] or {estimated = 0, reported = 0, samples = 0}
+        models[model][part] = n
+      end
+    elseif family == 'z' then
+      local library, log_id = string.match(rest, '^([^|]+)|(.+)$')
+      local at = whole(value)
+      if library == nil or not allowed['access_logs:' .. library] then
+        refuse(field, 'not a library access log')
+      elseif string.sub(log_id, 1, #prefix) ~= prefix then
+        refuse(field, 'an access log of another run')
+      elseif at == nil or at > now_ms() + 60000 then
+        refuse(field, 'not a time')
+      else
+        redis.call('ZADD', 'access_logs:' .. library, 'NX', at, log_id)
+        added = added + 1
+      end
+    elseif family ~= 'o' then
+      refuse(field, 'unknown field')
+    end
+  end
+  for tool, c in pairs(tools) do
+    local key = 'tool_stats:' .. tool
+    local doc = get_doc(key) or {}
+    local succ = (tonumber(doc.success_count) or 0) + c.s
+    local fail = (tonumber(doc.failure_count) or 0) + c.f
+    local total = (tonumber(doc.total_execution_ms) or 0) + c.ms
+    local calls = succ + fail
+    if c.s + c.f > 0 and calls > 0 then
+      if c.s > 0 then count('tool_calls|' .. tool .. '|success', c.s) end
+      if c.f > 0 then count('tool_calls|' .. tool .. '|failure', c.f) end
+      redis.call('JSON.SET', key, '$', cjson.encode({
+        success_count = succ,
+        failure_count = fail,
+        success_rate = math.floor(succ / calls * 1000000 + 0.5) / 1000000,
+        avg_execution_ms = math.floor(total / calls * 1000 + 0.5) / 1000,
+        total_execution_ms = total,
+        last_used = iso(now_ms()),
+      }))
+      added = added + 1
+    end
+  end
+  for model, c in pairs(models) do
+    if c.samples > 0 or c.estimated > 0 or c.reported > 0 then
+      -- a call is one sample of at most per_call tokens either way: more is not a model's call
+      if c.samples < 1 or c.estimated < c.samples or c.reported < c.samples
+        or c.estimated > c.samples * per_call or c.reported > c.samples * per_call then
+        refuse('c|' .. model, 'not calls of a model (' .. c.samples .. ' samples, ' .. c.estimated
+          .. ' estimated, ' .. c.reported .. ' reported tokens)')
+      else
+        local key = 'tokens:calibration:' .. model
+        redis.call('HINCRBY', key, 'estimated', c.estimated)
+        redis.call('HINCRBY', key, 'reported', c.reported)
+        redis.call('HINCRBY', key, 'samples', c.samples)
+        added = added + 1
+      end
+    end
+  end
+  redis.call('DEL', keys[1])
+  return {added, refused}
+end
+
 redis.register_function('mh_transition', counted(mh_transition, 9))
 redis.register_function('mh_terminate', counted(mh_terminate, 15))
 redis.register_function('mh_create_run', counted(mh_create_run, 6))
@@ -416,5 +523,6 @@ redis.register_function('mh_forget_rejection', mh_forget_rejection)
 redis.register_function('mh_lease', mh_lease)
 redis.register_function('mh_release_lease', mh_release_lease)
 redis.register_function('mh_tool_stat', counted(mh_tool_stat, 2))
+redis.register_function('mh_fold', counted(mh_fold, 2))
 redis.register_function('mh_library_take', mh_library_take)
 redis.register_function{function_name='mh_now', callback=mh_now, flags={'no-writes'}}

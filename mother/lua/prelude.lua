@@ -5,10 +5,13 @@
 -- each ('runs_terminated|success'); counted in the same call as what they count. The key is passed in
 -- KEYS like every other (ACL key patterns and a cluster's slot check see it): a function that counts is
 -- registered through counted(fn, index), which takes the key from KEYS[index] for the call's length.
-local metrics_key = nil
+-- A phase attempt's call counts into its own attempt_effects:{run}:{index}:{attempt} instead (fields
+-- 'm|{metric}'), which Mother adds to metrics:counters when the attempt is over (mh_fold): an attempt's
+-- user may not write the shared hash, where HINCRBY by a negative amount would rewrite what others counted.
+local metrics_key, metrics_prefix = nil, ''
 local function count(field, n)
   if metrics_key == nil then error('count() outside a counted function: metrics:counters was not passed in KEYS') end
-  redis.call('HINCRBY', metrics_key, field, n or 1)
+  redis.call('HINCRBY', metrics_key, metrics_prefix .. field, n or 1)
 end
 
 -- a histogram observation (mother.records.metrics.HISTOGRAMS: '<name>_bucket|<bound>', sum, count) with the
@@ -26,12 +29,17 @@ end
 
 local function counted(fn, index)
   return function(keys, args)
-    if keys[index] ~= 'metrics:counters' then
-      return redis.error_reply('ERR KEYS[' .. index .. '] must be metrics:counters, got ' .. tostring(keys[index]))
+    local key = keys[index]
+    if key == 'metrics:counters' then
+      metrics_prefix = ''
+    elseif type(key) == 'string' and string.find(key, '^attempt_effects:') then
+      metrics_prefix = 'm|'
+    else
+      return redis.error_reply('ERR KEYS[' .. index .. '] must be metrics:counters (or an attempt\'s attempt_effects key), got ' .. tostring(key))
     end
-    metrics_key = keys[index]
+    metrics_key = key
     local ok, result = pcall(fn, keys, args)
-    metrics_key = nil
+    metrics_key, metrics_prefix = nil, ''
     if not ok then error(result, 0) end
     return result
   end
