@@ -128,6 +128,7 @@ __all__ = [
     "tools_registry_key",
     "user_daily_budget_key",
     "user_runs_key",
+    "workspace_artifact_id",
 ]
 
 ID_PATTERN = r"[A-Za-z0-9_.:-]{1,128}"
@@ -582,6 +583,13 @@ def workspace_blob_key(run_id: str, sha256: str) -> str:
 def workspace_blobs_key(run_id: str) -> str:
     """Set: the SHA-256 of every content the run stored (what the GC deletes with the run)."""
     return f"workspace_blobs:{check_id(run_id, 'run_id')}"
+
+
+def workspace_artifact_id(run_id: str) -> str:
+    """The artifact a run's stored workspace becomes at its end (``art-ws-`` and 20 hex digits of the run
+    id's SHA-256): no phase's output artifact can have it (``art-`` and hex digits only)."""
+    digest = hashlib.sha256(check_id(run_id, "run_id").encode()).hexdigest()
+    return f"art-ws-{digest[:20]}"
 
 
 def child_prefix(run_id: str) -> str:

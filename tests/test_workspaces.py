@@ -8,6 +8,7 @@ import signal
 import time
 import zlib
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -15,7 +16,7 @@ import redis
 
 from mother import keys
 from mother.errors import WorkspaceCorrupt, WorkspaceTooLarge
-from tests.conftest import Pipeline, run_cli, start_pipeline, stop_pipeline, tool_calls_counted
+from tests.conftest import Pipeline, cli, run_cli, start_pipeline, stop_pipeline, tool_calls_counted
 from tests.test_pipeline import example, wait_until
 from workers import workspaces
 
@@ -149,13 +150,53 @@ def _host(p: Pipeline, name: str, root: Path, store: str) -> None:
     )
 
 
+def _the_workspace_is_an_artifact_of_the_run(
+    p: Pipeline, tmp_path: Path, run_id: str, stored: dict[str, Any], blob_keys: list[str]
+) -> None:
+    """At the run's end its stored workspace became one of its artifacts (kind workspace, its content the
+    manifest, its size the files' bytes, its run's retention); `mother artifacts export` writes the files
+    out (into a new or empty directory only). The artifact keeps the contents past the run's records;
+    when it expires the GC removes them (manifest, set of contents, every content)."""
+    from mother.artifacts.controls import list_for_run
+
+    ws = keys.workspace_artifact_id(run_id)
+    listed = {m["artifact_id"]: m for m in list_for_run(p.redis, run_id)}
+    assert listed[ws]["kind"] == "workspace" and listed[ws]["size_bytes"] == stored["bytes"]
+    assert listed[ws]["retention_class"] == "success" and listed[ws]["expires_at"]
+    raw = p.redis.execute_command("JSON.GET", keys.artifact_key(ws), "$.content")
+    assert orjson.loads(orjson.loads(raw)[0])["files"] == stored["files"]
+    out = tmp_path / "exported"
+    got = cli("artifacts", "export", ws, str(out), url=p.url)
+    assert got.exit_code == 0, got.output
+    assert (out / "notes.txt").read_text() == "hello from host a"
+    assert (out / "out" / "from_b.txt").read_text() == "written on b"
+    again = cli("artifacts", "export", ws, str(out), url=p.url)
+    assert again.exit_code != 0 and "not a new or empty directory" in again.output
+    # the run's records due now, its workspace artifact not: the records go, the contents stay
+    p.redis.zadd(keys.RUN_RETENTION, {run_id: 0})
+    gc = run_cli("gc", "run", env={"MOTHER_REDIS_URL": p.url})
+    assert gc.returncode == 0, gc.stderr
+    assert not p.redis.exists(keys.run_key(run_id))
+    assert p.redis.exists(keys.workspace_key(run_id), *blob_keys) == 3
+    assert cli("artifacts", "export", ws, str(tmp_path / "again"), url=p.url).exit_code == 0
+    # the artifact expired: it goes, and the contents with it
+    gc = run_cli("gc", "run", "--now", "2099-01-01T00:00:00.000Z", env={"MOTHER_REDIS_URL": p.url})
+    assert gc.returncode == 0, gc.stderr
+    assert not p.redis.exists(
+        keys.artifact_meta_key(ws),
+        keys.workspace_key(run_id),
+        keys.workspace_blobs_key(run_id),
+        *blob_keys,
+    )
+
+
 @pytest.mark.parametrize("store", ["redis", "shared"])
 def test_phases_on_two_hosts_read_each_others_files(tmp_path: Path, store: str) -> None:
     """Host a (its own workspace root) runs the planner, which writes notes.txt, and is stopped (warmly:
     it finishes the phase); host b (another root) runs the coder and the critic, which read it and what
     the coder wrote. Through Redis every read finds its file; with nothing copied (``shared``, and the
-    roots not shared) the reads fail: what a second host saw before workspaces travelled. Then the GC
-    removes the stored workspace with the run's records."""
+    roots not shared) the reads fail: what a second host saw before workspaces travelled. Then the stored
+    workspace is an artifact of the run (:func:`_the_workspace_is_an_artifact_of_the_run`)."""
     p = start_pipeline(tmp_path, workers=0)
     try:
         root_a, root_b = tmp_path / "host-a", tmp_path / "host-b"
@@ -176,18 +217,10 @@ def test_phases_on_two_hosts_read_each_others_files(tmp_path: Path, store: str) 
             assert (root_b / run_id / "out" / "from_b.txt").read_text() == "written on b"
             stored = orjson.loads(p.redis.get(keys.workspace_key(run_id)))
             assert sorted(stored["files"]) == ["notes.txt", "out/from_b.txt"]
-            # the GC removes the stored workspace (manifest, set of contents, every content) with the
-            # run's records
             shas = p.redis.smembers(keys.workspace_blobs_key(run_id))
             blob_keys = [keys.workspace_blob_key(run_id, sha) for sha in shas]
             assert len(shas) == 2 and p.redis.exists(*blob_keys) == 2
-            gc = run_cli(
-                "gc", "run", "--now", "2099-01-01T00:00:00.000Z", env={"MOTHER_REDIS_URL": p.url}
-            )
-            assert gc.returncode == 0, gc.stderr
-            assert not p.redis.exists(
-                keys.workspace_key(run_id), keys.workspace_blobs_key(run_id), *blob_keys
-            )
+            _the_workspace_is_an_artifact_of_the_run(p, tmp_path, run_id, stored, blob_keys)
         else:
             # the coder's read of notes.txt failed on b; the critic's, of what b wrote, did not
             assert (stats["success_count"], stats["failure_count"]) == (1, 1)

@@ -255,6 +255,9 @@ def _expire(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: boo
                 report.scheduled_deletion += 1
                 report.keys_removed += int(reply[2])
                 report.bytes_freed += int(reply[1])
+                if artifact_id.startswith(WORKSPACE_ARTIFACT):
+                    # a workspace artifact's contents go with it
+                    report.keys_removed += _drop_stored_workspace(rt, owners, ids, artifact_id)
             elif outcome == "protected":
                 report.protected += 1
             elif outcome == "deferred":
@@ -279,9 +282,32 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _run_keys(run_id: str, state: dict[str, Any] | None, blobs: Collection[Any] = ()) -> list[str]:
+def _workspace_keys(run_id: str, blobs: Collection[Any]) -> list[str]:
+    """The run's stored workspace: its manifest, its set of contents and each content (``blobs``: their
+    SHA-256)."""
+    return [
+        keys.workspace_key(run_id),
+        keys.workspace_blobs_key(run_id),
+        *(keys.workspace_blob_key(run_id, _text(sha)) for sha in blobs),
+    ]
+
+
+def _drop_stored_workspace(rt: Runtime, owners: list[Any], ids: list[str], artifact_id: str) -> int:
+    """Delete the stored workspace of the run whose workspace artifact ``artifact_id`` was just deleted
+    (``owners``: each of ``ids``' ``$.run_id`` as read); returns the keys removed."""
+    found = orjson.loads(owners[ids.index(artifact_id)] or "[]")
+    run_id = found[0] if found and keys.is_id(found[0]) else None
+    if run_id is None or keys.workspace_artifact_id(run_id) != artifact_id:
+        return 0
+    blobs = rt.redis.smembers(keys.workspace_blobs_key(run_id))
+    return int(rt.redis.delete(*_workspace_keys(run_id, blobs)))
+
+
+def _run_keys(
+    run_id: str, state: dict[str, Any] | None, blobs: Collection[Any] | None = ()
+) -> list[str]:
     """The run's own keys (what its record names, and the rest by its id; ``blobs``: the SHA-256 of its
-    stored workspace contents)."""
+    stored workspace contents, None while its workspace artifact keeps them)."""
     phases = len((state or {}).get("spec", {}).get("pipeline", [])) or 32
     return [
         keys.run_key(run_id),
@@ -294,9 +320,7 @@ def _run_keys(run_id: str, state: dict[str, Any] | None, blobs: Collection[Any] 
         keys.ledger_children_key(run_id),
         *(keys.context_key(run_id, i) for i in range(phases)),
         *(keys.conflict_key(c) for c in (state or {}).get("conflicts", [])),
-        keys.workspace_key(run_id),
-        keys.workspace_blobs_key(run_id),
-        *(keys.workspace_blob_key(run_id, _text(sha)) for sha in blobs),
+        *(_workspace_keys(run_id, blobs) if blobs is not None else []),
     ]
 
 
@@ -309,14 +333,17 @@ def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool)
             read.execute_command("JSON.GET", keys.run_key(run_id))
             read.execute_command("JSON.GET", keys.termination_key(run_id), "$.reason")
             read.smembers(keys.workspace_blobs_key(run_id))
+            read.exists(keys.artifact_meta_key(keys.workspace_artifact_id(run_id)))
         raws = read.execute()
-        states = [orjson.loads(raws[3 * i]) if raws[3 * i] else None for i in range(len(ids))]
+        states = [orjson.loads(raws[4 * i]) if raws[4 * i] else None for i in range(len(ids))]
         needed = _needed(rt, states)
         pipe = rt.redis.pipeline(transaction=False)
         planned: list[tuple[str, str]] = []
         for i, run_id in enumerate(ids):
             state = states[i]
-            reasons = orjson.loads(raws[3 * i + 1]) if raws[3 * i + 1] else []
+            reasons = orjson.loads(raws[4 * i + 1]) if raws[4 * i + 1] else []
+            # a workspace artifact still there (its retention, a star, a protection) keeps the contents
+            blobs = None if raws[4 * i + 3] else raws[4 * i + 2]
             if needed[i]:
                 report.runs_kept += 1
                 if not dry_run:
@@ -338,7 +365,7 @@ def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool)
                     keys.termination_reason_index_key(reason) if reason else keys.RUNS_INDEX,
                     keys.GC_FORGOTTEN,
                     keys.RUN_CLAIMS,
-                    *_run_keys(run_id, state, raws[3 * i + 2]),
+                    *_run_keys(run_id, state, blobs),
                 ],
                 [run_id, now_ms],
             )
@@ -362,6 +389,8 @@ def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool)
 
 # what a batch's activity entry names of its items, at most (the count is whole)
 ENTRY_IDS = 50
+# how a run's workspace artifact's id starts (mother.keys.workspace_artifact_id)
+WORKSPACE_ARTIFACT = "art-ws-"
 
 
 def _drain(pipe: Any, rt: Runtime, pending: str, kind: str, *, now: int) -> None:

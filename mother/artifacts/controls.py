@@ -25,6 +25,7 @@ __all__ = [
     "reports",
     "restore_artifact",
     "show",
+    "workspace_of",
 ]
 
 OPS = ("star", "unstar", "protect", "unprotect", "delete")
@@ -43,6 +44,20 @@ def list_for_run(client: Any, run_id: str) -> list[dict[str, Any]]:
         raise NotFound(f"no run {run_id!r} (or its records passed their retention)")
     found = orjson.loads(raw)
     return read_artifact_meta(client, list(found[0]) if found else [])
+
+
+def workspace_of(client: Any, artifact_id: str) -> str:
+    """The run whose stored workspace the artifact ``artifact_id`` is (kind ``workspace``, made at the run's
+    end), to write out; NotFound for another kind or one whose contents are gone."""
+    meta = read_meta(client, artifact_id)
+    if meta.kind != "workspace" or keys.workspace_artifact_id(meta.run_id) != artifact_id:
+        raise NotFound(
+            f"artifact {artifact_id} is a {meta.kind} artifact, not a run's workspace: "
+            "`mother artifacts show` prints its content"
+        )
+    if not client.exists(keys.workspace_key(meta.run_id)):
+        raise NotFound(f"the stored workspace of run {meta.run_id} is gone (deleted by the GC)")
+    return meta.run_id
 
 
 def show(client: Any, artifact_id: str, preview_chars: int = 2000) -> dict[str, Any]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import getpass
+from pathlib import Path
 from typing import Annotated, Literal
 
 import orjson
@@ -13,6 +14,7 @@ from rich.table import Table
 from mother.artifacts import controls
 from mother.cli._common import console, data_console, handle_errors, redis_client, settings
 from mother.clock import ServerClock
+from mother.errors import InvalidSpec
 from mother.runtime import Runtime
 from schemas.artifact import GCReport
 
@@ -146,6 +148,31 @@ def unprotect(artifact_id: IdArg, actor: ActorOpt = None) -> None:
 def delete(artifact_id: IdArg, actor: ActorOpt = None) -> None:
     """Delete it now (refused for a protected one)."""
     _apply("delete", artifact_id, actor)
+
+
+@artifacts_app.command("export")
+@handle_errors
+def export(
+    artifact_id: IdArg,
+    directory: Annotated[
+        Path, typer.Argument(help="a new or empty directory to write the files into")
+    ],
+) -> None:
+    """Write a run's workspace artifact (kind workspace) out as files: each content checked against its
+    SHA-256, modes and times as stored."""
+    from workers.workspaces import restore as restore_workspace
+
+    client = redis_client(settings())
+    run_id = controls.workspace_of(client, artifact_id)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise InvalidSpec(
+            f"{directory} is not a new or empty directory: export writes only there (it would remove "
+            "what the workspace does not have)"
+        )
+    moved = restore_workspace(client, run_id, directory)
+    console.print(
+        f"wrote run {run_id}'s workspace to {directory}: {moved.files} files, {moved.bytes:,} bytes"
+    )
 
 
 @artifacts_app.command("restore")

@@ -44,24 +44,66 @@ local function set_fields(key, fields)
   end
 end
 
--- mh_retain: a run ended; move its accepted artifacts to their retention class and schedule its
--- records. A protected artifact leaves the indexes (kept forever); one that is gone is skipped.
--- Idempotent (Mother applies an end again after a crash).
--- KEYS: 1 artifacts:expiry, 2 artifacts:archive_due, 3 retention:runs, 4.. artifact_meta:{id}
--- ARGV: 1 run_id, 2 class, 3 expires_ms, 4 archive_ms ('' none), 5 records_ms, then per artifact its
---       id (in KEYS order)
+-- the content of a workspace artifact: the stored manifest, or what it holds when it is too long to be one
+local MAX_CONTENT = 1000000
+
+-- A run's stored workspace (workers/workspaces.py) becomes one of its artifacts at its end, once: kind
+-- 'workspace', its content the manifest (path -> sha256, size, mode, mtime), its size the files' bytes.
+-- Its retention, star and protection then keep the stored contents: the GC deletes them with it.
+local function workspace_artifact(run_id, manifest_key, art_key, meta_key, run_key, id)
+  if redis.call('EXISTS', meta_key) == 1 then return end
+  local raw = redis.call('GET', manifest_key)
+  if not raw then return end
+  local ok, doc = pcall(cjson.decode, raw)
+  if not ok or type(doc) ~= 'table' or type(doc.files) ~= 'table' then return end
+  local files = 0
+  for _ in pairs(doc.files) do files = files + 1 end
+  local content = raw
+  if #raw > MAX_CONTENT then
+    content = cjson.encode({run_id = run_id, files = files, bytes = doc.bytes,
+      note = 'the manifest is longer than an artifact holds: `mother artifacts export` writes the files'})
+  end
+  local now = iso(now_ms())
+  redis.call('JSON.SET', art_key, '$', cjson.encode({artifact_id = id, run_id = run_id,
+    phase = 'workspace', attempt = 0, kind = 'workspace', content = content}))
+  redis.call('JSON.SET', meta_key, '$', cjson.encode({artifact_id = id, run_id = run_id,
+    phase = 'workspace', kind = 'workspace', created_at = now,
+    size_bytes = math.floor(tonumber(doc.bytes) or 0), content_type = 'application/json'}))
+  if redis.call('EXISTS', run_key) == 1 then
+    local listed = redis.call('JSON.ARRINDEX', run_key, '$.artifacts', cjson.encode(id))
+    if type(listed) == 'table' and listed[1] == -1 then
+      redis.call('JSON.ARRAPPEND', run_key, '$.artifacts', cjson.encode(id))
+    end
+  end
+end
+
+-- mh_retain: a run ended; its stored workspace becomes an artifact (workspace_artifact), then its
+-- accepted artifacts move to their retention class and its records are scheduled. A protected artifact
+-- leaves the indexes (kept forever); one that is gone is skipped. Idempotent (Mother applies an end
+-- again after a crash).
+-- KEYS: 1 artifacts:expiry, 2 artifacts:archive_due, 3 retention:runs, 4 workspace:{run},
+--       5 artifact:{workspace artifact}, 6 artifact_meta:{workspace artifact}, 7 run:{id},
+--       8.. artifact_meta:{id}
+-- ARGV: 1 run_id, 2 class, 3 expires_ms, 4 archive_ms ('' none), 5 records_ms, 6 the workspace
+--       artifact's id, then per artifact its id (in KEYS order)
 local function mh_retain(keys, args)
   local cls, expires, archive, records = args[2], tonumber(args[3]), args[4], tonumber(args[5])
   local expires_iso = iso(expires)
   local archive_iso = archive ~= '' and iso(tonumber(archive)) or nil
   local moved = 0
-  for i = 4, #keys do
-    local id = args[6 + i - 4]
-    local doc = get_doc(keys[i])
+  workspace_artifact(args[1], keys[4], keys[5], keys[6], keys[7], args[6])
+  local metas, ids = {keys[6]}, {args[6]}
+  for i = 8, #keys do
+    metas[#metas + 1] = keys[i]
+    ids[#ids + 1] = args[7 + i - 8]
+  end
+  for i = 1, #metas do
+    local id, meta = ids[i], metas[i]
+    local doc = get_doc(meta)
     if doc then
       local fields = {retention_class = cls, expires_at = expires_iso}
       if doc.status ~= 'archived' and archive_iso then fields.archive_due_at = archive_iso end
-      set_fields(keys[i], fields)
+      set_fields(meta, fields)
       if doc.protected then
         -- kept forever while protected; its times stay on it for when it is not
         redis.call('ZREM', keys[1], id)

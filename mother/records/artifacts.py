@@ -87,7 +87,9 @@ def queue_retain(
     archive_ms: int | None,
     records_ms: int,
 ) -> None:
-    """Queue ``mh_retain``: the ended run's artifacts to their class, its records on ``retention:runs``."""
+    """Queue ``mh_retain``: the ended run's stored workspace made an artifact (once), its artifacts to
+    their class, its records on ``retention:runs``."""
+    workspace = keys.workspace_artifact_id(run_id)
     call(
         pipe,
         "mh_retain",
@@ -95,7 +97,11 @@ def queue_retain(
             keys.ARTIFACT_EXPIRY,
             keys.ARTIFACT_ARCHIVE_DUE,
             keys.RUN_RETENTION,
-            *(keys.artifact_meta_key(a) for a in artifact_ids),
+            keys.workspace_key(run_id),
+            keys.artifact_key(workspace),
+            keys.artifact_meta_key(workspace),
+            keys.run_key(run_id),
+            *(keys.artifact_meta_key(a) for a in artifact_ids if a != workspace),
         ],
         [
             run_id,
@@ -103,7 +109,8 @@ def queue_retain(
             expires_ms,
             "" if archive_ms is None else archive_ms,
             records_ms,
-            *artifact_ids,
+            workspace,
+            *(a for a in artifact_ids if a != workspace),
         ],
     )
 
