@@ -675,6 +675,7 @@ def test_runs_and_status_say_what_is_wrong_with_a_record_edited_by_hand(pipeline
 def test_up_goes_on_without_a_dashboard_whose_port_is_taken(tmp_path: Path) -> None:
     """The dashboard's port is taken: `mother up` says so once it gives up on it, and runs go on."""
     import socket
+    import threading
 
     port = free_port()
     with socket.socket() as taken:
@@ -682,12 +683,15 @@ def test_up_goes_on_without_a_dashboard_whose_port_is_taken(tmp_path: Path) -> N
         taken.listen()
         busy = taken.getsockname()[1]
         proc = _start_up(tmp_path, port, busy)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
+        reader.start()
         try:
             url = f"redis://127.0.0.1:{port}/0"
             result = _submit_once_up(url)
             assert result is not None and result.returncode == 0, result.stderr
-            # give the stack time to give up on the dashboard (5 exits), then runs still go on
-            time.sleep(8)
+            # the stack gives up on the dashboard (5 exits) and says so; then runs still go on
+            wait_until(lambda: any("runs go on without the dashboard" in ln for ln in lines), 30)
             again = run_cli(
                 "submit",
                 str(_spec_file(tmp_path, "three-phase")),
@@ -698,7 +702,9 @@ def test_up_goes_on_without_a_dashboard_whose_port_is_taken(tmp_path: Path) -> N
             )
             assert again.returncode == 0, again.stderr
             os.killpg(proc.pid, signal.SIGINT)
-            out, _ = proc.communicate(timeout=30)
+            proc.wait(timeout=30)
+            reader.join(timeout=10)
+            out = "".join(lines)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
