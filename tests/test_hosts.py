@@ -73,13 +73,15 @@ class Host:
         return [int(p) for p in out.stdout.split()]
 
     def kill_all(self) -> None:
-        """kill -9 of every process in the host."""
+        """kill -9 of every process in the host, and wait until none is left: a worker killed but not yet
+        gone still holds its blocking dequeue on Redis, and could take (and lose) the next job."""
         for pid in self.pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         for proc in self.procs:
             proc.wait(timeout=10)
         self.procs.clear()
+        wait_until(lambda: not self.pids(), timeout=10)
 
 
 @dataclass
