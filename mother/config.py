@@ -215,8 +215,31 @@ class WorkerSettings(_Section):
     workspace_store: Literal["redis", "shared", "s3"] = Field(
         "redis",
         description="where a run's workspace travels between hosts: redis (its changed files, "
-        "content-addressed and compressed, restored by the next phase's host); shared (workspace_root is "
-        "a filesystem every worker host mounts: nothing is copied); s3 (not built yet)",
+        "content-addressed and compressed, restored by the next phase's host); s3 (the same, the contents "
+        "in an S3-compatible object store: workspace_s3_*; the manifest stays in Redis); shared "
+        "(workspace_root is a filesystem every worker host mounts: nothing is copied)",
+    )
+    workspace_s3_endpoint: str | None = Field(
+        None,
+        description="with workspace_store s3: the object store's URL (http(s)://host:port of MinIO, Ceph's "
+        "gateway, ...); none: AWS S3 in workspace_s3_region. Credentials: AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY (or a profile, an instance role), never this file",
+    )
+    workspace_s3_bucket: str = Field(
+        "mother-workspaces",
+        min_length=3,
+        max_length=63,
+        pattern=r"^[a-z0-9][a-z0-9.-]+[a-z0-9]$",
+        description="with workspace_store s3: the bucket (it must exist)",
+    )
+    workspace_s3_prefix: str = Field(
+        "workspaces/",
+        max_length=200,
+        pattern=r"^[A-Za-z0-9_./-]*$",
+        description="with workspace_store s3: what every object's key starts with ({prefix}{run}/{sha256})",
+    )
+    workspace_s3_region: str = Field(
+        "us-east-1", max_length=64, description="with workspace_store s3: the region it signs for"
     )
     workspace_max_mb: float = Field(
         256.0,
@@ -226,13 +249,13 @@ class WorkerSettings(_Section):
         "a phase that leaves more fails (workspace_too_large)",
     )
 
-    @field_validator("workspace_store")
+    @field_validator("workspace_s3_endpoint")
     @classmethod
-    def _store_built(cls, value: str) -> str:
-        if value == "s3":
+    def _endpoint_is_a_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError(
-                "workspace_store s3 is not built yet: use redis (the default) or shared (a filesystem "
-                "every worker host mounts)"
+                f"workspace_s3_endpoint {value[:80]!r} is not an http(s):// URL (e.g. "
+                "http://objects.internal:9000)"
             )
         return value
 

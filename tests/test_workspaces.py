@@ -7,6 +7,7 @@ import os
 import signal
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import redis
 from mother import keys
 from mother.errors import WorkspaceCorrupt, WorkspaceTooLarge
 from tests.conftest import Pipeline, cli, run_cli, start_pipeline, stop_pipeline, tool_calls_counted
+from tests.s3_server import CephS3, unavailable
 from tests.test_pipeline import example, wait_until
 from workers import workspaces
 
@@ -138,7 +140,109 @@ def _spec() -> dict:
     )
 
 
-def _host(p: Pipeline, name: str, root: Path, store: str) -> None:
+@pytest.fixture(scope="module")
+def s3_store() -> Iterator[CephS3]:
+    """A real S3-compatible store (Ceph's gateway, tests/s3_server.py) with the default bucket; skipped
+    with the reason where it cannot run."""
+    why = unavailable()
+    if why is not None:
+        pytest.skip(why)
+    with CephS3() as server:
+        _s3(server).create_bucket(Bucket="mother-workspaces")
+        yield server
+
+
+def _s3(server: CephS3) -> Any:
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id=server.access_key,
+        aws_secret_access_key=server.secret_key,
+        region_name="us-east-1",
+    )
+
+
+def _s3_env(server: CephS3) -> dict[str, str]:
+    """A worker's (or the GC's) settings for the store: where it is; its credentials as boto3 reads them."""
+    return {
+        "MOTHER_WORKER__WORKSPACE_STORE": "s3",
+        "MOTHER_WORKER__WORKSPACE_S3_ENDPOINT": server.endpoint,
+        "AWS_ACCESS_KEY_ID": server.access_key,
+        "AWS_SECRET_ACCESS_KEY": server.secret_key,
+    }
+
+
+def _objects(server: CephS3, run_id: str) -> list[str]:
+    listed = _s3(server).list_objects_v2(Bucket="mother-workspaces", Prefix=f"workspaces/{run_id}/")
+    return sorted(o["Key"] for o in listed.get("Contents", []))
+
+
+def test_a_workspace_travels_through_an_s3_compatible_store(
+    r: redis.Redis, tmp_path: Path, s3_store: CephS3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``worker.workspace_store: s3``: the contents go to the object store (one object per content under
+    ``workspaces/{run}/{sha256}``), the manifest and the list of contents stay in Redis; another root
+    restores it byte for byte. A host on the Redis store refuses the manifest in one line; an object
+    changed or deleted in the store is refused (the manifest's hash); a bucket that does not exist is a
+    one-line configuration error."""
+    from mother.config import Settings
+    from mother.errors import ConfigError
+
+    for name, value in _s3_env(s3_store).items():
+        monkeypatch.setenv(name, value)
+    settings = Settings.model_validate(
+        {"worker": {"workspace_store": "s3", "workspace_s3_endpoint": s3_store.endpoint}}
+    )
+    blobs = workspaces.blobs_for(settings, r)
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    (a / "src").mkdir(parents=True)
+    (a / "notes.txt").write_text("hello through s3\n")
+    (a / "src" / "data.bin").write_bytes(os.urandom(300_000))
+    first = workspaces.store(r, "run-s3", a, cap_bytes=10 * 2**20, blobs=blobs)
+    assert (first.files, first.sent_files) == (2, 2)
+    shas = sorted(r.smembers(keys.workspace_blobs_key("run-s3")))
+    assert _objects(s3_store, "run-s3") == [f"workspaces/run-s3/{sha}" for sha in shas]
+    assert not r.exists(*(keys.workspace_blob_key("run-s3", sha) for sha in shas))
+    assert orjson.loads(r.get(keys.workspace_key("run-s3")))["store"] == "s3"
+    assert workspaces.restore(r, "run-s3", b, blobs).sent_files == 2 and _tree(b) == _tree(a)
+    with pytest.raises(WorkspaceCorrupt, match=r"contents are in 's3'.*workspace_store is 'redis'"):
+        workspaces.restore(r, "run-s3", c)
+    notes = next(s for s in shas if _tree(a)["notes.txt"] == _content(s3_store, "run-s3", s))
+    _s3(s3_store).put_object(
+        Bucket="mother-workspaces",
+        Key=f"workspaces/run-s3/{notes}",
+        Body=zlib.compress(b"changed in the store"),
+    )
+    with pytest.raises(WorkspaceCorrupt, match="does not match its hash"):
+        workspaces.restore(r, "run-s3", c, blobs)
+    assert blobs.delete("run-s3", shas) == 2 and _objects(s3_store, "run-s3") == []
+    with pytest.raises(WorkspaceCorrupt, match="lacks the content"):
+        workspaces.restore(r, "run-s3", tmp_path / "d", blobs)
+    missing = Settings.model_validate(
+        {
+            "worker": {
+                "workspace_store": "s3",
+                "workspace_s3_endpoint": s3_store.endpoint,
+                "workspace_s3_bucket": "no-such-bucket",
+            }
+        }
+    )
+    with pytest.raises(
+        ConfigError, match=r"bucket 'no-such-bucket' at http://127\.0\.0\.1:.* cannot be"
+    ):
+        workspaces.blobs_for(missing, r)
+
+
+def _content(server: CephS3, run_id: str, sha: str) -> bytes:
+    body = _s3(server).get_object(Bucket="mother-workspaces", Key=f"workspaces/{run_id}/{sha}")
+    return zlib.decompress(body["Body"].read())
+
+
+def _host(
+    p: Pipeline, name: str, root: Path, store: str, env: dict[str, str] | None = None
+) -> None:
     p.stack.spawn(
         name,
         "worker",
@@ -146,7 +250,11 @@ def _host(p: Pipeline, name: str, root: Path, store: str) -> None:
         p.stack.queues,
         "--name",
         f"{name}-{os.getpid()}-{time.monotonic_ns() % 10**6}",
-        env={"MOTHER_WORKER__WORKSPACE_ROOT": str(root), "MOTHER_WORKER__WORKSPACE_STORE": store},
+        env={
+            "MOTHER_WORKER__WORKSPACE_ROOT": str(root),
+            "MOTHER_WORKER__WORKSPACE_STORE": store,
+            **(env or {}),
+        },
     )
 
 
@@ -190,22 +298,28 @@ def _the_workspace_is_an_artifact_of_the_run(
     )
 
 
-@pytest.mark.parametrize("store", ["redis", "shared"])
-def test_phases_on_two_hosts_read_each_others_files(tmp_path: Path, store: str) -> None:
+@pytest.mark.parametrize("store", ["redis", "shared", "s3"])
+def test_phases_on_two_hosts_read_each_others_files(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
     """Host a (its own workspace root) runs the planner, which writes notes.txt, and is stopped (warmly:
     it finishes the phase); host b (another root) runs the coder and the critic, which read it and what
     the coder wrote. Through Redis every read finds its file; with nothing copied (``shared``, and the
     roots not shared) the reads fail: what a second host saw before workspaces travelled. Then the stored
-    workspace is an artifact of the run (:func:`_the_workspace_is_an_artifact_of_the_run`)."""
+    workspace is an artifact of the run (:func:`_the_workspace_is_an_artifact_of_the_run`). Through an
+    S3-compatible store (``s3``) the same: the contents in the store, deleted by the GC with the run's
+    workspace artifact."""
+    server = request.getfixturevalue("s3_store") if store == "s3" else None
+    env = _s3_env(server) if server is not None else {}
     p = start_pipeline(tmp_path, workers=0)
     try:
         root_a, root_b = tmp_path / "host-a", tmp_path / "host-b"
-        _host(p, "host-a", root_a, store)
+        _host(p, "host-a", root_a, store, env)
         run_id = p.client.submit(_spec())
         beat = keys.attempt_heartbeat_key(run_id, 0, 1)
         wait_until(lambda: p.redis.get(beat) not in (None, "dispatched"), timeout=30)
         os.kill(p.stack.procs["host-a"].pid, signal.SIGTERM)
-        _host(p, "host-b", root_b, store)
+        _host(p, "host-b", root_b, store, env)
         done = p.wait(run_id, 90)
         assert done.termination.reason == "success"
         stats = tool_calls_counted(p.redis, "read_file", 2)
@@ -221,6 +335,23 @@ def test_phases_on_two_hosts_read_each_others_files(tmp_path: Path, store: str) 
             blob_keys = [keys.workspace_blob_key(run_id, sha) for sha in shas]
             assert len(shas) == 2 and p.redis.exists(*blob_keys) == 2
             _the_workspace_is_an_artifact_of_the_run(p, tmp_path, run_id, stored, blob_keys)
+        elif server is not None:
+            assert (stats["success_count"], stats["failure_count"]) == (2, 0)
+            assert (root_b / run_id / "out" / "from_b.txt").read_text() == "written on b"
+            shas = p.redis.smembers(keys.workspace_blobs_key(run_id))
+            assert _objects(server, run_id) == sorted(f"workspaces/{run_id}/{s}" for s in shas)
+            assert len(shas) == 2 and not p.redis.keys("workspace_blob:*")
+            # the workspace artifact expired: the GC deletes its contents from the store
+            gc = run_cli(
+                "gc",
+                "run",
+                "--now",
+                "2099-01-01T00:00:00.000Z",
+                env={"MOTHER_REDIS_URL": p.url, **env},
+            )
+            assert gc.returncode == 0, gc.stderr
+            assert _objects(server, run_id) == []
+            assert not p.redis.exists(keys.workspace_key(run_id))
         else:
             # the coder's read of notes.txt failed on b; the critic's, of what b wrote, did not
             assert (stats["success_count"], stats["failure_count"]) == (1, 1)

@@ -44,6 +44,7 @@ from mother.records.metrics import queue_count
 from mother.runtime import Runtime
 from schemas import ms_from_iso
 from schemas.artifact import GCError, GCReport
+from workers.workspaces import blobs_for
 
 __all__ = ["collect", "parse_now", "run", "scheduled"]
 
@@ -300,7 +301,16 @@ def _drop_stored_workspace(rt: Runtime, owners: list[Any], ids: list[str], artif
     if run_id is None or keys.workspace_artifact_id(run_id) != artifact_id:
         return 0
     blobs = rt.redis.smembers(keys.workspace_blobs_key(run_id))
-    return int(rt.redis.delete(*_workspace_keys(run_id, blobs)))
+    removed = int(rt.redis.delete(*_workspace_keys(run_id, blobs)))
+    _delete_contents(rt, run_id, [_text(sha) for sha in blobs])
+    return removed
+
+
+def _delete_contents(rt: Runtime, run_id: str, shas: list[str]) -> None:
+    """A removed workspace's contents in the object store (``worker.workspace_store: s3``; in Redis they
+    went with its keys)."""
+    if shas and rt.settings.worker.workspace_store == "s3":
+        blobs_for(rt.settings, rt.redis).delete(run_id, shas)
 
 
 def _run_keys(
@@ -339,11 +349,14 @@ def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool)
         needed = _needed(rt, states)
         pipe = rt.redis.pipeline(transaction=False)
         planned: list[tuple[str, str]] = []
+        contents: dict[str, list[str]] = {}
         for i, run_id in enumerate(ids):
             state = states[i]
             reasons = orjson.loads(raws[4 * i + 1]) if raws[4 * i + 1] else []
             # a workspace artifact still there (its retention, a star, a protection) keeps the contents
             blobs = None if raws[4 * i + 3] else raws[4 * i + 2]
+            if blobs:
+                contents[run_id] = [_text(sha) for sha in blobs]
             if needed[i]:
                 report.runs_kept += 1
                 if not dry_run:
@@ -383,6 +396,7 @@ def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool)
             else:
                 report.runs_removed += 1
                 report.workspaces_removed += _remove_workspace(rt, run_id)
+                _delete_contents(rt, run_id, contents.get(run_id, []))
                 report.keys_removed += int(reply[0])
                 report.bytes_freed += int(reply[1])
 

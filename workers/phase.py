@@ -406,7 +406,7 @@ def _prepare(
     needing = approval_tools(rt.settings, state.spec, phase.role) | {
         t.tool_id for t in eligible if t.approval_required
     }
-    travels = rt.settings.worker.workspace_store == "redis"
+    travels = rt.settings.worker.workspace_store in ("redis", "s3")
     toolbox = ToolBox(
         rt.settings.worker.workspace_root / state.run_id,
         registry=eligible,
@@ -516,7 +516,7 @@ def _run(
             _check_cloud_escalation(rt, state, index, ready.context.model)
         outcome = _tool_outcome(handled) if handled is not None else _agent_loop(rt, ready)
         verdict = _verdict(rt, state, index, outcome, ready.context.model, artifact_id)
-        if ready.toolbox.used and rt.settings.worker.workspace_store == "redis":
+        if ready.toolbox.used and rt.settings.worker.workspace_store in ("redis", "s3"):
             _store_workspace(rt, state.run_id, ready.toolbox.workspace)
     except PhaseStale:
         raise
@@ -574,7 +574,7 @@ def _run(
 def _restore_workspace(rt: Runtime, run_id: str, root: Path) -> None:
     """Before the phase's first tool: the run's workspace as its last phase left it, whichever host that
     ran on."""
-    moved = workspaces.restore(rt.redis, run_id, root)
+    moved = workspaces.restore(rt.redis, run_id, root, workspaces.blobs_for(rt.settings, rt.redis))
     if moved.sent_files or moved.removed:
         log.info("workspace_restored", run_id=run_id, **moved.fields())
 
@@ -583,7 +583,9 @@ def _store_workspace(rt: Runtime, run_id: str, root: Path) -> None:
     """After a phase that used its workspace: it is stored for the next phase's host (a phase that leaves
     more than worker.workspace_max_mb fails, workspace_too_large)."""
     cap = int(rt.settings.worker.workspace_max_mb * 2**20)
-    moved = workspaces.store(rt.redis, run_id, root, cap_bytes=cap)
+    moved = workspaces.store(
+        rt.redis, run_id, root, cap_bytes=cap, blobs=workspaces.blobs_for(rt.settings, rt.redis)
+    )
     if moved.sent_files:
         log.info("workspace_stored", run_id=run_id, **moved.fields())
 

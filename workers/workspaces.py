@@ -24,16 +24,17 @@ import time
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from redis.client import NEVER_DECODE
 
 from mother import keys
-from mother.errors import WorkspaceCorrupt, WorkspaceTooLarge
+from mother.config import Settings
+from mother.errors import ConfigError, WorkspaceCorrupt, WorkspaceTooLarge
 from mother.logs import get_logger
 
-__all__ = ["Moved", "manifest", "restore", "store"]
+__all__ = ["Blobs", "Moved", "RedisBlobs", "S3Blobs", "blobs_for", "manifest", "restore", "store"]
 
 log = get_logger(__name__)
 # content sent or fetched per round trip (a pipeline of blobs up to about this many bytes)
@@ -59,8 +60,12 @@ class Moved:
         return {**asdict(self), "ms": round(self.ms, 1)}
 
 
-def manifest(client: Any, run_id: str) -> dict[str, dict[str, Any]] | None:
-    """The run's workspace as last stored (path -> its entry), or None when no phase stored one."""
+def manifest(
+    client: Any, run_id: str, store_name: str | None = None
+) -> dict[str, dict[str, Any]] | None:
+    """The run's workspace as last stored (path -> its entry), or None when no phase stored one. With
+    ``store_name``, a manifest whose contents went to another store (``redis``, ``s3``) is refused in one
+    line: this host cannot read them."""
     raw = client.get(keys.workspace_key(run_id))
     if raw is None:
         return None
@@ -68,7 +73,142 @@ def manifest(client: Any, run_id: str) -> dict[str, dict[str, Any]] | None:
     files = doc.get("files") if isinstance(doc, dict) else None
     if not isinstance(files, dict):
         raise WorkspaceCorrupt(f"the workspace manifest of run {run_id} is not one (no files)")
+    stored_in = doc.get("store", "redis")
+    if store_name is not None and stored_in != store_name:
+        raise WorkspaceCorrupt(
+            f"run {run_id}'s workspace contents are in {stored_in!r}, and this host's "
+            f"worker.workspace_store is {store_name!r}: every worker host needs the same store"
+        )
     return files
+
+
+class Blobs(Protocol):
+    """Where a workspace's contents are kept, each under its run and SHA-256 (compressed bytes)."""
+
+    name: str
+
+    def put(self, run_id: str, contents: dict[str, bytes]) -> None: ...
+
+    def get(self, run_id: str, shas: list[str]) -> list[bytes | None]: ...
+
+    def delete(self, run_id: str, shas: list[str]) -> int: ...
+
+
+class RedisBlobs:
+    """The contents in Redis: ``workspace_blob:{run}:{sha256}``, listed in ``workspace_blobs:{run}``."""
+
+    name = "redis"
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def put(self, run_id: str, contents: dict[str, bytes]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for sha, packed in contents.items():
+            pipe.set(keys.workspace_blob_key(run_id, sha), packed, nx=True)
+            pipe.sadd(keys.workspace_blobs_key(run_id), sha)
+        pipe.execute()
+
+    def get(self, run_id: str, shas: list[str]) -> list[bytes | None]:
+        found: list[bytes | None] = self.client.execute_command(
+            "MGET", *(keys.workspace_blob_key(run_id, sha) for sha in shas), **{NEVER_DECODE: True}
+        )
+        return found
+
+    def delete(self, run_id: str, shas: list[str]) -> int:
+        blob_keys = [keys.workspace_blob_key(run_id, sha) for sha in shas]
+        return int(self.client.delete(*blob_keys)) if blob_keys else 0
+
+
+class S3Blobs:
+    """The contents in an S3-compatible object store (``worker.workspace_store: s3``): one object per
+    content, ``{prefix}{run}/{sha256}`` in the bucket; still listed in Redis (``workspace_blobs:{run}``,
+    what the GC deletes by). Credentials come from boto3's usual places (``AWS_ACCESS_KEY_ID`` and
+    ``AWS_SECRET_ACCESS_KEY``, a profile, an instance role). Anyone with them can change an object: the
+    restorer checks every content against the SHA-256 in the manifest, which only the run's attempt
+    writes (a changed one fails the phase ``workspace_corrupt``)."""
+
+    name = "s3"
+
+    def __init__(self, client: Any, s3: Any, bucket: str, prefix: str) -> None:
+        self.client, self.s3, self.bucket, self.prefix = client, s3, bucket, prefix
+
+    def _key(self, run_id: str, sha: str) -> str:
+        keys.workspace_blob_key(run_id, sha)  # the run id and the hash checked as for Redis
+        return f"{self.prefix}{run_id}/{sha}"
+
+    def put(self, run_id: str, contents: dict[str, bytes]) -> None:
+        for sha, packed in contents.items():
+            self.s3.put_object(Bucket=self.bucket, Key=self._key(run_id, sha), Body=packed)
+        if contents:
+            self.client.sadd(keys.workspace_blobs_key(run_id), *contents)
+
+    def get(self, run_id: str, shas: list[str]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for sha in shas:
+            try:
+                reply = self.s3.get_object(Bucket=self.bucket, Key=self._key(run_id, sha))
+            except self.s3.exceptions.NoSuchKey:
+                out.append(None)
+                continue
+            out.append(reply["Body"].read())
+        return out
+
+    def delete(self, run_id: str, shas: list[str]) -> int:
+        gone = 0
+        for start in range(0, len(shas), 1000):
+            chunk = shas[start : start + 1000]
+            reply = self.s3.delete_objects(
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": self._key(run_id, s)} for s in chunk], "Quiet": True},
+            )
+            failed = reply.get("Errors") or []
+            if failed:
+                raise WorkspaceCorrupt(
+                    f"the object store did not delete {len(failed)} of run {run_id}'s workspace "
+                    f"contents: {failed[0].get('Code')} {failed[0].get('Message')}"[:300]
+                )
+            gone += len(chunk)
+        return gone
+
+
+_S3_CLIENTS: dict[tuple[str | None, str, str], Any] = {}
+
+
+def blobs_for(settings: Settings, client: Any) -> Blobs:
+    """The contents store ``worker.workspace_store`` names (``redis`` for ``shared`` too: nothing travels
+    there); one S3 client per process, endpoint and bucket, the bucket checked once (one line when it cannot be
+    reached or does not exist)."""
+    worker = settings.worker
+    if worker.workspace_store != "s3":
+        return RedisBlobs(client)
+    cached = (worker.workspace_s3_endpoint, worker.workspace_s3_region, worker.workspace_s3_bucket)
+    s3 = _S3_CLIENTS.get(cached)
+    if s3 is None:
+        s3 = _s3_client(worker.workspace_s3_endpoint, worker.workspace_s3_region)
+        from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+        try:
+            s3.head_bucket(Bucket=worker.workspace_s3_bucket)
+        except (BotoCoreError, ClientError) as exc:
+            raise ConfigError(
+                f"worker.workspace_store s3: bucket {worker.workspace_s3_bucket!r} at "
+                f"{worker.workspace_s3_endpoint or 'AWS S3'} cannot be used ({exc}); create it, or "
+                "check worker.workspace_s3_endpoint and the AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+                "the workers run with"
+            ) from None
+        _S3_CLIENTS[cached] = s3
+    return S3Blobs(client, s3, worker.workspace_s3_bucket, worker.workspace_s3_prefix)
+
+
+def _s3_client(endpoint: str | None, region: str) -> Any:
+    try:
+        import boto3  # type: ignore[import-untyped]
+    except ImportError:
+        raise ConfigError(
+            "worker.workspace_store s3 needs boto3: pip install 'mother-harness[s3]'"
+        ) from None
+    return boto3.client("s3", endpoint_url=endpoint, region_name=region)
 
 
 def _walk(root: Path) -> dict[str, os.stat_result]:
@@ -93,11 +233,19 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def store(client: Any, run_id: str, root: Path, *, cap_bytes: int) -> Moved:
-    """Put the workspace at ``root`` where every host reaches it (see the module); raises
-    WorkspaceTooLarge (nothing written) when it holds more than ``cap_bytes``."""
+def store(
+    client: Any, run_id: str, root: Path, *, cap_bytes: int, blobs: Blobs | None = None
+) -> Moved:
+    """Put the workspace at ``root`` where every host reaches it (see the module): its contents in
+    ``blobs`` (default: Redis), its manifest in Redis; raises WorkspaceTooLarge (nothing written) when it
+    holds more than ``cap_bytes``."""
     started = time.monotonic()
-    base = manifest(client, run_id) or {}
+    contents = blobs or RedisBlobs(client)
+    try:
+        base = manifest(client, run_id, contents.name) or {}
+    except WorkspaceCorrupt:
+        # its contents are in another store (the deployment switched): all of it is stored again
+        base = {}
     found = _walk(root)
     total = sum(st.st_size for st in found.values())
     if total > cap_bytes:
@@ -129,23 +277,22 @@ def store(client: Any, run_id: str, root: Path, *, cap_bytes: int) -> Moved:
     for rel, entry in files.items():
         if entry["sha256"] not in stored:
             wanted.setdefault(entry["sha256"], rel)
-    blobs = keys.workspace_blobs_key(run_id)
-    pipe, pending = client.pipeline(transaction=False), 0
+    batch: dict[str, bytes] = {}
+    pending = 0
     for sha, rel in wanted.items():
         packed = zlib.compress((root / rel).read_bytes(), LEVEL)
-        pipe.set(keys.workspace_blob_key(run_id, sha), packed, nx=True)
-        pipe.sadd(blobs, sha)
+        batch[sha] = packed
         moved.sent_files += 1
         moved.sent_bytes += len(packed)
         pending += len(packed)
         if pending >= BATCH_BYTES:
-            pipe.execute()
-            pipe, pending = client.pipeline(transaction=False), 0
+            contents.put(run_id, batch)
+            batch, pending = {}, 0
+    if batch:
+        contents.put(run_id, batch)
     # the manifest last: a reader sees the old one or all of this one
-    pipe.set(
-        keys.workspace_key(run_id), orjson.dumps({"files": files, "bytes": total, "run_id": run_id})
-    )
-    pipe.execute()
+    doc = {"files": files, "bytes": total, "run_id": run_id, "store": contents.name}
+    client.set(keys.workspace_key(run_id), orjson.dumps(doc))
     moved.ms = (time.monotonic() - started) * 1000
     return moved
 
@@ -166,12 +313,13 @@ def _inside(root: Path, rel: str) -> Path:
     return path
 
 
-def restore(client: Any, run_id: str, root: Path) -> Moved:
-    """Make the directory ``root`` equal to the run's stored workspace (see the module); nothing is done
-    when no phase stored one. Raises WorkspaceCorrupt for a path that leaves the workspace, a missing blob
-    or content that does not match its hash."""
+def restore(client: Any, run_id: str, root: Path, blobs: Blobs | None = None) -> Moved:
+    """Make the directory ``root`` equal to the run's stored workspace (see the module), its contents read
+    from ``blobs`` (default: Redis); nothing is done when no phase stored one. Raises WorkspaceCorrupt for
+    a path that leaves the workspace, a missing blob or content that does not match its hash."""
     started = time.monotonic()
-    files = manifest(client, run_id)
+    contents = blobs or RedisBlobs(client)
+    files = manifest(client, run_id, contents.name)
     if files is None:
         return Moved()
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -196,10 +344,7 @@ def restore(client: Any, run_id: str, root: Path) -> Moved:
     shas = list(needed)
     for start in range(0, len(shas), 64):
         chunk = shas[start : start + 64]
-        packed = client.execute_command(
-            "MGET", *(keys.workspace_blob_key(run_id, sha) for sha in chunk), **{NEVER_DECODE: True}
-        )
-        for sha, blob in zip(chunk, packed, strict=True):
+        for sha, blob in zip(chunk, contents.get(run_id, chunk), strict=True):
             if blob is None:
                 raise WorkspaceCorrupt(
                     f"the workspace of run {run_id} lacks the content of {needed[sha][0][0].name} "

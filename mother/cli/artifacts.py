@@ -160,16 +160,18 @@ def export(
 ) -> None:
     """Write a run's workspace artifact (kind workspace) out as files: each content checked against its
     SHA-256, modes and times as stored."""
+    from workers.workspaces import blobs_for
     from workers.workspaces import restore as restore_workspace
 
-    client = redis_client(settings())
+    cfg = settings()
+    client = redis_client(cfg)
     run_id = controls.workspace_of(client, artifact_id)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise InvalidSpec(
             f"{directory} is not a new or empty directory: export writes only there (it would remove "
             "what the workspace does not have)"
         )
-    moved = restore_workspace(client, run_id, directory)
+    moved = restore_workspace(client, run_id, directory, blobs_for(cfg, client))
     console.print(
         f"wrote run {run_id}'s workspace to {directory}: {moved.files} files, {moved.bytes:,} bytes"
     )
