@@ -24,6 +24,20 @@ MOTHER_BIN = Path(sys.executable).parent / "mother"
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The S3 store's tests are collected: their gateway starts now, in the background (tests/s3_server.py)."""
+    if any("s3" in item.name for item in session.items):
+        from tests.s3_server import prestart
+
+        prestart()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests.s3_server import stop_shared
+
+    stop_shared()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The session's data directory (XDG_DATA_HOME, so every process the tests start inherits it);

@@ -13,13 +13,14 @@ import subprocess
 import tempfile
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
 from mother.server import free_port
 
-__all__ = ["CephS3", "unavailable"]
+__all__ = ["CephS3", "prestart", "shared", "stop_shared", "unavailable"]
 
 BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph")
 ACCESS_KEY, SECRET_KEY = "MHTESTACCESSKEY00001", "mh-test-secret-key-000000000000000000000"
@@ -129,8 +130,10 @@ class CephS3:
         )
         self._run("ceph-mon", "--mkfs", "-i", "a", "--monmap", str(d / "monmap"))
         self._daemon("ceph-mon", "-i", "a")
-        osd = self._run("ceph", "osd", "create", timeout=30).strip()
-        self._run("ceph-osd", "-i", osd, "--mkfs")
+        # the daemon's uuid given to both, or it asks the monitor for an id under another ('wrong fsid')
+        osd_uuid = str(uuid.uuid4())
+        osd = self._run("ceph", "osd", "create", osd_uuid, timeout=30).strip()
+        self._run("ceph-osd", "-i", osd, "--mkfs", "--osd-uuid", osd_uuid)
         self._daemon("ceph-osd", "-i", osd)
         self._run(
             "ceph", "osd", "crush", "add", f"osd.{osd}", "1.0", "host=localhost", "root=default"
@@ -144,9 +147,14 @@ class CephS3:
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
+                logs = "\n".join(
+                    f"{p.name}: {p.read_text(errors='replace')[-1500:]}"
+                    for p in sorted((self.dir / "log").glob("*"))
+                    if p.name.startswith(("client.rgw", "radosgw", "osd", "mon"))
+                )
                 self.stop()
                 raise RuntimeError(
-                    f"the gateway did not answer on {self.endpoint} in {timeout:.0f} s"
+                    f"the gateway did not answer on {self.endpoint} in {timeout:.0f} s\n{logs}"
                 )
             time.sleep(0.2)
         self._run(
@@ -176,3 +184,29 @@ class CephS3:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+
+# the session's gateway: started in the background when the session starts (it takes ~12 s, mostly
+# waiting on the cluster to make the gateway's pools), so the tests that need it do not wait for it
+_session: Future[CephS3] | None = None
+
+
+def prestart() -> None:
+    """Start the session's gateway in the background, where it can run (else nothing)."""
+    global _session
+    if _session is None and unavailable() is None:
+        _session = ThreadPoolExecutor(1, thread_name_prefix="ceph").submit(CephS3().start)
+
+
+def shared(timeout: float = 180) -> CephS3:
+    """The session's gateway, once it answers (started now if :func:`prestart` was not called)."""
+    prestart()
+    if _session is None:
+        raise RuntimeError(unavailable() or "the gateway cannot run here")
+    return _session.result(timeout=timeout)
+
+
+def stop_shared() -> None:
+    """Stop the session's gateway (at the session's end), whether or not it came up."""
+    if _session is not None and _session.done() and _session.exception() is None:
+        _session.result().stop()

@@ -18,7 +18,7 @@ import redis
 from mother import keys
 from mother.errors import WorkspaceCorrupt, WorkspaceTooLarge
 from tests.conftest import Pipeline, cli, run_cli, start_pipeline, stop_pipeline, tool_calls_counted
-from tests.s3_server import CephS3, unavailable
+from tests.s3_server import CephS3, shared, unavailable
 from tests.test_pipeline import example, wait_until
 from workers import workspaces
 
@@ -142,14 +142,15 @@ def _spec() -> dict:
 
 @pytest.fixture(scope="module")
 def s3_store() -> Iterator[CephS3]:
-    """A real S3-compatible store (Ceph's gateway, tests/s3_server.py) with the default bucket; skipped
-    with the reason where it cannot run."""
+    """A real S3-compatible store (Ceph's gateway, tests/s3_server.py: the session's, started in the
+    background when the session starts) with the default bucket; skipped with the reason where it cannot
+    run."""
     why = unavailable()
     if why is not None:
         pytest.skip(why)
-    with CephS3() as server:
-        _s3(server).create_bucket(Bucket="mother-workspaces")
-        yield server
+    server = shared()
+    _s3(server).create_bucket(Bucket="mother-workspaces")
+    yield server
 
 
 def _s3(server: CephS3) -> Any:
