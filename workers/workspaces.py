@@ -22,6 +22,7 @@ import os
 import stat
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -138,21 +139,26 @@ class S3Blobs:
         return f"{self.prefix}{run_id}/{sha}"
 
     def put(self, run_id: str, contents: dict[str, bytes]) -> None:
-        for sha, packed in contents.items():
-            self.s3.put_object(Bucket=self.bucket, Key=self._key(run_id, sha), Body=packed)
+        def one(item: tuple[str, bytes]) -> None:
+            self.s3.put_object(Bucket=self.bucket, Key=self._key(run_id, item[0]), Body=item[1])
+
+        # an object a request: S3_CONCURRENCY of them in flight (what one request waits is the store's)
+        with ThreadPoolExecutor(S3_CONCURRENCY) as pool:
+            list(pool.map(one, contents.items()))
         if contents:
             self.client.sadd(keys.workspace_blobs_key(run_id), *contents)
 
     def get(self, run_id: str, shas: list[str]) -> list[bytes | None]:
-        out: list[bytes | None] = []
-        for sha in shas:
+        def one(sha: str) -> bytes | None:
             try:
                 reply = self.s3.get_object(Bucket=self.bucket, Key=self._key(run_id, sha))
             except self.s3.exceptions.NoSuchKey:
-                out.append(None)
-                continue
-            out.append(reply["Body"].read())
-        return out
+                return None
+            body: bytes = reply["Body"].read()
+            return body
+
+        with ThreadPoolExecutor(S3_CONCURRENCY) as pool:
+            return list(pool.map(one, shas))
 
     def delete(self, run_id: str, shas: list[str]) -> int:
         gone = 0
@@ -173,6 +179,8 @@ class S3Blobs:
 
 
 _S3_CLIENTS: dict[tuple[str | None, str, str], Any] = {}
+# requests to the object store in flight at once, per store or restore
+S3_CONCURRENCY = 16
 
 
 def blobs_for(settings: Settings, client: Any) -> Blobs:
@@ -208,7 +216,10 @@ def _s3_client(endpoint: str | None, region: str) -> Any:
         raise ConfigError(
             "worker.workspace_store s3 needs boto3: pip install 'mother-harness[s3]'"
         ) from None
-    return boto3.client("s3", endpoint_url=endpoint, region_name=region)
+    from botocore.config import Config  # type: ignore[import-untyped]
+
+    pool = Config(max_pool_connections=S3_CONCURRENCY)
+    return boto3.client("s3", endpoint_url=endpoint, region_name=region, config=pool)
 
 
 def _walk(root: Path) -> dict[str, os.stat_result]:
