@@ -41,11 +41,14 @@ class CephS3:
     ``endpoint``, ``access_key`` and ``secret_key`` once started. Stop kills all three and removes it."""
 
     def __init__(self) -> None:
+        self.access_key, self.secret_key = ACCESS_KEY, SECRET_KEY
+        self._fresh()
+
+    def _fresh(self) -> None:
         # short: the daemons' admin sockets live under it (a UNIX socket path is at most 107 bytes)
         self.dir = Path(tempfile.mkdtemp(prefix="mh-ceph-"))
         self.mon_port, self.rgw_port = free_port(), free_port()
         self.endpoint = f"http://127.0.0.1:{self.rgw_port}"
-        self.access_key, self.secret_key = ACCESS_KEY, SECRET_KEY
         self.conf = self.dir / "ceph.conf"
         self.procs: list[subprocess.Popen[bytes]] = []
 
@@ -72,7 +75,21 @@ class CephS3:
             )
         )
 
-    def start(self, timeout: float = 90) -> CephS3:
+    def start(self, timeout: float = 60, tries: int = 4) -> CephS3:
+        """The cluster and its gateway, answering; made again from nothing (new directory, ports and
+        fsid) when a try does not come up (its object store daemon not up in 10 s, its gateway not
+        answering in ``timeout``), at most ``tries`` times."""
+        for attempt in range(1, tries + 1):
+            try:
+                return self._start_once(timeout)
+            except RuntimeError:
+                self.stop()
+                if attempt == tries:
+                    raise
+                self._fresh()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> CephS3:
         d = self.dir
         for sub in ("mon", "osd", "run", "log", "rgw"):
             (d / sub).mkdir()
@@ -104,6 +121,10 @@ class CephS3:
                     "mon data avail crit = 0",
                     "mon warn on pool no redundancy = false",
                     "osd crush chooseleaf type = 0",
+                    # placed in the map below; at its start the daemon asks nothing of the monitor
+                    # (which now and then refused it: 'wrong fsid', and it never came up)
+                    "osd crush update on start = false",
+                    "osd class update on start = false",
                     f"run dir = {d / 'run'}",
                     f"log file = {d / 'log'}/$name.log",
                     f"admin socket = {d / 'run'}/$name.asok",
@@ -138,6 +159,7 @@ class CephS3:
         self._run(
             "ceph", "osd", "crush", "add", f"osd.{osd}", "1.0", "host=localhost", "root=default"
         )
+        self._osd_up(osd)
         self._daemon("radosgw", "-n", "client.rgw")
         deadline = time.monotonic() + timeout
         while True:
@@ -171,6 +193,18 @@ class CephS3:
             self.secret_key,
         )
         return self
+
+    def _osd_up(self, osd: str, timeout: float = 10) -> None:
+        """The object store daemon is up (the monitor says so), or RuntimeError with its log's end."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            stat = self._run("ceph", "osd", "stat", "-f", "json", timeout=20)
+            if '"num_up_osds":1' in stat.replace(" ", ""):
+                return
+            time.sleep(0.3)
+        log = self.dir / "log" / f"osd.{osd}.log"
+        tail = log.read_text(errors="replace")[-800:] if log.exists() else ""
+        raise RuntimeError(f"osd.{osd} did not come up in {timeout:.0f} s: {tail}")
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
