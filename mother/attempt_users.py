@@ -346,17 +346,15 @@ def sweep(client: Any, is_current: Any, batch: int = 500) -> list[str]:
             (u, i) for (u, i), now in zip(known, current, strict=True) if not now
         ]
         stale += [(u, None) for u, i in zip(chunk, ids, strict=True) if i is None]
-        if not stale:
-            _fold(client, [i for _u, i in known])
-            continue
-        pipe = client.pipeline(transaction=False)
-        for user, ids_ in stale:
-            pipe.execute_command("ACL", "DELUSER", user)
-            if ids_ is not None:
-                pipe.delete(keys.attempt_heartbeat_key(*ids_), keys.attempt_result_key(*ids_))
-                pipe.zrem(keys.HEARTBEATS, keys.heartbeat_member(*ids_))
-        pipe.execute(raise_on_error=False)
-        gone.update(user for user, _ids in stale)
+        if stale:
+            pipe = client.pipeline(transaction=False)
+            for user, ids_ in stale:
+                pipe.execute_command("ACL", "DELUSER", user)
+                if ids_ is not None:
+                    pipe.delete(keys.attempt_heartbeat_key(*ids_), keys.attempt_result_key(*ids_))
+                    pipe.zrem(keys.HEARTBEATS, keys.heartbeat_member(*ids_))
+            pipe.execute(raise_on_error=False)
+            gone.update(user for user, _ids in stale)
         # after the stale users are gone (nothing more comes from them), what every attempt counted for
         # shared keys so far is added: a live one's later counts start a new hash, added next time
         _fold(client, [i for _u, i in known])

@@ -190,7 +190,7 @@ BUCKET = "mother-bench"
 
 def _object_store() -> tuple[Any, Any]:
     """Ceph's gateway on a one-node cluster and an S3 client of it, with the bench's bucket."""
-    import boto3
+    from botocore.config import Config
 
     from tests.s3_server import CephS3, unavailable
 
@@ -198,16 +198,7 @@ def _object_store() -> tuple[Any, Any]:
     if why is not None:
         sys.exit(f"--store s3: {why}")
     ceph = CephS3().start()
-    from botocore.config import Config
-
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=ceph.endpoint,
-        aws_access_key_id=ceph.access_key,
-        aws_secret_access_key=ceph.secret_key,
-        region_name="us-east-1",
-        config=Config(max_pool_connections=workspaces.S3_CONCURRENCY),
-    )
+    s3 = ceph.client(config=Config(max_pool_connections=workspaces.S3_CONCURRENCY))
     s3.create_bucket(Bucket=BUCKET)
     return ceph, s3
 

@@ -15,6 +15,7 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -193,6 +194,19 @@ class CephS3:
             self.secret_key,
         )
         return self
+
+    def client(self, **options: Any) -> Any:
+        """A boto3 S3 client of the gateway, as the mother user (``options``: more of boto3.client's)."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name="us-east-1",
+            **options,
+        )
 
     def _osd_up(self, osd: str, timeout: float = 10) -> None:
         """The object store daemon is up (the monitor says so), or RuntimeError with its log's end."""

@@ -154,15 +154,7 @@ def s3_store() -> Iterator[CephS3]:
 
 
 def _s3(server: CephS3) -> Any:
-    import boto3
-
-    return boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id=server.access_key,
-        aws_secret_access_key=server.secret_key,
-        region_name="us-east-1",
-    )
+    return server.client()
 
 
 def _s3_env(server: CephS3) -> dict[str, str]:

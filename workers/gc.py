@@ -232,10 +232,9 @@ def _expire(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: boo
         owners = rt.redis.execute_command(
             "JSON.MGET", *(keys.artifact_meta_key(a) for a in ids), "$.run_id"
         )
+        runs = [_owner(owner) for owner in owners]
         pipe = rt.redis.pipeline(transaction=False)
-        for artifact_id, owner in zip(ids, owners, strict=True):
-            found = orjson.loads(owner) if owner else []
-            run_id = found[0] if found and keys.is_id(found[0]) else None
+        for artifact_id, run_id in zip(ids, runs, strict=True):
             call(
                 pipe,
                 "mh_gc_expire",
@@ -250,15 +249,16 @@ def _expire(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: boo
                 [artifact_id, now_ms, notify, rt.settings.service.activity_maxlen],
             )
         _drain(pipe, rt, keys.GC_DELETED, "artifacts_deleted", now=rt.clock.now_ms())
-        for artifact_id, reply in zip(ids, execute(pipe, raise_on_error=False)[:-1], strict=True):
+        replies = execute(pipe, raise_on_error=False)[:-1]
+        for artifact_id, run_id, reply in zip(ids, runs, replies, strict=True):
             outcome = _outcome(report, artifact_id, reply)
             if outcome in ("deleted", "gone"):
                 report.scheduled_deletion += 1
                 report.keys_removed += int(reply[2])
                 report.bytes_freed += int(reply[1])
-                if artifact_id.startswith(WORKSPACE_ARTIFACT):
+                if run_id is not None and keys.workspace_artifact_id(run_id) == artifact_id:
                     # a workspace artifact's contents go with it
-                    report.keys_removed += _drop_stored_workspace(rt, owners, ids, artifact_id)
+                    report.keys_removed += _drop_stored_workspace(rt, run_id)
             elif outcome == "protected":
                 report.protected += 1
             elif outcome == "deferred":
@@ -293,13 +293,15 @@ def _workspace_keys(run_id: str, blobs: Collection[Any]) -> list[str]:
     ]
 
 
-def _drop_stored_workspace(rt: Runtime, owners: list[Any], ids: list[str], artifact_id: str) -> int:
-    """Delete the stored workspace of the run whose workspace artifact ``artifact_id`` was just deleted
-    (``owners``: each of ``ids``' ``$.run_id`` as read); returns the keys removed."""
-    found = orjson.loads(owners[ids.index(artifact_id)] or "[]")
-    run_id = found[0] if found and keys.is_id(found[0]) else None
-    if run_id is None or keys.workspace_artifact_id(run_id) != artifact_id:
-        return 0
+def _owner(raw: Any) -> str | None:
+    """The run an artifact's ``$.run_id`` (as JSON.MGET read it) names, or None."""
+    found = orjson.loads(raw) if raw else []
+    return found[0] if found and keys.is_id(found[0]) else None
+
+
+def _drop_stored_workspace(rt: Runtime, run_id: str) -> int:
+    """Delete the stored workspace of ``run_id``, whose workspace artifact was just deleted; returns the
+    keys removed."""
     blobs = rt.redis.smembers(keys.workspace_blobs_key(run_id))
     removed = int(rt.redis.delete(*_workspace_keys(run_id, blobs)))
     _delete_contents(rt, run_id, [_text(sha) for sha in blobs])
@@ -403,8 +405,6 @@ def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool)
 
 # what a batch's activity entry names of its items, at most (the count is whole)
 ENTRY_IDS = 50
-# how a run's workspace artifact's id starts (mother.keys.workspace_artifact_id)
-WORKSPACE_ARTIFACT = "art-ws-"
 
 
 def _drain(pipe: Any, rt: Runtime, pending: str, kind: str, *, now: int) -> None:

@@ -406,7 +406,7 @@ def _prepare(
     needing = approval_tools(rt.settings, state.spec, phase.role) | {
         t.tool_id for t in eligible if t.approval_required
     }
-    travels = rt.settings.worker.workspace_store in ("redis", "s3")
+    travels = workspaces.travels(rt.settings)
     toolbox = ToolBox(
         rt.settings.worker.workspace_root / state.run_id,
         registry=eligible,
@@ -516,7 +516,7 @@ def _run(
             _check_cloud_escalation(rt, state, index, ready.context.model)
         outcome = _tool_outcome(handled) if handled is not None else _agent_loop(rt, ready)
         verdict = _verdict(rt, state, index, outcome, ready.context.model, artifact_id)
-        if ready.toolbox.used and rt.settings.worker.workspace_store in ("redis", "s3"):
+        if ready.toolbox.used and workspaces.travels(rt.settings):
             _store_workspace(rt, state.run_id, ready.toolbox.workspace)
     except PhaseStale:
         raise

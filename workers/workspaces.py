@@ -35,7 +35,17 @@ from mother.config import Settings
 from mother.errors import ConfigError, WorkspaceCorrupt, WorkspaceTooLarge
 from mother.logs import get_logger
 
-__all__ = ["Blobs", "Moved", "RedisBlobs", "S3Blobs", "blobs_for", "manifest", "restore", "store"]
+__all__ = [
+    "Blobs",
+    "Moved",
+    "RedisBlobs",
+    "S3Blobs",
+    "blobs_for",
+    "manifest",
+    "restore",
+    "store",
+    "travels",
+]
 
 log = get_logger(__name__)
 # content sent or fetched per round trip (a pipeline of blobs up to about this many bytes)
@@ -181,6 +191,12 @@ class S3Blobs:
 _S3_CLIENTS: dict[tuple[str | None, str, str], Any] = {}
 # requests to the object store in flight at once, per store or restore
 S3_CONCURRENCY = 16
+
+
+def travels(settings: Settings) -> bool:
+    """Whether a run's workspace is stored for the next phase's host (not on a filesystem every host
+    mounts, ``worker.workspace_store: shared``)."""
+    return settings.worker.workspace_store != "shared"
 
 
 def blobs_for(settings: Settings, client: Any) -> Blobs:

@@ -378,6 +378,27 @@ local function mh_library_take(keys, args)
   return {1, run, day}
 end
 
+-- add calls to tool_stats:{tool} (succeeded, failed, their ms) and to the metrics; returns the totals
+local function add_tool_calls(key, succeeded, failed, ms)
+  local doc = get_doc(key) or {}
+  local succ = (tonumber(doc.success_count) or 0) + succeeded
+  local fail = (tonumber(doc.failure_count) or 0) + failed
+  local total = (tonumber(doc.total_execution_ms) or 0) + ms
+  local tool = string.match(key, '^tool_stats:(.*)$') or key
+  if succeeded > 0 then count('tool_calls|' .. tool .. '|success', succeeded) end
+  if failed > 0 then count('tool_calls|' .. tool .. '|failure', failed) end
+  local calls = succ + fail
+  redis.call('JSON.SET', key, '$', cjson.encode({
+    success_count = succ,
+    failure_count = fail,
+    success_rate = math.floor(succ / calls * 1000000 + 0.5) / 1000000,
+    avg_execution_ms = math.floor(total / calls * 1000 + 0.5) / 1000,
+    total_execution_ms = total,
+    last_used = iso(now_ms()),
+  }))
+  return succ, fail
+end
+
 -- mh_tool_stat: count one call of a registry tool and stamp it with the server's clock, in one step, so
 -- concurrent workers never lose a count (`redis-cli JSON.GET tool_stats:git_status`).
 -- KEYS: 1 tool_stats:{tool_id}, 2 metrics:counters.  ARGV: 1 ok (1|0), 2 execution time in ms.
@@ -387,22 +408,7 @@ local function mh_tool_stat(keys, args)
   if ms == nil or ms < 0 or ms ~= ms or ms == math.huge then
     return redis.error_reply('ERR execution time must be a finite number of ms >= 0, got ' .. tostring(args[2]))
   end
-  local doc = get_doc(keys[1]) or {}
-  local succ = tonumber(doc.success_count) or 0
-  local fail = tonumber(doc.failure_count) or 0
-  local total = (tonumber(doc.total_execution_ms) or 0) + ms
-  if ok then succ = succ + 1 else fail = fail + 1 end
-  count('tool_calls|' .. (string.match(keys[1], '^tool_stats:(.*)$') or keys[1]) .. '|' .. (ok and 'success' or 'failure'))
-  local calls = succ + fail
-  local out = {
-    success_count = succ,
-    failure_count = fail,
-    success_rate = math.floor(succ / calls * 1000000 + 0.5) / 1000000,
-    avg_execution_ms = math.floor(total / calls * 1000 + 0.5) / 1000,
-    total_execution_ms = total,
-    last_used = iso(now_ms()),
-  }
-  redis.call('JSON.SET', keys[1], '$', cjson.encode(out))
+  local succ, fail = add_tool_calls(keys[1], ok and 1 or 0, ok and 0 or 1, ms)
   return {succ, fail}
 end
 
@@ -422,7 +428,12 @@ local function mh_fold(keys, args)
   for i = 3, #keys do allowed[keys[i]] = true end
   local prefix, per_call, most = args[1], tonumber(args[2]), tonumber(args[3])
   local refused, added = {}, 0
-  local tools, models = {}, {}
+  -- counts of a shared key kept whole in parts, gathered per key before any is added
+  local groups = {
+    t = {key = 'tool_stats:', parts = {s = true, f = true, ms = true}, found = {}, why = 'not a tool call count'},
+    c = {key = 'tokens:calibration:', parts = {estimated = true, reported = true, samples = true}, found = {},
+         why = 'not a calibration count'},
+  }
   local function refuse(field, why) refused[#refused + 1] = field; refused[#refused + 1] = why end
   local function whole(v)
     local n = tonumber(v)
@@ -436,24 +447,15 @@ local function mh_fold(keys, args)
       local n = whole(value)
       if n == nil or #rest > 200 then refuse(field, 'not a count')
       elseif n > 0 then redis.call('HINCRBY', keys[2], rest, n); added = added + 1 end
-    elseif family == 't' then
-      local tool, part = string.match(rest, '^(.+)|(%a+)$')
+    elseif groups[family] then
+      local g = groups[family]
+      local name, part = string.match(rest, '^(.+)|(%a+)$')
       local n = whole(value)
-      if tool == nil or not allowed['tool_stats:' .. tool] or (part ~= 's' and part ~= 'f' and part ~= 'ms') or n == nil then
-        refuse(field, 'not a tool call count')
+      if name == nil or not allowed[g.key .. name] or not g.parts[part] or n == nil then
+        refuse(field, g.why)
       else
-        tools[tool] = tools[tool] or {s = 0, f = 0, ms = 0}
-        tools[tool][part] = n
-      end
-    elseif family == 'c' then
-      local model, part = string.match(rest, '^(.+)|(%a+)$')
-      local n = whole(value)
-      if model == nil or not allowed['tokens:calibration:' .. model] or n == nil
-        or (part ~= 'estimated' and part ~= 'reported' and part ~= 'samples') then
-        refuse(field, 'not a calibration count')
-      else
-        models[model] = models[model] or {estimated = 0, reported = 0, samples = 0}
-        models[model][part] = n
+        g.found[name] = g.found[name] or {}
+        g.found[name][part] = n
       end
     elseif family == 'z' then
       local library, log_id = string.match(rest, '^([^|]+)|(.+)$')
@@ -472,28 +474,15 @@ local function mh_fold(keys, args)
       refuse(field, 'unknown field')
     end
   end
-  for tool, c in pairs(tools) do
-    local key = 'tool_stats:' .. tool
-    local doc = get_doc(key) or {}
-    local succ = (tonumber(doc.success_count) or 0) + c.s
-    local fail = (tonumber(doc.failure_count) or 0) + c.f
-    local total = (tonumber(doc.total_execution_ms) or 0) + c.ms
-    local calls = succ + fail
-    if c.s + c.f > 0 and calls > 0 then
-      if c.s > 0 then count('tool_calls|' .. tool .. '|success', c.s) end
-      if c.f > 0 then count('tool_calls|' .. tool .. '|failure', c.f) end
-      redis.call('JSON.SET', key, '$', cjson.encode({
-        success_count = succ,
-        failure_count = fail,
-        success_rate = math.floor(succ / calls * 1000000 + 0.5) / 1000000,
-        avg_execution_ms = math.floor(total / calls * 1000 + 0.5) / 1000,
-        total_execution_ms = total,
-        last_used = iso(now_ms()),
-      }))
+  for tool, c in pairs(groups.t.found) do
+    local s, f = c.s or 0, c.f or 0
+    if s + f > 0 then
+      add_tool_calls(groups.t.key .. tool, s, f, c.ms or 0)
       added = added + 1
     end
   end
-  for model, c in pairs(models) do
+  for model, c in pairs(groups.c.found) do
+    c.samples, c.estimated, c.reported = c.samples or 0, c.estimated or 0, c.reported or 0
     if c.samples > 0 or c.estimated > 0 or c.reported > 0 then
       -- a call is one sample of at most per_call tokens either way: more is not a model's call
       if c.samples < 1 or c.estimated < c.samples or c.reported < c.samples
