@@ -134,6 +134,18 @@ ATTEMPT_ONLY: list[tuple[str, tuple[str, ...]]] = [
         ("XADD", keys.EVENTS_STREAM, "MAXLEN", HUGE, "0-0", "probe", "1"),
     ),
     (
+        "append to Mother's spawns stream (XADD, whose MAXLEN trims children asked for)",
+        ("XADD", keys.SPAWNS_STREAM, "MAXLEN", HUGE, "0-0", "probe", "1"),
+    ),
+    (
+        "append to the activity stream (XADD, whose MAXLEN trims it)",
+        ("XADD", keys.ACTIVITY_STREAM, "MAXLEN", HUGE, "0-0", "probe", "1"),
+    ),
+    (
+        "take or drop what attempts pushed to the activity inbox",
+        ("LTRIM", keys.ACTIVITY_INBOX, "0", "-1"),
+    ),
+    (
         "rewrite another run's budget counters (budget:run:*)",
         ("JSON.DEL", keys.run_budget_key(PROBE), "$.mother_doctor_probe"),
     ),

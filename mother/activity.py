@@ -1,6 +1,11 @@
 """The ``activity`` stream: every decision the system makes, capped with ``MAXLEN ~``; and each run's own
 stream (``activity:run:{id}``), which gets every entry that names the run in the same call and is kept and
-collected with the run's records: a run's story does not depend on how busy the global stream is."""
+collected with the run's records: a run's story does not depend on how busy the global stream is.
+
+A phase attempt may not append to the global stream (an ACL cannot allow ``XADD`` without its ``MAXLEN``,
+which would trim what everyone appended): it pushes its entries to ``activity:inbox`` (:func:`global_key`)
+and Mother moves them to the stream (:func:`drain`, before it reads a phase's result and every few hundred
+milliseconds), in the order they were pushed."""
 
 from __future__ import annotations
 
@@ -12,11 +17,22 @@ from pydantic import ValidationError
 from redis.client import NEVER_DECODE
 from redis.typing import EncodableT, FieldT
 
-from mother import keys
+from mother import effects, keys
+from mother.functions import call
 from mother.streams import as_text
 from schemas import ActivityEvent, Id, describe_validation_error, iso_from_ms
 
-__all__ = ["DEFAULT_MAXLEN", "emit", "flat_fields", "last_id", "make_event", "newer", "recent"]
+__all__ = [
+    "DEFAULT_MAXLEN",
+    "drain",
+    "emit",
+    "flat_fields",
+    "global_key",
+    "last_id",
+    "make_event",
+    "newer",
+    "recent",
+]
 
 DEFAULT_MAXLEN = 100_000
 
@@ -35,17 +51,54 @@ def emit(
     event = make_event(event_type, at=at, run_id=run_id, phase=phase, **data)
     fields: dict[FieldT, EncodableT] = dict(event.to_fields().items())
     if run_id is None:
-        client.xadd(keys.ACTIVITY_STREAM, fields, maxlen=maxlen, approximate=True)
+        _append_global(client, fields, maxlen)
         return event
     # the global entry and the run's own, in one MULTI (or in the caller's pipeline, with its writes)
     pipe = client if isinstance(client, redis.client.Pipeline) else client.pipeline()
-    pipe.xadd(keys.ACTIVITY_STREAM, fields, maxlen=maxlen, approximate=True)
+    _append_global(pipe, fields, maxlen)
     pipe.xadd(
         keys.run_activity_key(run_id), fields, maxlen=keys.RUN_ACTIVITY_MAXLEN, approximate=True
     )
     if pipe is not client:
         pipe.execute()
     return event
+
+
+def global_key() -> str:
+    """Where this process appends global entries (a key a server function that appends them takes in
+    KEYS): the stream itself, or ``activity:inbox`` while it runs a phase attempt."""
+    return keys.ACTIVITY_INBOX if effects.current() is not None else keys.ACTIVITY_STREAM
+
+
+def _append_global(
+    client: redis.Redis | redis.client.Pipeline, fields: dict[FieldT, EncodableT], maxlen: int
+) -> None:
+    if effects.current() is None:
+        client.xadd(keys.ACTIVITY_STREAM, fields, maxlen=maxlen, approximate=True)
+    else:
+        client.rpush(
+            keys.ACTIVITY_INBOX, orjson.dumps([w for pair in fields.items() for w in pair])
+        )
+
+
+# items moved per server call (one call holds the server for about a millisecond)
+DRAIN_BATCH = 500
+
+
+def drain(client: redis.Redis, maxlen: int = DEFAULT_MAXLEN) -> tuple[int, int]:
+    """Move what phase attempts pushed to ``activity:inbox`` onto the stream, all of it (``mh_activity_drain``,
+    a batch a call). Returns (moved, dropped: items that were not an entry's fields)."""
+    moved = dropped = 0
+    while True:
+        done, bad, left = call(
+            client,
+            "mh_activity_drain",
+            [keys.ACTIVITY_INBOX, keys.ACTIVITY_STREAM],
+            [maxlen, DRAIN_BATCH],
+        )
+        moved, dropped = moved + int(done), dropped + int(bad)
+        if int(left) == 0 or int(done) + int(bad) == 0:
+            return moved, dropped
 
 
 def make_event(

@@ -143,12 +143,14 @@ def own_patterns(run_id: str) -> list[str]:
     """Key patterns for the run's keys whose last part is not known in advance: its per-library query
     counters (run ids hold no ``:``), its spawned children's ledger nodes (``{child prefix}.c{8 hex}``,
     exactly: :func:`mother.keys.child_prefix`), its library
-    access logs (:func:`mother.keys.access_log_id_prefix`) and its workspace's stored contents."""
+    access logs (:func:`mother.keys.access_log_id_prefix`), its workspace's stored contents and the
+    requests for the children it spawns (:func:`mother.keys.spawn_request_key`)."""
     return [
         keys.library_run_usage_key(run_id, "x")[: -len("x")] + "*",
         keys.ledger_key(keys.child_prefix(run_id)) + keys.CHILD_SUFFIX_GLOB,
         keys.access_log_key(keys.access_log_id_prefix(run_id) + "x")[: -len("x")] + "*",
         keys.workspace_blob_key(run_id, "0" * 64)[:-64] + "*",
+        keys.spawn_request_key(keys.child_prefix(run_id)) + keys.CHILD_SUFFIX_GLOB,
     ]
 
 
@@ -162,14 +164,15 @@ def user_keys(user_id: str, today: str) -> list[str]:
     return out
 
 
-# keys every attempt writes and no run owns, each with the only command a phase uses on it: appends to
-# the activity stream, Mother's events and spawns, and the violations list (docs/security.md lists what a
-# holder can still do with them). What it adds to the metrics, tool statistics, a model's calibration and
-# a library's timeline it counts in its own attempt_effects key, which Mother adds (mother/effects.py).
-SHARED_SELECTORS = (
-    f"(~{keys.ACTIVITY_STREAM} ~{keys.EVENTS_STREAM} ~{keys.SPAWNS_STREAM} +xadd)",
-    f"(~{keys.SECURITY_VIOLATIONS} +lpush)",
-)
+# keys every attempt writes and no run owns, each with the only command a phase uses on it, which only
+# adds: the activity inbox (Mother moves it to the stream) and the violations list. No stream of Mother's:
+# an ACL cannot allow XADD without its MAXLEN. A result and a spawned child's request go to the attempt's
+# own keys, and it says so on Mother's relay channel (RELAY_RULES). What it adds to the metrics, tool
+# statistics, a model's calibration and a library's timeline it counts in its own attempt_effects key,
+# which Mother adds (mother/effects.py).
+SHARED_SELECTORS = (f"(~{keys.ACTIVITY_INBOX} +rpush)", f"(~{keys.SECURITY_VIOLATIONS} +lpush)")
+# PUBLISH on Mother's relay channel and no other (RQ's command channels included)
+RELAY_RULES = ("resetchannels", f"&{keys.RELAY_CHANNEL}", "+publish")
 
 
 def rules(
@@ -178,19 +181,19 @@ def rules(
     """The attempt user's ACL rules: on, its password the token (given as the token's SHA-256, which is
     what the run record keeps as ``token_digest``); writes to its run's keys (:func:`own_keys`) and its
     user's counters (:func:`user_keys`); calls to the phase's server functions on those keys and the
-    shared ones they touch; appends and counts on the shared keys (:data:`SHARED_SELECTORS`); reads like a
-    worker."""
+    shared ones they touch; appends on the shared keys (:data:`SHARED_SELECTORS`); its word on Mother's
+    relay channel (:data:`RELAY_RULES`); reads like a worker."""
     writable = [*own_keys(run_id, index, attempt, token_digest), *own_patterns(run_id)]
     writable += user_keys(user_id, today)
-    fcall_keys = [*writable, keys.run_limits_key(run_id), keys.ACTIVITY_STREAM]
+    fcall_keys = [*writable, keys.run_limits_key(run_id), keys.ACTIVITY_INBOX]
     functions = " ".join(f"+fcall|{name}" for name in PHASE_FUNCTIONS)
     return [
         "reset",
         "on",
         "#" + token_digest,
-        "resetchannels",
         "resetkeys",
         "-@all",
+        *RELAY_RULES,
         "+ping",
         "+hello",
         "+auth",

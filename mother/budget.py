@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 import redis
 
-from mother import keys
+from mother import activity, keys
 from mother.codes import CODES
 from mother.config import ModelConfig, Settings
 from mother.connection import check_durable, queue_durable
@@ -54,6 +54,7 @@ __all__ = [
     "emergency_stop",
     "open_run_budget",
     "override",
+    "queue_spawn_request",
     "rate_check",
     "rate_limited",
     "release_reservations",
@@ -252,7 +253,7 @@ def admit(
             keys.GLOBAL_BUDGET,
             keys.user_daily_budget_key(user_id, day),
             keys.RUN_DEADLINES,
-            keys.ACTIVITY_STREAM,
+            activity.global_key(),
             keys.run_key(run_id),
             keys.ADMISSION_WAITING,
             keys.ADMISSION_STATE,
@@ -376,7 +377,7 @@ class Guard:
             [
                 self._run_key,
                 self._user_key,
-                keys.ACTIVITY_STREAM,
+                activity.global_key(),
                 self._limits_key,
                 self._metrics_key,
                 self._activity_key,
@@ -575,7 +576,7 @@ def release_reservations(
         "mh_release_reservations",
         [
             keys.run_budget_key(run_id),
-            keys.ACTIVITY_STREAM,
+            activity.global_key(),
             keys.run_limits_key(run_id),
             keys.run_activity_key(run_id),
             *(keys.user_daily_budget_key(user_id, d) for d in days),
@@ -613,7 +614,7 @@ def _state(
         "mh_budget_state",
         [
             keys.run_limits_key(run_id),
-            keys.ACTIVITY_STREAM,
+            activity.global_key(),
             keys.run_key(run_id),
             keys.run_budget_key(run_id),
             keys.run_activity_key(run_id),
@@ -677,7 +678,7 @@ def override(
     reply = call(
         client,
         "mh_override",
-        [keys.run_limits_key(run_id), keys.ACTIVITY_STREAM, keys.run_activity_key(run_id)],
+        [keys.run_limits_key(run_id), activity.global_key(), keys.run_activity_key(run_id)],
         [orjson.dumps(payload), maxlen],
     )
     if isinstance(reply, str) and reply.startswith("ERR"):
@@ -725,7 +726,7 @@ def append_submission(
     at the leading Mother's max depth, ``RateLimited`` when the user's window is full. The check is a
     courtesy (an early, exact error for the common case); Mother's intake decides, on the server, for
     every submission whatever path it came by: it claims the run_id, counts the rate window and
-    measures the queue. Returns the entry id."""
+    measures the queue. Returns the entry id (a spawn: its request's key, :func:`queue_spawn_request`)."""
     limit = settings.budget.rate_limit
     reply = call_ro(
         client,
@@ -762,14 +763,33 @@ def append_submission(
     if verdict == "rate_limited":
         raise rate_limited(settings, user_id, int(reply[1]))
     pipe = client.pipeline(transaction=False)
-    pipe.xadd(stream, {"spec": payload})
+    if stream == keys.SPAWNS_STREAM:
+        queue_spawn_request(pipe, run_id, payload)
+        written: Any = keys.spawn_request_key(run_id)
+    else:
+        pipe.xadd(stream, {"spec": payload})
+        written = None
     waited = queue_durable(pipe, settings.service)
     replies = pipe.execute(raise_on_error=not waited)
     if isinstance(replies[0], Exception):
         raise replies[0]
     if waited:
-        check_durable(replies[1], settings.service, f"submission of {run_id}", log)
-    return _text(replies[0])
+        check_durable(replies[-1], settings.service, f"submission of {run_id}", log)
+    return _text(written or replies[0])
+
+
+# how long a spawned child's request waits for Mother's relay (its parent asks again well before)
+SPAWN_REQUEST_MS = 24 * 3_600_000
+
+
+def queue_spawn_request(pipe: Any, child_run_id: str, payload: bytes) -> None:
+    """A phase's request for a child run: its spec in the attempt's own key for it, and a word on Mother's
+    relay channel, which appends it to ``mother:spawns`` (a phase attempt may not ``XADD`` to Mother's
+    stream, whose ``MAXLEN`` would trim what others asked for). Two commands on ``pipe``; a word no
+    Mother heard is asked again by the waiting parent (:mod:`workers.spawn`)."""
+    key = keys.spawn_request_key(child_run_id)
+    pipe.set(key, payload, px=SPAWN_REQUEST_MS)
+    pipe.publish(keys.RELAY_CHANNEL, key)
 
 
 def _text(value: Any) -> str:

@@ -51,6 +51,7 @@ def _with_prelude(source: str) -> str:
         _read("prelude.lua")
         .replace("__RUN_ACTIVITY_PREFIX__", keys.RUN_ACTIVITY_PREFIX)
         .replace("__RUN_ACTIVITY_MAXLEN__", str(keys.RUN_ACTIVITY_MAXLEN))
+        .replace("__ACTIVITY_INBOX__", keys.ACTIVITY_INBOX)
         .replace("__LONG_BOUNDS__", ", ".join(f"{{{b}, '{bound_text(b)}'}}" for b in LONG_BOUNDS))
     )
     return f"{shebang}\n{prelude}\n{body}"

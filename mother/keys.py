@@ -22,6 +22,7 @@ from mother.errors import InvalidSpec
 __all__ = [
     "ACCESS_LOG_INDEX",
     "ACCESS_LOG_PREFIX",
+    "ACTIVITY_INBOX",
     "ACTIVITY_STREAM",
     "ADMISSION_STATE",
     "ADMISSION_WAITING",
@@ -57,6 +58,7 @@ __all__ = [
     "PROBE_KEY",
     "REJECTIONS_BY_RUN",
     "REJECTIONS_INDEX",
+    "RELAY_CHANNEL",
     "RUNS_INDEX",
     "RUNS_WAITING",
     "RUN_ACTIVITY_MAXLEN",
@@ -69,6 +71,7 @@ __all__ = [
     "RUN_WARNINGS",
     "SECURITY_VIOLATIONS",
     "SPAWNS_STREAM",
+    "SPAWN_REQUEST_PREFIX",
     "SUBMISSIONS_STREAM",
     "TERMINATION_INDEX",
     "TERMINATION_PREFIX",
@@ -121,6 +124,7 @@ __all__ = [
     "run_budget_key",
     "run_key",
     "run_limits_key",
+    "spawn_request_key",
     "termination_key",
     "termination_reason_index_key",
     "token_calibration_key",
@@ -148,6 +152,12 @@ SECURITY_VIOLATIONS = "security:violations"
 SUBMISSIONS_STREAM = "mother:submissions"
 EVENTS_STREAM = "mother:events"
 ACTIVITY_STREAM = "activity"
+# list: activity entries a phase attempt appends (RPUSH of the entry's flat field list as JSON; an attempt
+# may not XADD to the global stream, whose MAXLEN would trim it); Mother moves them to ACTIVITY_STREAM
+ACTIVITY_INBOX = "activity:inbox"
+# channel: an attempt says here, with the name of the key it wrote, that its result (attempt_result_key)
+# or a child it spawns (spawn_request_key) is there; Mother's relay appends it to Mother's own stream
+RELAY_CHANNEL = "mother:relay"
 # a run's own activity stream (activity:run:{id}) keeps this many entries at most (MAXLEN ~), the same
 # number in the server functions (rendered into mother/lua/prelude.lua): a run's story lives as long as its
 # records (the GC removes it with them)
@@ -189,9 +199,11 @@ ADMISSION_WAITING = "admission:waiting"
 ADMISSION_STATE = "admission:state"
 # stream: what people ask of Mother (cancel, ...); workers cannot write it
 COMMANDS_STREAM = "mother:commands"
-# stream: the child runs workers submit for a phase's spawn_run (XADD only; Mother checks each against
-# its parent)
+# stream: the child runs a phase's spawn_run asks for (Mother's relay appends each from its request key,
+# spawn_request_key; Mother checks each against its parent)
 SPAWNS_STREAM = "mother:spawns"
+# string: a child run's spec as its parent's attempt asks for it ("spawn_request:{child run id}")
+SPAWN_REQUEST_PREFIX = "spawn_request:"
 # set: the names of the principals (each its own ACL user, its own streams)
 PRINCIPALS = "principals"
 # a principal's name (also its ACL user's): never one of the service users'
@@ -355,9 +367,15 @@ def attempt_effects_key(run_id: str, phase_index: int, attempt: int) -> str:
 
 def attempt_result_key(run_id: str, phase_index: int, attempt: int) -> str:
     """A phase attempt's result as it reported it (JSON: ``payload``, ``token``), written only by the
-    attempt's own user with the entry on ``mother:events``, read only by Mother: the entry may be trimmed
-    (any attempt's ``XADD … MAXLEN``), this key may not. Deleted with the attempt's user."""
+    attempt's own user, read only by Mother (its relay appends it to ``mother:events``; a result whose
+    word on the relay channel was missed is taken from here). Deleted with the attempt's user."""
     return f"attempt_result:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
+
+
+def spawn_request_key(child_run_id: str) -> str:
+    """A spawned child's spec as its parent's attempt asks for it (only that attempt may write it: its
+    children's ids), appended to ``mother:spawns`` by Mother's relay, which deletes it."""
+    return SPAWN_REQUEST_PREFIX + check_id(child_run_id, "run_id")
 
 
 def heartbeat_member(run_id: str, phase_index: int, attempt: int) -> str:

@@ -27,7 +27,7 @@ import orjson
 import redis
 from pydantic import ValidationError
 
-from mother import calls, keys
+from mother import activity, calls, keys
 from mother.client import COMMAND_CANCEL, EVENT_PHASE_RESULT
 from mother.commands import handle_command
 from mother.config import Settings
@@ -44,6 +44,7 @@ from mother.records.budgets import publish_limits
 from mother.records.conflicts import ensure_index as ensure_conflict_index
 from mother.records.libraries import ensure_indexes as ensure_library_indexes
 from mother.records.tools import read_registry
+from mother.relay import Relay
 from mother.review import on_phase_result
 from mother.runtime import Runtime
 from mother.specs import fault_models
@@ -57,6 +58,10 @@ from schemas.budget import PublishedLimits
 __all__ = ["Mother"]
 
 log = get_logger("mother")
+
+# how often the leader moves phase attempts' entries from activity:inbox to the activity stream (and
+# always before it reads a phase's result)
+ACTIVITY_DRAIN_SECONDS = 0.25
 
 
 class Mother:
@@ -78,8 +83,11 @@ class Mother:
             self.rt.redis, self.cfg.consumer_group, self.cfg.principals_refresh_seconds
         )
         self.watchdog = Watchdog(self.rt, streams=lambda: self.consumed.streams)
+        # phase attempts' results and spawn requests, appended to Mother's streams while it leads
+        self.relay = Relay(self.rt.redis, lambda: self.leader)
         self.stopping = False
         self.leader = False
+        self._drained_at = 0.0
         self._renewed_at = 0.0
         self._watchdog_at = 0.0
         self._claimed_at = 0.0
@@ -100,6 +108,7 @@ class Mother:
         Any other failure of a loop is logged with its traceback and retried a second later."""
         self.log.info("mother_started")
         outage = Outage(self.log, "serve", stop=lambda: self.stopping)
+        self.relay.start()
         try:
             while not self.stopping:
                 try:
@@ -121,6 +130,7 @@ class Mother:
                         self.log.exception("serve_failed", error=str(exc), retry_in_seconds=1)
                         sleep_unless(lambda: self.stopping, 1.0)
         finally:
+            self.relay.stop()
             self._release_lease()
             self.log.info("mother_stopped")
 
@@ -172,6 +182,8 @@ class Mother:
         self.ensure_tools()
         self.reclaim(min_idle_ms=0)
         self.watchdog.reconcile()
+        # results reported while no Mother led: its relay did not append them
+        self.watchdog.take_results()
 
     def ensure_tools(self) -> None:
         """Sync the tool registry when none exists yet (a fresh install routes with the shipped tools);
@@ -224,7 +236,18 @@ class Mother:
                 raise
             self.ensure_groups()
             return 0
-        for stream, entries in _as_pairs(batches):
+        pairs = _as_pairs(batches)
+        if self.relay.listening_again.is_set():
+            self.relay.listening_again.clear()
+            self._guarded("results", self.watchdog.take_results)
+        now = time.monotonic()
+        # a phase's activity entries before what Mother does with its result
+        if now - self._drained_at >= ACTIVITY_DRAIN_SECONDS or any(
+            stream == keys.EVENTS_STREAM for stream, _ in pairs
+        ):
+            self._drained_at = now
+            self._guarded("activity", self._drain_activity)
+        for stream, entries in pairs:
             for raw_id, raw_fields in entries:
                 self.handle(stream, *as_text(raw_id, raw_fields))
                 handled += 1
@@ -238,6 +261,16 @@ class Mother:
                 "reclaim", lambda: self.reclaim(min_idle_ms=int(self.cfg.claim_idle_seconds * 1000))
             )
         return handled
+
+    def _drain_activity(self) -> None:
+        moved, dropped = activity.drain(self.rt.redis, self.cfg.activity_maxlen)
+        if dropped:
+            self.log.warning(
+                "activity_inbox_dropped",
+                moved=moved,
+                dropped=dropped,
+                why="items on activity:inbox that were not an entry's fields",
+            )
 
     def _guarded(self, what: str, func: Any) -> None:
         # a bad record must not stop the loop

@@ -275,7 +275,7 @@ class Watchdog:
             ]
             self._remint_missing()
         now = self.rt.clock.now_ms()
-        # a result reported this long ago and not taken: its entry on mother:events is gone (trimmed)
+        # a result reported this long ago and not taken: Mother's relay did not hear of it
         overdue = REPORTED_MS - (slack + int(self.rt.settings.service.claim_idle_seconds * 1000))
         reported: list[tuple[str, int, int]] = []
         pipe = self.rt.redis.pipeline(transaction=False)
@@ -294,14 +294,41 @@ class Watchdog:
             if not live:
                 self._isolated("heartbeat", member, self._lost, member, slack)
         if reported:
-            self._isolated("reported", str(reported[0]), self._take_reported, reported)
+            self._isolated(
+                "reported",
+                str(reported[0]),
+                self._take_reported,
+                reported,
+                "it reported long ago and was not taken (Mother's relay did not hear of it)",
+            )
 
-    def _take_reported(self, reported: list[tuple[str, int, int]]) -> None:
-        """Attempts that reported a result long ago and are still their run's current one: their entry on
-        ``mother:events`` is gone (an attempt's ``XADD … MAXLEN`` trims the stream). Each result is taken
-        from the attempt's own key (``attempt_result:{run}:{i}:{a}``, which only it writes), fenced as
-        any result; an attempt with no result there (its horse died between the mark and the result) has
-        its heartbeat key deleted, so it is lost at the next check."""
+    def take_results(self) -> None:
+        """Every result waiting in a current attempt's key: Mother's relay may not have heard of it (no
+        Mother led, or the relay was not listening), so it is taken now, fenced as any result (one the
+        relay did append is then stale). When Mother becomes leader and each time its relay listens again."""
+        members = self.rt.redis.zrange(keys.HEARTBEATS, 0, -1)
+        named = [
+            ids for ids in (keys.heartbeat_member_ids(str(m)) for m in members) if ids is not None
+        ]
+        for at in range(0, len(named), BATCH):
+            batch = named[at : at + BATCH]
+            self._isolated(
+                "results",
+                str(batch[0]),
+                self._take_reported,
+                batch,
+                "Mother's relay did not hear of it",
+                False,
+            )
+
+    def _take_reported(
+        self, reported: list[tuple[str, int, int]], why: str, lose_missing: bool = True
+    ) -> None:
+        """Attempts still their run's current one whose result is in their own key
+        (``attempt_result:{run}:{i}:{a}``, which only the attempt writes) and was not taken: each taken
+        from there, fenced as any result. With ``lose_missing`` (attempts that marked their result
+        reported long ago) an attempt with no result there (its horse died between the mark and the
+        result) has its heartbeat key deleted, so it is lost at the next check."""
         positions = self._positions([run_id for run_id, _index, _attempt in reported])
         current = [
             ids
@@ -316,6 +343,8 @@ class Watchdog:
         lost: list[str] = []
         for ids, raw in zip(current, found, strict=True):
             taken = _stored_result(ids, raw)
+            if isinstance(taken, str) and not lose_missing:
+                continue
             if isinstance(taken, str):
                 run_id, index, attempt = ids
                 log.warning(
@@ -332,7 +361,7 @@ class Watchdog:
                 run_id=ids[0],
                 phase_index=ids[1],
                 attempt=ids[2],
-                why="its entry on mother:events was gone (trimmed)",
+                why=why,
             )
             on_phase_result(self.rt, *taken)
         if lost:

@@ -487,6 +487,77 @@ def test_neither_workers_nor_attempts_rewrite_what_every_run_counts(
     assert admin.hget(keys.METRICS_COUNTERS, "attacker_counter") == "2"
 
 
+def test_attempts_append_to_mothers_streams_only_through_mother(
+    acl_stack: tuple[str, MotherClient],
+) -> None:
+    """Before (issue 53): every attempt's user could XADD to mother:events, mother:spawns and activity, and
+    an XADD may carry MAXLEN 0, which trims what every other run appended. Now no attempt may append to,
+    trim or delete any of Mother's streams, nor take what others pushed to the activity inbox, nor publish
+    on any channel but Mother's relay. What it may: push entries to the inbox (Mother moves them to the
+    stream, dropping what is not an entry's fields), and name on the relay channel a key of its own that
+    holds a result (Mother appends that): a word naming anything else appends nothing."""
+    url, client = acl_stack
+    admin = connect(_as(url, "admin"))
+    attacker_run, attacker = attacker_attempt(client, admin, url)
+    streams = (
+        keys.EVENTS_STREAM,
+        keys.SPAWNS_STREAM,
+        keys.ACTIVITY_STREAM,
+        keys.SUBMISSIONS_STREAM,
+    )
+    admin.rpush(keys.ACTIVITY_INBOX, orjson.dumps(["type", "pushed_before", "at", "x"]))
+    attacks = [
+        *(("XADD", s, "MAXLEN", "0", "*", "type", "noise") for s in streams),
+        *(("XTRIM", s, "MAXLEN", "0") for s in streams),
+        ("XDEL", keys.EVENTS_STREAM, "0-1"),
+        ("DEL", keys.ACTIVITY_STREAM),
+        ("LPOP", keys.ACTIVITY_INBOX),
+        ("LTRIM", keys.ACTIVITY_INBOX, "1", "0"),
+        ("DEL", keys.ACTIVITY_INBOX),
+        ("LMOVE", keys.ACTIVITY_INBOX, keys.run_activity_key(attacker_run), "LEFT", "RIGHT"),
+        ("PUBLISH", "rq:pubsub:any-worker", '{"command": "shutdown"}'),
+        ("PUBLISH", "__keyspace@0__:run:x", "x"),
+    ]
+    for command in attacks:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            attacker.execute_command(*command)
+    # what it may: entries pushed to the inbox, moved by Mother in order; items that are none, dropped
+    mine = ["type", "attacker_entry", "at", "2026-01-01T00:00:00.000Z", "run_id", attacker_run]
+    attacker.rpush(keys.ACTIVITY_INBOX, b"not json", orjson.dumps(["odd"]), orjson.dumps([1, 2]))
+    attacker.rpush(keys.ACTIVITY_INBOX, orjson.dumps(mine))
+    wait_until(lambda: admin.llen(keys.ACTIVITY_INBOX) == 0, timeout=10)
+    moved = [f for _, f in admin.xrevrange(keys.ACTIVITY_STREAM, count=200)]
+    assert [f["type"] for f in moved if f["type"] in ("pushed_before", "attacker_entry")] == [
+        "attacker_entry",
+        "pushed_before",
+    ]
+    assert not [f for f in moved if f["type"] in ("not json", "odd", "1")]
+    # the relay: words naming keys the attempt did not write append nothing; one naming its own result
+    # key appends that (Mother reads it as any result: not one of a current attempt's, ignored)
+    last = admin.xrevrange(keys.EVENTS_STREAM, count=1)
+    after = f"({last[0][0]}" if last else "-"
+    for word in (
+        keys.attempt_result_key("victim", 0, 1),
+        keys.spawn_request_key("victim.c0123abcd"),
+        keys.run_key(attacker_run),
+        "x" * 5000,
+    ):
+        attacker.publish(keys.RELAY_CHANNEL, word)
+    own = keys.attempt_result_key(attacker_run, 0, 1)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        attacker.set(keys.attempt_result_key("victim", 0, 1), "{}")
+    attacker.set(own, orjson.dumps({"payload": "{}", "token": "forged"}))
+    assert attacker.publish(keys.RELAY_CHANNEL, own) >= 1
+
+    def relayed() -> list[dict[str, str]]:
+        return [f for _, f in admin.xrange(keys.EVENTS_STREAM, after) if f.get("token") == "forged"]
+
+    assert wait_until(relayed, timeout=10) == [
+        {"type": "phase_result", "payload": "{}", "token": "forged"}
+    ]
+    attacker.delete(own)
+
+
 def test_doctor_names_the_acl_user_and_what_it_lacks(
     acl_stack: tuple[str, MotherClient], tmp_path: Path
 ) -> None:

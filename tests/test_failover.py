@@ -185,6 +185,12 @@ def test_the_primary_killed_under_load_every_run_ends_once_on_the_replica(
         served = time.monotonic() - killed
         new_primary = connect(url)
         assert new_primary.connection_pool.get_master_address()[1] == replica.port  # type: ignore[attr-defined]
+        # an end whose record the replica had and whose last step (mh_ended) it did not is applied by
+        # Mother's watchdog a little later: wait for every end to be applied before counting
+        wait_until(
+            lambda: not any(new_primary.zscore(keys.RUNS_ENDING, run_id) for run_id in ended),
+            timeout=60,
+        )
         twice = []
         for run_id in ended:
             entries = new_primary.xrange(keys.run_activity_key(run_id))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from mother.client import MotherClient
 from mother.config import load_settings
 from mother.connection import connect
 from mother.errors import GateRefused, PolicyViolation, RateLimited
+from mother.records.rejections import read_rejection_for
 from schemas.rejection import Rejection
 from tests.conftest import as_user, attacker_attempt, run_cli, start_acl_stack, start_up_dev
 from tests.test_pipeline import example, wait_until
@@ -292,30 +294,38 @@ def test_a_principal_cancels_only_its_own_users_runs(tenancy: Tenancy) -> None:
 
 
 def test_workers_submit_only_their_parents_children(tenancy: Tenancy) -> None:
-    """The worker user can append to neither Mother's submissions stream nor mother:spawns (only a phase
-    attempt's own user may spawn); on mother:spawns Mother takes only a child of a run that has not
-    ended, for its parent's user, whatever attempt appends it."""
+    """Neither the worker user nor a phase attempt's may append to Mother's submissions stream or
+    mother:spawns (an attempt asks for a child through its own spawn_request key and Mother's relay, for
+    children of its own run only); Mother takes only a child of a run that has not ended, for its
+    parent's user, whatever the attempt asks for."""
     worker = connect(_as(tenancy.url, "worker"))
-    for stream in (keys.SUBMISSIONS_STREAM, keys.SPAWNS_STREAM):
-        with pytest.raises(redis.exceptions.NoPermissionError):
-            worker.xadd(stream, {"spec": orjson.dumps(_quick("carol"))})
-    _run, attempt = attacker_attempt(
+    run, attempt = attacker_attempt(
         MotherClient(settings=load_settings(redis_url=_as(tenancy.url, "admin"))),
         tenancy.admin,
         tenancy.url,
     )
+    for who in (worker, attempt):
+        for stream in (keys.SUBMISSIONS_STREAM, keys.SPAWNS_STREAM):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                who.xadd(stream, {"spec": orjson.dumps(_quick("carol"))})
     with pytest.raises(redis.exceptions.NoPermissionError):
-        attempt.xadd(keys.SUBMISSIONS_STREAM, {"spec": orjson.dumps(_quick("carol"))})
-    owner = tenancy.client(tenancy.principal("dana", ["submit"]))
-    parent = _gated(owner, "danas-parent")
-    for spec, error in (
-        (_quick("carol", "orphan"), "takes only spawn_run children"),
-        ({**_quick("carol", "wrong-user"), "parent_run_id": parent}, "its parent's user's"),
+        attempt.set(keys.spawn_request_key(f"{_gated_parent(tenancy)}.c0123abcd"), b"{}")
+    for extra, code, error in (
+        ({}, "invalid_spec", "names no parent_run_id"),
+        ({"parent_run_id": run}, "identity_refused", "its parent's user's"),
     ):
-        entry = attempt.xadd(keys.SPAWNS_STREAM, {"spec": orjson.dumps(spec)})
-        got = wait_until(lambda entry=entry: tenancy.rejection(f"spawn:{entry}"), timeout=20)
-        assert got.code == "identity_refused" and error in got.error
-        assert not tenancy.admin.exists(keys.run_key(spec["run_id"]))
+        child = f"{keys.child_prefix(run)}.c{uuid.uuid4().hex[:8]}"
+        request = keys.spawn_request_key(child)
+        attempt.set(request, orjson.dumps({**_quick("carol", child), **extra}))
+        attempt.publish(keys.RELAY_CHANNEL, request)
+        got = wait_until(lambda child=child: read_rejection_for(tenancy.admin, child), timeout=20)
+        assert got.code == code and error in got.error
+        assert not tenancy.admin.exists(keys.run_key(child))
+
+
+def _gated_parent(tenancy: Tenancy) -> str:
+    """Another principal's run that waits (a parent whose children no other attempt may ask for)."""
+    return _gated(tenancy.client(tenancy.principal("dana", ["submit"])), "danas-parent")
 
 
 def test_principals_cli_adds_shows_rotates_and_removes(tenancy: Tenancy) -> None:

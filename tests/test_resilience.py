@@ -240,32 +240,45 @@ def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path)
 
 def _trim_as_another_attempt(p: Pipeline, stream: str) -> None:
     """The attacker: another run's attempt, with its own credentials (made while Mother, whose sweep would
-    delete a user of no current attempt, is stopped), appends to ``stream`` with MAXLEN 0."""
+    delete a user of no current attempt, is stopped), appends to ``stream`` with MAXLEN 0: refused, the
+    stream as it was."""
     mint(p.redis, "run-mallory", 0, 1, "mallory-token", "mallory", "2026-01-01")
     mallory = attempt_client(p.url, keys.heartbeat_member("run-mallory", 0, 1), "mallory-token")
-    mallory.xadd(stream, {"type": "noise"}, maxlen=0, approximate=False)
+    before = p.redis.xlen(stream)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        mallory.xadd(stream, {"type": "noise"}, maxlen=0, approximate=False)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        mallory.xtrim(stream, maxlen=0, approximate=False)
+    assert p.redis.xlen(stream) == before
 
 
-def test_a_result_trimmed_off_the_events_stream_is_taken_from_its_attempts_key(
+def _relay_misses_words(p: Pipeline) -> list[int]:
+    """Mother(s) stopped, and their relay's connection closed by the server: a word an attempt says on
+    mother:relay now reaches nobody. Returns the stopped pids (SIGCONT them)."""
+    mothers = [proc.pid for name, proc in p.stack.procs.items() if name.startswith("mother-")]
+    for pid in mothers:
+        os.kill(pid, signal.SIGSTOP)
+    p.redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+    return mothers
+
+
+def test_no_attempt_trims_mothers_streams_and_a_result_mother_did_not_hear_of_is_taken(
     fresh: Pipeline,
 ) -> None:
-    """Issue 53: another run's attempt may append to mother:events, and an XADD may carry MAXLEN 0: every
-    result not yet read is trimmed away. The reporting attempt also wrote its result to its own key
-    (attempt_result:{run}:{i}:{a}, which only it may write); Mother takes it from there once the result is
-    overdue, fenced as any result: the run succeeds on its first attempt, its output intact (before, it
-    waited out the "reported" mark's day and ended timeout)."""
+    """Issue 53: a phase attempt may append to none of Mother's streams (an XADD may carry MAXLEN 0, which
+    trimmed every result not yet read): another run's attempt's XADD and XTRIM on mother:events,
+    mother:spawns and activity are refused. A result goes to the attempt's own key with a word on Mother's
+    relay channel; a word nobody heard (Mother stopped, its relay's connection gone) is not lost: when the
+    relay listens again, Mother takes the result from its key, fenced as any result. The run succeeds
+    on its first attempt, its output intact."""
     run_id = fresh.client.submit(_slow(1.5))
     key = keys.attempt_heartbeat_key(run_id, 0, 1)
     wait_until(lambda: fresh.redis.get(key) not in (None, "dispatched"), timeout=20)
-    mothers = [proc.pid for name, proc in fresh.stack.procs.items() if name.startswith("mother-")]
-    for pid in mothers:
-        os.kill(pid, signal.SIGSTOP)
+    mothers = _relay_misses_words(fresh)
     try:
-        wait_until(lambda: fresh.redis.get(key) == "reported", timeout=20)
-        wait_until(lambda: fresh.redis.exists(keys.attempt_result_key(run_id, 0, 1)), timeout=10)
-        assert fresh.redis.xlen(keys.EVENTS_STREAM) >= 1
-        _trim_as_another_attempt(fresh, keys.EVENTS_STREAM)
-        assert fresh.redis.xlen(keys.EVENTS_STREAM) == 0
+        wait_until(lambda: fresh.redis.exists(keys.attempt_result_key(run_id, 0, 1)), timeout=20)
+        for stream in (keys.EVENTS_STREAM, keys.SPAWNS_STREAM, keys.ACTIVITY_STREAM):
+            _trim_as_another_attempt(fresh, stream)
     finally:
         for pid in mothers:
             os.kill(pid, signal.SIGCONT)
@@ -274,6 +287,8 @@ def test_a_result_trimmed_off_the_events_stream_is_taken_from_its_attempts_key(
     state = fresh.client.status(run_id)
     assert state.attempt == 1 and [r.attempt for r in state.results] == [1]
     assert not [h for h in state.history if h.event == "phase_retried"]
+    logs = "".join(f.read_text() for f in fresh.stack.log_dir.glob("mother-*.log"))
+    assert "Mother's relay did not hear of it" in logs
 
 
 def test_two_mothers_give_one_record_per_run(fresh: Pipeline) -> None:
@@ -671,11 +686,12 @@ def test_a_runs_end_sets_the_concurrent_runs_gauge_at_once(r: redis.Redis, redis
     assert r.zrange(keys.ADMISSION_WAITING, 0, -1) == ["other"]
 
 
-def test_a_spawn_request_trimmed_off_its_stream_is_asked_for_again(tmp_path: Path) -> None:
-    """Issue 53: any attempt may XADD to mother:spawns with MAXLEN 0, trimming away a spawn_run request
-    Mother has not read. The parent, waiting for its child, asks again once the child is not taken in
-    after claim_idle_seconds (the run id claim makes a copy of one Mother did take a no-op): the
-    child runs, and the parent succeeds with its output."""
+def test_a_spawn_request_mother_did_not_hear_of_is_asked_for_again(tmp_path: Path) -> None:
+    """Issue 53: a spawn_run request is the attempt's own key (spawn_request:{child}) and a word on Mother's
+    relay channel; no attempt may append to mother:spawns itself (its MAXLEN would trim others'
+    requests). A word nobody heard (Mother stopped, its relay's connection gone) is not lost: the parent,
+    waiting for its child, asks again once the child is not taken in after claim_idle_seconds (the run
+    id claim makes a copy of one Mother did take a no-op): the child runs, and the parent succeeds."""
     p = start_pipeline(tmp_path, mothers=1, workers=2)
     try:
         spec = example(
@@ -695,14 +711,14 @@ def test_a_spawn_request_trimmed_off_its_stream_is_asked_for_again(tmp_path: Pat
         run_id = p.client.submit(spec)
         beat = keys.attempt_heartbeat_key(run_id, 0, 1)
         wait_until(lambda: p.redis.get(beat) not in (None, "dispatched"), timeout=30)
-        mother = p.stack.procs["mother-0"].pid
-        os.kill(mother, signal.SIGSTOP)
+        mothers = _relay_misses_words(p)
         try:
-            wait_until(lambda: p.redis.xlen(keys.SPAWNS_STREAM) >= 1, timeout=20)
-            _trim_as_another_attempt(p, keys.SPAWNS_STREAM)
+            asked = wait_until(lambda: p.redis.keys(keys.SPAWN_REQUEST_PREFIX + "*"), timeout=20)
             assert p.redis.xlen(keys.SPAWNS_STREAM) == 0
+            _trim_as_another_attempt(p, keys.SPAWNS_STREAM)
         finally:
-            os.kill(mother, signal.SIGCONT)
+            for pid in mothers:
+                os.kill(pid, signal.SIGCONT)
         done = p.wait(run_id, 90)
         assert done.termination.reason == "success"
         spawned = [
@@ -715,5 +731,7 @@ def test_a_spawn_request_trimmed_off_its_stream_is_asked_for_again(tmp_path: Pat
         assert p.wait(child, 30).termination.reason == "success"
         logs = "".join(f.read_text() for f in (tmp_path / "logs").glob("worker-*.log"))
         assert "spawn_asked_again" in logs
+        # Mother's relay took the request (it deletes the key)
+        assert not p.redis.exists(*asked)
     finally:
         stop_pipeline(p)

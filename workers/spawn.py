@@ -1,7 +1,8 @@
 """The ``spawn_run`` tool: an agent starts a child run through Mother.
 
-The child is a submission on ``mother:spawns`` (the one stream workers may append submissions to) with
-``parent_run_id``; Mother takes it only as a child of a run that has not ended, for the parent's own
+The child is a submission on ``mother:spawns`` with ``parent_run_id``: the attempt writes its spec to its
+own key for it and says so on Mother's relay channel, and Mother appends it there
+(:func:`mother.budget.queue_spawn_request`). Mother takes it only as a child of a run that has not ended, for the parent's own
 user, and resolves its limits against the parent's (depth decrements). Before
 submitting, the tool charges the parent's ``spawns`` and ``parallel_agents`` in the
 budget guard and reserves the child's budget in the spend ledger, so a parent can
@@ -21,7 +22,7 @@ from typing import Any, ClassVar
 from pydantic import ValidationError
 
 from mother import keys
-from mother.budget import Guard, append_submission
+from mother.budget import Guard, append_submission, queue_spawn_request
 from mother.errors import (
     BudgetExhausted,
     DepthExhausted,
@@ -160,9 +161,9 @@ class SpawnRun:
             ) from None
 
     def _wait(self, child_id: str, payload: bytes) -> str:
-        # an entry on mother:spawns may be trimmed away before Mother reads it (any attempt's XADD may
-        # carry MAXLEN): a child Mother has not claimed this long after is asked for again (the run id
-        # claim makes a second copy of one it did take in a no-op)
+        # the word on Mother's relay channel is heard only by a leading Mother listening then: a child
+        # Mother has not claimed this long after is asked for again (the run id claim makes a second copy
+        # of one it did take in a no-op)
         resend_after = self.rt.settings.service.claim_idle_seconds
         asked = time.monotonic()
         while True:
@@ -181,9 +182,11 @@ class SpawnRun:
                         "spawn_asked_again",
                         run_id=self.state.run_id,
                         child_run_id=child_id,
-                        why=f"not taken in after {resend_after:g}s: its entry on mother:spawns is gone",
+                        why=f"not taken in after {resend_after:g}s: Mother did not hear it asked for",
                     )
-                    self.rt.redis.xadd(keys.SPAWNS_STREAM, {"spec": payload})
+                    pipe = self.rt.redis.pipeline()
+                    queue_spawn_request(pipe, child_id, payload)
+                    pipe.execute()
                     asked = time.monotonic()
             time.sleep(WAIT_POLL_SECONDS)
             # the parent ending (deadline, cancel) stops the wait

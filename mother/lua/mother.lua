@@ -318,6 +318,57 @@ local function mh_trim_stream(keys, args)
   return redis.call('XTRIM', keys[1], 'MINID', int_text(keep[1]) .. '-' .. int_text(keep[2]))
 end
 
+-- mh_relay: what a phase attempt said on mother:relay it wrote, appended to Mother's own stream (an
+-- attempt may not XADD there: its MAXLEN would trim what others appended). A result (attempt_result:*,
+-- JSON {payload, token}) goes to mother:events and its key stays (Mother takes a result whose word was
+-- missed from there); a spawned child's spec (spawn_request:*) goes to mother:spawns and its key goes.
+-- KEYS: 1 the key the attempt named, 2 the stream.  ARGV: 1 'result' or 'spawn', 2 the result entries' type
+-- Returns 1 when appended, 0 when the key is not there, -1 when it holds no result (nothing appended).
+local function mh_relay(keys, args)
+  local prefix = ({result = 'attempt_result:', spawn = 'spawn_request:'})[args[1]]
+  if prefix == nil or string.sub(keys[1], 1, #prefix) ~= prefix then
+    return redis.error_reply('ERR mh_relay: ' .. tostring(args[1]) .. ' does not name ' .. tostring(keys[1]))
+  end
+  local value = redis.call('GET', keys[1])
+  if not value then return 0 end
+  if args[1] == 'spawn' then
+    redis.call('XADD', keys[2], '*', 'spec', value)
+    redis.call('DEL', keys[1])
+    return 1
+  end
+  local ok, doc = pcall(cjson.decode, value)
+  if not ok or type(doc) ~= 'table' or type(doc.payload) ~= 'string' then return -1 end
+  if type(doc.token) == 'string' then
+    redis.call('XADD', keys[2], '*', 'type', args[2], 'payload', doc.payload, 'token', doc.token)
+  else
+    redis.call('XADD', keys[2], '*', 'type', args[2], 'payload', doc.payload)
+  end
+  return 1
+end
+
+-- mh_activity_drain: move what phase attempts pushed to activity:inbox onto the activity stream, oldest
+-- first. An item that is not a JSON list of an even number (2..ACTIVITY_FIELDS) of strings is dropped and
+-- counted (anyone who may push there may push anything).
+-- KEYS: 1 activity:inbox, 2 activity.  ARGV: 1 activity maxlen, 2 at most this many items
+-- Returns {moved, dropped, left in the inbox}.
+local ACTIVITY_FIELDS = 64
+local function mh_activity_drain(keys, args)
+  local items = redis.call('LPOP', keys[1], tonumber(args[2]))
+  local moved, dropped = 0, 0
+  for _, item in ipairs(items or {}) do
+    local ok, flat = pcall(cjson.decode, item)
+    local fit = ok and type(flat) == 'table' and #flat >= 2 and #flat <= ACTIVITY_FIELDS and #flat % 2 == 0
+    if fit then
+      for i = 1, #flat do
+        if type(flat[i]) ~= 'string' then fit = false; break end
+      end
+    end
+    local reply = fit and redis.pcall('XADD', keys[2], 'MAXLEN', '~', args[1], '*', unpack(flat))
+    if fit and type(reply) == 'string' then moved = moved + 1 else dropped = dropped + 1 end
+  end
+  return {moved, dropped, redis.call('LLEN', keys[1])}
+end
+
 -- mh_forget_rejection: drop a rejection past its retention: its record, its place in the index, and its
 -- run's entry in rejections:by_run while that still names it (a newer rejection of the run stays).
 -- KEYS: 1 rejection:{entry}, 2 rejections zset, 3 rejections:by_run.  ARGV: 1 entry id, 2 run_id ('' for none)
@@ -509,6 +560,8 @@ redis.register_function('mh_ended', mh_ended)
 redis.register_function('mh_due', mh_due)
 redis.register_function('mh_trim_stream', mh_trim_stream)
 redis.register_function('mh_forget_rejection', mh_forget_rejection)
+redis.register_function('mh_relay', mh_relay)
+redis.register_function('mh_activity_drain', mh_activity_drain)
 redis.register_function('mh_lease', mh_lease)
 redis.register_function('mh_release_lease', mh_release_lease)
 redis.register_function('mh_tool_stat', counted(mh_tool_stat, 2))

@@ -49,9 +49,16 @@ end
 -- and, when it names a run, to that run's own stream in the same call (kept with the run's records: the
 -- run page, logs, inspect and replay read it). A function that appends entries takes the run's stream in
 -- KEYS like every other key; ``run_key`` must be the stream of the run the entry names.
+-- A phase attempt passes activity:inbox for the global stream (it may not XADD there: MAXLEN would trim
+-- it): the entry is pushed there, as its flat field list in JSON, and Mother moves it (mh_activity_drain).
 local RUN_ACTIVITY_PREFIX, RUN_ACTIVITY_MAXLEN = '__RUN_ACTIVITY_PREFIX__', '__RUN_ACTIVITY_MAXLEN__'
+local ACTIVITY_INBOX = '__ACTIVITY_INBOX__'
 local function append_activity(stream, maxlen, run_key, run_id, flat)
-  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(flat))
+  if stream == ACTIVITY_INBOX then
+    redis.call('RPUSH', stream, cjson.encode(flat))
+  else
+    redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(flat))
+  end
   if run_id == nil or run_id == cjson.null or run_id == '' then return end
   if run_key ~= RUN_ACTIVITY_PREFIX .. run_id then
     error('the activity stream of run ' .. tostring(run_id) .. ' must be passed in KEYS, got ' .. tostring(run_key))
