@@ -88,7 +88,8 @@ NEEDS["maintenance"] = [
     ),
     ("delete ended runs' records", ("DEL", keys.run_key(PROBE), keys.run_activity_key(PROBE))),
     ("write GC reports", ("JSON.DEL", keys.gc_report_key(PROBE))),
-    ("append activity", ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE)),
+    ("append activity (through the inbox)", (QUEUED, "RPUSH", keys.ACTIVITY_INBOX, PROBE)),
+    ("count GC runs in the metrics", (QUEUED, "HINCRBY", keys.METRICS_COUNTERS, PROBE, "0")),
     ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
 ]
 
@@ -199,6 +200,18 @@ ATTEMPT_ONLY: list[tuple[str, tuple[str, ...]]] = [
     ),
 ]
 
+# of those, what the GC's user may not do either: it appends activity through the inbox and only counts
+# into the metrics
+MAINTENANCE_MUST_NOT = frozenset(
+    {
+        "append to the activity stream (XADD, whose MAXLEN trims it)",
+        "trim the activity stream (XADD MAXLEN, XTRIM)",
+        "take or drop what attempts pushed to the activity inbox",
+        "drop or rewrite recorded security violations",
+        "delete or set the metrics counters",
+    }
+)
+
 MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "worker": [
         *DESTROYS,
@@ -217,7 +230,10 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         *ATTEMPT_ONLY,
     ],
     # the GC removes a forgotten run's run-id claim with its records
-    "maintenance": [d for d in DESTROYS if "runs:claimed" not in d[0]],
+    "maintenance": [
+        *(d for d in DESTROYS if "runs:claimed" not in d[0]),
+        *(a for a in ATTEMPT_ONLY if a[0] in MAINTENANCE_MUST_NOT),
+    ],
     "dashboard": [
         *DESTROYS,
         ("append people's commands (cancel)", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),

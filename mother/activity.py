@@ -2,9 +2,9 @@
 stream (``activity:run:{id}``), which gets every entry that names the run in the same call and is kept and
 collected with the run's records: a run's story does not depend on how busy the global stream is.
 
-A phase attempt may not append to the global stream (an ACL cannot allow ``XADD`` without its ``MAXLEN``,
-which would trim what everyone appended): it pushes its entries to ``activity:inbox`` (:func:`global_key`)
-and Mother moves them to the stream (:func:`drain`, before it reads a phase's result and every few hundred
+A phase attempt, and the GC's ``maintenance`` user, may not append to the global stream (an ACL cannot
+allow ``XADD`` without its ``MAXLEN``, which would trim what everyone appended): they push their entries
+to ``activity:inbox`` (:func:`global_key`) and Mother moves them to the stream (:func:`drain`, before it reads a phase's result and every few hundred
 milliseconds), in the order they were pushed."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from schemas import ActivityEvent, Id, describe_validation_error, iso_from_ms
 
 __all__ = [
     "DEFAULT_MAXLEN",
+    "append_through_inbox",
     "drain",
     "emit",
     "flat_fields",
@@ -64,16 +65,28 @@ def emit(
     return event
 
 
+_through_inbox = False
+
+
+def append_through_inbox() -> None:
+    """This process appends its global entries to ``activity:inbox`` from now on (its ACL user may not
+    append to the stream: the GC's ``maintenance`` user)."""
+    global _through_inbox
+    _through_inbox = True
+
+
 def global_key() -> str:
     """Where this process appends global entries (a key a server function that appends them takes in
-    KEYS): the stream itself, or ``activity:inbox`` while it runs a phase attempt."""
-    return keys.ACTIVITY_INBOX if effects.current() is not None else keys.ACTIVITY_STREAM
+    KEYS): the stream itself, or ``activity:inbox`` while it runs a phase attempt or after
+    :func:`append_through_inbox`."""
+    inbox = _through_inbox or effects.current() is not None
+    return keys.ACTIVITY_INBOX if inbox else keys.ACTIVITY_STREAM
 
 
 def _append_global(
     client: redis.Redis | redis.client.Pipeline, fields: dict[FieldT, EncodableT], maxlen: int
 ) -> None:
-    if effects.current() is None:
+    if global_key() == keys.ACTIVITY_STREAM:
         client.xadd(keys.ACTIVITY_STREAM, fields, maxlen=maxlen, approximate=True)
     else:
         client.rpush(

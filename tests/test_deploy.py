@@ -644,7 +644,10 @@ def test_the_maintenance_user_collects_and_the_worker_user_cannot_remove_run_rec
     acl_stack: tuple[str, MotherClient], tmp_path: Path
 ) -> None:
     """The GC job runs on a maintenance worker as the `maintenance` ACL user: it removes an ended run's
-    records. The `worker` user may not: the GC's report names the refusal and the fix."""
+    records. The `worker` user may not: the GC's report names the refusal and the fix. The GC's user
+    appends activity through the inbox (Mother moves its entries onto the stream) and only counts into
+    the metrics: it may not trim, delete or XADD to the activity stream, take what others pushed to the
+    inbox, rewrite the violations or set the metrics (issue 53: before, it could do all of those)."""
     from rq import Queue
     from rq.serializers import JSONSerializer
 
@@ -685,8 +688,29 @@ def test_the_maintenance_user_collects_and_the_worker_user_cannot_remove_run_rec
         report = job.return_value()
         assert report["errors"] == [] and report["runs_removed"] >= 1
         assert client.redis.exists(keys.run_key(run_id)) == 0
+
+        def collected() -> list[dict[str, str]]:
+            entries = client.redis.xrevrange(keys.ACTIVITY_STREAM, count=500)
+            return [f for _, f in entries if f["type"] == "run_records_removed"]
+
+        assert wait_until(collected, timeout=10)
+        assert client.redis.hget(keys.METRICS_COUNTERS, "gc_runs")
     finally:
         maint.stop()
+    as_gc = connect(_as(url, "maintenance"))
+    for command in (
+        ("XADD", keys.ACTIVITY_STREAM, "MAXLEN", "0", "*", "type", "noise"),
+        ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "0"),
+        ("DEL", keys.ACTIVITY_STREAM),
+        ("LPOP", keys.ACTIVITY_INBOX),
+        ("DEL", keys.ACTIVITY_INBOX),
+        ("LTRIM", keys.SECURITY_VIOLATIONS, "1", "0"),
+        ("DEL", keys.SECURITY_VIOLATIONS),
+        ("HSET", keys.METRICS_COUNTERS, "gc_runs", "0"),
+        ("DEL", keys.METRICS_COUNTERS),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            as_gc.execute_command(*command)
 
 
 def test_the_dashboard_runs_as_its_read_only_acl_user(acl_stack: tuple[str, MotherClient]) -> None:

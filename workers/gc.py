@@ -34,7 +34,8 @@ from typing import Any
 import orjson
 import redis
 
-from mother import keys
+from mother import activity, keys
+from mother.acl import role_of, whoami
 from mother.artifacts.policy import DAY_MS
 from mother.errors import ConfigError, InvalidSpec
 from mother.functions import call, execute
@@ -52,9 +53,14 @@ log = get_logger("gc")
 
 
 def _runtime() -> Runtime:
+    """The job's runtime. The GC's own ACL user (``maintenance``) may not append to Mother's activity
+    stream: its entries go through the inbox, which Mother moves onto the stream."""
     from workers.phase import runtime
 
-    return runtime()
+    rt = runtime()
+    if role_of(whoami(rt.redis)) == "maintenance":
+        activity.append_through_inbox()
+    return rt
 
 
 def run(now: str | None = None, dry_run: bool = False) -> dict[str, Any]:
@@ -242,7 +248,7 @@ def _expire(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: boo
                     *artifact_keys(artifact_id),
                     keys.ARTIFACT_EXPIRY,
                     keys.ARTIFACT_ARCHIVE_DUE,
-                    keys.ACTIVITY_STREAM,
+                    activity.global_key(),
                     keys.GC_DELETED,
                     *([keys.run_activity_key(run_id)] if run_id else []),
                 ],
@@ -414,7 +420,7 @@ def _drain(pipe: Any, rt: Runtime, pending: str, kind: str, *, now: int) -> None
     call(
         pipe,
         "mh_gc_drain",
-        [pending, keys.ACTIVITY_STREAM],
+        [pending, activity.global_key()],
         [kind, rt.settings.service.activity_maxlen, now, ENTRY_IDS],
     )
 

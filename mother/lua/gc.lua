@@ -322,7 +322,7 @@ end
 
 -- mh_gc_drain: one activity entry for what the GC removed since the last one (a batch): how many, and
 -- the first ids; the list emptied in the same step, so each removal is in exactly one entry.
--- KEYS: 1 gc:deleted or gc:forgotten, 2 activity
+-- KEYS: 1 gc:deleted or gc:forgotten, 2 activity (activity:inbox for the maintenance user)
 -- ARGV: 1 the entry's type, 2 activity maxlen, 3 now_ms, 4 ids named at most
 -- Returns how many the entry counts (0: none, no entry).
 local function mh_gc_drain(keys, args)
@@ -330,8 +330,8 @@ local function mh_gc_drain(keys, args)
   if count == 0 then return 0 end
   local named = redis.call('LRANGE', keys[1], 0, tonumber(args[4]) - 1)
   redis.call('DEL', keys[1])
-  redis.call('XADD', keys[2], 'MAXLEN', '~', args[2], '*', 'type', args[1], 'at', iso(tonumber(args[3])),
-    'agent', 'system', 'data', cjson.encode({count = count, ids = named, more_ids = count - #named}))
+  append_activity(keys[2], args[2], nil, nil, {'type', args[1], 'at', iso(tonumber(args[3])),
+    'agent', 'system', 'data', cjson.encode({count = count, ids = named, more_ids = count - #named})})
   return count
 end
 
