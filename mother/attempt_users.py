@@ -317,6 +317,28 @@ def users(client: Any) -> list[str]:
     ]
 
 
+def fold_orphans(client: Any, is_current: Any, batch: int = 500) -> int:
+    """Add what attempts whose ACL user is gone counted for shared keys: an attempt that ended just
+    before a Redis restart lost its user with it, so no sweep names it and its ``attempt_effects`` hash
+    would stay. Every such hash (a scan of the key space) of an attempt with no user that is not current
+    (``is_current``, as for :func:`sweep`: a current one gets its user again) is folded. Returns how many."""
+    there = set(users(client))
+    orphans = []
+    for key in client.scan_iter(match=keys.ATTEMPT_EFFECTS_PREFIX + "*", count=1000):
+        ids = keys.parse_attempt_user(str(key), keys.ATTEMPT_EFFECTS_PREFIX)
+        if ids is not None and keys.attempt_user(*ids) not in there:
+            orphans.append(ids)
+    folded = 0
+    for start in range(0, len(orphans), batch):
+        chunk = orphans[start : start + batch]
+        ended = [ids for ids, now in zip(chunk, is_current(chunk), strict=True) if not now]
+        _fold(client, ended)
+        folded += len(ended)
+    if folded:
+        log.info("attempt_effects_folded", count=folded, why="their attempts' users were gone")
+    return folded
+
+
 def _fold(client: Any, attempts: list[tuple[str, int, int]]) -> None:
     """:func:`mother.effects.fold` for ``attempts``; what it refuses is a security violation."""
     for key, field, why in effects.fold(client, attempts):

@@ -340,11 +340,12 @@ def attempt_user(run_id: str, phase_index: int, attempt: int) -> str:
     return f"{ATTEMPT_USER_PREFIX}{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
 
 
-def parse_attempt_user(user: str) -> tuple[str, int, int] | None:
-    """(run_id, index, attempt) of an attempt user's name; None for any other name."""
-    run_id, sep, rest = user.removeprefix(ATTEMPT_USER_PREFIX).rpartition(":")
+def parse_attempt_user(user: str, prefix: str = ATTEMPT_USER_PREFIX) -> tuple[str, int, int] | None:
+    """(run_id, index, attempt) of an attempt user's name (with ``prefix``: of another per-attempt name,
+    such as its effects key's); None for any other name."""
+    run_id, sep, rest = user.removeprefix(prefix).rpartition(":")
     run_id, sep2, index = run_id.rpartition(":")
-    if not (user.startswith(ATTEMPT_USER_PREFIX) and sep and sep2 and is_id(run_id)):
+    if not (user.startswith(prefix) and sep and sep2 and is_id(run_id)):
         return None
     if not (index.isdigit() and rest.isdigit()):
         return None
@@ -363,6 +364,10 @@ def attempt_effects_key(run_id: str, phase_index: int, attempt: int) -> str:
     an attempt cannot rewrite what others counted. ``m|{metric}``, ``t|{tool}|s|f|ms``,
     ``c|{model}|estimated|reported|samples`` (increments); ``z|{library}|{log id}`` (a time in ms)."""
     return f"attempt_effects:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
+
+
+# the prefix of every attempt's effects hash (attempt_effects_key)
+ATTEMPT_EFFECTS_PREFIX = "attempt_effects:"
 
 
 def attempt_result_key(run_id: str, phase_index: int, attempt: int) -> str:

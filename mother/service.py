@@ -184,6 +184,7 @@ class Mother:
         self.watchdog.reconcile()
         # results reported while no Mother led: its relay did not append them
         self.watchdog.take_results()
+        self.watchdog.fold_orphans_soon()
 
     def ensure_tools(self) -> None:
         """Sync the tool registry when none exists yet (a fresh install routes with the shipped tools);

@@ -20,6 +20,7 @@ Runs every ``service.watchdog_interval_seconds`` on the leader:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -62,6 +63,9 @@ __all__ = ["Watchdog"]
 
 log = get_logger("watchdog")
 BATCH = 200
+# how often the leader looks for attempts' effects hashes no sweep names (mother.attempt_users.fold_orphans:
+# a scan of the key space): at its first sweep, after a Redis restart, and then this often
+ORPHANS_EVERY_SECONDS = 3600.0
 
 
 def _own_streams() -> list[str]:
@@ -79,6 +83,12 @@ class Watchdog:
         self.reconcile_every = reconcile_every
         self.streams = streams
         self.ticks = 0
+        self._orphans_at: float | None = None
+
+    def fold_orphans_soon(self) -> None:
+        """At the next sweep, fold the effects hashes of attempts whose users are gone (Mother became
+        leader; Redis restarted)."""
+        self._orphans_at = None
 
     def tick(self) -> None:
         self.ticks += 1
@@ -274,6 +284,7 @@ class Watchdog:
                 for m, live in zip(members, alive, strict=True)
             ]
             self._remint_missing()
+            self.fold_orphans_soon()
         now = self.rt.clock.now_ms()
         # a result reported this long ago and not taken: Mother's relay did not hear of it
         overdue = REPORTED_MS - (slack + int(self.rt.settings.service.claim_idle_seconds * 1000))
@@ -415,6 +426,10 @@ class Watchdog:
 
         remaining = attempt_users.sweep(self.rt.redis, current)
         self._remint_missing(remaining)
+        now = time.monotonic()
+        if self._orphans_at is None or now - self._orphans_at >= ORPHANS_EVERY_SECONDS:
+            self._orphans_at = now
+            attempt_users.fold_orphans(self.rt.redis, current)
 
     def _remint_missing(self, have: list[str] | None = None) -> None:
         """The current attempts in Mother's index whose ACL user is gone (a Redis restart keeps none) get

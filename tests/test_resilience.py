@@ -315,6 +315,36 @@ def _race_terminate(url: str, run_id: str, reason: str) -> tuple[bool, str]:
     return won, stored.reason
 
 
+def test_what_an_attempt_counted_is_added_when_a_redis_restart_lost_its_user(
+    r: redis.Redis, redis_url: str
+) -> None:
+    """Issue 53: an attempt that ended just before a Redis restart lost its ACL user with it, so no sweep
+    of attempt users named it and its attempt_effects hash stayed, never added. Mother's first sweep as
+    leader (and its first after a restart, and one an hour) finds every such hash of an attempt with no
+    user that is not current and adds it, additions only, as any other."""
+    from mother.config import load_settings
+    from mother.functions import load_functions
+    from mother.service import Mother
+
+    load_functions(r)
+    mother = Mother(load_settings(redis_url=redis_url))
+    lost = keys.attempt_effects_key("run-ended-before-restart", 0, 1)
+    r.hset(lost, mapping={"m|orphan_probe": 3, "m|orphan_refused": -2})
+    mother.watchdog.sweep_attempt_users()
+    assert r.hget(keys.METRICS_COUNTERS, "orphan_probe") == "3"
+    assert r.hget(keys.METRICS_COUNTERS, "orphan_refused") is None and not r.exists(lost)
+    refused = [orjson.loads(v) for v in r.lrange(keys.SECURITY_VIOLATIONS, 0, -1)]
+    assert [v["field"] for v in refused if v["key"] == lost] == ["m|orphan_refused"]
+    # the next scan is an hour away, or at the next restart or leadership
+    later = keys.attempt_effects_key("run-ended-before-restart", 1, 1)
+    r.hset(later, "m|orphan_probe", 4)
+    mother.watchdog.sweep_attempt_users()
+    assert r.exists(later)
+    mother.watchdog.fold_orphans_soon()
+    mother.watchdog.sweep_attempt_users()
+    assert r.hget(keys.METRICS_COUNTERS, "orphan_probe") == "7" and not r.exists(later)
+
+
 def test_concurrent_terminations_write_one_record(r: redis.Redis, redis_url: str) -> None:
     """Eight processes terminating one run with different reasons: one wins, all see its record."""
     from mother.functions import load_functions
