@@ -147,7 +147,9 @@ def test_the_primary_killed_under_load_every_run_ends_once_on_the_replica(
         waiting.submit(example("three-phase"))
         # on the replica already: the acknowledgement waited for it
         assert replica.client().xlen(keys.SUBMISSIONS_STREAM) == 1 + fsync
-    stack = LocalStack(url, workers=2, mothers=1, log_dir=tmp_path / "logs", env=FAST_ENV).start()
+    # an end the promoted replica lacks the last step of is applied after this (30 s by default)
+    env = {**FAST_ENV, "MOTHER_SERVICE__FINISH_END_AFTER_SECONDS": "3"}
+    stack = LocalStack(url, workers=2, mothers=1, log_dir=tmp_path / "logs", env=env).start()
     try:
         client = MotherClient(settings=load_settings(redis_url=url))
         specs = [

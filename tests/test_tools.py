@@ -511,9 +511,16 @@ def test_the_agent_loop_sees_registry_tools_for_its_role(tmp_path: Path) -> None
 # -- tool_only plans end to end ---------------------------------------------------------------------
 
 
+# how often this module's Mother and workers re-read the tool registry (5 s by default)
+REGISTRY_REFRESH_SECONDS = 0.5
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    p = start_pipeline(tmp_path_factory.mktemp("tools"))
+    p = start_pipeline(
+        tmp_path_factory.mktemp("tools"),
+        env={"MOTHER_TOOLS__REFRESH_SECONDS": str(REGISTRY_REFRESH_SECONDS)},
+    )
     yield p
     stop_pipeline(p)
 
@@ -677,8 +684,8 @@ def test_an_approval_required_manifest_gates_its_tool(stack: Pipeline, tmp_path:
         NOW,
     )
     try:
-        # Mother and the workers re-read the registry every tools.refresh_seconds (5 s)
-        time.sleep(settings.tools.refresh_seconds + 0.5)
+        # Mother and the workers re-read the registry every tools.refresh_seconds
+        time.sleep(REGISTRY_REFRESH_SECONDS + 0.5)
         run_id = stack.client.submit(example("tool-run-tests"))
 
         state = wait_for_person(stack, run_id)
@@ -688,4 +695,4 @@ def test_an_approval_required_manifest_gates_its_tool(stack: Pipeline, tmp_path:
         assert record is not None and record.reason == "approval_denied"
     finally:
         sync(stack.redis, settings, NOW)
-        time.sleep(settings.tools.refresh_seconds + 0.5)
+        time.sleep(REGISTRY_REFRESH_SECONDS + 0.5)
