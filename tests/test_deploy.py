@@ -523,7 +523,10 @@ def test_attempts_append_to_mothers_streams_only_through_mother(
             attacker.execute_command(*command)
     # what it may: entries pushed to the inbox, moved by Mother in order; items that are none, dropped
     mine = ["type", "attacker_entry", "at", "2026-01-01T00:00:00.000Z", "run_id", attacker_run]
-    attacker.rpush(keys.ACTIVITY_INBOX, b"not json", orjson.dumps(["odd"]), orjson.dumps([1, 2]))
+    huge = orjson.dumps(["type", "huge", "data", "x" * 300_000])
+    attacker.rpush(
+        keys.ACTIVITY_INBOX, b"not json", orjson.dumps(["odd"]), orjson.dumps([1, 2]), huge
+    )
     attacker.rpush(keys.ACTIVITY_INBOX, orjson.dumps(mine))
     wait_until(lambda: admin.llen(keys.ACTIVITY_INBOX) == 0, timeout=10)
     moved = [f for _, f in admin.xrevrange(keys.ACTIVITY_STREAM, count=200)]
@@ -531,7 +534,7 @@ def test_attempts_append_to_mothers_streams_only_through_mother(
         "attacker_entry",
         "pushed_before",
     ]
-    assert not [f for f in moved if f["type"] in ("not json", "odd", "1")]
+    assert not [f for f in moved if f["type"] in ("not json", "odd", "1", "huge")]
     # the relay: words naming keys the attempt did not write append nothing; one naming its own result
     # key appends that (Mother reads it as any result: not one of a current attempt's, ignored)
     last = admin.xrevrange(keys.EVENTS_STREAM, count=1)

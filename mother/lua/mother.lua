@@ -347,16 +347,17 @@ local function mh_relay(keys, args)
 end
 
 -- mh_activity_drain: move what phase attempts pushed to activity:inbox onto the activity stream, oldest
--- first. An item that is not a JSON list of an even number (2..ACTIVITY_FIELDS) of strings is dropped and
--- counted (anyone who may push there may push anything).
+-- first. An item that is not a JSON list of an even number (2..ACTIVITY_FIELDS) of strings, or is longer
+-- than ACTIVITY_BYTES, is dropped and counted (anyone who may push there may push anything).
 -- KEYS: 1 activity:inbox, 2 activity.  ARGV: 1 activity maxlen, 2 at most this many items
 -- Returns {moved, dropped, left in the inbox}.
-local ACTIVITY_FIELDS = 64
+local ACTIVITY_FIELDS, ACTIVITY_BYTES = 64, 262144
 local function mh_activity_drain(keys, args)
   local items = redis.call('LPOP', keys[1], tonumber(args[2]))
   local moved, dropped = 0, 0
   for _, item in ipairs(items or {}) do
-    local ok, flat = pcall(cjson.decode, item)
+    local ok, flat = #item <= ACTIVITY_BYTES, nil
+    if ok then ok, flat = pcall(cjson.decode, item) end
     local fit = ok and type(flat) == 'table' and #flat >= 2 and #flat <= ACTIVITY_FIELDS and #flat % 2 == 0
     if fit then
       for i = 1, #flat do
