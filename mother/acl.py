@@ -253,7 +253,8 @@ WORKER_GAPS: list[tuple[str, tuple[str, ...]]] = [
         ("GETDEL", keys.attempt_token_key(PROBE, 0, 0)),
     ),
     (
-        "delete or move RQ's queued jobs (rq:*): the attempt waits out its claim time and is retried",
+        "delete, move or reorder RQ's queued jobs (rq:*): Mother dispatches a deleted or moved job "
+        "again within a heartbeat timeout (denial of service, not a decision)",
         ("DEL", f"rq:job:{PROBE}"),
     ),
 ]

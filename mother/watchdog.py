@@ -55,7 +55,7 @@ from mother.records.results import queue_termination_read
 from mother.records.tools import refresh_success_rates
 from mother.review import on_attempt_lost, on_phase_result
 from mother.runtime import Runtime
-from mother.security import cap_violations
+from mother.security import cap_violations, record_violation
 from mother.streams import group_backlog
 from schemas import ACTIVE_STATUSES, PhaseResult, RunState, TerminationRecord
 
@@ -289,6 +289,8 @@ class Watchdog:
         # a result reported this long ago and not taken: Mother's relay did not hear of it
         overdue = REPORTED_MS - (slack + int(self.rt.settings.service.claim_idle_seconds * 1000))
         reported: list[tuple[str, int, int]] = []
+        # attempts whose job has waited for a worker a heartbeat timeout since they were last checked
+        waiting: list[tuple[str, int, int]] = []
         pipe = self.rt.redis.pipeline(transaction=False)
         for member, live, (value, claimable, ttl) in zip(members, alive, beats, strict=True):
             if not live:
@@ -300,10 +302,14 @@ class Watchdog:
                 pipe.execute_command("PEXPIRE", keys.attempt_heartbeat_key(*ids), slack, "LT")
             if ids is not None and value == REPORTED_MARK and 0 <= ttl < overdue:
                 reported.append(ids)
+            if ids is not None and value == DISPATCH_MARK and claimable:
+                waiting.append(ids)
         pipe.execute()
         for member, live in zip(members, alive, strict=True):
             if not live:
                 self._isolated("heartbeat", member, self._lost, member, slack)
+        if waiting:
+            self._isolated("queued jobs", str(waiting[0]), self._jobs_gone, waiting)
         if reported:
             self._isolated(
                 "reported",
@@ -312,6 +318,38 @@ class Watchdog:
                 reported,
                 "it reported long ago and was not taken (Mother's relay did not hear of it)",
             )
+
+    def _jobs_gone(self, waiting: list[tuple[str, int, int]]) -> None:
+        """Attempts whose job still waits for a worker (the dispatch mark, the token not claimed): one whose
+        RQ job is queued and on neither its queue nor being dequeued was moved off it (the worker user may
+        write RQ's keys) and would wait out its claim time, the phase's timeout. It is dispatched again now
+        (as :meth:`reconcile` does for a job whose hash is gone), and that is recorded as a violation.
+        One consistent read (MULTI) of every job's status and place."""
+        queues = [self.rt.agents_queue.key, self.rt.tools_queue.key]
+        places = [key for queue in queues for key in (queue, f"{queue}:intermediate")]
+        job_ids = [keys.phase_job_id(*ids) for ids in waiting]
+        pipe = self.rt.rq_redis.pipeline(transaction=True)
+        for job_id in job_ids:
+            pipe.hget(Job.key_for(job_id), "status")
+            for place in places:
+                pipe.lpos(place, job_id)
+        found = iter(pipe.execute())
+        for (run_id, index, attempt), job_id in zip(waiting, job_ids, strict=True):
+            status = next(found)
+            if any([next(found) is not None for _ in places]) or status != b"queued":
+                continue
+            record_violation(
+                self.rt.redis,
+                "rq_job_moved",
+                at=self.rt.clock.now_iso(),
+                maxlen=self.rt.settings.service.activity_maxlen,
+                run_id=run_id,
+                phase_index=index,
+                attempt=attempt,
+                job_id=job_id,
+                why="its job was queued and on no queue: dispatched again",
+            )
+            self._redispatch(run_id, job_id)
 
     def take_results(self) -> None:
         """Every result waiting in a current attempt's key: Mother's relay may not have heard of it (no

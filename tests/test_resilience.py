@@ -291,6 +291,38 @@ def test_no_attempt_trims_mothers_streams_and_a_result_mother_did_not_hear_of_is
     assert "Mother's relay did not hear of it" in logs
 
 
+def test_a_queued_job_deleted_or_moved_off_its_queue_is_dispatched_again(tmp_path: Path) -> None:
+    """Issue 53: the worker user may delete RQ's keys or move a job to another list. A job whose hash is
+    gone was dispatched again (reconcile); one moved off its queue (its hash intact, still "queued") waited
+    out its claim time, the phase's timeout (10 minutes by default). Mother now checks each attempt
+    whose job still waits for a worker a heartbeat timeout after its last check: moved off every queue,
+    it is dispatched again and recorded as a violation. With no worker yet: the job moved away, then
+    deleted; a worker then runs the run's first attempt to success."""
+    p = start_pipeline(tmp_path, mothers=1, workers=0)
+    try:
+        spec = example("worker-killed", scripts={"writer": [{"text": "finished"}]})
+        run_id = p.client.submit(spec)
+        queue, job = "rq:queue:agents", keys.phase_job_id(run_id, 0, 1)
+
+        def queued() -> bool:
+            return job in p.redis.lrange(queue, 0, -1)
+
+        wait_until(queued, timeout=20)
+        assert p.redis.lmove(queue, "rq:queue:elsewhere", "LEFT", "RIGHT") == job
+        wait_until(queued, timeout=20)
+        found = [orjson.loads(v) for v in p.redis.lrange(keys.SECURITY_VIOLATIONS, 0, -1)]
+        assert [v["job_id"] for v in found if v["kind"] == "rq_job_moved"] == [job]
+        p.redis.delete(f"rq:job:{job}")
+        p.redis.lrem(queue, 0, job)
+        wait_until(queued, timeout=20)
+        p.stack.add_worker()
+        done = p.wait(run_id, 60)
+        assert done.termination.reason == "success" and done.output == "finished"
+        assert p.client.status(run_id).attempt == 1
+    finally:
+        stop_pipeline(p)
+
+
 def test_two_mothers_give_one_record_per_run(fresh: Pipeline) -> None:
     """With two Mother processes running, every run of a batch has exactly one termination record."""
     run_ids = [fresh.client.submit(example("three-phase")) for _ in range(10)]
