@@ -19,7 +19,9 @@ nothing; a result taken twice is fenced like any stale one.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 import redis
 
@@ -40,6 +42,9 @@ _ROUTES = {
 }
 # a word longer than any key an attempt may write is not one
 _MOST = 512
+# words that append nothing are logged at most once this often (with how many came): anyone who may
+# publish there could otherwise fill Mother's log
+QUIET_SECONDS = 10.0
 
 
 class Relay:
@@ -53,6 +58,8 @@ class Relay:
         self.listening_again = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._unheeded = 0
+        self._said_at = -QUIET_SECONDS
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="mother-relay", daemon=True)
@@ -98,15 +105,24 @@ class Relay:
         key = word.decode("utf-8", "replace") if isinstance(word, bytes) else str(word)
         route = next((r for p, r in _ROUTES.items() if key.startswith(p)), None)
         if route is None or len(key) > _MOST:
-            log.warning("relay_ignored", word=key[:200], why="names no result or spawn request")
+            self._unheeded_word(word=key[:200], why="names no result or spawn request")
             return None
         kind, stream = route
         try:
             done = int(call(self.client, "mh_relay", [key, stream], [kind, EVENT_PHASE_RESULT]))
         except redis.ResponseError as exc:
             # a key of the attempt's own that it made something else (a hash): nothing to append
-            log.warning("relay_refused", key=key, error=str(exc))
+            self._unheeded_word(word=key, why=str(exc)[:200])
             return None
         if done < 0:
-            log.warning("relay_refused", key=key, why="it holds no result (payload)")
+            self._unheeded_word(word=key, why="it holds no result (payload)")
         return done
+
+    def _unheeded_word(self, **fields: Any) -> None:
+        """Log a word that appended nothing: the first, then at most one line per ``QUIET_SECONDS``
+        with how many came since the last (the newest's word and why)."""
+        self._unheeded += 1
+        now = time.monotonic()
+        if now - self._said_at >= QUIET_SECONDS:
+            log.warning("relay_word_unheeded", words=self._unheeded, **fields)
+            self._unheeded, self._said_at = 0, now

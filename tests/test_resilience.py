@@ -377,6 +377,29 @@ def test_what_an_attempt_counted_is_added_when_a_redis_restart_lost_its_user(
     assert r.hget(keys.METRICS_COUNTERS, "orphan_probe") == "7" and not r.exists(later)
 
 
+def test_words_on_the_relay_that_append_nothing_do_not_fill_mothers_log(
+    r: redis.Redis, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Anyone who may publish on mother:relay (any attempt) can send words that name nothing, a key that
+    holds nothing or a key of the wrong type: Mother's relay appends nothing for each and logs the first,
+    then one line per 10 s with how many came, not a line per word."""
+    from mother.functions import load_functions
+    from mother.logs import configure_logging
+    from mother.relay import Relay
+
+    load_functions(r)
+    configure_logging("INFO", "json")
+    relay = Relay(r, leading=lambda: True)
+    r.hset(keys.attempt_result_key("typed", 0, 1), "payload", "x")
+    r.set(keys.attempt_result_key("empty", 0, 1), b'{"token": "t"}')
+    words = ["junk", "x" * 600, keys.attempt_result_key("typed", 0, 1)]
+    words += [keys.attempt_result_key("empty", 0, 1), keys.attempt_result_key("none", 0, 1)]
+    replies = [relay.relay(word) for word in words * 200]
+    assert set(replies) == {None, 0, -1} and r.xlen(keys.EVENTS_STREAM) == 0
+    said = [line for line in capfd.readouterr().err.splitlines() if "relay_word_unheeded" in line]
+    assert len(said) == 1 and orjson.loads(said[0])["words"] == 1
+
+
 def test_concurrent_terminations_write_one_record(r: redis.Redis, redis_url: str) -> None:
     """Eight processes terminating one run with different reasons: one wins, all see its record."""
     from mother.functions import load_functions
