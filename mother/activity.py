@@ -4,8 +4,8 @@ collected with the run's records: a run's story does not depend on how busy the 
 
 A phase attempt, and the GC's ``maintenance`` user, may not append to the global stream (an ACL cannot
 allow ``XADD`` without its ``MAXLEN``, which would trim what everyone appended): they push their entries
-to ``activity:inbox`` (:func:`global_key`) and Mother moves them to the stream (:func:`drain`, before it reads a phase's result and every few hundred
-milliseconds), in the order they were pushed."""
+to ``activity:inbox`` (:func:`global_key`) and Mother moves them to the stream (:func:`drain`, before it
+reads a phase's result and every few hundred milliseconds), in the order they were pushed."""
 
 from __future__ import annotations
 
@@ -99,8 +99,9 @@ DRAIN_BATCH = 500
 
 
 def drain(client: redis.Redis, maxlen: int = DEFAULT_MAXLEN) -> tuple[int, int]:
-    """Move what phase attempts pushed to ``activity:inbox`` onto the stream, all of it (``mh_activity_drain``,
-    a batch a call). Returns (moved, dropped: items that were not an entry's fields)."""
+    """Move what phase attempts pushed to ``activity:inbox`` onto the stream, all of it
+    (``mh_activity_drain``, a batch a call). Returns (moved, dropped: items that were not an entry's
+    fields)."""
     moved = dropped = 0
     while True:
         done, bad, left = call(
