@@ -52,8 +52,10 @@ __all__ = [
     "append_submission",
     "attempt_tag",
     "emergency_stop",
+    "floors_set_back",
     "open_run_budget",
     "override",
+    "queue_floors",
     "queue_spawn_request",
     "rate_check",
     "rate_limited",
@@ -710,6 +712,36 @@ def rate_limited(settings: Settings, user_id: str, retry_ms: int) -> RateLimited
         retry_after=retry,
         user_id=user_id,
     )
+
+
+# how long Mother's floors under counters live without a dispatch to raise them: a run's (a run that
+# waits longer for a person starts a new floor from its counters then), a user's day's
+RUN_FLOOR_SECONDS = 7 * 86_400
+USER_FLOOR_SECONDS = 2 * 86_400
+
+
+def queue_floors(pipe: Any, run_id: str, user_id: str, day: str) -> None:
+    """At a dispatch, on ``pipe``: raise Mother's floors under the run's and its user's (``day``) counted
+    dimensions to what the counters say, and set any counter found below its floor back to it
+    (``mh_floor``): a phase attempt's user may write those counters, so its holder could set them back
+    for the next attempt, or the user's other runs, to spend again. Its reply: :func:`floors_set_back`."""
+    call(
+        pipe,
+        "mh_floor",
+        [
+            keys.run_budget_key(run_id),
+            keys.run_floor_key(run_id),
+            keys.user_daily_budget_key(user_id, day),
+            keys.user_floor_key(user_id, day),
+        ],
+        [RUN_FLOOR_SECONDS, USER_FLOOR_SECONDS],
+    )
+
+
+def floors_set_back(reply: Any) -> list[dict[str, Any]]:
+    """What ``mh_floor`` set back (its reply), each {key, dim, was, floor}."""
+    restored: list[dict[str, Any]] = orjson.loads(reply)
+    return restored
 
 
 def append_submission(

@@ -7,7 +7,7 @@ One source for Python and the Lua budget library (``mother.functions`` renders t
 
 from __future__ import annotations
 
-__all__ = ["CODES", "RESOURCES", "SEQ_SPAN", "USER_CODES"]
+__all__ = ["CODES", "COUNTED", "RESOURCES", "SEQ_SPAN", "USER_CODES"]
 
 # a run's counter dimension -> the reason code of its hard limit (its warning: _warning for _exceeded)
 CODES: dict[str, str] = {
@@ -26,6 +26,12 @@ USER_CODES: dict[str, str] = {
     "runs": "budget_user_daily_runs_exceeded",
     "cloud_calls": "budget_user_daily_cloud_call_exceeded",
     "total_tokens": "budget_user_daily_token_exceeded",
+}
+# the dimensions that only ever count up (a run's duration is computed, parallel_agents is a gauge): the ones
+# Mother keeps a floor under (mh_floor)
+COUNTED: dict[str, list[str]] = {
+    "run": [d for d in CODES if d not in ("duration_sec", "parallel_agents")],
+    "user": list(USER_CODES),
 }
 __doc__ += "".join(
     f"    {dim:<18} {CODES.get(dim, '-'):<36} {USER_CODES.get(dim, '-')}\n"

@@ -19,7 +19,7 @@ import orjson
 import redis
 
 from mother import keys
-from mother.codes import CODES, SEQ_SPAN, USER_CODES
+from mother.codes import CODES, COUNTED, SEQ_SPAN, USER_CODES
 from mother.errors import ConfigError, RedisUnavailable
 from mother.records.metrics import LONG_BOUNDS, bound_text
 
@@ -59,7 +59,7 @@ def _with_prelude(source: str) -> str:
 
 def _guard_codes() -> str:
     """mh_guard's reason codes as the JSON text the budget library decodes (one source: mother.codes)."""
-    text = orjson.dumps({"run": CODES, "user": USER_CODES}).decode()
+    text = orjson.dumps({"run": CODES, "user": USER_CODES, "counted": COUNTED}).decode()
     if "'" in text or "\\" in text:
         raise ValueError(
             "reason codes must not contain quotes or backslashes (they are rendered into a Lua string)"

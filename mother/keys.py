@@ -436,6 +436,17 @@ def user_daily_budget_key(user_id: str, day: _dt.date | str) -> str:
     return f"budget:user:{check_id(user_id, 'user_id')}:daily:{_day(day)}"
 
 
+def run_floor_key(run_id: str) -> str:
+    """Mother's floor under a run's counted dimensions (JSON {dim: n}): what its counters said at its
+    last dispatch. Only Mother writes it (an attempt may write the counters themselves)."""
+    return f"budget:floor:run:{check_id(run_id, 'run_id')}"
+
+
+def user_floor_key(user_id: str, day: _dt.date | str) -> str:
+    """Mother's floor under a user's daily counters (JSON {dim: n}) for ``day``."""
+    return f"budget:floor:user:{check_id(user_id, 'user_id')}:{_day(day)}"
+
+
 def global_budget_key() -> str:
     return GLOBAL_BUDGET
 

@@ -16,7 +16,13 @@ import orjson
 from mother import attempt_users, calls, keys
 from mother.activity import flat_fields, make_event
 from mother.artifacts import artifact_default, retain
-from mother.budget import Guard, open_run_budget, release_reservations
+from mother.budget import (
+    Guard,
+    floors_set_back,
+    open_run_budget,
+    queue_floors,
+    release_reservations,
+)
 from mother.capabilities import denial
 from mother.codes import SEQ_SPAN
 from mother.connection import check_durable, queue_durable
@@ -39,7 +45,7 @@ from mother.records import budgets, runs
 from mother.records import conflicts as conflict_records
 from mother.roles import phase_needs_approval
 from mother.runtime import Runtime
-from mother.security import digest, mint_token, queue_token
+from mother.security import digest, mint_token, queue_token, record_violation
 from mother.streams import Delivery
 from mother.termination import build_record, terminate, terminated
 from schemas import (
@@ -462,6 +468,24 @@ def _earlier_outputs(rt: Runtime, run_id: str, index: int) -> list[tuple[str, st
     return outputs
 
 
+def _counters_set_back(rt: Runtime, run_id: str, index: int, attempt: int, reply: Any) -> None:
+    """Before an attempt starts its run's and its user's counters are raised back to what Mother saw at
+    the last dispatch (:func:`mother.budget.queue_floors`, ``reply`` its reply): each counter set back is
+    a security violation (a holder of an earlier attempt's credentials lowered it)."""
+    for low in floors_set_back(reply):
+        log.warning("counter_set_back", run_id=run_id, **low)
+        record_violation(
+            rt.redis,
+            "counter_lowered",
+            at=rt.clock.now_iso(),
+            maxlen=rt.settings.service.activity_maxlen,
+            run_id=run_id,
+            phase_index=index,
+            attempt=attempt,
+            **low,
+        )
+
+
 def _queue_dispatch(
     rt: Runtime,
     pipe: Any,
@@ -482,7 +506,11 @@ def _queue_dispatch(
     # password of the attempt's own ACL user, the one its beats go through (made now: no server function
     # may run ACL SETUSER, and this pipeline may become one's follow-ups)
     token = mint_token()
-    attempt_users.mint(rt.redis, run_id, index, attempt, token, spec.user_id, rt.clock.today())
+    today = rt.clock.today()
+    first = rt.redis.pipeline(transaction=False)
+    attempt_users.mint(first, run_id, index, attempt, token, spec.user_id, today)
+    queue_floors(first, run_id, spec.user_id, today)
+    _counters_set_back(rt, run_id, index, attempt, first.execute()[-1])
     plan = comp.context.tool_plan
     queue = rt.tools_queue if plan else rt.agents_queue
     queue.enqueue_call(

@@ -487,6 +487,58 @@ def test_neither_workers_nor_attempts_rewrite_what_every_run_counts(
     assert admin.hget(keys.METRICS_COUNTERS, "attacker_counter") == "2"
 
 
+def test_counters_an_attempt_sets_back_are_raised_again_before_the_next_attempt(
+    acl_stack: tuple[str, MotherClient],
+) -> None:
+    """Before (issue 53): whoever held a phase attempt's credentials (a stolen token is enough) could set
+    its run's counters and its user's counters for the day back to 0, and the run's next attempt could
+    spend again what had been spent, past the run's limits. Now Mother keeps a floor under every counted
+    dimension, raised at each dispatch: before the next attempt starts, a counter found below it is set
+    back to it and recorded (`counter_lowered`)."""
+    from mother.attempt_users import mint
+
+    url, client = acl_stack
+    admin = connect(_as(url, "admin"))
+    spec = example(
+        "three-phase",
+        user_id="floor-user",
+        scripts={
+            "planner": [{"text": "planned", "usage": {"input_tokens": 1200, "output_tokens": 200}}],
+            "coder": [{"fail": "raise", "delay_seconds": 3, "attempts": [1]}, {"text": "coded"}],
+            "critic": [{"text": "ok"}],
+        },
+    )
+    run_id = client.submit(spec)
+    beat = keys.attempt_heartbeat_key(run_id, 1, 1)
+    wait_until(lambda: admin.get(beat) not in (None, "dispatched"), timeout=30)
+    today = ServerClock(admin).today()
+    mint(admin, run_id, 1, 1, "held-token", "floor-user", today)
+    holder = attempt_client(url, keys.heartbeat_member(run_id, 1, 1), "held-token")
+    run_key, user_key = keys.run_budget_key(run_id), keys.user_daily_budget_key("floor-user", today)
+    spent = orjson.loads(admin.execute_command("JSON.GET", run_key))
+    assert spent["total_tokens"] >= 1400 and spent["model_calls"] >= 1
+    holder.execute_command("JSON.SET", run_key, "$.total_tokens", "0")
+    holder.execute_command("JSON.SET", run_key, "$.model_calls", "0")
+    holder.execute_command("JSON.SET", user_key, "$.total_tokens", "0")
+    assert client.wait(run_id, 60).termination.reason == "success"
+    after = orjson.loads(admin.execute_command("JSON.GET", run_key))
+    assert after["total_tokens"] >= spent["total_tokens"]
+    assert after["model_calls"] >= spent["model_calls"]
+    user = orjson.loads(admin.execute_command("JSON.GET", user_key))
+    assert user["total_tokens"] >= spent["total_tokens"]
+    found = [orjson.loads(v) for v in admin.lrange(keys.SECURITY_VIOLATIONS, 0, 200)]
+    lowered = {
+        (v["key"], v["dim"], v["was"])
+        for v in found
+        if v["kind"] == "counter_lowered" and v["run_id"] == run_id
+    }
+    assert lowered == {
+        (run_key, "total_tokens", 0),
+        (run_key, "model_calls", 0),
+        (user_key, "total_tokens", 0),
+    }
+
+
 def test_attempts_append_to_mothers_streams_only_through_mother(
     acl_stack: tuple[str, MotherClient],
 ) -> None:

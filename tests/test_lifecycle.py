@@ -75,11 +75,12 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
     before = _calls(r)
     on_phase_result(rt, result, _token(r, result), delivery=delivery)
     after = _calls(r)
-    # the dispatch rode with the transition
+    # the dispatch rode with the transition; the only other call is mh_floor, sent with the attempt
+    # user's ACL SETUSER (its floors under the counters: the run's and its user's, read and written)
     assert after.get("cmdstat_exec", 0) == before.get("cmdstat_exec", 0)
-    assert after["cmdstat_fcall"] - before["cmdstat_fcall"] == 1
-    # the fence's, in mh_transition: Mother reads nothing
-    assert after["cmdstat_json.get"] - before["cmdstat_json.get"] == 1
+    assert after["cmdstat_fcall"] - before["cmdstat_fcall"] == 2
+    # the fence's, in mh_transition, and mh_floor's four: Mother reads nothing itself
+    assert after["cmdstat_json.get"] - before["cmdstat_json.get"] == 1 + 4
     run = rt.load_run(run_id)
     assert (run.status, run.phase_index, run.attempt, run.phase) == ("running", 1, 1, "execute")
     assert [p.output for p in run.results] == ["the plan"]
@@ -126,10 +127,11 @@ def test_with_an_llm_summarizer_the_move_comes_first_and_the_dispatch_after_it(
     before = _calls(r)
     on_phase_result(rt, result, _token(r, result), delivery=delivery)
     after = _calls(r)
+    # the move (mh_transition), the floors under the counters (mh_floor) and the dispatch's MULTI
     assert (
         after["cmdstat_fcall"] - before["cmdstat_fcall"],
         after["cmdstat_exec"] - before["cmdstat_exec"],
-    ) == (1, 1)
+    ) == (2, 1)
     run = rt.load_run(run_id)
     assert (run.phase_index, run.attempt) == (1, 1) and r.exists(
         Job.key_for(keys.phase_job_id(run_id, 1, 1))

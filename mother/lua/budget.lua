@@ -624,7 +624,47 @@ local function mh_rate(keys, args)
   return {1, tonumber(args[1]) - count - 1}
 end
 
+-- mh_floor: Mother's floor under a run's and its user's counters, which only ever count up. A phase
+-- attempt's user may write its run's counters and its user's counters of the day (its guard charges
+-- through them), so whoever holds an attempt (a stolen token included) could set them back, and the
+-- run's next attempt, or the user's other runs, could spend again what was spent. At each dispatch Mother
+-- raises the floor to what the counters say, and sets a counter found below its floor back to it.
+-- KEYS: 1 budget:run:{id}, 2 budget:floor:run:{id}, 3 budget:user:{user}:daily:{day},
+--       4 budget:floor:user:{user}:{day} (the floors: Mother's alone)
+-- ARGV: 1 the run floor's time to live (s), 2 the user floor's
+-- Returns JSON: a list of what was set back, each {key, dim, was, floor}.
+local function raise_floor(doc_key, floor_key, dims, ttl, restored)
+  local doc = get_doc(doc_key)
+  if not doc then return end
+  local floor = get_doc(floor_key) or {}
+  local fix = {}
+  for _, dim in ipairs(dims) do
+    local have, low = tonumber(doc[dim]) or 0, tonumber(floor[dim]) or 0
+    if have < low then
+      fix[dim] = int_text(low)
+      table.insert(restored, {key = doc_key, dim = dim, was = have, floor = low})
+    else
+      floor[dim] = have
+    end
+  end
+  if next(fix) then merge(doc_key, fix) end
+  local text = {}
+  for dim, n in pairs(floor) do table.insert(text, cjson.encode(dim) .. ':' .. int_text(n)) end
+  redis.call('JSON.SET', floor_key, '$', '{' .. table.concat(text, ',') .. '}')
+  redis.call('EXPIRE', floor_key, ttl)
+end
+
+local function mh_floor(keys, args)
+  codes_table = codes_table or cjson.decode(CODES_JSON)
+  local restored = {}
+  raise_floor(keys[1], keys[2], codes_table.counted.run, tonumber(args[1]), restored)
+  raise_floor(keys[3], keys[4], codes_table.counted.user, tonumber(args[2]), restored)
+  if #restored == 0 then return '[]' end
+  return cjson.encode(restored)
+end
+
 redis.register_function('mh_guard', counted(mh_guard, 5))
+redis.register_function('mh_floor', mh_floor)
 redis.register_function('mh_budget_state', mh_budget_state)
 redis.register_function('mh_override', mh_override)
 redis.register_function('mh_admit', counted(mh_admit, 8))
