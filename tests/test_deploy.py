@@ -504,7 +504,7 @@ def test_counters_an_attempt_sets_back_are_raised_again_before_the_next_attempt(
         user_id="floor-user",
         scripts={
             "planner": [{"text": "planned", "usage": {"input_tokens": 1200, "output_tokens": 200}}],
-            "coder": [{"fail": "raise", "delay_seconds": 3, "attempts": [1]}, {"text": "coded"}],
+            "coder": [{"fail": "raise", "delay_seconds": 1.5, "attempts": [1]}, {"text": "coded"}],
             "critic": [{"text": "ok"}],
         },
     )
