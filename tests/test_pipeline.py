@@ -506,7 +506,7 @@ def test_wait_says_when_no_worker_starts_a_phase_and_why(
         first = p.client.submit(example("cancelled", scripts=hang))
         notices: list[str] = []
         with pytest.raises(WaitTimeout):
-            p.client.wait(first, 2, on_notice=notices.append)
+            p.client.wait(first, 3, on_notice=notices.append)
         assert [re.sub(r"waited \d+s", "waited Ns", n) for n in notices] == [
             f"run {first}: phase execute (attempt 1) has waited Ns for a worker on queue 'agents', and no worker listens "
             "there; still waiting (start one: `mother worker`)"
@@ -529,7 +529,7 @@ def test_wait_says_when_no_worker_starts_a_phase_and_why(
         second = p.client.submit(example("cancelled", scripts=hang))
         notices.clear()
         with pytest.raises(WaitTimeout):
-            p.client.wait(second, 2, on_notice=notices.append)
+            p.client.wait(second, 3, on_notice=notices.append)
         assert [re.sub(r"waited \d+s", "waited Ns", n) for n in notices] == [
             f"run {second}: phase execute (attempt 1) has waited Ns for a worker on queue 'agents': the 1 worker(s) "
             "listening there are busy, 1 job(s) queued; still waiting (more workers: `mother worker`)"
