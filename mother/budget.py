@@ -50,7 +50,9 @@ __all__ = [
     "Guard",
     "admit",
     "append_submission",
+    "ask_for_child",
     "attempt_tag",
+    "check_submission",
     "emergency_stop",
     "floors_set_back",
     "open_run_budget",
@@ -753,12 +755,31 @@ def append_submission(
     run_id: str,
     user_id: str,
 ) -> str:
-    """Append a spec to ``stream`` (the submitter's own: a principal's, Mother's, or the workers'
-    spawns) after a check that changes nothing: ``InvalidSpec`` when the run_id is taken, ``QueueFull``
-    at the leading Mother's max depth, ``RateLimited`` when the user's window is full. The check is a
-    courtesy (an early, exact error for the common case); Mother's intake decides, on the server, for
-    every submission whatever path it came by: it claims the run_id, counts the rate window and
-    measures the queue. Returns the entry id (a spawn: its request's key, :func:`queue_spawn_request`)."""
+    """Append a spec to ``stream`` (the submitter's own: a principal's or Mother's) after
+    :func:`check_submission`. Returns the entry id."""
+    check_submission(client, settings, stream=stream, run_id=run_id, user_id=user_id)
+    return _text(
+        _durably(client, settings, run_id, lambda pipe: pipe.xadd(stream, {"spec": payload}))
+    )
+
+
+def ask_for_child(
+    client: redis.Redis, settings: Settings, *, payload: bytes, run_id: str, user_id: str
+) -> None:
+    """A phase's spawn_run: its child's spec asked for through Mother's relay
+    (:func:`queue_spawn_request`), after :func:`check_submission` against ``mother:spawns``."""
+    check_submission(client, settings, stream=keys.SPAWNS_STREAM, run_id=run_id, user_id=user_id)
+    _durably(client, settings, run_id, lambda pipe: queue_spawn_request(pipe, run_id, payload))
+
+
+def check_submission(
+    client: redis.Redis, settings: Settings, *, stream: str, run_id: str, user_id: str
+) -> None:
+    """A check that changes nothing: ``InvalidSpec`` when the run_id is taken, ``QueueFull`` at the
+    leading Mother's max depth, ``RateLimited`` when the user's window is full. The check is a courtesy
+    (an early, exact error for the common case); Mother's intake decides, on the server, for every
+    submission whatever path it came by: it claims the run_id, counts the rate window and measures the
+    queue."""
     limit = settings.budget.rate_limit
     reply = call_ro(
         client,
@@ -794,20 +815,20 @@ def append_submission(
         )
     if verdict == "rate_limited":
         raise rate_limited(settings, user_id, int(reply[1]))
+
+
+def _durably(client: redis.Redis, settings: Settings, run_id: str, queue: Any) -> Any:
+    """Send what ``queue`` queues on a pipeline, with the wait for replicas ``service.wait_replicas``
+    asks; returns its first reply (an error in it raised)."""
     pipe = client.pipeline(transaction=False)
-    if stream == keys.SPAWNS_STREAM:
-        queue_spawn_request(pipe, run_id, payload)
-        written: Any = keys.spawn_request_key(run_id)
-    else:
-        pipe.xadd(stream, {"spec": payload})
-        written = None
+    queue(pipe)
     waited = queue_durable(pipe, settings.service)
     replies = pipe.execute(raise_on_error=not waited)
     if isinstance(replies[0], Exception):
         raise replies[0]
     if waited:
         check_durable(replies[-1], settings.service, f"submission of {run_id}", log)
-    return _text(written or replies[0])
+    return replies[0]
 
 
 # how long a spawned child's request waits for Mother's relay (its parent asks again well before)

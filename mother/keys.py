@@ -357,24 +357,25 @@ def attempt_heartbeat_key(run_id: str, phase_index: int, attempt: int) -> str:
     return f"heartbeat:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
 
 
+# the prefixes of every attempt's effects hash (attempt_effects_key) and result (attempt_result_key)
+ATTEMPT_EFFECTS_PREFIX = "attempt_effects:"
+ATTEMPT_RESULT_PREFIX = "attempt_result:"
+
+
 def attempt_effects_key(run_id: str, phase_index: int, attempt: int) -> str:
     """Hash: what a phase attempt adds to keys every run shares (the metrics, tool statistics, a model's
     token calibration, a library's access-log timeline), counted here by the attempt's own user only and
     added there by Mother when the attempt is over (``mh_fold``, which refuses what is not an addition):
     an attempt cannot rewrite what others counted. ``m|{metric}``, ``t|{tool}|s|f|ms``,
     ``c|{model}|estimated|reported|samples`` (increments); ``z|{library}|{log id}`` (a time in ms)."""
-    return f"attempt_effects:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
-
-
-# the prefix of every attempt's effects hash (attempt_effects_key)
-ATTEMPT_EFFECTS_PREFIX = "attempt_effects:"
+    return f"{ATTEMPT_EFFECTS_PREFIX}{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
 
 
 def attempt_result_key(run_id: str, phase_index: int, attempt: int) -> str:
     """A phase attempt's result as it reported it (JSON: ``payload``, ``token``), written only by the
     attempt's own user, read only by Mother (its relay appends it to ``mother:events``; a result whose
     word on the relay channel was missed is taken from here). Deleted with the attempt's user."""
-    return f"attempt_result:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
+    return f"{ATTEMPT_RESULT_PREFIX}{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
 
 
 def spawn_request_key(child_run_id: str) -> str:

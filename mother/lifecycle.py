@@ -45,7 +45,7 @@ from mother.records import budgets, runs
 from mother.records import conflicts as conflict_records
 from mother.roles import phase_needs_approval
 from mother.runtime import Runtime
-from mother.security import digest, mint_token, queue_token, record_violation
+from mother.security import digest, mint_token, queue_token
 from mother.streams import Delivery
 from mother.termination import build_record, terminate, terminated
 from schemas import (
@@ -474,16 +474,7 @@ def _counters_set_back(rt: Runtime, run_id: str, index: int, attempt: int, reply
     a security violation (a holder of an earlier attempt's credentials lowered it)."""
     for low in floors_set_back(reply):
         log.warning("counter_set_back", run_id=run_id, **low)
-        record_violation(
-            rt.redis,
-            "counter_lowered",
-            at=rt.clock.now_iso(),
-            maxlen=rt.settings.service.activity_maxlen,
-            run_id=run_id,
-            phase_index=index,
-            attempt=attempt,
-            **low,
-        )
+        rt.violation("counter_lowered", run_id=run_id, phase_index=index, attempt=attempt, **low)
 
 
 def _queue_dispatch(

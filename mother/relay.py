@@ -37,7 +37,7 @@ log = get_logger("mother.relay")
 
 # the key prefixes an attempt may name, and where Mother appends what they hold
 _ROUTES = {
-    "attempt_result:": ("result", keys.EVENTS_STREAM),
+    keys.ATTEMPT_RESULT_PREFIX: ("result", keys.EVENTS_STREAM),
     keys.SPAWN_REQUEST_PREFIX: ("spawn", keys.SPAWNS_STREAM),
 }
 # a word longer than any key an attempt may write is not one

@@ -47,7 +47,7 @@ from mother.records import budgets, runs
 from mother.records.budgets import held_reservations
 from mother.records.runs import attempt_view
 from mother.runtime import Runtime
-from mother.security import digest, record_violation
+from mother.security import digest
 from mother.streams import Delivery
 from schemas import PhaseResult, RunSpec, RunState, TerminationReason, TerminationRecord
 from schemas.budget import BudgetExhaustedRecord
@@ -447,11 +447,8 @@ def _refused(rt: Runtime, *, result: PhaseResult, entry_id: str = "", **_: Any) 
         why="its attempt token is missing or wrong",
         entry_id=entry_id,
     )
-    record_violation(
-        rt.redis,
+    rt.violation(
         "phase_result_without_token",
-        at=rt.clock.now_iso(),
-        maxlen=rt.settings.service.activity_maxlen,
         run_id=result.run_id,
         phase=result.phase,
         attempt=result.attempt,

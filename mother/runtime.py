@@ -12,7 +12,7 @@ from redis import Redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from mother import activity
+from mother import activity, security
 from mother.clock import ServerClock
 from mother.config import AGENTS_QUEUE, TOOLS_QUEUE, Settings
 from mother.connection import connect, connect_waiting
@@ -107,6 +107,17 @@ class Runtime:
             at=self.clock.now_iso(),
             maxlen=self.settings.service.activity_maxlen,
             **kwargs,
+        )
+
+    def violation(self, kind: str, **data: Any) -> None:
+        """Record a security violation stamped with server time (:func:`mother.security.record_violation`:
+        ``run_id``, ``activity`` and the rest as there)."""
+        security.record_violation(
+            self.redis,
+            kind,
+            at=self.clock.now_iso(),
+            maxlen=self.settings.service.activity_maxlen,
+            **data,
         )
 
     def load_run(self, run_id: str) -> RunState | None:

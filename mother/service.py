@@ -182,8 +182,8 @@ class Mother:
         self.ensure_tools()
         self.reclaim(min_idle_ms=0)
         self.watchdog.reconcile()
-        # results reported while no Mother led: its relay did not append them
-        self.watchdog.take_results()
+        # results reported while no Mother led: its relay did not append them (taken by the next loop)
+        self.relay.listening_again.set()
         self.watchdog.fold_orphans_soon()
 
     def ensure_tools(self) -> None:

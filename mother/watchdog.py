@@ -55,7 +55,7 @@ from mother.records.results import queue_termination_read
 from mother.records.tools import refresh_success_rates
 from mother.review import on_attempt_lost, on_phase_result
 from mother.runtime import Runtime
-from mother.security import cap_violations, record_violation
+from mother.security import cap_violations
 from mother.streams import group_backlog
 from schemas import ACTIVE_STATUSES, PhaseResult, RunState, TerminationRecord
 
@@ -309,7 +309,7 @@ class Watchdog:
             if not live:
                 self._isolated("heartbeat", member, self._lost, member, slack)
         if waiting:
-            self._isolated("queued jobs", str(waiting[0]), self._jobs_gone, waiting)
+            self._isolated("queued jobs", str(waiting[0]), self._jobs_moved, waiting)
         if reported:
             self._isolated(
                 "reported",
@@ -319,14 +319,14 @@ class Watchdog:
                 "it reported long ago and was not taken (Mother's relay did not hear of it)",
             )
 
-    def _jobs_gone(self, waiting: list[tuple[str, int, int]]) -> None:
+    def _jobs_moved(self, waiting: list[tuple[str, int, int]]) -> None:
         """Attempts whose job still waits for a worker (the dispatch mark, the token not claimed): one whose
         RQ job is queued and on neither its queue nor being dequeued was moved off it (the worker user may
         write RQ's keys) and would wait out its claim time, the phase's timeout. It is dispatched again now
         (as :meth:`reconcile` does for a job whose hash is gone), and that is recorded as a violation.
         One consistent read (MULTI) of every job's status and place."""
-        queues = [self.rt.agents_queue.key, self.rt.tools_queue.key]
-        places = [key for queue in queues for key in (queue, f"{queue}:intermediate")]
+        queues = (self.rt.agents_queue, self.rt.tools_queue)
+        places = [key for queue in queues for key in (queue.key, queue.intermediate_queue_key)]
         job_ids = [keys.phase_job_id(*ids) for ids in waiting]
         pipe = self.rt.rq_redis.pipeline(transaction=True)
         for job_id in job_ids:
@@ -338,11 +338,8 @@ class Watchdog:
             status = next(found)
             if any([next(found) is not None for _ in places]) or status != b"queued":
                 continue
-            record_violation(
-                self.rt.redis,
+            self.rt.violation(
                 "rq_job_moved",
-                at=self.rt.clock.now_iso(),
-                maxlen=self.rt.settings.service.activity_maxlen,
                 run_id=run_id,
                 phase_index=index,
                 attempt=attempt,

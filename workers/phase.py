@@ -56,7 +56,7 @@ from mother.roles import (
     tool_manifest_error,
 )
 from mother.runtime import Runtime
-from mother.security import digest, queue_token_claim, record_violation
+from mother.security import digest, queue_token_claim
 from schemas import MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, RunState, Usage
 from schemas.artifact import Artifact
 from schemas.conflict import Finding, Verdict
@@ -338,11 +338,8 @@ def _report(
 
 def _report_missing_token(rt: Runtime, run_id: str, phase_index: int, attempt: int) -> None:
     log.error("attempt_token_missing", run_id=run_id, phase_index=phase_index, attempt=attempt)
-    record_violation(
-        rt.redis,
+    rt.violation(
         "attempt_token_missing",
-        at=rt.clock.now_iso(),
-        maxlen=rt.settings.service.activity_maxlen,
         run_id=run_id,
         phase_index=phase_index,
         attempt=attempt,

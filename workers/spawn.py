@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from pydantic import ValidationError
 
 from mother import keys
-from mother.budget import Guard, append_submission, queue_spawn_request
+from mother.budget import Guard, ask_for_child, queue_spawn_request
 from mother.errors import (
     BudgetExhausted,
     DepthExhausted,
@@ -97,10 +97,9 @@ class SpawnRun:
             ledger.report_actual(self.state.run_id, self._own_spend())
             ledger.reserve(spec.run_id, Decimal(str(arguments["budget"])), self.state.run_id)
             reserved = True
-            append_submission(
+            ask_for_child(
                 self.rt.redis,
                 self.rt.settings,
-                stream=keys.SPAWNS_STREAM,
                 payload=spec.to_json(),
                 run_id=spec.run_id,
                 user_id=spec.user_id,

@@ -34,7 +34,6 @@ from mother.errors import ConfigError
 from mother.hooks import load_hooks
 from mother.lifecycle import JOB_FUNCTION
 from mother.logs import get_logger
-from mother.security import record_violation
 from workers import phase
 from workers.heartbeat import AttemptBeat, AttemptLine
 from workers.pool import PoolLink
@@ -228,11 +227,8 @@ class PhaseWorker(Worker):
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)
             pipe.execute()
         rt = phase.runtime()
-        record_violation(
-            rt.redis,
+        rt.violation(
             "job_refused",
-            at=rt.clock.now_iso(),
-            maxlen=rt.settings.service.activity_maxlen,
             job_id=job.id,
             queue=queue.name,
             worker=self.name,
