@@ -82,7 +82,10 @@ def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itse
     no heartbeat thread: it has one thread). kill -9 of the worker alone: the horse gets the parent-death
     signal, beats for itself past the heartbeat timeout, and its result ends the run: no retry. The beats
     go to the attempt's own key (its ACL user's), which says who made the last one."""
-    run_id = fresh.client.submit(_slow(8, attempts=[1]))
+    # long enough that the last check below comes before the phase ends (its key then goes): about 4 s
+    # to the kill, a second of waits after it and 4 s past the timeout (8 s was at the edge: it failed
+    # once under the full suite's load)
+    run_id = fresh.client.submit(_slow(12, attempts=[1]))
     key = keys.attempt_heartbeat_key(run_id, 0, 1)
     wait_until(lambda: fresh.redis.get(key) not in (None, "dispatched"), timeout=20)
     worker, (horse,) = wait_until(lambda: _running_worker(fresh), timeout=10)
