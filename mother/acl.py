@@ -36,6 +36,8 @@ __all__ = [
 QUEUED = "(queued)"
 # an id no run, artifact or token has: the probes touch keys that do not exist
 PROBE = "mother-doctor-probe"
+# a host id no host has
+PROBE_HOST = "0000000000000000"
 HUGE = "1000000000000"
 
 # role -> [(what it is for, a harmless command that needs that permission)]
@@ -47,7 +49,7 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("read composed contexts", ("JSON.GET", keys.context_key(PROBE, 0))),
         ("read run limits", ("JSON.GET", keys.run_limits_key(PROBE))),
         ("read run counters", ("JSON.GET", keys.run_budget_key(PROBE))),
-        ("claim attempt tokens (GETDEL)", ("GETDEL", keys.attempt_token_key(PROBE, 0, 0))),
+        ("register its host (RPUSH hosts:hello)", (QUEUED, "RPUSH", keys.HOST_HELLOS, "probe")),
         ("read the tool registry", ("JSON.TYPE", keys.TOOLS_REGISTRY)),
         ("record security violations", (QUEUED, "LPUSH", keys.SECURITY_VIOLATIONS, "probe")),
         ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
@@ -65,7 +67,11 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("take submissions", ("XTRIM", keys.SUBMISSIONS_STREAM, "MAXLEN", "~", HUGE)),
         ("load the server functions", ("FUNCTION", "LIST", "LIBRARYNAME", PROBE)),
         ("read Redis memory (INFO)", ("INFO", "memory")),
-        ("read attempt tokens' keys", ("DEL", keys.attempt_token_key(PROBE, 0, 0))),
+        ("write attempt tokens", ("DEL", keys.host_token_key(PROBE_HOST, PROBE, 0, 0))),
+        (
+            "make worker hosts' ACL users from the worker user's rules (ACL GETUSER)",
+            ("ACL", "GETUSER", PROBE),
+        ),
         (
             "make each attempt's ACL user (ACL SETUSER)",
             (QUEUED, "ACL", "SETUSER", keys.attempt_user(PROBE, 0, 0)),
@@ -222,7 +228,14 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("write termination records", ("JSON.DEL", keys.termination_key(PROBE))),
         ("write run limits (raise its own)", ("JSON.DEL", keys.run_limits_key(PROBE))),
         ("append people's commands (cancel)", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),
-        ("read attempt tokens (GET)", ("GET", keys.attempt_token_key(PROBE, 0, 0))),
+        ("read attempt tokens (GET)", ("GET", keys.host_token_key(PROBE_HOST, PROBE, 0, 0))),
+        (
+            "claim (GETDEL) an attempt's token Mother put for a host",
+            ("GETDEL", keys.host_token_key(PROBE_HOST, PROBE, 0, 0)),
+        ),
+        ("take or drop hosts' hellos", ("LTRIM", keys.HOST_HELLOS, "0", "-1")),
+        ("register or forget hosts (hosts:registered)", ("HDEL", keys.HOSTS_REGISTERED, PROBE)),
+        ("write a host's line (hosts:alive:*)", ("PEXPIRE", keys.host_alive_key(PROBE_HOST), HUGE)),
         ("load server functions", ("FUNCTION", "DELETE", PROBE)),
         # a path no registry has: deletes nothing even where it is allowed
         ("write the tool registry", ("JSON.DEL", keys.TOOLS_REGISTRY, "$.mother_doctor_probe")),
@@ -237,7 +250,7 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "dashboard": [
         *DESTROYS,
         ("append people's commands (cancel)", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),
-        ("read attempt tokens (GET)", ("GET", keys.attempt_token_key(PROBE, 0, 0))),
+        ("read attempt tokens (GET)", ("GET", keys.host_token_key(PROBE_HOST, PROBE, 0, 0))),
         ("read library chunks", ("JSON.GET", keys.chunk_key(PROBE, PROBE, 0))),
     ],
 }
@@ -248,15 +261,10 @@ MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
 # lists each its user can do; each probe changes nothing.
 WORKER_GAPS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "claim (GETDEL) another attempt's one-time token before its worker does, and with it that "
-        "attempt's own credentials",
-        ("GETDEL", keys.attempt_token_key(PROBE, 0, 0)),
-    ),
-    (
         "delete, move or reorder RQ's queued jobs (rq:*): Mother dispatches a deleted or moved job "
         "again within a heartbeat timeout (denial of service, not a decision)",
         ("DEL", f"rq:job:{PROBE}"),
-    ),
+    )
 ]
 
 
@@ -282,6 +290,9 @@ def role_of(user: str, principal: bool = False) -> str:
     mother (any other name is checked as mother: everything a Mother needs)."""
     if principal:
         return "principal"
+    if user.startswith("host:"):
+        # a registered worker host's own user (mother.hosts): the worker's rules and its own tokens
+        return "worker"
     return user if user in ("worker", "maintenance", "dashboard") else "mother"
 
 

@@ -42,6 +42,8 @@ __all__ = [
     "act_as",
     "attempt_client",
     "check_permitted",
+    "dispatch_mark",
+    "dispatched_to",
     "mint",
     "own_keys",
     "phase_artifact_id",
@@ -70,13 +72,14 @@ def check_permitted(client: Any) -> None:
     lacks = [
         what
         for what, command in NEEDS["mother"]
-        if "attempt" in what or "ACL USERS" in what
+        if "attempt" in what or "ACL " in what
         if denied(client, command)
     ]
     if lacks:
         raise ConfigError(
-            f"this Redis user may not {lacks[0]}: Mother makes an ACL user per phase attempt; grant "
-            "+acl|setuser +acl|deluser +acl|users to Mother's user (deploy/users.acl)"
+            f"this Redis user may not {lacks[0]}: Mother makes an ACL user per phase attempt and per "
+            "worker host; grant +acl|setuser +acl|deluser +acl|users +acl|getuser to Mother's user "
+            "(deploy/users.acl)"
         )
 
 
@@ -233,12 +236,39 @@ def remint(
 
 
 def queue_alive(
-    pipe: Any, run_id: str, index: int, attempt: int, *, ttl_ms: int, now_ms: int
+    pipe: Any,
+    run_id: str,
+    index: int,
+    attempt: int,
+    *,
+    ttl_ms: int,
+    now_ms: int,
+    host: str | None = None,
 ) -> None:
     """With the dispatch: the attempt is alive until ``ttl_ms`` from now without a beat (its job may wait
-    in the queue that long), and in Mother's index of attempts to check."""
-    pipe.set(keys.attempt_heartbeat_key(run_id, index, attempt), DISPATCH_MARK, px=max(1, ttl_ms))
+    in the queue that long), and in Mother's index of attempts to check. The mark names the host its job
+    was queued for (:func:`dispatch_mark`)."""
+    pipe.set(
+        keys.attempt_heartbeat_key(run_id, index, attempt), dispatch_mark(host), px=max(1, ttl_ms)
+    )
     pipe.zadd(keys.HEARTBEATS, {keys.heartbeat_member(run_id, index, attempt): now_ms})
+
+
+def dispatch_mark(host: str | None) -> str:
+    """What an attempt's heartbeat key holds until its first beat: ``dispatched:{host}``, or
+    ``dispatched`` when its job waits on the shared queue for a host."""
+    return f"{DISPATCH_MARK}:{host}" if host else DISPATCH_MARK
+
+
+def dispatched_to(value: object) -> tuple[bool, str | None]:
+    """Whether a heartbeat key's value is a dispatch mark, and the host it names (None: no host)."""
+    if not isinstance(value, str) or not value.startswith(DISPATCH_MARK):
+        return False, None
+    rest = value[len(DISPATCH_MARK) :]
+    if not rest:
+        return True, None
+    host = rest[1:]
+    return (True, host) if rest[0] == ":" and keys.is_host_id(host) else (False, None)
 
 
 def attempt_client(url: str, member: str, token: str) -> redis.Redis:

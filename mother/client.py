@@ -410,28 +410,34 @@ class MotherClient:
         return now - max(0.0, age_ms / 1000)
 
     def unstarted(self, state: RunState, waited: float) -> str | None:
-        """Why the run's current phase attempt has not started, while its RQ job is still queued on
-        ``agents`` (``waited``: seconds it has been seen so): no worker listens there (a worker that
-        died without saying so is not counted), or all that do are busy. None once a worker has it."""
+        """Why the run's current phase attempt has not started, while its RQ job is still queued
+        (``waited``: seconds it has been seen so): no worker host is live (the job waits on the shared
+        queue for one), no worker listens on the queue of the host Mother chose (a worker that died
+        without saying so is not counted), or all that do are busy. None once a worker has it."""
         # here: rq costs the CLI's other commands an import they never need
         from rq.job import Job
         from rq.queue import Queue
 
+        from mother.hosts.table import AWAITING_QUEUE
+
         job_id = keys.phase_job_id(state.run_id, state.phase_index, state.attempt)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hget(Job.key_for(job_id), "status")
-        pipe.llen(Queue.redis_queue_namespace_prefix + AGENTS_QUEUE)
-        status, queued = pipe.execute()
+        status, origin = self.redis.hmget(Job.key_for(job_id), ["status", "origin"])
         if status not in ("queued", b"queued"):
             return None
-        live = live_workers(self.redis, AGENTS_QUEUE)
-        where = (
-            f"run {state.run_id}: phase {state.phase} (attempt {state.attempt}) has waited {waited:.0f}s "
-            f"for a worker on queue '{AGENTS_QUEUE}'"
-        )
+        queue = (origin.decode() if isinstance(origin, bytes) else origin) or AGENTS_QUEUE
+        head = f"run {state.run_id}: phase {state.phase} (attempt {state.attempt}) has waited {waited:.0f}s"
+        if queue == AWAITING_QUEUE:
+            return (
+                f"{head} for a worker host, and none is live (registered, its line fresh); still "
+                "waiting (start one: `mother worker`, with `mother run` leading)"
+            )
+        queued = self.redis.llen(Queue.redis_queue_namespace_prefix + queue)
+        live = live_workers(self.redis, queue)
+        where = f"{head} for a worker on queue '{queue}' (the host Mother chose)"
         if live == 0:
             return (
-                f"{where}, and no worker listens there; still waiting (start one: `mother worker`)"
+                f"{where}, and no worker listens there; still waiting (Mother moves it to another "
+                "host once this one's line is gone; start one: `mother worker`)"
             )
         return (
             f"{where}: the {live} worker(s) listening there are busy, {queued} job(s) queued; still waiting "

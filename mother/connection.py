@@ -106,6 +106,14 @@ def sleep_unless(stop: Callable[[], bool], seconds: float) -> None:
         time.sleep(min(left, 0.1))
 
 
+# how often a connection whose credentials the server refuses tries again (see Outage.failed)
+AUTH_RETRY_SECONDS = 0.5
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in str(exc)
+
+
 class Outage:
     """Waiting out a Redis that cannot serve (:data:`REDIS_DOWN`): call :meth:`failed` after each failed
     try (it logs the first, then every ``every`` seconds, and sleeps 0.2 s doubling to 5 s, cut short when
@@ -152,7 +160,10 @@ class Outage:
                 **self.context,
             )
         sleep_unless(self.stop, self._delay)
-        self._delay = min(self._delay * 2, 5.0)
+        # a server that answers and refuses the credentials has lost the ACL user Mother made (a restart,
+        # a failover: ACL users are not replicated), which the leading Mother makes again within a tick:
+        # tried again soon, not after a growing wait
+        self._delay = min(self._delay * 2, AUTH_RETRY_SECONDS if _refused(exc) else 5.0)
 
     def recovered(self) -> None:
         if self.since is not None:

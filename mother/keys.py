@@ -47,6 +47,10 @@ __all__ = [
     "GC_REPORTS",
     "GLOBAL_BUDGET",
     "HEARTBEATS",
+    "HOSTS_AVOIDED",
+    "HOSTS_AWAITED",
+    "HOSTS_REGISTERED",
+    "HOST_HELLOS",
     "ID_PATTERN",
     "LEADER_LEASE",
     "LEDGER_LIBRARY",
@@ -82,8 +86,8 @@ __all__ = [
     "artifact_key",
     "artifact_meta_key",
     "attempt_heartbeat_key",
-    "attempt_token_key",
     "attempt_user",
+    "awaiting_token_key",
     "check_id",
     "check_principal",
     "child_prefix",
@@ -97,6 +101,11 @@ __all__ = [
     "global_budget_key",
     "heartbeat_member",
     "heartbeat_member_ids",
+    "host_alive_key",
+    "host_queue",
+    "host_token_key",
+    "host_user",
+    "is_host_id",
     "is_id",
     "leader_prefix",
     "ledger_children_key",
@@ -428,9 +437,58 @@ def run_limits_key(run_id: str) -> str:
     return f"limits:run:{check_id(run_id, 'run_id')}"
 
 
-def attempt_token_key(run_id: str, phase_index: int, attempt: int) -> str:
-    """String: the secret a phase attempt's result must carry, claimed once (GETDEL) by the worker that runs it."""
-    return f"attempt_token:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
+# Mother-addressed dispatch (mother/hosts): a worker host registers with a random id and the SHA-256 of a
+# password it keeps (RPUSH on HOST_HELLOS, all the shared worker user may do there); Mother makes it an
+# ACL user of its own, queues each phase job on one host's queues and puts the attempt's token where
+# only that host's user may take it
+HOST_HELLOS = "hosts:hello"
+# hash: host id -> JSON {digest, name, concurrency, registered_at} (Mother's alone)
+HOSTS_REGISTERED = "hosts:registered"
+HOST_ID_RE = re.compile(r"[0-9a-f]{16}")
+# zset: attempts (heartbeat members) dispatched while no host was live, by when: their jobs wait on the
+# shared queue with no token anywhere until the watchdog dispatches them again to a host
+HOSTS_AWAITED = "hosts:awaited"
+# zset: hosts Mother sends no job to until the score (server ms): their queue held jobs a heartbeat
+# timeout while their line said workers were free
+HOSTS_AVOIDED = "hosts:avoided"
+
+
+def is_host_id(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and HOST_ID_RE.fullmatch(value) is not None
+
+
+def _host(host_id: str) -> str:
+    if not is_host_id(host_id):
+        raise InvalidSpec(f"host id {_shown(host_id)} is not 16 hexadecimal digits")
+    return host_id
+
+
+def host_user(host_id: str) -> str:
+    """The ACL user of a registered worker host."""
+    return f"host:{_host(host_id)}"
+
+
+def host_alive_key(host_id: str) -> str:
+    """String: a host's line (JSON {concurrency, busy, ...}), set by its pool at each round of beats with a
+    heartbeat timeout to live; 'stopped' when it stops. Only the host's own user writes it."""
+    return f"hosts:alive:{_host(host_id)}"
+
+
+def host_queue(base: str, host_id: str) -> str:
+    """A host's own RQ queue for ``base`` (agents, tools): Mother queues the jobs it chose the host for."""
+    return f"{base}.{_host(host_id)}"
+
+
+def awaiting_token_key(run_id: str, phase_index: int, attempt: int) -> str:
+    """String: the token of an attempt whose job waits for a host (no host was live at its dispatch),
+    Mother's alone until it moves the job to a host (mh_readdress)."""
+    return f"awaiting_token:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
+
+
+def host_token_key(host_id: str, run_id: str, phase_index: int, attempt: int) -> str:
+    """String: a phase attempt's token, for the host Mother queued its job for: only that host's user may
+    take it (GETDEL), once."""
+    return f"host_token:{_host(host_id)}:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
 
 
 def user_daily_budget_key(user_id: str, day: _dt.date | str) -> str:

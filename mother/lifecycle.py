@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import orjson
+from rq.job import Job
 
 from mother import attempt_users, calls, keys
 from mother.activity import flat_fields, make_event
@@ -25,6 +26,7 @@ from mother.budget import (
 )
 from mother.capabilities import denial
 from mother.codes import SEQ_SPAN
+from mother.config import AGENTS_QUEUE, TOOLS_QUEUE
 from mother.connection import check_durable, queue_durable
 from mother.context import Composition, LLMSummarizer, compose, llm_summarizer
 from mother.context import store as store_context
@@ -37,6 +39,7 @@ from mother.errors import (
 )
 from mother.functions import execute, follow_ups
 from mother.gates.build import open_op, phase_gate
+from mother.hosts.table import AWAITING_QUEUE, is_phase_queue
 from mother.ledger import queue_node_read, to_usd
 from mother.libraries.context import library_approvals, library_hits
 from mother.limits import resolve_for_spec
@@ -83,6 +86,8 @@ log = get_logger("lifecycle")
 JOB_FUNCTION = "workers.phase.execute"
 # the phase job's meta field holding the server's time (ms) of its dispatch
 DISPATCHED_MS = "dispatched_ms"
+# the phase job's kind of queue (agents, tools): where it goes on the host Mother moves it to
+QUEUE_META = "queue"
 # what keeps a phase from being dispatched, and ends its run (_end_undispatchable says how)
 UNDISPATCHABLE = (ContextBudgetExceeded, ConfigError, InsufficientEvidence, PolicyViolation)
 
@@ -503,7 +508,12 @@ def _queue_dispatch(
     queue_floors(first, run_id, spec.user_id, today)
     _counters_set_back(rt, run_id, index, attempt, first.execute()[-1])
     plan = comp.context.tool_plan
-    queue = rt.tools_queue if plan else rt.agents_queue
+    # Mother-addressed dispatch: the job goes to one live host's own queue and its token where only that
+    # host's user may take it; with no host live it waits where no worker listens, with no token
+    # anywhere, until the watchdog dispatches it again to a host (mother.hosts)
+    host = rt.hosts.choose()
+    base = TOOLS_QUEUE if plan else AGENTS_QUEUE
+    queue = rt.queue(keys.host_queue(base, host) if host else AWAITING_QUEUE)
     queue.enqueue_call(
         JOB_FUNCTION,
         args=(run_id, index, attempt),
@@ -513,14 +523,23 @@ def _queue_dispatch(
         failure_ttl=86400,
         description=f"{run_id} phase {spec.pipeline[index].name} attempt {attempt}",
         # the server's time of the dispatch: the worker reports its queue wait against it
-        meta={DISPATCHED_MS: rt.clock.now_ms()},
+        meta={DISPATCHED_MS: rt.clock.now_ms(), QUEUE_META: base},
         pipeline=pipe,
     )
     claim_ttl = timeout + int(rt.settings.service.claim_idle_seconds)
-    queue_token(pipe, run_id, index, attempt, token, claim_ttl)
+    if host:
+        queue_token(pipe, host, run_id, index, attempt, token, claim_ttl)
+    else:
+        # Mother's alone, until a host is live and the job moves to it with its token (mh_readdress)
+        pipe.set(keys.awaiting_token_key(run_id, index, attempt), token, ex=claim_ttl)
+        pipe.zadd(
+            keys.HOSTS_AWAITED, {keys.heartbeat_member(run_id, index, attempt): rt.clock.now_ms()}
+        )
     # alive while its job waits for a worker; the worker's beats take over
     now_ms = rt.clock.now_ms()
-    attempt_users.queue_alive(pipe, run_id, index, attempt, ttl_ms=claim_ttl * 1000, now_ms=now_ms)
+    attempt_users.queue_alive(
+        pipe, run_id, index, attempt, ttl_ms=claim_ttl * 1000, now_ms=now_ms, host=host
+    )
     # the attempt's output artifact expires by the default retention (counted from now) until its run's end
     # moves it to its class: indexed here, by Mother, so a worker needs no write to the shared index
     pipe.zadd(
@@ -539,6 +558,7 @@ def _queue_dispatch(
         attempt=attempt,
         job_id=job_id,
         plan="tool_only" if plan else "agent",
+        host=host,
         **({"tools": [c.tool_id for c in plan]} if plan else {}),
     )
     return job_id
@@ -844,9 +864,11 @@ def finish_end(
         )
     # a successful run's last job has finished
     if record.reason != "success" and state.attempt > 0:
-        rt.agents_queue.remove(
-            keys.phase_job_id(run_id, state.phase_index, state.attempt), pipeline=pipe
-        )
+        job_id = keys.phase_job_id(run_id, state.phase_index, state.attempt)
+        # on the queue Mother chose for it (a host's own, or the shared one)
+        origin = rt.rq_redis.hget(Job.key_for(job_id), "origin")
+        origin = origin.decode() if isinstance(origin, bytes) else origin
+        rt.queue(origin if is_phase_queue(origin) else AGENTS_QUEUE).remove(job_id, pipeline=pipe)
     if delivery is not None:
         delivery.ack_with(pipe)
     # whether the slot it frees can start a run waiting in the admission queue

@@ -17,6 +17,7 @@ from mother.clock import ServerClock
 from mother.config import AGENTS_QUEUE, TOOLS_QUEUE, Settings
 from mother.connection import connect, connect_waiting
 from mother.functions import ensure_loaded
+from mother.hosts.table import HostTable
 from mother.ledger import BudgetLedger
 from mother.logs import get_logger
 from mother.records import parse_run_record, runs
@@ -98,6 +99,15 @@ class Runtime:
     @cached_property
     def agents_queue(self) -> Queue:
         return Queue(AGENTS_QUEUE, connection=self.rq_redis, serializer=JSONSerializer)
+
+    def queue(self, name: str) -> Queue:
+        """An RQ queue of ours by name (a host's own ``agents.{id}`` too), on the RQ connection."""
+        return Queue(name, connection=self.rq_redis, serializer=JSONSerializer)
+
+    @cached_property
+    def hosts(self) -> HostTable:
+        """The registered worker hosts, re-read every half second: who gets the next phase job."""
+        return HostTable(self.redis, self.clock)
 
     def emit(self, client: Any, event_type: str, **kwargs: Any) -> ActivityEvent:
         """Append an activity entry stamped with server time (``client`` may be a pipeline)."""

@@ -1,9 +1,9 @@
 """The trust boundary's own records: attempt tokens and security violations.
 
 A phase attempt's result is accepted only with the attempt's token. Mother mints it when it dispatches
-the attempt and stores it in ``attempt_token:{run}:{index}:{attempt}``, which the workers' ACL user may
-only take with GETDEL: the worker that starts the attempt claims it, once, and no other worker can read
-it. Mother keeps only its SHA-256 (``run:{id}.token_digest``) and compares it on the server when the
+the attempt and stores it in ``host_token:{host}:{run}:{index}:{attempt}`` for the worker host it queued
+the job for (:mod:`mother.hosts`), whose ACL user alone may take it, with GETDEL: the worker that starts
+the attempt claims it, once, and no other credentials can read it. Mother keeps only its SHA-256 (``run:{id}.token_digest``) and compares it on the server when the
 result moves the run. A result without the token, or with another, is refused and recorded here.
 
 ``security:violations`` is a list, newest first, capped at ``MAX_VIOLATIONS``; each entry is mirrored as a
@@ -40,15 +40,17 @@ def mint_token() -> str:
 
 
 def queue_token(
-    pipe: Any, run_id: str, phase_index: int, attempt: int, token: str, ttl_seconds: int
+    pipe: Any, host: str, run_id: str, phase_index: int, attempt: int, token: str, ttl_seconds: int
 ) -> None:
-    """Queue the attempt's token on ``pipe`` (its dispatch), expiring after ``ttl_seconds``."""
-    pipe.set(keys.attempt_token_key(run_id, phase_index, attempt), token, ex=ttl_seconds)
+    """Queue the attempt's token on ``pipe`` (its dispatch) for the host Mother chose, expiring after
+    ``ttl_seconds``."""
+    pipe.set(keys.host_token_key(host, run_id, phase_index, attempt), token, ex=ttl_seconds)
 
 
-def queue_token_claim(pipe: Any, run_id: str, phase_index: int, attempt: int) -> None:
-    """Queue the claim of the attempt's token on ``pipe`` (GETDEL: its reply is the token, once; then None)."""
-    pipe.getdel(keys.attempt_token_key(run_id, phase_index, attempt))
+def queue_token_claim(pipe: Any, host: str, run_id: str, phase_index: int, attempt: int) -> None:
+    """Queue the claim of the attempt's token by ``host`` on ``pipe`` (GETDEL: its reply is the token,
+    once; then None)."""
+    pipe.getdel(keys.host_token_key(host, run_id, phase_index, attempt))
 
 
 def digest(token: str | None) -> str:

@@ -27,7 +27,7 @@ import orjson
 import redis
 from pydantic import ValidationError
 
-from mother import activity, calls, keys
+from mother import activity, calls, hosts, keys
 from mother.client import COMMAND_CANCEL, EVENT_PHASE_RESULT
 from mother.commands import handle_command
 from mother.config import Settings
@@ -88,6 +88,7 @@ class Mother:
         self.stopping = False
         self.leader = False
         self._drained_at = 0.0
+        self._hosts_at = 0.0
         self._renewed_at = 0.0
         self._watchdog_at = 0.0
         self._claimed_at = 0.0
@@ -185,6 +186,7 @@ class Mother:
         # results reported while no Mother led: its relay did not append them (taken by the next loop)
         self.relay.listening_again.set()
         self.watchdog.fold_orphans_soon()
+        self.watchdog.remint_hosts_soon()
 
     def ensure_tools(self) -> None:
         """Sync the tool registry when none exists yet (a fresh install routes with the shipped tools);
@@ -248,6 +250,9 @@ class Mother:
         ):
             self._drained_at = now
             self._guarded("activity", self._drain_activity)
+        if now - self._hosts_at >= ACTIVITY_DRAIN_SECONDS:
+            self._hosts_at = now
+            self._guarded("hosts", self._look_at_hosts)
         for stream, entries in pairs:
             for raw_id, raw_fields in entries:
                 self.handle(stream, *as_text(raw_id, raw_fields))
@@ -262,6 +267,14 @@ class Mother:
                 "reclaim", lambda: self.reclaim(min_idle_ms=int(self.cfg.claim_idle_seconds * 1000))
             )
         return handled
+
+    def _look_at_hosts(self) -> None:
+        """Register the worker hosts that said hello; dispatch again at once what waited for a host."""
+        admitted, awaited = hosts.look(self.rt)
+        if admitted:
+            self.rt.hosts.refresh()
+        if awaited and self.rt.hosts.any_live():
+            self.watchdog.take_awaited()
 
     def _drain_activity(self) -> None:
         moved, dropped = activity.drain(self.rt.redis, self.cfg.activity_maxlen)

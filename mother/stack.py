@@ -25,6 +25,7 @@ import redis
 
 from mother import calls, keys
 from mother.connection import client_for
+from mother.hosts.table import HostTable
 from mother.server import _die_with_parent
 
 __all__ = ["DEV_ENV", "Exited", "LocalStack", "exit_text"]
@@ -99,6 +100,9 @@ class LocalStack:
     cron: bool = False
     # also run `mother dashboard --port N` (0: not)
     dashboard_port: int = 0
+    # start() returns once every worker's host is registered and live (mother.hosts), so what is
+    # submitted next is queued for a host at once rather than moved to one a moment later
+    wait_hosts: bool = False
     # restarts of one process within restart_window_seconds before respawn_dead gives up
     restart_limit: int = 5
     restart_window_seconds: float = 60.0
@@ -152,7 +156,30 @@ class LocalStack:
             self.spawn("cron", "cron")
         if self.dashboard_port:
             self.spawn("dashboard", "dashboard", "--port", str(self.dashboard_port))
+        if self.wait_hosts and self.mothers and self.workers:
+            self.wait_for_hosts(self.workers)
         return self
+
+    def wait_for_hosts(self, count: int, timeout: float = 60.0) -> bool:
+        """Wait until ``count`` worker hosts are registered and live (mother.hosts), so what is
+        submitted next is queued for a host at once. False when that did not happen in ``timeout``
+        seconds or a worker process exited meanwhile (its log says why)."""
+        client = client_for(self.redis_url, decode_responses=True)
+        table = HostTable(client)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                workers = [p for n, p in self.procs.items() if n.startswith("worker-")]
+                if any(p.poll() is not None for p in workers):
+                    return False
+                with contextlib.suppress(redis.RedisError):
+                    table.refresh()
+                    if len(table.live) >= count:
+                        return True
+                time.sleep(0.05)
+            return False
+        finally:
+            client.close()
 
     def add_worker(self, index: int | None = None) -> subprocess.Popen[bytes]:
         index = len([n for n in self.procs if n.startswith("worker-")]) if index is None else index

@@ -28,15 +28,21 @@ import orjson
 from pydantic import ValidationError
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
+from rq.queue import Queue
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
-from mother import attempt_users, calls, keys
-from mother.attempt_users import DISPATCH_MARK, REPORTED_MARK, REPORTED_MS
+from mother import attempt_users, calls, hosts, keys
+from mother.attempt_users import REPORTED_MARK, REPORTED_MS, dispatched_to
 from mother.budget import Guard
+from mother.config import AGENTS_QUEUE
 from mother.connection import unless_redis_down
+from mother.functions import call
 from mother.gates.decide import expire
+from mother.hosts.table import AWAITING_QUEUE, HOST_QUEUES, is_phase_queue
 from mother.lifecycle import (
+    DISPATCHED_MS,
     JOB_FUNCTION,
+    QUEUE_META,
     admit_waiting,
     completed_event,
     dispatch,
@@ -66,6 +72,11 @@ BATCH = 200
 # how often the leader looks for attempts' effects hashes no sweep names (mother.attempt_users.fold_orphans:
 # a scan of the key space): at its first sweep, after a Redis restart, and then this often
 ORPHANS_EVERY_SECONDS = 3600.0
+# a job waiting on a host with no worker free is moved to a host with one once it has waited this long
+# (a job queued a moment ago is about to be taken)
+REBALANCE_AFTER_MS = 1000
+# how long Mother queues nothing for a host that did not take its jobs (while another host is live)
+AVOID_SECONDS = 60.0
 
 
 def _own_streams() -> list[str]:
@@ -84,6 +95,15 @@ class Watchdog:
         self.streams = streams
         self.ticks = 0
         self._orphans_at: float | None = None
+        # hosts whose line is gone, since when (monotonic): forgotten after hosts.FORGET_SECONDS
+        self._hosts_lost: dict[str, float] = {}
+        # look for registered hosts without their user at the next tick (not only every few ticks)
+        self._hosts_users = True
+
+    def remint_hosts_soon(self) -> None:
+        """At the next tick, make again the users of registered hosts that have none (Mother became
+        leader: after a failover or a restart, which keep no ACL user Mother made)."""
+        self._hosts_users = True
 
     def fold_orphans_soon(self) -> None:
         """At the next sweep, fold the effects hashes of attempts whose users are gone (Mother became
@@ -96,6 +116,7 @@ class Watchdog:
         self.check_deadlines()
         self.check_heartbeats()
         self.check_rq()
+        self.check_hosts()
         self.finish_ends()
         admit_waiting(self.rt)
         if self.ticks % self.reconcile_every == 1:
@@ -285,12 +306,13 @@ class Watchdog:
             ]
             self._remint_missing()
             self.fold_orphans_soon()
+            self.remint_hosts_soon()
         now = self.rt.clock.now_ms()
         # a result reported this long ago and not taken: Mother's relay did not hear of it
         overdue = REPORTED_MS - (slack + int(self.rt.settings.service.claim_idle_seconds * 1000))
         reported: list[tuple[str, int, int]] = []
         # attempts whose job has waited for a worker a heartbeat timeout since they were last checked
-        waiting: list[tuple[str, int, int]] = []
+        waiting: list[tuple[str, int, int, str]] = []
         pipe = self.rt.redis.pipeline(transaction=False)
         for member, live, (value, claimable, ttl) in zip(members, alive, beats, strict=True):
             if not live:
@@ -298,12 +320,14 @@ class Watchdog:
                 continue
             pipe.zadd(keys.HEARTBEATS, {member: now}, xx=True)
             ids = keys.heartbeat_member_ids(member)
-            if ids is not None and value == DISPATCH_MARK and not claimable:
+            marked, host = dispatched_to(value)
+            if ids is not None and marked and not claimable:
                 pipe.execute_command("PEXPIRE", keys.attempt_heartbeat_key(*ids), slack, "LT")
             if ids is not None and value == REPORTED_MARK and 0 <= ttl < overdue:
                 reported.append(ids)
-            if ids is not None and value == DISPATCH_MARK and claimable:
-                waiting.append(ids)
+            # a job on a host's queue (one on the shared queue waits for a host: check_hosts)
+            if ids is not None and marked and claimable and host is not None:
+                waiting.append((*ids, host))
         pipe.execute()
         for member, live in zip(members, alive, strict=True):
             if not live:
@@ -319,22 +343,27 @@ class Watchdog:
                 "it reported long ago and was not taken (Mother's relay did not hear of it)",
             )
 
-    def _jobs_moved(self, waiting: list[tuple[str, int, int]]) -> None:
-        """Attempts whose job still waits for a worker (the dispatch mark, the token not claimed): one whose
-        RQ job is queued and on neither its queue nor being dequeued was moved off it (the worker user may
-        write RQ's keys) and would wait out its claim time, the phase's timeout. It is dispatched again now
-        (as :meth:`reconcile` does for a job whose hash is gone), and that is recorded as a violation.
-        One consistent read (MULTI) of every job's status and place."""
-        queues = (self.rt.agents_queue, self.rt.tools_queue)
-        places = [key for queue in queues for key in (queue.key, queue.intermediate_queue_key)]
-        job_ids = [keys.phase_job_id(*ids) for ids in waiting]
+    def _jobs_moved(self, waiting: list[tuple[str, int, int, str]]) -> None:
+        """Attempts whose job still waits for a worker on the host Mother chose (the dispatch mark, the
+        token not claimed): one whose RQ job is queued and on neither that host's queues nor being
+        dequeued was moved off it (the worker user may write RQ's keys) and would wait out its claim time,
+        the phase's timeout. It is dispatched again now (as :meth:`reconcile` does for a job whose hash
+        is gone), and that is recorded as a violation. One consistent read (MULTI) of every job's status
+        and place."""
+        job_ids = [keys.phase_job_id(*ids[:3]) for ids in waiting]
         pipe = self.rt.rq_redis.pipeline(transaction=True)
-        for job_id in job_ids:
+        places_of = []
+        for (_run, _index, _attempt, host), job_id in zip(waiting, job_ids, strict=True):
+            queues = [self.rt.queue(keys.host_queue(base, host)) for base in HOST_QUEUES]
+            places = [key for queue in queues for key in (queue.key, queue.intermediate_queue_key)]
+            places_of.append(places)
             pipe.hget(Job.key_for(job_id), "status")
             for place in places:
                 pipe.lpos(place, job_id)
         found = iter(pipe.execute())
-        for (run_id, index, attempt), job_id in zip(waiting, job_ids, strict=True):
+        for (run_id, index, attempt, _host), job_id, places in zip(
+            waiting, job_ids, places_of, strict=True
+        ):
             status = next(found)
             if any([next(found) is not None for _ in places]) or status != b"queued":
                 continue
@@ -421,19 +450,241 @@ class Watchdog:
 
     def _beats(self, members: list[str]) -> list[tuple[str | None, bool, int]]:
         """Each attempt's heartbeat key (None: gone; a member that names no attempt: None too), whether
-        its token still waits to be claimed, and the key's time to live in ms, in one round trip."""
+        its token still waits to be claimed (one that waits for a host has none to claim: waiting), and
+        the key's time to live in ms: one round trip, and one more for the attempts still marked
+        dispatched to a host."""
         named = [keys.heartbeat_member_ids(member) for member in members]
         pipe = self.rt.redis.pipeline(transaction=False)
         for ids in named:
             if ids is not None:
                 pipe.get(keys.attempt_heartbeat_key(*ids))
-                pipe.exists(keys.attempt_token_key(*ids))
                 pipe.pttl(keys.attempt_heartbeat_key(*ids))
         found = iter(pipe.execute() if any(ids is not None for ids in named) else [])
-        return [
-            (next(found), bool(next(found)), int(next(found))) if ids else (None, False, -2)
-            for ids in named
+        read = [(next(found), int(next(found))) if ids else (None, -2) for ids in named]
+        hosts = [dispatched_to(value) for value, _ttl in read]
+        asked = [
+            (ids, host)
+            for ids, (marked, host) in zip(named, hosts, strict=True)
+            if ids is not None and marked and host is not None
         ]
+        claimable: dict[tuple[str, int, int], bool] = {}
+        if asked:
+            pipe = self.rt.redis.pipeline(transaction=False)
+            for ids, host in asked:
+                pipe.exists(keys.host_token_key(host, *ids))
+            for (ids, _host), there in zip(asked, pipe.execute(), strict=True):
+                claimable[ids] = bool(there)
+        return [
+            (value, claimable.get(ids, marked) if ids else False, ttl)
+            for ids, (value, ttl), (marked, _host) in zip(named, read, hosts, strict=True)
+        ]
+
+    def check_hosts(self) -> None:
+        """The worker hosts (mother.hosts): a job queued on a host that stopped, or whose line is gone (dead
+        for a heartbeat timeout), is dispatched again to a live one, and so is a job that waited on the
+        shared queue for a host, once one is live; a host that stopped is forgotten, one gone for long too,
+        and a registered host without its user (a Redis restart) gets it again."""
+        table = self.rt.hosts
+        table.refresh()
+        for host in [*table.stopped, *table.missing]:
+            for base in HOST_QUEUES:
+                name = keys.host_queue(base, host)
+                for job_id in self.rt.queue(name).get_job_ids(0, BATCH):
+                    self._isolated(
+                        "host gone", job_id, self._move, job_id, f"host {host} is gone", name
+                    )
+        if table.live:
+            self.take_awaited()
+            self._rebalance()
+            self._stalled()
+        users = self._hosts_users or self.ticks % self.reconcile_every == 1
+        self._hosts_users = False
+        hosts.check(self.rt, self._hosts_lost, users=users)
+
+    def _rebalance(self) -> None:
+        """Jobs waiting on a host whose workers are all busy, while another host has workers free (a
+        parent waiting for its child on the host its child was queued for; hosts that finish at
+        different speeds): the oldest of them, queued at least ``REBALANCE_AFTER_MS`` ago, are
+        dispatched again to the hosts with free slots, as many as there are."""
+        live = self.rt.hosts.live
+        free = {h: s.concurrency - s.busy - s.queued for h, s in live.items()}
+        spare = sum(f for f in free.values() if f > 0)
+        for host, state in live.items():
+            if spare <= 0:
+                return
+            if not state.queued or free[host] > 0:
+                continue
+            for base in HOST_QUEUES:
+                name = keys.host_queue(base, host)
+                for job_id in self.rt.queue(name).get_job_ids(0, min(spare, BATCH)):
+                    self._isolated(
+                        "rebalance",
+                        job_id,
+                        self._move,
+                        job_id,
+                        f"host {host} has no worker free and another host has",
+                        name,
+                        REBALANCE_AFTER_MS,
+                    )
+                    spare -= 1
+
+    def take_awaited(self) -> None:
+        """The attempts dispatched while no host was live (``hosts:awaited``): their jobs go to a live host
+        now, with their tokens (a member whose job is no longer waiting is dropped)."""
+        members = [str(m) for m in self.rt.redis.zrange(keys.HOSTS_AWAITED, 0, BATCH - 1)]
+        done = []
+        for member in members:
+            ids = keys.heartbeat_member_ids(member)
+            outcome = ["gone"]
+            if ids is not None:
+                job_id = keys.phase_job_id(*ids)
+                self._isolated(
+                    "awaiting a host",
+                    member,
+                    lambda job_id=job_id, outcome=outcome: outcome.append(
+                        self._move(job_id, "a host is live now", AWAITING_QUEUE)
+                    ),
+                )
+            # one that failed is tried again at the next look
+            if (outcome[-1] not in ("moved", "wait") and len(outcome) > 1) or ids is None:
+                done.append(member)
+        if done:
+            self.rt.redis.zrem(keys.HOSTS_AWAITED, *done)
+
+    def _stalled(self) -> None:
+        """A live host whose line says it has workers free while the oldest job on its queues has waited
+        a heartbeat timeout is not taking its jobs (its workers wedged, or it is not what it says): its
+        jobs go to other hosts, and Mother queues nothing for it for ``AVOID_SECONDS`` while another
+        host is live (``hosts:avoided``). Two round trips, for the hosts that have jobs waiting."""
+        table = self.rt.hosts
+        if len(table.live) < 2:
+            return
+        names = [
+            (host, keys.host_queue(base, host))
+            for host, state in table.live.items()
+            if state.queued and state.busy < state.concurrency and host not in table.avoided
+            for base in HOST_QUEUES
+        ]
+        if not names:
+            return
+        pipe = self.rt.rq_redis.pipeline(transaction=False)
+        for _host, name in names:
+            pipe.lindex(self.rt.queue(name).key, 0)
+        heads = pipe.execute()
+        pipe = self.rt.rq_redis.pipeline(transaction=False)
+        for head in heads:
+            if head is not None:
+                pipe.hget(Job.key_for(head.decode() if isinstance(head, bytes) else head), "meta")
+        metas = iter(pipe.execute())
+        now = self.rt.clock.now_ms()
+        slack = int(self.rt.settings.service.heartbeat_timeout_seconds * 1000)
+        stalled: dict[str, list[str]] = {}
+        for (host, name), head in zip(names, heads, strict=True):
+            if head is None:
+                continue
+            try:
+                meta = orjson.loads(next(metas) or b"{}")
+            except orjson.JSONDecodeError:
+                meta = {}
+            dispatched = meta.get(DISPATCHED_MS) if isinstance(meta, dict) else None
+            if isinstance(dispatched, int) and now - dispatched >= slack:
+                stalled.setdefault(host, []).append(name)
+        for host, queues in stalled.items():
+            log.warning(
+                "host_not_taking_jobs",
+                host=host,
+                why=f"its line says it has workers free and its oldest job has waited {slack}ms: "
+                f"its jobs go to other hosts, and none to it for {AVOID_SECONDS:g}s",
+            )
+            self.rt.redis.zadd(keys.HOSTS_AVOIDED, {host: now + int(AVOID_SECONDS * 1000)})
+            table.avoided.add(host)
+            for name in queues:
+                for job_id in self.rt.queue(name).get_job_ids(0, BATCH):
+                    self._isolated(
+                        "host not taking jobs",
+                        job_id,
+                        self._move,
+                        job_id,
+                        f"host {host} is not taking its jobs",
+                        name,
+                    )
+        self.rt.redis.zremrangebyscore(keys.HOSTS_AVOIDED, "-inf", now)
+
+    def _move(self, job_id: str, why: str, off: str, older_ms: int = 0) -> str:
+        """Move a phase job of ours waiting on ``off`` (a host's queue, or the one where jobs await a
+        host) to the queue of another live host, with its token (``mh_readdress``: the same attempt,
+        nothing composed or counted again), when it was dispatched ``older_ms`` ago or more (server
+        time). Returns 'moved'; 'wait' (too young, or no other host live); 'taken' (no longer on that
+        queue: a worker dequeued it first, or it was removed); 'gone' (no such job of ours); 'anew' (its
+        token was not there: the attempt was dispatched anew)."""
+        job = self._phase_job(job_id)
+        if job is None:
+            return "gone"
+        meta = job.meta or {}
+        dispatched = meta.get(DISPATCHED_MS)
+        now = self.rt.clock.now_ms()
+        if older_ms and isinstance(dispatched, int) and now - dispatched < older_ms:
+            return "wait"
+        base, _, source = off.partition(".")
+        if off == AWAITING_QUEUE:
+            base, source = str(meta.get(QUEUE_META) or AGENTS_QUEUE), ""
+        if base not in HOST_QUEUES:
+            base = AGENTS_QUEUE
+        host = self.rt.hosts.choose(exclude=source or None)
+        if host is None:
+            return "wait"
+        ids = (str(job.args[0]), int(job.args[1]), int(job.args[2]))
+        to = keys.host_queue(base, host)
+        got = call(
+            self.rt.redis,
+            "mh_readdress",
+            [
+                self.rt.queue(off).key,
+                keys.host_token_key(source, *ids) if source else keys.awaiting_token_key(*ids),
+                self.rt.queue(to).key,
+                keys.host_token_key(host, *ids),
+                Job.key_for(job_id),
+                keys.attempt_heartbeat_key(*ids),
+                keys.HOSTS_AWAITED,
+                Queue.redis_queues_keys,
+            ],
+            [job_id, to, attempt_users.dispatch_mark(host), keys.heartbeat_member(*ids)],
+        )
+        if int(got) == 0:
+            return "taken"
+        if int(got) < 0:
+            self._redispatch(ids[0], job_id, f"{why}; its token was gone")
+            return "anew"
+        log.info("phase_moved", run_id=ids[0], job_id=job_id, host=host, why=why)
+        self.rt.emit(
+            self.rt.redis,
+            "phase_moved",
+            run_id=ids[0],
+            phase_index=ids[1],
+            attempt=ids[2],
+            job_id=job_id,
+            host=host,
+            moved_from=source or None,
+            why=why,
+        )
+        return "moved"
+
+    def _phase_job(self, job_id: str) -> Job | None:
+        """The RQ job ``job_id`` when it is a phase job of ours naming the attempt its id says (a job
+        anyone with the worker credentials queued, naming another run's attempt, is None)."""
+        try:
+            job = Job.fetch(
+                job_id, connection=self.rt.rq_redis, serializer=self.rt.agents_queue.serializer
+            )
+        except NoSuchJobError:
+            return None
+        if (
+            job.func_name != JOB_FUNCTION
+            or keys.member_of_job(job.args) is None
+            or keys.phase_job_id(*job.args) != job_id
+        ):
+            return None
+        return job
 
     def _positions(self, run_ids: list[str]) -> list[tuple[str, int, int] | None]:
         """Each run's (status, phase_index, attempt), one round trip (None: no run, or no position)."""
@@ -512,26 +763,29 @@ class Watchdog:
         )
 
     def check_rq(self) -> None:
-        queue = self.rt.agents_queue
-        StartedJobRegistry(queue=queue).cleanup()
-        failed = FailedJobRegistry(queue=queue)
-        for job_id in failed.get_job_ids(0, BATCH - 1):
-            failed.remove(job_id)
-            self._isolated("failed job", job_id, self._job_failed, job_id)
+        """RQ's failed jobs of every phase queue (the shared one, each registered host's): one round trip
+        to look; RQ's started registries cleaned up at each reconcile."""
+        names = [AGENTS_QUEUE] + [
+            keys.host_queue(base, host) for host in self.rt.hosts.registered for base in HOST_QUEUES
+        ]
+        queues = [self.rt.queue(name) for name in names]
+        if self.ticks % self.reconcile_every == 1:
+            for queue in queues:
+                StartedJobRegistry(queue=queue).cleanup()
+        registries = [FailedJobRegistry(queue=queue) for queue in queues]
+        pipe = self.rt.rq_redis.pipeline(transaction=False)
+        for registry in registries:
+            pipe.zrange(registry.key, 0, BATCH - 1)
+        for registry, job_ids in zip(registries, pipe.execute(), strict=True):
+            for raw in job_ids:
+                job_id = raw.decode() if isinstance(raw, bytes) else raw
+                registry.remove(job_id)
+                self._isolated("failed job", job_id, self._job_failed, job_id)
 
     def _job_failed(self, job_id: str) -> None:
-        try:
-            job = Job.fetch(
-                job_id, connection=self.rt.rq_redis, serializer=self.rt.agents_queue.serializer
-            )
-        except NoSuchJobError:
-            return
         # only a phase job of ours names an attempt (a refused job naming another run's attempt changes nothing)
-        if (
-            job.func_name != JOB_FUNCTION
-            or keys.member_of_job(job.args) is None
-            or keys.phase_job_id(*job.args) != job_id
-        ):
+        job = self._phase_job(job_id)
+        if job is None:
             return
         run_id, index, attempt = job.args
         # any worker's credentials can put a job in the registry: it counts only when the attempt is not
@@ -608,7 +862,10 @@ class Watchdog:
                     continue
                 self._isolated("reconcile", run_id, self._redispatch, run_id, job_id)
 
-    def _redispatch(self, run_id: str, job_id: str) -> None:
+    def _redispatch(self, run_id: str, job_id: str, why: str = "its job was gone") -> None:
+        """Dispatch the run's current attempt again, composed anew with a new token (``job_id`` must be
+        its job: one whose hash is gone, one moved off every queue, one whose token was gone). The job is
+        taken off whatever queue it may still be on: its id is queued anew."""
         state = self.rt.load_run(run_id)
         if (
             state is None
@@ -616,7 +873,11 @@ class Watchdog:
             or keys.phase_job_id(run_id, state.phase_index, state.attempt) != job_id
         ):
             return
-        log.warning("phase_redispatched", run_id=run_id, job_id=job_id)
+        origin = self.rt.rq_redis.hget(Job.key_for(job_id), "origin")
+        origin = origin.decode() if isinstance(origin, bytes) else origin
+        if is_phase_queue(origin):
+            self.rt.queue(origin).remove(job_id)
+        log.warning("phase_redispatched", run_id=run_id, job_id=job_id, why=why)
         dispatch(
             self.rt, run_id, state.spec, state.phase_index, state.attempt, outputs=outputs_of(state)
         )

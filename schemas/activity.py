@@ -16,6 +16,8 @@ ACTIVITY_TYPES = (
     "run_submitted",
     "run_rejected",
     "phase_dispatched",
+    # a queued phase job moved to another worker host with its token (mother.hosts)
+    "phase_moved",
     "phase_completed",
     "phase_failed",
     "phase_retried",

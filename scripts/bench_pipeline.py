@@ -366,8 +366,12 @@ def main() -> int:
             )
             roles = {"Mother": mother.pid, "relay": relay.pid, "floor dispatcher": floor_relay.pid}
             try:
-                # workers and Mother up
+                # workers and Mother up, every worker's host registered (mother.hosts)
                 time.sleep(2.0)
+                if not stack.wait_for_hosts(args.workers):
+                    raise SystemExit(
+                        "the workers' hosts were not registered within 60 s: see the logs"
+                    )
                 # the relays' imports done (each makes its consumer group after them): else what is left of
                 # them would be charged to their first turn
                 conn, deadline = redis.Redis.from_url(server.url), time.monotonic() + 60

@@ -63,6 +63,7 @@ def main() -> int:
             workers=2,
             log_dir=Path(tmp) / "logs",
             env={"MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "workspaces"), **DEV_ENV},
+            wait_hosts=True,
         ) as stack:
             console.print("started Mother and 2 workers")
             client = MotherClient(settings=load_settings(redis_url=server.url))

@@ -6,6 +6,7 @@ server the product ships with, and CLI tests run the real ``mother`` command.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -212,8 +213,10 @@ def stop_pipeline(p: Pipeline) -> None:
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    """Mother + 2 workers on their own embedded server, shared by a test module (no flushing)."""
+    """Mother + 2 workers on their own embedded server, shared by a test module (no flushing); their
+    hosts registered before the first test."""
     p = start_pipeline(tmp_path_factory.mktemp("pipeline"))
+    p.stack.wait_for_hosts(2)
     yield p
     stop_pipeline(p)
 
@@ -240,7 +243,7 @@ def attacker_attempt(
     )
     run_id = client.submit(spec)
     beat = keys.attempt_heartbeat_key(run_id, 0, 1)
-    wait_until(lambda: admin.get(beat) not in (None, "dispatched"), timeout=30)
+    wait_until(lambda: beating(admin.get(beat)), timeout=30)
     token = f"{user_id}-token"
     mint(admin, run_id, 0, 1, token, user_id, ServerClock(admin).today())
     return run_id, attempt_client(url, keys.heartbeat_member(run_id, 0, 1), token)
@@ -284,6 +287,7 @@ def start_acl_stack(tmp: Path) -> tuple[EmbeddedRedis, LocalStack]:
         queues="agents,tools",
         log_dir=tmp / "logs",
         env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp / "ws")},
+        wait_hosts=True,
     ).start()
     return server, stack
 
@@ -304,3 +308,40 @@ def start_up_dev(tmp: Path, env: dict[str, str], *, stderr: Any = subprocess.PIP
         stdin=subprocess.DEVNULL,
         text=True,
     )  # fmt: skip
+
+
+def beating(value: str | None) -> bool:
+    """Whether an attempt's heartbeat key holds a worker's beat: not gone, not Mother's dispatch mark
+    (``dispatched``, ``dispatched:{host}``)."""
+    return value is not None and not value.startswith("dispatched")
+
+
+@contextlib.contextmanager
+def paused(p: Pipeline, name: str = "worker-0") -> Iterator[str]:
+    """The stack's worker process tree ``name`` stopped (SIGSTOP) for the block: its host stays
+    registered (its line lapses after a heartbeat timeout), so what Mother queues for it waits, its
+    token unclaimed (an idle worker's blocked pop may still take one job off the queue, server-side).
+    Yields its host id."""
+    import signal
+
+    pool = p.stack.procs[name]
+
+    def host() -> str | None:
+        import orjson
+
+        from mother import keys
+
+        for raw in p.redis.hvals(keys.WORKER_HOSTS):
+            line = orjson.loads(raw)
+            if line.get("pid") == pool.pid and line.get("host_id"):
+                return str(line["host_id"])
+        return None
+
+    from tests.test_pipeline import wait_until
+
+    found: str = wait_until(host, timeout=20)
+    os.killpg(pool.pid, signal.SIGSTOP)
+    try:
+        yield found
+    finally:
+        os.killpg(pool.pid, signal.SIGCONT)

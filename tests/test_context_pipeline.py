@@ -9,7 +9,7 @@ import orjson
 
 from mother import keys
 from schemas import ContextSummary
-from tests.conftest import Pipeline, run_cli, start_pipeline, stop_pipeline
+from tests.conftest import Pipeline, paused, run_cli, start_pipeline, stop_pipeline
 from tests.test_pipeline import example, wait_until
 
 
@@ -89,16 +89,17 @@ def test_required_context_that_fits_no_model_ends_context_budget_exceeded(
 
 
 def test_worker_refuses_an_altered_context_and_the_retry_recomposes(tmp_path: Path) -> None:
-    p = start_pipeline(tmp_path, workers=0)
+    p = start_pipeline(tmp_path, workers=1)
     try:
         spec = example("three-phase", run_id=f"ctx-alter-{uuid.uuid4().hex[:6]}")
-        run_id = p.client.submit(spec)
-        key = keys.context_key(run_id, 0)
-        wait_until(lambda: p.redis.exists(key))
-        p.redis.execute_command(
-            "JSON.SET", key, "$.sections[0].content", orjson.dumps("# Task\nsomething else")
-        )
-        p.stack.add_worker()
+        # the job waits, queued for the host, while its context is altered
+        with paused(p):
+            run_id = p.client.submit(spec)
+            key = keys.context_key(run_id, 0)
+            wait_until(lambda: p.redis.exists(key))
+            p.redis.execute_command(
+                "JSON.SET", key, "$.sections[0].content", orjson.dumps("# Task\nsomething else")
+            )
         envelope = p.wait(run_id)
         history = orjson.loads(
             p.redis.execute_command("JSON.GET", keys.run_key(run_id), "$.history")

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from mother import calls, keys
-from mother.acl import MUST_NOT, NEEDS, WORKER_GAPS, check
+from mother.acl import MUST_NOT, NEEDS, PROBE_HOST, WORKER_GAPS, check
 from mother.attempt_users import attempt_client
 from mother.budget import override
 from mother.client import MotherClient
@@ -23,13 +23,13 @@ from mother.records.artifacts import artifact_control
 from mother.records.tools import read_stats
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
-from tests.conftest import FAST_ENV, as_user, attacker_attempt, run_cli, start_acl_stack
+from tests.conftest import FAST_ENV, as_user, attacker_attempt, beating, run_cli, start_acl_stack
 from tests.test_pipeline import example, wait_until
 
 ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"
-# what the shipped worker user can still do to runs it does not hold: the claim of a queued attempt's
-# token (and with it that attempt's credentials) and RQ's own keys; everything else moved to the
-# attempts' own users (issue 53)
+# what the shipped worker user can still do to runs it does not hold: RQ's own keys (a denial of service:
+# Mother dispatches a deleted or moved job again); everything else moved to the attempts' own users and
+# the hosts' (issue 53)
 GAPS_OPEN = [what for what, _ in WORKER_GAPS]
 
 
@@ -133,7 +133,7 @@ def test_a_workers_credentials_decide_nothing_about_runs(
             "payload",
             orjson.dumps({"run_id": run_id}),
         ),
-        ("GET", keys.attempt_token_key(run_id, 0, 1)),
+        ("GET", keys.host_token_key(PROBE_HOST, run_id, 0, 1)),
         (
             "EVAL",
             "return redis.call('JSON.SET', KEYS[1], '$.status', '\"x\"')",
@@ -168,8 +168,10 @@ def test_a_workers_credentials_decide_nothing_about_runs(
             at="t",
             history=b"{}",
         )
-    # the one-time claim is allowed
-    assert worker.getdel(keys.attempt_token_key("no-such-run", 0, 1)) is None
+    # nor the claim of a token: only the host Mother queued the attempt's job for may take it
+    for host in client.redis.hkeys(keys.HOSTS_REGISTERED):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            worker.getdel(keys.host_token_key(host, run_id, 0, 1))
     assert client.wait(run_id, 30).termination.reason == "success"
     assert client.redis.execute_command("JSON.GET", limits, "$.limits.tool_calls") == "[180]"
 
@@ -237,7 +239,7 @@ def test_another_workers_credentials_cannot_make_an_attempt_lost(
     admin, worker = connect(_as(url, "admin")), connect(_as(url, "worker"))
     key = keys.attempt_heartbeat_key(run_id, 0, 1)
     for _ in range(200):
-        if admin.get(key) not in (None, "dispatched"):
+        if beating(admin.get(key)):
             break
         __import__("time").sleep(0.05)
     member = keys.heartbeat_member(run_id, 0, 1)
@@ -510,7 +512,7 @@ def test_counters_an_attempt_sets_back_are_raised_again_before_the_next_attempt(
     )
     run_id = client.submit(spec)
     beat = keys.attempt_heartbeat_key(run_id, 1, 1)
-    wait_until(lambda: admin.get(beat) not in (None, "dispatched"), timeout=30)
+    wait_until(lambda: beating(admin.get(beat)), timeout=30)
     today = ServerClock(admin).today()
     mint(admin, run_id, 1, 1, "held-token", "floor-user", today)
     holder = attempt_client(url, keys.heartbeat_member(run_id, 1, 1), "held-token")
@@ -649,7 +651,8 @@ def test_doctor_names_the_acl_user_and_what_it_lacks(
     )
     report = check(connect(_as(url, "narrow")), role="worker")
     assert (
-        "read composed contexts" in report.lacks and "claim attempt tokens (GETDEL)" in report.lacks
+        "read composed contexts" in report.lacks
+        and "register its host (RPUSH hosts:hello)" in report.lacks
     )
     # it may write run:* keys: a worker's credentials must not
     assert "write run records (a waiting run's gate)" in report.excess
@@ -792,7 +795,7 @@ def test_the_dashboard_runs_as_its_read_only_acl_user(acl_stack: tuple[str, Moth
         ("SET", keys.run_key(run_id), "x"),
         ("JSON.SET", keys.run_key(run_id), "$.status", '"running"'),
         ("XADD", keys.COMMANDS_STREAM, "*", "type", "cancel"),
-        ("GET", keys.attempt_token_key(run_id, 0, 1)),
+        ("GET", keys.host_token_key(PROBE_HOST, run_id, 0, 1)),
         ("JSON.GET", keys.chunk_key("financials", "doc", 0)),
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):
@@ -837,7 +840,7 @@ def test_a_principal_submits_and_watches_with_its_own_acl_user(
         ("XDEL", keys.principal_submissions_key("alice"), "0-1"),
         ("HSET", keys.RUN_CLAIMS, "squat", "1-0"),
         ("ZADD", keys.rate_limit_key("carol"), "1", "x"),
-        ("GET", keys.attempt_token_key(run_id, 0, 1)),
+        ("GET", keys.host_token_key(PROBE_HOST, run_id, 0, 1)),
         ("JSON.SET", keys.run_limits_key(run_id), "$.status", '"open"'),
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):
@@ -912,3 +915,108 @@ def test_agents_search_a_library_under_the_shipped_acl(
     )
     stats = read_stats(client.redis, ["search_library"])["search_library"]
     assert stats.success_count >= 1 and stats.failure_count == 0
+
+
+def _as_host(url: str, host_id: str, password: str) -> redis.Redis:
+    """A connection as a registered host's own ACL user (``host:{id}``: a name a URL cannot carry)."""
+    return connect(url, check=False, username=keys.host_user(host_id), password=password)
+
+
+def test_worker_credentials_take_no_token_mother_did_not_queue_for_their_host(
+    tmp_path: Path,
+) -> None:
+    """Before (issue 53): with the worker credentials, `GETDEL attempt_token:{run}:{i}:{a}` took a queued
+    attempt's one-time token before the worker that dequeued its job, and with it that attempt's ACL user
+    and its result (the real worker recorded `attempt_token_missing`, the run was retried). Now Mother
+    queues each phase job for one registered, live host, and puts its token where only that host's own
+    user may take it. With the shipped ACL, while the victim's job waits (its hosts' processes stopped):
+    the worker user reads or takes no token by any command; a host the attacker registers with the worker
+    credentials takes none either; it cannot register a real host's id again with its own password (nor
+    log in as that host), and junk hellos are refused and recorded. The victim's first attempt ends the
+    run, its output intact, and no token went missing."""
+    import hashlib
+    import os
+    import secrets
+    import signal
+
+    from mother.hosts import Hello
+
+    server, stack = start_acl_stack(tmp_path)
+    try:
+        url = server.url
+        client = MotherClient(settings=load_settings(redis_url=_as(url, "mother")))
+        admin, worker = connect(_as(url, "admin")), connect(_as(url, "worker"))
+        real = set(admin.hkeys(keys.HOSTS_REGISTERED))
+        assert len(real) == 2
+        # the attacker's own host, registered with the worker credentials; it never writes its line,
+        # so Mother queues nothing for it
+        thief_id, password = secrets.token_hex(8), secrets.token_urlsafe(16)
+        worker.rpush(
+            keys.HOST_HELLOS,
+            Hello(thief_id, hashlib.sha256(password.encode()).hexdigest(), "thief", 4).to_json(),
+        )
+        thief = _as_host(url, thief_id, password)
+        wait_until(lambda: _pings(thief), timeout=20)
+        pools = [p for name, p in stack.procs.items() if name.startswith("worker-")]
+        for pool in pools:
+            os.killpg(pool.pid, signal.SIGSTOP)
+        try:
+            victim = client.submit(
+                example("cancelled", user_id="victim", scripts={"crawler": [{"text": "victim's"}]})
+            )
+            token_key = wait_until(
+                lambda: next(
+                    (k for h in real if admin.exists(k := keys.host_token_key(h, victim, 0, 1))),
+                    None,
+                )
+            )
+            host = token_key.split(":")[1]
+            queue = f"rq:queue:{keys.host_queue('agents', host)}"
+            # (its job may already be popped by a stopped worker's blocked BLMOVE: its token waits)
+            for who in (worker, thief):
+                for command in (
+                    ("GETDEL", token_key),
+                    ("GET", token_key),
+                    ("GETEX", token_key, "PERSIST"),
+                    ("DUMP", token_key),
+                    ("COPY", token_key, "rq:stolen"),
+                    ("RENAME", token_key, "rq:stolen"),
+                    ("SORT", queue, "BY", "nosort", "GET", token_key),
+                    ("OBJECT", "ENCODING", token_key),
+                ):
+                    with pytest.raises(redis.exceptions.NoPermissionError):
+                        who.execute_command(*command)
+            # the real host's id again, with the attacker's password: refused, and no way in as it
+            worker.rpush(
+                keys.HOST_HELLOS,
+                Hello(host, hashlib.sha256(password.encode()).hexdigest(), "again", 1).to_json(),
+            )
+            for junk in (b"not json", b'{"host": 1}', b"x" * 5000):
+                worker.rpush(keys.HOST_HELLOS, junk)
+            wait_until(lambda: admin.llen(keys.HOST_HELLOS) == 0)
+            with pytest.raises(redis.exceptions.AuthenticationError):
+                _as_host(url, host, password).ping()
+            # the attacker's own host's key for the victim's attempt: nothing Mother put there
+            assert thief.getdel(keys.host_token_key(thief_id, victim, 0, 1)) is None
+        finally:
+            for pool in pools:
+                os.killpg(pool.pid, signal.SIGCONT)
+        done = client.wait(victim, 60)
+        assert done.termination.reason == "success"
+        assert client.result(victim).output == "victim's"
+        assert client.status(victim).attempt == 1
+        kinds = [orjson.loads(v)["kind"] for v in admin.lrange(keys.SECURITY_VIOLATIONS, 0, -1)]
+        assert kinds.count("host_hello_refused") == 4 and "attempt_token_missing" not in kinds
+        assert admin.hget(keys.HOSTS_REGISTERED, host) is not None
+        # the shared worker user has no token key at all, nor the attacker's host another's
+        assert check(worker, role="worker").excess == []
+    finally:
+        stack.stop()
+        server.stop()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.exceptions.AuthenticationError:
+        return False

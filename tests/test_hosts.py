@@ -23,7 +23,7 @@ from mother.client import MotherClient
 from mother.config import load_settings
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
-from tests.conftest import FAST_ENV, tool_calls_counted
+from tests.conftest import FAST_ENV, beating, tool_calls_counted
 from tests.test_pipeline import example, wait_until
 from tests.test_workspaces import _spec
 
@@ -157,7 +157,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 def _claimed(c: Cluster, run_id: str, attempt: int) -> None:
     beat = keys.attempt_heartbeat_key(run_id, 0, attempt)
-    wait_until(lambda: c.client.redis.get(beat) not in (None, "dispatched"), timeout=30)
+    wait_until(lambda: beating(c.client.redis.get(beat)), timeout=30)
 
 
 def _once(c: Cluster, run_id: str) -> list[int]:

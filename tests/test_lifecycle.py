@@ -21,6 +21,20 @@ from schemas import PhaseResult, ms_from_iso
 from tests.test_pipeline import example
 
 GROUP = "mother"
+# a live worker host Mother addresses the jobs to (no process behind it: these tests take no job)
+HOST = "00000000000000aa"
+QUEUE = f"rq:queue:agents.{HOST}"
+
+
+def live_host(r: redis.Redis, host: str = HOST) -> str:
+    """Register ``host`` and give it a line that does not expire, as its pool would (mother.hosts)."""
+    r.hset(
+        keys.HOSTS_REGISTERED,
+        host,
+        orjson.dumps({"digest": "0" * 64, "name": "t", "concurrency": 4}),
+    )
+    r.set(keys.host_alive_key(host), orjson.dumps({"concurrency": 4, "busy": 0}))
+    return host
 
 
 def _started(r: redis.Redis, redis_url: str, **settings: object) -> tuple[Runtime, str]:
@@ -29,6 +43,7 @@ def _started(r: redis.Redis, redis_url: str, **settings: object) -> tuple[Runtim
 
     rt = Runtime.create(load_settings(redis_url=redis_url, **settings))
     rt.make_provider = make_provider
+    live_host(r)
     run_id = MotherClient(settings=rt.settings).submit(example("three-phase"))
     [(entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
     assert handle_submission(rt, entry_id, fields) is not None
@@ -44,8 +59,8 @@ def _delivered(r: redis.Redis, rt: Runtime, result: PhaseResult) -> Delivery:
 
 
 def _token(r: redis.Redis, result: PhaseResult) -> str | None:
-    """The result token Mother minted for the result's attempt (a worker claims it with GETDEL)."""
-    return r.get(keys.attempt_token_key(result.run_id, result.phase_index, result.attempt))
+    """The result token Mother minted for the result's attempt (its host's worker claims it with GETDEL)."""
+    return r.get(keys.host_token_key(HOST, result.run_id, result.phase_index, result.attempt))
 
 
 def _calls(r: redis.Redis) -> dict[str, int]:
@@ -71,7 +86,7 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
     )
     delivery = _delivered(r, rt, result)
     job_key = Job.key_for(keys.phase_job_id(run_id, 1, 1))
-    activity_before, queued_before = r.xlen(keys.ACTIVITY_STREAM), r.llen("rq:queue:agents")
+    activity_before, queued_before = r.xlen(keys.ACTIVITY_STREAM), r.llen(QUEUE)
     before = _calls(r)
     on_phase_result(rt, result, _token(r, result), delivery=delivery)
     after = _calls(r)
@@ -84,7 +99,7 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
     run = rt.load_run(run_id)
     assert (run.status, run.phase_index, run.attempt, run.phase) == ("running", 1, 1, "execute")
     assert [p.output for p in run.results] == ["the plan"]
-    assert r.hget(job_key, "status") == "queued" and r.llen("rq:queue:agents") == queued_before + 1
+    assert r.hget(job_key, "status") == "queued" and r.llen(QUEUE) == queued_before + 1
     assert "the plan" in r.execute_command("JSON.GET", keys.context_key(run_id, 1))
     types = [fields["type"] for _, fields in r.xrange(keys.ACTIVITY_STREAM)][activity_before:]
     assert types == ["phase_completed", "phase_dispatched"]
@@ -99,7 +114,7 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
     )
     on_phase_result(rt, result, _token(r, result), delivery=duplicate)
     assert r.execute_command("JSON.GET", keys.run_key(run_id)) == state_before
-    assert not r.exists(job_key) and r.llen("rq:queue:agents") == queued_before + 1
+    assert not r.exists(job_key) and r.llen(QUEUE) == queued_before + 1
     assert r.xlen(keys.ACTIVITY_STREAM) == activity_before
     # the duplicate moved nothing, so nothing acknowledged it: its caller does
     assert not duplicate.acked and duplicate.entry_id != delivery.entry_id
@@ -139,9 +154,9 @@ def test_with_an_llm_summarizer_the_move_comes_first_and_the_dispatch_after_it(
     assert delivery.acked and r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 0
 
     delivery = _delivered(r, rt, result)
-    queued, activity = r.llen("rq:queue:agents"), r.xlen(keys.ACTIVITY_STREAM)
+    queued, activity = r.llen(QUEUE), r.xlen(keys.ACTIVITY_STREAM)
     on_phase_result(rt, result, _token(r, result), delivery=delivery)
-    assert (r.llen("rq:queue:agents"), r.xlen(keys.ACTIVITY_STREAM)) == (queued, activity)
+    assert (r.llen(QUEUE), r.xlen(keys.ACTIVITY_STREAM)) == (queued, activity)
     assert not delivery.acked
 
 
@@ -256,7 +271,7 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(
     # a call in flight when the run ended
     op = guard.reserve_call(rt.settings.models["scripted"], 200)
     job_id = keys.phase_job_id(run_id, 0, 1)
-    assert job_id in r.lrange("rq:queue:agents", 0, -1)
+    assert job_id in r.lrange(QUEUE, 0, -1)
     record = build_record(
         run_id=run_id,
         reason="user_cancelled",
@@ -306,7 +321,7 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(
     ]
     assert orjson.loads(released["data"])["why"] == "the run ended user_cancelled"
     assert (
-        job_id not in r.lrange("rq:queue:agents", 0, -1)
+        job_id not in r.lrange(QUEUE, 0, -1)
         and inspect_run(client, run_id)["end_pending_since"] is None
     )
 
@@ -435,10 +450,10 @@ def test_a_redelivered_submission_announces_and_counts_its_run_once(
     rt, run_id = _started(r, redis_url)
     [(entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
     assert r.hget(keys.RUN_CLAIMS, run_id) == entry_id
-    before = r.xlen(keys.ACTIVITY_STREAM), r.llen("rq:queue:agents")
+    before = r.xlen(keys.ACTIVITY_STREAM), r.llen(QUEUE)
     again = handle_submission(rt, entry_id, fields)
     assert again is not None and again.status == "running"
-    assert (r.xlen(keys.ACTIVITY_STREAM), r.llen("rq:queue:agents")) == before
+    assert (r.xlen(keys.ACTIVITY_STREAM), r.llen(QUEUE)) == before
     announced = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "run_submitted"]
     assert [f["run_id"] for f in announced] == [run_id]
     day = rt.clock.today()
@@ -491,13 +506,13 @@ def test_a_result_of_an_attempt_that_was_retried_moves_nothing(
     delivery = _delivered(r, rt, late)
     state_before = r.execute_command("JSON.GET", keys.run_key(run_id))
     activity_before = r.xlen(keys.ACTIVITY_STREAM)
-    queued_before = r.lrange("rq:queue:agents", 0, -1)
+    queued_before = r.lrange(QUEUE, 0, -1)
     on_phase_result(rt, late, first_token, delivery=delivery)
     assert r.execute_command("JSON.GET", keys.run_key(run_id)) == state_before
     run = rt.load_run(run_id)
     assert (run.status, run.phase_index, run.attempt, run.results) == ("running", 0, 2, [])
     assert r.xlen(keys.ACTIVITY_STREAM) == activity_before
-    assert r.lrange("rq:queue:agents", 0, -1) == queued_before
+    assert r.lrange(QUEUE, 0, -1) == queued_before
     for moved in (keys.phase_job_id(run_id, 1, 1), keys.phase_job_id(run_id, 0, 3)):
         assert not r.exists(Job.key_for(moved))
     assert not delivery.acked

@@ -493,8 +493,9 @@ def test_phase_the_worker_cannot_set_up_fails_in_the_horse_with_the_reason(tmp_p
 def test_wait_says_when_no_worker_starts_a_phase_and_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """wait() tells, once per attempt, of a phase whose job no worker has started: none listens on 'agents'
-    (it used to show 'running' and nothing else until the phase's deadline), or all that do are busy; a phase
+    """wait() tells, once per attempt, of a phase whose job no worker has started: no worker host is live
+    (it used to show 'running' and nothing else until the phase's deadline), or all the workers of the
+    host Mother chose are busy; a phase
     a worker has started gets no such notice. The wait counts from the attempt's dispatch, so a wait started
     late says so at once (it counted from when it first looked)."""
     import mother.client
@@ -508,8 +509,9 @@ def test_wait_says_when_no_worker_starts_a_phase_and_why(
         with pytest.raises(WaitTimeout):
             p.client.wait(first, 3, on_notice=notices.append)
         assert [re.sub(r"waited \d+s", "waited Ns", n) for n in notices] == [
-            f"run {first}: phase execute (attempt 1) has waited Ns for a worker on queue 'agents', and no worker listens "
-            "there; still waiting (start one: `mother worker`)"
+            f"run {first}: phase execute (attempt 1) has waited Ns for a worker host, and none is live "
+            "(registered, its line fresh); still waiting (start one: `mother worker`, with `mother run` "
+            "leading)"
         ]
         # a wait started late counts from the dispatch (server clock), not from when it looked:
         notices.clear()
@@ -530,9 +532,11 @@ def test_wait_says_when_no_worker_starts_a_phase_and_why(
         notices.clear()
         with pytest.raises(WaitTimeout):
             p.client.wait(second, 3, on_notice=notices.append)
+        [host] = p.redis.hkeys(keys.HOSTS_REGISTERED)
         assert [re.sub(r"waited \d+s", "waited Ns", n) for n in notices] == [
-            f"run {second}: phase execute (attempt 1) has waited Ns for a worker on queue 'agents': the 1 worker(s) "
-            "listening there are busy, 1 job(s) queued; still waiting (more workers: `mother worker`)"
+            f"run {second}: phase execute (attempt 1) has waited Ns for a worker on queue 'agents.{host}' "
+            "(the host Mother chose): the 1 worker(s) listening there are busy, 1 job(s) queued; still "
+            "waiting (more workers: `mother worker`)"
         ]
         notices.clear()
         with pytest.raises(WaitTimeout):

@@ -16,7 +16,7 @@ import pytest
 
 from mother import keys
 from mother.config import load_settings
-from tests.conftest import FAST_ENV, Pipeline, run_cli, start_pipeline, stop_pipeline
+from tests.conftest import FAST_ENV, Pipeline, beating, run_cli, start_pipeline, stop_pipeline
 from workers.pool import memory_plan, tree
 
 SLOTS = 3
@@ -104,7 +104,7 @@ def _beaten(p: Pipeline, run_id: str, index: int = 0, attempt: int = 1) -> str |
     """Who last beat for the attempt (its heartbeat key), None before a worker did (Mother's own mark at
     dispatch is not a beat)."""
     who = p.redis.get(keys.attempt_heartbeat_key(run_id, index, attempt))
-    return who if who not in (None, "dispatched") else None
+    return who if beating(who) else None
 
 
 def test_a_killed_horse_is_found_and_its_attempt_retried_once(pooled: Pipeline) -> None:

@@ -17,7 +17,7 @@ from mother import keys
 from mother.attempt_users import attempt_client, mint
 from mother.termination import build_record, terminate
 from schemas import ResultEnvelope
-from tests.conftest import Pipeline, start_pipeline, stop_pipeline
+from tests.conftest import Pipeline, beating, start_pipeline, stop_pipeline
 from tests.test_pipeline import example, held_back_nothing, termination_keys, wait_until
 from tests.test_spawn import _spawn
 
@@ -87,7 +87,7 @@ def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itse
     # once under the full suite's load)
     run_id = fresh.client.submit(_slow(12, attempts=[1]))
     key = keys.attempt_heartbeat_key(run_id, 0, 1)
-    wait_until(lambda: fresh.redis.get(key) not in (None, "dispatched"), timeout=20)
+    wait_until(lambda: beating(fresh.redis.get(key)), timeout=20)
     worker, (horse,) = wait_until(lambda: _running_worker(fresh), timeout=10)
     pool = _parent(worker)
     # the worker's parent (the pool) beats every 0.5 s here, past the timeout (3 s)
@@ -211,8 +211,8 @@ def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path)
     try:
         run_id = p.client.submit(example("three-phase"))
         job_id = keys.phase_job_id(run_id, 0, 1)
-        # dispatched; no worker takes it
-        wait_until(lambda: job_id in p.redis.lrange("rq:queue:agents", 0, -1))
+        # dispatched; no worker takes it (no host is live: it waits for one)
+        wait_until(lambda: job_id in p.redis.lrange("rq:queue:awaiting_host", 0, -1))
         rt = Runtime.create(load_settings(redis_url=p.server.url))
         op = Guard(p.redis, rt.settings, run_id, "alice", rt.clock.today).reserve_call(
             rt.settings.models["scripted"], 200
@@ -233,7 +233,7 @@ def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path)
         assert list(held_reservations(p.redis, run_id)) == [op]
         wait_until(lambda: p.redis.zscore(keys.RUNS_ENDING, run_id) is None, timeout=20)
         held_back_nothing(p, run_id, released_why="the run ended user_cancelled")
-        assert job_id not in p.redis.lrange("rq:queue:agents", 0, -1)
+        assert job_id not in p.redis.lrange("rq:queue:awaiting_host", 0, -1)
         [ended] = [e for e in recent(p.redis, 100, run_id=run_id) if e.type == "terminated"]
         assert ended.data["late"] is True and ended.data["reason"] == "user_cancelled"
         assert p.client.wait(run_id, timeout=5).termination.reason == "user_cancelled"
@@ -276,7 +276,7 @@ def test_no_attempt_trims_mothers_streams_and_a_result_mother_did_not_hear_of_is
     on its first attempt, its output intact."""
     run_id = fresh.client.submit(_slow(1.5))
     key = keys.attempt_heartbeat_key(run_id, 0, 1)
-    wait_until(lambda: fresh.redis.get(key) not in (None, "dispatched"), timeout=20)
+    wait_until(lambda: beating(fresh.redis.get(key)), timeout=20)
     mothers = _relay_misses_words(fresh)
     try:
         wait_until(lambda: fresh.redis.exists(keys.attempt_result_key(run_id, 0, 1)), timeout=20)
@@ -299,13 +299,19 @@ def test_a_queued_job_deleted_or_moved_off_its_queue_is_dispatched_again(tmp_pat
     gone was dispatched again (reconcile); one moved off its queue (its hash intact, still "queued") waited
     out its claim time, the phase's timeout (10 minutes by default). Mother now checks each attempt
     whose job still waits for a worker a heartbeat timeout after its last check: moved off every queue,
-    it is dispatched again and recorded as a violation. With no worker yet: the job moved away, then
-    deleted; a worker then runs the run's first attempt to success."""
+    it is dispatched again and recorded as a violation. The job is queued for a host that says it has
+    workers free and takes nothing (registered by hand, its line kept): moved away, then deleted, it is
+    back on that host's queue each time. A real host then starts: the job, waiting a heartbeat timeout
+    on a host that says it has workers free, goes to it (and Mother queues nothing for the first host for
+    a while), which runs the run's first attempt to success."""
+    from tests.test_lifecycle import HOST, live_host
+
     p = start_pipeline(tmp_path, mothers=1, workers=0)
     try:
+        live_host(p.redis)
         spec = example("worker-killed", scripts={"writer": [{"text": "finished"}]})
         run_id = p.client.submit(spec)
-        queue, job = "rq:queue:agents", keys.phase_job_id(run_id, 0, 1)
+        queue, job = f"rq:queue:agents.{HOST}", keys.phase_job_id(run_id, 0, 1)
 
         def queued() -> bool:
             return job in p.redis.lrange(queue, 0, -1)
@@ -322,6 +328,7 @@ def test_a_queued_job_deleted_or_moved_off_its_queue_is_dispatched_again(tmp_pat
         done = p.wait(run_id, 60)
         assert done.termination.reason == "success" and done.output == "finished"
         assert p.client.status(run_id).attempt == 1
+        assert p.redis.zscore(keys.HOSTS_AVOIDED, HOST) is not None
     finally:
         stop_pipeline(p)
 
@@ -630,7 +637,7 @@ def test_redis_restart_mid_run_is_outlived(tmp_path: Path) -> None:
         )
         # the first phase is running: a worker beats for it
         beat = keys.attempt_heartbeat_key(run_id, 0, 1)
-        wait_until(lambda: p.redis.get(beat) not in (None, "dispatched"), timeout=20)
+        wait_until(lambda: beating(p.redis.get(beat)), timeout=20)
         notices: list[str] = []
         waited: dict[str, ResultEnvelope] = {}
         waiter = threading.Thread(
@@ -798,7 +805,7 @@ def test_a_spawn_request_mother_did_not_hear_of_is_asked_for_again(tmp_path: Pat
         )
         run_id = p.client.submit(spec)
         beat = keys.attempt_heartbeat_key(run_id, 0, 1)
-        wait_until(lambda: p.redis.get(beat) not in (None, "dispatched"), timeout=30)
+        wait_until(lambda: beating(p.redis.get(beat)), timeout=30)
         mothers = _relay_misses_words(p)
         try:
             asked = wait_until(lambda: p.redis.keys(keys.SPAWN_REQUEST_PREFIX + "*"), timeout=20)
@@ -821,5 +828,104 @@ def test_a_spawn_request_mother_did_not_hear_of_is_asked_for_again(tmp_path: Pat
         assert "spawn_asked_again" in logs
         # Mother's relay took the request (it deletes the key)
         assert not p.redis.exists(*asked)
+    finally:
+        stop_pipeline(p)
+
+
+def _dispatched_to(p: Pipeline, run_id: str) -> list[str | None]:
+    """The host each of the run's dispatches was queued for (its phase_dispatched entries, oldest first)."""
+    from mother.activity import recent
+
+    entries = [
+        e
+        for e in recent(p.redis, 200, run_id=run_id)
+        if e.type in ("phase_dispatched", "phase_moved")
+    ]
+    return [e.data.get("host") for e in entries]
+
+
+def _host_of_worker(p: Pipeline, name: str) -> str:
+    """The host id the pool ``name`` (worker-N) registered as (its line in mother:hosts)."""
+    pid = p.stack.procs[name].pid
+
+    def found() -> str | None:
+        for raw in p.redis.hvals(keys.WORKER_HOSTS):
+            line = orjson.loads(raw)
+            if line.get("pid") == pid and line.get("host_id"):
+                return str(line["host_id"])
+        return None
+
+    host: str = wait_until(found, timeout=20)
+    return host
+
+
+def test_jobs_queued_for_a_host_that_stops_answering_go_to_a_live_one_and_a_stopped_host_is_forgotten(
+    tmp_path: Path,
+) -> None:
+    """Mother queues each phase job for one registered host (issue 53). A host whose processes stop
+    answering (SIGSTOP: its line lapses after a heartbeat timeout) has the jobs waiting on its queue
+    dispatched again to the live host: every run succeeds on its first attempt, some of them after a
+    first dispatch to the stopped host. A pool stopped with SIGTERM says so, and Mother forgets its host
+    at once (its ACL user and its registration), then queues nothing for it."""
+    p = start_pipeline(tmp_path, workers=2)
+    try:
+        stopped, live = _host_of_worker(p, "worker-0"), _host_of_worker(p, "worker-1")
+        pool = p.stack.procs["worker-0"]
+        os.killpg(pool.pid, signal.SIGSTOP)
+        try:
+            runs = [
+                p.client.submit(example("cancelled", scripts={"crawler": [{"text": f"r{i}"}]}))
+                for i in range(6)
+            ]
+            records = [p.wait(run_id, 30) for run_id in runs]
+        finally:
+            os.killpg(pool.pid, signal.SIGCONT)
+        assert [r.termination.reason for r in records] == ["success"] * 6
+        assert [p.client.status(run_id).attempt for run_id in runs] == [1] * 6
+        firsts = [_dispatched_to(p, run_id) for run_id in runs]
+        # the stopped host had its share; each of those was moved to the live one
+        moved = [hosts for hosts in firsts if hosts[0] == stopped]
+        assert moved and all(hosts[-1] == live for hosts in moved), firsts
+        # a pool that stops says so: forgotten at once
+        os.killpg(pool.pid, signal.SIGTERM)
+        pool.wait(20)
+        wait_until(lambda: p.redis.hget(keys.HOSTS_REGISTERED, stopped) is None, timeout=10)
+        assert keys.host_user(stopped) not in p.redis.execute_command("ACL", "USERS")
+        again = p.client.submit(example("cancelled", scripts={"crawler": [{"text": "again"}]}))
+        assert p.wait(again, 30).termination.reason == "success"
+        assert _dispatched_to(p, again) == [live]
+    finally:
+        stop_pipeline(p)
+
+
+def test_a_job_queued_for_a_busy_host_goes_to_the_host_whose_worker_is_free(tmp_path: Path) -> None:
+    """Two hosts of one worker each, both busy: the next two runs are queued one for each. The host
+    whose phase ends first takes the one queued for it, and Mother moves the other there (a job that
+    waited on a busy host while another host had a worker free, as a parent's child queued behind its
+    parent's own phase): both end while the long phase still runs, where the second used to wait for it."""
+    p = start_pipeline(tmp_path, workers=2)
+    try:
+        long = p.client.submit(
+            example("cancelled", scripts={"crawler": [{"text": "long", "delay_seconds": 25}]})
+        )
+        short = p.client.submit(
+            example("cancelled", scripts={"crawler": [{"text": "short", "delay_seconds": 2}]})
+        )
+        for run_id in (long, short):
+            beat = keys.attempt_heartbeat_key(run_id, 0, 1)
+            wait_until(lambda beat=beat: beating(p.redis.get(beat)), timeout=20)
+        queued = [
+            p.client.submit(example("cancelled", scripts={"crawler": [{"text": f"q{i}"}]}))
+            for i in range(2)
+        ]
+        for run_id in queued:
+            assert p.wait(run_id, 20).termination.reason == "success"
+        assert p.client.status(long).status == "running"
+        # one queued for the long phase's host was moved to the other (Mother sends each to the host
+        # with the least load: the two hosts in turn, unless a host's line lagged its worker)
+        busy = _dispatched_to(p, long)[-1]
+        for hosts in [_dispatched_to(p, run_id) for run_id in queued]:
+            assert hosts[-1] != busy and (hosts[0] != busy or len(hosts) == 2), (busy, hosts)
+        p.client.cancel(long, actor="test", reason="done")
     finally:
         stop_pipeline(p)

@@ -13,8 +13,8 @@ from mother.activity import recent
 from mother.review import on_phase_result
 from mother.streams import Delivery
 from schemas import PhaseResult
-from tests.conftest import start_pipeline, stop_pipeline
-from tests.test_lifecycle import _started
+from tests.conftest import paused, start_pipeline, stop_pipeline
+from tests.test_lifecycle import HOST, _started
 from tests.test_pipeline import example, wait_until
 
 
@@ -55,7 +55,7 @@ def test_a_result_without_its_attempts_token_is_refused_and_recorded(
     ]
     assert sum(1 for e in recent(r, 100, run_id=run_id) if e.type == "security_violation") == 3
     # what the worker that runs the attempt claims
-    token = r.getdel(keys.attempt_token_key(run_id, 0, 1))
+    token = r.getdel(keys.host_token_key(HOST, run_id, 0, 1))
     on_phase_result(
         rt,
         forged.model_copy(update={"output": "the plan"}),
@@ -65,7 +65,7 @@ def test_a_result_without_its_attempts_token_is_refused_and_recorded(
     run = rt.load_run(run_id)
     assert (run.phase_index, run.attempt, [x.output for x in run.results]) == (1, 1, ["the plan"])
     # the next attempt's
-    assert run.token_digest is not None and r.exists(keys.attempt_token_key(run_id, 1, 1))
+    assert run.token_digest is not None and r.exists(keys.host_token_key(HOST, run_id, 1, 1))
     assert len(_violations(r)) == 3
 
 
@@ -95,15 +95,17 @@ def test_a_cancel_on_the_events_stream_is_not_taken(tmp_path: Path) -> None:
 def test_a_worker_finding_its_token_taken_reports_nothing_and_the_attempt_is_retried(
     tmp_path: Path,
 ) -> None:
-    """The token is handed out once (GETDEL). If another holder of worker credentials claimed it first, the worker
-    that runs the attempt cannot report: it records attempt_token_missing, and the attempt, lost, is retried with a
-    new token, which its worker does get: the run succeeds."""
-    p = start_pipeline(tmp_path, workers=0)
+    """The token is handed out once (GETDEL), only to the host Mother queued the job for. If something else
+    claimed it first (here the server's admin, while the host's processes are stopped: with the shipped ACL
+    only that host's own user may), the worker that runs the attempt cannot report: it records
+    attempt_token_missing, and the attempt, lost, is retried with a new token, which its worker does get:
+    the run succeeds."""
+    p = start_pipeline(tmp_path, workers=1)
     try:
-        run_id = p.client.submit(example("cancelled", scripts={"crawler": [{"text": "done"}]}))
-        wait_until(lambda: p.redis.exists(keys.attempt_token_key(run_id, 0, 1)))
-        stolen = p.redis.getdel(keys.attempt_token_key(run_id, 0, 1))
-        p.stack.add_worker()
+        with paused(p) as host:
+            run_id = p.client.submit(example("cancelled", scripts={"crawler": [{"text": "done"}]}))
+            wait_until(lambda: p.redis.exists(keys.host_token_key(host, run_id, 0, 1)))
+            stolen = p.redis.getdel(keys.host_token_key(host, run_id, 0, 1))
         envelope = p.wait(run_id, 60)
         state = p.client.status(run_id)
         violations = _violations(p.redis)
@@ -128,7 +130,9 @@ def test_workers_run_only_the_projects_jobs(pipeline, tmp_path: Path) -> None:
     from mother.connection import connect
 
     conn = connect(pipeline.url, check=False, decode_responses=False)
-    queue = Queue("agents", connection=conn, serializer=JSONSerializer)
+    # a host's own queue (the shared one has no worker listening: Mother addresses each job to a host)
+    host = pipeline.redis.hkeys(keys.HOSTS_REGISTERED)[0]
+    queue = Queue(keys.host_queue("agents", host), connection=conn, serializer=JSONSerializer)
     marker = tmp_path / f"pwned-{uuid.uuid4().hex[:6]}"
     victim = pipeline.client.submit(
         example("cancelled", scripts={"crawler": [{"text": "done", "delay_seconds": 2}]})

@@ -17,7 +17,15 @@ import redis
 
 from mother import keys
 from mother.errors import WorkspaceCorrupt, WorkspaceTooLarge
-from tests.conftest import Pipeline, cli, run_cli, start_pipeline, stop_pipeline, tool_calls_counted
+from tests.conftest import (
+    Pipeline,
+    beating,
+    cli,
+    run_cli,
+    start_pipeline,
+    stop_pipeline,
+    tool_calls_counted,
+)
 from tests.s3_server import CephS3, shared, unavailable
 from tests.test_pipeline import example, wait_until
 from workers import workspaces
@@ -310,7 +318,7 @@ def test_phases_on_two_hosts_read_each_others_files(
         _host(p, "host-a", root_a, store, env)
         run_id = p.client.submit(_spec())
         beat = keys.attempt_heartbeat_key(run_id, 0, 1)
-        wait_until(lambda: p.redis.get(beat) not in (None, "dispatched"), timeout=30)
+        wait_until(lambda: beating(p.redis.get(beat)), timeout=30)
         os.kill(p.stack.procs["host-a"].pid, signal.SIGTERM)
         _host(p, "host-b", root_b, store, env)
         done = p.wait(run_id, 90)

@@ -65,6 +65,7 @@ from workers import workspaces
 from workers.agent import LoopOutcome, TurnLimits, run_loop
 from workers.harness import Harness
 from workers.heartbeat import REPORTED, REPORTED_MS, AttemptBeat, AttemptLine, Heartbeat
+from workers.host import current as current_host
 from workers.metering import Meter
 from workers.providers import Provider, make_provider
 from workers.sandbox import state as sandbox_state
@@ -142,15 +143,18 @@ def _read_first(
 ) -> tuple[Any, Any, Any, str | None]:
     """The run, its counters and context, and the claim of its result token (GETDEL: the token goes to one
     worker only; it is also the password of the attempt's own ACL user, which its beats go through), as
-    read: one round trip. The attempt is alive meanwhile: Mother gave its heartbeat key a time to live
-    that covers the wait for a worker."""
+    read: one round trip. The token waits for the host Mother queued the job for, where only that host's
+    user may take it (a process that is no registered host claims none). The attempt is alive
+    meanwhile: Mother gave its heartbeat key a time to live that covers the wait for a worker."""
+    host = current_host()
     pipe = rt.redis.pipeline(transaction=False)
     runs.queue_read(pipe, run_id)
     queue_counters_read(pipe, run_id)
     queue_context_load(pipe, run_id, phase_index)
-    queue_token_claim(pipe, run_id, phase_index, attempt)
-    raw_run, raw_counters, raw_context, token = pipe.execute()
-    return raw_run, raw_counters, raw_context, token
+    if host is not None:
+        queue_token_claim(pipe, host.host_id, run_id, phase_index, attempt)
+    raw_run, raw_counters, raw_context, *token = pipe.execute()
+    return raw_run, raw_counters, raw_context, (token[0] if token else None)
 
 
 def _parsed(run_id: str, raw: tuple[Any, Any, Any, str | None]) -> FirstRead:
@@ -338,12 +342,14 @@ def _report(
 
 def _report_missing_token(rt: Runtime, run_id: str, phase_index: int, attempt: int) -> None:
     log.error("attempt_token_missing", run_id=run_id, phase_index=phase_index, attempt=attempt)
+    host = current_host()
     rt.violation(
         "attempt_token_missing",
         run_id=run_id,
         phase_index=phase_index,
         attempt=attempt,
         worker=_worker_name(),
+        host=host.host_id if host is not None else None,
         why="the attempt's result token was claimed before this job started; it cannot report",
         # without the attempt's credentials a worker appends to the violations list alone
         activity=False,

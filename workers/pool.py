@@ -43,9 +43,11 @@ import redis
 
 from mother import keys
 from mother.config import Settings
+from mother.hosts.table import HOST_QUEUES, STOPPED
 from mother.logs import get_logger
 from mother.server import parent_death_signal
 from workers.heartbeat import REPORTED, REPORTED_MS, AttemptLine
+from workers.host import Host, register
 
 __all__ = [
     "MemoryPlan",
@@ -66,6 +68,11 @@ RESPAWN_WINDOW = 30.0
 RESPAWN_PAUSE = 5.0
 # how often the host's line in mother:hosts is written, and how old a line doctor calls stale
 PUBLISH_EVERY = 5.0
+# how long the host's user may be refused before the pool stops (Mother forgot the host); Mother forgets
+# a host whose line has been gone 10 minutes, and makes a registered host's user again within a tick
+USER_GONE_SECONDS = 300.0
+# how long a burst pool (drain the queues and exit) waits for Mother to register its host
+BURST_REGISTER_SECONDS = 2.0
 # workers forked between two looks at the beats (a fork of the warmed parent takes ~1-3 ms, more on a
 # starved host)
 FORK_BATCH = 8
@@ -235,6 +242,15 @@ class Pool:
     queues: tuple[str, ...] = ()
     # the workers exit when the queues are empty (RQ's burst mode): none is replaced, the pool ends with them
     burst: bool = False
+    # other clients the host's registration makes its user's (the pool's own ``client`` always is)
+    clients: tuple[redis.Redis, ...] = ()
+    # this host, once registered (workers.host): None for a pool of the maintenance queue alone
+    host: Host | None = field(default=None, init=False)
+    # the host's line is to be written (a worker took or ended a job)
+    _line_dirty: bool = field(default=False, init=False)
+    # since when the host's user has been refused (monotonic), and when that was last said
+    _user_gone_at: float | None = field(default=None, init=False)
+    _user_gone_said: float = field(default=0.0, init=False)
     children: dict[int, _Child] = field(default_factory=dict, init=False)
     stopping: int = field(default=0, init=False)
     _exits: dict[int, list[float]] = field(default_factory=dict, init=False)
@@ -253,6 +269,18 @@ class Pool:
         """Warm up, fork the workers and keep them: until SIGTERM/SIGINT, which is passed on to every
         worker (RQ's warm shutdown: a job running finishes; a second signal stops them at once)."""
         self.warm()
+        if set(self.queues) & set(HOST_QUEUES):
+            # a burst worker (drain and exit) waits for Mother a moment only
+            self.host = register(
+                [self.client, *self.clients],
+                name=self._who(),
+                concurrency=self.concurrency,
+                give_up_after=BURST_REGISTER_SECONDS if self.burst else None,
+            )
+            # the children connect on their own, as the host's user
+            for client in (self.client, *self.clients):
+                client.connection_pool.disconnect()
+            self._alive()
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)
         fcntl.fcntl(self._read_fd, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
@@ -271,6 +299,10 @@ class Pool:
                 # ones take jobs while the rest are forked, and their attempts must be beaten for
                 self._read_messages(0 if self._forked_short() else min(interval, 0.5))
                 self._reap()
+                if self._line_dirty:
+                    # a worker took or ended a job: Mother chooses hosts by how busy they are
+                    self._line_dirty = False
+                    self._alive()
                 now = time.monotonic()
                 if not self.stopping:
                     self._respawn(now)
@@ -399,6 +431,7 @@ class Pool:
             if child is None:
                 continue
             member, _, token = parts[2].decode().partition("\t")
+            self._line_dirty = True
             if parts[1] == b"e":
                 self._ended(member, died=token == "died")
             if parts[1] == b"b" and token:
@@ -415,10 +448,49 @@ class Pool:
     def busy(self) -> int:
         return sum(1 for c in self.children.values() if c.members)
 
+    def _alive(self, value: bytes | None = None) -> None:
+        """The host's line Mother chooses hosts by (its concurrency and busy workers; ``stopped`` at the
+        end), for a heartbeat timeout: only the host's user may write it. Its user gone is waited out
+        (a Redis restart keeps no user Mother made; the leading Mother makes it again within a watchdog
+        tick), with a line every 10 s; gone for ``USER_GONE_SECONDS`` (Mother forgot the host: its line
+        was gone for long) it stops the pool, whose workers could take no job: a supervisor starts it
+        again, registered anew."""
+        if self.host is None:
+            return
+        line = value or orjson.dumps(
+            {"concurrency": self.concurrency, "busy": self.busy(), "workers": len(self.children)}
+        )
+        try:
+            self.client.set(keys.host_alive_key(self.host.host_id), line, px=self._ttl_ms())
+            self._user_gone_at = None
+        except redis.AuthenticationError as exc:
+            now = time.monotonic()
+            since = self._user_gone_at = self._user_gone_at or now
+            if now - since >= USER_GONE_SECONDS and not self.stopping:
+                log.error(
+                    "host_user_gone",
+                    host=self.host.host_id,
+                    error=str(exc),
+                    why=f"no user for this host for {USER_GONE_SECONDS:g}s (Mother forgot it): the "
+                    "pool stops; start it again",
+                )
+                self._on_signal(signal.SIGTERM, None)
+            elif now - self._user_gone_said >= 10.0:
+                self._user_gone_said = now
+                log.warning(
+                    "host_user_missing",
+                    host=self.host.host_id,
+                    waited_seconds=round(now - since),
+                    why="its ACL user is gone (a Redis restart): the leading Mother makes it again",
+                )
+        except redis.RedisError as exc:
+            log.warning("host_line_failed", host=self.host.host_id, error=str(exc))
+
     def _beat(self) -> None:
         """Each running attempt beats on its own line (its ACL user): one round trip each. A line whose
         user is gone (the attempt ended; Mother deleted it) is dropped; other failures are retried next
-        interval (Mother tolerates missed beats up to the timeout)."""
+        interval (Mother tolerates missed beats up to the timeout). The host's own line goes too."""
+        self._alive()
         failed = [
             why
             for member in [m for c in self.children.values() for m in c.members]
@@ -474,7 +546,8 @@ class Pool:
         return {
             "host": self._host,
             "pid": os.getpid(),
-            "queues": list(self.queues),
+            "queues": self.host.queues(self.queues) if self.host else list(self.queues),
+            "host_id": self.host.host_id if self.host else None,
             "concurrency": self.concurrency,
             "workers": len(self.children),
             "busy": busy,
@@ -512,3 +585,5 @@ class Pool:
     def _unpublish(self) -> None:
         with contextlib.suppress(redis.RedisError):
             self.client.hdel(keys.WORKER_HOSTS, self._field())
+        # Mother forgets the host (its user, its registration) and moves what waits on its queues
+        self._alive(STOPPED.encode())

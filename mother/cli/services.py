@@ -67,6 +67,7 @@ def worker(
     from rq.serializers import JSONSerializer
 
     from mother import secrets
+    from workers.host import current as current_host
     from workers.phase import runtime
     from workers.sandbox.state import prepare as prepare_sandbox
     from workers.worker import PhaseWorker, log_sandbox, warm_up
@@ -96,8 +97,9 @@ def worker(
     # each worker a child of one parent that beats for its attempts (a pool of one too: the attempt
     # stays alive while its worker sets it up, however slowly)
     def run_one(index: int, link: PoolLink) -> int:
+        host = current_host()
         one = PhaseWorker(
-            names,
+            host.queues(names) if host else names,
             connection=rt.rq_redis,
             serializer=JSONSerializer,
             name=f"{prefix}.{index}.{os.getpid()}",
@@ -116,6 +118,7 @@ def worker(
         warm=lambda: warm_pool(rt),
         queues=tuple(names),
         burst=burst,
+        clients=(rt.redis,),
     )
     raise typer.Exit(pool.run())
 

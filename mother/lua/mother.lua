@@ -346,6 +346,36 @@ local function mh_relay(keys, args)
   return 1
 end
 
+-- mh_readdress: a queued phase job moved to another worker host's queue, with its token (Mother-addressed
+-- dispatch: a host gone, one with no worker free while another has one, one that takes nothing, or a job
+-- that waited for a host). Only while the job is still on the queue it waited on: a worker that dequeued it
+-- first runs it. The token moves from where it waited (a host's key, or Mother's own while no host was
+-- live) to the new host's, for the time it had left; the attempt's mark names the new host. Nothing is
+-- composed or counted again: the attempt is the same.
+-- KEYS: 1 the queue it waits on, 2 where its token waits, 3 the new host's queue, 4 the new host's token
+--       key, 5 the job's hash, 6 the attempt's heartbeat key, 7 hosts:awaited, 8 RQ's set of queues
+-- ARGV: 1 the job id, 2 the new queue's name, 3 the attempt's new dispatch mark, 4 its heartbeat member
+-- Returns 1 when moved, 0 when the job was not on that queue, -1 when it was and its token was not (taken
+-- off the queue: the caller dispatches the attempt anew).
+local function mh_readdress(keys, args)
+  if redis.call('LREM', keys[1], 1, args[1]) == 0 then return 0 end
+  local token = redis.call('GET', keys[2])
+  if not token then return -1 end
+  local ttl = redis.call('PTTL', keys[2])
+  redis.call('DEL', keys[2])
+  if ttl > 0 then
+    redis.call('SET', keys[4], token, 'PX', ttl)
+  else
+    redis.call('SET', keys[4], token)
+  end
+  redis.call('HSET', keys[5], 'origin', args[2])
+  redis.call('RPUSH', keys[3], args[1])
+  redis.call('SADD', keys[8], keys[3])
+  if redis.call('EXISTS', keys[6]) == 1 then redis.call('SET', keys[6], args[3], 'KEEPTTL') end
+  redis.call('ZREM', keys[7], args[4])
+  return 1
+end
+
 -- mh_activity_drain: move what phase attempts pushed to activity:inbox onto the activity stream, oldest
 -- first. An item that is not a JSON list of an even number (2..ACTIVITY_FIELDS) of strings, or is longer
 -- than ACTIVITY_BYTES, is dropped and counted (anyone who may push there may push anything).
@@ -562,6 +592,7 @@ redis.register_function('mh_due', mh_due)
 redis.register_function('mh_trim_stream', mh_trim_stream)
 redis.register_function('mh_forget_rejection', mh_forget_rejection)
 redis.register_function('mh_relay', mh_relay)
+redis.register_function('mh_readdress', mh_readdress)
 redis.register_function('mh_activity_drain', mh_activity_drain)
 redis.register_function('mh_lease', mh_lease)
 redis.register_function('mh_release_lease', mh_release_lease)
