@@ -62,6 +62,8 @@ log = get_logger("mother")
 # how often the leader moves phase attempts' entries from activity:inbox to the activity stream (and
 # always before it reads a phase's result)
 ACTIVITY_DRAIN_SECONDS = 0.25
+# how often the leader takes hosts' hellos and moves jobs that waited for a host (one round trip)
+HOSTS_LOOK_SECONDS = 0.1
 
 
 class Mother:
@@ -250,7 +252,7 @@ class Mother:
         ):
             self._drained_at = now
             self._guarded("activity", self._drain_activity)
-        if now - self._hosts_at >= ACTIVITY_DRAIN_SECONDS:
+        if now - self._hosts_at >= HOSTS_LOOK_SECONDS:
             self._hosts_at = now
             self._guarded("hosts", self._look_at_hosts)
         for stream, entries in pairs:

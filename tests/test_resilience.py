@@ -859,50 +859,19 @@ def _host_of_worker(p: Pipeline, name: str) -> str:
     return host
 
 
-def test_jobs_queued_for_a_host_that_stops_answering_go_to_a_live_one_and_a_stopped_host_is_forgotten(
+def test_jobs_go_from_a_busy_host_and_a_silent_one_to_a_live_one_and_a_stopped_host_is_forgotten(
     tmp_path: Path,
 ) -> None:
-    """Mother queues each phase job for one registered host (issue 53). A host whose processes stop
-    answering (SIGSTOP: its line lapses after a heartbeat timeout) has the jobs waiting on its queue
-    dispatched again to the live host: every run succeeds on its first attempt, some of them after a
-    first dispatch to the stopped host. A pool stopped with SIGTERM says so, and Mother forgets its host
-    at once (its ACL user and its registration), then queues nothing for it."""
-    p = start_pipeline(tmp_path, workers=2)
-    try:
-        stopped, live = _host_of_worker(p, "worker-0"), _host_of_worker(p, "worker-1")
-        pool = p.stack.procs["worker-0"]
-        os.killpg(pool.pid, signal.SIGSTOP)
-        try:
-            runs = [
-                p.client.submit(example("cancelled", scripts={"crawler": [{"text": f"r{i}"}]}))
-                for i in range(6)
-            ]
-            records = [p.wait(run_id, 30) for run_id in runs]
-        finally:
-            os.killpg(pool.pid, signal.SIGCONT)
-        assert [r.termination.reason for r in records] == ["success"] * 6
-        assert [p.client.status(run_id).attempt for run_id in runs] == [1] * 6
-        firsts = [_dispatched_to(p, run_id) for run_id in runs]
-        # the stopped host had its share; each of those was moved to the live one
-        moved = [hosts for hosts in firsts if hosts[0] == stopped]
-        assert moved and all(hosts[-1] == live for hosts in moved), firsts
-        # a pool that stops says so: forgotten at once
-        os.killpg(pool.pid, signal.SIGTERM)
-        pool.wait(20)
-        wait_until(lambda: p.redis.hget(keys.HOSTS_REGISTERED, stopped) is None, timeout=10)
-        assert keys.host_user(stopped) not in p.redis.execute_command("ACL", "USERS")
-        again = p.client.submit(example("cancelled", scripts={"crawler": [{"text": "again"}]}))
-        assert p.wait(again, 30).termination.reason == "success"
-        assert _dispatched_to(p, again) == [live]
-    finally:
-        stop_pipeline(p)
-
-
-def test_a_job_queued_for_a_busy_host_goes_to_the_host_whose_worker_is_free(tmp_path: Path) -> None:
-    """Two hosts of one worker each, both busy: the next two runs are queued one for each. The host
-    whose phase ends first takes the one queued for it, and Mother moves the other there (a job that
-    waited on a busy host while another host had a worker free, as a parent's child queued behind its
-    parent's own phase): both end while the long phase still runs, where the second used to wait for it."""
+    """Mother queues each phase job for one registered host (issue 53). Two hosts of one worker each:
+    - both busy, the next two runs are queued one for each; the host whose phase ends first takes the
+      one queued for it, and Mother moves the other there (a job that waited on a busy host while
+      another had a worker free, as a parent's child queued behind its parent's own phase): both end
+      while the long phase still runs, where the second used to wait for it;
+    - a host whose processes stop answering (SIGSTOP: its line lapses after a heartbeat timeout) has the
+      jobs waiting on its queue moved to the live host: every run succeeds on its first attempt, some
+      after a first dispatch to the silent host;
+    - a pool stopped with SIGTERM says so, and Mother forgets its host at once (its ACL user and its
+      registration), then queues nothing for it."""
     p = start_pipeline(tmp_path, workers=2)
     try:
         long = p.client.submit(
@@ -927,5 +896,32 @@ def test_a_job_queued_for_a_busy_host_goes_to_the_host_whose_worker_is_free(tmp_
         for hosts in [_dispatched_to(p, run_id) for run_id in queued]:
             assert hosts[-1] != busy and (hosts[0] != busy or len(hosts) == 2), (busy, hosts)
         p.client.cancel(long, actor="test", reason="done")
+        assert p.wait(long, 30).termination.reason == "user_cancelled"
+
+        stopped, live = _host_of_worker(p, "worker-0"), _host_of_worker(p, "worker-1")
+        pool = p.stack.procs["worker-0"]
+        os.killpg(pool.pid, signal.SIGSTOP)
+        try:
+            runs = [
+                p.client.submit(example("cancelled", scripts={"crawler": [{"text": f"r{i}"}]}))
+                for i in range(6)
+            ]
+            records = [p.wait(run_id, 30) for run_id in runs]
+        finally:
+            os.killpg(pool.pid, signal.SIGCONT)
+        assert [r.termination.reason for r in records] == ["success"] * 6
+        assert [p.client.status(run_id).attempt for run_id in runs] == [1] * 6
+        firsts = [_dispatched_to(p, run_id) for run_id in runs]
+        # the silent host had its share; each of those was moved to the live one
+        moved = [hosts for hosts in firsts if hosts[0] == stopped]
+        assert moved and all(hosts[-1] == live for hosts in moved), firsts
+        # a pool that stops says so: forgotten at once
+        os.killpg(pool.pid, signal.SIGTERM)
+        pool.wait(20)
+        wait_until(lambda: p.redis.hget(keys.HOSTS_REGISTERED, stopped) is None, timeout=10)
+        assert keys.host_user(stopped) not in p.redis.execute_command("ACL", "USERS")
+        again = p.client.submit(example("cancelled", scripts={"crawler": [{"text": "again"}]}))
+        assert p.wait(again, 30).termination.reason == "success"
+        assert _dispatched_to(p, again) == [live]
     finally:
         stop_pipeline(p)

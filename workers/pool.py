@@ -72,7 +72,7 @@ PUBLISH_EVERY = 5.0
 # a host whose line has been gone 10 minutes, and makes a registered host's user again within a tick
 USER_GONE_SECONDS = 300.0
 # how long a burst pool (drain the queues and exit) waits for Mother to register its host
-BURST_REGISTER_SECONDS = 2.0
+BURST_REGISTER_SECONDS = 1.0
 # workers forked between two looks at the beats (a fork of the warmed parent takes ~1-3 ms, more on a
 # starved host)
 FORK_BATCH = 8

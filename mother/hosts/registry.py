@@ -1,7 +1,7 @@
 """Worker hosts' registration, their ACL users, and forgetting hosts that stopped (Mother's side).
 
 A host's hello is ``{"host": id, "digest": sha256(password), "name": ..., "concurrency": n}`` on
-``hosts:hello``. The leading Mother takes up to ``ADMIT_BATCH`` at a time (every 250 ms): a hello that is
+``hosts:hello``. The leading Mother takes up to ``ADMIT_BATCH`` at a time (every 100 ms): a hello that is
 not one, that names a host already registered (someone else's id: its digest would become a second
 password of that host's user) or that comes when ``MAX_HOSTS`` are registered is refused and recorded as
 ``host_hello_refused``. An admitted host is written to ``hosts:registered`` first and its user made
@@ -45,7 +45,7 @@ __all__ = [
 
 log = get_logger("hosts")
 
-# hellos taken per look (every 250 ms): a flood of them costs Mother this many ACL SETUSERs at most
+# hellos taken per look (every 100 ms): a flood of them costs Mother this many ACL SETUSERs at most
 ADMIT_BATCH = 16
 # registered hosts at most (a flood of hellos cannot make users without end)
 MAX_HOSTS = 1000
@@ -161,7 +161,7 @@ def mint(client: Any, host_id: str, digest: str) -> None:
 
 
 def look(rt: Runtime) -> tuple[int, bool]:
-    """The leader's look every 250 ms, one round trip: take the hellos waiting (up to ``ADMIT_BATCH``)
+    """The leader's look every 100 ms, one round trip: take the hellos waiting (up to ``ADMIT_BATCH``)
     and register each host that may be; returns how many were, and whether attempts await a host."""
     pipe = rt.redis.pipeline(transaction=False)
     pipe.lpop(keys.HOST_HELLOS, ADMIT_BATCH)
