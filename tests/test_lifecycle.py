@@ -523,3 +523,31 @@ def test_a_result_of_an_attempt_that_was_retried_moves_nothing(
     )
     assert calls.transition(r, **args) == 0
     assert r.execute_command("JSON.GET", keys.run_key(run_id)) == state_before
+
+
+def test_a_host_counts_no_more_workers_than_it_registered_with_and_mother_spreads_the_jobs(
+    r: redis.Redis,
+) -> None:
+    """A host's line is its own word (its user rewrites it at will): one saying it has 100,000 workers
+    where it registered one would have drawn every job, and every token, to itself. It counts as what it
+    registered with, so two idle hosts of one worker each get one job each; an avoided host gets none
+    while another is live."""
+    from mother.clock import ServerClock
+    from mother.hosts import HostTable
+
+    liar, honest = "00000000000000bb", "00000000000000cc"
+    for host in (liar, honest):
+        r.hset(
+            keys.HOSTS_REGISTERED,
+            host,
+            orjson.dumps({"digest": "0" * 64, "name": "t", "concurrency": 1}),
+        )
+    r.set(keys.host_alive_key(liar), orjson.dumps({"concurrency": 100_000, "busy": 0}))
+    r.set(keys.host_alive_key(honest), orjson.dumps({"concurrency": 1, "busy": 0}))
+    table = HostTable(r, ServerClock(r))
+    table.refresh()
+    assert table.live[liar].concurrency == 1
+    assert sorted([table.choose(), table.choose()]) == [liar, honest]
+    r.zadd(keys.HOSTS_AVOIDED, {liar: ServerClock(r).now_ms() + 60_000})
+    table.refresh()
+    assert {table.choose() for _ in range(4)} == {honest}

@@ -117,9 +117,9 @@ class HostTable:
             except orjson.JSONDecodeError:
                 got = {}
             got = got if isinstance(got, dict) else {}
-            concurrency = _int(
-                got.get("concurrency"), _int(registered[host_id].get("concurrency"), 1)
-            )
+            # at most what it registered with: its line is its own word, rewritten at will
+            most = max(1, _int(registered[host_id].get("concurrency"), 1))
+            concurrency = min(most, _int(got.get("concurrency"), most))
             sent = self.live[host_id].sent if host_id in self.live else []
             live[host_id] = LiveHost(
                 host_id, max(1, concurrency), _int(got.get("busy")), queued, sent
