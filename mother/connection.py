@@ -110,7 +110,9 @@ def sleep_unless(stop: Callable[[], bool], seconds: float) -> None:
 AUTH_RETRY_SECONDS = 0.5
 
 
-def _refused(exc: BaseException) -> bool:
+def credentials_refused(exc: BaseException) -> bool:
+    """Whether the server answered and refused the credentials (no such user, a wrong password: WRONGPASS),
+    as against not answering."""
     return isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in str(exc)
 
 
@@ -163,7 +165,7 @@ class Outage:
         # a server that answers and refuses the credentials has lost the ACL user Mother made (a restart,
         # a failover: ACL users are not replicated), which the leading Mother makes again within a tick:
         # tried again soon, not after a growing wait
-        self._delay = min(self._delay * 2, AUTH_RETRY_SECONDS if _refused(exc) else 5.0)
+        self._delay = min(self._delay * 2, AUTH_RETRY_SECONDS if credentials_refused(exc) else 5.0)
 
     def recovered(self) -> None:
         if self.since is not None:

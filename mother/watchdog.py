@@ -38,7 +38,7 @@ from mother.config import AGENTS_QUEUE
 from mother.connection import unless_redis_down
 from mother.functions import call
 from mother.gates.decide import expire
-from mother.hosts.table import AWAITING_QUEUE, HOST_QUEUES, is_phase_queue
+from mother.hosts.table import AWAITING_QUEUE, HOST_QUEUES
 from mother.lifecycle import (
     DISPATCHED_MS,
     JOB_FUNCTION,
@@ -487,12 +487,7 @@ class Watchdog:
         table = self.rt.hosts
         table.refresh()
         for host in [*table.stopped, *table.missing]:
-            for base in HOST_QUEUES:
-                name = keys.host_queue(base, host)
-                for job_id in self.rt.queue(name).get_job_ids(0, BATCH):
-                    self._isolated(
-                        "host gone", job_id, self._move, job_id, f"host {host} is gone", name
-                    )
+            self._move_queued(host, f"host {host} is gone")
         if table.live:
             self.take_awaited()
             self._rebalance()
@@ -514,40 +509,41 @@ class Watchdog:
                 return
             if not state.queued or free[host] > 0:
                 continue
-            for base in HOST_QUEUES:
-                name = keys.host_queue(base, host)
-                for job_id in self.rt.queue(name).get_job_ids(0, min(spare, BATCH)):
-                    self._isolated(
-                        "rebalance",
-                        job_id,
-                        self._move,
-                        job_id,
-                        f"host {host} has no worker free and another host has",
-                        name,
-                        REBALANCE_AFTER_MS,
-                    )
-                    spare -= 1
+            spare -= self._move_queued(
+                host,
+                f"host {host} has no worker free and another host has",
+                limit=spare,
+                older_ms=REBALANCE_AFTER_MS,
+            )
+
+    def _move_queued(self, host: str, why: str, *, limit: int = BATCH, older_ms: int = 0) -> int:
+        """Move the oldest jobs waiting on ``host``'s queues (up to ``limit``) to other live hosts
+        (:meth:`_move`); returns how many were looked at."""
+        looked = 0
+        for base in HOST_QUEUES:
+            name = keys.host_queue(base, host)
+            for job_id in self.rt.queue(name).get_job_ids(0, min(limit - looked, BATCH)):
+                looked += 1
+                self._isolated("host's queue", job_id, self._move, job_id, why, name, older_ms)
+        return looked
 
     def take_awaited(self) -> None:
         """The attempts dispatched while no host was live (``hosts:awaited``): their jobs go to a live host
         now, with their tokens (a member whose job is no longer waiting is dropped)."""
         members = [str(m) for m in self.rt.redis.zrange(keys.HOSTS_AWAITED, 0, BATCH - 1)]
-        done = []
+        outcomes: dict[str, str] = {}
+
+        def move(member: str, job_id: str) -> None:
+            outcomes[member] = self._move(job_id, "a host is live now", AWAITING_QUEUE)
+
         for member in members:
             ids = keys.heartbeat_member_ids(member)
-            outcome = ["gone"]
-            if ids is not None:
-                job_id = keys.phase_job_id(*ids)
-                self._isolated(
-                    "awaiting a host",
-                    member,
-                    lambda job_id=job_id, outcome=outcome: outcome.append(
-                        self._move(job_id, "a host is live now", AWAITING_QUEUE)
-                    ),
-                )
-            # one that failed is tried again at the next look
-            if (outcome[-1] not in ("moved", "wait") and len(outcome) > 1) or ids is None:
-                done.append(member)
+            if ids is None:
+                outcomes[member] = "gone"
+            else:
+                self._isolated("awaiting a host", member, move, member, keys.phase_job_id(*ids))
+        # moved ones are out already (mh_readdress); one that failed is tried again at the next look
+        done = [m for m, outcome in outcomes.items() if outcome not in ("moved", "wait")]
         if done:
             self.rt.redis.zrem(keys.HOSTS_AWAITED, *done)
 
@@ -578,8 +574,8 @@ class Watchdog:
         metas = iter(pipe.execute())
         now = self.rt.clock.now_ms()
         slack = int(self.rt.settings.service.heartbeat_timeout_seconds * 1000)
-        stalled: dict[str, list[str]] = {}
-        for (host, name), head in zip(names, heads, strict=True):
+        stalled: set[str] = set()
+        for (host, _name), head in zip(names, heads, strict=True):
             if head is None:
                 continue
             try:
@@ -588,8 +584,8 @@ class Watchdog:
                 meta = {}
             dispatched = meta.get(DISPATCHED_MS) if isinstance(meta, dict) else None
             if isinstance(dispatched, int) and now - dispatched >= slack:
-                stalled.setdefault(host, []).append(name)
-        for host, queues in stalled.items():
+                stalled.add(host)
+        for host in sorted(stalled):
             log.warning(
                 "host_not_taking_jobs",
                 host=host,
@@ -598,16 +594,7 @@ class Watchdog:
             )
             self.rt.redis.zadd(keys.HOSTS_AVOIDED, {host: now + int(AVOID_SECONDS * 1000)})
             table.avoided.add(host)
-            for name in queues:
-                for job_id in self.rt.queue(name).get_job_ids(0, BATCH):
-                    self._isolated(
-                        "host not taking jobs",
-                        job_id,
-                        self._move,
-                        job_id,
-                        f"host {host} is not taking its jobs",
-                        name,
-                    )
+            self._move_queued(host, f"host {host} is not taking its jobs")
         self.rt.redis.zremrangebyscore(keys.HOSTS_AVOIDED, "-inf", now)
 
     def _move(self, job_id: str, why: str, off: str, older_ms: int = 0) -> str:
@@ -864,8 +851,8 @@ class Watchdog:
 
     def _redispatch(self, run_id: str, job_id: str, why: str = "its job was gone") -> None:
         """Dispatch the run's current attempt again, composed anew with a new token (``job_id`` must be
-        its job: one whose hash is gone, one moved off every queue, one whose token was gone). The job is
-        taken off whatever queue it may still be on: its id is queued anew."""
+        its job: one whose hash is gone, one moved off every queue of its host, one whose token was gone
+        and that mh_readdress took off its queue): its id is queued anew."""
         state = self.rt.load_run(run_id)
         if (
             state is None
@@ -873,10 +860,6 @@ class Watchdog:
             or keys.phase_job_id(run_id, state.phase_index, state.attempt) != job_id
         ):
             return
-        origin = self.rt.rq_redis.hget(Job.key_for(job_id), "origin")
-        origin = origin.decode() if isinstance(origin, bytes) else origin
-        if is_phase_queue(origin):
-            self.rt.queue(origin).remove(job_id)
         log.warning("phase_redispatched", run_id=run_id, job_id=job_id, why=why)
         dispatch(
             self.rt, run_id, state.spec, state.phase_index, state.attempt, outputs=outputs_of(state)

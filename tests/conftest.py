@@ -325,23 +325,30 @@ def paused(p: Pipeline, name: str = "worker-0") -> Iterator[str]:
     import signal
 
     pool = p.stack.procs[name]
-
-    def host() -> str | None:
-        import orjson
-
-        from mother import keys
-
-        for raw in p.redis.hvals(keys.WORKER_HOSTS):
-            line = orjson.loads(raw)
-            if line.get("pid") == pool.pid and line.get("host_id"):
-                return str(line["host_id"])
-        return None
-
-    from tests.test_pipeline import wait_until
-
-    found: str = wait_until(host, timeout=20)
+    found = host_of_worker(p, name)
     os.killpg(pool.pid, signal.SIGSTOP)
     try:
         yield found
     finally:
         os.killpg(pool.pid, signal.SIGCONT)
+
+
+def host_of_worker(p: Pipeline, name: str) -> str:
+    """The host id the stack's worker process tree ``name`` (worker-N) registered as: its pool's line in
+    mother:hosts, waited for."""
+    import orjson
+
+    from mother import keys
+    from tests.test_pipeline import wait_until
+
+    pid = p.stack.procs[name].pid
+
+    def found() -> str | None:
+        for raw in p.redis.hvals(keys.WORKER_HOSTS):
+            line = orjson.loads(raw)
+            if line.get("pid") == pid and line.get("host_id"):
+                return str(line["host_id"])
+        return None
+
+    host: str = wait_until(found, timeout=20)
+    return host

@@ -17,7 +17,7 @@ from mother import keys
 from mother.attempt_users import attempt_client, mint
 from mother.termination import build_record, terminate
 from schemas import ResultEnvelope
-from tests.conftest import Pipeline, beating, start_pipeline, stop_pipeline
+from tests.conftest import Pipeline, beating, host_of_worker, start_pipeline, stop_pipeline
 from tests.test_pipeline import example, held_back_nothing, termination_keys, wait_until
 from tests.test_spawn import _spawn
 
@@ -844,21 +844,6 @@ def _dispatched_to(p: Pipeline, run_id: str) -> list[str | None]:
     return [e.data.get("host") for e in entries]
 
 
-def _host_of_worker(p: Pipeline, name: str) -> str:
-    """The host id the pool ``name`` (worker-N) registered as (its line in mother:hosts)."""
-    pid = p.stack.procs[name].pid
-
-    def found() -> str | None:
-        for raw in p.redis.hvals(keys.WORKER_HOSTS):
-            line = orjson.loads(raw)
-            if line.get("pid") == pid and line.get("host_id"):
-                return str(line["host_id"])
-        return None
-
-    host: str = wait_until(found, timeout=20)
-    return host
-
-
 def test_jobs_go_from_a_busy_host_and_a_silent_one_to_a_live_one_and_a_stopped_host_is_forgotten(
     tmp_path: Path,
 ) -> None:
@@ -898,7 +883,7 @@ def test_jobs_go_from_a_busy_host_and_a_silent_one_to_a_live_one_and_a_stopped_h
         p.client.cancel(long, actor="test", reason="done")
         assert p.wait(long, 30).termination.reason == "user_cancelled"
 
-        stopped, live = _host_of_worker(p, "worker-0"), _host_of_worker(p, "worker-1")
+        stopped, live = host_of_worker(p, "worker-0"), host_of_worker(p, "worker-1")
         pool = p.stack.procs["worker-0"]
         os.killpg(pool.pid, signal.SIGSTOP)
         try:

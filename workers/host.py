@@ -2,8 +2,8 @@
 
 At start the pool makes a random host id and password, pushes its hello (the id, the password's SHA-256,
 its name and concurrency) on ``hosts:hello`` with the shared worker credentials, and waits until the
-leading Mother has made its ACL user (it tries ``AUTH`` as it, backing off, and says every few seconds
-that it waits). From then on every connection of the host (its pool, workers and their horses) is its
+leading Mother has made its ACL user (it tries ``AUTH`` as it every 50 ms, after 5 s every 500 ms, and
+says every 10 s that it waits). From then on every connection of the host (its pool, workers and their horses) is its
 own user's: the only one that may take the tokens of the attempts Mother queued for it, on its own
 queues (``agents.{id}``, ``tools.{id}``). The password never leaves the host's memory.
 """
@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from mother import keys
-from mother.connection import authenticate_as, redis_down
+from mother.connection import authenticate_as, credentials_refused, redis_down
 from mother.hosts.registry import Hello
 from mother.hosts.table import HOST_QUEUES
 from mother.logs import get_logger
@@ -87,8 +87,9 @@ def register(
                 log.info("host_hello_sent", host=host.host_id, name=hello.name)
             _try_auth(client, host)
             break
+        # the host's user not made yet
         except (redis.AuthenticationError, redis.ResponseError) as exc:
-            if not _not_yet(exc):
+            if not credentials_refused(exc):
                 raise
         except redis.RedisError as exc:
             if not redis_down(exc):
@@ -122,11 +123,6 @@ def register(
         "host_registered", host=host.host_id, waited_ms=round((time.monotonic() - started) * 1000)
     )
     return host
-
-
-def _not_yet(exc: Exception) -> bool:
-    """Whether an AUTH failed because the host's user is not made yet (WRONGPASS)."""
-    return "WRONGPASS" in str(exc) or "invalid username-password" in str(exc)
 
 
 def _try_auth(client: redis.Redis, host: Host) -> None:

@@ -128,13 +128,10 @@ class HostTable:
         self.avoided = avoided & set(live)
         self._at = time.monotonic()
 
-    def stale(self) -> bool:
-        return self._at is None or time.monotonic() - self._at >= REFRESH_SECONDS
-
     def choose(self, exclude: str | None = None) -> str | None:
         """The live host with the least load per slot (ties at random), counted as sent one more job;
         None when no host is live (but ``exclude``)."""
-        if self.stale() or (not self.live and self._older_than(NONE_LIVE_SECONDS)):
+        if self._older_than(NONE_LIVE_SECONDS if not self.live else REFRESH_SECONDS):
             self.refresh()
         if not self.live:
             return None
@@ -152,7 +149,7 @@ class HostTable:
         return self._at is None or time.monotonic() - self._at >= seconds
 
     def any_live(self) -> bool:
-        if self.stale():
+        if self._older_than(REFRESH_SECONDS):
             self.refresh()
         return bool(self.live)
 
