@@ -25,6 +25,21 @@ MOTHER_BIN = Path(sys.executable).parent / "mother"
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def in_ci() -> bool:
+    """Whether this is CI (``CI`` set true, as CI services and .ci/run set it)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def need(why_not: str | None) -> None:
+    """A test's real part (bubblewrap, chromium, iproute2, Ceph, redis-cli, npm) is missing when
+    ``why_not`` says why: the test skips, saying so; in CI, where .ci/run installs every part, it fails."""
+    if why_not is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI: {why_not} (.ci/run installs it; it may not skip in CI)", pytrace=False)
+    pytest.skip(why_not)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The S3 store's tests are collected: their gateway starts now, in the background (tests/s3_server.py)."""
     if any("s3" in item.name for item in session.items):

@@ -11,14 +11,13 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
 import redis
 import yaml
 
 from mother import keys
 from mother.server import free_port
 from mother.stack import Exited, LocalStack, exit_text
-from tests.conftest import MOTHER_BIN, Pipeline, cli_env, run_cli
+from tests.conftest import MOTHER_BIN, Pipeline, cli_env, need, run_cli
 from tests.test_pipeline import EXAMPLES, example, wait_until
 
 
@@ -217,12 +216,11 @@ def test_ctrl_c_while_waiting_stops_the_wait_not_the_run(
     run_cli("cancel", run_id, env={"MOTHER_REDIS_URL": pipeline.url})
 
 
-@pytest.mark.skipif(
-    shutil.which("redis-cli") is None,
-    reason="no redis-cli on this machine (raw XADD is also tested via redis-py)",
-)
 def test_redis_cli_xadd_submission(pipeline: Pipeline) -> None:
     """The literal `redis-cli XADD mother:submissions '*' spec '<json>'` starts a run that succeeds."""
+    need(
+        None if shutil.which("redis-cli") else "no redis-cli on this machine (Debian's redis-tools)"
+    )
     spec = json.dumps(example("three-phase"))
     port = pipeline.url.rsplit(":", 1)[1].split("/")[0]
     out = subprocess.run(

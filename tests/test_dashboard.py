@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from mother import keys
-from tests.conftest import start_with_libraries, stop_pipeline, wait_for_person
+from tests.conftest import need, start_with_libraries, stop_pipeline, wait_for_person
 from tests.test_pipeline import example, wait_until
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -279,11 +279,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium on this machine (Debian's `chromium` package; .ci/run installs it)",
-)
 def test_every_page_in_headless_chromium(stack, tmp_path: Path) -> None:
+    need(None if CHROMIUM else "no chromium on this machine (Debian's `chromium` package)")
     import uvicorn
     from playwright.sync_api import sync_playwright
 

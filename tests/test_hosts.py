@@ -23,7 +23,7 @@ from mother.client import MotherClient
 from mother.config import load_settings
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
-from tests.conftest import FAST_ENV, beating, tool_calls_counted
+from tests.conftest import FAST_ENV, beating, need, tool_calls_counted
 from tests.test_pipeline import example, wait_until
 from tests.test_workspaces import _spec
 
@@ -51,7 +51,11 @@ def _why_not() -> str | None:
 
 
 WHY_NOT = _why_not()
-pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
+
+
+@pytest.fixture(autouse=True)
+def _namespaces() -> None:
+    need(WHY_NOT)
 
 
 def _ip(*args: str) -> None:

@@ -6,17 +6,20 @@ repository's config tries to make git run a command. Each attempt must fail, wit
 a marker file on the host untouched. Also: network and environment only as a manifest asks and the
 deployment allows, limits, and a worker that will not start without its sandbox.
 
-Every sandboxed test skips, saying why, on a host where bubblewrap cannot make a sandbox (CI installs
-it); the git and file-path hardening is tested unsandboxed too."""
+Every sandboxed test skips, saying why, on a host where bubblewrap cannot make a sandbox, and fails
+in CI (.ci/run installs it); the git and file-path hardening is tested unsandboxed too."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,12 +31,12 @@ from mother import secrets
 from mother.config import Settings
 from schemas import RunSpec
 from schemas.tool import DeterministicTool
-from tests.conftest import Pipeline, run_cli, start_pipeline, start_up_dev, stop_pipeline
+from tests.conftest import Pipeline, need, run_cli, start_pipeline, start_up_dev, stop_pipeline
 from tests.test_pipeline import wait_until
 from tests.test_tools import _tool
-from workers.sandbox.bwrap import Sandbox, hand_over
-from workers.sandbox.rules import ToolRules
-from workers.sandbox.state import sandbox_state
+from workers.sandbox.bwrap import Sandbox, SandboxUnavailable, hand_over
+from workers.sandbox.rules import CallPolicy, ToolRules
+from workers.sandbox.state import SandboxState, sandbox_state
 from workers.tools import shipped_tools
 from workers.tools.executor import ToolExecutor
 
@@ -53,7 +56,7 @@ def maybe_sandbox() -> Sandbox | None:
 @pytest.fixture(scope="module")
 def sandbox(maybe_sandbox: Sandbox | None) -> Sandbox:
     if maybe_sandbox is None:
-        pytest.skip(f"no tool sandbox on this host: {sandbox_state(Settings()).detail}")
+        need(f"no tool sandbox on this host: {sandbox_state(Settings()).detail}")
     return maybe_sandbox
 
 
@@ -463,6 +466,61 @@ def test_a_sandboxed_tool_is_an_unprivileged_user(sandbox: Sandbox, tmp_path: Pa
     )
     probe.close()
     assert got["output"]["uid"] != 0 and got["output"]["capabilities"] == 0
+
+
+def test_an_installation_under_tmp_is_seen_in_the_sandbox(sandbox: Sandbox, tmp_path: Path) -> None:
+    """A project, venv or CI checkout under /tmp: its read-only paths are bound after the sandbox's
+    private /tmp is mounted, not hidden by it (a tool module there imports and runs)."""
+    install = Path(tempfile.mkdtemp(prefix="mh-install-", dir="/tmp"))
+    install.chmod(0o755)
+    try:
+        (install / "tmp_probe_tool.py").write_text(
+            "def hello(workspace, inputs):\n    return {'from': __file__}\n"
+        )
+        probe = Sandbox(
+            sandbox.bwrap, rules=sandbox.rules, setpriv=sandbox.setpriv, extra_paths=[install]
+        )
+        policy = CallPolicy(limits=sandbox.rules.limits, module_paths=(install / "x.py",))
+        got = probe.run("tmp_probe_tool:hello", tmp_path, {}, policy, 30, 1 << 16)
+        probe.close()
+        assert got == {"output": {"from": str(install / "tmp_probe_tool.py")}}
+    finally:
+        shutil.rmtree(install)
+
+
+def _bwrap_pids(*, unreaped: bool) -> set[int]:
+    """The bwrap processes that are this process's or were left to init (another process's sandboxes
+    are not): the live ones, and with ``unreaped`` the exited ones nobody has reaped."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "bwrap":
+                state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+                if (unreaped or state != "Z") and int(ppid) in (1, os.getpid()):
+                    found.add(int(entry.name))
+    return found
+
+
+def test_a_failed_check_and_a_killed_sandbox_leave_no_process(sandbox: Sandbox) -> None:
+    """A check that fails (the interpreter missing, as a path bwrap cannot reach) says bubblewrap
+    refused, not that it is missing, and leaves no bwrap process running (a sandbox whose PID 1 ended
+    on its own is init's to reap); a sandbox killed as it starts leaves none, not even unreaped: its
+    PID 1 is killed first, and bwrap reaps it."""
+    before = _bwrap_pids(unreaped=False)
+    broken = Sandbox(sandbox.bwrap, rules=sandbox.rules, setpriv=sandbox.setpriv)
+    broken.python = "/nonexistent/python3"
+    with pytest.raises(SandboxUnavailable, match="bwrap cannot make a sandbox here"):
+        broken.check()
+    assert _bwrap_pids(unreaped=False) - before == set()
+    state = SandboxState("missing", "bwrap cannot make a sandbox here: x", None, sandbox.rules)
+    assert state.remedy.startswith("bubblewrap is installed but refused")
+    with tempfile.TemporaryDirectory() as scratch:
+        before = _bwrap_pids(unreaped=True)
+        for wait in (0, 0.01, 0.2):
+            started = sandbox._start(Path(scratch), CallPolicy(limits=sandbox.rules.limits))
+            time.sleep(wait)
+            started.kill()
+            assert _bwrap_pids(unreaped=True) - before == set()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="hand_over runs for a root worker only")

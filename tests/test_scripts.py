@@ -1,11 +1,13 @@
 """scripts/_bootstrap.sh: ./scripts/demo and ./scripts/test share one .venv and do not reinstall each
-other's environment (a fake interpreter records each pip install)."""
+other's environment (a fake interpreter records each pip install); and what a missing part does in CI."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,3 +43,21 @@ def test_demo_and_test_do_not_reinstall_each_others_environment(tmp_path: Path) 
     assert len(installs()) == 2 and installs()[1].endswith("-e .")
     bootstrap("test")  # the tests then add their extras
     assert len(installs()) == 3
+
+
+def test_a_missing_part_skips_on_a_laptop_and_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test whose real part is missing skips, saying why; with CI=true (what .ci/run sets after it
+    installed every part) it fails instead: nothing skips silently in CI."""
+    from tests.conftest import need
+
+    need(None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="no bwrap"):
+        need("no bwrap")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI: no bwrap"):
+        need("no bwrap")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "export CI=true" in ci
+    for package in ("bubblewrap", "chromium", "iproute2", "radosgw", "redis-tools", "npm"):
+        assert package in ci

@@ -28,7 +28,7 @@ from mother.tools import ToolRouter, build_registry, load_manifests, phase_query
 from mother.tools.patterns import compile_pattern, pattern_source
 from schemas import RunSpec
 from schemas.tool import DeterministicTool
-from tests.conftest import Pipeline, run_cli, start_pipeline, stop_pipeline, wait_for_person
+from tests.conftest import Pipeline, need, run_cli, start_pipeline, stop_pipeline, wait_for_person
 from tests.test_pipeline import example, wait_until
 from workers.tools import ToolBox, shipped_tools
 from workers.tools.executor import ToolExecutor
@@ -453,8 +453,7 @@ def test_run_tests_picks_the_workspaces_runner_and_no_tests_is_a_failure(tmp_pat
     """Without a test_command a JavaScript workspace (package.json) runs `npm test`, not pytest (which
     ended such a run `success` with no tests ran); a Python workspace with no tests, or a runner that
     finds none, fails the tool instead of passing."""
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed on this machine (Debian's nodejs/npm)")
+    need(None if shutil.which("npm") else "npm is not installed on this machine (Debian's npm)")
     js = tmp_path / "js"
     js.mkdir()
     (js / "package.json").write_text(

@@ -21,6 +21,7 @@ from tests.conftest import (
     Pipeline,
     beating,
     cli,
+    need,
     run_cli,
     start_pipeline,
     stop_pipeline,
@@ -153,9 +154,7 @@ def s3_store() -> Iterator[CephS3]:
     """A real S3-compatible store (Ceph's gateway, tests/s3_server.py: the session's, started in the
     background when the session starts) with the default bucket; skipped with the reason where it cannot
     run."""
-    why = unavailable()
-    if why is not None:
-        pytest.skip(why)
+    need(unavailable())
     server = shared()
     _s3(server).create_bucket(Bucket="mother-workspaces")
     yield server

@@ -127,7 +127,7 @@ def sandbox_notice(cfg: Settings, *, dev: bool = False) -> None:
         return
     if cfg.tools.sandbox_required and not dev:
         fail(
-            f"the tool sandbox cannot be made on this host: {state.detail}. Install bubblewrap, "
+            f"the tool sandbox cannot be made on this host: {state.detail}. {state.remedy}, "
             "run `mother up --dev` to run tools unsandboxed while developing, or set "
             "tools.sandbox: none",
             "sandbox_missing",

@@ -39,7 +39,10 @@ from workers.sandbox.entry import WORKSPACE
 from workers.sandbox.rules import PROJECT_PACKAGES, CallPolicy, ToolRules, tool_environment
 from workers.sandbox.started import Started
 
-__all__ = ["Sandbox", "SandboxUnavailable", "hand_over"]
+__all__ = ["NOT_INSTALLED", "Sandbox", "SandboxUnavailable", "hand_over"]
+
+# how the reason starts when bwrap is not there at all (the one case where installing it is the fix)
+NOT_INSTALLED = "bubblewrap is not installed"
 
 # the host's directories a tool sees read-only (each where it exists; symlinks kept as symlinks)
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -156,6 +159,7 @@ class Sandbox:
         self.read_only = self._read_only_paths(extra_paths)
         self._entry = ENTRY.format(path=self._sys_path())
         self._base = self._base_args()
+        self._binds = self._bind_args()
 
     # -- building it ---------------------------------------------------------------------------
 
@@ -166,7 +170,7 @@ class Sandbox:
         bwrap = shutil.which(tools.sandbox_bwrap)
         if bwrap is None:
             raise SandboxUnavailable(
-                f"bubblewrap is not installed ({tools.sandbox_bwrap!r} not found; Debian/Ubuntu: "
+                f"{NOT_INSTALLED} ({tools.sandbox_bwrap!r} not found; Debian/Ubuntu: "
                 "apt install bubblewrap; Fedora: dnf install bubblewrap)"
             )
         version = subprocess.run(
@@ -226,12 +230,13 @@ class Sandbox:
     def _dirs_for(self, targets: Iterable[Path]) -> list[str]:
         """``--perms 0755 --dir`` for each missing ancestor of ``targets`` (bwrap makes them 0700 when
         it runs as root, and the tool's user could not pass them)."""
-        made: set[Path] = set()
+        # the root, and the private /tmp mounted before them
+        made: set[Path] = {Path("/"), Path("/tmp")}
         covered = [p for p in self.read_only if not p.is_symlink()]
         args: list[str] = []
         for target in targets:
             for parent in reversed(target.parents):
-                if parent == Path("/") or parent in made or _covered(parent, covered):
+                if parent in made or _covered(parent, covered):
                     continue
                 made.add(parent)
                 args += ["--perms", "0755", "--dir", str(parent)]
@@ -257,7 +262,12 @@ class Sandbox:
         else:
             # what setpriv needs to become the tool's user; it drops them with root
             args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        args += self._dirs_for(p for p in self.read_only if not p.is_symlink())
+        return args
+
+    def _bind_args(self) -> list[str]:
+        """The read-only binds, after the private ``/tmp``: a path under ``/tmp`` (a clone, a venv or a
+        CI checkout there) is bound onto the tmpfs, which mounted later would hide it."""
+        args = self._dirs_for(p for p in self.read_only if not p.is_symlink())
         for path in self.read_only:
             if path.is_symlink():
                 args += ["--symlink", os.readlink(path), str(path)]
@@ -285,7 +295,7 @@ class Sandbox:
                 args += ["--ro-bind", str(path), str(path)]
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += ["--size", str(policy.limits.tmp_mb * 1024 * 1024), "--perms", "1777"]
-        args += ["--tmpfs", "/tmp"]
+        args += ["--tmpfs", "/tmp", *self._binds]
         args += ["--ro-bind-data", str(fds["passwd"]), "/etc/passwd"]
         args += ["--ro-bind-data", str(fds["group"]), "/etc/group"]
         extra = [p for p in policy.module_paths if not _covered(p, self.read_only)]
@@ -410,15 +420,20 @@ class Sandbox:
         words when it fails (no user namespaces, a kernel that refuses, a path that is missing)."""
         import tempfile
 
-        with tempfile.TemporaryDirectory(prefix="mother-sandbox-check-") as scratch:
-            got = self.run(
-                "workers.sandbox.probe:whoami",
-                Path(scratch),
-                {},
-                CallPolicy(limits=self.rules.limits),
-                timeout_s=30,
-                max_bytes=1 << 16,
-            )
+        # a check starts no sandbox ahead: nothing of it outlives it
+        prestart, self.prestart = self.prestart, False
+        try:
+            with tempfile.TemporaryDirectory(prefix="mother-sandbox-check-") as scratch:
+                got = self.run(
+                    "workers.sandbox.probe:whoami",
+                    Path(scratch),
+                    {},
+                    CallPolicy(limits=self.rules.limits),
+                    timeout_s=30,
+                    max_bytes=1 << 16,
+                )
+        finally:
+            self.prestart = prestart
             self.close()
         if "output" not in got:
             raise SandboxUnavailable(f"bwrap cannot make a sandbox here: {got.get('error')}")

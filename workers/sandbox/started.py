@@ -19,6 +19,8 @@ __all__ = ["Started"]
 
 # what is kept of the sandbox's own stderr, for a call that ends without a result
 _STDERR_KEEP = 4096
+# how long bwrap is given to write its info, or to reap its killed PID 1 and exit
+_REAP_SECONDS = 2.0
 
 
 class Started:
@@ -128,23 +130,39 @@ class Started:
         return decoded(bytes(self.buffers[self.result]), ended)
 
     def kill(self) -> None:
-        """Kill the sandbox's PID 1 (the kernel then kills every process of its namespace), then
-        bwrap itself, reap it, and close the pipes."""
-        if not self.closed:
-            # bwrap writes the info (PID 1's pid) once the sandbox is up; read what has come
-            with contextlib.suppress(BlockingIOError, OSError):
-                os.set_blocking(self.info, False)
-                self.buffers[self.info] += os.read(self.info, 1 << 16)
-        try:
-            info = orjson.loads(bytes(self.buffers[self.info]) or b"{}")
-            pid = int(info.get("child-pid", 0))
-        except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError):
-            pid = 0
+        """End the sandbox and leave nothing of it: kill its PID 1 (the kernel then kills every process
+        of its namespace), let bwrap reap it and exit, reap bwrap, and close the pipes. bwrap itself is
+        killed only when it does not exit: killed first, its PID 1 would be handed to the host's init
+        unreaped (a zombie, or a live sandbox where the kill missed it)."""
+        pid = self._sandbox_pid()
         if pid > 0:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=_REAP_SECONDS)
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
         self._close()
+
+    def _sandbox_pid(self) -> int:
+        """The pid of the sandbox's PID 1, from bwrap's info (written once the sandbox is made; a
+        sandbox being made is waited for, briefly); 0 when bwrap has gone or never says."""
+        deadline = time.monotonic() + _REAP_SECONDS
+        while not self.closed:
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.set_blocking(self.info, False)
+                self.buffers[self.info] += os.read(self.info, 1 << 16)
+            if self.buffers[self.info].rstrip().endswith(b"}") or self.proc.poll() is not None:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            select.select([self.info], [], [], min(left, 0.05))
+        try:
+            info = orjson.loads(bytes(self.buffers[self.info]) or b"{}")
+            return int(info.get("child-pid", 0))
+        except (orjson.JSONDecodeError, ValueError, TypeError, AttributeError):
+            return 0

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mother.errors import ConfigError
-from workers.sandbox.bwrap import Sandbox, SandboxUnavailable
+from workers.sandbox.bwrap import NOT_INSTALLED, Sandbox, SandboxUnavailable
 from workers.sandbox.rules import ToolRules
 
 __all__ = ["SandboxState", "current", "prepare", "sandbox_state"]
@@ -30,6 +30,14 @@ class SandboxState:
     detail: str
     sandbox: Sandbox | None
     rules: ToolRules
+
+    @property
+    def remedy(self) -> str:
+        """What to do about a missing sandbox: install bubblewrap where it is not installed; where it is,
+        the detail names what refused (a path, the kernel, user namespaces), and that is what to fix."""
+        if self.detail.startswith(NOT_INSTALLED):
+            return "Install bubblewrap"
+        return "bubblewrap is installed but refused: fix what it names"
 
     @property
     def warning(self) -> str | None:
@@ -67,7 +75,7 @@ def prepare(settings: Any) -> SandboxState:
     state = sandbox_state(settings)
     if state.state == "missing" and settings.tools.sandbox_required:
         raise ConfigError(
-            f"the tool sandbox cannot be made on this host: {state.detail}. Install bubblewrap, or "
+            f"the tool sandbox cannot be made on this host: {state.detail}. {state.remedy}, or "
             "set tools.sandbox: none to run tools unsandboxed (only where every tool and workspace "
             "is trusted)"
         )
