@@ -97,6 +97,7 @@ __all__ = [
     "context_key",
     "context_summary_key",
     "gc_day_key",
+    "gc_pending_key",
     "gc_report_key",
     "global_budget_key",
     "heartbeat_member",
@@ -715,8 +716,14 @@ def access_logs_key(library_id: str) -> str:
 
 # GC reports
 def gc_day_key(day: str) -> str:
-    """string (SET NX, expires): the day's scheduled GC was taken by one scheduler's job."""
+    """string (SET NX, expires): the day's scheduled GC was taken by one scheduler's job ("running
+    {job id} {time}" while it runs, "done {time}" after)."""
     return f"gc:day:{_day(day)}"
+
+
+def gc_pending_key(day: str) -> str:
+    """string (expires): the id of the RQ job last enqueued for the day's scheduled GC."""
+    return f"gc:pending:{_day(day)}"
 
 
 def gc_report_key(timestamp: str) -> str:

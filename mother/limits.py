@@ -1,7 +1,7 @@
 """The four-layer limit resolution, and the check at the start of every turn.
 
-    defaults (config harness.limits) → the role's declared limits → limit_overrides
-    → the parent's values as upper bounds (min)
+    defaults (config harness.limits; the run's budget profile sets tokens and duration_seconds)
+    → the role's declared limits → limit_overrides → the parent's values as upper bounds (min)
 
 Depth decrements instead: ``depth = min(own or 10, parent depth - 1)``; a child whose
 depth would be ≤ 0 is refused with "Depth limit exhausted".
@@ -17,7 +17,15 @@ from mother.errors import DepthExhausted
 from mother.roles import role_settings
 from schemas import RunSpec
 
-__all__ = ["LIMIT_NAMES", "check_limits", "layer_sources", "resolve_for_spec", "resolve_limits"]
+__all__ = [
+    "LIMIT_NAMES",
+    "check_limits",
+    "layer_sources",
+    "profile_limits",
+    "resolve_for_spec",
+    "resolve_limits",
+    "run_defaults",
+]
 
 LIMIT_NAMES = ("turns", "tokens", "spend", "duration_seconds", "spawns", "depth")
 CAPPED = ("turns", "tokens", "spend", "spawns", "duration_seconds")
@@ -57,23 +65,38 @@ def resolve_limits(
     return resolved
 
 
+def profile_limits(settings: Settings, spec: RunSpec) -> dict[str, Any]:
+    """What the run's budget profile sets of these limits: its wall clock (``duration_seconds``) and its
+    token estimate (``tokens``)."""
+    profile = settings.budget.profiles[spec.budget_profile]
+    return {"tokens": profile.token_estimate, "duration_seconds": profile.wall_clock_seconds}
+
+
+def run_defaults(settings: Settings, spec: RunSpec) -> dict[str, Any]:
+    """The first layer of a run's limits: the resilience defaults (``harness.limits``) for what its
+    budget profile does not set, the profile for what it does."""
+    return {**_declared(settings.harness.limits), **profile_limits(settings, spec)}
+
+
 def resolve_for_spec(
     settings: Settings, spec: RunSpec, parent: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """A run's limits: its first phase's role is the run's directive."""
     role = role_settings(settings, spec.pipeline[0].role)
     return resolve_limits(
-        settings.harness.limits, role.limits if role else None, spec.limit_overrides, parent
+        run_defaults(settings, spec), role.limits if role else None, spec.limit_overrides, parent
     )
 
 
 def layer_sources(settings: Settings, spec: RunSpec, resolved: dict[str, Any]) -> dict[str, str]:
-    """Which layer set each resolved limit: ``limit_overrides``, ``role <name>``, ``harness.limits``
-    (the defaults), or ``parent run <id>`` where the parent's value capped it."""
+    """Which layer set each resolved limit: ``limit_overrides``, ``role <name>``, the budget profile
+    (``budget.profiles.<name>``), ``harness.limits`` (the defaults), or ``parent run <id>`` where the
+    parent's value capped it."""
     role_name = spec.pipeline[0].role
     role = role_settings(settings, role_name)
     layers = [
         ("harness.limits", _declared(settings.harness.limits)),
+        (f"budget.profiles.{spec.budget_profile}", profile_limits(settings, spec)),
         (f"role {role_name}", _declared(role.limits if role else None)),
         ("limit_overrides", _declared(spec.limit_overrides)),
     ]

@@ -98,9 +98,12 @@ class GCReport(Record):
     workspaces_removed: int = Field(
         0, ge=0, description="removed runs' workspace directories deleted on the GC's host"
     )
-    status: Literal["running", "completed"] = Field(
-        "completed", description="running: written after each step; a GC killed half way says so"
+    status: Literal["running", "completed", "interrupted"] = Field(
+        "completed",
+        description="running: written after each batch; interrupted: a GC killed half way, so "
+        "marked by the next GC once its lease lapsed (its counts are what it had done)",
     )
+    updated_at: Timestamp | None = Field(None, description="when the report was last written")
     keys_removed: int = Field(0, ge=0)
     access_logs_pruned: int = Field(
         0, ge=0, description="access-log timeline entries past their library's retention_days"

@@ -37,7 +37,7 @@ from mother.functions import load_functions
 from mother.limits import resolve_for_spec
 from mother.records.budgets import budget_doc, budget_view
 from schemas import RunSpec
-from tests.conftest import start_pipeline, stop_pipeline
+from tests.conftest import cli, start_pipeline, stop_pipeline
 from tests.test_pipeline import example
 
 SETTINGS = load_settings()
@@ -170,6 +170,15 @@ def test_profile_warning_fires_at_its_ratio_once(
     ]
 
 
+def _shown_tool_calls(url: str, run_id: str) -> tuple[str, str]:
+    """What `mother budget show` prints as the run's tool-call limit, and how it words its override."""
+    shown = cli("budget", "show", run_id, url=url)
+    assert shown.exit_code == 0, shown.output
+    row = next(line for line in shown.stdout.splitlines() if "tool_calls" in line).split("│")
+    line = next(line for line in shown.stdout.splitlines() if line.startswith("override"))
+    return row[4].strip(), "expired at" if "expired at" in line else "until"
+
+
 def test_overrides_capped_at_2x_and_expire(r: redis.Redis) -> None:
     """3x refused, 2x accepted and effective; once expired (server time) the base limit applies again."""
     # tool_calls 80
@@ -198,12 +207,17 @@ def test_overrides_capped_at_2x_and_expire(r: redis.Redis) -> None:
         maxlen=1000,
     )
     assert (record["actor"], record["reason"], record["delta"]) == ("ops", "big job", 80)
+    url = r.connection_pool.connection_kwargs
+    url = f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}"
+    assert _shown_tool_calls(url, "ovr-1") == ("160", "until")
     for _ in range(100):
         # past 80: the override is in force
         guard.charge_tool(read_only=False)
     time.sleep(1.6)
     with pytest.raises(BudgetExhausted, match="budget_tool_call_exceeded"):
         guard.charge_tool(read_only=False)
+    # `mother budget show` counts only overrides in force (server time), as the guard does
+    assert _shown_tool_calls(url, "ovr-1") == ("80", "expired at")
     audit = [f for _, f in r.xrange(keys.ACTIVITY_STREAM) if f["type"] == "budget_override"]
     assert len(audit) == 1 and orjson.loads(audit[0]["data"])["effective"] == 160
 
@@ -1082,3 +1096,27 @@ def test_the_wall_clock_warns_at_its_ratio_and_its_deadline_is_a_recorded_crossi
     assert crossing["current"] >= 2
     assert [w["code"] for w in warnings] == ["budget_wall_clock_warning"]
     assert warnings[0]["ratio"] == 0.8
+
+
+@pytest.mark.parametrize(
+    ("profile", "wall_clock", "tokens"),
+    [("conservative", 900, 80_000), ("balanced", 1800, 180_000), ("extended", 3600, 360_000)],
+)
+def test_a_runs_profile_sets_its_wall_clock_and_tokens_over_the_defaults(
+    r: redis.Redis, profile: str, wall_clock: int, tokens: int
+) -> None:
+    """The profile's wall clock and token estimate are the run's limits (the resilience defaults,
+    600 s and 200,000 tokens, fill only what a profile does not set: turns, spend, spawns, depth),
+    named as the profile's in the limits' sources; a limit override still lowers them."""
+    _open(r, f"prof-{profile}", profile=profile)
+    doc = _doc(r, f"prof-{profile}")
+    assert doc["limits"]["duration_sec"] == wall_clock
+    assert doc["limits"]["total_tokens"] == tokens
+    assert doc["limits"]["model_calls"] == 15
+    assert doc["limit_sources"]["duration_sec"] == f"budget.profiles.{profile}"
+    assert doc["limit_sources"]["total_tokens"] == f"budget.profiles.{profile}"
+    assert resolve_for_spec(SETTINGS, _spec("x", profile))["duration_seconds"] == wall_clock
+    _open(r, f"prof-{profile}-o", profile=profile, duration_seconds=120, tokens=5000)
+    lowered = _doc(r, f"prof-{profile}-o")
+    assert (lowered["limits"]["duration_sec"], lowered["limits"]["total_tokens"]) == (120, 5000)
+    assert lowered["limit_sources"]["duration_sec"] == "limit_overrides (duration_seconds)"

@@ -197,10 +197,10 @@ def test_budget_show_says_which_layer_set_each_limit(stack: Pipeline, config: Pa
     )
     assert sources["tool_calls"] == "budget.profiles.balanced"
     assert sources["cloud_calls"] == "budget.per_run"
-    # the wall clock: the harness default (600 s) caps the balanced profile's 1800 s, and says so
+    # the wall clock and tokens: the balanced profile's, not the harness defaults' 600 s and 200k
     resolved = resolve_for_spec(stack.client.settings, stack.client.status(run_id).spec)
-    if resolved.get("duration_seconds") is not None and resolved["duration_seconds"] < 1800:
-        assert sources["duration_sec"] == "harness.limits (duration_seconds)"
+    assert resolved["duration_seconds"] == limits["limits"]["duration_sec"] == 1800
+    assert sources["duration_sec"] == sources["total_tokens"] == "budget.profiles.balanced"
     shown = run_cli("budget", "show", run_id, env=env)
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if "model_calls" in line)

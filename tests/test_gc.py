@@ -17,6 +17,7 @@ import orjson
 import pytest
 import redis
 from rq import Queue
+from rq.job import JobStatus
 from rq.serializers import JSONSerializer
 
 from mother import keys
@@ -304,9 +305,13 @@ def test_a_killed_gc_leaves_its_report_and_frees_its_day(r: redis.Redis, redis_u
     )
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    left = r.zcard(keys.ARTIFACT_EXPIRY)
     (key,) = r.zrange(keys.GC_REPORTS, 0, -1)
     partial = orjson.loads(r.execute_command("JSON.GET", key))
     assert partial["status"] == "running"
+    # what it deleted, to its last batch (a batch deleted but not yet written is at most 5)
+    assert 600 - left - 5 <= partial["scheduled_deletion"] <= 600 - left
+    assert partial["scheduled_deletion"] > 0 and partial["updated_at"] is not None
     assert str(r.get(day)).startswith("running") and 0 < r.ttl(day) <= 2
     assert wait_until(lambda: not r.exists(day), timeout=10)
     # the retry, the same day
@@ -318,6 +323,8 @@ def test_a_killed_gc_leaves_its_report_and_frees_its_day(r: redis.Redis, redis_u
         check=True,
     )
     assert "'status': 'completed'" in done.stdout
+    # the killed GC's report: interrupted, with what it had done
+    assert orjson.loads(r.execute_command("JSON.GET", key, "$.status")) == ["interrupted"]
     assert str(r.get(day)).startswith("done") and r.ttl(day) > 86_400
     assert r.zcard(keys.ARTIFACT_EXPIRY) == 0
     # every deletion is in exactly one batch's entry, the killed GC's too
@@ -432,6 +439,42 @@ def test_two_schedulers_one_gc_a_day_and_a_missed_day_caught_up(r: redis.Redis) 
     )
     enqueued = cron_job.enqueue(redis.Redis(**_plain(r)))
     assert enqueued.func_name == "workers.gc.scheduled" and queue.count == 2
+
+
+def test_a_days_gc_whose_job_died_is_enqueued_again_by_the_crons_next_tick(r: redis.Redis) -> None:
+    """The day's GC held by a job that failed (its work-horse killed) or is gone: the cron's catch-up
+    (run at every tick) frees the day and enqueues the GC again, without RQ's scheduler; a job still
+    waiting on the queue, or a GC running or done, is left alone."""
+    from datetime import UTC, datetime
+
+    from croniter import croniter
+
+    rt = _rt(r)
+    rq_redis = redis.Redis(**_plain(r))
+    queue = Queue("maintenance", connection=rq_redis, serializer=JSONSerializer)
+    now = datetime.fromtimestamp(rt.clock.now_ms() / 1000, UTC).replace(tzinfo=None)
+    day = croniter("0 2 * * *", now).get_prev(datetime).strftime("%Y-%m-%d")
+    day_key = keys.gc_day_key(day)
+    # a GC whose job is gone (its horse killed, its hash expired) holds the day
+    r.set(day_key, "running 0f0f-gone 2026-11-28T02:00:00.000Z", ex=300)
+    assert catch_up(rt, "0 2 * * *", queue) is True
+    assert queue.count == 1 and not r.exists(day_key)
+    # that job waits on the queue: the next tick enqueues nothing more
+    assert catch_up(rt, "0 2 * * *", queue) is False and queue.count == 1
+    # it started and its horse was killed (RQ marks it failed): the day is freed, the GC enqueued
+    job = queue.jobs[0]
+    queue.remove(job)
+    job.set_status(JobStatus.FAILED)
+    r.set(day_key, f"running {job.id} 2026-11-28T02:00:01.000Z", ex=300)
+    assert catch_up(rt, "0 2 * * *", queue) is True and queue.count == 1
+    # a GC running (its job started) or done: nothing
+    running = queue.jobs[0]
+    queue.remove(running)
+    running.set_status(JobStatus.STARTED)
+    r.set(day_key, f"running {running.id} 2026-11-28T02:00:02.000Z", ex=300)
+    assert catch_up(rt, "0 2 * * *", queue) is False
+    r.set(day_key, "done 2026-11-28T02:10:00.000Z")
+    assert catch_up(rt, "0 2 * * *", queue) is False and queue.count == 0
 
 
 def _plain(r: redis.Redis) -> dict[str, Any]:

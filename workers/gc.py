@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 import redis
+from rq import get_current_job
 
 from mother import activity, keys
 from mother.acl import role_of, whoami
@@ -73,14 +74,17 @@ def run(now: str | None = None, dry_run: bool = False) -> dict[str, Any]:
 def scheduled() -> dict[str, Any]:
     """The daily cron's job: the first scheduler's job of a (server, UTC) day collects; another
     scheduler's job that day finds the day taken (done, or being collected) and does nothing. The day
-    is held on a lease while the GC runs and marked done when it finishes: a GC killed half way (its
-    work-horse killed, the machine gone) frees the day, and the job's retry collects again (the GC is
-    idempotent: it finishes what the first began)."""
+    is held on a lease (naming this job) while the GC runs and marked done when it finishes: a GC
+    killed half way (its work-horse killed, the machine gone) frees the day, and ``mother cron``
+    enqueues the day's GC again (``mother.artifacts.schedule.catch_up``); the GC is idempotent: it
+    finishes what the first began."""
     rt = _runtime()
     day = rt.clock.today()
     key = keys.gc_day_key(day)
     lease = rt.settings.retention.gc_lease_seconds
-    if not rt.redis.set(key, f"running {rt.clock.now_iso()}", nx=True, ex=lease):
+    job = get_current_job()
+    holder = f"running {job.id if job is not None else '-'} {rt.clock.now_iso()}"
+    if not rt.redis.set(key, holder, nx=True, ex=lease):
         held = rt.redis.get(key)
         held = held.decode() if isinstance(held, bytes) else held
         log.info("gc_skipped", day=day, why=f"today's GC is taken ({held})")
@@ -106,9 +110,36 @@ class _Step:
     stuck: int = 0
 
 
+@dataclass
+class _Collection:
+    """One GC under way: what it collects as of, in what batches, and its report, written (``save``)
+    after each batch so a GC killed half way leaves what it did."""
+
+    rt: Runtime
+    report: GCReport
+    now_ms: int
+    batch: int
+    dry_run: bool
+    key: str
+    started_ms: int
+    keep_s: int
+    renew: Any = None
+
+    def save(self) -> None:
+        """Write the report as it stands (``status: running``) and renew the day's lease."""
+        if not self.dry_run:
+            self.report.updated_at = self.rt.clock.now_iso()
+            pipe = self.rt.redis.pipeline(transaction=True)
+            _queue_save(pipe, self.key, self.report, self.started_ms, self.keep_s)
+            pipe.execute()
+        if self.renew is not None:
+            self.renew()
+
+
 def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False, renew: Any = None) -> GCReport:
-    """One GC as of ``now_ms``. Its report is written after each step (``status: running``), so a GC
-    killed half way leaves what it did; ``renew`` is called after each step (its day's lease)."""
+    """One GC as of ``now_ms``. Its report is written after each batch (``status: running``), so a GC
+    killed half way leaves what it did (the next GC marks it ``interrupted``); ``renew`` is called
+    after each batch (its day's lease)."""
     started_ms = rt.clock.now_ms()
     t0 = time.monotonic()
     report = GCReport(
@@ -118,18 +149,24 @@ def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False, renew: Any = Non
         dry_run=dry_run,
         status="running",
     )
-    batch = rt.settings.retention.gc_batch_size
-    key = keys.gc_report_key(report.started_at)
     keep_s = int(rt.settings.retention.gc_reports_keep_days * 86_400)
+    c = _Collection(
+        rt,
+        report,
+        now_ms,
+        rt.settings.retention.gc_batch_size,
+        dry_run,
+        keys.gc_report_key(report.started_at),
+        started_ms,
+        keep_s,
+        renew,
+    )
     try:
+        if not dry_run:
+            _mark_interrupted(rt)
         for step in (_archive, _expire, _runs):
-            step(rt, report, now_ms, batch, dry_run)
-            if not dry_run:
-                progress = rt.redis.pipeline(transaction=True)
-                _queue_save(progress, key, report, started_ms, keep_s)
-                progress.execute()
-            if renew is not None:
-                renew()
+            step(c)
+            c.save()
         _access_logs(rt, report, now_ms, dry_run)
     except redis.exceptions.NoPermissionError as exc:
         raise ConfigError(
@@ -137,11 +174,11 @@ def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False, renew: Any = Non
             "worker as the ACL user `maintenance` (deploy/users.acl)"
         ) from None
     report.duration_ms = int((time.monotonic() - t0) * 1000)
-    report.finished_at = rt.clock.now_iso()
+    report.finished_at = report.updated_at = rt.clock.now_iso()
     report.status = "completed"
     if not dry_run:
         pipe = rt.redis.pipeline(transaction=True)
-        _queue_save(pipe, key, report, started_ms, keep_s)
+        _queue_save(pipe, c.key, report, started_ms, keep_s)
         # reports past their retention leave the listing (their keys expire by themselves)
         pipe.zremrangebyscore(keys.GC_REPORTS, "-inf", started_ms - keep_s * 1000)
         queue_count(pipe, "gc_runs")
@@ -161,6 +198,29 @@ def collect(rt: Runtime, *, now_ms: int, dry_run: bool = False, renew: Any = Non
     return report
 
 
+# how many of the newest reports a GC looks at for one left running by a GC killed half way
+_RECENT_REPORTS = 20
+
+
+def _mark_interrupted(rt: Runtime) -> None:
+    """Reports still ``running`` but not written for longer than the GC's lease were left by a GC killed
+    half way: they say ``interrupted`` (their counts stay what that GC had done)."""
+    recent = rt.redis.zrevrange(keys.GC_REPORTS, 0, _RECENT_REPORTS - 1)
+    if not recent:
+        return
+    names = [_text(k) for k in recent]
+    raws = rt.redis.execute_command("JSON.MGET", *names, "$")
+    stale_before = rt.clock.now_ms() - rt.settings.retention.gc_lease_seconds * 1000
+    for name, raw in zip(names, raws, strict=True):
+        doc = orjson.loads(raw)[0] if raw else None
+        if not doc or doc.get("status") != "running":
+            continue
+        written = doc.get("updated_at") or doc.get("started_at")
+        if written and ms_from_iso(written) < stale_before:
+            rt.redis.execute_command("JSON.SET", name, "$.status", '"interrupted"', "XX")
+            log.warning("gc_report_interrupted", report=name, last_written=written)
+
+
 def _queue_save(pipe: Any, key: str, report: GCReport, started_ms: int, keep_s: int) -> None:
     """Queue writing the report (listed in gc:reports), to expire after
     ``retention.gc_reports_keep_days``."""
@@ -169,25 +229,26 @@ def _queue_save(pipe: Any, key: str, report: GCReport, started_ms: int, keep_s: 
     pipe.zadd(keys.GC_REPORTS, {key: started_ms})
 
 
-def _batches(
-    rt: Runtime, report: GCReport, index: str, now_ms: int, batch: int, dry_run: bool, step: _Step
-) -> Any:
+def _batches(c: _Collection, index: str, step: _Step) -> Any:
     """Batches of due members of ``index`` (counted in the report): each run removes what it handled, so
-    the next batch starts past those that stayed (a dry run removes nothing, so it pages)."""
+    the next batch starts past those that stayed (a dry run removes nothing, so it pages). The report
+    is written once a batch is handled."""
     offset = 0
     while True:
-        ids = due(rt.redis, index, now_ms, batch, start=offset if dry_run else step.stuck)
+        ids = due(c.rt.redis, index, c.now_ms, c.batch, start=offset if c.dry_run else step.stuck)
         if not ids:
             return
-        report.batches += 1
-        report.scanned_count += len(ids)
+        c.report.batches += 1
+        c.report.scanned_count += len(ids)
         yield ids
         offset += len(ids)
+        c.save()
 
 
-def _archive(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool) -> None:
+def _archive(c: _Collection) -> None:
+    rt, report, now_ms, dry_run = c.rt, c.report, c.now_ms, c.dry_run
     step = _Step()
-    for ids in _batches(rt, report, keys.ARTIFACT_ARCHIVE_DUE, now_ms, batch, dry_run, step):
+    for ids in _batches(c, keys.ARTIFACT_ARCHIVE_DUE, step):
         read = rt.redis.pipeline(transaction=False)
         for artifact_id in ids:
             read.execute_command("JSON.GET", keys.artifact_key(artifact_id))
@@ -223,14 +284,15 @@ def _archive(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bo
                 step.stuck += 1
 
 
-def _expire(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool) -> None:
+def _expire(c: _Collection) -> None:
+    rt, report, now_ms, dry_run = c.rt, c.report, c.now_ms, c.dry_run
     policy = rt.settings.retention
     # a starred artifact: protected forever (exceptions.user_starred), or deleted after a notice
     notify = (
         "" if policy.exceptions.user_starred else int(policy.notify_before_delete_days * DAY_MS)
     )
     step = _Step()
-    for ids in _batches(rt, report, keys.ARTIFACT_EXPIRY, now_ms, batch, dry_run, step):
+    for ids in _batches(c, keys.ARTIFACT_EXPIRY, step):
         if dry_run:
             _expire_dry(rt, report, ids, notify == "")
             continue
@@ -342,10 +404,11 @@ def _run_keys(
     ]
 
 
-def _runs(rt: Runtime, report: GCReport, now_ms: int, batch: int, dry_run: bool) -> None:
+def _runs(c: _Collection) -> None:
+    rt, report, now_ms, dry_run = c.rt, c.report, c.now_ms, c.dry_run
     keep_ms = int(rt.settings.retention.records_keep_days * DAY_MS)
     step = _Step()
-    for ids in _batches(rt, report, keys.RUN_RETENTION, now_ms, batch, dry_run, step):
+    for ids in _batches(c, keys.RUN_RETENTION, step):
         read = rt.redis.pipeline(transaction=False)
         for run_id in ids:
             read.execute_command("JSON.GET", keys.run_key(run_id))

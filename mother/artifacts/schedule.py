@@ -1,8 +1,14 @@
 """The daily GC's schedule: RQ's own ``CronScheduler`` (rq >= 2.4) with ``retention.gc_cron`` (a croniter
 expression, UTC), enqueueing ``workers.gc.scheduled`` on the ``maintenance`` queue. ``mother cron`` runs
 it (``mother up`` starts one). Any number may run: the job takes its day with a SET NX
-(``gc:day:{YYYY-MM-DD}``), so one GC runs a day. At start a scheduler looks at the last time the
-expression names; if that day had no GC (the machine was down at 02:00), it enqueues one now."""
+(``gc:day:{YYYY-MM-DD}``), so one GC runs a day.
+
+At start and at every tick (at least once a minute) the scheduler looks at the last time the expression
+names: when that day has no GC done or running (the machine was down at 02:00, or the day's GC was
+killed half way: its job failed, or its lease lapsed), and no job for it waits on the queue, it enqueues
+one now. That is the GC's retry: RQ's own retries with an interval need an RQ scheduler, which no worker
+runs.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +18,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError, WatchError
 from rq import Queue
 from rq import cron_job_registry as rq_cron_jobs
 from rq.cron import CronJob, CronScheduler
 from rq.defaults import DEFAULT_CRON_JOB_HISTORY_LIMIT, DEFAULT_CRON_JOB_HISTORY_TTL
-from rq.job import Job, Retry
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from mother import keys
@@ -24,7 +32,7 @@ from mother.config import Settings
 from mother.logs import get_logger
 from mother.runtime import Runtime
 
-__all__ = ["GC_JOB", "MAINTENANCE_QUEUE", "catch_up", "scheduler", "start_cron"]
+__all__ = ["GC_JOB", "MAINTENANCE_QUEUE", "GcCronScheduler", "catch_up", "scheduler", "start_cron"]
 
 log = get_logger("cron")
 
@@ -34,10 +42,10 @@ MAINTENANCE_QUEUE = "maintenance"
 GC_TIMEOUT_SECONDS = 6 * 3600
 
 
-def gc_retry() -> Retry:
-    """A GC killed half way (its work-horse killed, its machine gone) is tried again the same day: its
-    day's lease has lapsed by then (``retention.gc_lease_seconds``), and it finishes the first's work."""
-    return Retry(max=3, interval=[360, 900, 3600])
+# a job in one of these will still run: the day's GC is not enqueued again meanwhile
+_WAITING = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED)
+# how long the id of the day's last enqueued job is kept
+_PENDING_TTL = 3 * 86_400
 
 
 class JsonCronJob(CronJob):
@@ -54,10 +62,11 @@ class JsonCronJob(CronJob):
                 timeout=self.job_options.get("job_timeout"),
                 result_ttl=self.job_options.get("result_ttl"),
                 failure_ttl=self.job_options.get("failure_ttl"),
-                retry=gc_retry(),
                 pipeline=pipeline,
             )
             stamp = (job.enqueued_at or datetime.now(UTC)).timestamp()
+            day = datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d")
+            pipeline.set(keys.gc_pending_key(day), job.id, ex=_PENDING_TTL)
             pipeline.zadd(self.job_history_key, {job.id: stamp})
             pipeline.zremrangebyrank(self.job_history_key, 0, -(DEFAULT_CRON_JOB_HISTORY_LIMIT + 1))
             pipeline.expire(self.job_history_key, DEFAULT_CRON_JOB_HISTORY_TTL)
@@ -67,9 +76,36 @@ class JsonCronJob(CronJob):
         return job
 
 
-def scheduler(connection: Redis, settings: Settings) -> CronScheduler:
-    """A CronScheduler with the GC's job on ``retention.gc_cron``."""
-    cron = CronScheduler(connection=connection, logging_level=settings.log_level)
+class GcCronScheduler(CronScheduler):
+    """RQ's CronScheduler that also catches the day's GC up at every tick (see the module)."""
+
+    def __init__(self, *args: Any, rt: Runtime, gc_cron: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rt, self.gc_cron = rt, gc_cron
+
+    def enqueue_jobs(self) -> list[CronJob]:
+        enqueued = super().enqueue_jobs()
+        queue = Queue(MAINTENANCE_QUEUE, connection=self.connection, serializer=JSONSerializer)
+        try:
+            catch_up(self.rt, self.gc_cron, queue)
+        # Redis away for a moment: the next tick looks again
+        except RedisError as exc:
+            log.warning("gc_catch_up_failed", error=str(exc))
+        return enqueued
+
+
+def scheduler(connection: Redis, settings: Settings, rt: Runtime | None = None) -> CronScheduler:
+    """A CronScheduler with the GC's job on ``retention.gc_cron`` (and, given ``rt``, the catch-up at
+    every tick)."""
+    if rt is not None:
+        cron: CronScheduler = GcCronScheduler(
+            connection=connection,
+            logging_level=settings.log_level,
+            rt=rt,
+            gc_cron=settings.retention.gc_cron,
+        )
+    else:
+        cron = CronScheduler(connection=connection, logging_level=settings.log_level)
     job = JsonCronJob(
         queue_name=MAINTENANCE_QUEUE,
         func_name=GC_JOB,
@@ -83,29 +119,70 @@ def scheduler(connection: Redis, settings: Settings) -> CronScheduler:
     return cron
 
 
+def _job_status(connection: Redis, job_id: str) -> JobStatus | None:
+    """An RQ job's status, None when it is gone."""
+    try:
+        return Job.fetch(job_id, connection=connection, serializer=JSONSerializer).get_status()
+    except NoSuchJobError:
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def catch_up(rt: Runtime, cron: str, queue: Any) -> bool:
-    """If the last time ``cron`` names (UTC, before the server's now) passed with no GC that day,
-    enqueue one now. Returns whether it did."""
+    """If the last time ``cron`` names (UTC, before the server's now) has no GC done or running that
+    day, and no job for it waits, enqueue one now. A day held by a job that failed or is gone (its
+    work-horse killed) is freed first. Returns whether it enqueued."""
     from croniter import croniter
 
     now = datetime.fromtimestamp(rt.clock.now_ms() / 1000, UTC).replace(tzinfo=None)
     previous = croniter(cron, now).get_prev(datetime)
     day = previous.strftime("%Y-%m-%d")
-    if rt.redis.exists(keys.gc_day_key(day)):
+    day_key = keys.gc_day_key(day)
+    held = rt.redis.get(day_key)
+    if held is not None:
+        words = _text(held).split()
+        if words[0] != "running" or len(words) < 3:
+            return False
+        status = _job_status(queue.connection, words[1])
+        if status not in (None, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED):
+            return False
+        # its job ended without marking the day done: free the day, unless it changed meanwhile
+        freed = _delete_if_unchanged(rt.redis, day_key, held)
+        if not freed:
+            return False
+        log.warning("gc_day_freed", day=day, job_id=words[1], job_status=str(status))
+    pending = rt.redis.get(keys.gc_pending_key(day))
+    if pending is not None and _job_status(queue.connection, _text(pending)) in _WAITING:
         return False
-    queue.enqueue_call(
-        GC_JOB,
-        timeout=GC_TIMEOUT_SECONDS,
-        result_ttl=7 * 86_400,
-        failure_ttl=30 * 86_400,
-        retry=gc_retry(),
+    job = queue.enqueue_call(
+        GC_JOB, timeout=GC_TIMEOUT_SECONDS, result_ttl=7 * 86_400, failure_ttl=30 * 86_400
     )
-    log.info("gc_caught_up", missed=previous.isoformat() + "Z", day=day)
+    rt.redis.set(keys.gc_pending_key(day), job.id, ex=_PENDING_TTL)
+    log.info("gc_caught_up", missed=previous.isoformat() + "Z", day=day, job_id=job.id)
     return True
 
 
+def _delete_if_unchanged(client: Any, key: str, value: Any) -> bool:
+    """Delete ``key`` if it still holds ``value`` (WATCH, then a transaction)."""
+    with client.pipeline() as pipe:
+        try:
+            pipe.watch(key)
+            if pipe.get(key) != value:
+                pipe.unwatch()
+                return False
+            pipe.multi()
+            pipe.delete(key)
+            return bool(pipe.execute()[0])
+        except WatchError:
+            return False
+
+
 def start_cron(settings: Settings) -> None:
-    """``mother cron``: catch a missed day up, then run the scheduler until stopped."""
+    """``mother cron``: catch a missed day up, then run the scheduler (which catches up at every tick)
+    until stopped."""
     # RQ's cron fields follow the process's local time: the schedule is UTC
     os.environ["TZ"] = "UTC"
     time.tzset()
@@ -113,4 +190,4 @@ def start_cron(settings: Settings) -> None:
     queue = Queue(MAINTENANCE_QUEUE, connection=rt.rq_redis, serializer=JSONSerializer)
     catch_up(rt, settings.retention.gc_cron, queue)
     log.info("cron_started", gc_cron=settings.retention.gc_cron, queue=MAINTENANCE_QUEUE)
-    scheduler(rt.rq_redis, settings).start()
+    scheduler(rt.rq_redis, settings, rt).start()

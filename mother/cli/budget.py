@@ -13,6 +13,7 @@ from mother import keys
 from mother.budget import emergency_stop, override, reset_stop
 from mother.cli._common import console, fail, handle_errors, redis_client, settings
 from mother.client import MotherClient
+from mother.clock import ServerClock
 from mother.codes import CODES, USER_CODES
 from mother.errors import InvalidSpec, NotFound
 from mother.records.budgets import budget_doc, budget_view
@@ -119,10 +120,12 @@ def show(
             f"no budget for run {run_id!r}; is the run id right? (a run waiting for a slot has none yet)"
         )
     title = f"{keys.run_budget_key(run_id)} ({view['profile']}, status {view['status']})"
-    console.print(_table(title, view, CODES, _effective(view), _sources(view)))
+    now_ms = ServerClock(client).now_ms()
+    console.print(_table(title, view, CODES, _effective(view, now_ms), _sources(view, now_ms)))
     for o in view.get("overrides") or []:
+        until = "until" if _live(o, now_ms) else "expired at"
         console.print(
-            f"override {o['dimension']} {o['delta']:+d} by {o['actor']} until {o['expires_at']}: {o['reason']}"
+            f"override {o['dimension']} {o['delta']:+d} by {o['actor']} {until} {o['expires_at']}: {o['reason']}"
         )
     if view.get("stop"):
         stop = view["stop"]
@@ -133,19 +136,26 @@ def show(
         )
 
 
-def _sources(doc: dict[str, Any]) -> dict[str, str]:
-    """Which layer set each limit in force, an operator's override named over it."""
+def _live(override: dict[str, Any], now_ms: int) -> bool:
+    """Whether an override is still in force at the server's ``now_ms`` (as the guard decides)."""
+    return int(override.get("expires_at_ms") or 0) > now_ms
+
+
+def _sources(doc: dict[str, Any], now_ms: int) -> dict[str, str]:
+    """Which layer set each limit in force, an operator's override in force named over it."""
     sources = dict(doc.get("limit_sources") or {})
     for o in doc.get("overrides") or []:
-        sources[o["dimension"]] = f"override by {o['actor']} ({o['delta']:+d})"
+        if _live(o, now_ms):
+            sources[o["dimension"]] = f"override by {o['actor']} ({o['delta']:+d})"
     return sources
 
 
-def _effective(doc: dict[str, Any]) -> dict[str, Any]:
+def _effective(doc: dict[str, Any], now_ms: int) -> dict[str, Any]:
+    """The limits the guard enforces at ``now_ms``: the run's, plus the overrides not yet expired."""
     limits = dict(doc.get("limits") or {})
     for o in doc.get("overrides") or []:
-        # shown incl. expired: see the list
-        limits[o["dimension"]] = limits.get(o["dimension"], 0) + o["delta"]
+        if _live(o, now_ms):
+            limits[o["dimension"]] = limits.get(o["dimension"], 0) + o["delta"]
     return limits
 
 
