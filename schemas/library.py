@@ -42,10 +42,11 @@ class RedactionPattern(Record):
         description="what mask replaces a match with"
     )
     severity: Severity
-    check: Literal["luhn"] | None = Field(
+    check: Literal["luhn", "phone", "iban"] | None = Field(
         None,
-        description="a check the redacted value's digits must also pass (luhn: card numbers), "
-        "which a regular expression cannot make",
+        description="a check the redacted value must also pass, which a regular expression cannot "
+        "make: luhn (a card number's check digit), phone (9 to 17 digits), iban (an IBAN's mod-97 "
+        "check digits, where the value is shaped like one)",
     )
 
 
@@ -58,18 +59,47 @@ class RedactionPattern(Record):
 # - credit_card: the issuers' prefixes (Visa, Mastercard, Amex, Discover, Diners, JCB, UnionPay) in
 #   their groupings, any of space, dash, dot or none between groups, and a valid Luhn check digit;
 #   numbers after "tracking", "order", "invoice" and the like are left alone.
+# - email: local part and domain in any script (letters, marks and digits of every alphabet, IDN
+#   domains), with subdomains and +tags; not image names like logo@2x.png or git@host: remotes.
 # - phone: North American numbers with +1/1, a (555) or 555 area code and space, dot or dash
-#   separators; + numbers in international form; ten bare digits only after "phone", "tel", "call"...
-#   (bare ten digits are as often ISBN-10s and Unix timestamps); not inside ISBNs or longer dashed or
-#   dotted chains (part numbers, ISBN-13s).
-# - account_number: after "account", "acct", "acc", "a/c", with "no.", "number", "#", ":" in any
-#   order and case, 8 to 17 digits (single spaces or dashes between them).
+#   separators; + or 00 numbers in international form; national numbers with their trunk 0, split
+#   (020 7946 0958, 01 23 45 67 89, 03-1234-5678, (02) 9876 5432); any 9 to 17 digits after a phone
+#   word in a dozen languages (bare digits are as often ISBN-10s and Unix timestamps); not inside
+#   ISBNs, card-shaped groups, longer dashed or dotted chains, or after an order or reference word.
+# - account_number: after "account", "acct", "a/c", "Konto", "compte", "cuenta", "conto",
+#   "rekening", "IBAN"... with "no.", "nr.", "number", "#", ":" in any order and case: 8 to 30
+#   digits (single spaces or dashes between them), 12345-6, or an IBAN; an IBAN anywhere, its mod-97
+#   check digits valid.
 _SSN_AREA = r"(?:00[1-9]|0[1-9]\d|[1-578]\d{2}|6[0-57-9]\d|66[0-57-9])"
 _SSN_GROUP = r"(?:0[1-9]|[1-9]\d)"
 _SSN_SERIAL = r"(?:000[1-9]|00[1-9]\d|0[1-9]\d{2}|[1-9]\d{3})"
 _CARD_SEP = r"(?:\s?[./\x{2013}-]\s?|\s)?"
 _CARD_16 = r"(?:4\d{3}|5[1-5]\d{2}|2(?:2[2-9]\d|[3-6]\d{2}|7[01]\d|720)|6(?:011|5\d{2}|4[4-9]\d|2\d{2})|35\d{2})"
-_NUMBER_WORDS = r"(?:\s*(?:no\.?|nbr\.?|num\.?|number|#|id|code|:))*"
+_NUMBER_WORDS = r"(?:\s*(?:no\.?|nbr\.?|num\.?|number|nr\.?|nummer|numéro|número|#|id|code|:))*"
+# what an address's local part and a domain label are made of, in any script (RE2's \b is ASCII only:
+# a character outside the local part's alphabet, or the start, comes before an address)
+_MAIL_LOCAL = r"\pL\pM\pN._%+'-"
+_MAIL_LABEL = r"[\pL\pM\pN](?:[\pL\pM\pN-]*[\pL\pM\pN])?"
+# words that introduce a phone number, in the languages people write them
+_PHONE_WORDS = (
+    r"(?:\b(?:phone|tel|telephone|telefon|telefoon|telefono|telefone|fone|mobile?|mobil|cell|"
+    r"handy|fax|call|ring|text|sms|ph|whatsapp|bel|anrufen(?:\s+unter)?|portable|telefonnummer|"
+    r"rufnummer|handynummer|mobilnummer)\b|téléphone|"
+    r"teléfono|móvil|movil|tél|電話|携帯(?:電話)?|手机|电话|फ़ोन|फोन)"
+)
+# words that introduce a reference number, which may look like a phone number
+_REFERENCE = (
+    r"\b(?:order|invoice|tracking|ref|reference|bestell\w*|auftrag\w*|rechnung\w*|commande|pedido|"
+    r"ordine|referenz|sendung\w*|artikel\w*|article|sku|part|serial|batch|lot|charge\w*)"
+)
+# words that introduce a bank account, in the languages people write them
+_ACCOUNT_WORDS = (
+    r"\b(?:account[_-]?(?:number|num|nr|no)|account|acct|acc|a/c|konto(?:-?nummer|-?nr)?|kontonr|kto|compte|cuenta|conta(?:\s+corrente)?|"
+    r"conto|rekening(?:nummer)?|iban)\b"
+)
+# an IBAN: country, check digits, 11 to 30 letters and digits, grouped by four or not (the iban check
+# tests its mod-97 check digits)
+_IBAN = r"(?-i:[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?)"
 DEFAULT_PATTERNS: tuple[RedactionPattern, ...] = (
     RedactionPattern(
         pattern_id="ssn",
@@ -103,8 +133,9 @@ DEFAULT_PATTERNS: tuple[RedactionPattern, ...] = (
         pattern_id="email",
         name="Email Address",
         regex=(
-            r"(?P<keep>[\w.-]+@\d(?:\.\d)?x\.(?i:png|jpe?g|gif|svg|webp|avif))"
-            r"|\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"
+            rf"(?:^|[^{_MAIL_LOCAL}])(?:(?P<keep>[\w.-]+@\d(?:\.\d)?x\.(?i:png|jpe?g|gif|svg|webp|avif)|"
+            r"git@[\w.-]+:)"
+            rf"|(?P<value>[{_MAIL_LOCAL}]+@{_MAIL_LABEL}(?:\.{_MAIL_LABEL})*\.[\pL\pM]{{2,}}))"
         ),
         replacement="***@**.***",
         severity="medium",
@@ -113,25 +144,30 @@ DEFAULT_PATTERNS: tuple[RedactionPattern, ...] = (
         pattern_id="phone",
         name="Phone Number",
         regex=(
-            r"(?i)(?P<keep>\bisbn(?:-1[03])?:?\s*[\dx -]{10,17}|\d+(?:[-.]\d+){4,})"
-            rf"|\b(?:phone|tel|telephone|mobile|cell|fax|call|text|sms|ph|whatsapp){_NUMBER_WORDS}[\s:#.-]*"
-            r"(?P<value>\+?1?\d{10})\b"
+            r"(?i)(?P<keep>\bisbn(?:-1[03])?:?\s*[\dx -]{10,17}|\d+(?:[-.]\d+){4,}"
+            rf"|\b\d{{4}}[ -]\d{{4}}[ -]\d{{4}}[ -]\d{{1,4}}\b|{_REFERENCE}[\s:#.-]*\d[\d /.-]*\d)"
+            rf"|{_PHONE_WORDS}{_NUMBER_WORDS}[\s:#.-]*(?P<value>\+?\(?\d[\d ()./-]{{6,20}}\d)"
             r"|(?:\+?1[ .-]?)?(?:\(\d{3}\)\s?|\b\d{3}\s?[ ./-]\s?)\d{3}[ .-]?\d{4}\b"
-            r"|\+[1-9]\d{0,2}[ .-]\(?\d{1,4}\)?(?:[ .-]\d{2,6}){1,4}\b"
-            r"|\+[1-9]\d{7,14}\b"
+            r"|(?:^|[^\pL\pN])(?P<value_plus>\+[1-9]\d{0,2}(?:[ ./-]?\(?\d{1,5}\)?){1,6})\b"
+            r"|(?:\(0\d{1,4}\)\s?\d{2,8}|\b00?[1-9]\d{0,4}[ ./-]\d{2,8})(?:[ ./-]?\d{2,8}){0,4}\b"
+            r"|\(\d{2,5}\)\s?\d{3,5}(?:[ .-]?\d{2,5}){1,2}\b"
         ),
         replacement="***-***-***",
         severity="medium",
+        check="phone",
     ),
     RedactionPattern(
         pattern_id="account_number",
         name="Bank Account",
         regex=(
-            r"(?i)\b(?:account|acct|acc|a/c)\.?"
-            r"(?:\s*(?:no\.?|nbr\.?|num\.?|number|#|:|-))*\s*\d(?:[ -]?\d){7,16}\b"
+            rf"(?i)(?:\b(?:numéro|número|numero|n°|nº|no\.?)\s+(?:de|di|del)\s+)?{_ACCOUNT_WORDS}\.?"
+            r"(?:\s*(?:no\.?|nr\.?|nbr\.?|num\.?|number|nummer|numéro|número|numero|n°|nº|#|:|=|-))*\s*"
+            rf"(?P<value>{_IBAN}|\d(?:[ -]?\d){{7,29}}|\d{{4,12}}-\d)\b"
+            rf"|\b(?P<value_iban>{_IBAN})\b"
         ),
         replacement="Account: *****",
         severity="high",
+        check="iban",
     ),
 )
 

@@ -10,7 +10,9 @@ the same run:
 - now: the shipped defaults (schemas/library.py) and examples/libraries/financials.yaml's salary pattern.
 
 Printed per pattern: secrets, recall, redactions, precision; then both on the held-out strings alone
-(written after the patterns were tuned); then the speed of each over the whole corpus (MB/s and µs per
+(written after the patterns were tuned); then per pattern on the international variants (other
+scripts, national phone formats, IBANs and other languages' account numbers, other currencies and digit
+groupings: tuned on one part, the other held out); then the speed of each over the whole corpus (MB/s and µs per
 string), and what the misses and wrong redactions of the shipped patterns are.
 """
 
@@ -25,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mother.libraries.redaction import RedactionEngine
 from schemas.library import LibraryAccessPolicy, RedactionPattern
-from tests.redaction_corpus import CORPUS, HELD_OUT, score
+from tests.redaction_corpus import CORPUS, HELD_OUT, INTERNATIONAL, INTERNATIONAL_HELD_OUT, score
 from tests.test_redaction_corpus import corpus_engine
 
 BEFORE = [
@@ -100,6 +102,20 @@ def main() -> None:
             f"held-out ({len(HELD_OUT)} strings), {name}: recall {held.recall():.3f}, "
             f"precision {held.precision():.3f}"
         )
+    for label, corpus in (
+        ("international (tuned on)", INTERNATIONAL),
+        ("international, held out", INTERNATIONAL_HELD_OUT),
+    ):
+        print(f"{label}: {len(corpus)} strings")
+        measured = {name: score(engine, corpus) for name, engine in engines.items()}
+        for pattern_id in sorted(measured["now"].secrets):
+            row = "  ".join(
+                f"{name} recall {m.recall(pattern_id):.3f} precision {m.precision(pattern_id):.3f}"
+                for name, m in measured.items()
+            )
+            print(f"  {pattern_id:<16}{measured['now'].secrets[pattern_id]:>4}  {row}")
+        print("  missed now:", measured["now"].missed or "none")
+        print("  wrongly redacted now:", measured["now"].wrong or "none")
     texts = [text for text, _ in CORPUS]
     for name, engine in engines.items():
         mbs, per = speed(engine, texts, args.repeat)

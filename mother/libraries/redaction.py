@@ -26,7 +26,7 @@ from mother.errors import ConfigError
 from mother.tools.patterns import compile_pattern
 from schemas.library import DEFAULT_PATTERNS, LibraryAccessPolicy, Redaction, RedactionPattern
 
-__all__ = ["Redacted", "RedactionEngine", "library_key", "luhn", "policy_patterns"]
+__all__ = ["Redacted", "RedactionEngine", "iban", "library_key", "luhn", "policy_patterns"]
 
 DEFAULTS = {p.pattern_id: p for p in DEFAULT_PATTERNS}
 TOKEN_CHARS = 12
@@ -86,7 +86,30 @@ def luhn(digits: str) -> bool:
     return total % 10 == 0
 
 
-CHECKS = {"luhn": lambda value: luhn("".join(ch for ch in value if ch.isdigit()))}
+def iban(value: str) -> bool:
+    """Whether ``value`` (spaces allowed) is an IBAN with valid check digits (ISO 13616: mod 97 is 1),
+    or is not shaped like one at all (an account number of digits: nothing to check)."""
+    compact = value.replace(" ", "").upper()
+    if not (compact[:2].isalpha() and compact[:2].isascii()):
+        return True
+    if not (15 <= len(compact) <= 34 and compact.isascii() and compact.isalnum()):
+        return False
+    moved = compact[4:] + compact[:4]
+    return int("".join(str(int(ch, 36)) for ch in moved)) % 97 == 1
+
+
+def _digits(value: str) -> str:
+    return "".join(ch for ch in value if ch.isdigit())
+
+
+# a phone number has 9 to 17 digits (E.164's 15, written with a 00 or a trunk prefix)
+PHONE_DIGITS = (9, 17)
+
+CHECKS = {
+    "luhn": lambda value: luhn(_digits(value)),
+    "phone": lambda value: PHONE_DIGITS[0] <= len(_digits(value)) <= PHONE_DIGITS[1],
+    "iban": iban,
+}
 
 
 @dataclass(frozen=True)
