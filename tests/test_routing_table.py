@@ -1,6 +1,7 @@
 """The routing table: what the shipped tools' patterns do with the spec's example phrasings and the ones
 people write, each with the tool it must go to (and what it must extract), or the model. Requests that
-say not to do something, or ask for something to be written or fixed, are the model's; a request whose
+say not to do something, ask for something to be written or fixed, or ask a question about a tool's
+subject ("Explain how pytest fixtures work") are the model's; a request whose
 file the router cannot find is the model's too (the tool would have nothing to run on)."""
 
 from __future__ import annotations
@@ -137,6 +138,16 @@ TABLE: list[tuple[str, str, str, dict[str, Any]]] = [
     ("refactor the OCR module", "vision", MODEL, {}),
     ("update the tests so they pass", "coder", MODEL, {}),
     ("please write unit tests for the cache", "coder", MODEL, {}),
+    # no tool request: a question about a tool's subject
+    ("Explain how pytest fixtures work", "coder", MODEL, {}),
+    ("what is a pytest fixture?", "coder", MODEL, {}),
+    ("How do I run the tests with npm?", "coder", MODEL, {}),
+    ("describe what git status shows", "coder", MODEL, {}),
+    ("Why does OCR of receipt.jpg fail on blurry scans?", "vision", MODEL, {}),
+    ("Tell me about resize image logo.png to 200x100 options", "vision", MODEL, {}),
+    # a question, then told to do it: the tool
+    ("How flaky is the suite? Run the tests.", "coder", "run_tests", {}),
+    ("what changed in the repo today?", "coder", "git_status", {}),
     # the tool would have nothing to run on: the model
     ("resize the image to 300x300", "vision", MODEL, {}),
     ("scale image by half", "vision", MODEL, {}),

@@ -59,5 +59,5 @@ def test_a_missing_part_skips_on_a_laptop_and_fails_in_ci(monkeypatch: pytest.Mo
         need("no bwrap")
     ci = (ROOT / ".ci" / "run").read_text()
     assert "export CI=true" in ci
-    for package in ("bubblewrap", "chromium", "iproute2", "radosgw", "redis-tools", "npm"):
+    for package in ("bubblewrap", "chromium", "iproute2", "radosgw", "redis-tools", "npm", "mocha"):
         assert package in ci

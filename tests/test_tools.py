@@ -474,6 +474,43 @@ def test_run_tests_picks_the_workspaces_runner_and_no_tests_is_a_failure(tmp_pat
     assert not none.ok and "python -m pytest -q found no tests" in (none.error or "")
 
 
+@pytest.mark.parametrize("runner", ["mocha", "node --test"])
+def test_run_tests_counts_mocha_and_nodes_own_test_runner(tmp_path: Path, runner: str) -> None:
+    """A JavaScript workspace whose `npm test` runs mocha, or node's own test runner (`node --test`,
+    also as a test_command of its own): the real runner's summary is counted (2 passed, 1 failed, a
+    skipped test not run), the tool does not fail for want of a summary."""
+    program = runner.split()[0]
+    need(None if shutil.which("npm") else "npm is not installed on this machine (Debian's npm)")
+    need(None if shutil.which(program) else f"{program} is not installed (npm install -g mocha)")
+    js = tmp_path / "js"
+    (js / "test").mkdir(parents=True)
+    (js / "package.json").write_text(
+        orjson.dumps({"name": "t", "scripts": {"test": runner}}).decode()
+    )
+    if program == "mocha":
+        (js / "test" / "m.spec.js").write_text(
+            "const assert = require('assert');\n"
+            "describe('m', () => { it('a', () => assert.equal(1, 1)); it('b', () => assert.equal(1, 2));"
+            " it.skip('c', () => {}); it('d', () => {}); });\n"
+        )
+    else:
+        (js / "test" / "n.test.js").write_text(
+            "const test = require('node:test'); const assert = require('node:assert');\n"
+            "test('a', () => assert.strictEqual(1, 1)); test('b', () => assert.strictEqual(1, 2));\n"
+            "test('c', { skip: true }, () => {}); test('d', () => {});\n"
+        )
+    ex = ToolExecutor()
+    tool = shipped_tools()["run_tests"]
+    for inputs in ({"repo_path": "."}, {"repo_path": ".", "test_command": runner}):
+        got = ex.run(tool, js, inputs)
+        assert got.ok and got.output is not None, (inputs, got.error)
+        counts = (got.output["tests_run"], got.output["tests_passed"], got.output["tests_failed"])
+        assert counts == (3, 2, 1), (inputs, got.output["stdout"][-500:])
+        assert got.output["exit_code"] != 0
+    refused = ex.run(tool, js, {"repo_path": ".", "test_command": "node -e 1"})
+    assert not refused.ok and "only as its test runner" in (refused.error or "")
+
+
 def test_render_resize_and_ocr_on_a_generated_image(tmp_path: Path) -> None:
     from PIL import Image
 

@@ -11,7 +11,8 @@ tried until one succeeds.
 
 Some tasks name a tool's trigger words and are no tool request at all: "do not run the tests", "write
 a helper script that can run the tests", "fix the failing tests". A task that says not to do something,
-or asks for something to be written, goes to the model (:func:`not_a_tool_request`).
+or asks for something to be written, or asks to have something explained ("Explain how pytest
+fixtures work"), goes to the model (:func:`not_a_tool_request`).
 """
 
 from __future__ import annotations
@@ -68,12 +69,28 @@ _NOT_A_TOOL_REQUEST = [
 ]
 
 
+# a task that asks to have something explained ("Explain how pytest fixtures work", "what is a
+# fixture?", "how do I run the tests?") is a question about a tool's subject, not a request to run it;
+# unless one of its sentences then tells to do it ("How flaky is it? Run the tests.")
+_QUESTION = re2.compile(
+    r"(?i)^\W*(?:explain|describe|define|teach me|tell me (?:about|how|what|why)|"
+    r"what(?:'s| is| are| does| do)\b|what happens|how (?:does|do|did|is|are|can|could|would|should|"
+    r"to)\b|how's|why (?:does|do|did|is|are|would|should)\b|what's the difference|compare)\b",
+    pattern_options(),
+)
+_TOLD_TO = re2.compile(
+    rf"(?i)[.;:!?]\s*(?:please\s+)?(?:now\s+|then\s+)?{_ACTIONS}\b", pattern_options()
+)
+
+
 def not_a_tool_request(query: str) -> str | None:
-    """Why ``query`` is no request for a tool (a negation, a request to write or change something),
-    or None."""
+    """Why ``query`` is no request for a tool (a negation, a request to write or change something, a
+    question about it), or None."""
     for pattern, why in _NOT_A_TOOL_REQUEST:
         if pattern.search(query) is not None:
             return why
+    if _QUESTION.search(query) is not None and _TOLD_TO.search(query) is None:
+        return "the task asks a question about it, not for it to be done"
     return None
 
 

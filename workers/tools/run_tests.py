@@ -23,8 +23,21 @@ from workers.tools.files import inside
 
 __all__ = ["RUNNERS", "parse_summary", "run"]
 
-# programs a test command may start (python runs only as `python -m <runner>`)
-RUNNERS = {"pytest", "python", "python3", "npm", "npx", "jest", "mocha", "yarn", "pnpm", "tox"}
+# programs a test command may start (python runs only as `python -m <runner>`, node only as
+# `node --test`)
+RUNNERS = {
+    "pytest",
+    "python",
+    "python3",
+    "node",
+    "npm",
+    "npx",
+    "jest",
+    "mocha",
+    "yarn",
+    "pnpm",
+    "tox",
+}
 PYTHON_MODULES = {"pytest", "unittest"}
 # what the tool keeps of each stream (the model sees the counts and the end of the output)
 KEEP_CHARS = 20_000
@@ -35,6 +48,10 @@ _NO_TESTS = re.compile(r"^=*\s*no tests ran in [\d.]+s", re.MULTILINE)
 _UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in", re.MULTILINE)
 _UNITTEST_FAILED = re.compile(r"^FAILED \(([^)]*)\)", re.MULTILINE)
 _JEST = re.compile(r"^Tests:\s+(.*?)(\d+) total", re.MULTILINE)
+# mocha's spec reporter: "  2 passing (13ms)", "  1 failing", "  1 pending"
+_MOCHA = re.compile(r"^\s*(\d+) (passing|failing|pending)\b", re.MULTILINE)
+# node's own test runner (node --test), its tap ("# pass 2") and spec ("ℹ pass 2") reporters
+_NODE = re.compile(r"^(?:#|ℹ) (tests|pass|fail|cancelled|skipped|todo) (\d+)$", re.MULTILINE)
 
 
 def parse_summary(text: str) -> tuple[int, int, int] | None:
@@ -68,6 +85,14 @@ def parse_summary(text: str) -> tuple[int, int, int] | None:
         parts, total = jest[-1]
         found = dict((k, int(v)) for v, k in re.findall(r"(\d+) (failed|passed)", parts))
         return int(total), found.get("passed", 0), found.get("failed", 0)
+    node = dict((kind, int(number)) for kind, number in _NODE.findall(text))
+    if "tests" in node and "pass" in node:
+        failed = node.get("fail", 0) + node.get("cancelled", 0)
+        return node["pass"] + failed, node["pass"], failed
+    mocha = dict((kind, int(number)) for number, kind in _MOCHA.findall(text))
+    if "passing" in mocha or "failing" in mocha:
+        passed, failed = mocha.get("passing", 0), mocha.get("failing", 0)
+        return passed + failed, passed, failed
     return None
 
 
@@ -87,6 +112,8 @@ def _argv(command: str) -> list[str]:
     if program == "pytest":
         # the worker's own pytest, whatever is on PATH
         return [sys.executable, "-m", "pytest", *argv[1:]]
+    if program == "node" and "--test" not in argv[1:]:
+        raise ToolError("node runs here only as its test runner: `node --test`")
     if program in ("python", "python3"):
         if len(argv) < 3 or argv[1] != "-m" or argv[2] not in PYTHON_MODULES:
             raise ToolError("python runs here only as `python -m pytest` or `python -m unittest`")
