@@ -371,6 +371,29 @@ def test_ingest_chunks_text_and_pdf_and_search_ranks_and_redacts(r, tmp_path: Pa
     assert r.execute_command("JSON.GET", keys.library_key("financials"), "$.chunk_count") == "[1]"
 
 
+def test_a_word_with_a_non_ascii_capital_is_found_whatever_its_case(r, tmp_path: Path) -> None:
+    """The search module folds only ASCII letters: "Überstunden" and "ÉCOLE" in a document are found
+    by a query that writes them lower-case, capitalised or upper-case."""
+    from mother.libraries.ingest import ingest
+    from mother.libraries.retrieval import retrieve
+
+    rt = _libraries(r)
+    memo = tmp_path / "hr.md"
+    memo.write_text("Überstunden werden im März bezahlt. Die ÉCOLE zahlt später.\n")
+    ingest(r, "public_research", memo, rt.clock.now_iso())
+    for query in ("überstunden", "Überstunden", "ÜBERSTUNDEN", "école", "März", "märz"):
+        found = retrieve(
+            rt,
+            run_id="run-u",
+            user_id="alice",
+            role="coder",
+            model="scripted",
+            library_id="public_research",
+            query=query,
+        )
+        assert any(h.document_id.startswith("hr-") for h in found.hits), query
+
+
 def _take(url: str, run: str, user: str, n: int) -> int:
     import redis as redis_lib
 

@@ -113,10 +113,19 @@ class Retrieved:
         return sum(h.redactions for h in self.hits)
 
 
+def _cases(word: str) -> list[str]:
+    """The ways ``word`` may be written: the search module folds only ASCII letters to lower case, so
+    a word with another letter ("Überstunden", "ÉCOLE") is looked for lower-case, capitalised and
+    upper-case, as text writes it."""
+    if word.isascii():
+        return [word]
+    return list(dict.fromkeys((word, word.capitalize(), word.upper())))
+
+
 def query_text(library_id: str, text: str) -> str:
     """The search query for ``text`` in the library: its words (less stop words), any of them."""
     words = [w for w in (w.lower() for w in _WORD.findall(text)) if w not in STOP_WORDS][:32]
-    terms = "|".join(words) if words else "*"
+    terms = "|".join(case for w in words for case in _cases(w)) if words else "*"
     return (
         f"@library_id:{tag(library_id)} @text:({terms})"
         if words
