@@ -271,6 +271,22 @@ def _the_workspace_is_an_artifact_of_the_run(
     listed = {m["artifact_id"]: m for m in list_for_run(p.redis, run_id)}
     assert listed[ws]["kind"] == "workspace" and listed[ws]["size_bytes"] == stored["bytes"]
     assert listed[ws]["retention_class"] == "success" and listed[ws]["expires_at"]
+    # every lifecycle field of an artifact's metadata, and people's controls work on it
+    stored_meta = orjson.loads(p.redis.execute_command("JSON.GET", keys.artifact_meta_key(ws)))
+    assert {k: stored_meta.get(k) for k in ("status", "protected", "user_starred")} == {
+        "status": "active",
+        "protected": False,
+        "user_starred": False,
+    }
+    starred = cli("artifacts", "star", ws, "--actor", "alice", url=p.url)
+    assert starred.exit_code == 0, starred.output
+    assert f"{ws}: status active, starred True" in starred.stdout
+    # a workspace artifact made before those fields were set: its controls read it with their defaults
+    for field in ("status", "protected"):
+        p.redis.execute_command("JSON.DEL", keys.artifact_meta_key(ws), f"$.{field}")
+    unstarred = cli("artifacts", "unstar", ws, "--actor", "alice", url=p.url)
+    assert unstarred.exit_code == 0, unstarred.output
+    assert "starred False, protected False" in unstarred.stdout
     raw = p.redis.execute_command("JSON.GET", keys.artifact_key(ws), "$.content")
     assert orjson.loads(orjson.loads(raw)[0])["files"] == stored["files"]
     out = tmp_path / "exported"

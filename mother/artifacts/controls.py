@@ -15,7 +15,7 @@ from mother import keys
 from mother.config import Settings
 from mother.errors import InvalidSpec, NotFound
 from mother.records.artifacts import artifact_control, read_artifact_meta, read_meta, restore
-from schemas.artifact import GCReport
+from schemas.artifact import ArtifactMetadata, GCReport
 
 __all__ = [
     "OPS",
@@ -101,7 +101,7 @@ def control(
             )
     meta = read_meta(client, artifact_id)
     try:
-        return artifact_control(
+        after = artifact_control(
             client,
             op,
             artifact_id,
@@ -117,6 +117,9 @@ def control(
         if "is protected" in text or "no artifact" in text:
             raise InvalidSpec(text.removeprefix("ERR ").strip()) from None
         raise
+    # every field, a record written without some (a workspace artifact made before they were set)
+    # read with its defaults
+    return None if after is None else ArtifactMetadata.model_validate(after).to_dict()
 
 
 def restore_artifact(
@@ -136,7 +139,7 @@ def restore_artifact(
     except orjson.JSONDecodeError:
         raise InvalidSpec(f"the archive of {artifact_id} is not a JSON document") from None
     try:
-        return restore(
+        restored = restore(
             client,
             artifact_id,
             data.decode(),
@@ -150,6 +153,7 @@ def restore_artifact(
         if "not archived" in str(exc) or "changed while" in str(exc):
             raise InvalidSpec(str(exc).removeprefix("ERR ").strip()) from None
         raise
+    return ArtifactMetadata.model_validate(restored).to_dict()
 
 
 def reports(client: Any, limit: int = 10) -> list[GCReport]:

@@ -68,7 +68,8 @@ local function workspace_artifact(run_id, manifest_key, art_key, meta_key, run_k
     phase = 'workspace', attempt = 0, kind = 'workspace', content = content}))
   redis.call('JSON.SET', meta_key, '$', cjson.encode({artifact_id = id, run_id = run_id,
     phase = 'workspace', kind = 'workspace', created_at = now,
-    size_bytes = math.floor(tonumber(doc.bytes) or 0), content_type = 'application/json'}))
+    size_bytes = math.floor(tonumber(doc.bytes) or 0), content_type = 'application/json',
+    status = 'active', retention_class = 'default', protected = false, user_starred = false}))
   if redis.call('EXISTS', run_key) == 1 then
     local listed = redis.call('JSON.ARRINDEX', run_key, '$.artifacts', cjson.encode(id))
     if type(listed) == 'table' and listed[1] == -1 then
