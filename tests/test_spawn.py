@@ -75,6 +75,19 @@ def test_parent_spawns_child_and_grandchild_is_refused_by_depth(pipeline: Pipeli
         if f["type"] == "run_spawned" and f.get("run_id") == run_id
     ]
     assert len(spawned) == 1
+    # the grandchild's refusal is said in the child's activity (the global stream and its own)
+    refused = [
+        f
+        for _, f in pipeline.redis.xrange(keys.run_activity_key(children[0]))
+        if f["type"] == "spawn_refused"
+    ]
+    assert len(refused) == 1
+    data = orjson.loads(refused[0]["data"])
+    assert (data["code"], data["message"], data["role"]) == (
+        "depth_exhausted",
+        "Depth limit exhausted",
+        "helper2",
+    )
 
 
 def test_spawn_beyond_the_parents_budget_is_refused(pipeline: Pipeline) -> None:

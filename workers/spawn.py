@@ -83,12 +83,12 @@ class SpawnRun:
             # depth check before anything is charged
             resolve_limits({}, None, None, self.state.limits)
         except DepthExhausted as exc:
-            raise ToolError(exc.message) from None
+            raise self._refused(spec, exc.message, exc.code) from None
         try:
             self.guard.charge("spawns")
             self.guard.charge("parallel_agents")
         except BudgetExhausted as exc:
-            raise ToolError(f"cannot spawn: {exc.message}") from None
+            raise self._refused(spec, f"cannot spawn: {exc.message}", exc.code) from None
         ledger = self.rt.ledger
         assert spec.run_id is not None
         reserved = False
@@ -109,7 +109,7 @@ class SpawnRun:
             self.guard.release("parallel_agents")
             if reserved:
                 ledger.release(spec.run_id, "not_submitted")
-            raise ToolError(f"cannot spawn: {exc.message}") from None
+            raise self._refused(spec, f"cannot spawn: {exc.message}", exc.code) from None
         self.rt.emit(
             self.rt.redis,
             "run_spawned",
@@ -122,6 +122,28 @@ class SpawnRun:
         if arguments.get("wait", True) is False:
             return f"spawned {spec.run_id}"
         return self._wait(spec.run_id, spec.to_json())
+
+    def _refused(self, spec: RunSpec, why: str, code: str) -> ToolError:
+        """A child refused before it ran: said in the run's activity and the worker's log (the model
+        is told with the ToolError returned)."""
+        self.rt.emit(
+            self.rt.redis,
+            "spawn_refused",
+            run_id=self.state.run_id,
+            phase=self.phase.name,
+            child_run_id=spec.run_id,
+            role=spec.pipeline[0].role,
+            code=code,
+            message=why,
+        )
+        log.warning(
+            "spawn_refused",
+            run_id=self.state.run_id,
+            child_run_id=spec.run_id,
+            code=code,
+            why=why,
+        )
+        return ToolError(why)
 
     def _child_spec(self, arguments: dict[str, Any]) -> RunSpec:
         role, task, overrides = (
