@@ -603,12 +603,17 @@ class MotherClient:
         record = read_termination(r, run_id)
         out["termination"] = record.to_dict() if record is not None else None
         out["budget"] = budget_view(r, run_id)
-        out["artifacts"] = read_artifact_meta(r, state.artifacts)
+        # its artifacts, then those a conflict set aside (a rejecting review, replaced work)
+        out["artifacts"] = read_artifact_meta(
+            r, list(dict.fromkeys([*state.artifacts, *state.superseded_artifacts]))
+        )
         out["conflicts"] = [c.to_dict() for c in read_conflicts(r, state.conflicts)]
         out["contexts"], out["summaries"] = self._contexts(state, context_text)
         count = keys.RUN_ACTIVITY_MAXLEN if activity is None else activity
         out["activity"] = [e.to_dict() for e in recent(r, count, run_id=run_id)]
-        out["timeline"] = timeline(out["run"], out["activity"], out["budget"])
+        out["timeline"] = timeline(
+            out["run"], out["activity"], out["budget"], now=iso_from_ms(server_now_ms(r))
+        )
         # its record is written, the rest of its end not yet applied
         pending = r.zscore(keys.RUNS_ENDING, run_id)
         out["end_pending_since"] = iso_from_ms(int(pending)) if pending is not None else None

@@ -75,11 +75,33 @@ def handle_command(
     # Mother's own stream replies to gate and budget commands (the CLI waits on those); a principal
     # hears back on every command
     if reply is not None and (source.principal is not None or kind not in (COMMAND_CANCEL,)):
-        pipe = rt.redis.pipeline(transaction=True)
-        key = source.reply_key(delivery.entry_id)
-        pipe.rpush(key, orjson.dumps(reply))
-        pipe.expire(key, REPLY_TTL_SECONDS)
-        pipe.execute()
+        send_reply(rt, source, delivery.entry_id, reply)
+
+
+def send_reply(rt: Runtime, source: Source, entry_id: str, reply: dict[str, Any]) -> None:
+    """Put Mother's reply to command ``entry_id`` where its sender waits (kept a short while)."""
+    pipe = rt.redis.pipeline(transaction=True)
+    key = source.reply_key(entry_id)
+    pipe.rpush(key, orjson.dumps(reply))
+    pipe.expire(key, REPLY_TTL_SECONDS)
+    pipe.execute()
+
+
+def failure_reply(exc: Exception, *, recorded: bool, run_id: str | None) -> dict[str, Any]:
+    """The reply to a command Mother failed to apply (not a refusal: its own failure), so its sender
+    hears at once instead of waiting out its timeout."""
+    what = f"{type(exc).__name__}: {exc}"[:500]
+    if recorded and run_id is not None:
+        after = f"run {run_id} ended catastrophic_error (`mother status {run_id}`)"
+    elif recorded:
+        after = "nothing was changed"
+    else:
+        after = "the command stays queued and is tried again"
+    return {
+        "ok": False,
+        "code": "mother_failed",
+        "message": f"Mother failed applying it ({what}); {after}",
+    }
 
 
 def _actor(kind: Any, payload: dict[str, Any], source: Source) -> str:

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from mother import activity, calls, hosts, keys
 from mother.client import COMMAND_CANCEL, EVENT_PHASE_RESULT
-from mother.commands import handle_command
+from mother.commands import failure_reply, handle_command, send_reply
 from mother.config import Settings
 from mother.conflicts import install as install_review_hooks
 from mother.connection import Outage, redis_down, sleep_unless, unless_redis_down
@@ -320,7 +320,19 @@ class Mother:
                 # not acknowledged: handled again once Redis serves again / by the next leader
                 raise
             self.log.exception("entry_handling_failed", stream=stream, entry_id=entry_id)
-            if not self._failed(stream, entry_id, fields, exc):
+            recorded = self._failed(stream, entry_id, fields, exc)
+            if source.role == "commands":
+                # its sender waits for a reply: say so now, not after its timeout
+                unless_redis_down(
+                    self.log,
+                    "failure_reply_not_sent",
+                    send_reply,
+                    self.rt,
+                    source,
+                    entry_id,
+                    failure_reply(exc, recorded=recorded, run_id=_run_id_of(fields)),
+                )
+            if not recorded:
                 # left pending: reclaimed later, dead-lettered after max_deliveries
                 return
         # not already acknowledged with the handler's last write

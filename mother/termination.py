@@ -101,7 +101,7 @@ def build_record(
         can_retry=rule.can_retry,
         suggested_action=rule.suggested_action,
         logged_by="mother",
-        final_artifacts=list(final_artifacts or []),
+        final_artifacts=list(dict.fromkeys(final_artifacts or [])),
         timestamp_ms=at_ms,
     )
 

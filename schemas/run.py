@@ -238,6 +238,11 @@ class RunState(Record):
         default_factory=list, description="accepted result of each finished phase"
     )
     artifacts: list[Id] = Field(default_factory=list)
+    superseded_artifacts: list[Id] = Field(
+        default_factory=list,
+        description="artifacts of outputs a conflict set aside (a rejecting review, the work an "
+        "escalation replaced): listed and retained with the run, not among its final artifacts",
+    )
     limits: dict[str, JsonValue] = Field(
         default_factory=dict, description="resolved run limits (four-layer limit resolution)"
     )

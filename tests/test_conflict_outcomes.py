@@ -81,6 +81,8 @@ def test_the_winning_proposal_is_what_the_run_carries_on_with(stack: Pipeline) -
     assert envelope.output == "one queue per tenant"
     first, last = envelope.phases
     assert last.phase == "propose_b" and last.artifacts == first.artifacts
+    # the winner's artifacts, once each (both phases' results name them)
+    assert envelope.termination.final_artifacts == first.artifacts
     conflict = _conflict(stack, spec["run_id"])
     assert (conflict.conflict_type, conflict.winner_agent) == (
         "competing_proposals",

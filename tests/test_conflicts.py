@@ -15,7 +15,7 @@ from mother.activity import recent
 from mother.cli.inspect import inspect_run
 from mother.records.budgets import budget_view
 from mother.records.conflicts import read_conflict
-from tests.conftest import Pipeline, start_pipeline, stop_pipeline
+from tests.conftest import Pipeline, cli, start_pipeline, stop_pipeline
 from tests.test_pipeline import example
 
 ALONE = {
@@ -352,9 +352,71 @@ def test_the_table_in_order_arbiter_then_escalation(pipeline: Pipeline) -> None:
 
 
 def test_the_table_in_order_arbiter_accepts(pipeline: Pipeline) -> None:
-    termination, (conflict,) = _ran(pipeline, example("conflict-arbiter"))
+    """The arbiter accepts the coder's work. The critic's rejecting review and the arbiter's answer are
+    there to see: the arbiter's attempt has its start, its run time and its worker in the timeline (one
+    row, not a dispatched row never ended beside a completed one), the critic's artifact is the run's
+    (set aside, retained with the run's class), every side is printed by `mother inspect`, and the final
+    artifacts name each artifact once."""
+    spec = example("conflict-arbiter")
+    termination, (conflict,) = _ran(pipeline, spec)
     assert termination.reason == "success"
     assert (conflict.strategy_applied, conflict.winner_agent) == ("run_arbiter", "coder@scripted")
+    run_id = spec["run_id"]
+    view = pipeline.client.inspect(run_id)
+    rows = [(a["phase"], a["attempt"], a["status"]) for a in view["timeline"]["attempts"]]
+    assert rows == [
+        ("code", 1, "completed"),
+        ("review", 1, "completed"),
+        ("review.arbiter", 2, "completed"),
+    ]
+    arbiter = view["timeline"]["attempts"][2]
+    assert arbiter["started_at"] and arbiter["worker"] and arbiter["run_ms"] is not None
+    critic = next(o for o in conflict.their_outputs if o.agent_id == "critic")
+    state = pipeline.client.status(run_id)
+    assert critic.artifact_ids and set(critic.artifact_ids) <= set(state.superseded_artifacts)
+    listed = {m["artifact_id"]: m for m in view["artifacts"]}
+    for artifact_id in critic.artifact_ids:
+        assert listed[artifact_id]["retention_class"] == "success"
+    final = termination.final_artifacts
+    assert len(final) == len(set(final)) and not set(critic.artifact_ids) & set(final)
+    shown = cli("inspect", run_id, url=pipeline.url)
+    assert shown.exit_code == 0, shown.output
+    assert "critic@scripted (review #1): reject, confidence 0.55" in shown.stdout
+    assert "arbiter@scripted-large (review.arbiter #2): accept" in shown.stdout
+
+
+def test_a_conflict_past_max_conflicts_per_run_names_what_ended_it(tmp_path: Any) -> None:
+    """With conflicts.max_conflicts_per_run 1, the run's second conflict is not resolved: it is closed
+    blocked with terminate_blocked as its strategy (not null), and the run ends conflicting_agents."""
+    p = start_pipeline(
+        tmp_path,
+        env={
+            "MOTHER_CONFLICTS__POLICY": orjson.dumps(ALONE).decode(),
+            "MOTHER_CONFLICTS__MAX_CONFLICTS_PER_RUN": "1",
+        },
+    )
+    try:
+        spec = _spec(
+            [CODE, REVIEW, {**REVIEW, "name": "review2"}],
+            {
+                "coder": [_reply("patch", 0.95)],
+                "critic": [
+                    _reply("VERDICT: REJECT\nrisky", 0.5),
+                    _reply("VERDICT: REJECT\nno", 0.5),
+                ],
+            },
+        )
+        termination, conflicts = _ran(p, spec)
+        assert termination.reason == "conflicting_agents"
+        second = conflicts[-1]
+        assert (second.status, second.strategy_applied, second.final_decision) == (
+            "closed",
+            "terminate_blocked",
+            "blocked",
+        )
+        assert "max_conflicts_per_run" in second.rationale
+    finally:
+        stop_pipeline(p)
 
 
 def test_the_table_in_order_ends_conflicting_agents(pipeline: Pipeline) -> None:

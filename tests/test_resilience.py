@@ -441,13 +441,30 @@ def test_second_terminate_returns_first_record_unchanged(r: redis.Redis, redis_u
 
 
 def test_poison_entry_is_dead_lettered(fresh: Pipeline) -> None:
-    """A command whose handling keeps failing (its run record is corrupt) goes to mother:dead_letter."""
+    """A command whose handling keeps failing (its run record is corrupt) goes to mother:dead_letter;
+    a person deciding on it hears at once that Mother failed applying it (not a timeout)."""
+    from mother.errors import MotherError, WaitTimeout
+
     run_id = fresh.client.submit(example("three-phase"))
     fresh.wait(run_id)
     fresh.redis.execute_command("JSON.SET", keys.run_key(run_id), "$.status", '"bogus"')
+    decision = fresh.client.send_command(
+        "approve",
+        {"run_id": run_id, "actor": "t", "reason": "x", "gate_id": "g-1", "digest": "0" * 64},
+    )
+    with pytest.raises(MotherError, match="Mother failed applying it") as failed:
+        fresh.client.command_reply(decision, 60)
+    assert not isinstance(failed.value, WaitTimeout)
+    assert "tried again" in failed.value.message
     entry = fresh.client.send_command("cancel", {"run_id": run_id, "actor": "t", "reason": "x"})
-    dead = wait_until(lambda: fresh.redis.xrange(keys.DEAD_LETTER_STREAM), timeout=30)
-    assert dead[0][1]["entry_id"] == entry and dead[0][1]["stream"] == keys.COMMANDS_STREAM
+    dead = wait_until(
+        lambda: (
+            (found := fresh.redis.xrange(keys.DEAD_LETTER_STREAM)) and len(found) == 2 and found
+        ),
+        timeout=30,
+    )
+    assert [d[1]["entry_id"] for d in dead] == [decision, entry]
+    assert {d[1]["stream"] for d in dead} == {keys.COMMANDS_STREAM}
     assert fresh.redis.xpending(keys.COMMANDS_STREAM, "mother")["pending"] == 0
     healthy = fresh.client.submit(example("three-phase"))
     assert fresh.wait(healthy).termination.reason == "success"

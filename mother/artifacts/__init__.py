@@ -25,7 +25,7 @@ def retain(pipe: Any, settings: Settings, state: RunState, record: TerminationRe
     queue_retain(
         pipe,
         state.run_id,
-        list(state.artifacts),
+        list(dict.fromkeys([*state.artifacts, *state.superseded_artifacts])),
         retention_class=retention.retention_class,
         expires_ms=retention.expires_ms,
         archive_ms=retention.archive_ms,

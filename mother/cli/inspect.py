@@ -142,6 +142,16 @@ def print_summary(view: dict[str, Any]) -> None:
                     f"{c.get('strategy_applied') or ''} {c.get('final_decision') or c.get('status') or ''}"
                 )
             )
+            for side in c.get("their_outputs") or []:
+                console.print(
+                    Text(
+                        f"  {side.get('agent_id')}@{side.get('model') or '?'} ({side.get('phase')} "
+                        f"#{side.get('attempt')}): {side.get('stance')}, confidence "
+                        f"{side.get('confidence')}, artifacts {', '.join(side.get('artifact_ids') or []) or 'none'}"
+                    )
+                )
+            if c.get("rationale"):
+                console.print(Text(f"  why: {c['rationale']}"))
     console.print(
         Text(
             f"{len(view.get('artifacts') or [])} artifacts · {len(view.get('contexts') or [])} contexts · "

@@ -230,6 +230,7 @@ def _open(rt: Runtime, outcome: Outcome, state: RunState, found: Found) -> None:
             ctx,
             why=f"the run raised {len(state.conflicts)} conflicts already "
             "(conflicts.max_conflicts_per_run): none more is resolved",
+            strategy="terminate_blocked",
         )
         return
     _step(ctx)
@@ -635,12 +636,20 @@ def _finish(ctx: Ctx, strategy: ConflictStrategy, resolved: Resolved) -> None:
 
 
 def _unresolved(
-    ctx: Ctx, *, reason: TerminationReason = "conflicting_agents", why: str = ""
+    ctx: Ctx,
+    *,
+    reason: TerminationReason = "conflicting_agents",
+    why: str = "",
+    strategy: ConflictStrategy | None = None,
 ) -> None:
+    """End the run on a conflict no strategy settled; ``strategy``: what was applied instead of the
+    policy (terminate_blocked, past conflicts.max_conflicts_per_run)."""
     conflict = ctx.conflict
     tried = ", ".join(dict.fromkeys(s.strategy for s in conflict.steps)) or "none"
     rationale = why or f"no strategy resolved it (tried: {tried})"
-    _close(ctx, conflict.strategy_applied, "blocked", None, rationale, settled=False)
+    if strategy is not None:
+        ctx.step(strategy, "resolved", rationale)
+    _close(ctx, strategy or conflict.strategy_applied, "blocked", None, rationale, settled=False)
     _end(
         ctx,
         reason,
@@ -697,12 +706,19 @@ def _note(conflict: ConflictResolution) -> str:
     )[:1000]
 
 
+def _new_artifacts(state: RunState, artifacts: list[str]) -> list[str]:
+    """Of ``artifacts``, those not yet among the run's superseded ones."""
+    return [a for a in dict.fromkeys(artifacts) if a not in state.superseded_artifacts]
+
+
 def _record_writes(ctx: Ctx, pipe: Any, *, note: str | None = None) -> None:
     """The conflict's record, its id on the run (once), and a note, queued on ``pipe``."""
     records.queue_write(pipe, ctx.conflict)
     if ctx.opened and ctx.conflict.conflict_id not in ctx.state.conflicts:
         runs.queue_conflict_id(pipe, ctx.run_id, ctx.conflict.conflict_id)
         queue_count(pipe, "conflicts", ctx.conflict.conflict_type)
+        # the output that raised it (a rejecting review) is kept with the run, whoever wins
+        runs.queue_superseded(pipe, ctx.run_id, _new_artifacts(ctx.state, ctx.result.artifacts))
     if ctx.closed:
         conflict = ctx.conflict
         queue_count(
@@ -846,6 +862,12 @@ def _detour(
             kept_ids = [a for a in state.artifacts if a not in rejected]
             runs.queue_artifacts(
                 pipe, ctx.run_id, kept_ids + [a for a in result.artifacts if a not in kept_ids]
+            )
+            # the replaced work stays the run's, retained with it
+            runs.queue_superseded(
+                pipe,
+                ctx.run_id,
+                _new_artifacts(state, [a for a in state.artifacts if a in rejected]),
             )
 
     rt.forget(ctx.run_id)

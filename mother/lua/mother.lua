@@ -136,11 +136,13 @@ local function mh_transition(keys, args)
   if args[11] ~= '' then
     redis.call('JSON.ARRAPPEND', keys[1], '$.results', args[11])
   end
-  local artifacts = cjson.decode(args[12])
-  if #artifacts > 0 then
-    local values = {}
-    for i, artifact in ipairs(artifacts) do values[i] = cjson.encode(artifact) end
-    redis.call('JSON.ARRAPPEND', keys[1], '$.artifacts', unpack(values))
+  -- each artifact once (a result accepted again after a conflict names the same ones)
+  for _, artifact in ipairs(cjson.decode(args[12])) do
+    local value = cjson.encode(artifact)
+    local found = redis.call('JSON.ARRINDEX', keys[1], '$.artifacts', value)
+    if type(found) ~= 'table' or found[1] == -1 then
+      redis.call('JSON.ARRAPPEND', keys[1], '$.artifacts', value)
+    end
   end
   -- the position fields in one JSON.MERGE (a path per field costs a command each); an emergency stop stays in
   -- force across the move (its phase waits at its first mutating action). A new phase starts with no detour

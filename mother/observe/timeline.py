@@ -95,11 +95,25 @@ def _ended(row: dict[str, Any], at: str, data: dict[str, Any], status: str) -> N
         row["error"] = data["error"]
 
 
+def _same_phase(dispatched: Any, reported: Any) -> bool:
+    """Whether an attempt dispatched as ``dispatched`` is one that reports as ``reported``: a conflict's
+    extra attempt is dispatched as ``review.arbiter`` (or ``code.escalated``) and reports as its phase."""
+    return (
+        isinstance(dispatched, str)
+        and isinstance(reported, str)
+        and dispatched.split(".")[0] == reported.split(".")[0]
+    )
+
+
 def timeline(
-    run: dict[str, Any], activity: list[dict[str, Any]], budget: dict[str, Any] | None
+    run: dict[str, Any],
+    activity: list[dict[str, Any]],
+    budget: dict[str, Any] | None,
+    now: str | None = None,
 ) -> dict[str, Any]:
     """The run's timeline from its record (``run``: RunState as a dict), its activity entries (oldest
-    first, as dicts) and its budget counters (what the guard charged: the run's cost of record)."""
+    first, as dicts) and its budget counters (what the guard charged: the run's cost of record); a gate
+    still open has waited until the run's end, or ``now`` (the server's time, ISO)."""
     attempts: dict[tuple[str | None, int], dict[str, Any]] = {}
     order: list[dict[str, Any]] = []
     gates: dict[str, dict[str, Any]] = {}
@@ -118,6 +132,19 @@ def timeline(
             order.append(attempts[key])
         return attempts[key]
 
+    def ended_row(phase: str | None, number: Any) -> dict[str, Any] | None:
+        """The row an attempt's end belongs to: its own, or the conflict's extra attempt dispatched
+        under its own name."""
+        if (phase, number) not in attempts:
+            for row in order:
+                if (
+                    row["attempt"] == number
+                    and row["status"] == "dispatched"
+                    and _same_phase(row["phase"], phase)
+                ):
+                    return row
+        return row_of(phase, number)
+
     for entry in activity:
         kind, at, phase = entry.get("type"), str(entry.get("at") or ""), entry.get("phase")
         raw = entry.get("data")
@@ -132,7 +159,7 @@ def timeline(
             if row is not None:
                 row["dispatched_at"] = at
         elif kind in ("phase_completed", "phase_failed"):
-            row = row_of(phase, data.get("attempt"))
+            row = ended_row(phase, data.get("attempt"))
             if row is not None:
                 status = "completed" if kind == "phase_completed" else "failed"
                 _ended(row, at, data, "lost" if data.get("lost") else status)
@@ -158,6 +185,9 @@ def timeline(
         elif isinstance(kind, str) and kind.startswith("conflict_"):
             conflicts.append({"at": at, "type": kind, "phase": phase, "data": data})
     ended_at = run.get("terminated_at")
+    for gate in gates.values():
+        if gate["closed_at"] is None:
+            gate["wait_ms"] = _span(gate["opened_at"], ended_at or now)
     for row in order:
         if row["status"] == "dispatched" and ended_at is not None:
             row["status"] = "ended_with_run"
@@ -193,7 +223,8 @@ def timeline(
         "duration_ms": _span(submitted_at, ended_at),
         # from submission to its first phase's dispatch: intake, the circuit breaker and the admission
         # queue (``queued``: it waited for a slot)
-        "admission_wait_ms": _span(submitted_at, first_dispatch),
+        # (a run that ended before its first phase waited until its end)
+        "admission_wait_ms": _span(submitted_at, first_dispatch or ended_at),
         "queued_for_slot": queued,
         "queue_wait_ms": sum(r["queue_ms"] or 0 for r in order),
         "gate_wait_ms": sum(g["wait_ms"] or 0 for g in gate_list),

@@ -217,6 +217,17 @@ def queue_artifacts(pipe: Any, run_id: str, artifacts: list[str]) -> None:
     pipe.execute_command("JSON.SET", keys.run_key(run_id), "$.artifacts", orjson.dumps(artifacts))
 
 
+def queue_superseded(pipe: Any, run_id: str, artifacts: list[str]) -> None:
+    """Queue adding artifacts a conflict set aside to the run's ``superseded_artifacts``."""
+    if artifacts:
+        pipe.execute_command(
+            "JSON.ARRAPPEND",
+            keys.run_key(run_id),
+            "$.superseded_artifacts",
+            *(orjson.dumps(a) for a in artifacts),
+        )
+
+
 def queue_conflict_id(pipe: Any, run_id: str, conflict_id: str) -> None:
     """Queue adding a conflict to the run's list of them."""
     pipe.execute_command(
