@@ -50,8 +50,9 @@ _UNITTEST_FAILED = re.compile(r"^FAILED \(([^)]*)\)", re.MULTILINE)
 _JEST = re.compile(r"^Tests:\s+(.*?)(\d+) total", re.MULTILINE)
 # mocha's spec reporter: "  2 passing (13ms)", "  1 failing", "  1 pending"
 _MOCHA = re.compile(r"^\s*(\d+) (passing|failing|pending)\b", re.MULTILINE)
-# node's own test runner (node --test), its tap ("# pass 2") and spec ("ℹ pass 2") reporters
-_NODE = re.compile(r"^(?:#|ℹ) (tests|pass|fail|cancelled|skipped|todo) (\d+)$", re.MULTILINE)
+# node's own test runner (node --test), its tap ("# pass 2") and spec ("\u2139 pass 2": an
+# information sign) reporters
+_NODE = re.compile(r"^(?:#|\u2139) (tests|pass|fail|cancelled|skipped|todo) (\d+)$", re.MULTILINE)
 
 
 def parse_summary(text: str) -> tuple[int, int, int] | None:
