@@ -11,8 +11,8 @@ from schemas._base import Id, Record, Timestamp
 
 __all__ = ["GRANTS", "Grant", "Principal"]
 
-Grant = Literal["submit", "approve", "answer", "cancel", "operate"]
-GRANTS: tuple[Grant, ...] = ("submit", "approve", "answer", "cancel", "operate")
+Grant = Literal["submit", "approve", "answer", "cancel", "operate", "inspect"]
+GRANTS: tuple[Grant, ...] = ("submit", "approve", "answer", "cancel", "operate", "inspect")
 # every user: a service that submits for all its end users (mother up --dev's `dev`)
 ANY_USER = "*"
 

@@ -27,7 +27,7 @@ from mother.connection import connect
 from mother.errors import GateRefused, PolicyViolation, RateLimited
 from mother.records.rejections import read_rejection_for
 from schemas.rejection import Rejection
-from tests.conftest import as_user, attacker_attempt, run_cli, start_acl_stack, start_up_dev
+from tests.conftest import as_user, attacker_attempt, cli, run_cli, start_acl_stack, start_up_dev
 from tests.test_pipeline import example, wait_until
 
 ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"
@@ -365,7 +365,7 @@ def test_principals_cli_adds_shows_rotates_and_removes(tenancy: Tenancy) -> None
 
 def test_up_dev_makes_a_dev_principal_that_can_do_everything(tmp_path: Path) -> None:
     """`mother up --dev` prints the dev principal's URL; with it a run for any user is submitted and
-    taken in, recorded as dev's."""
+    taken in, recorded as dev's, and inspected, exported, its artifacts and the libraries listed."""
     proc = start_up_dev(tmp_path, {"COLUMNS": "400"}, stderr=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None
@@ -384,6 +384,23 @@ def test_up_dev_makes_a_dev_principal_that_can_do_everything(tmp_path: Path) -> 
         run_id = client.submit(_quick("anyone"))
         assert wait_until(lambda: tenancy_status(client, run_id) is not None, timeout=30)
         assert client.status(run_id).submitted_by == "dev"
+        # what a developer does with it: inspect a run, export its replay, its artifacts, libraries
+        for args in (
+            ("inspect", run_id),
+            ("inspect", run_id, "--json"),
+            ("replay", "export", run_id, "--output", str(tmp_path / "bundle.json.gz")),
+            ("artifacts", "list", run_id),
+            ("library", "list"),
+            ("library", "show", "financials"),
+            ("library", "policy", "financials"),
+            ("library", "report", "financials"),
+            ("gc", "reports"),
+        ):
+            done = cli(*args, url=url)
+            assert done.exit_code == 0, (args, done.output)
+        # it writes nothing but its own streams: a library's text stays out of its reach
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.redis.execute_command("FT.SEARCH", "idx:chunks", "*")
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)

@@ -212,14 +212,15 @@ def inspect_run(client: MotherClient, run_id: str) -> dict[str, Any]:
 
 
 def resolve_inspect(client: MotherClient, target: str) -> Any:
-    """``inspect`` takes a key, or a run id (then shows the whole run)."""
+    """``inspect`` takes a run id (then shows the whole run), or a key. A run id is looked for first:
+    a principal may read runs, not any key its name could be."""
+    if keys.is_id(target) and client.redis.exists(keys.run_key(target)):
+        return RunView(inspect_run(client, target))
     try:
         return read_key(client.redis, client.settings.redis_url, target)
     except NotFound:
         if not keys.is_id(target):
             raise
-        if client.redis.exists(keys.run_key(target)):
-            return RunView(inspect_run(client, target))
         raise NotFound(
             f"no run and no key {target!r}; list runs with `mother runs`, "
             "keys with `redis-cli --scan --pattern 'run:*'`"

@@ -8,6 +8,10 @@ streams:
 - ``approve``, ``answer``, ``cancel``, ``operate``: ``XADD`` on ``mother:commands:{name}``;
 - and its own replies, ``mother:reply:{name}:*`` (``BLPOP``).
 
+``inspect`` reads more, still only reads: what ``mother inspect``, ``mother replay export``, ``mother
+artifacts list|show`` and ``mother library list|show|policy|report`` read (artifacts, conflicts,
+contexts, the ledger, GC reports, libraries' policies and access logs; never a library's text).
+
 Redis cannot tell a server function who called it (``ACL WHOAMI`` is refused in scripts), so what a
 principal can write is its identity: an entry on ``mother:submissions:alice`` was written by alice's
 ACL user, because no other user may write there. Mother reads the name from the stream's key.
@@ -90,6 +94,31 @@ READ_COMMANDS = (
     # the client's courtesy checks (mh_submit_check, no writes)
     "fcall_ro",
 )
+# what a developer inspects besides (the ``inspect`` grant): read-only too
+INSPECT_KEYS = (
+    "artifact:*",
+    "artifact_meta:*",
+    "archive:artifact:*",
+    "conflict:*",
+    "idx:conflict",
+    "context:*",
+    "context_summary:*",
+    "ledger:*",
+    "ledger_children:*",
+    "gc_report:*",
+    "gc:reports",
+    "library:*",
+    "policy:library:*",
+    "access_log:*",
+    "access_logs:*",
+    "idx:access_logs",
+    "registry:tools",
+    "tool_stats:*",
+    "workspace:*",
+    # a run whose end is written but not yet applied (`inspect` says since when)
+    "mother:ending",
+)
+INSPECT_COMMANDS = ("ft.aggregate", "get", "strlen", "hlen", "sscan", "zscan")
 CONNECTION = (
     "ping",
     "hello",
@@ -112,6 +141,9 @@ def rules(principal: Principal, *, password: str) -> list[str]:
     # `~`, not `%R~`: the JSON module's commands declare no key access, so Redis asks full access for
     # their keys; the user's only commands outside its selectors read
     args += [f"~{pattern}" for pattern in (*READ_KEYS, *own)]
+    if principal.may("inspect"):
+        args += [f"+{command}" for command in INSPECT_COMMANDS]
+        args += [f"~{pattern}" for pattern in INSPECT_KEYS]
     if principal.may("submit"):
         args.append(f"(~{keys.principal_submissions_key(name)} +xadd)")
     if any(principal.may(g) for g in set(COMMAND_GRANTS.values())):
