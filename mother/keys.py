@@ -63,6 +63,8 @@ __all__ = [
     "REJECTIONS_BY_RUN",
     "REJECTIONS_INDEX",
     "RELAY_CHANNEL",
+    "RQ_QUEUES",
+    "RQ_QUEUE_PREFIX",
     "RUNS_INDEX",
     "RUNS_WAITING",
     "RUN_ACTIVITY_MAXLEN",
@@ -180,6 +182,9 @@ RUN_PREFIX = "run:"
 # the prefix idx:termination indexes
 TERMINATION_PREFIX = "termination:"
 DEAD_LETTER_STREAM = "mother:dead_letter"
+# RQ's own: the set of every queue's key, and a queue's key prefix (rq.Queue's layout)
+RQ_QUEUES = "rq:queues"
+RQ_QUEUE_PREFIX = "rq:queue:"
 # string: the leading Mother's instance id, "<host>:<pid>:<nonce>"
 LEADER_LEASE = "mother:leader"
 # zset: run_id scored by the run's deadline (server ms)

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+import redis
 
 from mother import keys
 from tests.conftest import need, start_with_libraries, stop_pipeline, wait_for_person
@@ -514,3 +515,32 @@ def test_the_last_gc_report_is_a_gauge_even_with_errors(r) -> None:
     figures = {s.labels["figure"]: s.value for s in families["mother_gc_last_report"].samples}
     assert (figures["errors"], figures["archived"]) == (2.0, 3.0)
     assert families["mother_gc_last_duration_seconds"].samples[0].value == 1.5
+
+
+def test_queue_depth_counts_the_queues_jobs_really_use(r: redis.Redis) -> None:
+    """Jobs wait on each host's own queues (agents.{host}, tools.{host}), the shared ones and
+    awaiting_host: the gauge (the summary's and /metrics' mother_queue_depth) counts them all by kind,
+    not only rq:queue:agents, which no phase job uses."""
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    from mother.web.data import gauges
+
+    kwargs = r.connection_pool.connection_kwargs
+    plain = redis.Redis(host=kwargs["host"], port=kwargs["port"], db=kwargs.get("db", 0))
+    for name, jobs in (
+        ("agents.0a1b2c3d4e5f6a7b", 3),
+        ("agents.1a1b2c3d4e5f6a7b", 2),
+        ("tools.0a1b2c3d4e5f6a7b", 1),
+        ("awaiting_host", 4),
+        ("maintenance", 1),
+    ):
+        queue = Queue(name, connection=plain, serializer=JSONSerializer)
+        for _ in range(jobs):
+            queue.enqueue_call("workers.phase.execute", args=("x",))
+    assert gauges(r)["queues"] == {
+        "agents": 5,
+        "tools": 1,
+        "maintenance": 1,
+        "awaiting_host": 4,
+    }

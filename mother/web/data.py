@@ -13,6 +13,7 @@ import redis
 
 from mother import keys
 from mother.config import QUEUES
+from mother.hosts.table import AWAITING_QUEUE
 from mother.records._json import aggregate_rows
 from schemas import TERMINATION_REASONS
 
@@ -108,23 +109,42 @@ def reason_totals(client: redis.Redis) -> dict[str, int]:
     return {reason: int(n) for reason, n in sorted(counts) if n}
 
 
+def queue_depths(client: redis.Redis) -> dict[str, int]:
+    """Jobs waiting per kind of queue, over every queue jobs really use: each host's own (``agents.{id}``,
+    ``tools.{id}``), the shared ones, and ``awaiting_host`` (no host live). Two round trips: RQ's set of
+    queues, then each one's length."""
+    names = sorted(
+        name.decode() if isinstance(name, bytes) else str(name)
+        for name in client.smembers(keys.RQ_QUEUES)
+    )
+    depths = {queue: 0 for queue in (*QUEUES, AWAITING_QUEUE)}
+    if not names:
+        return depths
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.llen(name)
+    for name, length in zip(names, pipe.execute(), strict=True):
+        kind = name.removeprefix(keys.RQ_QUEUE_PREFIX).split(".", 1)[0]
+        if kind in depths:
+            depths[kind] += int(length)
+    return depths
+
+
 def gauges(client: redis.Redis) -> dict[str, Any]:
     """The global gauges against the limits the leading Mother published, the circuit breaker (open
     when a gauge that refuses new runs is at its limit), queue depths and workers."""
+    depths = queue_depths(client)
     pipe = client.pipeline(transaction=False)
     pipe.zcard(keys.RUN_DEADLINES)
     pipe.zcard(keys.ADMISSION_WAITING)
     pipe.zcard(keys.RUNS_WAITING)
     pipe.scard("rq:workers")
-    for queue in QUEUES:
-        pipe.llen(f"rq:queue:{queue}")
     pipe.xlen(keys.SUBMISSIONS_STREAM)
     pipe.execute_command("JSON.GET", keys.GLOBAL_BUDGET)
     pipe.execute_command("JSON.GET", keys.MOTHER_CONFIG)
     # one round trip for every gauge
     *replies, raw_doc, raw_limits = pipe.execute()
     concurrent, admission, waiting, workers = (int(v) for v in replies[:4])
-    depths = {queue: int(n) for queue, n in zip(QUEUES, replies[4:-1], strict=True)}
     doc = orjson.loads(raw_doc) if raw_doc else {}
     limits = orjson.loads(raw_limits) if raw_limits else {}
     breakers = []
