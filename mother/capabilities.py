@@ -156,10 +156,10 @@ def _classify(policy: RiskPolicy, capability: str) -> dict[str, str]:
     return entry
 
 
-def assess_risk(
-    policy: RiskPolicy, granted: list[str], acknowledged: list[str], run_id: str
-) -> RiskReport:
-    """Classify every granted capability; collect blocks and warnings (the spec's _assess_capability_risk)."""
+def assess_risk(policy: RiskPolicy, granted: list[str], acknowledged: list[str]) -> RiskReport:
+    """Classify every granted capability; collect blocks and warnings (the spec's _assess_capability_risk).
+    A warning names the capability, not the run (the same grant warns the same way for every run of
+    a role: its log line says which run)."""
     report = RiskReport()
     for capability in granted:
         entry = _classify(policy, capability)
@@ -173,12 +173,12 @@ def assess_risk(
             )
         elif rule == "acknowledge_required" and tier not in acknowledged:
             report.warnings.append(
-                f"Run {run_id}: capability '{capability}' classified as '{tier}' needs acknowledgement"
+                f"capability '{capability}' classified as '{tier}' needs acknowledgement"
             )
         if any(ch in capability for ch in "*?["):
             note = entry.get("note") or "a broad grant"
             report.warnings.append(
-                f"Run {run_id}: capability '{capability}' classified as '{tier}' — {note}. "
+                f"capability '{capability}' classified as '{tier}' — {note}. "
                 f"Consider acknowledging risk '{tier}' or narrowing it."
             )
     return report

@@ -370,7 +370,6 @@ def _assess(rt: Runtime, spec: RunSpec, granted: list[str]) -> list[str]:
         load_risk_policy(rt.settings.harness.capability_risk_file),
         granted,
         list(role.acknowledge) if role else [],
-        spec.run_id or "",
     )
     for warning in report.warnings:
         # the same grant warns the same way for every run of the role: logged once per role and

@@ -39,7 +39,7 @@ def test_permission_denied_payload() -> None:
 def test_risk_tiers_block_warn_and_acknowledge() -> None:
     """'*' is unrestricted (block) unless acknowledged; 'tool.*' is elevated and warned about as broad."""
     policy = load_risk_policy(None)
-    report = assess_risk(policy, ["*", "tool.*", "tool.read_file"], [], "r1")
+    report = assess_risk(policy, ["*", "tool.*", "tool.read_file"], [])
     assert report.tiers == {"*": "unrestricted", "tool.*": "elevated", "tool.read_file": "safe"}
     assert report.blocked == [
         "capability '*' is classified 'unrestricted' (policy block); acknowledge 'unrestricted' in the role to allow it"
@@ -48,9 +48,9 @@ def test_risk_tiers_block_warn_and_acknowledge() -> None:
         "capability 'tool.*' classified as 'elevated' — Broad tool grant" in w
         for w in report.warnings
     )
-    assert assess_risk(policy, ["*"], ["unrestricted"], "r1").blocked == []
+    assert assess_risk(policy, ["*"], ["unrestricted"]).blocked == []
     # classifications remembered per policy
-    again = assess_risk(policy, ["tool.read_file", "tool.*", "*"], [], "r2")
+    again = assess_risk(policy, ["tool.read_file", "tool.*", "*"], [])
     assert again.tiers == report.tiers and again.blocked == report.blocked
 
 
@@ -61,7 +61,7 @@ def test_risk_policy_file_edit_reclassifies(tmp_path: Path) -> None:
         "tiers: {safe: allow, write: acknowledge_required}\n"
         "classifications: [{pattern: 'tool.*', tier: safe}]\n"
     )
-    assert assess_risk(load_risk_policy(path), ["tool.write_file"], [], "r1").tiers == {
+    assert assess_risk(load_risk_policy(path), ["tool.write_file"], []).tiers == {
         "tool.write_file": "safe"
     }
     path.write_text(
@@ -70,7 +70,7 @@ def test_risk_policy_file_edit_reclassifies(tmp_path: Path) -> None:
     )
     # a new version even on a coarse clock
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000_000))
-    report = assess_risk(load_risk_policy(path), ["tool.write_file"], [], "r1")
+    report = assess_risk(load_risk_policy(path), ["tool.write_file"], [])
     assert (
         report.tiers == {"tool.write_file": "write"}
         and "needs acknowledgement" in report.warnings[0]
@@ -144,3 +144,33 @@ def test_tokens_enforced_end_to_end(tmp_path: Path) -> None:
     )
     # refused before its first model call
     assert dispatched == []
+
+
+def test_a_roles_risk_warning_is_logged_once_not_once_per_run(r: object) -> None:
+    """The same broad grant warns the same way for every run of a role: the first run's warning is
+    logged at warning level, the next runs' at debug (30,330 warnings were logged for 10,110 runs
+    when each warning named its run)."""
+    from structlog.testing import capture_logs
+
+    from mother import intake
+    from mother.config import Settings
+    from mother.runtime import Runtime
+    from schemas import RunSpec
+
+    rt = Runtime(settings=Settings(), redis=r)  # type: ignore[arg-type]
+    intake._RISK_WARNED.clear()
+    with capture_logs() as logs:
+        for n in range(5):
+            spec = RunSpec.model_validate(
+                {
+                    "run_id": f"risk-{n}",
+                    "user_id": "u",
+                    "task": "t",
+                    "pipeline": [{"name": "a", "role": "coder", "model": "scripted"}],
+                }
+            )
+            intake._assess(rt, spec, ["tool.*", "model.*"])
+    warned = [e for e in logs if e["event"] == "capability_risk" and e["log_level"] == "warning"]
+    assert warned and len(warned) == len({e["warning"] for e in warned})
+    assert {e["run_id"] for e in warned} == {"risk-0"}
+    assert [e["run_id"] for e in logs if e["log_level"] == "debug"][-1] == "risk-4"

@@ -538,9 +538,4 @@ def test_queue_depth_counts_the_queues_jobs_really_use(r: redis.Redis) -> None:
         queue = Queue(name, connection=plain, serializer=JSONSerializer)
         for _ in range(jobs):
             queue.enqueue_call("workers.phase.execute", args=("x",))
-    assert gauges(r)["queues"] == {
-        "agents": 5,
-        "tools": 1,
-        "maintenance": 1,
-        "awaiting_host": 4,
-    }
+    assert gauges(r)["queues"] == {"agents": 5, "tools": 1, "maintenance": 1, "awaiting_host": 4}
