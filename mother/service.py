@@ -212,6 +212,8 @@ class Mother:
                 max_concurrent_runs=g.max_concurrent_runs,
                 max_redis_memory_mb=g.max_redis_memory_mb,
                 max_docling_jobs=g.max_docling_jobs,
+                rate_limit_messages=self.settings.budget.rate_limit.messages,
+                rate_limit_window_ms=self.settings.budget.rate_limit.window_seconds * 1000,
                 fault_models=fault_models(self.settings),
                 published_by=self.instance,
                 published_at=self.rt.clock.now_iso(),

@@ -164,6 +164,12 @@ class PublishedLimits(Record):
     max_concurrent_runs: int
     max_redis_memory_mb: int
     max_docling_jobs: int
+    rate_limit_messages: int | None = Field(
+        None, description="budget.rate_limit.messages: the per-user message rate limit"
+    )
+    rate_limit_window_ms: int | None = Field(
+        None, description="budget.rate_limit.window_seconds, in ms"
+    )
     fault_models: list[str] = Field(
         default_factory=list,
         description="the scripted models that may inject faults here (a client refuses a spec that "

@@ -660,6 +660,27 @@ def test_a_full_rate_window_is_refused_before_it_is_appended(r: redis.Redis) -> 
     assert r.xlen(keys.SUBMISSIONS_STREAM) == 0
 
 
+def test_the_early_rate_check_uses_the_leading_mothers_limit(r: redis.Redis) -> None:
+    """A client whose own settings allow 2 messages an hour is not refused where the leading Mother,
+    which decides at intake, allows 5 (it publishes its limit in mother:config); one allowing 100 is
+    refused where the leading Mother allows 2."""
+    load_functions(r)
+    strict = SETTINGS.model_copy(deep=True)
+    strict.budget.rate_limit.messages = 2
+    for _ in range(2):
+        rate_check(r, strict, "u")
+    r.execute_command(
+        "JSON.SET",
+        keys.MOTHER_CONFIG,
+        "$",
+        orjson.dumps({"rate_limit_messages": 5, "rate_limit_window_ms": 3_600_000}),
+    )
+    _append(r, strict, "r-ok")
+    r.execute_command("JSON.SET", keys.MOTHER_CONFIG, "$.rate_limit_messages", "2")
+    with pytest.raises(RateLimited):
+        _append(r, SETTINGS, "r-refused")
+
+
 def test_run_ends_budget_exhausted_end_to_end(tmp_path: Path) -> None:
     """A run limited to 2 turns whose script wants more ends budget_exhausted with the fail-safe message."""
     p = start_pipeline(tmp_path, workers=1)

@@ -587,8 +587,8 @@ end
 -- full.
 -- KEYS: 1 the stream it appends to, 2 runs:claimed, 3 admission:waiting, 4 mother:config, 5 the user's
 --       rate-limit window
--- ARGV: 1 run_id, 2 max_queue_depth when none is published, 3 Mother's consumer group, 4 the rate limit,
---       5 the window ms
+-- ARGV: 1 run_id, 2 max_queue_depth when none is published, 3 Mother's consumer group, 4 the rate limit
+--       and 5 the window ms when none is published (the leading Mother's decide, as at intake)
 -- Returns {'ok'} | {'run_id_taken', the entry that claimed it} | {'queue_full', depth, max}
 --       | {'rate_limited', ms until a message leaves the window}
 local function mh_submit_check(keys, args)
@@ -597,9 +597,10 @@ local function mh_submit_check(keys, args)
   local max = published(keys[4], '$.max_queue_depth', tonumber(args[2]))
   local depth = backlog(keys[1], args[3], max) + redis.call('ZCARD', keys[3])
   if depth >= max then return {'queue_full', depth, max} end
-  local now, window = now_ms(), tonumber(args[5])
+  local limit = published(keys[4], '$.rate_limit_messages', tonumber(args[4]))
+  local now, window = now_ms(), published(keys[4], '$.rate_limit_window_ms', tonumber(args[5]))
   local since = '(' .. (now - window)
-  if redis.call('ZCOUNT', keys[5], since, '+inf') >= tonumber(args[4]) then
+  if redis.call('ZCOUNT', keys[5], since, '+inf') >= limit then
     local oldest = redis.call('ZRANGE', keys[5], since, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
     return {'rate_limited', tonumber(oldest[2]) + window - now}
   end
