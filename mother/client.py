@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from mother.observe.listing import Page, RunQuery
 
 __all__ = [
+    "SERVICE_VIEWER",
     "MotherClient",
     "error_from",
     "gate_command",
@@ -168,8 +169,9 @@ def check_timeout(timeout: Any) -> None:
         )
 
 
-def waiting_row(state: RunState) -> dict[str, Any]:
-    """What a listing shows of a run waiting for a person, and the command that decides it."""
+def waiting_row(state: RunState, viewer: str | None = None) -> dict[str, Any]:
+    """What a listing shows of a run waiting for a person, and the command that decides it, for
+    ``viewer`` (:func:`gate_command`)."""
     gate = state.gate
     assert gate is not None
     return {
@@ -184,19 +186,34 @@ def waiting_row(state: RunState) -> dict[str, Any]:
         "since": gate.opened_at,
         "deadline": gate.deadline,
         "digest": gate.digest,
-        "command": gate_command(state.run_id, gate),
+        "command": gate_command(state.run_id, gate, viewer),
     }
 
 
-def gate_command(run_id: str, gate: Gate) -> str:
-    """The command that decides ``gate``."""
+# gate_command's viewer that connects with Mother's own credentials (it names the actor itself)
+SERVICE_VIEWER = "\0service"
+
+
+def gate_command(run_id: str, gate: Gate, viewer: str | None = None) -> str:
+    """The command that decides ``gate``, as it works for ``viewer``: a principal's name (it decides as
+    itself, so no ``--actor``; one the gate does not name is told who may), SERVICE_VIEWER (Mother's own
+    credentials: ``--actor`` names who decides), or None (someone reading a page: the command each
+    approver runs with its own credentials)."""
     who = gate.approvers[0] if gate.approvers else "YOU"
+    actor = f" --actor {who}" if viewer == SERVICE_VIEWER else ""
     if gate.kind == "input":
-        return (
-            f"mother answer {run_id} --actor {who} --text '...' (or mother approve / mother deny "
-            f"{run_id} --actor {who} --reason '...')"
+        command = (
+            f"mother answer {run_id}{actor} --text '...' (or mother approve / mother deny "
+            f"{run_id}{actor} --reason '...')"
         )
-    return f"mother approve {run_id} --actor {who} --reason '...' (or mother deny)"
+    else:
+        command = f"mother approve {run_id}{actor} --reason '...' (or mother deny)"
+    if viewer == SERVICE_VIEWER:
+        return command
+    if viewer is not None and (not gate.approvers or viewer in gate.approvers):
+        return command
+    named = ", ".join(gate.approvers) if gate.approvers else "a principal granted approve"
+    return f"as {named}, with its own credentials: {command}"
 
 
 def error_from(reply: dict[str, Any]) -> MotherError:
@@ -237,6 +254,8 @@ class MotherClient:
         self.redis = client or connect(url or self.settings.redis_url)
         # who this connection is: its principal (None: Mother's own credentials), asked once
         self._principal: Principal | bool | None = False
+        # who reads what it prints (viewer()), asked once
+        self._viewer: str | None = None
 
     @property
     def principal(self) -> Principal | None:
@@ -565,6 +584,18 @@ class MotherClient:
             return {k: v for k, v in reply.items() if k != "ok"}
         raise error_from(reply)
 
+    def viewer(self) -> str | None:
+        """Who reads what this client shows, for the decide commands it prints
+        (:func:`gate_command`): its principal's name; None for the dashboard's user (the people reading
+        its pages each decide with their own credentials); SERVICE_VIEWER for Mother's own."""
+        if self.principal is not None:
+            return self.principal.name
+        if self._viewer is None:
+            from mother.acl import whoami
+
+            self._viewer = "" if whoami(self.redis) == "dashboard" else SERVICE_VIEWER
+        return self._viewer or None
+
     def waiting(self, limit: int = 50) -> list[dict[str, Any]]:
         """The runs that wait for a person, the longest waiting first: run_id, user, what it waits for
         (gate, kind, subject, question), who may decide, since and deadline."""
@@ -579,7 +610,7 @@ class MotherClient:
             state = parse_run_record(run_id, raw)
             if state.gate is None or state.status != "waiting":
                 continue
-            rows.append(waiting_row(state))
+            rows.append(waiting_row(state, self.viewer()))
         return rows
 
     def inspect(
@@ -777,7 +808,7 @@ class _Watch:
         self.notice(
             f"gate {gate.gate_id}",
             f"run {self.run_id} waits for {what} {gate.subject} (gate {gate.gate_id}, until "
-            f"{gate.deadline}{who}): {gate_command(self.run_id, gate)}",
+            f"{gate.deadline}{who}): {gate_command(self.run_id, gate, self.client.viewer())}",
         )
 
     def _tell_progress(self, state: RunState) -> None:

@@ -266,6 +266,7 @@ def test_the_cli_lists_waiting_runs_and_approves(gated: Pipeline) -> None:
     rows = [orjson.loads(line) for line in listed.stdout.splitlines()]
     (row,) = [r for r in rows if r["run_id"] == run_id]
     assert row["kind"] == "approval" and row["approvers"] == ["ops"]
+    # with Mother's own credentials --actor names who decides
     assert row["command"].startswith(f"mother approve {run_id} --actor ops")
     wrong = run_cli("approve", run_id, "--actor", "eve", "--reason", "x", env=env)
     assert wrong.returncode != 0 and "error[gate_refused]: eve may not decide" in wrong.stderr
@@ -312,3 +313,35 @@ def test_a_first_phase_that_requires_approval_waits_before_it_starts(gated: Pipe
     assert state.gate is not None and state.gate.phase == "plan" and state.attempt == 0
     gated.client.approve(run_id, actor="ops", reason="go", digest=state.gate.digest)
     assert gated.wait(run_id).termination.reason == "success"
+
+
+def test_the_decide_command_shown_is_the_one_that_works_for_its_reader() -> None:
+    """A principal decides as itself (`--actor` is refused for principals): it is shown the command
+    without it; one the gate does not name is told who may; a page's reader is shown each approver's
+    own command; only Mother's own credentials get `--actor`."""
+    from mother.client import SERVICE_VIEWER, gate_command
+    from schemas.gate import Gate
+
+    gate = Gate.model_validate(
+        {
+            "gate_id": "g-1",
+            "kind": "approval",
+            "phase": "deploy",
+            "phase_index": 0,
+            "attempt": 1,
+            "timeout_ms": 60_000,
+            "subject": "phase deploy",
+            "approvers": ["ops"],
+            "opened_at": "2026-11-28T00:00:00.000Z",
+            "deadline": "2026-11-29T00:00:00.000Z",
+            "digest": "0" * 64,
+        }
+    )
+    assert gate_command("r-1", gate, "ops") == "mother approve r-1 --reason '...' (or mother deny)"
+    assert gate_command("r-1", gate, "eve") == (
+        "as ops, with its own credentials: mother approve r-1 --reason '...' (or mother deny)"
+    )
+    assert gate_command("r-1", gate, None).startswith("as ops, with its own credentials:")
+    assert gate_command("r-1", gate, SERVICE_VIEWER).startswith("mother approve r-1 --actor ops")
+    anyone = gate.model_copy(update={"approvers": [], "kind": "input"})
+    assert gate_command("r-1", anyone, "eve").startswith("mother answer r-1 --text")
