@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from mother.client import MotherClient
 from mother.errors import InvalidSpec, NotFound
 from mother.functions import server_now_ms
+from mother.observe.timeline import suggestion_text
 from mother.records.budgets import budget_view
 from mother.records.results import read_result
 from schemas import (
@@ -246,7 +247,7 @@ def story(bundle: dict[str, Any]) -> list[str]:
     for factor in t.get("contributing_factors") or []:
         lines.append(f"  factor: {factor}")
     lines.append(
-        f"suggested action: {t.get('suggested_action')}"
+        f"next: {suggestion_text(t.get('reason'), t.get('suggested_action'), t.get('can_retry'))}"
         + (" (it can be retried)" if t.get("can_retry") else "")
     )
     artifacts = bundle.get("artifacts") or []

@@ -38,7 +38,13 @@ def test_submit_wait_exit_codes_and_json(pipeline: Pipeline, tmp_path: Path) -> 
     bad = run_cli("submit", str(_spec_file(tmp_path, "retries-exhausted")), "--wait", env=env)
     assert bad.returncode == 1
     assert "retries_exhausted at phase execute" in bad.stdout
-    assert "suggested action: escalate_model (can retry: True)" in bad.stdout
+    assert (
+        "next: escalate_model: submit it again on a larger model (it can be retried)" in bad.stdout
+    )
+    # a success's "abandon" is said as what it means
+    good = run_cli("submit", str(_spec_file(tmp_path, "three-phase")), "--wait", env=env)
+    assert good.returncode == 0 and "next: nothing left to do: it succeeded" in good.stdout
+    assert "abandon" not in good.stdout
 
 
 def test_submit_reads_yaml_files_and_stdin_and_says_what_is_wrong(
@@ -708,3 +714,40 @@ def test_up_goes_on_without_a_dashboard_whose_port_is_taken(tmp_path: Path) -> N
                 os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, out
     assert "runs go on without the dashboard" in out and "--dashboard-port" in out
+
+
+def test_the_runs_listing_fits_the_terminal_one_line_a_run() -> None:
+    """At 120 columns each run is one line (it wrapped into ~22 lines): the columns that do not fit
+    are dropped from the least needed, details is cut to what is left; at 250 every column shows."""
+    import io
+
+    from rich.console import Console
+
+    from mother.cli.runs import runs_table
+
+    rows = [
+        {
+            "run_id": f"three-phase-{n:08x}",
+            "user_id": "alice",
+            "status": "terminated",
+            "reason": "budget_exhausted" if n % 2 else "success",
+            "phase_at_termination": "implement",
+            "created_at": "2026-11-28T03:16:44.123Z",
+            "terminated_at": "2026-11-28T03:17:02.456Z",
+            "duration_ms": 18_333,
+            "spend_usd": "$0.0123",
+            "total_tokens": 4400,
+            "details": "Limit exceeded: budget_model_call_exceeded (2/2) " * 3,
+            "suggested_action": "escalate_model",
+        }
+        for n in range(6)
+    ]
+    for width, expect in ((120, {"run", "status", "user", "created"}), (250, {"suggested"})):
+        out = io.StringIO()
+        Console(file=out, width=width, color_system=None).print(runs_table(rows, width=width))
+        lines = out.getvalue().splitlines()
+        body = [line for line in lines if "three-phase-" in line]
+        assert len(body) == len(rows), out.getvalue()
+        assert all(len(line) <= width for line in lines)
+        header = next(line for line in lines if "run" in line and "status" in line)
+        assert all(name in header for name in expect), header

@@ -17,7 +17,7 @@ from mother.cli._common import console, handle_errors, redis_client, settings
 from mother.client import MotherClient
 from mother.connection import connect
 from mother.errors import NotFound
-from mother.observe.timeline import clock_text, duration_text, usd
+from mother.observe.timeline import clock_text, duration_text, suggestion_text, usd
 
 __all__ = ["RunView", "inspect_key", "inspect_run", "print_summary", "read_key", "resolve_inspect"]
 
@@ -90,7 +90,12 @@ def print_summary(view: dict[str, Any]) -> None:
     )
     if term:
         line = Text("why it stopped: ", style="bold")
-        line.append(f"{term['reason']}: {term['details']} (suggested: {term['suggested_action']})")
+        line.append(f"{term['reason']}: {term['details']}")
+        console.print(line)
+        line = Text("next: ", style="bold")
+        line.append(
+            suggestion_text(term["reason"], term["suggested_action"], term.get("can_retry"))
+        )
         console.print(line)
     elif run.get("gate"):
         gate = run["gate"]

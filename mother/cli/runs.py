@@ -19,7 +19,7 @@ from mother.cli.gates import print_waiting
 from mother.client import MotherClient, check_timeout, gate_command, load_spec_file, load_spec_text
 from mother.functions import server_now_ms
 from mother.observe.listing import MAX_PAGE
-from mother.observe.timeline import clock_text, duration_text
+from mother.observe.timeline import clock_text, duration_text, suggestion_text
 from schemas import ResultEnvelope, RunState, ms_from_iso
 
 __all__ = [
@@ -81,7 +81,7 @@ def _print_envelope(envelope: ResultEnvelope, as_json: bool) -> None:
     )
     for factor in term.contributing_factors:
         console.print(f"  - {factor}")
-    console.print(f"suggested action: {term.suggested_action} (can retry: {term.can_retry})")
+    console.print("next: " + suggestion_text(term.reason, term.suggested_action, term.can_retry))
     if envelope.output:
         console.print(f"\n{envelope.output}")
 
@@ -389,37 +389,61 @@ def _watch(client: Any, query: Any, interval: float, times: int) -> None:
         return
 
 
-def runs_table(rows: list[dict[str, Any]], title: str = "runs") -> Table:
-    """Run, user, status, reason, phase (at termination, or current), created and ended (UTC), duration,
-    cost, details, suggested action."""
-    table = Table(title=title)
-    columns = (
-        "run", "user", "status", "reason", "phase", "created (UTC)", "ended (UTC)",
-        "duration", "cost", "details", "suggested action",
-    )  # fmt: skip
-    for col in columns:
-        table.add_column(col, overflow="fold", no_wrap=col in ("run", "reason"))
-    # str(): a record edited by hand may hold any JSON value anywhere
-    for row in rows:
-        cost = row.get("spend_usd") or ""
-        if row.get("total_tokens"):
-            cost = f"{cost} ({row['total_tokens']} tok)"
-        table.add_row(
-            *(
-                str(value or "")
-                for value in (
-                    row["run_id"],
-                    row.get("user_id"),
-                    row.get("status"),
-                    row.get("reason"),
-                    row.get("phase_at_termination") or row.get("phase"),
-                    clock_text(row.get("created_at")),
-                    clock_text(row.get("terminated_at")),
-                    duration_text(row.get("duration_ms")),
-                    cost,
-                    str(row.get("details") or "")[:200],
-                    row.get("suggested_action"),
-                )
+def _run_cells(row: dict[str, Any]) -> dict[str, str]:
+    """A listing row's cells (str(): a record edited by hand may hold any JSON value anywhere)."""
+    cost = row.get("spend_usd") or ""
+    if row.get("total_tokens"):
+        cost = f"{cost} ({row['total_tokens']} tok)"
+    values = {
+        "run": row["run_id"],
+        "user": row.get("user_id"),
+        "status": row.get("reason") or row.get("status"),
+        "phase": row.get("phase_at_termination") or row.get("phase"),
+        "created": clock_text(row.get("created_at")),
+        "ended": clock_text(row.get("terminated_at")),
+        "took": duration_text(row.get("duration_ms")) if row.get("duration_ms") else "",
+        "cost": cost,
+        "details": str(row.get("details") or "").replace("\n", " ")[:200],
+        "suggested": row.get("suggested_action"),
+    }
+    return {name: str(value or "") for name, value in values.items()}
+
+
+# the listing's columns, most needed first: a narrow terminal drops from the end (details takes what
+# width is left); each row stays on one line
+RUN_COLUMNS = (
+    "run", "status", "user", "created", "took", "details", "cost", "phase", "ended", "suggested",
+)  # fmt: skip
+# the least width details is shown in
+DETAILS_MIN = 16
+
+
+def runs_table(rows: list[dict[str, Any]], title: str = "runs", width: int | None = None) -> Table:
+    """Run, status (its reason once ended), user, created (UTC), duration, cost, phase, details, ended,
+    suggested action: as many as fit ``width`` (the console's), each row on one line."""
+    width = width or console.width
+    cells = [_run_cells(row) for row in rows]
+    natural = {name: max([len(name), *(len(c[name]) for c in cells)]) for name in RUN_COLUMNS}
+    chosen: list[str] = []
+    # a column costs its width and three for its borders and padding
+    used = 1
+    for name in RUN_COLUMNS:
+        need = (DETAILS_MIN if name == "details" else natural[name]) + 3
+        if used + need <= width or name == "run":
+            chosen.append(name)
+            used += need
+    table = Table(title=title, title_justify="left")
+    spare = max(0, width - used)
+    for name in chosen:
+        if name == "details":
+            table.add_column(
+                name,
+                no_wrap=True,
+                overflow="ellipsis",
+                max_width=min(natural[name], DETAILS_MIN + spare),
             )
-        )
+        else:
+            table.add_column(name, no_wrap=True, overflow="ellipsis")
+    for c in cells:
+        table.add_row(*(c[name] for name in chosen))
     return table

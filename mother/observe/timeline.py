@@ -14,9 +14,29 @@ from typing import Any
 
 from schemas import ms_from_iso
 
-__all__ = ["MICRO", "clock_text", "duration_text", "timeline", "usd"]
+__all__ = ["MICRO", "clock_text", "duration_text", "suggestion_text", "timeline", "usd"]
 
 MICRO = Decimal(1_000_000)
+
+
+# what each suggested action asks of a person, in words
+_SUGGESTIONS = {
+    "retry": "retry: submit it again; it may succeed as it is",
+    "escalate_model": "escalate_model: submit it again on a larger model",
+    "broaden_scope": "broaden_scope: give it more to work with (libraries, context, limits)",
+    "user_input": "user_input: a person must fix what it names (its input, a model endpoint), then "
+    "submit it again",
+    "abandon": "abandon: submitting it again as it is would end the same way",
+}
+
+
+def suggestion_text(reason: Any, action: Any, can_retry: Any = False) -> str:
+    """A run's suggested action said for people: what it asks of them (a successful run's ``abandon``
+    means nothing is left to do)."""
+    if reason == "success":
+        return "nothing left to do: it succeeded"
+    said = _SUGGESTIONS.get(str(action), str(action))
+    return said + (" (it can be retried)" if can_retry and action != "retry" else "")
 
 
 def usd(micro: int | None) -> str:

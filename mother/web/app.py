@@ -40,7 +40,7 @@ from mother.connection import redact_url
 from mother.errors import ConfigError, InvalidSpec, NotFound
 from mother.logs import get_logger
 from mother.observe.listing import RUN_STATUSES, RunQuery
-from mother.observe.timeline import clock_text, duration_text, usd
+from mother.observe.timeline import clock_text, duration_text, suggestion_text, usd
 from mother.web import data
 from mother.web.metrics import AWAY, RedisCollector
 from schemas import TERMINATION_REASONS, iso_from_ms
@@ -124,6 +124,9 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
     env.filters["clock"] = clock_text
     env.filters["took"] = duration_text
     env.filters["usd"] = usd
+    env.filters["suggestion"] = lambda t: suggestion_text(
+        t.get("reason"), t.get("suggested_action"), t.get("can_retry")
+    )
     env.filters["json"] = lambda value: orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
     env.globals.update(colours=COLOURS, refresh=settings.dashboard.refresh_seconds)
 
