@@ -203,6 +203,16 @@ def test_bars_reasons_and_filters_list_exactly_the_runs_they_count(stack, web) -
     assert sorted(seen) == sorted(failed)  # every one, once
     listed = web.get("/runs?outcome=not_success&limit=2").text
     assert f'<span id="runs-total">{len(failed)}</span>' in listed and 'id="next-page"' in listed
+    assert 'id="previous-page"' not in listed
+    # back from the second page: the first page's rows again
+    first = web.get("/api/runs?outcome=not_success&limit=2").json()
+    second = web.get(f"/api/runs?outcome=not_success&limit=2&cursor={first['next']}").json()
+    back = web.get(f"/api/runs?outcome=not_success&limit=2&cursor={second['previous']}").json()
+    assert first["previous"] is None and back["rows"] == first["rows"]
+    assert (
+        'id="previous-page"'
+        in web.get(f"/runs?outcome=not_success&limit=2&cursor={first['next']}").text
+    )
     for row in web.get("/api/runs?limit=500").json()["rows"]:
         assert row["created_at"] and "duration_ms" in row and "spend_usd" in row
 
@@ -539,3 +549,24 @@ def test_queue_depth_counts_the_queues_jobs_really_use(r: redis.Redis) -> None:
         for _ in range(jobs):
             queue.enqueue_call("workers.phase.execute", args=("x",))
     assert gauges(r)["queues"] == {"agents": 5, "tools": 1, "maintenance": 1, "awaiting_host": 4}
+
+
+def test_axis_labels_fit_and_an_open_gate_counts_its_wait() -> None:
+    """The chart's axis says 10k, not a clipped "10000.0"; an open gate has waited until now (the run
+    page said "waiting for people 0ms" while one was open); a run that ended before its first phase
+    waited until its end before it."""
+    from mother.observe.timeline import timeline
+    from mother.web.data import count_label
+
+    assert [count_label(n) for n in (0, 7, 7.5, 950, 5000, 10000, 12500, 2_000_000)] == [
+        "0", "7", "7.5", "950", "5k", "10k", "12.5k", "2M",
+    ]  # fmt: skip
+    run = {"created_at": "2026-11-28T00:00:00.000Z", "terminated_at": None}
+    opened = [
+        {"type": "run_submitted", "at": "2026-11-28T00:00:00.000Z", "data": {}},
+        {"type": "gate_opened", "at": "2026-11-28T00:00:01.000Z", "data": {"gate_id": "g-1"}},
+    ]
+    waiting = timeline(run, opened, None, now="2026-11-28T00:05:01.000Z")
+    assert waiting["gate_wait_ms"] == waiting["gates"][0]["wait_ms"] == 300_000
+    ended = {"created_at": "2026-11-28T00:00:00.000Z", "terminated_at": "2026-11-28T00:00:02.500Z"}
+    assert timeline(ended, opened[:1], None)["admission_wait_ms"] == 2500

@@ -217,15 +217,21 @@ def _cursor(cursor: str | None) -> tuple[int | None, int]:
 
 @dataclass
 class Page:
-    """One page of runs, the count of every run that matches, and the cursor of the next page (None: the
-    last)."""
+    """One page of runs, the count of every run that matches, and the cursors of the next page (None:
+    the last) and the previous one (None: the first)."""
 
     rows: list[dict[str, Any]]
     total: int
     next: str | None
+    previous: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "total": self.total, "next": self.next}
+        return {
+            "rows": self.rows,
+            "total": self.total,
+            "next": self.next,
+            "previous": self.previous,
+        }
 
 
 def list_runs(client: redis.Redis, query: RunQuery) -> Page:
@@ -269,7 +275,7 @@ def list_runs(client: redis.Redis, query: RunQuery) -> Page:
     if anchor is None and found:
         first = found[0][1].get(field)
         anchor = int(float(first)) if first not in (None, "") else None
-    return _page(rows, total, anchor, offset)
+    return _page(rows, total, anchor, offset, query.limit)
 
 
 def _from_sets(client: redis.Redis, query: RunQuery, anchor: int | None, offset: int) -> Page:
@@ -304,14 +310,23 @@ def _from_sets(client: redis.Redis, query: RunQuery, anchor: int | None, offset:
     rows = rows_of(client, [m for m, _ in found])
     if anchor is None and found:
         anchor = int(found[0][1])
-    return _page(rows, int(total), anchor, offset)
+    return _page(rows, int(total), anchor, offset, query.limit)
 
 
-def _page(rows: list[dict[str, Any]], total: int, anchor: int | None, offset: int) -> Page:
-    """The page of ``rows`` found at ``offset`` of ``total``, and the cursor of the next one."""
+def _page(
+    rows: list[dict[str, Any]], total: int, anchor: int | None, offset: int, limit: int
+) -> Page:
+    """The page of ``rows`` found at ``offset`` of ``total``, and the cursors of the next one and the
+    previous one (``limit`` rows back; the first page's is its own anchor at 0)."""
     shown = offset + len(rows)
     more = shown < total and anchor is not None
-    return Page(rows, total, f"{anchor}.{shown}" if more else None)
+    back = offset > 0 and anchor is not None
+    return Page(
+        rows,
+        total,
+        f"{anchor}.{shown}" if more else None,
+        f"{anchor}.{max(0, offset - limit)}" if back else None,
+    )
 
 
 def _search_reply(reply: Any) -> tuple[int, list[tuple[str, dict[str, str]]]]:

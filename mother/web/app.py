@@ -207,6 +207,9 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
             next_page=f"/runs?{urlencode({**params, 'cursor': found.next})}"
             if found.next
             else None,
+            previous_page=f"/runs?{urlencode({**params, 'cursor': found.previous})}"
+            if found.previous
+            else None,
             chosen=request.query_params,
             reasons=TERMINATION_REASONS,
             statuses=RUN_STATUSES,

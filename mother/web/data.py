@@ -204,4 +204,18 @@ def bar_layout(data: Chart, width: int = 960, height: int = 220) -> dict[str, An
                     "end": data.starts[i] + BUCKETS[data.bucket][0] - 1,
                 }
             )
-    return {"width": width, "height": height, "ceiling": ceiling, "rects": rects}
+    return {
+        "width": width,
+        "height": height,
+        "ceiling": ceiling,
+        "ticks": {"top": count_label(ceiling), "middle": count_label(ceiling / 2)},
+        "rects": rects,
+    }
+
+
+def count_label(n: float) -> str:
+    """A count for an axis, short enough for its margin: 7, 7.5, 950, 5k, 12.5k, 2M."""
+    for size, suffix in ((1_000_000, "M"), (1_000, "k")):
+        if n >= size:
+            return f"{n / size:g}{suffix}"
+    return f"{n:g}"
