@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from mother.client import MotherClient
 from mother.errors import InvalidSpec, NotFound
 from mother.functions import server_now_ms
-from mother.observe.timeline import suggestion_text
+from mother.observe.timeline import clock_text, duration_text, suggestion_text, usd
 from mother.records.budgets import budget_view
 from mother.records.results import read_result
 from schemas import (
@@ -206,6 +206,61 @@ class _Bundle(BaseModel):
     activity: list[dict[str, Any]] = []
 
 
+def _attempt_lines(run: dict[str, Any], tl: dict[str, Any]) -> list[str]:
+    """Every attempt of every phase, failed and lost ones too (the bundle's timeline), with its times,
+    tokens, cost and error, and the accepted ones' verdict and output; then the run's cost and waits.
+    A bundle without a timeline tells the accepted results alone."""
+    accepted = {(r.get("phase"), r.get("attempt")): r for r in run.get("results") or []}
+    lines: list[str] = []
+    for a in tl.get("attempts") or []:
+        result = accepted.get((a.get("phase"), a.get("attempt"))) or accepted.get(
+            (str(a.get("phase") or "").split(".")[0], a.get("attempt"))
+        )
+        verdict = ((result or {}).get("verdict") or {}).get("decision")
+        line = (
+            f"  {a.get('phase')} attempt {a.get('attempt')}: {a.get('status')}"
+            + (f" at {clock_text(a['started_at'])}" if a.get("started_at") else "")
+            + (f", ran {duration_text(a.get('run_ms'))}" if a.get("run_ms") is not None else "")
+            + f", {a.get('input_tokens', 0)}/{a.get('output_tokens', 0)} tokens, "
+            f"{usd(a.get('spend_micro_usd'))}"
+            + (f", on {a['worker']}" if a.get("worker") else "")
+            + (f", verdict {verdict}" if verdict else "")
+            + (
+                f", handled by {result['handled_by']}"
+                if result and result.get("handled_by")
+                else ""
+            )
+        )
+        if a.get("error"):
+            line += f"; error: {str(a['error'])[:200]}"
+        elif result and result.get("output"):
+            line += f": {result['output'][:120]!r}"
+        lines.append(line)
+    if not tl.get("attempts"):
+        for result in run.get("results") or []:
+            usage = result.get("usage") or {}
+            lines.append(
+                f"  {result['phase']} attempt {result.get('attempt')}: {result.get('status')}, "
+                f"{usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)} tokens"
+                + (f": {result['output'][:120]!r}" if result.get("output") else "")
+            )
+    cost = tl.get("cost") or {}
+    if cost:
+        lines.append(
+            f"cost: {cost.get('spend_usd')}, {cost.get('total_tokens')} tokens "
+            f"({cost.get('input_tokens')} in, {cost.get('output_tokens')} out), "
+            f"{cost.get('model_calls')} model calls, {cost.get('tool_calls')} tool calls"
+        )
+        lines.append(
+            f"took {duration_text(tl.get('duration_ms'))}: before its first phase "
+            f"{duration_text(tl.get('admission_wait_ms'))}, in worker queues "
+            f"{duration_text(tl.get('queue_wait_ms'))}, for people {duration_text(tl.get('gate_wait_ms'))}"
+            f", model {duration_text(tl.get('model_ms'))}, tools {duration_text(tl.get('tool_ms'))}, "
+            f"{tl.get('retries', 0)} retries"
+        )
+    return lines
+
+
 def story(bundle: dict[str, Any]) -> list[str]:
     """The run told in lines: what it was, each phase's attempts, conflicts and decisions, why it
     stopped, what was suggested, and the artifacts at its end."""
@@ -215,17 +270,7 @@ def story(bundle: dict[str, Any]) -> list[str]:
         "phases: "
         + " -> ".join(f"{p['name']} ({p['role']} on {p['model']})" for p in spec["pipeline"])
     )
-    for result in run.get("results") or []:
-        usage = result.get("usage") or {}
-        verdict = (result.get("verdict") or {}).get("decision")
-        lines.append(
-            f"  {result['phase']} attempt {result.get('attempt')}: {result.get('status')}"
-            + (f", verdict {verdict}" if verdict else "")
-            + (f", handled by {result['handled_by']}" if result.get("handled_by") else "")
-            + f", {usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)} tokens, "
-            f"{usage.get('duration_ms', 0)} ms"
-            + (f": {result['output'][:120]!r}" if result.get("output") else "")
-        )
+    lines += _attempt_lines(run, bundle.get("timeline") or {})
     for c in bundle.get("conflicts") or []:
         lines.append(
             f"conflict {c['conflict_id']} ({c['conflict_type']}): "
@@ -248,7 +293,6 @@ def story(bundle: dict[str, Any]) -> list[str]:
         lines.append(f"  factor: {factor}")
     lines.append(
         f"next: {suggestion_text(t.get('reason'), t.get('suggested_action'), t.get('can_retry'))}"
-        + (" (it can be retried)" if t.get("can_retry") else "")
     )
     artifacts = bundle.get("artifacts") or []
     lines.append(

@@ -214,3 +214,23 @@ def test_config_show_prints_each_setting_with_its_source(clean_env: Path) -> Non
     assert rows["gates.timeout_seconds"]["source"] == "default"
     unknown = run_cli("config", "show", "nope", env={"MOTHER_CONFIG": str(path)}, cwd=clean_env)
     assert unknown.returncode == 2 and "no setting is named 'nope'" in unknown.stderr
+
+
+def test_a_models_section_adds_to_the_shipped_catalogue_as_the_docs_say(clean_env: Path) -> None:
+    """A `models` section naming one model keeps the shipped ones it does not name; a shipped model
+    named with a provider is replaced, with only some settings keeps its others. docs/runspec.md and
+    docs/configuration.md say the same (they said opposite things)."""
+    (clean_env / "mother.yaml").write_text(
+        "models:\n"
+        "  mine: {provider: openai, base_url: 'http://127.0.0.1:1/v1', model: m}\n"
+        "  scripted-large: {allow_faults: true}\n"
+    )
+    models = load_settings().models
+    assert {"mine", "scripted", "scripted-large", "ollama/qwen2.5:32b"} <= set(models)
+    assert models["scripted-large"].allow_faults and models["scripted-large"].max_tokens == 131_072
+    root = Path(__file__).resolve().parents[1]
+    runspec = " ".join((root / "docs" / "runspec.md").read_text().split())
+    configuration = " ".join((root / "docs" / "configuration.md").read_text().split())
+    assert "adds to the shipped catalogue: the shipped models it does not name stay" in runspec
+    assert "replaces the whole catalogue" not in runspec
+    assert "keeps the shipped models it does not name" in configuration

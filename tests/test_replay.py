@@ -99,7 +99,11 @@ def test_every_example_replays_to_the_same_reason_and_counters(stack, tmp_path: 
         bundles[name] = read_bundle(path)
         told = "\n".join(story(bundles[name]))
         assert f"stopped: {reasons[name]}" in told and "next: " in told
-        assert "artifacts at termination:" in told
+        assert "artifacts at termination:" in told and "cost: $" in told
+    # the failed attempts and their errors, and the cost, from the bundle's timeline
+    told = "\n".join(story(bundles["retries-exhausted"]))
+    failed = [line for line in told.splitlines() if ": failed" in line and "; error: " in line]
+    assert len(failed) == 3, told
 
     def again(name: str):
         # worker-killed kills a worker: the replay's is restarted by the loop below
