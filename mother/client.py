@@ -9,6 +9,8 @@ development server's default user) use ``mother:submissions`` and ``mother:comma
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import time
 import uuid
@@ -24,7 +26,7 @@ from pydantic import ValidationError
 from mother import keys
 from mother.budget import append_submission, audit_fields
 from mother.config import AGENTS_QUEUE, Settings, load_settings
-from mother.connection import connect, redis_down
+from mother.connection import connect, mother_error, redis_down
 from mother.errors import (
     GateRefused,
     InvalidSpec,
@@ -386,7 +388,7 @@ class MotherClient:
                 envelope = watch.look()
                 if envelope is not None:
                     return envelope
-            except redis.RedisError as exc:
+            except (redis.RedisError, RedisUnavailable) as exc:
                 if not redis_down(exc):
                     raise
                 watch.notice(
@@ -718,6 +720,26 @@ class MotherClient:
         from mother.observe.listing import list_runs
 
         return list_runs(self.redis, query)
+
+
+def _one_line_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` raising Mother errors only: a redis-py error becomes its one-line meaning
+    (:func:`mother.connection.mother_error`), the original kept as its cause."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise mother_error(exc) from exc
+
+    return wrapper
+
+
+# every public method of the client raises Mother errors only (a caller catches MotherError)
+for _name, _method in list(vars(MotherClient).items()):
+    if not _name.startswith("_") and inspect.isfunction(_method):
+        setattr(MotherClient, _name, _one_line_errors(_method))
 
 
 @dataclass

@@ -19,7 +19,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from redis.sentinel import Sentinel, SentinelConnectionPool
 from redis.utils import str_if_bytes
 
-from mother.errors import MissingJSONModule, MotherError, RedisUnavailable
+from mother.errors import MissingJSONModule, MotherError, PolicyViolation, RedisUnavailable
 from mother.keys import PROBE_KEY
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "client_for",
     "connect",
     "connect_waiting",
+    "mother_error",
     "queue_durable",
     "redact_url",
     "redis_down",
@@ -74,10 +75,45 @@ _DOWN_REPLIES = ("UNBLOCKED", "MISCONF")
 
 
 def redis_down(exc: BaseException) -> bool:
-    """Whether ``exc`` says Redis cannot serve for now (see :data:`REDIS_DOWN`), not that a request was wrong."""
+    """Whether ``exc`` says Redis cannot serve for now (see :data:`REDIS_DOWN`), not that a request was
+    wrong; :func:`mother_error` keeps that as ``RedisUnavailable.unreachable``."""
+    if isinstance(exc, RedisUnavailable):
+        return exc.unreachable
     return isinstance(exc, REDIS_DOWN) or (
         isinstance(exc, redis.ResponseError) and str(exc).startswith(_DOWN_REPLIES)
     )
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:limit]
+
+
+def mother_error(exc: redis.RedisError) -> MotherError:
+    """What a redis-py error means to a caller, as a one-line Mother error: Redis unreachable or too slow,
+    out of memory, read-only, a permission this user lacks, or a refusal (its first line, never the
+    request it refused: a spec may hold anything)."""
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return PolicyViolation(
+            f"this connection's Redis user may not do that ({_first_line(exc, 200)}); connect as the "
+            "user whose job this is, or grant it (`mother doctor` names what this user lacks)"
+        )
+    if isinstance(exc, redis.TimeoutError):
+        why = "Redis did not answer in time (a busy or slow server, or a network in the way)"
+        after = "try again; a write may have gone through (`mother status RUN` tells)"
+    elif isinstance(exc, redis.ConnectionError):
+        why, after = f"cannot reach Redis ({_first_line(exc, 200)})", "try again once it is back"
+    elif isinstance(exc, redis.exceptions.OutOfMemoryError):
+        why = "Redis refused the write: it is at its memory limit (maxmemory, noeviction)"
+        after = "free memory or raise maxmemory, then try again"
+    elif isinstance(exc, redis.exceptions.ReadOnlyError | redis.exceptions.MasterDownError):
+        why = "Redis is a read-only replica now (a failover under way?)"
+        after = "try again in a moment"
+    elif redis_down(exc):
+        why, after = f"Redis cannot serve now ({_first_line(exc, 200)})", "try again in a moment"
+    else:
+        return RedisUnavailable(f"Redis refused the request: {_first_line(exc)}")
+    return RedisUnavailable(f"{why}; {after}", unreachable=True)
 
 
 def unless_redis_down(

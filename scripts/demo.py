@@ -10,16 +10,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from mother.cli._common import data_console, sandbox_notice
 from mother.cli.runs import runs_table
 from mother.client import MotherClient, load_spec_file
 from mother.config import load_settings
-from mother.errors import NotFound
+from mother.errors import MotherError, NotFound, RedisUnavailable
 from mother.logs import configure_logging
 from mother.server import EmbeddedRedis
 from mother.stack import DEV_ENV, LocalStack
 
+# a slow machine is waited out: the demo gives up only when nothing has moved for this long
+QUIET_SECONDS = 240.0
+# and after this long in all, whatever moves
+MOST_SECONDS = 1800.0
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 console = data_console()
@@ -48,6 +53,32 @@ EXPECTED = {
 
 
 def main() -> int:
+    """The demo; a failure it can name is one line (error[code]: what to do), never a traceback."""
+    try:
+        return _demo()
+    except MotherError as exc:
+        console.print(f"error[{exc.code}]: {exc.message}", style="red", soft_wrap=True)
+        return 2
+
+
+def patiently(call: Any, what: str) -> Any:
+    """``call()``, tried again while Redis is too busy to answer (a loaded machine: a read timed out),
+    saying so, for up to QUIET_SECONDS."""
+    deadline = time.monotonic() + QUIET_SECONDS
+    told = False
+    while True:
+        try:
+            return call()
+        except RedisUnavailable as exc:
+            if not exc.unreachable or time.monotonic() >= deadline:
+                raise
+            if not told:
+                console.print(f"{what}: {exc.message}; waiting for Redis", style="yellow")
+                told = True
+            time.sleep(1)
+
+
+def _demo() -> int:
     # the demo prints its own story: library log lines only for what went wrong
     configure_logging("WARNING")
     with (
@@ -70,7 +101,8 @@ def main() -> int:
             _create_libraries(client)
             run_ids = {}
             for name in EXPECTED:
-                run_ids[name] = client.submit(load_spec_file(EXAMPLES / f"{name}.yaml"))
+                spec = load_spec_file(EXAMPLES / f"{name}.yaml")
+                run_ids[name] = patiently(lambda spec=spec: client.submit(spec), f"submit {name}")
                 console.print(f"submitted {name:<18} → {run_ids[name]}")
             _cancel_when_running(client, run_ids["cancelled"])
             _decide_when_waiting(client, run_ids)
@@ -155,10 +187,10 @@ def _show_retention(client: MotherClient) -> None:
 
 
 def _cancel_when_running(client: MotherClient, run_id: str) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + QUIET_SECONDS
     while time.monotonic() < deadline:
         try:
-            if client.status(run_id).status == "running":
+            if patiently(lambda: client.status(run_id), "status").status == "running":
                 break
         except NotFound:
             # Mother has not taken it in yet
@@ -188,27 +220,34 @@ def _decide_when_waiting(client: MotherClient, run_ids: dict[str, str]) -> None:
     }
     for name, decide in decisions.items():
         run_id = run_ids[name]
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + QUIET_SECONDS
         while time.monotonic() < deadline:
             try:
-                status = client.status(run_id).status
+                status = patiently(lambda run_id=run_id: client.status(run_id), "status").status
             except NotFound:
                 status = "queued"
             if status in ("waiting", "terminated"):
                 break
             time.sleep(0.1)
         if status == "waiting":
-            reply = decide(run_id)
+            reply = patiently(lambda decide=decide, run_id=run_id: decide(run_id), name)
             console.print(f"{reply['actor']} decided {name}: {reply['decision']}")
 
 
-def _wait_all(
-    client: MotherClient, stack: LocalStack, run_ids: dict[str, str], timeout: float = 120
-) -> dict[str, str]:
+def _wait_all(client: MotherClient, stack: LocalStack, run_ids: dict[str, str]) -> dict[str, str]:
+    """Wait until every run ended: on a slow machine as long as runs still move (one ends, or one
+    moves to another phase or attempt), giving up after QUIET_SECONDS with none moving; says which
+    runs it still waits for at each quiet stretch."""
     ended: dict[str, str] = {}
-    deadline = time.monotonic() + timeout
+    started = moved = time.monotonic()
+    seen: dict[str, tuple[Any, ...]] = {}
     with console.status("waiting for runs to end...") as status:
-        while len(ended) < len(run_ids) and time.monotonic() < deadline:
+        while len(ended) < len(run_ids):
+            now = time.monotonic()
+            if now - moved > QUIET_SECONDS or now - started > MOST_SECONDS:
+                left = ", ".join(sorted(set(run_ids) - set(ended)))
+                console.print(f"gave up waiting for: {left} (nothing moved)", style="red")
+                break
             for exited in stack.respawn_dead():
                 if exited.gave_up:
                     raise SystemExit(f"{exited}: see {exited.log}")
@@ -221,13 +260,31 @@ def _wait_all(
             for name, run_id in run_ids.items():
                 if name in ended:
                     continue
-                envelope = client.result(run_id)
+                envelope = patiently(lambda run_id=run_id: client.result(run_id), "result")
                 if envelope is not None and envelope.termination is not None:
                     ended[name] = envelope.termination.reason
+                    moved = time.monotonic()
                     console.print(f"{name:<18} ended: {ended[name]}")
-            status.update(f"waiting for {len(run_ids) - len(ended)} run(s) to end...")
+                    continue
+                where = _where(client, run_id)
+                if where != seen.get(name):
+                    seen[name], moved = where, time.monotonic()
+            quiet = time.monotonic() - moved
+            status.update(
+                f"waiting for {len(run_ids) - len(ended)} run(s) to end"
+                + (f" (nothing moved for {quiet:.0f}s; a slow machine?)" if quiet > 30 else "...")
+            )
             time.sleep(0.2)
     return ended
+
+
+def _where(client: MotherClient, run_id: str) -> tuple[Any, ...]:
+    """Where a run is: (status, phase, attempt); () before Mother took it in."""
+    try:
+        state = patiently(lambda: client.status(run_id), "status")
+    except NotFound:
+        return ()
+    return (state.status, state.phase, state.attempt)
 
 
 if __name__ == "__main__":

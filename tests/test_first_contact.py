@@ -243,3 +243,39 @@ def test_workers_log_json_lines_and_say_when_an_attempt_failed(stack: Pipeline) 
     ]
     pairs = [(w.get("role"), w.get("warning")) for w in warned if w.get("level") == "warning"]
     assert len(pairs) == len(set(pairs)), "each role's risk warning is logged once"
+
+
+def test_every_client_error_is_one_line_mother_error(r, redis_url: str) -> None:
+    """A Redis at its memory limit, and one too slow to answer, give the client a one-line Mother error
+    that says what to do (never the spec it was sent), not redis-py's OutOfMemoryError or TimeoutError."""
+    import redis as redis_lib
+
+    from mother.client import MotherClient
+    from mother.config import load_settings
+    from mother.errors import MotherError, RedisUnavailable
+    from mother.functions import load_functions
+    from tests.test_pipeline import example
+
+    load_functions(r)
+    spec = example("three-phase", task="SECRET-TASK-TEXT " * 20)
+    client = MotherClient(settings=load_settings(redis_url=redis_url))
+    policy = r.config_get("maxmemory-policy")["maxmemory-policy"]
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", "1")
+    try:
+        with pytest.raises(RedisUnavailable) as full:
+            client.submit(spec)
+    finally:
+        r.config_set("maxmemory", "0")
+        r.config_set("maxmemory-policy", policy)
+    assert "memory limit" in full.value.message and "\n" not in full.value.message
+    assert "SECRET-TASK-TEXT" not in full.value.message and full.value.unreachable
+    slow = MotherClient(
+        settings=load_settings(redis_url=redis_url),
+        client=redis_lib.Redis.from_url(redis_url, decode_responses=True, socket_timeout=0.3),
+    )
+    r.execute_command("CLIENT", "PAUSE", "1500", "ALL")
+    with pytest.raises(MotherError, match=r"^Redis did not answer in time") as late:
+        slow.runs(limit=1)
+    assert isinstance(late.value, RedisUnavailable) and "\n" not in late.value.message
+    wait_until(lambda: r.ping(), timeout=10)

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from mother.config import Settings, load_settings
-from mother.connection import connect, redact_url
+from mother.connection import connect, mother_error, redact_url
 from mother.errors import MotherError
 from mother.logs import configure_logging
 
@@ -78,7 +78,8 @@ def handle_errors(func: F) -> F:
         except MotherError as exc:
             fail(exc.message, exc.code)
         except redis.RedisError as exc:
-            fail(f"Redis said: {exc}", "redis_error")
+            known = mother_error(exc)
+            fail(known.message, known.code)
         except KeyboardInterrupt:
             fail("interrupted", "interrupted", 130)
         except (OSError, ValueError) as exc:
