@@ -15,6 +15,7 @@ wrong and what to do; what a caller needs beyond that is a typed attribute. The 
     ├── WaitTimeout                  wait_timeout
     ├── ProviderError                provider_error     (transient, retry_after, may_have_used)
     │   ├── ModelUnreachable         model_unreachable  (the run ends blocked: fix the endpoint)
+    │   ├── ContextTooLong           context_length_exceeded (the server refused the prompt's length)
     │   └── ScriptExhausted          script_exhausted
     ├── ToolError                    tool_error
     │   └── ToolTransient            tool_transient     (a tool failure worth trying again)
@@ -61,6 +62,7 @@ __all__ = [
     "ConfigError",
     "ContextBudgetExceeded",
     "ContextInvalid",
+    "ContextTooLong",
     "DataDirInUse",
     "DataDirNotWritable",
     "DepthExhausted",
@@ -196,6 +198,23 @@ class ModelUnreachable(ProviderError):
     problem, not worth a retry (the run ends ``blocked``, suggested action ``user_input``)."""
 
     code = "model_unreachable"
+
+
+class ContextTooLong(ProviderError):
+    """The model's server refused the prompt as longer than its context window (HTTP 400): sending it
+    again is refused the same way (the run ends ``context_budget_exceeded``). ``prompt_tokens`` and
+    ``window``: the server's own counts, where it said them."""
+
+    code = "context_length_exceeded"
+
+    def __init__(
+        self, message: str, *, prompt_tokens: int | None = None, window: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.prompt_tokens, self.window = prompt_tokens, window
+
+    def details(self) -> dict[str, Any]:
+        return {**super().details(), "prompt_tokens": self.prompt_tokens, "window": self.window}
 
 
 class ScriptExhausted(ProviderError):

@@ -121,6 +121,11 @@ FAILURE_ENDINGS: dict[str, tuple[TerminationReason, str]] = {
     "config_invalid": ("catastrophic_error", "invalid configuration"),
     # the model's endpoint is not there: a person fixes the deployment (suggested action user_input)
     "model_unreachable": ("blocked", "model endpoint unreachable"),
+    # the server refused the prompt as longer than its window: the same prompt is refused again
+    "context_length_exceeded": (
+        "context_budget_exceeded",
+        "the model's server refused the prompt as longer than its context window",
+    ),
 }
 # what a hook's abort on an event ends the run with (other events: catastrophic_error)
 HOOK_ABORTS: dict[str, TerminationReason] = {

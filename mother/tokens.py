@@ -7,10 +7,12 @@ A model of the catalogue is counted with
 - else the **estimate**: one token per 3 bytes of UTF-8. Common tokenizers average about
   4 bytes per token on English prose and about 3 on code, so the raw estimate errs on the
   side of counting too many, never too few. It then calibrates itself: every model call a
-  worker makes adds the request's raw estimate and the ``prompt_tokens`` the provider
-  reported to ``tokens:calibration:{model}`` (HINCRBY, atomic across workers); once
-  ``context.calibration_min_samples`` reports are in, the estimate is multiplied by
-  reported / estimated, so it converges to what the provider really counts.
+  worker makes adds the raw estimate of the request's messages (what Mother's context check
+  counts; its tool schemas are left out, as some servers' chat templates drop them) and the
+  ``prompt_tokens`` the provider reported to ``tokens:calibration:{model}`` (HINCRBY, atomic
+  across workers); once ``context.calibration_min_samples`` reports are in, the estimate is
+  multiplied by reported / estimated, never below half (RATIO_BOUNDS), so it converges to what
+  the provider really counts without undercounting.
 
 tiktoken is not used: its encodings are downloaded on first use, which these machines
 cannot do; a model with an OpenAI tokenizer is counted by the estimate (calibrated).
@@ -43,8 +45,10 @@ __all__ = [
 ]
 
 BYTES_PER_TOKEN = 3.0
-# a calibration outside these is a broken report, not a tokenizer
-RATIO_BOUNDS = (0.2, 5.0)
+# a calibration outside these is a broken report, not a tokenizer: it never takes off more than half
+# of the estimate (common tokenizers count 3 to 6 bytes a token), so the context check cannot undercount
+# by trusting a server that counted less than it was sent (a chat template that drops tool schemas)
+RATIO_BOUNDS = (0.5, 5.0)
 
 
 def _utf8_len(text: str) -> int:

@@ -22,7 +22,10 @@ class _Server(ThreadingHTTPServer):
 
 class ChatServer:
     def __init__(
-        self, replies: list[dict[str, Any]], serves: tuple[str, ...] = ("test-model",)
+        self,
+        replies: list[dict[str, Any]],
+        serves: tuple[str, ...] = ("test-model",),
+        port: int = 0,
     ) -> None:
         self.replies = list(replies)
         # what GET /models lists
@@ -58,7 +61,11 @@ class ChatServer:
                     time.sleep(reply["delay"])
                 # an error status (e.g. 503 with a retry-after header)
                 if "status" in reply:
-                    self._error(reply["status"], reply.get("headers", {}), "scripted error status")
+                    self._error(
+                        reply["status"],
+                        reply.get("headers", {}),
+                        reply.get("message", "scripted error status"),
+                    )
                     return
                 # a reply sent exactly as given (a server that gets the protocol wrong)
                 if "body" in reply:
@@ -121,7 +128,7 @@ class ChatServer:
                 self.end_headers()
                 self.wfile.write(raw)
 
-        self.httpd = _Server(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

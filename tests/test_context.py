@@ -438,6 +438,22 @@ def test_estimate_calibrates_to_reported_usage(
     )
 
 
+def test_calibration_never_takes_off_more_than_half(r: redis.Redis) -> None:
+    """A server that counted far less than it was sent (llama.cpp's chat template dropped the tool
+    schemas: 834 reported for an estimate of 6,402) cannot shrink later estimates below half: a prompt
+    three times the window passed the context check when calibration could take off 80%. What is
+    compared is the messages' estimate, not the tool schemas'."""
+    from mother.tokens import RATIO_BOUNDS, request_estimate
+
+    calibration = Calibration(r, min_samples=3, ttl=0)
+    for _ in range(3):
+        Calibration.record(r, "ollama/y", 6402, 834)
+    assert calibration.ratio("ollama/y") == RATIO_BOUNDS[0] == 0.5
+    messages = [{"role": "user", "content": "x" * 3000}]
+    tools = [{"type": "function", "function": {"name": "t", "parameters": {"d": "y" * 9000}}}]
+    assert request_estimate(messages, []) == 1000 < request_estimate(messages, tools)
+
+
 # -- llm_generated summaries --------------------------------------------------------------------
 
 

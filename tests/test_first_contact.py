@@ -111,9 +111,89 @@ def test_an_unreachable_model_ends_the_run_blocked_at_once_naming_the_fix(stack:
     assert (record.reason, record.suggested_action) == ("blocked", "user_input"), record.details
     assert "model 'offline' at http://127.0.0.1:" in record.details
     assert "cannot be reached" in record.details and "mother doctor --models" in record.details
-    # no retry was spent on it: attempt 1 was the only one
+    # no phase retry was spent on it: attempt 1 was the only one; its call was sent again once
+    # (call_retries: a refused connection may be a server restarting) before the run ended
     attempts = {h.attempt for h in stack.client.status(run_id).history if h.attempt}
     assert attempts == {1}
+    retried = [
+        f
+        for _, f in stack.redis.xrange(f"activity:run:{run_id}")
+        if f["type"] == "model_call_retried"
+    ]
+    assert len(retried) == 1 and "cannot be reached" in retried[0]["data"]
+
+
+def test_a_refused_connection_is_sent_again_and_a_server_back_answers(
+    stack: Pipeline, config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model server that refuses the connection (restarting) and is back before the call's retries
+    run out answers the call: the run succeeds on its first attempt (it ended blocked 45 ms after the
+    first try)."""
+    port = _closed_port()
+    settings = yaml.safe_load(config.read_text())
+    settings["models"]["restarting"] = {
+        "provider": "openai",
+        "base_url": f"http://127.0.0.1:{port}/v1",
+        "model": "local-model",
+        "call_retries": 4,
+        "max_tokens": 32_000,
+        "reserved_for_system": 500,
+        "reserved_for_output": 2_000,
+    }
+    restarting = tmp_path / "mother.yaml"
+    restarting.write_text(yaml.safe_dump(settings))
+    monkeypatch.setenv("MOTHER_CONFIG", str(restarting))
+    p = start_pipeline(tmp_path / "stack", env={"MOTHER_CONFIG": str(restarting)})
+    try:
+        run_id = p.client.submit(
+            {
+                "user_id": "alice",
+                "task": "Summarise the notes",
+                "pipeline": [{"name": "sum", "role": "writer", "model": "restarting"}],
+            }
+        )
+
+        def retried() -> bool:
+            return any(
+                f["type"] == "model_call_retried"
+                for _, f in p.redis.xrange(f"activity:run:{run_id}")
+            )
+
+        wait_until(retried, timeout=60)
+        with ChatServer([{"text": "the summary"}], serves=("local-model",), port=port):
+            envelope = p.wait(run_id, 60)
+        assert envelope.termination.reason == "success" and envelope.output == "the summary"
+        assert envelope.phases[0].attempt == 1
+    finally:
+        stop_pipeline(p)
+
+
+def test_a_prompt_the_server_refuses_as_too_long_ends_context_budget_exceeded(
+    stack: Pipeline, chat: ChatServer
+) -> None:
+    """HTTP 400 "request (4678 tokens) exceeds the available context size (2048 tokens)": the run ends
+    context_budget_exceeded at once, naming it, not after retrying the same prompt until
+    retries_exhausted; the server's count teaches the model's calibration."""
+    refusal = "request (4678 tokens) exceeds the available context size (2048 tokens)"
+    chat.replies[:] = [{"status": 400, "message": refusal}] * 4
+    sent = len(chat.requests)
+    run_id = stack.client.submit(
+        {
+            "user_id": "alice",
+            "task": "Summarise the notes",
+            "pipeline": [{"name": "sum", "role": "writer", "model": "local", "max_retries": 3}],
+        }
+    )
+    record = stack.wait(run_id).termination
+    assert record.reason == "context_budget_exceeded", record.details
+    assert "4678 tokens" in record.details and "context window" in record.details
+    assert len(chat.requests) - sent == 1
+    # Mother adds what the attempt counted
+    assert wait_until(
+        lambda: int(stack.redis.hget("tokens:calibration:local", "reported") or 0) >= 4678,
+        timeout=30,
+    )
+    chat.replies.clear()
 
 
 def test_doctor_checks_every_model_endpoint(stack: Pipeline, config: Path) -> None:

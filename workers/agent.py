@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from mother.errors import ApprovalRequired, ProviderError
+from mother.errors import ApprovalRequired, ContextTooLong, ProviderError
 from mother.logs import get_logger
 from schemas import Usage
 from workers.harness import Harness
@@ -266,6 +266,8 @@ def _metered_call(
         # the server may have billed it: the prompt's estimate, not nothing
         if exc.may_have_used:
             used = (meter.estimate_failed(exc.message), 0)
+        if isinstance(exc, ContextTooLong):
+            meter.refused_as_too_long(exc.prompt_tokens)
         raise
     finally:
         meter.settle(

@@ -157,7 +157,9 @@ class Meter:
         prompt = self._prompt = estimate_prompt_tokens(messages, tools)
         self.check_context(prompt)
         if self.calibrate_as is not None:
-            self._estimate = request_estimate(messages, tools)
+            # the messages alone: what Mother's context check counts (tool schemas a server's chat
+            # template may drop would teach it to undercount)
+            self._estimate = request_estimate(messages, [])
         return self._waiting_out_stops(lambda: self.guard.reserve_call(self.model, prompt))
 
     def check_context(self, prompt: int) -> None:
@@ -258,6 +260,12 @@ class Meter:
         self.pending = None
         self.guard.queued_reply(raw)
         self._calibrate(input_tokens)
+
+    def refused_as_too_long(self, prompt_tokens: int | None) -> None:
+        """The server refused the prompt as longer than its window, counting it ``prompt_tokens``: what
+        it counted teaches the calibration (the next estimate of this model is closer to it)."""
+        if prompt_tokens:
+            self._calibrate(prompt_tokens)
 
     def _calibrate(self, input_tokens: int) -> None:
         if self.calibrate_as is not None and self._estimate > 0 and input_tokens > 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -23,7 +24,13 @@ import orjson
 from mother import secrets
 from mother.budget import check_amount
 from mother.config import ModelConfig
-from mother.errors import InvalidSpec, ModelUnreachable, ProviderError, ScriptExhausted
+from mother.errors import (
+    ContextTooLong,
+    InvalidSpec,
+    ModelUnreachable,
+    ProviderError,
+    ScriptExhausted,
+)
 from mother.logs import get_logger
 from schemas import ScriptedReply
 
@@ -251,11 +258,21 @@ class OpenAIProvider:
             )
         except self._errors as exc:
             if _not_connected(exc):
-                # refused, unresolvable, unreachable: the endpoint is not there; a retry meets the same
+                # refused, unresolvable, unreachable: sent again (call_retries: a server restarting
+                # comes back), then the run ends blocked naming the fix
                 raise ModelUnreachable(
                     f"model {self.name!r} at {self.base_url} cannot be reached "
                     f"({_connect_problem(exc)}): start its server or fix models.{self.name}.base_url; "
-                    "`mother doctor --models` checks every endpoint"
+                    "`mother doctor --models` checks every endpoint",
+                    transient=True,
+                ) from None
+            too_long = _context_refusal(exc) if isinstance(exc, self._status) else None
+            if too_long is not None:
+                raise ContextTooLong(
+                    f"model {self.model}: the server refused the prompt as longer than its context "
+                    f"window ({too_long[2]})",
+                    prompt_tokens=too_long[0],
+                    window=too_long[1],
                 ) from None
             raise ProviderError(
                 f"model {self.model}: {type(exc).__name__}: {str(exc)[:300]}",
@@ -319,6 +336,46 @@ class OpenAIProvider:
             output_tokens=output_tokens,
             usage_note=note,
         )
+
+
+# how servers say a prompt is longer than the model's window (OpenAI, vLLM, llama.cpp, Ollama, others)
+_CONTEXT_REFUSAL = re.compile(
+    r"context.length|context_length_exceeded|maximum context|context (?:size|window)|"
+    r"prompt is too long|too many tokens|input length|exceed_context_size",
+    re.IGNORECASE,
+)
+# the counts some say: llama.cpp "request (4678 tokens) exceeds the available context size (2048
+# tokens)"; OpenAI and vLLM "maximum context length is 2048 tokens ... requested 4678 tokens"
+_CONTEXT_COUNTS = (
+    (
+        re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens"),
+        (1, 2),
+    ),
+    (
+        re.compile(
+            r"maximum context length is (\d+) tokens.*?(?:requested|resulted in|have) (\d+)", re.S
+        ),
+        (2, 1),
+    ),
+)
+
+
+def _context_refusal(exc: Any) -> tuple[int | None, int | None, str] | None:
+    """A 400/413 whose message says the prompt is longer than the model's window: (the server's count of
+    the prompt, its window, what it said), each count None where it said none; else None."""
+    if getattr(exc, "status_code", None) not in (400, 413):
+        return None
+    text = str(getattr(exc, "message", "") or exc)
+    body = getattr(exc, "body", None)
+    if body is not None:
+        text += " " + str(body)
+    if not _CONTEXT_REFUSAL.search(text):
+        return None
+    for pattern, (prompt_group, window_group) in _CONTEXT_COUNTS:
+        found = pattern.search(text)
+        if found:
+            return int(found[prompt_group]), int(found[window_group]), text[:200]
+    return None, None, text[:200]
 
 
 class _NotACompletion(Exception):

@@ -137,11 +137,7 @@ class SpawnRun:
             message=why,
         )
         log.warning(
-            "spawn_refused",
-            run_id=self.state.run_id,
-            child_run_id=spec.run_id,
-            code=code,
-            why=why,
+            "spawn_refused", run_id=self.state.run_id, child_run_id=spec.run_id, code=code, why=why
         )
         return ToolError(why)
 
