@@ -404,7 +404,8 @@ def _run_cells(row: dict[str, Any]) -> dict[str, str]:
         "took": duration_text(row.get("duration_ms")) if row.get("duration_ms") else "",
         "cost": cost,
         "details": str(row.get("details") or "").replace("\n", " ")[:200],
-        "suggested": row.get("suggested_action"),
+        # a success's "abandon" means nothing is left to do: nothing to suggest
+        "suggested": "" if row.get("reason") == "success" else row.get("suggested_action"),
     }
     return {name: str(value or "") for name, value in values.items()}
 
