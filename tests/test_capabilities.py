@@ -173,4 +173,3 @@ def test_a_roles_risk_warning_is_logged_once_not_once_per_run(r: object) -> None
     warned = [e for e in logs if e["event"] == "capability_risk" and e["log_level"] == "warning"]
     assert warned and len(warned) == len({e["warning"] for e in warned})
     assert {e["run_id"] for e in warned} == {"risk-0"}
-    assert [e["run_id"] for e in logs if e["log_level"] == "debug"][-1] == "risk-4"

@@ -94,7 +94,11 @@ def test_the_shipped_acl_runs_multi_phase_runs_with_tools_and_a_child(
     # the attempts counted their tool calls in their own hashes, which Mother added to tool_stats:*
     # (mother/effects.py); the tools came from the registry Mother synced (registry:tools)
     stats = wait_until(
-        lambda: len(s := read_stats(client.redis, ["write_file", "list_dir"])) == 2 and s
+        lambda: (
+            len(s := read_stats(client.redis, ["write_file", "list_dir"])) == 2
+            and s["write_file"].success_count >= 2
+            and s
+        )
     )
     assert stats["write_file"].success_count >= 2 and stats["list_dir"].success_count >= 1
     assert client.redis.exists(keys.TOOLS_REGISTRY)

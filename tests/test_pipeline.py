@@ -383,6 +383,21 @@ def test_job_for_terminated_run_does_nothing(pipeline: Pipeline) -> None:
     assert pipeline.redis.xlen(keys.EVENTS_STREAM) == before
 
 
+def _job_ended(p: Pipeline, job_id: str) -> bool:
+    """Whether RQ's job ``job_id`` is no longer queued or running (or is gone)."""
+    from rq.exceptions import NoSuchJobError
+    from rq.job import Job
+    from rq.serializers import JSONSerializer
+
+    try:
+        job = Job.fetch(
+            job_id, connection=p.server.client(decode_responses=False), serializer=JSONSerializer
+        )
+    except NoSuchJobError:
+        return True
+    return job.get_status() not in ("queued", "started", "scheduled", "deferred")
+
+
 def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
     pipeline: Pipeline, tmp_path: Path
 ) -> None:
@@ -452,6 +467,8 @@ def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
         phase.runtime.cache_clear()
         pipeline.client.cancel(run_id)
         assert pipeline.wait(run_id).termination.reason == "user_cancelled"
+        # the worker that ran the attempt has stopped with it (until then it may still beat)
+        wait_until(lambda: _job_ended(pipeline, keys.phase_job_id(run_id, 0, 1)), timeout=30)
         beat_key = keys.attempt_heartbeat_key(run_id, 0, 1)
         pipeline.redis.delete(beat_key)
         # the run ended: stale, so no setup, and nothing beats for it
