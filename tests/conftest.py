@@ -41,7 +41,11 @@ def need(why_not: str | None) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The S3 store's tests are collected: their gateway starts now, in the background (tests/s3_server.py)."""
+    """The S3 store's tests are collected: their gateway starts now, in the background (tests/s3_server.py).
+    Under pytest-xdist each worker collects every test and runs some: the gateway starts at its first
+    use, in the worker that runs the S3 tests."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     if any("s3" in item.name for item in session.items):
         from tests.s3_server import prestart
 

@@ -110,32 +110,27 @@ class SpawnRun:
             if reserved:
                 ledger.release(spec.run_id, "not_submitted")
             raise self._refused(spec, f"cannot spawn: {exc.message}", exc.code) from None
-        self.rt.emit(
-            self.rt.redis,
-            "run_spawned",
-            run_id=self.state.run_id,
-            phase=self.phase.name,
-            child_run_id=spec.run_id,
-            role=spec.pipeline[0].role,
-            budget=str(arguments["budget"]),
-        )
+        self._say("run_spawned", spec, budget=str(arguments["budget"]))
         if arguments.get("wait", True) is False:
             return f"spawned {spec.run_id}"
         return self._wait(spec.run_id, spec.to_json())
 
-    def _refused(self, spec: RunSpec, why: str, code: str) -> ToolError:
-        """A child refused before it ran: said in the run's activity and the worker's log (the model
-        is told with the ToolError returned)."""
+    def _say(self, kind: str, spec: RunSpec, **data: Any) -> None:
+        """An activity entry of this run about the child ``spec``."""
         self.rt.emit(
             self.rt.redis,
-            "spawn_refused",
+            kind,
             run_id=self.state.run_id,
             phase=self.phase.name,
             child_run_id=spec.run_id,
             role=spec.pipeline[0].role,
-            code=code,
-            message=why,
+            **data,
         )
+
+    def _refused(self, spec: RunSpec, why: str, code: str) -> ToolError:
+        """A child refused before it ran: said in the run's activity and the worker's log (the model
+        is told with the ToolError returned)."""
+        self._say("spawn_refused", spec, code=code, message=why)
         log.warning(
             "spawn_refused", run_id=self.state.run_id, child_run_id=spec.run_id, code=code, why=why
         )
