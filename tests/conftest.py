@@ -22,6 +22,9 @@ from mother.server import EmbeddedRedis
 from mother.stack import DEV_ENV, LocalStack
 
 MOTHER_BIN = Path(sys.executable).parent / "mother"
+# what the CLI prints is read at one width, whatever runs the tests (a terminal, a pipe, an xdist
+# worker, where rich would choose 80 columns)
+os.environ.setdefault("COLUMNS", "200")
 ROOT = Path(__file__).resolve().parents[1]
 
 

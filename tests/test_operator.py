@@ -182,7 +182,9 @@ def test_time_and_cost_of_a_call_on_a_priced_http_model(tmp_path: Path) -> None:
         # the phase's counts reach metrics:counters when Mother adds its attempt's (mother/effects.py)
         counters = wait_until(
             lambda: (
-                (c := r.hgetall(keys.METRICS_COUNTERS)).get("model_input_tokens|local-llm") and c
+                int((c := r.hgetall(keys.METRICS_COUNTERS)).get("model_input_tokens|local-llm", 0))
+                >= 2200
+                and c
             )
         )
         return {
