@@ -495,6 +495,29 @@ class Watchdog:
         users = self._hosts_users or self.ticks % self.reconcile_every == 1
         self._hosts_users = False
         hosts.check(self.rt, self._hosts_lost, users=users)
+        if table.live:
+            self._move_orphaned()
+
+    def _move_orphaned(self) -> None:
+        """Jobs on the queues of a host no longer registered (forgotten between a dispatch that chose it
+        and its job's arrival, or with jobs the moves above had not reached) go to a live host; the empty
+        queues of forgotten hosts leave RQ's set of queues. Two round trips."""
+        registered = self.rt.hosts.registered
+        orphans = []
+        for name in self.rt.redis.smembers(keys.RQ_QUEUES):
+            base, _, host = str(name).removeprefix(keys.RQ_QUEUE_PREFIX).partition(".")
+            if base in HOST_QUEUES and keys.is_host_id(host) and host not in registered:
+                orphans.append((str(name), host))
+        if not orphans:
+            return
+        pipe = self.rt.redis.pipeline(transaction=False)
+        for name, _host in orphans:
+            pipe.llen(name)
+        for (name, host), waiting in zip(orphans, pipe.execute(), strict=True):
+            if waiting:
+                self._move_queued(host, f"host {host} was forgotten")
+            else:
+                self.rt.redis.srem(keys.RQ_QUEUES, name)
 
     def _rebalance(self) -> None:
         """Jobs waiting on a host whose workers are all busy, while another host has workers free (a

@@ -927,3 +927,33 @@ def test_jobs_go_from_a_busy_host_and_a_silent_one_to_a_live_one_and_a_stopped_h
         assert _dispatched_to(p, again) == [live]
     finally:
         stop_pipeline(p)
+
+
+def test_a_job_left_on_a_forgotten_hosts_queue_goes_to_a_live_host(tmp_path: Path) -> None:
+    """A dispatch that chose a host just before Mother forgot it (its table is read every half second)
+    leaves the job on a queue nobody looks at: the host is no longer stopped nor missing, only gone.
+    Mother moves jobs on the queues of hosts no longer registered to a live one; before, such a run
+    waited out its phase's timeout (seen under load in the two-host workspace drill)."""
+    p = start_pipeline(tmp_path, workers=1)
+    try:
+        old = host_of_worker(p, "worker-0")
+        # its one worker busy: the next job waits on its queue
+        long = p.client.submit(
+            example("cancelled", scripts={"crawler": [{"text": "long", "delay_seconds": 30}]})
+        )
+        beat = keys.attempt_heartbeat_key(long, 0, 1)
+        wait_until(lambda: beating(p.redis.get(beat)), timeout=20)
+        run_id = p.client.submit(example("cancelled", scripts={"crawler": [{"text": "moved"}]}))
+        job = keys.phase_job_id(run_id, 0, 1)
+        queue = f"rq:queue:{keys.host_queue('agents', old)}"
+        wait_until(lambda: job in p.redis.lrange(queue, 0, -1), timeout=20)
+        # forgotten as a stopped host is, between the dispatch and now
+        p.redis.hdel(keys.HOSTS_REGISTERED, old)
+        p.redis.delete(keys.host_alive_key(old))
+        p.stack.add_worker()
+        assert p.wait(run_id, 30).termination.reason == "success"
+        assert p.client.status(run_id).attempt == 1
+        assert _dispatched_to(p, run_id)[0] == old and _dispatched_to(p, run_id)[-1] != old
+        p.client.cancel(long, actor="test", reason="done")
+    finally:
+        stop_pipeline(p)
