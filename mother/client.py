@@ -41,7 +41,7 @@ from mother.errors import (
 )
 from mother.functions import server_now_ms
 from mother.gates.build import check_decision, gate_waited_on
-from mother.principals.identity import principal_of
+from mother.principals.identity import may_act_on, principal_of, why_not
 from mother.records import parse_run_record, runs
 from mother.records.budgets import published_limits
 from mother.records.rejections import read_rejection_for
@@ -545,7 +545,11 @@ class MotherClient:
         check_decision(kind, actor, reason, text)
         check_timeout(timeout)
         keys.check_id(run_id, "run_id")
-        gate = gate_waited_on(self.status(run_id), gate_id, actor)
+        state = self.status(run_id)
+        me = self.principal
+        if me is not None and not may_act_on(me, state):
+            raise GateRefused(why_not(me, state, kind), why="not_allowed")
+        gate = gate_waited_on(state, gate_id, actor)
         # the decision names its gate and what it decides (Mother refuses one that does not)
         payload = {
             "run_id": run_id,
@@ -611,6 +615,9 @@ class MotherClient:
                 continue
             state = parse_run_record(run_id, raw)
             if state.gate is None or state.status != "waiting":
+                continue
+            # a principal is shown what it may decide
+            if self.principal is not None and not may_act_on(self.principal, state):
                 continue
             rows.append(waiting_row(state, self.viewer()))
         return rows

@@ -31,7 +31,7 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
-from mother import attempt_users, calls, hosts, keys
+from mother import attempt_users, calls, hosts, keys, principals
 from mother.attempt_users import REPORTED_MARK, REPORTED_MS, dispatched_to
 from mother.budget import Guard
 from mother.config import AGENTS_QUEUE
@@ -99,6 +99,8 @@ class Watchdog:
         self._hosts_lost: dict[str, float] = {}
         # look for registered hosts without their user at the next tick (not only every few ticks)
         self._hosts_users = True
+        # principals whose users cannot be made again (said once)
+        self._cannot_reapply: set[str] = set()
 
     def remint_hosts_soon(self) -> None:
         """At the next tick, make again the users of registered hosts that have none (Mother became
@@ -495,8 +497,34 @@ class Watchdog:
         users = self._hosts_users or self.ticks % self.reconcile_every == 1
         self._hosts_users = False
         hosts.check(self.rt, self._hosts_lost, users=users)
+        if users:
+            self.reapply_principals()
         if table.live:
             self._move_orphaned()
+
+    def reapply_principals(self) -> None:
+        """Principals whose ACL user the server lost (a restart without saved ACLs, a failover: ACL
+        users are not replicated) get it back from the registry, at Mother's start, when it takes the
+        lead and every few ticks; said in the activity stream. One that cannot (no digest kept) is said
+        once a process."""
+        made, cannot = principals.reapply(self.rt.redis)
+        if made:
+            self.rt.emit(
+                self.rt.redis,
+                "principal_users_reapplied",
+                principals=made,
+                why="the server had lost them (a restart or a failover keeps no ACL user)",
+            )
+            log.warning("principal_users_reapplied", principals=made)
+        fresh = [name for name in cannot if name not in self._cannot_reapply]
+        if fresh:
+            self._cannot_reapply.update(fresh)
+            log.error(
+                "principal_users_not_reapplied",
+                principals=fresh,
+                why="their records keep no password digest (made before it was kept): "
+                "`mother principals rotate NAME` once, with an administrator's connection",
+            )
 
     def _move_orphaned(self) -> None:
         """Jobs on the queues of a host no longer registered (forgotten between a dispatch that chose it

@@ -28,6 +28,11 @@ class Principal(Record):
     )
     created_at: Timestamp
     rotated_at: Timestamp | None = None
+    password_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = Field(
+        None,
+        description="SHA-256 of its password (never the password): what Mother makes its ACL user "
+        "again with (ACL SETUSER #digest) after a restart or a failover, which keep no ACL user",
+    )
 
     def may(self, grant: str) -> bool:
         return grant in self.grants

@@ -298,7 +298,8 @@ def start_acl_stack(tmp: Path) -> tuple[EmbeddedRedis, LocalStack]:
     Mother on the mother user, two workers on the worker user, serving agents and tools (as deployed:
     the maintenance queue is served by workers of the `maintenance` user)."""
     acl = tmp / "users.acl"
-    acl.write_text(SHIPPED_ACL.read_text() + "user admin on >CHANGE-ME-admin ~* &* +@all\n")
+    # the shipped administrator template, enabled
+    acl.write_text(SHIPPED_ACL.read_text().replace("user admin off ", "user admin on "))
     server = EmbeddedRedis(
         dir=tmp / "redis", appendfsync="no", extra_args=["--aclfile", str(acl)]
     ).start()

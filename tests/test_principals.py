@@ -404,3 +404,117 @@ def test_up_dev_makes_a_dev_principal_that_can_do_everything(tmp_path: Path) -> 
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
+
+
+def test_one_principal_decides_and_cancels_only_what_is_its_own(tenancy: Tenancy) -> None:
+    """bob's run names no approvers (the shipped default lets anyone approved decide): alice-svc's
+    approve, deny, answer and cancel of it are refused in one line (by her client, and by Mother when
+    sent raw) and change nothing; bob-svc's approve goes through; a principal granted operate may
+    deny another of bob's runs. alice-svc is not shown bob's runs as hers to decide."""
+    alice = tenancy.client(
+        tenancy.principal("alice-svc", ["submit", "approve", "answer", "cancel"], ["alice"])
+    )
+    bob = tenancy.client(
+        tenancy.principal("bob-svc", ["submit", "approve", "answer", "cancel"], ["bob"])
+    )
+    ops = tenancy.client(tenancy.principal("ops2", ["approve", "operate"]))
+
+    def gated(name: str) -> str:
+        spec = example("approval-denied", run_id=name, gate_timeout_seconds=600)
+        spec["user_id"], spec["approvers"] = "bob", []
+        run_id = bob.submit(spec)
+        assert wait_until(lambda: tenancy_status(bob, run_id) == "waiting", timeout=30)
+        return run_id
+
+    first, second = gated("bobs-first"), gated("bobs-second")
+    gate = bob.status(first).gate
+    assert gate is not None and gate.approvers == []
+    for decide in (
+        lambda: alice.approve(first, reason="mine now"),
+        lambda: alice.deny(first, reason="no"),
+        lambda: alice.answer(first, "x", reason="x"),
+    ):
+        with pytest.raises(GateRefused, match="principal alice-svc may not"):
+            decide()
+    with pytest.raises(PolicyViolation, match="principal alice-svc may not cancel run bobs-first"):
+        alice.cancel(first, reason="mine now")
+    raw = connect(alice.settings.redis_url)
+    for kind in ("approve", "deny", "answer"):
+        payload = {"run_id": first, "reason": "x", "gate_id": gate.gate_id, "digest": gate.digest}
+        entry = raw.xadd(
+            keys.principal_commands_key("alice-svc"),
+            {"type": kind, "payload": orjson.dumps({**payload, "text": "x"})},
+        )
+        with pytest.raises(GateRefused, match="only the principal that submitted it"):
+            alice.command_reply(entry, 10)
+    state = bob.status(first)
+    assert state.status == "waiting" and all(g.decision is None for g in state.gates)
+    assert first not in {row["run_id"] for row in alice.waiting()}
+    assert first in {row["run_id"] for row in bob.waiting()}
+    assert bob.approve(first, reason="mine")["actor"] == "bob-svc"
+    assert bob.wait(first, 60).termination.reason == "success"
+    assert ops.deny(second, reason="freeze")["actor"] == "ops2"
+    assert bob.wait(second, 60).termination.reason == "approval_denied"
+
+
+@pytest.mark.parametrize(
+    ("base", "expected"),
+    [
+        (
+            "redis+sentinel://admin:pw@10.0.0.1:26379,10.0.0.2:26380,s3/mymaster/0",
+            "redis+sentinel://erin:p%40ss@10.0.0.1:26379,10.0.0.2:26380,s3/mymaster/0",
+        ),
+        (
+            "redis+sentinel://s1:26379,s2:26379/mymaster?sentinel_password=x",
+            "redis+sentinel://erin:p%40ss@s1:26379,s2:26379/mymaster?sentinel_password=x",
+        ),
+        ("redis://admin:pw@redis-host:6380/2", "redis://erin:p%40ss@redis-host:6380/2"),
+        ("redis://127.0.0.1:6379", "redis://erin:p%40ss@127.0.0.1:6379/0"),
+        ("rediss://[::1]:6380/0", "rediss://erin:p%40ss@[::1]:6380/0"),
+    ],
+)
+def test_a_principals_url_keeps_every_host_of_the_base(base: str, expected: str) -> None:
+    """`principals add` and `rotate` print the new principal's URL made from the deployment's: a
+    redis+sentinel:// URL naming several sentinels keeps them all (it crashed with "Port could not be
+    cast to integer" after changing the server, so the password shown once was never shown)."""
+    from mother.cli.principals import principal_url
+    from mother.connection import sentinel_parts
+
+    got = principal_url(base, "erin", "p@ss")
+    assert got == expected
+    if base.startswith("redis+sentinel"):
+        parts = sentinel_parts(got)
+        assert (parts["username"], parts["password"]) == ("erin", "p@ss")
+        assert len(parts["sentinels"]) == len(sentinel_parts(base)["sentinels"])
+
+
+def test_a_principal_whose_acl_user_the_server_lost_gets_it_back(tenancy: Tenancy) -> None:
+    """ACL users are neither saved by ACL SETUSER nor replicated: a restart without saved ACLs, or a
+    replica promoted by Sentinel, loses a principal made while the system ran (all its submissions
+    then failed AuthenticationError). Its record keeps its password's digest (never the password);
+    the leading Mother makes its user again within seconds, says so in the activity stream, and the
+    principal's next submission is taken in."""
+    url = tenancy.principal("carol-svc", ["submit"], ["carol"])
+    record = principals.load(tenancy.admin, "carol-svc")
+    assert record is not None and record.password_sha256 is not None
+    assert url.split(":")[2].split("@")[0] not in orjson.dumps(record.to_dict()).decode()
+    tenancy.admin.execute_command("ACL", "DELUSER", "carol-svc")
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        redis.Redis.from_url(url).ping()
+
+    def back() -> bool:
+        try:
+            return bool(redis.Redis.from_url(url).ping())
+        except redis.exceptions.AuthenticationError:
+            return False
+
+    assert wait_until(back, timeout=30)
+    client = tenancy.client(url)
+    run_id = client.submit(_quick("carol"))
+    assert client.wait(run_id, 60).termination.reason == "success"
+    said = [
+        orjson.loads(f["data"])
+        for _, f in tenancy.admin.xrange(keys.ACTIVITY_STREAM, count=100_000)
+        if f["type"] == "principal_users_reapplied"
+    ]
+    assert any("carol-svc" in s["principals"] for s in said)

@@ -27,13 +27,14 @@ app = typer.Typer(
 
 
 def principal_url(base: str, name: str, password: str) -> str:
-    """``base`` (any Redis URL of the server) as principal ``name``."""
+    """``base`` (any Redis URL of the server: ``redis://``, ``rediss://``, ``unix://``, or
+    ``redis+sentinel://`` naming several sentinels) as principal ``name``: its user and password in place
+    of the base's, everything else (the hosts and their ports, the path, the query) as it was."""
     parts = urlsplit(base)
-    host = parts.hostname or "127.0.0.1"
-    netloc = f"{quote(name, safe='')}:{quote(password, safe='')}@{host}"
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path or "/0", parts.query, parts.fragment))
+    hosts = parts.netloc.rpartition("@")[2] or "127.0.0.1"
+    netloc = f"{quote(name, safe='')}:{quote(password, safe='')}@{hosts}"
+    path = parts.path if parts.path or parts.scheme.startswith("unix") else "/0"
+    return urlunsplit((parts.scheme, netloc, path, parts.query, parts.fragment))
 
 
 def _words(text: str) -> list[str]:
@@ -72,6 +73,8 @@ def add_cmd(
 ) -> None:
     """Make a principal: its ACL user (a new password, shown once) and its record."""
     cfg = settings()
+    # the URL it will print can be made: checked before the server is changed
+    principal_url(cfg.redis_url, name, "x")
     client = redis_client(cfg)
     principal, password = add(
         client,
@@ -87,7 +90,9 @@ def add_cmd(
 @handle_errors
 def rotate_cmd(name: Annotated[str, typer.Argument()]) -> None:
     """A new password for a principal; the old one stops working at once."""
-    client = redis_client(settings())
+    cfg = settings()
+    principal_url(cfg.redis_url, name, "x")
+    client = redis_client(cfg)
     password = rotate(client, name, ServerClock(client).now_iso())
     principal = load(client, name)
     assert principal is not None

@@ -3,7 +3,7 @@ one is (:mod:`mother.principals.acl`, :mod:`mother.principals.registry`), and th
 them by (:mod:`mother.principals.streams`)."""
 
 from mother.principals.acl import COMMAND_GRANTS, RESERVED, rules
-from mother.principals.registry import add, load, load_all, names, persist, remove, rotate
+from mother.principals.registry import add, load, load_all, names, persist, reapply, remove, rotate
 from mother.principals.streams import ConsumedStreams, Source
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "load_all",
     "names",
     "persist",
+    "reapply",
     "remove",
     "rotate",
     "rules",

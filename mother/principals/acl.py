@@ -132,11 +132,18 @@ CONNECTION = (
 )
 
 
-def rules(principal: Principal, *, password: str) -> list[str]:
-    """``ACL SETUSER {name} ...`` arguments: the user reset to exactly what ``principal`` may do."""
+def rules(principal: Principal, *, password: str | None = None) -> list[str]:
+    """``ACL SETUSER {name} ...`` arguments: the user reset to exactly what ``principal`` may do, its
+    password ``password``, or (None) the digest its record keeps."""
     name = principal.name
     own = [keys.principal_key(name), keys.principal_submissions_key(name), keys.PRINCIPALS]
-    args = ["reset", "on", f">{password}", "resetchannels", "-@all"]
+    if password is not None:
+        secret = f">{password}"
+    elif principal.password_sha256 is not None:
+        secret = f"#{principal.password_sha256}"
+    else:
+        raise ValueError(f"principal {name} has neither a password nor a digest of one")
+    args = ["reset", "on", secret, "resetchannels", "-@all"]
     args += [f"+{command}" for command in (*CONNECTION, *READ_COMMANDS)]
     # `~`, not `%R~`: the JSON module's commands declare no key access, so Redis asks full access for
     # their keys; the user's only commands outside its selectors read

@@ -11,7 +11,28 @@ from mother import keys
 from mother.errors import InvalidSpec
 from schemas.principal import Principal
 
-__all__ = ["principal_of"]
+__all__ = ["may_act_on", "principal_of", "why_not"]
+
+
+def may_act_on(principal: Principal, state: Any) -> bool:
+    """Whether ``principal`` may decide or cancel run ``state`` (a RunState): it submits for the run's
+    user (it submitted it, or acts for that user), the run or its open gate names it as an approver, or
+    it is granted ``operate``. Its grants say which commands it may send at all."""
+    named = set(state.spec.approvers) | set(state.gate.approvers if state.gate is not None else ())
+    return (
+        principal.submits_for(state.user_id)
+        or principal.name in named
+        or principal.may("operate")
+    )
+
+
+def why_not(principal: Principal, state: Any, command: str) -> str:
+    """The one line a refusal of :func:`may_act_on` says."""
+    return (
+        f"principal {principal.name} may not {command} run {state.run_id} of user {state.user_id}: "
+        "only the principal that submitted it, one acting for its user, an approver it names, or a "
+        "principal granted operate may"
+    )
 
 
 def principal_of(client: Any) -> Principal | None:

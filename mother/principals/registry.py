@@ -10,6 +10,7 @@ restarts, and :func:`persist` says so.
 
 from __future__ import annotations
 
+import hashlib
 import secrets as _secrets
 from typing import Any
 
@@ -21,7 +22,7 @@ from mother.errors import ConfigError, InvalidSpec, NotFound
 from mother.principals.acl import RESERVED, rules
 from schemas.principal import GRANTS, Principal
 
-__all__ = ["add", "load", "load_all", "names", "persist", "remove", "rotate"]
+__all__ = ["add", "load", "load_all", "names", "persist", "reapply", "remove", "rotate"]
 
 
 def _admin(client: Any, what: str, *args: Any) -> Any:
@@ -67,13 +68,14 @@ def add(
 ) -> tuple[Principal, str]:
     """Make principal ``name``: its ACL user (a new random password, returned once) and its record."""
     _check_new(client, name, grants, acts_for)
+    password = _secrets.token_urlsafe(24)
     principal = Principal(
         name=name,
         grants=list(dict.fromkeys(grants)),  # type: ignore[arg-type]
         acts_for=list(dict.fromkeys(acts_for)),
         created_at=now,
+        password_sha256=_digest(password),
     )
-    password = _secrets.token_urlsafe(24)
     _admin(
         client, "adding a principal", "ACL", "SETUSER", name, *rules(principal, password=password)
     )
@@ -92,8 +94,38 @@ def rotate(client: Any, name: str, now: str) -> str:
     password = _secrets.token_urlsafe(24)
     _admin(client, "rotating a password", "ACL", "SETUSER", name, "resetpass", f">{password}")
     _admin(client, "rotating a password", "CLIENT", "KILL", "USER", name)
-    client.execute_command("JSON.SET", keys.principal_key(name), "$.rotated_at", orjson.dumps(now))
+    pipe = client.pipeline(transaction=True)
+    pipe.execute_command("JSON.SET", keys.principal_key(name), "$.rotated_at", orjson.dumps(now))
+    pipe.execute_command(
+        "JSON.SET", keys.principal_key(name), "$.password_sha256", orjson.dumps(_digest(password))
+    )
+    pipe.execute()
     return password
+
+
+def _digest(password: str) -> str:
+    return hashlib.sha256(password.encode()).hexdigest()
+
+
+def reapply(client: Any) -> tuple[list[str], list[str]]:
+    """Make again the ACL user of every principal the registry holds and the server lacks (a restart
+    without saved ACLs, a replica promoted by Sentinel: ACL users are neither saved by SETUSER nor
+    replicated), from its record and its password's digest (Mother's own user may ``ACL SETUSER``).
+    Returns (the principals made again, those that cannot be: no digest kept, made before it was)."""
+    found = load_all(client)
+    if not found:
+        return [], []
+    there = {_text(u) for u in client.execute_command("ACL", "USERS")}
+    made, cannot = [], []
+    for name, principal in sorted(found.items()):
+        if name in there:
+            continue
+        if principal.password_sha256 is None:
+            cannot.append(name)
+            continue
+        client.execute_command("ACL", "SETUSER", name, *rules(principal))
+        made.append(name)
+    return made, cannot
 
 
 def remove(client: Any, name: str) -> Principal:
