@@ -919,7 +919,8 @@ def test_jobs_go_from_a_busy_host_and_a_silent_one_to_a_live_one_and_a_stopped_h
         assert moved and all(hosts[-1] == live for hosts in moved), firsts
         # a pool that stops says so: forgotten at once
         os.killpg(pool.pid, signal.SIGTERM)
-        pool.wait(20)
+        # (a worker of a host Mother forgot while it was held up stops cold, after 20 s)
+        pool.wait(60)
         wait_until(lambda: p.redis.hget(keys.HOSTS_REGISTERED, stopped) is None, timeout=10)
         assert keys.host_user(stopped) not in p.redis.execute_command("ACL", "USERS")
         again = p.client.submit(example("cancelled", scripts={"crawler": [{"text": "again"}]}))
