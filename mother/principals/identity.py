@@ -20,9 +20,7 @@ def may_act_on(principal: Principal, state: Any) -> bool:
     it is granted ``operate``. Its grants say which commands it may send at all."""
     named = set(state.spec.approvers) | set(state.gate.approvers if state.gate is not None else ())
     return (
-        principal.submits_for(state.user_id)
-        or principal.name in named
-        or principal.may("operate")
+        principal.submits_for(state.user_id) or principal.name in named or principal.may("operate")
     )
 
 
