@@ -147,6 +147,13 @@ class ServiceSettings(_Section):
         le=3650 * 86400,
         description="a refused submission's record (rejection:{entry}) is kept this long",
     )
+    max_rejections_per_party: int = Field(
+        1000,
+        ge=10,
+        le=1_000_000,
+        description="a principal's refused submissions kept as records within the retention; past "
+        "it (a flood of junk) they are counted, not stored, so a party's junk costs only itself",
+    )
     dead_letter_maxlen: int = Field(
         10_000, ge=100, description="approximate cap of mother:dead_letter"
     )

@@ -17,6 +17,7 @@ large, unknown model, a run_id already used, another user's run, past the rate l
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -481,6 +482,12 @@ def reject(
     guess = _guess_ids(raw)
     at_ms = rt.clock.now_ms()
     ref = source.ref(entry_id)
+    party = source.principal.name if source.principal is not None else None
+    if party is not None and _counted(rt, party, code, error, guess.get("run_id"), at_ms):
+        if drop:
+            rt.redis.xdel(source.stream, entry_id)
+        log.debug("submission_rejected_counted", entry_id=ref, code=code, principal=party)
+        return
     rejection = Rejection(
         entry_id=ref,
         error=error,
@@ -495,6 +502,8 @@ def reject(
     )
     pipe = rt.redis.pipeline(transaction=False)
     write_rejection(pipe, rejection, at_ms)
+    if party is not None:
+        pipe.zadd(keys.party_rejections_key(party), {ref: at_ms})
     rt.emit(
         pipe,
         "run_rejected",
@@ -508,6 +517,35 @@ def reject(
         pipe.xdel(source.stream, entry_id)
     pipe.execute()
     log.warning("submission_rejected", entry_id=ref, code=code, error=error)
+
+
+def _counted(
+    rt: Runtime, party: str, code: str, error: str, run_id: str | None, at_ms: int
+) -> bool:
+    """Whether a principal's refused submission is counted instead of stored (one round trip to
+    decide): junk naming no run that repeats an error the party already has a record of, or any
+    refusal past ``service.max_rejections_per_party`` records within the retention. A party that
+    floods its own stream then costs Redis a counter, not a record (and an activity entry) each."""
+    signature = f"{code}|{hashlib.sha256(error.encode()).hexdigest()[:16]}"
+    kept = keys.party_rejections_key(party)
+    counted = keys.party_refusals_key(party)
+    retention_ms = int(rt.settings.service.rejection_retention_seconds * 1000)
+    pipe = rt.redis.pipeline(transaction=False)
+    pipe.zremrangebyscore(kept, "-inf", at_ms - retention_ms)
+    pipe.zcard(kept)
+    pipe.hexists(counted, signature)
+    _, stored, seen = pipe.execute()
+    repeat = run_id is None and bool(seen)
+    full = int(stored) >= rt.settings.service.max_rejections_per_party
+    pipe = rt.redis.pipeline(transaction=False)
+    if repeat or full:
+        pipe.hincrby(counted, signature if repeat else "dropped", 1)
+    else:
+        pipe.hsetnx(counted, signature, 0)
+        pipe.hsetnx(counted, f"{signature}|said", error[:300])
+    pipe.pexpire(counted, max(retention_ms, 1000))
+    pipe.execute()
+    return repeat or full
 
 
 def _guess_ids(raw: str) -> dict[str, str]:

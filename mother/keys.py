@@ -122,6 +122,8 @@ __all__ = [
     "parent_prefix",
     "parse_attempt_user",
     "parse_heartbeat_member",
+    "party_refusals_key",
+    "party_rejections_key",
     "phase_job_id",
     "principal_commands_key",
     "principal_key",
@@ -328,6 +330,17 @@ def user_runs_key(user_id: str) -> str:
 def termination_reason_index_key(reason: str) -> str:
     """zset of run ids that ended with ``reason``, scored by termination time (server ms)."""
     return f"terminations:reason:{check_id(reason, 'reason')}"
+
+
+def party_rejections_key(principal: str) -> str:
+    """zset: the entries of a principal's refused submissions kept as records, scored by time."""
+    return f"rejections:party:{check_principal(principal)}"
+
+
+def party_refusals_key(principal: str) -> str:
+    """hash: a principal's refused submissions counted, not stored: ``{code}|{error digest}`` -> count,
+    and ``{code}|{error digest}|said`` -> the error (once); ``dropped`` past the cap."""
+    return f"rejections:counted:{check_principal(principal)}"
 
 
 def rejection_key(entry_id: str) -> str:

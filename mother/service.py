@@ -20,7 +20,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -257,10 +257,11 @@ class Mother:
         if now - self._hosts_at >= HOSTS_LOOK_SECONDS:
             self._hosts_at = now
             self._guarded("hosts", self._look_at_hosts)
-        for stream, entries in pairs:
-            for raw_id, raw_fields in entries:
-                self.handle(stream, *as_text(raw_id, raw_fields))
-                handled += 1
+        # one entry of each party's in turn: a party that floods its stream delays no one else's
+        # entries behind its own
+        for stream, raw_id, raw_fields in _in_turn(pairs):
+            self.handle(stream, *as_text(raw_id, raw_fields))
+            handled += 1
         now = time.monotonic()
         if now - self._watchdog_at >= self.cfg.watchdog_interval_seconds:
             self._watchdog_at = now
@@ -505,6 +506,19 @@ class Mother:
         self.rt.emit(pipe, "dead_lettered", run_id=run_id, stream=stream, entry_id=entry_id)
         pipe.execute()
         self.log.error("entry_dead_lettered", stream=stream, entry_id=entry_id)
+
+
+def _in_turn(pairs: list[tuple[str, list[Any]]]) -> Iterator[tuple[str, Any, Any]]:
+    """The entries read from each stream, one stream's next after another's (round robin)."""
+    queues = [(stream, iter(entries)) for stream, entries in pairs]
+    while queues:
+        still = []
+        for stream, entries in queues:
+            entry = next(entries, None)
+            if entry is not None:
+                yield stream, entry[0], entry[1]
+                still.append((stream, entries))
+        queues = still
 
 
 def _as_pairs(batches: Any) -> list[tuple[str, list[tuple[bytes, dict[bytes, bytes]]]]]:

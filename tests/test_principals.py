@@ -518,3 +518,41 @@ def test_a_principal_whose_acl_user_the_server_lost_gets_it_back(tenancy: Tenanc
         if f["type"] == "principal_users_reapplied"
     ]
     assert any("carol-svc" in s["principals"] for s in said)
+
+
+def test_a_party_that_floods_hurts_only_itself(tenancy: Tenancy) -> None:
+    """10,000 junk submissions on mallory's stream (the same bad spec, as a script sends it): they are
+    refused, one record kept and the rest counted (5,000 junk left 5,000 records kept 30 days); quiet's
+    submissions sent during the flood are taken in while the flood is still pending (Mother handles
+    the parties' entries in turn), and succeed."""
+    flooder = connect(tenancy.principal("mallory", ["submit"]))
+    quiet = tenancy.client(tenancy.principal("quiet", ["submit"]))
+    before = tenancy.admin.zcard(keys.REJECTIONS_INDEX)
+    stream = keys.principal_submissions_key("mallory")
+    pipe = flooder.pipeline(transaction=False)
+    for _ in range(10_000):
+        pipe.xadd(stream, {"spec": "{not json"})
+    pipe.execute()
+    sent = [quiet.submit(_quick("quiet")) for _ in range(5)]
+
+    def taken_in() -> bool:
+        return all(tenancy.admin.exists(keys.run_key(run_id)) for run_id in sent)
+
+    assert wait_until(taken_in, timeout=60)
+    # the flood was not yet all handled when the quiet party's runs were taken in
+    info = {g["name"]: g for g in tenancy.admin.xinfo_groups(stream)}["mother"]
+    assert int(info.get("lag") or 0) + int(info["pending"]) > 0
+    for run_id in sent:
+        assert quiet.wait(run_id, 60).termination.reason == "success"
+    counted = keys.party_refusals_key("mallory")
+    assert wait_until(
+        lambda: (
+            sum(
+                int(v) for k, v in tenancy.admin.hgetall(counted).items() if not k.endswith("|said")
+            )
+            >= 9_999
+        ),
+        timeout=120,
+    )
+    assert tenancy.admin.zcard(keys.party_rejections_key("mallory")) == 1
+    assert tenancy.admin.zcard(keys.REJECTIONS_INDEX) - before == 1
