@@ -521,14 +521,14 @@ def test_a_principal_whose_acl_user_the_server_lost_gets_it_back(tenancy: Tenanc
 
 
 def test_a_party_that_floods_hurts_only_itself(tenancy: Tenancy) -> None:
-    """10,000 junk submissions on mallory's stream (the same bad spec, as a script sends it): they are
+    """10,000 junk submissions on a flooder's stream (the same bad spec, as a script sends it): they are
     refused, one record kept and the rest counted (5,000 junk left 5,000 records kept 30 days); quiet's
     submissions sent during the flood are taken in while the flood is still pending (Mother handles
     the parties' entries in turn), and succeed."""
-    flooder = connect(tenancy.principal("mallory", ["submit"]))
+    flooder = connect(tenancy.principal("flooder", ["submit"]))
     quiet = tenancy.client(tenancy.principal("quiet", ["submit"]))
     before = tenancy.admin.zcard(keys.REJECTIONS_INDEX)
-    stream = keys.principal_submissions_key("mallory")
+    stream = keys.principal_submissions_key("flooder")
     pipe = flooder.pipeline(transaction=False)
     for _ in range(10_000):
         pipe.xadd(stream, {"spec": "{not json"})
@@ -544,7 +544,7 @@ def test_a_party_that_floods_hurts_only_itself(tenancy: Tenancy) -> None:
     assert int(info.get("lag") or 0) + int(info["pending"]) > 0
     for run_id in sent:
         assert quiet.wait(run_id, 60).termination.reason == "success"
-    counted = keys.party_refusals_key("mallory")
+    counted = keys.party_refusals_key("flooder")
     assert wait_until(
         lambda: (
             sum(
@@ -554,5 +554,5 @@ def test_a_party_that_floods_hurts_only_itself(tenancy: Tenancy) -> None:
         ),
         timeout=120,
     )
-    assert tenancy.admin.zcard(keys.party_rejections_key("mallory")) == 1
+    assert tenancy.admin.zcard(keys.party_rejections_key("flooder")) == 1
     assert tenancy.admin.zcard(keys.REJECTIONS_INDEX) - before == 1
