@@ -174,7 +174,15 @@ class Pipeline:
         self.redis = self.client.redis
 
     def wait(self, run_id: str, timeout: float = 60):
-        return self.client.wait(run_id, timeout)
+        """The run's envelope once it ended, and once the rest of its end is applied (its conflicts
+        closed, its counters released: Mother writes the record first, ``mother:ending`` says what is
+        left), so a test reads what the end did, not what it was about to do."""
+        from mother import keys
+        from tests.test_pipeline import wait_until
+
+        envelope = self.client.wait(run_id, timeout)
+        wait_until(lambda: self.redis.zscore(keys.RUNS_ENDING, run_id) is None, timeout=30)
+        return envelope
 
 
 def start_pipeline(
