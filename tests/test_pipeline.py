@@ -522,6 +522,13 @@ def test_wait_says_when_no_worker_starts_a_phase_and_why(
     p = start_pipeline(tmp_path, workers=0)
     try:
         first = p.client.submit(example("cancelled", scripts=hang))
+        # dispatched (a loaded machine may take its intake longer than the wait below)
+        wait_until(
+            lambda: (
+                p.redis.exists(keys.run_key(first)) and p.client.status(first).status == "running"
+            ),
+            timeout=30,
+        )
         notices: list[str] = []
         with pytest.raises(WaitTimeout):
             p.client.wait(first, 3, on_notice=notices.append)
