@@ -301,10 +301,12 @@ def as_user(url: str, user: str) -> str:
     return url.replace("redis://", f"redis://{user}:CHANGE-ME-{user}@")
 
 
-def start_acl_stack(tmp: Path) -> tuple[EmbeddedRedis, LocalStack]:
+def start_acl_stack(
+    tmp: Path, env: dict[str, str] | None = None
+) -> tuple[EmbeddedRedis, LocalStack]:
     """The embedded server with the shipped ACL file (and an administrator the tests make users with);
     Mother on the mother user, two workers on the worker user, serving agents and tools (as deployed:
-    the maintenance queue is served by workers of the `maintenance` user)."""
+    the maintenance queue is served by workers of the `maintenance` user); ``env`` for every process."""
     acl = tmp / "users.acl"
     # the shipped administrator template, enabled
     acl.write_text(SHIPPED_ACL.read_text().replace("user admin off ", "user admin on "))
@@ -317,7 +319,7 @@ def start_acl_stack(tmp: Path) -> tuple[EmbeddedRedis, LocalStack]:
         worker_url=as_user(server.url, "worker"),
         queues="agents,tools",
         log_dir=tmp / "logs",
-        env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp / "ws")},
+        env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp / "ws"), **(env or {})},
         wait_hosts=True,
     ).start()
     return server, stack
