@@ -958,3 +958,26 @@ def test_a_job_left_on_a_forgotten_hosts_queue_goes_to_a_live_host(tmp_path: Pat
         p.client.cancel(long, actor="test", reason="done")
     finally:
         stop_pipeline(p)
+
+
+def test_a_stopping_worker_whose_host_user_is_gone_stops(tmp_path: Path) -> None:
+    """A host Mother forgot while its pool was held up has no ACL user any more, and no one makes it
+    again: a worker of it asked to stop (SIGTERM) during a job finishes the job and stops, instead of
+    waiting for its user after it (it waited until the pool's own five-minute limit, and the drill
+    above timed out under load)."""
+    p = start_pipeline(tmp_path, workers=1)
+    try:
+        host = host_of_worker(p, "worker-0")
+        pool = p.stack.procs["worker-0"]
+        run_id = p.client.submit(
+            example("cancelled", scripts={"crawler": [{"text": "x", "delay_seconds": 3}]})
+        )
+        beat = keys.attempt_heartbeat_key(run_id, 0, 1)
+        wait_until(lambda: beating(p.redis.get(beat)), timeout=20)
+        # forgotten, as Mother forgets a host whose line lapsed (its connections closed with its user)
+        p.redis.hdel(keys.HOSTS_REGISTERED, host)
+        p.redis.execute_command("ACL", "DELUSER", keys.host_user(host))
+        os.killpg(pool.pid, signal.SIGTERM)
+        pool.wait(30)
+    finally:
+        stop_pipeline(p)

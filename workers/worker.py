@@ -29,7 +29,7 @@ from rq.worker import WorkerStatus
 
 from mother import keys
 from mother.config import Settings
-from mother.connection import ForkHandoffPool, Outage, redis_down
+from mother.connection import ForkHandoffPool, Outage, credentials_refused, redis_down
 from mother.errors import ConfigError
 from mother.hooks import load_hooks
 from mother.lifecycle import JOB_FUNCTION
@@ -332,6 +332,10 @@ class PhaseWorker(Worker):
                 result = func(*args, **kwargs)
             except Exception as exc:
                 if not redis_down(exc) or os.getpid() != self._parent_pid:
+                    raise
+                # a worker asked to stop whose user Mother deleted (its host forgotten while it was
+                # held up) would wait for a user no one makes again: it stops
+                if self._stop_requested and credentials_refused(exc):
                     raise
                 outage.failed(exc)
                 continue
