@@ -3,13 +3,14 @@
 ``mother doctor`` asks the server which user it is connected as (``ACL WHOAMI``) and tries, for that
 user's role, one harmless command per need (a read of a key that does not exist, a delete of one, a
 trim that trims nothing, a server function that writes nothing): a NOPERM names what the user lacks.
-For a worker it also tries what a worker must never do (write run fate, its own limits, people's
-commands, read attempt tokens) and warns when the ACL lets it. The threat model is in docs/security.md.
+For a host (and the dashboard, and a principal) it also tries what it must never do (read or write run
+state, budgets, artifacts, libraries, Mother's streams, another host's things) and warns when the ACL
+lets it. The threat model is in docs/security.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import redis
 
@@ -17,14 +18,14 @@ from mother import keys
 from mother.functions import FUNCTIONS_PROBE
 
 __all__ = [
-    "ATTEMPT_ONLY",
     "DESTROYS",
     "MUST_NOT",
     "NEEDS",
-    "WORKER_GAPS",
     "AclReport",
     "check",
     "denied",
+    "host_must_not",
+    "host_needs",
     "principal_must_not",
     "principal_needs",
     "role_of",
@@ -36,82 +37,53 @@ __all__ = [
 QUEUED = "(queued)"
 # an id no run, artifact or token has: the probes touch keys that do not exist
 PROBE = "mother-doctor-probe"
-# a host id no host has
-PROBE_HOST = "0000000000000000"
+# a host no one enrolled
+PROBE_HOST = "mother-doctor-probe"
 HUGE = "1000000000000"
 
 # role -> [(what it is for, a harmless command that needs that permission)]
 NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
-    # a worker's shared user: what RQ needs to dequeue, reads, the claim of a token; what a phase writes
-    # it writes as its attempt's own user (mother/attempt_users.py), which Mother makes per attempt
-    "worker": [
-        ("read run records", ("JSON.GET", keys.run_key(PROBE))),
-        ("read composed contexts", ("JSON.GET", keys.context_key(PROBE, 0))),
-        ("read run limits", ("JSON.GET", keys.run_limits_key(PROBE))),
-        ("read run counters", ("JSON.GET", keys.run_budget_key(PROBE))),
-        ("register its host (RPUSH hosts:hello)", (QUEUED, "RPUSH", keys.HOST_HELLOS, "probe")),
-        ("read the tool registry", ("JSON.TYPE", keys.TOOLS_REGISTRY)),
-        ("record security violations", (QUEUED, "LPUSH", keys.SECURITY_VIOLATIONS, "probe")),
-        ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
-        ("write its host's line (mother:hosts)", ("HDEL", keys.WORKER_HOSTS, PROBE)),
-        (
-            "search libraries for search_library (FT.SEARCH idx:chunks)",
-            ("FT.SEARCH", keys.CHUNK_INDEX, f"@library_id:{{{PROBE}}}", "LIMIT", "0", "0"),
-        ),
-    ],
     "mother": [
         ("write termination records", ("JSON.DEL", keys.termination_key(PROBE))),
         ("write run records", ("JSON.DEL", keys.run_key(PROBE))),
         ("write run limits", ("JSON.DEL", keys.run_limits_key(PROBE))),
         ("read people's commands", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),
         ("take submissions", ("XTRIM", keys.SUBMISSIONS_STREAM, "MAXLEN", "~", HUGE)),
+        ("read hosts' asks", ("XTRIM", keys.host_asks_key(PROBE_HOST), "MAXLEN", "~", HUGE)),
         ("load the server functions", ("FUNCTION", "LIST", "LIBRARYNAME", PROBE)),
         ("read Redis memory (INFO)", ("INFO", "memory")),
-        ("write attempt tokens", ("DEL", keys.host_token_key(PROBE_HOST, PROBE, 0, 0))),
         (
-            "make worker hosts' ACL users from the worker user's rules (ACL GETUSER)",
-            ("ACL", "GETUSER", PROBE),
-        ),
-        (
-            "make each attempt's ACL user (ACL SETUSER)",
-            (QUEUED, "ACL", "SETUSER", keys.attempt_user(PROBE, 0, 0)),
-        ),
-        (
-            "delete attempts' ACL users (ACL DELUSER)",
-            ("ACL", "DELUSER", keys.attempt_user(PROBE, 0, 0)),
+            "make enrolled parties' ACL users again after a restart or a failover (ACL SETUSER)",
+            (QUEUED, "ACL", "SETUSER", keys.host_user(PROBE_HOST)),
         ),
         ("list the ACL users (ACL USERS)", ("ACL", "USERS")),
     ],
+    "dashboard": [
+        ("read run and termination records", ("JSON.GET", keys.run_key(PROBE))),
+        ("read the metrics counters", ("HGETALL", keys.METRICS_COUNTERS)),
+        ("read the gauges", ("ZCARD", keys.RUN_DEADLINES)),
+        ("read RQ's workers and queues", ("SCARD", "rq:workers")),
+        ("read the activity stream", ("XREVRANGE", keys.ACTIVITY_STREAM, "+", "-", "COUNT", "1")),
+        (
+            "read a run's own activity",
+            ("XREVRANGE", keys.run_activity_key(PROBE), "+", "-", "COUNT", "1"),
+        ),
+    ],
 }
 
-# what a worker's credentials must not be able to do: each a harmless command that needs that permission
-NEEDS["maintenance"] = [
-    ("read the GC's indexes", ("ZCARD", keys.ARTIFACT_EXPIRY)),
-    ("call the GC's server functions", ("FCALL", FUNCTIONS_PROBE, "1", keys.RUN_RETENTION)),
-    (
-        "delete artifacts and archives",
-        ("DEL", keys.artifact_key(PROBE), keys.archive_artifact_key(PROBE)),
-    ),
-    ("delete ended runs' records", ("DEL", keys.run_key(PROBE), keys.run_activity_key(PROBE))),
-    ("write GC reports", ("JSON.DEL", keys.gc_report_key(PROBE))),
-    ("append activity (through the inbox)", (QUEUED, "RPUSH", keys.ACTIVITY_INBOX, PROBE)),
-    ("count GC runs in the metrics", (QUEUED, "HINCRBY", keys.METRICS_COUNTERS, PROBE, "0")),
-    ("take RQ jobs", ("DEL", f"rq:{PROBE}")),
-]
 
-NEEDS["dashboard"] = [
-    ("read run and termination records", ("JSON.GET", keys.run_key(PROBE))),
-    ("read the metrics counters", ("HGETALL", keys.METRICS_COUNTERS)),
-    ("read the gauges", ("ZCARD", keys.RUN_DEADLINES)),
-    ("read RQ's workers and queues", ("SCARD", "rq:workers")),
-    ("read the activity stream", ("XREVRANGE", keys.ACTIVITY_STREAM, "+", "-", "COUNT", "1")),
-    (
-        "read a run's own activity",
-        ("XREVRANGE", keys.run_activity_key(PROBE), "+", "-", "COUNT", "1"),
-    ),
-]
+def host_needs(name: str) -> list[tuple[str, tuple[str, ...]]]:
+    """What enrolled host ``name`` needs: its own queues, jobs and workers, its stream, its replies."""
+    return [
+        ("take jobs from its own queues", ("LLEN", f"rq:queue:{keys.host_queue(name, 'agents')}")),
+        ("write its own RQ jobs", ("DEL", f"rq:job:{name}_{PROBE}")),
+        ("register its own RQ workers", ("DEL", f"rq:worker:{keys.host_worker_name(name, PROBE)}")),
+        ("ask Mother on its own stream", ("XADD", keys.host_asks_key(name), "0-0", "k", "1")),
+        ("read Mother's replies to it", ("LPOP", keys.host_reply_key(name, "0" * 16))),
+    ]
 
-# what no principal, worker, maintenance or dashboard user may do to others' work
+
+# what no principal, host or dashboard user may do to others' work
 DESTROYS = [
     (
         "trim or delete Mother's submissions",
@@ -125,147 +97,57 @@ DESTROYS = [
     ("write run records (a waiting run's gate)", ("JSON.DEL", keys.run_key(PROBE), "$.gate")),
 ]
 
-# what the shared worker user could do before per-attempt users (issue 53), and must not now: each
-# harmless (it changes nothing where it is allowed)
-ATTEMPT_ONLY: list[tuple[str, tuple[str, ...]]] = [
-    (
-        "age another run's heartbeat (Mother's index, mother:heartbeats), so Mother takes it for lost",
-        ("ZADD", keys.HEARTBEATS, "XX", "0", keys.heartbeat_member(PROBE, 0, 0)),
-    ),
-    (
-        "write or delete another attempt's heartbeat key",
-        ("DEL", keys.attempt_heartbeat_key(PROBE, 0, 0)),
-    ),
-    (
-        "append to Mother's events stream (XADD, whose MAXLEN trims results not yet read)",
-        ("XADD", keys.EVENTS_STREAM, "MAXLEN", HUGE, "0-0", "probe", "1"),
-    ),
-    (
-        "append to Mother's spawns stream (XADD, whose MAXLEN trims children asked for)",
-        ("XADD", keys.SPAWNS_STREAM, "MAXLEN", HUGE, "0-0", "probe", "1"),
-    ),
-    (
-        "append to the activity stream (XADD, whose MAXLEN trims it)",
-        ("XADD", keys.ACTIVITY_STREAM, "MAXLEN", HUGE, "0-0", "probe", "1"),
-    ),
-    (
-        "take or drop what attempts pushed to the activity inbox",
-        ("LTRIM", keys.ACTIVITY_INBOX, "0", "-1"),
-    ),
-    (
-        "rewrite another run's budget counters (budget:run:*)",
-        ("JSON.DEL", keys.run_budget_key(PROBE), "$.mother_doctor_probe"),
-    ),
-    (
-        "rewrite another user's daily counters",
-        ("JSON.DEL", keys.user_daily_budget_key(PROBE, "2000-01-01"), "$.mother_doctor_probe"),
-    ),
-    ("rewrite another run's ledger", ("JSON.DEL", keys.ledger_key(PROBE), "$.mother_doctor_probe")),
-    (
-        "rewrite or delete artifacts, protected ones too",
-        ("JSON.DEL", keys.artifact_meta_key(PROBE), "$.mother_doctor_probe"),
-    ),
-    ("move artifacts' expiry", ("ZREM", keys.ARTIFACT_EXPIRY, PROBE)),
-    (
-        "rewrite library access logs",
-        ("JSON.DEL", keys.access_log_key(PROBE), "$.mother_doctor_probe"),
-    ),
-    (
-        "drop or rewrite recorded security violations",
-        ("LTRIM", keys.SECURITY_VIOLATIONS, "0", "-1"),
-    ),
-    ("delete or set the metrics counters", ("HDEL", keys.METRICS_COUNTERS, "mother-doctor-probe")),
-    (
-        "count into the metrics (HINCRBY, by a negative amount too)",
-        (QUEUED, "HINCRBY", keys.METRICS_COUNTERS, "mother-doctor-probe", "0"),
-    ),
-    ("rewrite tool statistics", ("JSON.DEL", keys.tool_stats_key(PROBE), "$.mother_doctor_probe")),
-    (
-        "rewrite a model's token calibration",
-        ("HDEL", keys.token_calibration_key(PROBE), "mother-doctor-probe"),
-    ),
-    (
-        "move or add library access logs on their timeline",
-        ("ZREM", keys.access_logs_key(PROBE), PROBE),
-    ),
-    (
-        "trim the activity stream (XADD MAXLEN, XTRIM)",
-        ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE),
-    ),
-    (
-        "trim or delete another run's own activity",
-        ("XTRIM", keys.run_activity_key(PROBE), "MAXLEN", "~", HUGE),
-    ),
-    (
-        "charge budgets through the server functions",
-        ("FCALL", FUNCTIONS_PROBE, "1", keys.run_budget_key(PROBE)),
-    ),
-    (
-        "send RQ's commands to workers (kill a horse, stop a job, shut down)",
-        ("PUBLISH", "rq:pubsub:mother-doctor-probe", "{}"),
-    ),
-]
 
-# of those, what the GC's user may not do either: it appends activity through the inbox and only counts
-# into the metrics
-MAINTENANCE_MUST_NOT = frozenset(
-    {
-        "append to the activity stream (XADD, whose MAXLEN trims it)",
-        "trim the activity stream (XADD MAXLEN, XTRIM)",
-        "take or drop what attempts pushed to the activity inbox",
-        "drop or rewrite recorded security violations",
-        "delete or set the metrics counters",
-    }
-)
-
-MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
-    "worker": [
+def host_must_not(name: str) -> list[tuple[str, tuple[str, ...]]]:
+    """What host ``name`` must not be able to do: anything of run state, budgets, artifacts, libraries,
+    Mother's streams or other hosts (each probe harmless: it changes nothing where it is allowed)."""
+    other = PROBE_HOST if name != PROBE_HOST else "other-probe-host"
+    return [
         *DESTROYS,
+        ("read run records", ("JSON.GET", keys.run_key(PROBE))),
+        ("read run counters", ("JSON.GET", keys.run_budget_key(PROBE))),
+        ("read composed contexts", ("JSON.GET", keys.context_key(PROBE, 0))),
+        ("read artifacts", ("JSON.GET", keys.artifact_key(PROBE))),
+        ("read library chunks", ("JSON.GET", keys.chunk_key(PROBE, PROBE, 0))),
         (
-            "submit runs on mother:submissions (any user's)",
-            ("XADD", keys.SUBMISSIONS_STREAM, "0-0", "probe", "1"),
+            "search library chunks (FT.SEARCH idx:chunks)",
+            ("FT.SEARCH", keys.CHUNK_INDEX, f"@library_id:{{{PROBE}}}", "LIMIT", "0", "0"),
         ),
         ("write termination records", ("JSON.DEL", keys.termination_key(PROBE))),
-        ("write run limits (raise its own)", ("JSON.DEL", keys.run_limits_key(PROBE))),
-        ("append people's commands (cancel)", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),
-        ("read attempt tokens (GET)", ("GET", keys.host_token_key(PROBE_HOST, PROBE, 0, 0))),
+        ("write run limits", ("JSON.DEL", keys.run_limits_key(PROBE))),
+        ("write budget counters", ("JSON.DEL", keys.run_budget_key(PROBE), "$.probe")),
+        ("write artifacts", ("JSON.DEL", keys.artifact_meta_key(PROBE), "$.probe")),
+        ("write security violations", ("LTRIM", keys.SECURITY_VIOLATIONS, "0", "-1")),
+        ("write the activity stream", ("XTRIM", keys.ACTIVITY_STREAM, "MAXLEN", "~", HUGE)),
         (
-            "claim (GETDEL) an attempt's token Mother put for a host",
-            ("GETDEL", keys.host_token_key(PROBE_HOST, PROBE, 0, 0)),
+            "write a run's own activity",
+            ("XTRIM", keys.run_activity_key(PROBE), "MAXLEN", "~", HUGE),
         ),
-        ("take or drop hosts' hellos", ("LTRIM", keys.HOST_HELLOS, "0", "-1")),
-        ("register or forget hosts (hosts:registered)", ("HDEL", keys.HOSTS_REGISTERED, PROBE)),
-        ("write a host's line (hosts:alive:*)", ("PEXPIRE", keys.host_alive_key(PROBE_HOST), HUGE)),
-        ("load server functions", ("FUNCTION", "DELETE", PROBE)),
-        # a path no registry has: deletes nothing even where it is allowed
-        ("write the tool registry", ("JSON.DEL", keys.TOOLS_REGISTRY, "$.mother_doctor_probe")),
+        ("write the metrics counters", ("HDEL", keys.METRICS_COUNTERS, PROBE)),
+        ("write heartbeats", ("DEL", keys.attempt_heartbeat_key(PROBE, 0, 0))),
+        ("write the hosts' lines", ("DEL", keys.host_alive_key(name))),
+        ("write the run indexes", ("ZREM", keys.RUNS_INDEX, PROBE)),
+        ("write the tool registry", ("JSON.DEL", keys.TOOLS_REGISTRY, "$.probe")),
+        ("call the server functions", ("FCALL", FUNCTIONS_PROBE, "0")),
         ("run scripts of its own (EVAL)", ("EVAL", "return 1", "0")),
-        *ATTEMPT_ONLY,
-    ],
-    # the GC removes a forgotten run's run-id claim with its records
-    "maintenance": [
-        *(d for d in DESTROYS if "runs:claimed" not in d[0]),
-        *(a for a in ATTEMPT_ONLY if a[0] in MAINTENANCE_MUST_NOT),
-    ],
+        ("ask on another host's stream", ("XADD", keys.host_asks_key(other), "0-0", "k", "1")),
+        ("read another host's replies", ("LPOP", keys.host_reply_key(other, "0" * 16))),
+        ("take another host's jobs", ("LLEN", f"rq:queue:{keys.host_queue(other, 'agents')}")),
+        ("write another host's RQ jobs", ("DEL", f"rq:job:{other}_{PROBE}")),
+        ("append to Mother's spawns", ("XADD", keys.SPAWNS_STREAM, "0-0", "k", "1")),
+        ("submit runs", ("XADD", keys.SUBMISSIONS_STREAM, "0-0", "k", "1")),
+        ("list the key space (SCAN)", ("SCAN", "0", "COUNT", "1")),
+        ("send RQ's commands to workers", ("PUBLISH", "rq:pubsub:mother-doctor-probe", "{}")),
+    ]
+
+
+MUST_NOT: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "dashboard": [
         *DESTROYS,
         ("append people's commands (cancel)", ("XTRIM", keys.COMMANDS_STREAM, "MAXLEN", "~", HUGE)),
-        ("read attempt tokens (GET)", ("GET", keys.host_token_key(PROBE_HOST, PROBE, 0, 0))),
         ("read library chunks", ("JSON.GET", keys.chunk_key(PROBE, PROBE, 0))),
-    ],
+    ]
 }
-
-
-# what a worker's credentials can still do to runs it does not hold, that the shipped ACL cannot forbid
-# without breaking what a worker needs (docs/security.md, "Known gaps"). `mother doctor` as a worker
-# lists each its user can do; each probe changes nothing.
-WORKER_GAPS: list[tuple[str, tuple[str, ...]]] = [
-    (
-        "delete, move or reorder RQ's queued jobs (rq:*): Mother dispatches a deleted or moved job "
-        "again within a heartbeat timeout (denial of service, not a decision)",
-        ("DEL", f"rq:job:{PROBE}"),
-    )
-]
 
 
 @dataclass
@@ -275,8 +157,6 @@ class AclReport:
     lacks: list[str]
     # what this role's user can do and must not
     excess: list[str]
-    # (a worker) what its user can still do to other runs that the shipped ACL cannot forbid yet
-    gaps: list[str] = field(default_factory=list)
 
 
 def whoami(client: redis.Redis) -> str:
@@ -286,14 +166,13 @@ def whoami(client: redis.Redis) -> str:
 
 
 def role_of(user: str, principal: bool = False) -> str:
-    """The role a user name stands for: worker, maintenance, dashboard, a principal (``principal``), or
-    mother (any other name is checked as mother: everything a Mother needs)."""
+    """The role a user name stands for: a host (``host:{name}``), the dashboard, a principal
+    (``principal``), or mother (any other name is checked as mother: everything a Mother needs)."""
     if principal:
         return "principal"
-    if user.startswith("host:"):
-        # a registered worker host's own user (mother.hosts): the worker's rules and its own tokens
-        return "worker"
-    return user if user in ("worker", "maintenance", "dashboard") else "mother"
+    if keys.host_of_user(user) is not None:
+        return "host"
+    return "dashboard" if user == "dashboard" else "mother"
 
 
 def principal_needs(name: str, grants: list[str]) -> list[tuple[str, tuple[str, ...]]]:
@@ -332,23 +211,21 @@ def principal_must_not(name: str) -> list[tuple[str, tuple[str, ...]]]:
 
 def check(client: redis.Redis, role: str | None = None) -> AclReport:
     """What the connection's user lacks for its role, and what it can do and must not."""
-    from mother.principals.identity import principal_of
+    from mother.identities.who import principal_of
 
     user = whoami(client)
     me = principal_of(client) if role in (None, "principal") else None
     role = role or role_of(user, me is not None)
+    host = keys.host_of_user(user)
     if me is not None:
         needs, must_not = principal_needs(user, list(me.grants)), principal_must_not(user)
+    elif role == "host" and host is not None:
+        needs, must_not = host_needs(host), host_must_not(host)
     else:
         needs, must_not = NEEDS[role], MUST_NOT.get(role, [])
     lacks = [what for what, command in needs if denied(client, command)]
     excess = [what for what, command in must_not if not denied(client, command)]
-    gaps = (
-        [what for what, command in WORKER_GAPS if not denied(client, command)]
-        if role == "worker"
-        else []
-    )
-    return AclReport(user, role, lacks, excess, gaps)
+    return AclReport(user, role, lacks, excess)
 
 
 def denied(client: redis.Redis, command: tuple[str, ...]) -> bool:

@@ -1,11 +1,7 @@
 """The ``activity`` stream: every decision the system makes, capped with ``MAXLEN ~``; and each run's own
 stream (``activity:run:{id}``), which gets every entry that names the run in the same call and is kept and
-collected with the run's records: a run's story does not depend on how busy the global stream is.
-
-A phase attempt, and the GC's ``maintenance`` user, may not append to the global stream (an ACL cannot
-allow ``XADD`` without its ``MAXLEN``, which would trim what everyone appended): they push their entries
-to ``activity:inbox`` (:func:`global_key`) and Mother moves them to the stream (:func:`drain`, before it
-reads a phase's result and every few hundred milliseconds), in the order they were pushed."""
+collected with the run's records: a run's story does not depend on how busy the global stream is. Only
+Mother appends: what a worker host's phase says is its ask (:mod:`mother.asks`)."""
 
 from __future__ import annotations
 
@@ -17,15 +13,12 @@ from pydantic import ValidationError
 from redis.client import NEVER_DECODE
 from redis.typing import EncodableT, FieldT
 
-from mother import effects, keys
-from mother.functions import call
+from mother import keys
 from mother.streams import as_text
 from schemas import ActivityEvent, Id, describe_validation_error, iso_from_ms
 
 __all__ = [
     "DEFAULT_MAXLEN",
-    "append_through_inbox",
-    "drain",
     "emit",
     "flat_fields",
     "global_key",
@@ -65,54 +58,15 @@ def emit(
     return event
 
 
-_through_inbox = False
-
-
-def append_through_inbox() -> None:
-    """This process appends its global entries to ``activity:inbox`` from now on (its ACL user may not
-    append to the stream: the GC's ``maintenance`` user)."""
-    global _through_inbox
-    _through_inbox = True
-
-
 def global_key() -> str:
-    """Where this process appends global entries (a key a server function that appends them takes in
-    KEYS): the stream itself, or ``activity:inbox`` while it runs a phase attempt or after
-    :func:`append_through_inbox`."""
-    inbox = _through_inbox or effects.current() is not None
-    return keys.ACTIVITY_INBOX if inbox else keys.ACTIVITY_STREAM
+    """The global activity stream (a key a server function that appends to it takes in KEYS)."""
+    return keys.ACTIVITY_STREAM
 
 
 def _append_global(
     client: redis.Redis | redis.client.Pipeline, fields: dict[FieldT, EncodableT], maxlen: int
 ) -> None:
-    if global_key() == keys.ACTIVITY_STREAM:
-        client.xadd(keys.ACTIVITY_STREAM, fields, maxlen=maxlen, approximate=True)
-    else:
-        client.rpush(
-            keys.ACTIVITY_INBOX, orjson.dumps([w for pair in fields.items() for w in pair])
-        )
-
-
-# items moved per server call (one call holds the server for about a millisecond)
-DRAIN_BATCH = 500
-
-
-def drain(client: redis.Redis, maxlen: int = DEFAULT_MAXLEN) -> tuple[int, int]:
-    """Move what phase attempts pushed to ``activity:inbox`` onto the stream, all of it
-    (``mh_activity_drain``, a batch a call). Returns (moved, dropped: items that were not an entry's
-    fields)."""
-    moved = dropped = 0
-    while True:
-        done, bad, left = call(
-            client,
-            "mh_activity_drain",
-            [keys.ACTIVITY_INBOX, keys.ACTIVITY_STREAM],
-            [maxlen, DRAIN_BATCH],
-        )
-        moved, dropped = moved + int(done), dropped + int(bad)
-        if int(left) == 0 or int(done) + int(bad) == 0:
-            return moved, dropped
+    client.xadd(keys.ACTIVITY_STREAM, fields, maxlen=maxlen, approximate=True)
 
 
 def make_event(

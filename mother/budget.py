@@ -52,18 +52,17 @@ __all__ = [
     "append_submission",
     "ask_for_child",
     "attempt_tag",
+    "check_host_action",
     "check_submission",
     "emergency_stop",
-    "floors_set_back",
     "open_run_budget",
     "override",
-    "queue_floors",
-    "queue_spawn_request",
     "rate_check",
     "rate_limited",
     "release_reservations",
     "reset_stop",
     "run_limits",
+    "settle_action",
     "spend_micro_usd",
 ]
 
@@ -307,7 +306,8 @@ def admission(
 
 
 class Guard:
-    """The worker's budget guard for one run. Every method is one atomic server call."""
+    """A run's budget guard. Every method is one atomic server call. Mother makes every call: its own
+    (the watchdog's clock, a summarizer's model call) and each worker host's (:meth:`asked`)."""
 
     def __init__(
         self,
@@ -317,31 +317,61 @@ class Guard:
         user_id: str,
         day: Any,
         attempt: tuple[int, int] | None = None,
+        host: str | None = None,
     ) -> None:
         self.client, self.settings = client, settings
         self.run_id, self.user_id = run_id, user_id
         # a phase attempt's guard: its reservations and charges are refused once Mother has given up on
-        # the attempt (the run's fence, set when it gives back what a failed or lost attempt held)
+        # the attempt (the run's fence, set when it gives back what a failed or lost attempt held), and
+        # (``host``: what a worker host asked) unless that host holds the attempt
         self.attempt = attempt_tag(*attempt) if attempt is not None else None
-        # and counts into the attempt's own hash, not the shared metrics (mother/effects.py)
-        self._metrics_key = (
-            keys.attempt_effects_key(run_id, *attempt)
-            if attempt is not None
-            else keys.METRICS_COUNTERS
-        )
+        self.host = host
         # a callable returning today's date (server clock) as YYYY-MM-DD
         self.day = day
         self.maxlen = settings.service.activity_maxlen
-        self._run_key = keys.run_budget_key(run_id)
-        self._limits_key = keys.run_limits_key(run_id)
-        self._activity_key = keys.run_activity_key(run_id)
-        self._day, self._user_key = "", ""
+        self._keys = [
+            keys.run_budget_key(run_id),
+            "",
+            activity.global_key(),
+            keys.run_limits_key(run_id),
+            keys.METRICS_COUNTERS,
+            keys.run_activity_key(run_id),
+            keys.run_key(run_id),
+        ]
+        self._day = ""
         self._repeating: dict[
             str, tuple[str, tuple[Any, ...]]
             # name → (day, its whole FCALL command)
         ] = {}
         # the action last queued on a pipeline
         self._queued: tuple[dict[str, Any], str | None] = ({}, None)
+
+    def asked(self, action: Any) -> dict[str, Any]:
+        """A worker host's action (its ``charge`` ask; this guard is of the attempt and host it names),
+        checked here and charged on the server only while the host holds the attempt (``mh_guard``'s
+        ``not_held``). Returns the guard's reply as it is, a refusal included: the host's guard raises
+        on it."""
+        checked = self._fenced(check_host_action(action))
+        if "settle" in checked:
+            checked = {**checked, "attempt": self.attempt, "host": self.host}
+        return self._reply(self._raw(checked), checked, None, raising=False)
+
+    def _raw(
+        self,
+        action: dict[str, Any],
+        cache_as: str | None = None,
+        pipe: redis.client.Pipeline | None = None,
+        day: str | None = None,
+    ) -> Any:
+        day = day or self.day()
+        kept = self._repeating.get(cache_as) if cache_as else None
+        if kept is not None and kept[0] == day:
+            command = kept[1]
+        else:
+            command = self._command(action, day, repeats=cache_as is not None)
+            if cache_as:
+                self._repeating[cache_as] = (day, command)
+        return send(pipe if pipe is not None else self.client, command)
 
     def _call(
         self,
@@ -353,15 +383,7 @@ class Guard:
         """One mh_guard call. ``cache_as`` names an action whose JSON never changes (but for the
         day), so the hot path builds its command once a day and sends it as it is. With ``pipe``
         the call is queued on it (returns {}); pass its reply to :meth:`queued_reply`."""
-        day = day or self.day()
-        kept = self._repeating.get(cache_as) if cache_as else None
-        if kept is not None and kept[0] == day:
-            command = kept[1]
-        else:
-            command = self._command(action, day, repeats=cache_as is not None)
-            if cache_as:
-                self._repeating[cache_as] = (day, command)
-        raw = send(pipe if pipe is not None else self.client, command)
+        raw = self._raw(action, cache_as, pipe, day)
         if pipe is not None:
             self._queued = (action, cache_as)
             return {}
@@ -372,62 +394,69 @@ class Guard:
         server from ``limits:run:{id}``: nothing the caller says raises them)."""
         # the daily key changes once a day: build it then
         if day != self._day:
-            self._day, self._user_key = day, keys.user_daily_budget_key(self.user_id, day)
+            self._day = day
+            self._keys[1] = keys.user_daily_budget_key(self.user_id, day)
         body = orjson.dumps({**action, "day": day})
         # "1": the text repeats, the server keeps its decoding
         args = [body, self.maxlen] + ([b"1"] if repeats else [])
-        return fcall_command(
-            "mh_guard",
-            [
-                self._run_key,
-                self._user_key,
-                activity.global_key(),
-                self._limits_key,
-                self._metrics_key,
-                self._activity_key,
-            ],
-            args,
-        )
+        return fcall_command("mh_guard", self._keys, args)
 
     def queued_reply(self, raw: str) -> dict[str, Any]:
         """The reply of the call last queued on a pipeline."""
         return self._reply(raw, *self._queued)
 
-    def _reply(self, raw: str, action: dict[str, Any], cache_as: str | None) -> dict[str, Any]:
+    def _reply(
+        self, raw: str, action: dict[str, Any], cache_as: str | None, *, raising: bool = True
+    ) -> dict[str, Any]:
         if raw == OK_REPLY:
             return {"ok": True}
-        reply = orjson.loads(raw)
+        reply: dict[str, Any] = orjson.loads(raw)
         # our idea of today differs from the server's: ask again with its day
         if "retry_day" in reply:
-            return self._call(action, cache_as, day=reply["retry_day"])
-        if not reply.get("ok"):
-            code = reply.get("code", "budget")
-            if code == "budget_stopped":
-                raise BudgetStopped(
-                    f"run {self.run_id} is emergency-stopped; mutating actions wait for `mother budget reset`",
-                    limit_code=code,
-                )
-            if code == "run_terminated":
-                raise BudgetExhausted(f"run {self.run_id} has ended", limit_code=code)
-            if code == "phase_stale":
-                raise PhaseStale(
-                    f"run {self.run_id} gave up on attempt {self.attempt} (fence {reply.get('fence')}); "
-                    "nothing was charged"
-                )
-            if code == "invalid_action":
-                raise InvalidSpec(f"budget guard refused the call: {reply.get('error')}")
-            raise BudgetExhausted(
-                f"{code} ({reply.get('current')}/{reply.get('max')})",
-                limit_code=code,
-                current=reply.get("current"),
-                max=reply.get("max"),
-            )
+            again = self._raw(action, cache_as, day=reply["retry_day"])
+            return self._reply(again, action, None, raising=raising)
+        if raising:
+            self.interpret(reply)
         return reply
 
+    def interpret(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """``reply`` when the guard charged the action; else the error its refusal is."""
+        if reply.get("ok"):
+            return reply
+        code = reply.get("code", "budget")
+        if code == "budget_stopped":
+            raise BudgetStopped(
+                f"run {self.run_id} is emergency-stopped; mutating actions wait for `mother budget reset`",
+                limit_code=code,
+            )
+        if code == "run_terminated":
+            raise BudgetExhausted(f"run {self.run_id} has ended", limit_code=code)
+        if code == "phase_stale":
+            raise PhaseStale(
+                f"run {self.run_id} gave up on attempt {self.attempt} (fence {reply.get('fence')}); "
+                "nothing was charged"
+            )
+        if code == "not_held":
+            raise PhaseStale(
+                f"run {self.run_id}'s attempt {self.attempt} is no longer this host's (the run moved "
+                "on, ended, or went to another host); nothing was charged"
+            )
+        if code == "invalid_action":
+            raise InvalidSpec(f"budget guard refused the call: {reply.get('error')}")
+        raise BudgetExhausted(
+            f"{code} ({reply.get('current')}/{reply.get('max')})",
+            limit_code=code,
+            current=reply.get("current"),
+            max=reply.get("max"),
+        )
+
     def _fenced(self, action: dict[str, Any]) -> dict[str, Any]:
-        """``action`` as this guard's attempt takes it: refused once the attempt is given up on. Settles and
-        releases are never fenced: they give back or account for what was already done."""
-        return {**action, "attempt": self.attempt} if self.attempt is not None else action
+        """``action`` as this guard's attempt takes it: refused once the attempt is given up on (and, for
+        a host's, unless the host holds it). Settles and releases are never fenced: they give back or
+        account for what was already done."""
+        if self.attempt is None:
+            return action
+        return {**action, "attempt": self.attempt, **({"host": self.host} if self.host else {})}
 
     def charge_tool(self, *, read_only: bool) -> None:
         """Before a tool call: refuse at the tool-call limit (or when stopped, unless read-only)."""
@@ -498,25 +527,10 @@ class Guard:
         ``model``: its name, for the per-model token and spend counters.
         Returns the run's counters after it (model_calls, input/output tokens, spend_micro_usd, duration_sec);
         with ``pipe`` the settle is queued on it (returns None)."""
-        used = check_amount(input_tokens, "input_tokens") + check_amount(
-            output_tokens, "output_tokens"
+        action = settle_action(
+            op, input_tokens=input_tokens, output_tokens=output_tokens, spend=spend, model=model
         )
-        return self._call(
-            {
-                "settle": {
-                    "op": op,
-                    "add": {
-                        "total_tokens": used,
-                        "input_tokens": input_tokens,
-                        "output_tokens": output_tokens,
-                        "spend_micro_usd": check_amount(spend, "spend"),
-                    },
-                    "user_add": {"total_tokens": used},
-                    **({"model": model} if model else {}),
-                }
-            },
-            pipe=pipe,
-        ).get("counters")
+        return self._call(action, pipe=pipe).get("counters")
 
     def reserve_call(self, model: ModelConfig, prompt_tokens: int) -> str:
         """Reserve a call to ``model``: the prompt plus its max output, in tokens and at its prices."""
@@ -545,6 +559,103 @@ class Guard:
             model=name,
             pipe=pipe,
         )
+
+
+# the user's daily dimensions a host's action may check or charge
+_USER_DIMS = ("total_tokens", "cloud_calls")
+# what a phase charges itself (spawns, their slots and library queries Mother charges, on its asks)
+_HOST_ADDS = (
+    "model_calls",
+    "cloud_calls",
+    "tool_calls",
+    "total_tokens",
+    "input_tokens",
+    "output_tokens",
+    "spend_micro_usd",
+)
+
+
+def _dims(value: Any, what: str, allowed: Any) -> dict[str, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or any(d not in allowed for d in value):
+        raise InvalidSpec(f"{what} must map dimensions of {', '.join(sorted(allowed))} to amounts")
+    return {d: check_amount(n, f"{what}.{d}") for d, n in value.items()}
+
+
+def check_host_action(action: Any) -> dict[str, Any]:
+    """A worker host's guard action, as Mother takes it: only what a phase does (check, charge, reserve
+    and settle, in known dimensions, by whole amounts >= 0: a host cannot give back what it used, nor
+    stamp the run's clock); anything else is refused in one line (InvalidSpec)."""
+    if not isinstance(action, dict):
+        raise InvalidSpec("a charge's action is a JSON object")
+    unknown = set(action) - {
+        "read_only",
+        "check",
+        "user_check",
+        "add",
+        "user_add",
+        "reserve",
+        "settle",
+    }
+    if unknown:
+        raise InvalidSpec(f"a host's charge may not say {sorted(unknown)[0]!r}")
+    run_dims = [d for d in CODES if d != "duration_sec"]
+    out: dict[str, Any] = {"read_only": bool(action.get("read_only", False))}
+    checks: tuple[tuple[str, Any], ...] = (("check", run_dims), ("user_check", _USER_DIMS))
+    for name, allowed in checks:
+        listed = action.get(name)
+        if listed is not None:
+            if not isinstance(listed, list) or any(d not in allowed for d in listed):
+                raise InvalidSpec(f"{name} must list dimensions of {', '.join(allowed)}")
+            out[name] = listed
+    adds: tuple[tuple[str, Any], ...] = (("add", _HOST_ADDS), ("user_add", _USER_DIMS))
+    for name, allowed in adds:
+        if name in action:
+            out[name] = _dims(action[name], name, allowed)
+    for name in ("reserve", "settle"):
+        part = action.get(name)
+        if part is None:
+            continue
+        op = part.get("op") if isinstance(part, dict) else None
+        if not isinstance(op, str) or not 1 <= len(op) <= 64:
+            raise InvalidSpec(f"{name}.op must name the reservation")
+        if name == "reserve":
+            out[name] = {
+                "op": op,
+                "dims": _dims(part.get("dims"), "reserve.dims", _HOST_ADDS),
+                "user_dims": _dims(part.get("user_dims"), "reserve.user_dims", _USER_DIMS),
+            }
+        else:
+            model = part.get("model")
+            out[name] = {
+                "op": op,
+                "add": _dims(part.get("add"), "settle.add", _HOST_ADDS),
+                "user_add": _dims(part.get("user_add"), "settle.user_add", _USER_DIMS),
+                **({"model": model} if isinstance(model, str) and len(model) <= 128 else {}),
+            }
+    return out
+
+
+def settle_action(
+    op: str, *, input_tokens: int, output_tokens: int, spend: int, model: str | None = None
+) -> dict[str, Any]:
+    """The guard's action that settles model call ``op`` with what it used (``model``: its name, for the
+    per-model counters)."""
+    used = check_amount(input_tokens, "input_tokens") + check_amount(output_tokens, "output_tokens")
+    return {
+        "settle": {
+            "op": op,
+            "add": {
+                "total_tokens": used,
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "spend_micro_usd": check_amount(spend, "spend"),
+            },
+            "user_add": {"total_tokens": used},
+            **({"model": model} if model else {}),
+        }
+    }
 
 
 def attempt_tag(phase_index: int, attempt: int) -> str:
@@ -716,36 +827,6 @@ def rate_limited(settings: Settings, user_id: str, retry_ms: int) -> RateLimited
     )
 
 
-# how long Mother's floors under counters live without a dispatch to raise them: a run's (a run that
-# waits longer for a person starts a new floor from its counters then), a user's day's
-RUN_FLOOR_SECONDS = 7 * 86_400
-USER_FLOOR_SECONDS = 2 * 86_400
-
-
-def queue_floors(pipe: Any, run_id: str, user_id: str, day: str) -> None:
-    """At a dispatch, on ``pipe``: raise Mother's floors under the run's and its user's (``day``) counted
-    dimensions to what the counters say, and set any counter found below its floor back to it
-    (``mh_floor``): a phase attempt's user may write those counters, so its holder could set them back
-    for the next attempt, or the user's other runs, to spend again. Its reply: :func:`floors_set_back`."""
-    call(
-        pipe,
-        "mh_floor",
-        [
-            keys.run_budget_key(run_id),
-            keys.run_floor_key(run_id),
-            keys.user_daily_budget_key(user_id, day),
-            keys.user_floor_key(user_id, day),
-        ],
-        [RUN_FLOOR_SECONDS, USER_FLOOR_SECONDS],
-    )
-
-
-def floors_set_back(reply: Any) -> list[dict[str, Any]]:
-    """What ``mh_floor`` set back (its reply), each {key, dim, was, floor}."""
-    restored: list[dict[str, Any]] = orjson.loads(reply)
-    return restored
-
-
 def append_submission(
     client: redis.Redis,
     settings: Settings,
@@ -766,10 +847,11 @@ def append_submission(
 def ask_for_child(
     client: redis.Redis, settings: Settings, *, payload: bytes, run_id: str, user_id: str
 ) -> None:
-    """A phase's spawn_run: its child's spec asked for through Mother's relay
-    (:func:`queue_spawn_request`), after :func:`check_submission` against ``mother:spawns``."""
-    check_submission(client, settings, stream=keys.SPAWNS_STREAM, run_id=run_id, user_id=user_id)
-    _durably(client, settings, run_id, lambda pipe: queue_spawn_request(pipe, run_id, payload))
+    """A phase's spawn_run, asked of Mother by its host: the child's spec appended to ``mother:spawns``
+    (Mother's own stream), after :func:`check_submission` against it."""
+    append_submission(
+        client, settings, stream=keys.SPAWNS_STREAM, payload=payload, run_id=run_id, user_id=user_id
+    )
 
 
 def check_submission(
@@ -829,20 +911,6 @@ def _durably(client: redis.Redis, settings: Settings, run_id: str, queue: Any) -
     if waited:
         check_durable(replies[-1], settings.service, f"submission of {run_id}", log)
     return replies[0]
-
-
-# how long a spawned child's request waits for Mother's relay (its parent asks again well before)
-SPAWN_REQUEST_MS = 24 * 3_600_000
-
-
-def queue_spawn_request(pipe: Any, child_run_id: str, payload: bytes) -> None:
-    """A phase's request for a child run: its spec in the attempt's own key for it, and a word on Mother's
-    relay channel, which appends it to ``mother:spawns`` (a phase attempt may not ``XADD`` to Mother's
-    stream, whose ``MAXLEN`` would trim what others asked for). Two commands on ``pipe``; a word no
-    Mother heard is asked again by the waiting parent (:mod:`workers.spawn`)."""
-    key = keys.spawn_request_key(child_run_id)
-    pipe.set(key, payload, px=SPAWN_REQUEST_MS)
-    pipe.publish(keys.RELAY_CHANNEL, key)
 
 
 def _text(value: Any) -> str:

@@ -44,13 +44,13 @@ def transition(
     history: bytes,
     result: bytes | str,
     artifacts: list[str],
-    token_digest: str = "",
+    host: str = "",
     gate: str = "",
     follow_ups: tuple[list[Any], list[Any]] = ([], []),
     observed: dict[str, int] | None = None,
 ) -> Any:
     """``mh_transition``: move the run from attempt ``expected`` to ``to`` (phase index, attempt) if
-    ``expected`` is still current (and ``token_digest``, when given, is the attempt's), setting the
+    ``expected`` is still current (and ``host``, when given, is the attempt's), setting the
     phase deadline (and, with ``run_duration_ms``, the run's) and making the ``follow_ups`` (keys,
     words: :func:`mother.functions.follow_ups`) in the same call. ``gate``: a gate op (JSON: open one
     after the move, or close the one the run waits on before it; :mod:`mother.gates`). Replies 1
@@ -89,7 +89,7 @@ def transition(
             history,
             result,
             orjson.dumps(artifacts).decode(),
-            token_digest,
+            host,
             gate,
             *words,
         ],

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from mother import keys
 from mother.budget import append_submission, audit_fields
-from mother.config import AGENTS_QUEUE, Settings, load_settings
+from mother.config import Settings, load_settings
 from mother.connection import connect, mother_error, redis_down
 from mother.errors import (
     GateRefused,
@@ -41,7 +41,7 @@ from mother.errors import (
 )
 from mother.functions import server_now_ms
 from mother.gates.build import check_decision, gate_waited_on
-from mother.principals.identity import may_act_on, principal_of, why_not
+from mother.identities.who import may_act_on, principal_of, why_not
 from mother.records import parse_run_record, runs
 from mother.records.budgets import published_limits
 from mother.records.rejections import read_rejection_for
@@ -432,37 +432,33 @@ class MotherClient:
 
     def unstarted(self, state: RunState, waited: float) -> str | None:
         """Why the run's current phase attempt has not started, while its RQ job is still queued
-        (``waited``: seconds it has been seen so): no worker host is live (the job waits on the shared
-        queue for one), no worker listens on the queue of the host Mother chose (a worker that died
-        without saying so is not counted), or all that do are busy. None once a worker has it."""
+        (``waited``: seconds it has been seen so): no live worker host takes it (it waits for one), or
+        the host Mother chose has no worker free. None once a worker has it."""
         # here: rq costs the CLI's other commands an import they never need
         from rq.job import Job
         from rq.queue import Queue
 
-        from mother.hosts.table import AWAITING_QUEUE
-
-        job_id = keys.phase_job_id(state.run_id, state.phase_index, state.attempt)
+        head = f"run {state.run_id}: phase {state.phase} (attempt {state.attempt}) has waited {waited:.0f}s"
+        if state.host is None:
+            return (
+                f"{head} for a worker host, and no live host takes it (enrolled, beating); still "
+                "waiting (start one: `mother hosts add NAME`, then `mother worker` with its URL)"
+            )
+        job_id = keys.phase_job_id(state.host, state.run_id, state.phase_index, state.attempt)
         status, origin = self.redis.hmget(Job.key_for(job_id), ["status", "origin"])
         if status not in ("queued", b"queued"):
             return None
-        queue = (origin.decode() if isinstance(origin, bytes) else origin) or AGENTS_QUEUE
-        head = f"run {state.run_id}: phase {state.phase} (attempt {state.attempt}) has waited {waited:.0f}s"
-        if queue == AWAITING_QUEUE:
-            return (
-                f"{head} for a worker host, and none is live (registered, its line fresh); still "
-                "waiting (start one: `mother worker`, with `mother run` leading)"
-            )
+        queue = (origin.decode() if isinstance(origin, bytes) else origin) or ""
         queued = self.redis.llen(Queue.redis_queue_namespace_prefix + queue)
-        live = live_workers(self.redis, queue)
-        where = f"{head} for a worker on queue '{queue}' (the host Mother chose)"
-        if live == 0:
+        where = f"{head} for a worker of host {state.host} (queue '{queue}', Mother's choice)"
+        if not self.redis.exists(keys.host_alive_key(state.host)):
             return (
-                f"{where}, and no worker listens there; still waiting (Mother moves it to another "
-                "host once this one's line is gone; start one: `mother worker`)"
+                f"{where}, and that host is not beating; still waiting (Mother moves it to another "
+                "host once one is live; start one: `mother worker` with a host's URL)"
             )
         return (
-            f"{where}: the {live} worker(s) listening there are busy, {queued} job(s) queued; still waiting "
-            "(more workers: `mother worker`)"
+            f"{where}: its workers are busy, {queued} job(s) queued; still waiting (more workers: "
+            "`mother worker --concurrency N`, or another host)"
         )
 
     # -- act -------------------------------------------------------------

@@ -29,11 +29,11 @@ from mother.errors import (
     RedisUnavailable,
 )
 from mother.gates.decide import decide
+from mother.identities.rules import COMMAND_GRANTS
+from mother.identities.streams import Source
+from mother.identities.who import may_act_on, why_not
 from mother.lifecycle import end_run
 from mother.logs import get_logger
-from mother.principals.acl import COMMAND_GRANTS
-from mother.principals.identity import may_act_on, why_not
-from mother.principals.streams import Source
 from mother.runtime import Runtime
 from mother.streams import Delivery
 

@@ -158,6 +158,19 @@ class ServiceSettings(_Section):
         10_000, ge=100, description="approximate cap of mother:dead_letter"
     )
     consumer_group: str = "mother"
+    make_acl_users: bool = Field(
+        True,
+        description="the leading Mother makes every enrolled principal's and host's ACL user the server "
+        "lacks (a restart, a failover); false on a managed Redis that refuses ACL SETUSER: it only "
+        "says which are missing (their lines: `mother acl export`)",
+    )
+    ask_batch: int = Field(
+        16,
+        ge=1,
+        le=10_000,
+        description="asks read from each host's stream per pass: a host that floods its stream waits "
+        "behind its own asks, not others'",
+    )
     principals_refresh_seconds: float = Field(
         2.0,
         gt=0,
@@ -195,6 +208,13 @@ class WorkerSettings(_Section):
         default_factory=lambda: list(QUEUES)
     )
     heartbeat_interval_seconds: float = Field(2.0, gt=0, le=60)
+    ask_timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="how long a worker waits for Mother's reply to an ask (a charge, a result, ...): "
+        "past it the phase fails, and Mother retries it",
+    )
     concurrency: int = Field(
         1,
         ge=1,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
@@ -359,13 +360,21 @@ def _format_version(raw: object) -> str:
 
 def server_info(client: redis.Redis, url: str) -> ServerInfo:
     """Ask the server what it is: name, version, modules, JSON and search support."""
-    try:
+    with _reaching(url):
         info = client.info("server")
         probe = client.pipeline(transaction=False)
         # nil when the module is there
         probe.execute_command("JSON.TYPE", PROBE_KEY)
         probe.execute_command("FT._LIST")
         found = probe.execute(raise_on_error=False)
+    return _described(client, url, info, found)
+
+
+@contextmanager
+def _reaching(url: str) -> Iterator[None]:
+    """Redis-py's errors of a first contact, as one line each (RedisUnavailable)."""
+    try:
+        yield
     # a ConnectionError to redis-py: it must come first
     except redis.AuthenticationError as exc:
         raise RedisUnavailable(
@@ -380,6 +389,9 @@ def server_info(client: redis.Redis, url: str) -> ServerInfo:
             url=redact_url(url),
             unreachable=True,
         ) from None
+
+
+def _described(client: redis.Redis, url: str, info: Any, found: list[Any]) -> ServerInfo:
     modules: dict[str, str] = {}
     try:
         for mod in client.execute_command("MODULE", "LIST") or []:
@@ -424,7 +436,9 @@ def require_json(info: ServerInfo) -> ServerInfo:
     return info
 
 
-def connect_waiting(url: str, wait_seconds: float, log: Any) -> redis.Redis:
+def connect_waiting(
+    url: str, wait_seconds: float, log: Any, *, modules: bool = True
+) -> redis.Redis:
     """:func:`connect` for a long-running process that is starting (Mother, a worker): a server that
     cannot be reached yet (starting, restarting, loading its data) is waited for up to ``wait_seconds``,
     trying again 0.2 s doubling to 5 s apart and logging the first failed try, then every 5 s. A server
@@ -441,7 +455,7 @@ def connect_waiting(url: str, wait_seconds: float, log: Any) -> redis.Redis:
     )
     while True:
         try:
-            client = connect(url)
+            client = connect(url, modules=modules)
         except RedisUnavailable as exc:
             if not exc.unreachable or time.monotonic() >= deadline:
                 if outage.active:
@@ -570,9 +584,15 @@ def client_for(url: str, *, single_connection_client: bool = False, **kwargs: An
 
 
 def connect(
-    url: str, *, check: bool = True, decode_responses: bool = True, **kwargs: object
+    url: str,
+    *,
+    check: bool = True,
+    decode_responses: bool = True,
+    modules: bool = True,
+    **kwargs: object,
 ) -> redis.Redis:
-    """A client for ``url``; with ``check`` the server must answer and have RedisJSON. A
+    """A client for ``url``; with ``check`` the server must answer and (``modules``) have RedisJSON (a
+    worker host's user, which reads no module's keys, is only checked to reach it). A
     ``redis+sentinel://`` URL connects to the primary its sentinels name (and follows a failover)."""
     try:
         if urlsplit(url).scheme == SENTINEL_SCHEME:
@@ -591,6 +611,9 @@ def connect(
     client = NamedRedis(connection_pool=pool)
     # the client owns its pool, as with Redis.from_url
     client.auto_close_connection_pool = True
-    if check:
+    if check and modules:
         require_json(server_info(client, url))
+    elif check:
+        with _reaching(url):
+            client.ping()
     return client

@@ -20,7 +20,7 @@ wrong and what to do; what a caller needs beyond that is a typed attribute. The 
     ├── ToolError                    tool_error
     │   └── ToolTransient            tool_transient     (a tool failure worth trying again)
     ├── PhaseStale                   phase_stale
-    ├── AttemptRefused               attempt_refused
+    ├── AskRefused                   ask_refused        (why: Mother's code, or no_answer)
     ├── WorkspaceTooLarge            workspace_too_large
     ├── WorkspaceCorrupt             workspace_corrupt
     ├── HookDecision                 hook_decision      (action, event, hook; result_code hook_<action>:<event>)
@@ -56,7 +56,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "ApprovalRequired",
-    "AttemptRefused",
+    "AskRefused",
     "BudgetExhausted",
     "BudgetStopped",
     "ConfigError",
@@ -242,11 +242,18 @@ class PhaseStale(MotherError):
     code = "phase_stale"
 
 
-class AttemptRefused(MotherError):
-    """Redis refused a phase attempt's own credentials (its ACL user is gone: the attempt is no longer
-    current, or Redis restarted and Mother has not made the user again)."""
+class AskRefused(MotherError):
+    """Mother refused what a worker host asked (``why``: its code), or did not answer it in time
+    (``no_answer``)."""
 
-    code = "attempt_refused"
+    code = "ask_refused"
+
+    def __init__(self, message: str, *, why: str = "refused") -> None:
+        super().__init__(message)
+        self.why = why
+
+    def details(self) -> dict[str, Any]:
+        return {"why": self.why}
 
 
 class WorkspaceTooLarge(MotherError):

@@ -51,7 +51,6 @@ def _with_prelude(source: str) -> str:
         _read("prelude.lua")
         .replace("__RUN_ACTIVITY_PREFIX__", keys.RUN_ACTIVITY_PREFIX)
         .replace("__RUN_ACTIVITY_MAXLEN__", str(keys.RUN_ACTIVITY_MAXLEN))
-        .replace("__ACTIVITY_INBOX__", keys.ACTIVITY_INBOX)
         .replace("__LONG_BOUNDS__", ", ".join(f"{{{b}, '{bound_text(b)}'}}" for b in LONG_BOUNDS))
     )
     return f"{shebang}\n{prelude}\n{body}"
@@ -162,16 +161,20 @@ def send(client: redis.Redis | redis.client.Pipeline, command: tuple[Any, ...]) 
 KEY_FIRST = frozenset(
     {
         "SADD",
+        "SREM",
+        "DEL",
         "HSET",
         "HINCRBY",
         "HDEL",
         "RPUSH",
         "LPUSH",
+        "LTRIM",
         "EXPIRE",
         "PEXPIRE",
         "PERSIST",
         "XADD",
         "XACK",
+        "XDEL",
         "ZADD",
         "ZREM",
         "SET",
@@ -179,6 +182,7 @@ KEY_FIRST = frozenset(
         "JSON.MERGE",
         "JSON.NUMINCRBY",
         "JSON.ARRAPPEND",
+        "JSON.DEL",
     }
 )
 
@@ -192,7 +196,8 @@ def follow_ups(pipe: redis.client.Pipeline) -> tuple[list[Any], list[Any]]:
     words: list[Any] = []
     for args, _options in pipe.command_stack:
         name = str(args[0]).upper()
-        if name not in KEY_FIRST or len(args) < 2:
+        # a DEL of one key only: its other words would be keys
+        if name not in KEY_FIRST or len(args) < 2 or (name == "DEL" and len(args) != 2):
             raise RuntimeError(
                 f"{name} cannot be a follow-up write: only commands whose one key comes first "
                 f"({', '.join(sorted(KEY_FIRST))})"

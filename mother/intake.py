@@ -38,11 +38,11 @@ from mother.errors import (
     SignatureInvalid,
 )
 from mother.functions import execute
+from mother.identities.streams import Source
 from mother.ledger import checked
 from mother.lifecycle import end_run, start_run
 from mother.limits import resolve_for_spec
 from mother.logs import get_logger
-from mother.principals.streams import Source
 from mother.records.rejections import write_rejection
 from mother.roles import role_settings
 from mother.runtime import Runtime

@@ -22,15 +22,12 @@ from mother.errors import InvalidSpec
 __all__ = [
     "ACCESS_LOG_INDEX",
     "ACCESS_LOG_PREFIX",
-    "ACTIVITY_INBOX",
     "ACTIVITY_STREAM",
     "ADMISSION_STATE",
     "ADMISSION_WAITING",
     "ARTIFACT_ARCHIVE_DUE",
     "ARTIFACT_EXPIRY",
-    "ATTEMPT_USER_PREFIX",
     "BUDGET_LIBRARY",
-    "CHILD_SUFFIX_GLOB",
     "CHUNK_INDEX",
     "CHUNK_PREFIX",
     "COMMANDS_STREAM",
@@ -47,14 +44,14 @@ __all__ = [
     "GC_REPORTS",
     "GLOBAL_BUDGET",
     "HEARTBEATS",
-    "HOSTS_AVOIDED",
+    "HOSTS",
     "HOSTS_AWAITED",
-    "HOSTS_REGISTERED",
-    "HOST_HELLOS",
+    "HOST_PATTERN",
     "ID_PATTERN",
     "LEADER_LEASE",
     "LEDGER_LIBRARY",
     "LIBRARIES_INDEX",
+    "METRICS_COUNTERS",
     "MOTHER_CONFIG",
     "PHASE_DEADLINES",
     "PRINCIPALS",
@@ -62,9 +59,12 @@ __all__ = [
     "PROBE_KEY",
     "REJECTIONS_BY_RUN",
     "REJECTIONS_INDEX",
-    "RELAY_CHANNEL",
     "RQ_QUEUES",
     "RQ_QUEUE_PREFIX",
+    "RQ_RATE_LIMITS",
+    "RQ_SUSPENDED",
+    "RQ_WORKERS",
+    "RUNS_ENDING",
     "RUNS_INDEX",
     "RUNS_WAITING",
     "RUN_ACTIVITY_MAXLEN",
@@ -77,19 +77,18 @@ __all__ = [
     "RUN_WARNINGS",
     "SECURITY_VIOLATIONS",
     "SPAWNS_STREAM",
-    "SPAWN_REQUEST_PREFIX",
     "SUBMISSIONS_STREAM",
     "TERMINATION_INDEX",
     "TERMINATION_PREFIX",
     "TOOLS_REGISTRY",
+    "access_log_id_prefix",
     "access_log_key",
     "access_logs_key",
     "archive_artifact_key",
     "artifact_key",
     "artifact_meta_key",
     "attempt_heartbeat_key",
-    "attempt_user",
-    "awaiting_token_key",
+    "check_host",
     "check_id",
     "check_principal",
     "child_prefix",
@@ -105,10 +104,20 @@ __all__ = [
     "heartbeat_member",
     "heartbeat_member_ids",
     "host_alive_key",
+    "host_asks_key",
+    "host_job_id",
+    "host_key",
+    "host_of_asks",
+    "host_of_queue",
+    "host_of_user",
     "host_queue",
-    "host_token_key",
+    "host_replies_pattern",
+    "host_reply_key",
+    "host_rq_patterns",
     "host_user",
-    "is_host_id",
+    "host_violations_key",
+    "host_worker_name",
+    "is_host",
     "is_id",
     "leader_prefix",
     "ledger_children_key",
@@ -120,10 +129,10 @@ __all__ = [
     "library_user_usage_key",
     "member_of_job",
     "parent_prefix",
-    "parse_attempt_user",
     "parse_heartbeat_member",
     "party_refusals_key",
     "party_rejections_key",
+    "phase_artifact_id",
     "phase_job_id",
     "principal_commands_key",
     "principal_key",
@@ -138,7 +147,6 @@ __all__ = [
     "run_budget_key",
     "run_key",
     "run_limits_key",
-    "spawn_request_key",
     "termination_key",
     "termination_reason_index_key",
     "token_calibration_key",
@@ -147,14 +155,15 @@ __all__ = [
     "user_daily_budget_key",
     "user_runs_key",
     "workspace_artifact_id",
+    "workspace_blob_key",
+    "workspace_blobs_key",
+    "workspace_key",
 ]
 
 ID_PATTERN = r"[A-Za-z0-9_.:-]{1,128}"
 _ID_RE = re.compile(ID_PATTERN)
 # a spawned child's id: its parent's child prefix (:func:`child_prefix`), ".c" and 8 hex digits
 _CHILD_RE = re.compile(r"(.+)\.c[0-9a-f]{8}")
-# the same last part as an ACL key pattern (a glob of exactly 8 hex digits, not a prefix)
-CHILD_SUFFIX_GLOB = ".c" + "[0-9a-f]" * 8
 # a run id this long or shorter names its children after itself; a longer one, after its digest
 _CHILD_PREFIX_MAX = 128 - len(".c") - 8
 _MODEL_RE = re.compile(r"[A-Za-z0-9_.:/@-]{1,128}")
@@ -166,12 +175,6 @@ SECURITY_VIOLATIONS = "security:violations"
 SUBMISSIONS_STREAM = "mother:submissions"
 EVENTS_STREAM = "mother:events"
 ACTIVITY_STREAM = "activity"
-# list: activity entries a phase attempt appends (RPUSH of the entry's flat field list as JSON; an attempt
-# may not XADD to the global stream, whose MAXLEN would trim it); Mother moves them to ACTIVITY_STREAM
-ACTIVITY_INBOX = "activity:inbox"
-# channel: an attempt says here, with the name of the key it wrote, that its result (attempt_result_key)
-# or a child it spawns (spawn_request_key) is there; Mother's relay appends it to Mother's own stream
-RELAY_CHANNEL = "mother:relay"
 # a run's own activity stream (activity:run:{id}) keeps this many entries at most (MAXLEN ~), the same
 # number in the server functions (rendered into mother/lua/prelude.lua): a run's story lives as long as its
 # records (the GC removes it with them)
@@ -187,6 +190,11 @@ DEAD_LETTER_STREAM = "mother:dead_letter"
 # RQ's own: the set of every queue's key, and a queue's key prefix (rq.Queue's layout)
 RQ_QUEUES = "rq:queues"
 RQ_QUEUE_PREFIX = "rq:queue:"
+# RQ's set of every worker (each adds and removes itself) and its suspension flag (`rq suspend`)
+RQ_WORKERS = "rq:workers"
+RQ_SUSPENDED = "rq:suspended"
+# RQ's set of rate-limited queues' registries (every worker's maintenance reads it; Mother makes none)
+RQ_RATE_LIMITS = "rq:rl-keys"
 # string: the leading Mother's instance id, "<host>:<pid>:<nonce>"
 LEADER_LEASE = "mother:leader"
 # zset: run_id scored by the run's deadline (server ms)
@@ -196,10 +204,8 @@ PHASE_DEADLINES = "mother:deadlines:phase"
 # zset: run_id scored by when its wall clock reaches the warning ratio
 RUN_WARNINGS = "mother:deadlines:run_warning"
 # zset: Mother's index of the phase attempts to check ("run index attempt"), scored by when each was last
-# seen alive (server ms); Mother's alone: an attempt's beats go to its own key (attempt_heartbeat_key)
+# seen alive (server ms); Mother's alone, as is each attempt's own key (attempt_heartbeat_key)
 HEARTBEATS = "mother:heartbeats"
-# the ACL users Mother makes per phase attempt (mother/attempt_users.py): "attempt:{run}:{index}:{attempt}"
-ATTEMPT_USER_PREFIX = "attempt:"
 # zset: run_id whose record is written and whose end is not yet applied (record's server ms)
 RUNS_ENDING = "mother:ending"
 # zset: run_id scored by creation time (ms)
@@ -216,11 +222,9 @@ ADMISSION_WAITING = "admission:waiting"
 ADMISSION_STATE = "admission:state"
 # stream: what people ask of Mother (cancel, ...); workers cannot write it
 COMMANDS_STREAM = "mother:commands"
-# stream: the child runs a phase's spawn_run asks for (Mother's relay appends each from its request key,
-# spawn_request_key; Mother checks each against its parent)
+# stream: the child runs a phase's spawn_run asks for (Mother appends each, from its host's ask; Mother's
+# intake checks each against its parent)
 SPAWNS_STREAM = "mother:spawns"
-# string: a child run's spec as its parent's attempt asks for it ("spawn_request:{child run id}")
-SPAWN_REQUEST_PREFIX = "spawn_request:"
 # set: the names of the principals (each its own ACL user, its own streams)
 PRINCIPALS = "principals"
 # a principal's name (also its ACL user's): never one of the service users'
@@ -251,9 +255,6 @@ CONFLICT_PREFIX = "conflict:"
 # the monotonic counters /metrics exposes, a hash ('runs_terminated|success' -> n), counted by the server
 # functions (passed in KEYS: mother/lua/prelude.lua, counted) and the moves that do what they count
 METRICS_COUNTERS = "metrics:counters"
-# worker hosts (mother worker --concurrency N): "host:pid" -> JSON {concurrency, busy, free, pss_mb, ...},
-# written by each pool every few seconds (workers/pool.py), read by mother doctor
-WORKER_HOSTS = "mother:hosts"
 LIBRARIES_INDEX = "libraries"
 CHUNK_INDEX = "idx:chunks"
 CHUNK_PREFIX = "chunk:"
@@ -353,9 +354,18 @@ def _job_safe(value: str) -> str:
     return value.replace("_", "__").replace(".", "_d").replace(":", "_c")
 
 
-def phase_job_id(run_id: str, phase_index: int, attempt: int) -> str:
-    """The RQ job id of one phase attempt: derived, so a re-dispatch reuses it."""
-    return f"ph-{_job_safe(check_id(run_id, 'run_id'))}-{int(phase_index)}-{int(attempt)}"
+def phase_job_id(host: str, run_id: str, phase_index: int, attempt: int) -> str:
+    """The RQ job id of one phase attempt queued on ``host``: ``{host}_ph-{run}-{index}-{attempt}`` (RQ's
+    keys of the job start with the host's name, as its ACL patterns want)."""
+    return (
+        f"{check_host(host)}_ph-{_job_safe(check_id(run_id, 'run_id'))}-{int(phase_index)}-"
+        f"{int(attempt)}"
+    )
+
+
+def host_job_id(host: str, what: str) -> str:
+    """The RQ job id of another job queued on ``host`` (the GC): ``{host}_{what}``."""
+    return f"{check_host(host)}_{_job_safe(what)}"
 
 
 def leader_prefix(pid: int) -> str:
@@ -363,53 +373,19 @@ def leader_prefix(pid: int) -> str:
     return f"{socket.gethostname()}:{pid}:"
 
 
-def attempt_user(run_id: str, phase_index: int, attempt: int) -> str:
-    """The ACL user of one phase attempt (its password: the attempt's result token)."""
-    return f"{ATTEMPT_USER_PREFIX}{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
-
-
-def parse_attempt_user(user: str, prefix: str = ATTEMPT_USER_PREFIX) -> tuple[str, int, int] | None:
-    """(run_id, index, attempt) of an attempt user's name (with ``prefix``: of another per-attempt name,
-    such as its effects key's); None for any other name."""
-    run_id, sep, rest = user.removeprefix(prefix).rpartition(":")
-    run_id, sep2, index = run_id.rpartition(":")
-    if not (user.startswith(prefix) and sep and sep2 and is_id(run_id)):
-        return None
-    if not (index.isdigit() and rest.isdigit()):
-        return None
-    return run_id, int(index), int(rest)
-
-
 def attempt_heartbeat_key(run_id: str, phase_index: int, attempt: int) -> str:
-    """A phase attempt's heartbeat: a string with a time to live, written only by the attempt's own user."""
+    """A phase attempt's heartbeat: a string with a time to live, written by Mother alone (at its host's
+    beats, while the host holds it)."""
     return f"heartbeat:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
 
 
-# the prefixes of every attempt's effects hash (attempt_effects_key) and result (attempt_result_key)
-ATTEMPT_EFFECTS_PREFIX = "attempt_effects:"
-ATTEMPT_RESULT_PREFIX = "attempt_result:"
-
-
-def attempt_effects_key(run_id: str, phase_index: int, attempt: int) -> str:
-    """Hash: what a phase attempt adds to keys every run shares (the metrics, tool statistics, a model's
-    token calibration, a library's access-log timeline), counted here by the attempt's own user only and
-    added there by Mother when the attempt is over (``mh_fold``, which refuses what is not an addition):
-    an attempt cannot rewrite what others counted. ``m|{metric}``, ``t|{tool}|s|f|ms``,
-    ``c|{model}|estimated|reported|samples`` (increments); ``z|{library}|{log id}`` (a time in ms)."""
-    return f"{ATTEMPT_EFFECTS_PREFIX}{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
-
-
-def attempt_result_key(run_id: str, phase_index: int, attempt: int) -> str:
-    """A phase attempt's result as it reported it (JSON: ``payload``, ``token``), written only by the
-    attempt's own user, read only by Mother (its relay appends it to ``mother:events``; a result whose
-    word on the relay channel was missed is taken from here). Deleted with the attempt's user."""
-    return f"{ATTEMPT_RESULT_PREFIX}{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
-
-
-def spawn_request_key(child_run_id: str) -> str:
-    """A spawned child's spec as its parent's attempt asks for it (only that attempt may write it: its
-    children's ids), appended to ``mother:spawns`` by Mother's relay, which deletes it."""
-    return SPAWN_REQUEST_PREFIX + check_id(child_run_id, "run_id")
+def phase_artifact_id(run_id: str, phase_index: int, attempt: int) -> str:
+    """The id of a phase attempt's output artifact: ``art-`` and 20 hex digits of the attempt's SHA-256
+    (``art-ws-`` names a run's workspace artifact, which no attempt's id can be)."""
+    digest = hashlib.sha256(
+        f"{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}".encode()
+    )
+    return f"art-{digest.hexdigest()[:20]}"
 
 
 def heartbeat_member(run_id: str, phase_index: int, attempt: int) -> str:
@@ -456,73 +432,118 @@ def run_limits_key(run_id: str) -> str:
     return f"limits:run:{check_id(run_id, 'run_id')}"
 
 
-# Mother-addressed dispatch (mother/hosts): a worker host registers with a random id and the SHA-256 of a
-# password it keeps (RPUSH on HOST_HELLOS, all the shared worker user may do there); Mother makes it an
-# ACL user of its own, queues each phase job on one host's queues and puts the attempt's token where
-# only that host's user may take it
-HOST_HELLOS = "hosts:hello"
-# hash: host id -> JSON {digest, name, concurrency, registered_at} (Mother's alone)
-HOSTS_REGISTERED = "hosts:registered"
-HOST_ID_RE = re.compile(r"[0-9a-f]{16}")
-# zset: attempts (heartbeat members) dispatched while no host was live, by when: their jobs wait on the
-# shared queue with no token anywhere until the watchdog dispatches them again to a host
+# Worker hosts (mother/identities/hosts.py): each enrolled by an operator, its own ACL user, its own
+# stream of asks, its own RQ queues, workers and jobs (their names start with the host's, so ACL key
+# patterns confine a host to its own)
+# set: the names of the enrolled hosts
+HOSTS = "hosts"
+# a host's name: no dot, colon or underscore, which end it in its queues', workers' and jobs' names
+HOST_PATTERN = r"[a-z][a-z0-9-]{0,62}"
+# zset: attempts (heartbeat members) that had no live host to go to, by when (server ms): Mother queues
+# each on a host as soon as one is live
 HOSTS_AWAITED = "hosts:awaited"
-# zset: hosts Mother sends no job to until the score (server ms): their queue held jobs a heartbeat
-# timeout while their line said workers were free
-HOSTS_AVOIDED = "hosts:avoided"
+_HOST_RE = re.compile(HOST_PATTERN)
 
 
-def is_host_id(value: object) -> TypeGuard[str]:
-    return isinstance(value, str) and HOST_ID_RE.fullmatch(value) is not None
+def is_host(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and _HOST_RE.fullmatch(value) is not None
 
 
-def _host(host_id: str) -> str:
-    if not is_host_id(host_id):
-        raise InvalidSpec(f"host id {_shown(host_id)} is not 16 hexadecimal digits")
-    return host_id
+def check_host(name: str) -> str:
+    if not is_host(name):
+        raise InvalidSpec(
+            f"host {_shown(name)} is not a valid name: a lowercase letter, then up to 62 of a-z 0-9 -",
+            field="host",
+        )
+    return name
 
 
-def host_user(host_id: str) -> str:
-    """The ACL user of a registered worker host."""
-    return f"host:{_host(host_id)}"
+def host_key(name: str) -> str:
+    """JSON: an enrolled host's record (its queues, its password's SHA-256)."""
+    return f"host:{check_host(name)}"
 
 
-def host_alive_key(host_id: str) -> str:
-    """String: a host's line (JSON {concurrency, busy, ...}), set by its pool at each round of beats with a
-    heartbeat timeout to live; 'stopped' when it stops. Only the host's own user writes it."""
-    return f"hosts:alive:{_host(host_id)}"
+def host_user(name: str) -> str:
+    """The ACL user of an enrolled host."""
+    return f"host:{check_host(name)}"
 
 
-def host_queue(base: str, host_id: str) -> str:
-    """A host's own RQ queue for ``base`` (agents, tools): Mother queues the jobs it chose the host for."""
-    return f"{base}.{_host(host_id)}"
+def host_of_user(user: str) -> str | None:
+    """The host an ACL user's name is (``host:{name}``), or None."""
+    name = user.removeprefix("host:")
+    return name if user.startswith("host:") and is_host(name) else None
 
 
-def awaiting_token_key(run_id: str, phase_index: int, attempt: int) -> str:
-    """String: the token of an attempt whose job waits for a host (no host was live at its dispatch),
-    Mother's alone until it moves the job to a host (mh_readdress)."""
-    return f"awaiting_token:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
+def host_asks_key(name: str) -> str:
+    """stream: what a host asks of Mother; only its own user may XADD to it, so an ask there is its."""
+    return f"mother:asks:{check_host(name)}"
 
 
-def host_token_key(host_id: str, run_id: str, phase_index: int, attempt: int) -> str:
-    """String: a phase attempt's token, for the host Mother queued its job for: only that host's user may
-    take it (GETDEL), once."""
-    return f"host_token:{_host(host_id)}:{check_id(run_id, 'run_id')}:{int(phase_index)}:{int(attempt)}"
+def host_of_asks(stream: str) -> str | None:
+    """The host whose ask stream ``stream`` is, or None."""
+    name = stream.removeprefix("mother:asks:")
+    return name if stream.startswith("mother:asks:") and is_host(name) else None
+
+
+def host_reply_key(name: str, ask_id: str) -> str:
+    """list: Mother's reply to one of the host's asks (only that host may read it; expires)."""
+    if not re.fullmatch(r"[0-9a-f]{16,32}", ask_id):
+        raise InvalidSpec(f"an ask id is 16-32 hexadecimal digits, not {_shown(ask_id)}")
+    return f"host_reply:{check_host(name)}:{ask_id}"
+
+
+def host_replies_pattern(name: str) -> str:
+    """The ACL key pattern of every reply to the host's asks."""
+    return f"host_reply:{check_host(name)}:*"
+
+
+def host_violations_key(name: str) -> str:
+    """String counter: the violations a host reported this hour (past a cap they are not kept)."""
+    return f"security:violations:host:{check_host(name)}"
+
+
+def host_alive_key(name: str) -> str:
+    """String: a host's line (JSON {concurrency, busy, workers}), written by Mother from the host's beats,
+    with a heartbeat timeout to live; 'stopped' when its pool said it stops."""
+    return f"hosts:alive:{check_host(name)}"
+
+
+def host_queue(name: str, kind: str) -> str:
+    """A host's own RQ queue for ``kind`` (agents, tools, maintenance): ``{host}.{kind}``."""
+    return f"{check_host(name)}.{kind}"
+
+
+def host_worker_name(name: str, suffix: str) -> str:
+    """An RQ worker's name on host ``name``: ``{host}.{suffix}`` (RQ's keys of it carry the host's)."""
+    return f"{check_host(name)}.{suffix}"
+
+
+def host_of_queue(queue: str) -> tuple[str, str] | None:
+    """(host, kind) of a host's queue name, or None."""
+    name, dot, kind = queue.partition(".")
+    return (name, kind) if dot and is_host(name) and kind else None
+
+
+def host_rq_patterns(name: str) -> list[str]:
+    """RQ's keys of a host's own queues, jobs and workers (RQ 3's layout: docs/security.md), as ACL key
+    patterns: queue names and worker names start ``{host}.``, job ids ``{host}_``."""
+    check_host(name)
+    by_queue = (
+        *("queue", "wip", "finished", "failed", "deferred", "scheduled", "canceled", "ready"),
+        *("clean_registries", "workers"),
+    )
+    by_job = ("job", "results", "execution", "executions")
+    return [
+        *(f"rq:{family}:{name}.*" for family in by_queue),
+        *(f"rq:{family}:{name}_*" for family in by_job),
+        # a job's dependencies, as RQ 3 spells their key (a second colon)
+        f"rq:job::{name}_*",
+        f"rq:worker:{name}.*",
+    ]
 
 
 def user_daily_budget_key(user_id: str, day: _dt.date | str) -> str:
     return f"budget:user:{check_id(user_id, 'user_id')}:daily:{_day(day)}"
-
-
-def run_floor_key(run_id: str) -> str:
-    """Mother's floor under a run's counted dimensions (JSON {dim: n}): what its counters said at its
-    last dispatch. Only Mother writes it (an attempt may write the counters themselves)."""
-    return f"budget:floor:run:{check_id(run_id, 'run_id')}"
-
-
-def user_floor_key(user_id: str, day: _dt.date | str) -> str:
-    """Mother's floor under a user's daily counters (JSON {dim: n}) for ``day``."""
-    return f"budget:floor:user:{check_id(user_id, 'user_id')}:{_day(day)}"
 
 
 def global_budget_key() -> str:
@@ -744,5 +765,8 @@ def gc_pending_key(day: str) -> str:
     return f"gc:pending:{_day(day)}"
 
 
+GC_REPORT_PREFIX = "gc_report:"
+
+
 def gc_report_key(timestamp: str) -> str:
-    return f"gc_report:{check_id(timestamp, 'timestamp')}"
+    return GC_REPORT_PREFIX + check_id(timestamp, "timestamp")

@@ -14,16 +14,10 @@ from typing import Any, cast
 import orjson
 from rq.job import Job
 
-from mother import attempt_users, calls, keys
+from mother import calls, keys
 from mother.activity import flat_fields, make_event
-from mother.artifacts import artifact_default, retain
-from mother.budget import (
-    Guard,
-    floors_set_back,
-    open_run_budget,
-    queue_floors,
-    release_reservations,
-)
+from mother.artifacts import retain
+from mother.budget import Guard, open_run_budget, release_reservations
 from mother.capabilities import denial
 from mother.codes import SEQ_SPAN
 from mother.config import AGENTS_QUEUE, TOOLS_QUEUE
@@ -39,7 +33,7 @@ from mother.errors import (
 )
 from mother.functions import execute, follow_ups
 from mother.gates.build import open_op, phase_gate
-from mother.hosts.table import AWAITING_QUEUE, is_phase_queue
+from mother.hosts.liveness import queue_alive
 from mother.ledger import queue_node_read, to_usd
 from mother.libraries.context import library_approvals, library_hits
 from mother.limits import resolve_for_spec
@@ -48,7 +42,6 @@ from mother.records import budgets, runs
 from mother.records import conflicts as conflict_records
 from mother.roles import phase_needs_approval
 from mother.runtime import Runtime
-from mother.security import digest, mint_token, queue_token
 from mother.streams import Delivery
 from mother.termination import build_record, terminate, terminated
 from schemas import (
@@ -137,14 +130,14 @@ def transition_and_load(
     event: str,
     detail: str = "",
     result: PhaseResult | None = None,
-    token_digest: str = "",
+    host: str = "",
     gate: str = "",
     follow_ups: tuple[list[Any], list[Any]] = ([], []),
 ) -> RunState | None:
     """:func:`transition`, and the run as it is after it, in one round trip; None if ``frm`` was not current
-    (or ``token_digest`` is not the attempt's, or the ``gate`` op was refused: :data:`last_refusal`)."""
+    (or ``host`` is not the attempt's, or the ``gate`` op was refused: :data:`last_refusal`)."""
     pipe = rt.redis.pipeline(transaction=False)
-    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, False, token_digest)
+    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, False, host)
     calls.transition(pipe, **args, gate=gate, follow_ups=follow_ups)
     runs.queue_read(pipe, run_id)
     applied, raw = execute(pipe)
@@ -176,9 +169,9 @@ def _transition_args(
     detail: str,
     result: PhaseResult | None,
     start: bool,
-    token_digest: str = "",
+    host: str = "",
 ) -> dict[str, Any]:
-    """:func:`mother.calls.transition`'s arguments (``token_digest``: a result's, checked against the attempt's)."""
+    """:func:`mother.calls.transition`'s arguments (``host``: a result's, checked against the attempt's)."""
     phase = spec.pipeline[to[0]].name
     at = rt.clock.now_iso()
     about, attempt = (result.phase, result.attempt) if result is not None else (phase, to[1])
@@ -194,7 +187,7 @@ def _transition_args(
         "history": entry.to_json(),
         "result": result.to_json() if result is not None else "",
         "artifacts": list(result.artifacts) if result is not None else [],
-        "token_digest": token_digest,
+        "host": host,
         "observed": _observed(result),
     }
 
@@ -255,7 +248,7 @@ def advance(
     start: bool = False,
     activity: Sequence[tuple[str, dict[str, Any]]] = (),
     also: Callable[[Any], None] | None = None,
-    token_digest: str = "",
+    host: str = "",
     delivery: Delivery | None = None,
     gate: str = "",
 ) -> bool:
@@ -290,7 +283,7 @@ def advance(
             outputs=outputs,
             activity=activity,
             also=also,
-            token_digest=token_digest,
+            host=host,
             delivery=delivery,
             close=gate,
         )
@@ -306,9 +299,7 @@ def advance(
     if comp is None:
         moved = calls.transition(
             rt.redis,
-            **_transition_args(
-                rt, run_id, spec, frm, to, event, detail, result, start, token_digest
-            ),
+            **_transition_args(rt, run_id, spec, frm, to, event, detail, result, start, host),
             gate=gate,
         )
         if moved != 1:
@@ -338,7 +329,7 @@ def advance(
         also(pipe)
     if delivery is not None:
         delivery.ack_with(pipe)
-    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, start, token_digest)
+    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, start, host)
     writes = follow_ups(pipe)
     pipe.reset()
     reply = calls.transition(rt.redis, **args, gate=gate, follow_ups=writes)
@@ -381,7 +372,7 @@ def wait_on_gate(
     start: bool = False,
     activity: Sequence[tuple[str, dict[str, Any]]] = (),
     also: Callable[[Any], None] | None = None,
-    token_digest: str = "",
+    host: str = "",
     delivery: Delivery | None = None,
     close: str = "",
 ) -> bool:
@@ -407,7 +398,7 @@ def wait_on_gate(
         also(pipe)
     if delivery is not None:
         delivery.ack_with(pipe)
-    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, start, token_digest)
+    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, start, host)
     writes = follow_ups(pipe)
     pipe.reset()
     op = open_op(rt.settings, gate)
@@ -473,15 +464,6 @@ def _earlier_outputs(rt: Runtime, run_id: str, index: int) -> list[tuple[str, st
     return outputs
 
 
-def _counters_set_back(rt: Runtime, run_id: str, index: int, attempt: int, reply: Any) -> None:
-    """Before an attempt starts its run's and its user's counters are raised back to what Mother saw at
-    the last dispatch (:func:`mother.budget.queue_floors`, ``reply`` its reply): each counter set back is
-    a security violation (a holder of an earlier attempt's credentials lowered it)."""
-    for low in floors_set_back(reply):
-        log.warning("counter_set_back", run_id=run_id, **low)
-        rt.violation("counter_lowered", run_id=run_id, phase_index=index, attempt=attempt, **low)
-
-
 def _queue_dispatch(
     rt: Runtime,
     pipe: Any,
@@ -491,62 +473,22 @@ def _queue_dispatch(
     attempt: int,
     comp: Composition,
     activity: Sequence[tuple[str, dict[str, Any]]],
-) -> str:
-    """Queue the attempt's RQ job, its context and the activity entries on ``pipe``, the job first (RQ may
-    WATCH inside its pipeline, which must come before any queued command). Returns the job id."""
-    job_id = keys.phase_job_id(run_id, index, attempt)
-    timeout = (
-        int(phase_timeout_seconds(rt, spec, index)) + rt.settings.worker.job_timeout_margin_seconds
-    )
-    # the attempt's result must carry it; only the worker that claims the attempt gets it. It is also the
-    # password of the attempt's own ACL user, the one its beats go through (made now: no server function
-    # may run ACL SETUSER, and this pipeline may become one's follow-ups)
-    token = mint_token()
-    today = rt.clock.today()
-    first = rt.redis.pipeline(transaction=False)
-    attempt_users.mint(first, run_id, index, attempt, token, spec.user_id, today)
-    queue_floors(first, run_id, spec.user_id, today)
-    _counters_set_back(rt, run_id, index, attempt, first.execute()[-1])
+) -> str | None:
+    """Queue the attempt's RQ job on a live host's own queue, its context and the activity entries on
+    ``pipe``, the job first (RQ may WATCH inside its pipeline, which must come before any queued command).
+    With no live host taking its kind of job, the attempt waits in ``hosts:awaited`` and Mother queues it
+    on a host as soon as one is live (:mod:`mother.hosts.moves`). Returns the job id (None: waiting)."""
     plan = comp.context.tool_plan
-    # Mother-addressed dispatch: the job goes to one live host's own queue and its token where only that
-    # host's user may take it; with no host live it waits where no worker listens, with no token
-    # anywhere, until the watchdog dispatches it again to a host (mother.hosts)
-    host = rt.hosts.choose()
-    base = TOOLS_QUEUE if plan else AGENTS_QUEUE
-    queue = rt.queue(keys.host_queue(base, host) if host else AWAITING_QUEUE)
-    queue.enqueue_call(
-        JOB_FUNCTION,
-        args=(run_id, index, attempt),
-        job_id=job_id,
-        timeout=timeout,
-        result_ttl=3600,
-        failure_ttl=86400,
-        description=f"{run_id} phase {spec.pipeline[index].name} attempt {attempt}",
-        # the server's time of the dispatch: the worker reports its queue wait against it
-        meta={DISPATCHED_MS: rt.clock.now_ms(), QUEUE_META: base},
-        pipeline=pipe,
-    )
-    claim_ttl = timeout + int(rt.settings.service.claim_idle_seconds)
-    if host:
-        queue_token(pipe, host, run_id, index, attempt, token, claim_ttl)
-    else:
-        # Mother's alone, until a host is live and the job moves to it with its token (mh_readdress)
-        pipe.set(keys.awaiting_token_key(run_id, index, attempt), token, ex=claim_ttl)
-        pipe.zadd(
-            keys.HOSTS_AWAITED, {keys.heartbeat_member(run_id, index, attempt): rt.clock.now_ms()}
-        )
-    # alive while its job waits for a worker; the worker's beats take over
+    kind = TOOLS_QUEUE if plan else AGENTS_QUEUE
+    host = rt.hosts.choose(kind)
     now_ms = rt.clock.now_ms()
-    attempt_users.queue_alive(
-        pipe, run_id, index, attempt, ttl_ms=claim_ttl * 1000, now_ms=now_ms, host=host
-    )
-    # the attempt's output artifact expires by the default retention (counted from now) until its run's end
-    # moves it to its class: indexed here, by Mother, so a worker needs no write to the shared index
-    pipe.zadd(
-        keys.ARTIFACT_EXPIRY,
-        {attempt_users.phase_artifact_id(digest(token)): artifact_default(rt.settings, now_ms)},
-    )
-    runs.set_token_digest(pipe, run_id, digest(token))
+    job_id = queue_job(rt, pipe, host, kind, run_id, spec, index, attempt, now_ms) if host else None
+    if host is None:
+        pipe.zadd(keys.HOSTS_AWAITED, {keys.heartbeat_member(run_id, index, attempt): now_ms})
+    runs.set_host(pipe, run_id, host)
+    # alive while its job waits for a worker (or for a host); its host's beats take over
+    claim_ttl = job_timeout(rt, spec, index) + int(rt.settings.service.claim_idle_seconds)
+    queue_alive(pipe, run_id, index, attempt, ttl_ms=claim_ttl * 1000, now_ms=now_ms, host=host)
     store_context(pipe, rt.emit, comp, rt.settings.context.keep_seconds)
     for event_type, fields in activity:
         rt.emit(pipe, event_type, **fields)
@@ -560,6 +502,42 @@ def _queue_dispatch(
         plan="tool_only" if plan else "agent",
         host=host,
         **({"tools": [c.tool_id for c in plan]} if plan else {}),
+    )
+    return job_id
+
+
+def job_timeout(rt: Runtime, spec: RunSpec, index: int) -> int:
+    """A phase job's RQ timeout: the phase's, and a margin for the job's own start and end."""
+    return (
+        int(phase_timeout_seconds(rt, spec, index)) + rt.settings.worker.job_timeout_margin_seconds
+    )
+
+
+def queue_job(
+    rt: Runtime,
+    pipe: Any,
+    host: str,
+    kind: str,
+    run_id: str,
+    spec: RunSpec,
+    index: int,
+    attempt: int,
+    dispatched_ms: int,
+) -> str:
+    """Queue the RQ job of the attempt on ``host``'s own ``kind`` queue on ``pipe`` (its writes: RQ's own
+    enqueue); returns its id, which names the host (so the host's ACL patterns cover its keys)."""
+    job_id = keys.phase_job_id(host, run_id, index, attempt)
+    rt.queue(keys.host_queue(host, kind)).enqueue_call(
+        JOB_FUNCTION,
+        args=(run_id, index, attempt),
+        job_id=job_id,
+        timeout=job_timeout(rt, spec, index),
+        result_ttl=3600,
+        failure_ttl=86400,
+        description=f"{run_id} phase {spec.pipeline[index].name} attempt {attempt}",
+        # the server's time of the dispatch: the worker reports its queue wait against it
+        meta={DISPATCHED_MS: dispatched_ms, QUEUE_META: kind},
+        pipeline=pipe,
     )
     return job_id
 
@@ -862,13 +840,15 @@ def finish_end(
             orjson.loads(node_raw),
             pipe=pipe,
         )
-    # a successful run's last job has finished
-    if record.reason != "success" and state.attempt > 0:
-        job_id = keys.phase_job_id(run_id, state.phase_index, state.attempt)
-        # on the queue Mother chose for it (a host's own, or the shared one)
+    # a successful run's last job has finished; another's may wait on its host's queue
+    if record.reason != "success" and state.attempt > 0 and state.host:
+        job_id = keys.phase_job_id(state.host, run_id, state.phase_index, state.attempt)
         origin = rt.rq_redis.hget(Job.key_for(job_id), "origin")
-        origin = origin.decode() if isinstance(origin, bytes) else origin
-        rt.queue(origin if is_phase_queue(origin) else AGENTS_QUEUE).remove(job_id, pipeline=pipe)
+        if origin is not None:
+            rt.queue(origin.decode() if isinstance(origin, bytes) else origin).remove(
+                job_id, pipeline=pipe
+            )
+    pipe.zrem(keys.HOSTS_AWAITED, keys.heartbeat_member(run_id, state.phase_index, state.attempt))
     if delivery is not None:
         delivery.ack_with(pipe)
     # whether the slot it frees can start a run waiting in the admission queue

@@ -47,7 +47,6 @@ from mother.records import budgets, runs
 from mother.records.budgets import held_reservations
 from mother.records.runs import attempt_view
 from mother.runtime import Runtime
-from mother.security import digest
 from mother.streams import Delivery
 from schemas import PhaseResult, RunSpec, RunState, TerminationReason, TerminationRecord
 from schemas.budget import BudgetExhaustedRecord
@@ -93,13 +92,13 @@ class Review:
 
 @dataclass
 class Outcome:
-    """One phase result under review, and what acting on it needs: the spec (Mother's cache), the digest
-    of the token it came with, the entry it came in (acknowledged with the write that acts on it), and
+    """One phase result under review, and what acting on it needs: the spec (Mother's cache), the worker
+    host it came from, the entry it came in (acknowledged with the write that acts on it), and
     for a failed result the run as read."""
 
     result: PhaseResult
     spec: RunSpec
-    token_digest: str
+    host: str
     delivery: Delivery | None = None
     state: RunState | None = None
 
@@ -160,22 +159,22 @@ def failure_review(state: RunState, code: str | None) -> Review:
 
 
 def on_phase_result(
-    rt: Runtime, result: PhaseResult, token: str | None = None, *, delivery: Delivery | None = None
+    rt: Runtime, result: PhaseResult, host: str | None = None, *, delivery: Delivery | None = None
 ) -> State:
-    """Review a worker's PhaseResult and act on it (the table above). ``token``: the one the result came
-    with; ``delivery``: the entry it came in, acknowledged with the write that acts on it. Returns the
+    """Review a worker's PhaseResult and act on it (the table above). ``host``: the worker host it came
+    from (its ask's stream; only the host the attempt was queued on moves the run); ``delivery``: the entry it came in, acknowledged with the write that acts on it. Returns the
     state the result ended in. The hot path makes one round trip (ADVANCE: the fenced transition with
     the next job, its context and the activity entries); the spec and earlier outputs come from
     Mother's cache."""
     spec = rt.spec(result.run_id)
     if spec is None:
         return State.STALE
-    outcome = Outcome(result, spec, digest(token), delivery)
+    outcome = Outcome(result, spec, host or "-", delivery)
     if result.status == "failed":
         state = rt.load_run(result.run_id)
         if state is None or not is_current(state, result.phase_index, result.attempt):
             return _act(State.STALE, rt, result=result)
-        if state.token_digest != outcome.token_digest:
+        if state.host != outcome.host:
             return _act(State.REFUSED, rt, result=result, entry_id=outcome.entry_id)
         outcome.state = state
         review = _hooked(rt, outcome, failure_review(state, result.error_code))
@@ -197,7 +196,7 @@ def on_phase_result(
         review=review,
         delivery=delivery,
         spec=spec,
-        token_digest=outcome.token_digest,
+        host=outcome.host,
         entry_id=outcome.entry_id,
     )
 
@@ -232,7 +231,7 @@ def _advance(
     *,
     result: PhaseResult,
     spec: RunSpec,
-    token_digest: str,
+    host: str,
     entry_id: str,
     delivery: Delivery | None,
     **_: Any,
@@ -249,11 +248,11 @@ def _advance(
         result=result,
         outputs=[*earlier, (result.phase, result.output)],
         activity=[completed_event(result)],
-        token_digest=token_digest,
+        host=host,
         delivery=delivery,
     )
     if not moved:
-        return _not_taken(rt, result, token_digest, entry_id)
+        return _not_taken(rt, result, host, entry_id)
     rt.remember_output(result.run_id, result.phase_index, result.phase, result.output)
     return None
 
@@ -263,7 +262,7 @@ def _succeed(
     *,
     result: PhaseResult,
     spec: RunSpec,
-    token_digest: str,
+    host: str,
     entry_id: str,
     delivery: Delivery | None,
     **_: Any,
@@ -277,10 +276,10 @@ def _succeed(
         event="phase_completed",
         detail=f"confidence {result.confidence:.2f}",
         result=result,
-        token_digest=token_digest,
+        host=host,
     )
     if done is None:
-        return _not_taken(rt, result, token_digest, entry_id)
+        return _not_taken(rt, result, host, entry_id)
     rt.forget(result.run_id)
     end_success(rt, done, result.phase, [completed_event(result)], delivery)
     return None
@@ -449,17 +448,17 @@ def _refused(rt: Runtime, *, result: PhaseResult, entry_id: str = "", **_: Any) 
         run_id=result.run_id,
         phase=result.phase,
         attempt=result.attempt,
-        why="its attempt token is missing or wrong",
+        why="it came from no host, or from another host than the one its attempt was queued on",
         entry_id=entry_id,
     )
     rt.violation(
-        "phase_result_without_token",
+        "phase_result_not_held",
         run_id=result.run_id,
         phase=result.phase,
         attempt=result.attempt,
         entry_id=entry_id,
         status=result.status,
-        why="a result for the current attempt whose token is missing or not the attempt's: refused",
+        why="a result for the current attempt from another host than the attempt's: refused",
     )
 
 
@@ -479,14 +478,11 @@ ACTIONS: dict[State, Callable[..., State | None]] = {
 }
 
 
-def _not_taken(rt: Runtime, result: PhaseResult, token_digest: str, entry_id: str) -> State:
+def _not_taken(rt: Runtime, result: PhaseResult, host: str, entry_id: str) -> State:
     """Why a completed result did not move its run: its attempt is no longer current (a late or duplicate
-    result: STALE), or it is but the token is not the attempt's (REFUSED)."""
-    position, current_digest = runs.read_position_and_digest(rt.redis, result.run_id)
-    if (
-        runs.is_active_at(position, result.phase_index, result.attempt)
-        and current_digest != token_digest
-    ):
+    result: STALE), or it is but it came from another host than the attempt's (REFUSED)."""
+    position, current_host = runs.read_position_and_host(rt.redis, result.run_id)
+    if runs.is_active_at(position, result.phase_index, result.attempt) and current_host != host:
         return _act(State.REFUSED, rt, result=result, entry_id=entry_id)
     return _act(State.STALE, rt, result=result)
 

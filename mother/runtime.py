@@ -44,8 +44,10 @@ class Runtime:
         default_factory=OrderedDict, init=False, repr=False
     )
     _notes: OrderedDict[str, list[str]] = field(default_factory=OrderedDict, init=False, repr=False)
-    # how long to wait for a Mother to load the server functions
+    # how long to wait for a Mother to load the server functions; whether this process calls them at all
+    # (a worker host's user may not: it asks Mother)
     functions_wait_seconds: float = 0.0
+    functions: bool = True
     # the model providers (workers.providers.make_provider) where this process calls models itself: Mother,
     # for LLM-generated context summaries; handed in, since mother does not import workers
     make_provider: Callable[..., Any] | None = None
@@ -53,22 +55,27 @@ class Runtime:
     review_hooks: list[Callable[..., Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        ensure_loaded(
-            self.redis, wait_seconds=self.functions_wait_seconds, log=get_logger("runtime")
-        )
+        if self.functions:
+            ensure_loaded(
+                self.redis, wait_seconds=self.functions_wait_seconds, log=get_logger("runtime")
+            )
         self.clock = ServerClock(self.redis)
 
     @classmethod
-    def create(cls, settings: Settings) -> Runtime:
-        """A long-running process's runtime (Mother, a worker): it waits up to ``redis_wait_seconds`` for
-        a Redis that cannot be reached yet, as when it starts alongside it, and (a worker, whose ACL user
-        may not load them) for the server functions a Mother loads."""
+    def create(cls, settings: Settings, *, functions: bool = True) -> Runtime:
+        """A long-running process's runtime (Mother, a worker host): it waits up to
+        ``redis_wait_seconds`` for a Redis that cannot be reached yet, as when it starts alongside it;
+        with ``functions`` it loads the server functions (a worker host calls none)."""
         return cls(
             settings=settings,
             redis=connect_waiting(
-                settings.redis_url, settings.redis_wait_seconds, get_logger("runtime")
+                settings.redis_url,
+                settings.redis_wait_seconds,
+                get_logger("runtime"),
+                modules=functions,
             ),
             functions_wait_seconds=settings.redis_wait_seconds,
+            functions=functions,
         )
 
     @cached_property
@@ -101,13 +108,13 @@ class Runtime:
         return Queue(AGENTS_QUEUE, connection=self.rq_redis, serializer=JSONSerializer)
 
     def queue(self, name: str) -> Queue:
-        """An RQ queue of ours by name (a host's own ``agents.{id}`` too), on the RQ connection."""
+        """An RQ queue of ours by name (a host's own ``{host}.agents``), on the RQ connection."""
         return Queue(name, connection=self.rq_redis, serializer=JSONSerializer)
 
     @cached_property
     def hosts(self) -> HostTable:
-        """The registered worker hosts, re-read every half second: who gets the next phase job."""
-        return HostTable(self.redis, self.clock)
+        """The enrolled worker hosts and their lines, re-read every half second: who gets the next job."""
+        return HostTable(self.redis)
 
     def emit(self, client: Any, event_type: str, **kwargs: Any) -> ActivityEvent:
         """Append an activity entry stamped with server time (``client`` may be a pipeline)."""
@@ -122,8 +129,12 @@ class Runtime:
     def violation(self, kind: str, **data: Any) -> None:
         """Record a security violation stamped with server time (:func:`mother.security.record_violation`:
         ``run_id``, ``activity`` and the rest as there)."""
+        self.violation_on(self.redis, kind, **data)
+
+    def violation_on(self, client: Any, kind: str, **data: Any) -> None:
+        """:meth:`violation` on ``client``, which may be a pipeline (then the caller executes it)."""
         security.record_violation(
-            self.redis,
+            client,
             kind,
             at=self.clock.now_iso(),
             maxlen=self.settings.service.activity_maxlen,

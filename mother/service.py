@@ -5,13 +5,15 @@
   leader dies. On taking over it reclaims every pending stream entry.
 - **Streams.** Consumer group ``mother`` on its own streams (``mother:submissions``,
   ``mother:commands``, ``mother:events``), the workers' ``mother:spawns``, and each principal's
-  ``mother:submissions:{name}`` and ``mother:commands:{name}`` (:mod:`mother.principals.streams`: the
+  ``mother:submissions:{name}`` and ``mother:commands:{name}`` (:mod:`mother.identities.streams`: the
   stream an entry came by is who sent it): at-least-once. An entry is acknowledged after it is handled;
   one whose handling raised stays pending, is reclaimed by XAUTOCLAIM after
   ``claim_idle_seconds`` and, after ``max_deliveries`` attempts, moves to
   ``mother:dead_letter``.
 - **Isolation.** An unexpected exception while handling one run's entry ends that
   run ``catastrophic_error``; Mother goes on serving the others.
+- **Asks.** Every Mother process, leader and standbys, also runs an ask server (:mod:`mother.asks`):
+  what the worker hosts ask on their own streams, applied by whichever Mother reads it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import orjson
 import redis
 from pydantic import ValidationError
 
-from mother import activity, calls, hosts, keys
+from mother import calls, keys
+from mother.asks import AskServer
 from mother.client import COMMAND_CANCEL, EVENT_PHASE_RESULT
 from mother.commands import failure_reply, handle_command, send_reply
 from mother.config import Settings
@@ -35,16 +38,15 @@ from mother.conflicts import install as install_review_hooks
 from mother.connection import Outage, redis_down, sleep_unless, unless_redis_down
 from mother.errors import MotherError
 from mother.functions import ensure_loaded
+from mother.identities.streams import ConsumedStreams, Source
 from mother.intake import handle_submission, reject
 from mother.lifecycle import end_run
 from mother.logs import get_logger
 from mother.observe.listing import ensure_index as ensure_runs_index
-from mother.principals.streams import ConsumedStreams, Source
 from mother.records.budgets import publish_limits
 from mother.records.conflicts import ensure_index as ensure_conflict_index
 from mother.records.libraries import ensure_indexes as ensure_library_indexes
 from mother.records.tools import read_registry
-from mother.relay import Relay
 from mother.review import on_phase_result
 from mother.runtime import Runtime
 from mother.specs import fault_models
@@ -59,10 +61,7 @@ __all__ = ["Mother"]
 
 log = get_logger("mother")
 
-# how often the leader moves phase attempts' entries from activity:inbox to the activity stream (and
-# always before it reads a phase's result)
-ACTIVITY_DRAIN_SECONDS = 0.25
-# how often the leader takes hosts' hellos and moves jobs that waited for a host (one round trip)
+# how often the leader queues on a live host the attempts that waited for one (one round trip to look)
 HOSTS_LOOK_SECONDS = 0.1
 
 
@@ -85,11 +84,10 @@ class Mother:
             self.rt.redis, self.cfg.consumer_group, self.cfg.principals_refresh_seconds
         )
         self.watchdog = Watchdog(self.rt, streams=lambda: self.consumed.streams)
-        # phase attempts' results and spawn requests, appended to Mother's streams while it leads
-        self.relay = Relay(self.rt.redis, lambda: self.leader)
+        # what the worker hosts ask: applied by every Mother, standbys too
+        self.asks = AskServer(settings, self.instance)
         self.stopping = False
         self.leader = False
-        self._drained_at = 0.0
         self._hosts_at = 0.0
         self._renewed_at = 0.0
         self._watchdog_at = 0.0
@@ -111,13 +109,14 @@ class Mother:
         Any other failure of a loop is logged with its traceback and retried a second later."""
         self.log.info("mother_started")
         outage = Outage(self.log, "serve", stop=lambda: self.stopping)
-        self.relay.start()
+        self.asks.start()
         try:
             while not self.stopping:
                 try:
                     if outage.active:
-                        # a server that came back empty has no functions
+                        # a server that came back empty has no functions (and perhaps no ACL users)
                         ensure_loaded(self.rt.redis)
+                        self.watchdog.reapply_soon()
                     if not self._hold_lease():
                         outage.recovered()
                         time.sleep(min(0.5, self.cfg.lease_seconds / 4))
@@ -133,7 +132,7 @@ class Mother:
                         self.log.exception("serve_failed", error=str(exc), retry_in_seconds=1)
                         sleep_unless(lambda: self.stopping, 1.0)
         finally:
-            self.relay.stop()
+            self.asks.stop()
             self._release_lease()
             self.log.info("mother_stopped")
 
@@ -185,10 +184,7 @@ class Mother:
         self.ensure_tools()
         self.reclaim(min_idle_ms=0)
         self.watchdog.reconcile()
-        # results reported while no Mother led: its relay did not append them (taken by the next loop)
-        self.relay.listening_again.set()
-        self.watchdog.fold_orphans_soon()
-        self.watchdog.remint_hosts_soon()
+        self.watchdog.reapply_soon()
 
     def ensure_tools(self) -> None:
         """Sync the tool registry when none exists yet (a fresh install routes with the shipped tools);
@@ -244,16 +240,7 @@ class Mother:
             self.ensure_groups()
             return 0
         pairs = _as_pairs(batches)
-        if self.relay.listening_again.is_set():
-            self.relay.listening_again.clear()
-            self._guarded("results", self.watchdog.take_results)
         now = time.monotonic()
-        # a phase's activity entries before what Mother does with its result
-        if now - self._drained_at >= ACTIVITY_DRAIN_SECONDS or any(
-            stream == keys.EVENTS_STREAM for stream, _ in pairs
-        ):
-            self._drained_at = now
-            self._guarded("activity", self._drain_activity)
         if now - self._hosts_at >= HOSTS_LOOK_SECONDS:
             self._hosts_at = now
             self._guarded("hosts", self._look_at_hosts)
@@ -274,22 +261,9 @@ class Mother:
         return handled
 
     def _look_at_hosts(self) -> None:
-        """Register the worker hosts that said hello; dispatch again at once what waited for a host."""
-        admitted, awaited = hosts.look(self.rt)
-        if admitted:
-            self.rt.hosts.refresh()
-        if awaited and self.rt.hosts.any_live():
+        """Queue on a live host at once what waited for one."""
+        if self.rt.redis.zcard(keys.HOSTS_AWAITED) and self.rt.hosts.any_live():
             self.watchdog.take_awaited()
-
-    def _drain_activity(self) -> None:
-        moved, dropped = activity.drain(self.rt.redis, self.cfg.activity_maxlen)
-        if dropped:
-            self.log.warning(
-                "activity_inbox_dropped",
-                moved=moved,
-                dropped=dropped,
-                why="items on activity:inbox that were not an entry's fields",
-            )
 
     def _guarded(self, what: str, func: Any) -> None:
         # a bad record must not stop the loop
@@ -396,8 +370,8 @@ class Mother:
                     "event_ignored", entry_id=entry_id, why=describe_validation_error(exc)
                 )
                 return
-            on_phase_result(self.rt, result, fields.get("token"), delivery=delivery)
-        # a cancel here is not taken: workers can write this stream, people write mother:commands
+            on_phase_result(self.rt, result, fields.get("host"), delivery=delivery)
+        # a cancel here is not taken: people write mother:commands
         else:
             self.log.warning(
                 "event_ignored",

@@ -1,5 +1,9 @@
 """A local stack of processes: Mother (and a standby) plus N RQ workers, as real processes.
 
+Each worker process is an enrolled host of its own (``{host_prefix}-{index}``), enrolled by the stack
+with an administrator's connection (``admin_url``, by default the stack's own URL: the embedded
+development server's default user), so ``mother up`` needs no step of an operator's.
+
 ``mother up``, ``./scripts/demo`` and the test suite use it. Each process gets its
 own session (process group), so stopping it also stops an RQ work-horse it forked,
 and is SIGTERMed by Linux if the process that started it dies (no orphans).
@@ -24,6 +28,7 @@ from typing import IO
 import redis
 
 from mother import calls, keys
+from mother.errors import MotherError
 from mother.connection import client_for
 from mother.hosts.table import HostTable
 from mother.server import _die_with_parent
@@ -92,15 +97,17 @@ class LocalStack:
     concurrency: int = 1
     mothers: int = 1
     log_dir: Path | None = None
-    # the workers' own URL (their ACL user), when it is not redis_url
-    worker_url: str | None = None
+    # an administrator's URL the stack enrolls its worker hosts with (default: redis_url)
+    admin_url: str | None = None
+    # its hosts' names: {host_prefix}-{index}
+    host_prefix: str = "local"
     env: dict[str, str] = field(default_factory=dict)
     queues: str = "agents,tools,maintenance"
     # also run `mother cron` (the daily GC's scheduler)
     cron: bool = False
     # also run `mother dashboard --port N` (0: not)
     dashboard_port: int = 0
-    # start() returns once every worker's host is registered and live (mother.hosts), so what is
+    # start() returns once every worker's host is live (Mother has its first beat), so what is
     # submitted next is queued for a host at once rather than moved to one a moment later
     wait_hosts: bool = False
     # restarts of one process within restart_window_seconds before respawn_dead gives up
@@ -114,6 +121,8 @@ class LocalStack:
     # name -> monotonic restart times
     _restarts: dict[str, list[float]] = field(default_factory=dict, init=False)
     _given_up: set[str] = field(default_factory=set, init=False)
+    # worker index -> its host's URL
+    _host_urls: dict[int, str] = field(default_factory=dict, init=False)
 
     def _env(self) -> dict[str, str]:
         """The children's environment: this process's, every ``MOTHER_*`` setting included (the stack's
@@ -161,8 +170,8 @@ class LocalStack:
         return self
 
     def wait_for_hosts(self, count: int, timeout: float = 60.0) -> bool:
-        """Wait until ``count`` worker hosts are registered and live (mother.hosts), so what is
-        submitted next is queued for a host at once. False when that did not happen in ``timeout``
+        """Wait until ``count`` worker hosts are live (Mother has their beats: mother.hosts), so what
+        is submitted next is queued for a host at once. False when that did not happen in ``timeout``
         seconds or a worker process exited meanwhile (its log says why)."""
         client = client_for(self.redis_url, decode_responses=True)
         table = HostTable(client)
@@ -183,6 +192,13 @@ class LocalStack:
 
     def add_worker(self, index: int | None = None) -> subprocess.Popen[bytes]:
         index = len([n for n in self.procs if n.startswith("worker-")]) if index is None else index
+        url = self._host_urls.get(index)
+        if url is None:
+            try:
+                url = self._host_urls[index] = self.enroll(f"{self.host_prefix}-{index}")
+            # the server cannot be reached (or refuses): the worker started as it is says what is wrong
+            except (redis.RedisError, MotherError):
+                url = self.redis_url
         return self.spawn(
             f"worker-{index}",
             "worker",
@@ -191,8 +207,24 @@ class LocalStack:
             "--name",
             f"w{index}-{os.getpid()}-{time.monotonic_ns() % 10**6}",
             *(("--concurrency", str(self.concurrency)) if self.concurrency > 1 else ()),
-            env={"MOTHER_REDIS_URL": self.worker_url} if self.worker_url else None,
+            env={"MOTHER_REDIS_URL": url},
         )
+
+    def enroll(self, name: str) -> str:
+        """Enroll worker host ``name`` (a new password when it is enrolled already) and return its URL."""
+        from mother.clock import ServerClock
+        from mother.identities import hosts, party_url
+
+        admin = self.admin_url or self.redis_url
+        with client_for(admin, decode_responses=True) as client:
+            now = ServerClock(client).now_iso()
+            if hosts.load(client, name) is not None:
+                password = hosts.rotate(client, name, now)
+            else:
+                _host, password = hosts.add(
+                    client, name, [q for q in self.queues.split(",") if q], now
+                )
+        return party_url(self.redis_url, keys.host_user(name), password)
 
     def respawn_dead(self) -> list[Exited]:
         """Start each process that exited again (a worker under a fresh RQ name: the dead one's may

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from mother import effects, keys
+from mother import keys
 from mother.config import ModelConfig, Settings
 from mother.errors import ConfigError
 
@@ -157,22 +157,20 @@ class Calibration:
 
     @staticmethod
     def record(client: Any, model: str, estimated: int, reported: int) -> None:
-        """Add one call's raw estimate and reported prompt tokens (one round trip, atomic per field)."""
+        """Add one call's raw estimate and reported prompt tokens (one round trip, atomic)."""
         if estimated <= 0 or reported <= 0:
             return
-        attempt = effects.current()
-        if attempt is not None:
-            # a phase attempt's user counts into its own hash; Mother adds it (mother/effects.py)
-            pipe = client.pipeline(transaction=False)
-            effects.queue_calibration(pipe, attempt, model, estimated, reported)
-            pipe.execute()
-            return
-        key = keys.token_calibration_key(model)
         pipe = client.pipeline(transaction=True)
+        Calibration.queue_record(pipe, model, estimated, reported)
+        pipe.execute()
+
+    @staticmethod
+    def queue_record(pipe: Any, model: str, estimated: int, reported: int) -> None:
+        """Queue :meth:`record`'s writes on ``pipe``."""
+        key = keys.token_calibration_key(model)
         pipe.hincrby(key, "estimated", estimated)
         pipe.hincrby(key, "reported", reported)
         pipe.hincrby(key, "samples", 1)
-        pipe.execute()
 
 
 def ratio_from(estimated: Any, reported: Any, samples: Any, min_samples: int) -> float:

@@ -249,10 +249,11 @@ class RunState(Record):
     capabilities: list[str] = Field(
         default_factory=list, description="the run's capability token (patterns)"
     )
-    token_digest: str | None = Field(
+    host: str | None = Field(
         None,
-        description="SHA-256 of the current attempt's result token (the token "
-        "itself goes only to the worker that claims the attempt)",
+        description="the enrolled worker host Mother queued the current attempt on (None: it waits "
+        "for a live host); only that host's asks about the attempt are applied, and only its result "
+        "moves the run",
     )
     admission: Literal["admitted", "waiting"] | None = Field(
         None,

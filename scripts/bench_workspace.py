@@ -107,7 +107,12 @@ def main() -> None:
             blobs: workspaces.Blobs = workspaces.RedisBlobs(client)
             if args.store == "s3":
                 ceph, s3 = _object_store()
-                blobs = workspaces.S3Blobs(client, s3, BUCKET, "workspaces/")
+                blobs = workspaces.S3Blobs(
+                    s3,
+                    BUCKET,
+                    "workspaces/",
+                    lambda run, shas: client.sadd(keys.workspace_blobs_key(run), *shas),
+                )
             print(f"contents in {args.store}")
             print(f"{args.repeat} hand-overs per size; ms p50 / p99; bytes over the network")
             for size in (float(s) for s in args.sizes.split(",")):
@@ -121,19 +126,27 @@ def main() -> None:
                 base_set, base_get, pings = [], [], []
                 for n in range(args.repeat):
                     run_id = f"bench-{size}-{n}"
-                    moved = workspaces.store(client, run_id, src, cap_bytes=2**40, blobs=blobs)
+                    moved = workspaces.store(
+                        workspaces.RedisPlace(client, run_id, blobs), run_id, src, cap_bytes=2**40
+                    )
                     rows["store new"].append(moved.ms)
                     sent["store new"] = moved.sent_bytes
                     dst = Path(tmp) / f"dst-{size}-{n}"
-                    moved = workspaces.restore(client, run_id, dst, blobs)
+                    moved = workspaces.restore(
+                        workspaces.RedisPlace(client, run_id, blobs), run_id, dst
+                    )
                     rows["restore other"].append(moved.ms)
                     sent["restore other"] = moved.sent_bytes
                     changed = dst / paths[n % len(paths)].relative_to(src)
                     changed.write_bytes(changed.read_bytes()[::-1])
-                    moved = workspaces.store(client, run_id, dst, cap_bytes=2**40, blobs=blobs)
+                    moved = workspaces.store(
+                        workspaces.RedisPlace(client, run_id, blobs), run_id, dst, cap_bytes=2**40
+                    )
                     rows["store 1 changed"].append(moved.ms)
                     sent["store 1 changed"] = moved.sent_bytes
-                    moved = workspaces.restore(client, run_id, dst, blobs)
+                    moved = workspaces.restore(
+                        workspaces.RedisPlace(client, run_id, blobs), run_id, dst
+                    )
                     rows["restore same"].append(moved.ms)
                     sent["restore same"] = moved.sent_bytes
                     shutil.rmtree(dst)

@@ -256,32 +256,23 @@ def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
 SHIPPED_ACL = ROOT / "deploy" / "users.acl"
 
 
-def attacker_attempt(
-    client: Any, admin: redis.Redis, url: str, user_id: str = "mallory"
+def attacker_host(
+    admin: redis.Redis, url: str, name: str = "mallory-host"
 ) -> tuple[str, redis.Redis]:
-    """The credentials of a phase attempt an attacker really holds: its own run (for ``user_id``, its
-    phase taking 8 s, a worker's slot that long), whose attempt user is made again with a token the test
-    knows. Mother keeps it (the attempt is current), where a user made up for no run is deleted by its
-    sweep. Returns (run id, a connection as it)."""
+    """An enrolled host whose password an attacker holds (it leaked): (its name, a connection as it)."""
     from mother import keys
-    from mother.attempt_users import attempt_client, mint
     from mother.clock import ServerClock
-    from tests.test_pipeline import example, wait_until
+    from mother.identities import hosts, party_url
 
-    spec = example(
-        "cancelled", user_id=user_id, scripts={"crawler": [{"text": "x", "delay_seconds": 8}]}
+    _host, password = hosts.add(admin, name, ["agents", "tools"], ServerClock(admin).now_iso())
+    client = redis.Redis.from_url(
+        party_url(url, keys.host_user(name), password), decode_responses=True
     )
-    run_id = client.submit(spec)
-    beat = keys.attempt_heartbeat_key(run_id, 0, 1)
-    wait_until(lambda: beating(admin.get(beat)), timeout=30)
-    token = f"{user_id}-token"
-    mint(admin, run_id, 0, 1, token, user_id, ServerClock(admin).today())
-    return run_id, attempt_client(url, keys.heartbeat_member(run_id, 0, 1), token)
+    return name, client
 
 
 def tool_calls_counted(client: redis.Redis, tool_id: str, calls: int) -> dict[str, Any]:
-    """``tool_stats:{tool_id}`` once it counts ``calls`` calls: a phase's calls reach it when Mother adds
-    its attempt's own count (mother/effects.py), within a few watchdog ticks."""
+    """``tool_stats:{tool_id}`` once it counts ``calls`` calls (each a host's ask Mother applies)."""
     import orjson
 
     from mother import keys
@@ -304,9 +295,9 @@ def as_user(url: str, user: str) -> str:
 def start_acl_stack(
     tmp: Path, env: dict[str, str] | None = None
 ) -> tuple[EmbeddedRedis, LocalStack]:
-    """The embedded server with the shipped ACL file (and an administrator the tests make users with);
-    Mother on the mother user, two workers on the worker user, serving agents and tools (as deployed:
-    the maintenance queue is served by workers of the `maintenance` user); ``env`` for every process."""
+    """The embedded server with the shipped ACL file (its administrator template enabled: the tests, and
+    the stack, make users with it); Mother on the mother user, two enrolled hosts serving agents, tools
+    and maintenance; ``env`` for every process."""
     acl = tmp / "users.acl"
     # the shipped administrator template, enabled
     acl.write_text(SHIPPED_ACL.read_text().replace("user admin off ", "user admin on "))
@@ -316,8 +307,7 @@ def start_acl_stack(
     stack = LocalStack(
         as_user(server.url, "mother"),
         workers=2,
-        worker_url=as_user(server.url, "worker"),
-        queues="agents,tools",
+        admin_url=as_user(server.url, "admin"),
         log_dir=tmp / "logs",
         env={**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp / "ws"), **(env or {})},
         wait_hosts=True,
@@ -344,44 +334,101 @@ def start_up_dev(tmp: Path, env: dict[str, str], *, stderr: Any = subprocess.PIP
 
 
 def beating(value: str | None) -> bool:
-    """Whether an attempt's heartbeat key holds a worker's beat: not gone, not Mother's dispatch mark
-    (``dispatched``, ``dispatched:{host}``)."""
-    return value is not None and not value.startswith("dispatched")
+    """Whether an attempt's heartbeat key says a worker runs it: not gone, not Mother's dispatch mark
+    (``dispatched``, ``dispatched:{host}``), not ``reported``."""
+    return value is not None and not value.startswith("dispatched") and value != "reported"
 
 
 @contextlib.contextmanager
 def paused(p: Pipeline, name: str = "worker-0") -> Iterator[str]:
-    """The stack's worker process tree ``name`` stopped (SIGSTOP) for the block: its host stays
-    registered (its line lapses after a heartbeat timeout), so what Mother queues for it waits, its
-    token unclaimed (an idle worker's blocked pop may still take one job off the queue, server-side).
-    Yields its host id."""
+    """The stack's worker process tree ``name`` stopped (SIGSTOP) for the block: its host stays enrolled
+    (its line lapses after a heartbeat timeout), so what Mother queues for it waits (an idle worker's
+    blocked pop may still take one job off the queue, server-side). Yields its host's name."""
     import signal
 
     pool = p.stack.procs[name]
-    found = host_of_worker(p, name)
     os.killpg(pool.pid, signal.SIGSTOP)
     try:
-        yield found
+        yield host_of_worker(p, name)
     finally:
         os.killpg(pool.pid, signal.SIGCONT)
 
 
 def host_of_worker(p: Pipeline, name: str) -> str:
-    """The host id the stack's worker process tree ``name`` (worker-N) registered as: its pool's line in
-    mother:hosts, waited for."""
+    """The host the stack's worker process ``name`` (worker-N) runs as: ``{host_prefix}-N``."""
+    return f"{p.stack.host_prefix}-{name.split('-', 1)[1]}"
+
+
+@contextlib.contextmanager
+def inproc_host(url: str, name: str = "inproc", *, beating: bool = True) -> Iterator[str]:
+    """This test process as enrolled host ``name`` (MOTHER_REDIS_URL its URL, and workers.host's current
+    host): a phase job's code runs here as a worker host's would. With ``beating`` it beats from a
+    thread, so Mother counts it live and queues jobs on it. Yields its URL."""
+    import threading
+
+    from mother import keys
+    from mother.clock import ServerClock
+    from mother.identities import hosts, party_url
+    from workers import phase
+    from workers.asking import Asker
+    from workers.heartbeat import beat
+    from workers.host import Host, set_current
+
+    admin = redis.Redis.from_url(url, decode_responses=True)
+    _host, password = hosts.add(admin, name, ["agents", "tools"], ServerClock(admin).now_iso())
+    host_url = party_url(url, keys.host_user(name), password)
+    before = os.environ.get("MOTHER_REDIS_URL")
+    os.environ["MOTHER_REDIS_URL"] = host_url
+    phase.runtime.cache_clear()
+    set_current(Host(name))
+    stop = threading.Event()
+
+    def beats() -> None:
+        client = redis.Redis.from_url(host_url, decode_responses=True)
+        line = {"concurrency": 1, "busy": 0, "workers": 1}
+        while not stop.is_set():
+            beat(Asker(client, name), [], line=line)
+            stop.wait(0.3)
+        client.close()
+
+    thread = threading.Thread(target=beats, daemon=True)
+    if beating:
+        thread.start()
+    try:
+        yield host_url
+    finally:
+        stop.set()
+        if beating:
+            thread.join(2)
+        set_current(None)
+        phase.runtime.cache_clear()
+        if before is None:
+            os.environ.pop("MOTHER_REDIS_URL", None)
+        else:
+            os.environ["MOTHER_REDIS_URL"] = before
+        hosts.remove(admin, name)
+        admin.close()
+
+
+def live_host(
+    r: redis.Redis,
+    host: str = "t-host",
+    concurrency: int = 4,
+    queues: tuple[str, ...] | list[str] = ("agents", "tools"),
+) -> str:
+    """Enroll ``host`` (its record; no ACL user: nothing connects as it) and give it a line that does not
+    expire, as Mother writes from its beats (mother.hosts): Mother queues jobs on it."""
     import orjson
 
     from mother import keys
-    from tests.test_pipeline import wait_until
 
-    pid = p.stack.procs[name].pid
-
-    def found() -> str | None:
-        for raw in p.redis.hvals(keys.WORKER_HOSTS):
-            line = orjson.loads(raw)
-            if line.get("pid") == pid and line.get("host_id"):
-                return str(line["host_id"])
-        return None
-
-    host: str = wait_until(found, timeout=20)
+    record = {
+        "name": host,
+        "queues": list(queues),
+        "enrolled_at": "2026-01-01T00:00:00.000Z",
+        "password_sha256": "0" * 64,
+    }
+    r.execute_command("JSON.SET", keys.host_key(host), "$", orjson.dumps(record))
+    r.sadd(keys.HOSTS, host)
+    r.set(keys.host_alive_key(host), orjson.dumps({"concurrency": concurrency, "busy": 0}))
     return host

@@ -27,10 +27,10 @@ def test_doctor_passes_on_the_embedded_server(r: redis.Redis, redis_url: str) ->
         in result.stdout
     )
     assert (
-        "warn queue agents       no worker listens: its jobs wait (`mother worker`)"
-        in result.stdout
+        "warn agents jobs        no live host takes them: they wait (`mother hosts add`, then "
+        "`mother worker`)" in result.stdout
     )
-    assert "warn queue maintenance  no worker listens" in result.stdout
+    assert "warn maintenance jobs   no live host takes them" in result.stdout
 
 
 def test_doctor_refuses_a_server_without_json(tmp_path: Path) -> None:

@@ -420,24 +420,25 @@ def test_the_stack_releases_the_lease_of_a_mother_that_died_holding_it(
         assert r.get(keys.LEADER_LEASE) == other
 
 
-def test_doctor_says_which_mother_leads_and_how_many_workers_listen(pipeline: Pipeline) -> None:
-    """On a served server doctor names the leading Mother and counts the live workers on each queue."""
-    from mother.client import live_workers
+def test_doctor_says_which_mother_leads_and_which_hosts_are_live(pipeline: Pipeline) -> None:
+    """On a served server doctor names the leading Mother and the live hosts for each kind of job, with
+    each host's workers."""
+    from mother.hosts import HostTable
+
+    def live() -> bool:
+        table = HostTable(pipeline.redis)
+        table.refresh()
+        return bool(pipeline.redis.exists(keys.LEADER_LEASE)) and len(table.live) == 2
 
     # the module's stack may have just started
-    wait_until(
-        lambda: (
-            pipeline.redis.exists(keys.LEADER_LEASE)
-            and live_workers(pipeline.redis, "maintenance") == 2
-        ),
-        timeout=30,
-    )
+    wait_until(live, timeout=30)
     result = run_cli("doctor", env={"MOTHER_REDIS_URL": pipeline.url})
     assert result.returncode == 0, result.stderr
     leader = pipeline.redis.get(keys.LEADER_LEASE)
     assert f"ok   mother             {leader} leads (its lease has " in result.stdout
-    for queue in ("agents", "tools", "maintenance"):
-        assert f"ok   {'queue ' + queue:<18} 2 worker(s) listening" in result.stdout
+    for kind in ("agents", "tools", "maintenance"):
+        assert f"ok   {kind + ' jobs':<18} 2 live host(s): local-0, local-1" in result.stdout
+    assert "ok   host local-0       1 workers: " in result.stdout
     assert "warn" not in result.stdout
 
 

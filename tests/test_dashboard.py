@@ -528,9 +528,9 @@ def test_the_last_gc_report_is_a_gauge_even_with_errors(r) -> None:
 
 
 def test_queue_depth_counts_the_queues_jobs_really_use(r: redis.Redis) -> None:
-    """Jobs wait on each host's own queues (agents.{host}, tools.{host}), the shared ones and
-    awaiting_host: the gauge (the summary's and /metrics' mother_queue_depth) counts them all by kind,
-    not only rq:queue:agents, which no phase job uses."""
+    """Jobs wait on each host's own queues ({host}.agents, {host}.tools, {host}.maintenance), and
+    attempts wait for a live host (hosts:awaited): the gauge (the summary's and /metrics'
+    mother_queue_depth) counts them all by kind."""
     from rq import Queue
     from rq.serializers import JSONSerializer
 
@@ -539,15 +539,15 @@ def test_queue_depth_counts_the_queues_jobs_really_use(r: redis.Redis) -> None:
     kwargs = r.connection_pool.connection_kwargs
     plain = redis.Redis(host=kwargs["host"], port=kwargs["port"], db=kwargs.get("db", 0))
     for name, jobs in (
-        ("agents.0a1b2c3d4e5f6a7b", 3),
-        ("agents.1a1b2c3d4e5f6a7b", 2),
-        ("tools.0a1b2c3d4e5f6a7b", 1),
-        ("awaiting_host", 4),
-        ("maintenance", 1),
+        ("host-a.agents", 3),
+        ("host-b.agents", 2),
+        ("host-a.tools", 1),
+        ("host-b.maintenance", 1),
     ):
         queue = Queue(name, connection=plain, serializer=JSONSerializer)
         for _ in range(jobs):
             queue.enqueue_call("workers.phase.execute", args=("x",))
+    r.zadd(keys.HOSTS_AWAITED, {f"run-{n} 0 1": n for n in range(4)})
     assert gauges(r)["queues"] == {"agents": 5, "tools": 1, "maintenance": 1, "awaiting_host": 4}
 
 

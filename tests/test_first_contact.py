@@ -306,7 +306,9 @@ def test_workers_log_json_lines_and_say_when_an_attempt_failed(stack: Pipeline) 
     from mother.keys import phase_job_id
 
     at = stack.client.status(failing).phase_index
-    failed_jobs = {phase_job_id(failing, at, n) for n in (1, 2, 3)}
+    failed_jobs = {
+        phase_job_id(host, failing, at, n) for host in ("local-0", "local-1") for n in (1, 2, 3)
+    }
     seen = [x for x in rq_lines if any(job in x["event"] for job in failed_jobs)]
     assert seen, "RQ's lines name the failed attempts' jobs"
     for line in rq_lines:

@@ -22,6 +22,7 @@ from rq.serializers import JSONSerializer
 
 from mother import keys
 from mother.artifacts import retention_for
+from mother.artifacts.collect import collect_here as collect
 from mother.artifacts.controls import control, list_for_run, reports, restore_artifact
 from mother.artifacts.policy import DAY_MS, REASON_CLASS
 from mother.artifacts.schedule import JsonCronJob, catch_up
@@ -33,9 +34,8 @@ from mother.runtime import Runtime
 from schemas import iso_from_ms
 from schemas.artifact import Artifact
 from schemas.termination import TERMINATION_REASONS
-from tests.conftest import Pipeline, run_cli, start_pipeline, stop_pipeline
+from tests.conftest import Pipeline, live_host, run_cli, start_pipeline, stop_pipeline
 from tests.test_pipeline import example, wait_until
-from workers.gc import collect
 
 T0 = 1_795_000_000_000  # 2026-11-18T...
 
@@ -277,6 +277,15 @@ def test_what_a_run_leaves_has_a_retention_too(r: redis.Redis, tmp_path: Any) ->
     assert 0 < r.ttl(key) <= 3 * 86_400
 
 
+# the daily GC driven in a process of its own, with Mother's credentials (as `mother gc run` does)
+SCHEDULED_HERE = (
+    "from mother.artifacts.collect import collect_here; from mother.config import load_settings; "
+    "from mother.runtime import Runtime; rt = Runtime.create(load_settings()); "
+    "report = collect_here(rt, now_ms=rt.clock.now_ms(), scheduled=True); "
+    "print(report.model_dump() if report else None)"
+)
+
+
 def test_a_killed_gc_leaves_its_report_and_frees_its_day(r: redis.Redis, redis_url: str) -> None:
     """A scheduled GC killed half way (kill -9, in a process of its own): its report so far is there
     (status running, what its finished steps did), and its day is only leased, so once the lease lapses
@@ -291,7 +300,7 @@ def test_a_killed_gc_leaves_its_report_and_frees_its_day(r: redis.Redis, redis_u
         "MOTHER_RETENTION__GC_LEASE_SECONDS": "2",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from workers.gc import scheduled; scheduled()"],
+        [sys.executable, "-c", SCHEDULED_HERE],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -316,11 +325,7 @@ def test_a_killed_gc_leaves_its_report_and_frees_its_day(r: redis.Redis, redis_u
     assert wait_until(lambda: not r.exists(day), timeout=10)
     # the retry, the same day
     done = subprocess.run(
-        [sys.executable, "-c", "from workers.gc import scheduled; print(scheduled())"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-c", SCHEDULED_HERE], env=env, capture_output=True, text=True, check=True
     )
     assert "'status': 'completed'" in done.stdout
     # the killed GC's report: interrupted, with what it had done
@@ -419,7 +424,12 @@ def test_two_schedulers_one_gc_a_day_and_a_missed_day_caught_up(r: redis.Redis) 
     """The cron job takes its day with SET NX: a second scheduler's job that day does nothing. A
     scheduler starting after a day whose 02:00 passed with no GC enqueues one; after one ran, none."""
     rt = _rt(r)
-    queue = Queue("maintenance", connection=redis.Redis(**_plain(r)), serializer=JSONSerializer)
+    live_host(r, "gc-host", queues=["maintenance"])
+    queue = Queue(
+        keys.host_queue("gc-host", "maintenance"),
+        connection=redis.Redis(**_plain(r)),
+        serializer=JSONSerializer,
+    )
     assert catch_up(rt, "0 2 * * *", queue) is True
     assert queue.count == 1
     job = queue.jobs[0]
@@ -451,7 +461,9 @@ def test_a_days_gc_whose_job_died_is_enqueued_again_by_the_crons_next_tick(r: re
 
     rt = _rt(r)
     rq_redis = redis.Redis(**_plain(r))
-    queue = Queue("maintenance", connection=rq_redis, serializer=JSONSerializer)
+    queue = Queue(
+        keys.host_queue("gc-host", "maintenance"), connection=rq_redis, serializer=JSONSerializer
+    )
     now = datetime.fromtimestamp(rt.clock.now_ms() / 1000, UTC).replace(tzinfo=None)
     day = croniter("0 2 * * *", now).get_prev(datetime).strftime("%Y-%m-%d")
     day_key = keys.gc_day_key(day)
@@ -508,10 +520,12 @@ def test_mother_sets_retention_at_a_runs_end_and_the_gc_job_runs_once_a_day(
     assert stack.redis.zscore(keys.RUN_RETENTION, run_id) == end_ms + 180 * DAY_MS
     # the scheduled job on a real worker: the first of the day collects, the second does nothing
     queue = Queue(
-        "maintenance", connection=redis.Redis.from_url(stack.url), serializer=JSONSerializer
+        keys.host_queue("local-0", "maintenance"),
+        connection=redis.Redis.from_url(stack.url),
+        serializer=JSONSerializer,
     )
-    first = queue.enqueue_call("workers.gc.scheduled")
-    second = queue.enqueue_call("workers.gc.scheduled")
+    first = queue.enqueue_call("workers.gc.scheduled", job_id=keys.host_job_id("local-0", "gc-1"))
+    second = queue.enqueue_call("workers.gc.scheduled", job_id=keys.host_job_id("local-0", "gc-2"))
     wait_until(
         lambda: (
             first.get_status(refresh=True) == "finished"

@@ -141,32 +141,33 @@ def test_run_ids_that_would_share_another_runs_keys_are_refused(
     )  # type: ignore[arg-type]
 
 
-def test_an_attempts_children_pattern_matches_its_own_children_only(r: object) -> None:
-    """The attempt user's ledger pattern for the children it spawns is exact (8 hex digits after ``.c``):
-    not a grandchild's node, not a longer suffix, and not the children of a sibling run that shares the
-    first 100 characters of a long id (what ``run_id[:100]`` gave them before)."""
-    from mother.attempt_users import mint
+def test_a_hosts_patterns_match_its_own_rq_keys_only() -> None:
+    """A host's ACL key patterns cover RQ's keys of its own queues, jobs and workers, and no other host's:
+    not one whose name starts with its own (``gpu`` and ``gpu-2``), not another's jobs or workers."""
+    from fnmatch import fnmatchcase
 
-    long_a, long_b = "a" * 100 + "x" * 20, "a" * 100 + "y" * 20
-    cases = {
-        ("alpha", "ledger:alpha.c0123abcd"): True,
-        ("alpha", "ledger:alpha.c0123abcde"): False,
-        ("alpha", "ledger:alpha.cx123abcd"): False,
-        ("alpha", "ledger:alpha.c0123abcd.c11111111"): False,
-        ("alpha", "ledger:alpha.c0123abc"): False,
-        (long_a, f"ledger:{keys.child_prefix(long_a)}.c0123abcd"): True,
-        (long_a, f"ledger:{keys.child_prefix(long_b)}.c0123abcd"): False,
-        (long_a, f"ledger:{'a' * 100}.c0123abcd"): False,
-    }
-    made = set()
-    try:
-        for (run_id, key), allowed in cases.items():
-            if run_id not in made:
-                mint(r, run_id, 0, 1, f"token-{run_id}", "alice", "2026-11-27")
-                made.add(run_id)
-            user = keys.attempt_user(run_id, 0, 1)
-            got = r.execute_command("ACL", "DRYRUN", user, "JSON.SET", key, "$", "1")  # type: ignore[attr-defined]
-            assert (got == "OK") is allowed, (run_id[:12], key, got)
-    finally:
-        for run_id in made:
-            r.execute_command("ACL", "DELUSER", keys.attempt_user(run_id, 0, 1))  # type: ignore[attr-defined]
+    patterns = keys.host_rq_patterns("gpu")
+
+    def covered(key: str) -> bool:
+        return any(fnmatchcase(key, p) for p in patterns)
+
+    mine = [
+        f"rq:queue:{keys.host_queue('gpu', 'agents')}",
+        f"rq:queue:{keys.host_queue('gpu', 'agents')}:intermediate",
+        f"rq:wip:{keys.host_queue('gpu', 'tools')}",
+        f"rq:failed:{keys.host_queue('gpu', 'maintenance')}",
+        f"rq:job:{keys.phase_job_id('gpu', 'run-1', 0, 1)}",
+        f"rq:results:{keys.phase_job_id('gpu', 'run-1', 0, 1)}",
+        f"rq:worker:{keys.host_worker_name('gpu', 'w0')}",
+        f"rq:workers:{keys.host_queue('gpu', 'agents')}",
+    ]
+    others = [
+        f"rq:queue:{keys.host_queue('gpu-2', 'agents')}",
+        f"rq:job:{keys.phase_job_id('gpu-2', 'run-1', 0, 1)}",
+        f"rq:worker:{keys.host_worker_name('gpu-2', 'w0')}",
+        "rq:queue:agents",
+        "rq:workers",
+        "run:run-1",
+    ]
+    assert all(covered(k) for k in mine), [k for k in mine if not covered(k)]
+    assert not any(covered(k) for k in others), [k for k in others if covered(k)]

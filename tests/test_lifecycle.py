@@ -18,23 +18,13 @@ from mother.review import on_phase_result
 from mother.runtime import Runtime
 from mother.streams import Delivery, ensure_group
 from schemas import PhaseResult, ms_from_iso
+from tests.conftest import live_host
 from tests.test_pipeline import example
 
 GROUP = "mother"
 # a live worker host Mother addresses the jobs to (no process behind it: these tests take no job)
-HOST = "00000000000000aa"
-QUEUE = f"rq:queue:agents.{HOST}"
-
-
-def live_host(r: redis.Redis, host: str = HOST) -> str:
-    """Register ``host`` and give it a line that does not expire, as its pool would (mother.hosts)."""
-    r.hset(
-        keys.HOSTS_REGISTERED,
-        host,
-        orjson.dumps({"digest": "0" * 64, "name": "t", "concurrency": 4}),
-    )
-    r.set(keys.host_alive_key(host), orjson.dumps({"concurrency": 4, "busy": 0}))
-    return host
+HOST = "t-host"
+QUEUE = f"rq:queue:{HOST}.agents"
 
 
 def _started(r: redis.Redis, redis_url: str, **settings: object) -> tuple[Runtime, str]:
@@ -59,8 +49,10 @@ def _delivered(r: redis.Redis, rt: Runtime, result: PhaseResult) -> Delivery:
 
 
 def _token(r: redis.Redis, result: PhaseResult) -> str | None:
-    """The result token Mother minted for the result's attempt (its host's worker claims it with GETDEL)."""
-    return r.get(keys.host_token_key(HOST, result.run_id, result.phase_index, result.attempt))
+    """The host Mother queued the result's attempt on (only that host's result moves the run)."""
+    raw = r.execute_command("JSON.GET", keys.run_key(result.run_id), "$.host")
+    found = orjson.loads(raw) if raw else []
+    return found[0] if found else None
 
 
 def _calls(r: redis.Redis) -> dict[str, int]:
@@ -85,17 +77,20 @@ def test_a_result_moves_the_run_and_dispatches_the_next_phase_in_one_call_and_a_
         finished_at="2026-11-22T00:00:00.000Z",
     )
     delivery = _delivered(r, rt, result)
-    job_key = Job.key_for(keys.phase_job_id(run_id, 1, 1))
+    job_key = Job.key_for(keys.phase_job_id(HOST, run_id, 1, 1))
     activity_before, queued_before = r.xlen(keys.ACTIVITY_STREAM), r.llen(QUEUE)
+    host = _token(r, result)
+    # the hosts' table as Mother last read it (it reads them every half second)
+    rt.hosts.refresh()
     before = _calls(r)
-    on_phase_result(rt, result, _token(r, result), delivery=delivery)
+    on_phase_result(rt, result, host, delivery=delivery)
     after = _calls(r)
-    # the dispatch rode with the transition; the only other call is mh_floor, sent with the attempt
-    # user's ACL SETUSER (its floors under the counters: the run's and its user's, read and written)
+    # the dispatch rode with the transition: one server call, no ACL command
     assert after.get("cmdstat_exec", 0) == before.get("cmdstat_exec", 0)
-    assert after["cmdstat_fcall"] - before["cmdstat_fcall"] == 2
-    # the fence's, in mh_transition, and mh_floor's four: Mother reads nothing itself
-    assert after["cmdstat_json.get"] - before["cmdstat_json.get"] == 1 + 4
+    assert after["cmdstat_fcall"] - before["cmdstat_fcall"] == 1
+    assert not any(name.startswith("cmdstat_acl") for name in set(after) - set(before))
+    # the fence's, in mh_transition: Mother reads nothing itself
+    assert after["cmdstat_json.get"] - before["cmdstat_json.get"] == 1
     run = rt.load_run(run_id)
     assert (run.status, run.phase_index, run.attempt, run.phase) == ("running", 1, 1, "execute")
     assert [p.output for p in run.results] == ["the plan"]
@@ -139,17 +134,19 @@ def test_with_an_llm_summarizer_the_move_comes_first_and_the_dispatch_after_it(
         finished_at="2026-11-22T00:00:00.000Z",
     )
     delivery = _delivered(r, rt, result)
+    host = _token(r, result)
+    rt.hosts.refresh()
     before = _calls(r)
-    on_phase_result(rt, result, _token(r, result), delivery=delivery)
+    on_phase_result(rt, result, host, delivery=delivery)
     after = _calls(r)
-    # the move (mh_transition), the floors under the counters (mh_floor) and the dispatch's MULTI
+    # the move (mh_transition) and the dispatch's MULTI
     assert (
         after["cmdstat_fcall"] - before["cmdstat_fcall"],
         after["cmdstat_exec"] - before["cmdstat_exec"],
-    ) == (2, 1)
+    ) == (1, 1)
     run = rt.load_run(run_id)
     assert (run.phase_index, run.attempt) == (1, 1) and r.exists(
-        Job.key_for(keys.phase_job_id(run_id, 1, 1))
+        Job.key_for(keys.phase_job_id(HOST, run_id, 1, 1))
     )
     assert delivery.acked and r.xpending(keys.EVENTS_STREAM, GROUP)["pending"] == 0
 
@@ -270,7 +267,7 @@ def test_an_end_a_mother_died_before_applying_is_applied_by_the_watchdog_once(
     guard = Guard(r, rt.settings, run_id, "alice", rt.clock.today)
     # a call in flight when the run ended
     op = guard.reserve_call(rt.settings.models["scripted"], 200)
-    job_id = keys.phase_job_id(run_id, 0, 1)
+    job_id = keys.phase_job_id(HOST, run_id, 0, 1)
     assert job_id in r.lrange(QUEUE, 0, -1)
     record = build_record(
         run_id=run_id,
@@ -513,7 +510,7 @@ def test_a_result_of_an_attempt_that_was_retried_moves_nothing(
     assert (run.status, run.phase_index, run.attempt, run.results) == ("running", 0, 2, [])
     assert r.xlen(keys.ACTIVITY_STREAM) == activity_before
     assert r.lrange(QUEUE, 0, -1) == queued_before
-    for moved in (keys.phase_job_id(run_id, 1, 1), keys.phase_job_id(run_id, 0, 3)):
+    for moved in (keys.phase_job_id(HOST, run_id, 1, 1), keys.phase_job_id(HOST, run_id, 0, 3)):
         assert not r.exists(Job.key_for(moved))
     assert not delivery.acked
     # the server's fence on its own, without the token check: a move of Mother's (no token: a timeout's
@@ -525,29 +522,16 @@ def test_a_result_of_an_attempt_that_was_retried_moves_nothing(
     assert r.execute_command("JSON.GET", keys.run_key(run_id)) == state_before
 
 
-def test_a_host_counts_no_more_workers_than_it_registered_with_and_mother_spreads_the_jobs(
-    r: redis.Redis,
-) -> None:
-    """A host's line is its own word (its user rewrites it at will): one saying it has 100,000 workers
-    where it registered one would have drawn every job, and every token, to itself. It counts as what it
-    registered with, so two idle hosts of one worker each get one job each; an avoided host gets none
-    while another is live."""
-    from mother.clock import ServerClock
+def test_mother_spreads_the_jobs_over_the_live_hosts_that_take_their_kind(r: redis.Redis) -> None:
+    """Two idle live hosts of one worker each get one job each; a host not enrolled for a kind of job
+    gets none of it; a host whose line is gone (silent) gets none."""
     from mother.hosts import HostTable
 
-    liar, honest = "00000000000000bb", "00000000000000cc"
-    for host in (liar, honest):
-        r.hset(
-            keys.HOSTS_REGISTERED,
-            host,
-            orjson.dumps({"digest": "0" * 64, "name": "t", "concurrency": 1}),
-        )
-    r.set(keys.host_alive_key(liar), orjson.dumps({"concurrency": 100_000, "busy": 0}))
-    r.set(keys.host_alive_key(honest), orjson.dumps({"concurrency": 1, "busy": 0}))
-    table = HostTable(r, ServerClock(r))
+    first, second = live_host(r, "h-one", 1), live_host(r, "h-two", 1)
+    table = HostTable(r)
     table.refresh()
-    assert table.live[liar].concurrency == 1
-    assert sorted([table.choose(), table.choose()]) == [liar, honest]
-    r.zadd(keys.HOSTS_AVOIDED, {liar: ServerClock(r).now_ms() + 60_000})
+    assert sorted([table.choose("agents"), table.choose("agents")]) == [first, second]
+    assert table.choose("maintenance") is None
+    r.delete(keys.host_alive_key(second))
     table.refresh()
-    assert {table.choose() for _ in range(4)} == {honest}
+    assert {table.choose("agents") for _ in range(4)} == {first}

@@ -14,7 +14,7 @@ from mother import keys
 from mother.activity import recent
 from mother.client import load_spec_file
 from mother.errors import InvalidSpec, WaitTimeout
-from tests.conftest import Pipeline, start_pipeline, stop_pipeline
+from tests.conftest import Pipeline, inproc_host, start_pipeline, stop_pipeline
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -149,7 +149,9 @@ def held_back_nothing(p: Pipeline, run_id: str, released_why: str | None = None)
     # its end was applied
     assert p.redis.zscore(keys.RUNS_ENDING, run_id) is None
     # none held: each one left is a release's tombstone (with the attempt that made it, when a horse did)
-    assert all(set(r) - {"attempt"} == {"at", "released"} for r in budget["reservations"].values())
+    assert all(
+        set(r) - {"attempt", "host"} == {"at", "released"} for r in budget["reservations"].values()
+    )
     if released_why is not None:
         assert len(budget["reservations"]) == 1
         [released] = [
@@ -365,21 +367,15 @@ def test_duplicate_run_id_is_rejected(pipeline: Pipeline) -> None:
 
 
 def test_job_for_terminated_run_does_nothing(pipeline: Pipeline) -> None:
-    """Running the phase job of a run that already ended writes no event and no artifact."""
+    """Running the phase job of a run that already ended, on an enrolled host, writes no event and no
+    artifact: Mother refuses its begin ask (the host holds no such attempt)."""
     from workers import phase
 
     run_id = pipeline.client.submit(example("three-phase"))
     pipeline.wait(run_id)
     before = pipeline.redis.xlen(keys.EVENTS_STREAM)
-    phase.runtime.cache_clear()
-    import os
-
-    os.environ["MOTHER_REDIS_URL"] = pipeline.url
-    try:
+    with inproc_host(pipeline.url, beating=False):
         assert phase.execute(run_id, 0, 1) == {"status": "stale"}
-    finally:
-        del os.environ["MOTHER_REDIS_URL"]
-        phase.runtime.cache_clear()
     assert pipeline.redis.xlen(keys.EVENTS_STREAM) == before
 
 
@@ -398,96 +394,75 @@ def _job_ended(p: Pipeline, job_id: str) -> bool:
     return job.get_status() not in ("queued", "started", "scheduled", "deferred")
 
 
-def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(
-    pipeline: Pipeline, tmp_path: Path
-) -> None:
-    """The worker makes a phase job's first read before forking (PhaseWorker → prefetch) and, for the
-    current attempt, sets the phase up (context, provider, hooks, meter, messages) without writing
-    anything: the horse uses it only for that very attempt. A stale attempt gets no setup and does
-    nothing (no beat: the read writes none; an attempt's beats are its own user's). A setup that fails is
-    left to the horse."""
+def test_prefetch_sets_up_a_current_attempt_and_a_stale_one_does_nothing(tmp_path: Path) -> None:
+    """The worker asks Mother to begin a phase job's attempt before forking (PhaseWorker → prefetch) and,
+    for the attempt its host holds, sets the phase up (context, provider, hooks, meter, messages) without
+    writing anything: the horse uses it only for that very attempt. A stale attempt gets no setup and
+    does nothing. A setup that fails is left to the horse."""
     import os
 
     from mother.hooks import load_hooks
     from workers import phase
 
-    # one slow phase
-    run_id = pipeline.client.submit(example("cancelled"))
-    wait_until(
-        lambda: (
-            pipeline.redis.exists(keys.run_key(run_id))
-            and pipeline.client.status(run_id).status == "running"
-        )
-    )
-    # not all UTF-8
-    last = pipeline.server.client(decode_responses=False).xrevrange(keys.EVENTS_STREAM, count=1)
-    after = f"({last[0][0].decode()}" if last else "-"
-    phase.runtime.cache_clear()
-    os.environ["MOTHER_REDIS_URL"] = pipeline.url
+    p = start_pipeline(tmp_path, workers=0)
     try:
-        # the attempt a worker is running now: current
-        got = phase.prefetch(run_id, 0, 1)
-        assert got is not None and got.ids == (run_id, 0, 1) and got.first is not None
-        state, _counters, context, _token = got.first
-        assert state is not None and (state.status, state.phase_index, state.attempt) == (
-            "running",
-            0,
-            1,
-        )
-        # made by the setup, before the fork (before this test asks for it)
-        made = context._manifest
-        # checked
-        assert context.run_id == run_id and context.manifest().content_hash == context.content_hash
-        setup = got.setup
-        assert (
-            setup is not None
-            and setup.context is context
-            and made is not None
-            and made is context.manifest()
-        )
-        role = state.spec.pipeline[0].role
-        expected = [h.spec.id for h in load_hooks(phase.runtime().settings, role).hooks]
-        assert expected and [h.spec.id for h in setup.harness.hooks.hooks] == expected
-        # the run's, read
-        assert setup.meter.defer_final and isinstance(
-            (setup.meter.counters or {}).get("model_calls"), int
-        )
-        assert [m["role"] for m in setup.messages] == ["system", "user"]
-        assert role in setup.messages[0]["content"]
-        # nothing written before the horse runs
-        assert not setup.toolbox.workspace.exists()
-        # a broken hook file: the read is still inherited, the setup is left for the horse to make and report
-        bad = tmp_path / "bad-hooks.yaml"
-        bad.write_text("- id: x\n  event: [unclosed\n")
-        os.environ["MOTHER_HOOKS__PROJECT_FILE"] = str(bad)
-        phase.runtime.cache_clear()
-        got = phase.prefetch(run_id, 0, 1)
-        assert got is not None and got.first[0] is not None and got.setup is None
-        del os.environ["MOTHER_HOOKS__PROJECT_FILE"]
-        phase.runtime.cache_clear()
-        pipeline.client.cancel(run_id)
-        assert pipeline.wait(run_id).termination.reason == "user_cancelled"
-        # the worker that ran the attempt has stopped with it (until then it may still beat)
-        wait_until(lambda: _job_ended(pipeline, keys.phase_job_id(run_id, 0, 1)), timeout=30)
-        beat_key = keys.attempt_heartbeat_key(run_id, 0, 1)
-        pipeline.redis.delete(beat_key)
-        # the run ended: stale, so no setup, and nothing beats for it
-        got = phase.prefetch(run_id, 0, 1)
-        assert got is not None and got.first[0].status == "terminated"
-        assert got.setup is None
-        assert phase.execute(run_id, 0, 1) == {"status": "stale"}
-        assert not pipeline.redis.exists(beat_key)
-        # an unknown run: nothing to inherit but the verdict
-        got = phase.prefetch("run-nope", 0, 1)
-        assert got is not None and got.first[0] is None and got.setup is None
-        assert phase.execute("run-nope", 0, 1) == {"status": "stale"}
+        with inproc_host(p.url):
+            # one slow phase, queued on this host: the only live one
+            run_id = p.client.submit(example("cancelled"))
+            wait_until(lambda: p.redis.llen(f"rq:queue:{keys.host_queue('inproc', 'agents')}"))
+            got = phase.prefetch(run_id, 0, 1)
+            assert got is not None and got.ids == (run_id, 0, 1) and got.begun is not None
+            state, context = got.begun.state, got.begun.context
+            assert (state.status, state.phase_index, state.attempt, state.host) == (
+                "running",
+                0,
+                1,
+                "inproc",
+            )
+            # made by the setup, before the fork (before this test asks for it)
+            assert context is not None
+            made = context._manifest
+            assert (
+                context.run_id == run_id and context.manifest().content_hash == context.content_hash
+            )
+            setup = got.setup
+            assert setup is not None and setup.context is context and made is context.manifest()
+            role = state.spec.pipeline[0].role
+            expected = [h.spec.id for h in load_hooks(phase.runtime().settings, role).hooks]
+            assert expected and [h.spec.id for h in setup.harness.hooks.hooks] == expected
+            # the run's counters, from Mother's reply
+            assert setup.meter.defer_final and isinstance(
+                (setup.meter.counters or {}).get("model_calls"), int
+            )
+            assert [m["role"] for m in setup.messages] == ["system", "user"]
+            assert role in setup.messages[0]["content"]
+            # nothing written before the horse runs
+            assert not setup.toolbox.workspace.exists()
+            # a broken hook file: Mother's reply is still inherited, the setup left for the horse
+            bad = tmp_path / "bad-hooks.yaml"
+            bad.write_text("- id: x\n  event: [unclosed\n")
+            os.environ["MOTHER_HOOKS__PROJECT_FILE"] = str(bad)
+            phase.runtime.cache_clear()
+            got = phase.prefetch(run_id, 0, 1)
+            assert got is not None and got.begun is not None and got.setup is None
+            del os.environ["MOTHER_HOOKS__PROJECT_FILE"]
+            phase.runtime.cache_clear()
+            p.client.cancel(run_id)
+            assert p.wait(run_id).termination.reason == "user_cancelled"
+            # the run ended: Mother refuses the begin, so no setup, and nothing beats for it
+            got = phase.prefetch(run_id, 0, 1)
+            assert got is not None and got.begun is None and got.setup is None
+            assert phase.execute(run_id, 0, 1) == {"status": "stale"}
+            # an unknown run: the same
+            got = phase.prefetch("run-nope", 0, 1)
+            assert got is not None and got.begun is None and got.setup is None
+            assert phase.execute("run-nope", 0, 1) == {"status": "stale"}
+        # no result
+        assert p.redis.xlen(keys.EVENTS_STREAM) == 0
+        assert not p.redis.exists(keys.attempt_heartbeat_key("run-nope", 0, 1))
     finally:
-        del os.environ["MOTHER_REDIS_URL"]
         os.environ.pop("MOTHER_HOOKS__PROJECT_FILE", None)
-        phase.runtime.cache_clear()
-    # no result
-    assert pipeline.redis.xrange(keys.EVENTS_STREAM, after, "+") == []
-    assert not pipeline.redis.exists(keys.attempt_heartbeat_key("run-nope", 0, 1))
+        stop_pipeline(p)
 
 
 def test_phase_the_worker_cannot_set_up_fails_in_the_horse_with_the_reason(tmp_path: Path) -> None:
@@ -533,9 +508,9 @@ def test_wait_says_when_no_worker_starts_a_phase_and_why(
         with pytest.raises(WaitTimeout):
             p.client.wait(first, 3, on_notice=notices.append)
         assert [re.sub(r"waited \d+s", "waited Ns", n) for n in notices] == [
-            f"run {first}: phase execute (attempt 1) has waited Ns for a worker host, and none is live "
-            "(registered, its line fresh); still waiting (start one: `mother worker`, with `mother run` "
-            "leading)"
+            f"run {first}: phase execute (attempt 1) has waited Ns for a worker host, and no live host "
+            "takes it (enrolled, beating); still waiting (start one: `mother hosts add NAME`, then "
+            "`mother worker` with its URL)"
         ]
         # a wait started late counts from the dispatch (server clock), not from when it looked:
         notices.clear()
@@ -554,21 +529,24 @@ def test_wait_says_when_no_worker_starts_a_phase_and_why(
         )
         # takes the first run's phase, which then hangs: the worker is busy
         p.stack.add_worker()
+        host = "local-0"
         wait_until(
-            lambda: p.redis.hget(f"rq:job:{keys.phase_job_id(first, 0, 1)}", "status") == "started",
+            lambda: (
+                p.redis.hget(f"rq:job:{keys.phase_job_id(host, first, 0, 1)}", "status")
+                == "started"
+            ),
             timeout=30,
         )
         second = p.client.submit(example("cancelled", scripts=hang))
         notices.clear()
         with pytest.raises(WaitTimeout):
             p.client.wait(second, 3, on_notice=notices.append)
-        [host] = p.redis.hkeys(keys.HOSTS_REGISTERED)
         # (its own job, and on a loaded machine perhaps the first run's next attempt)
         said = [re.sub(r"waited \d+s", "waited Ns", n) for n in notices]
         assert [re.sub(r"busy, \d job", "busy, N job", n) for n in said] == [
-            f"run {second}: phase execute (attempt 1) has waited Ns for a worker on queue 'agents.{host}' "
-            "(the host Mother chose): the 1 worker(s) listening there are busy, N job(s) queued; still "
-            "waiting (more workers: `mother worker`)"
+            f"run {second}: phase execute (attempt 1) has waited Ns for a worker of host {host} (queue "
+            f"'{host}.agents', Mother's choice): its workers are busy, N job(s) queued; still waiting "
+            "(more workers: `mother worker --concurrency N`, or another host)"
         ]
         notices.clear()
         with pytest.raises(WaitTimeout):

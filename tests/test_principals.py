@@ -18,16 +18,24 @@ import orjson
 import pytest
 import redis
 
-from mother import keys, principals
+from mother import keys
+from mother.identities import principals
 from mother.acl import check
-from mother.cli.principals import principal_url
+from mother.cli.identities import principal_url
 from mother.client import MotherClient
 from mother.config import load_settings
 from mother.connection import connect
 from mother.errors import GateRefused, PolicyViolation, RateLimited
 from mother.records.rejections import read_rejection_for
 from schemas.rejection import Rejection
-from tests.conftest import as_user, attacker_attempt, cli, run_cli, start_acl_stack, start_up_dev
+from tests.conftest import (
+    as_user,
+    attacker_host,
+    cli,
+    run_cli,
+    start_acl_stack,
+    start_up_dev,
+)
 from tests.test_pipeline import example, wait_until
 
 ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"
@@ -52,6 +60,15 @@ class Tenancy:
             principals.remove(self.admin, name)
         _, password = principals.add(self.admin, name, grants, list(acts_for), NOW)
         return principal_url(self.url, name, password)
+
+    def host_url(self, name: str) -> str:
+        """A new enrolled host's URL (its password as a leaked one would be known)."""
+        from mother.identities import hosts
+
+        if hosts.load(self.admin, name) is not None:
+            hosts.remove(self.admin, name)
+        _, password = hosts.add(self.admin, name, ["agents", "tools", "maintenance"], NOW)
+        return principal_url(self.url, keys.host_user(name), password)
 
     def client(self, url: str) -> MotherClient:
         return MotherClient(settings=load_settings(redis_url=url))
@@ -157,16 +174,17 @@ def test_a_principal_may_submit_only_for_itself_or_whom_it_acts_for(tenancy: Ten
     assert got.code == "identity_refused" and "its parent's user's" in got.error
 
 
-@pytest.mark.parametrize("user", ["flood", "worker", "maintenance", "dashboard"])
+@pytest.mark.parametrize("user", ["flood", "host", "dashboard"])
 def test_no_principal_or_service_user_can_destroy_others_work(tenancy: Tenancy, user: str) -> None:
-    """Neither a principal nor the workers', the GC's or the dashboard's credentials can expire, trim,
-    delete or XDEL Mother's streams, write run-id claims or rate windows, or rewrite a waiting run's
-    gate (its approvers, its deadline); a probe of each (mother.acl) finds none allowed."""
-    url = (
-        tenancy.principal("vandal", ["submit", "cancel"])
-        if user == "flood"
-        else _as(tenancy.url, user)
-    )
+    """Neither a principal nor a host's or the dashboard's credentials can expire, trim, delete or XDEL
+    Mother's streams, write run-id claims or rate windows, or rewrite a waiting run's gate (its
+    approvers, its deadline); a probe of each (mother.acl) finds none allowed."""
+    if user == "flood":
+        url = tenancy.principal("vandal", ["submit", "cancel"])
+    elif user == "host":
+        url = tenancy.host_url("vandal-host")
+    else:
+        url = _as(tenancy.url, user)
     conn = connect(url)
     before = {
         stream: tenancy.admin.xlen(stream)
@@ -297,34 +315,26 @@ def test_a_principal_cancels_only_its_own_users_runs(tenancy: Tenancy) -> None:
     assert record.reason == "user_cancelled" and record.details.startswith("Cancelled by alice2:")
 
 
-def test_workers_submit_only_their_parents_children(tenancy: Tenancy) -> None:
-    """Neither the worker user nor a phase attempt's may append to Mother's submissions stream or
-    mother:spawns (an attempt asks for a child through its own spawn_request key and Mother's relay, for
-    children of its own run only); Mother takes only a child of a run that has not ended, for its
-    parent's user, whatever the attempt asks for."""
-    worker = connect(_as(tenancy.url, "worker"))
-    run, attempt = attacker_attempt(
-        MotherClient(settings=load_settings(redis_url=_as(tenancy.url, "admin"))),
-        tenancy.admin,
-        tenancy.url,
+def test_hosts_submit_only_their_attempts_children(tenancy: Tenancy) -> None:
+    """A host may append to no stream of Mother's (submissions, spawns): a child is asked of Mother with
+    the host's spawn ask, which Mother makes from the parent's own record (its user, its scripts) and
+    only for an attempt the host holds; a child asked for another run's attempt is refused, nothing
+    made."""
+    from workers.asking import Asker
+
+    name, host = attacker_host(tenancy.admin, tenancy.url, "spawner-host")
+    for stream in (keys.SUBMISSIONS_STREAM, keys.SPAWNS_STREAM):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            host.xadd(stream, {"spec": orjson.dumps(_quick("carol"))})
+    parent = _gated_parent(tenancy)
+    reply = Asker(host, name, 10).ask(
+        "spawn",
+        {"arguments": {"role": "helper", "task": "t", "budget": "0.10"}},
+        (parent, 0, 1),
+        raising=False,
     )
-    for who in (worker, attempt):
-        for stream in (keys.SUBMISSIONS_STREAM, keys.SPAWNS_STREAM):
-            with pytest.raises(redis.exceptions.NoPermissionError):
-                who.xadd(stream, {"spec": orjson.dumps(_quick("carol"))})
-    with pytest.raises(redis.exceptions.NoPermissionError):
-        attempt.set(keys.spawn_request_key(f"{_gated_parent(tenancy)}.c0123abcd"), b"{}")
-    for extra, code, error in (
-        ({}, "invalid_spec", "names no parent_run_id"),
-        ({"parent_run_id": run}, "identity_refused", "its parent's user's"),
-    ):
-        child = f"{keys.child_prefix(run)}.c{uuid.uuid4().hex[:8]}"
-        request = keys.spawn_request_key(child)
-        attempt.set(request, orjson.dumps({**_quick("carol", child), **extra}))
-        attempt.publish(keys.RELAY_CHANNEL, request)
-        got = wait_until(lambda child=child: read_rejection_for(tenancy.admin, child), timeout=20)
-        assert got.code == code and error in got.error
-        assert not tenancy.admin.exists(keys.run_key(child))
+    assert reply["ok"] is False and reply["code"] == "phase_stale", reply
+    assert not list(tenancy.admin.scan_iter(match=f"run:{keys.child_prefix(parent)}.c*"))
 
 
 def _gated_parent(tenancy: Tenancy) -> str:
@@ -481,7 +491,7 @@ def test_a_principals_url_keeps_every_host_of_the_base(base: str, expected: str)
     """`principals add` and `rotate` print the new principal's URL made from the deployment's: a
     redis+sentinel:// URL naming several sentinels keeps them all (it crashed with "Port could not be
     cast to integer" after changing the server, so the password shown once was never shown)."""
-    from mother.cli.principals import principal_url
+    from mother.cli.identities import principal_url
     from mother.connection import sentinel_parts
 
     got = principal_url(base, "erin", "p@ss")
@@ -519,9 +529,9 @@ def test_a_principal_whose_acl_user_the_server_lost_gets_it_back(tenancy: Tenanc
     said = [
         orjson.loads(f["data"])
         for _, f in tenancy.admin.xrange(keys.ACTIVITY_STREAM, count=100_000)
-        if f["type"] == "principal_users_reapplied"
+        if f["type"] == "acl_users_reapplied"
     ]
-    assert any("carol-svc" in s["principals"] for s in said)
+    assert any("carol-svc" in s["users"] for s in said)
 
 
 def test_a_party_that_floods_hurts_only_itself(tenancy: Tenancy) -> None:

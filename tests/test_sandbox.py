@@ -615,14 +615,26 @@ def test_a_worker_keeps_its_credentials_out_of_its_environment(
 # -- the worker, the CLI ----------------------------------------------------------------------------
 
 
-def test_a_worker_refuses_to_start_without_its_sandbox(redis_url: str) -> None:
-    missing = {"MOTHER_REDIS_URL": redis_url, "MOTHER_TOOLS__SANDBOX_BWRAP": "/nonexistent/bwrap"}
+def test_a_worker_refuses_to_start_without_its_sandbox(r: Any, redis_url: str) -> None:
+    from mother import keys
+    from mother.identities import hosts, party_url
+
+    _host, password = hosts.add(r, "sandboxed", ["agents", "tools"], "2026-12-01T00:00:00.000Z")
+    url = party_url(redis_url, keys.host_user("sandboxed"), password)
+    missing = {"MOTHER_REDIS_URL": url, "MOTHER_TOOLS__SANDBOX_BWRAP": "/nonexistent/bwrap"}
     done = run_cli("worker", "--burst", env=missing)
     assert done.returncode == 2
     assert done.stderr.startswith("error[config_invalid]: the tool sandbox cannot be made")
     assert "bubblewrap is not installed ('/nonexistent/bwrap' not found" in done.stderr
     assert "tools.sandbox: none" in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    up = run_cli("up", "--workers", "0", "--dashboard-port", "0", env=missing)
+    up = run_cli(
+        "up",
+        "--workers",
+        "0",
+        "--dashboard-port",
+        "0",
+        env={**missing, "MOTHER_REDIS_URL": redis_url},
+    )
     assert up.returncode == 2 and up.stderr.startswith("error[sandbox_missing]:")
     # said explicitly, a worker runs tools unsandboxed (and says so in its log)
     explicit = run_cli("worker", "--burst", env={**missing, "MOTHER_TOOLS__SANDBOX": "none"})

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 
 import orjson
 import pytest
 import redis
 
 from mother import keys
-from mother.budget import Guard
 from mother.client import MotherClient
 from mother.config import load_settings
-from mother.errors import ToolError
+from mother.errors import InvalidSpec
 from mother.intake import handle_submission
 from mother.ledger import BudgetLedger
 from mother.runtime import Runtime
 from schemas import RunState
-from tests.conftest import Pipeline
+from tests.conftest import Pipeline, live_host
 from tests.test_pipeline import example
-from workers.spawn import SpawnRun
 
 
 def _spawn(role: str, budget: str = "0.10") -> dict:
@@ -116,6 +113,7 @@ def _parent(r: redis.Redis, redis_url: str, max_queue_depth: int = 100) -> tuple
     )
     rt = Runtime.create(settings)
     client = MotherClient(settings=settings)
+    live_host(r)
     run_id = client.submit(example("three-phase", limit_overrides={"spend": "1.00"}))
     [(entry_id, fields)] = r.xrange(keys.SUBMISSIONS_STREAM)
     state = handle_submission(rt, entry_id, fields)
@@ -123,21 +121,32 @@ def _parent(r: redis.Redis, redis_url: str, max_queue_depth: int = 100) -> tuple
     return rt, rt.load_run(run_id)
 
 
+def _spawn_asked(rt: Runtime, state: RunState, arguments: dict) -> dict:
+    """Mother's answer to the spawn ask of the attempt its host holds (phase 0, attempt 1)."""
+    from mother.asks.spawn import spawn
+    from mother.asks.wire import Ask
+
+    ask = Ask("t-host", "1-1", "spawn", "0" * 16, (state.run_id, 0, 1), {"arguments": arguments})
+    reply = spawn(rt, ask).reply
+    assert reply is not None
+    return reply
+
+
 def test_spawn_refused_by_a_full_queue_gives_back_what_it_took(
     r: redis.Redis, redis_url: str
 ) -> None:
-    """QueueFull at the child's submission: the model gets a tool error, the parallel_agents slot and the
-    ledger reservation are given back (they used to stay taken for a child that never ran)."""
+    """QueueFull at the child's submission (Mother's, on the host's spawn ask): the host is told why (its
+    tool error), the parallel_agents slot and the ledger reservation are given back."""
     rt, state = _parent(r, redis_url, max_queue_depth=1)
     # a run waiting for a slot: the queue is full
     r.zadd(keys.ADMISSION_WAITING, {"someone-elses": 1})
-    guard = Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today)
-    tool = SpawnRun(rt, state, 0, guard, check_alive=lambda: None)
-    with pytest.raises(
-        ToolError,
-        match=r"^cannot spawn: the submission queue is full \(1/1 runs waiting to start\); try again later$",
-    ):
-        tool.run(Path("."), {"role": "helper", "task": "sub-task", "budget": "0.40"})
+    reply = _spawn_asked(rt, state, {"role": "helper", "task": "sub-task", "budget": "0.40"})
+    assert reply == {
+        "ok": False,
+        "code": "spawn_refused",
+        "error": "cannot spawn: the submission queue is full (1/1 runs waiting to start); try again "
+        "later",
+    }
     budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key(state.run_id)))
     assert (budget["spawns"], budget["parallel_agents"]) == (1, 0)
     ledger = BudgetLedger(r)
@@ -168,15 +177,8 @@ def test_spawn_with_bad_arguments_is_a_tool_error_naming_the_field(
 ) -> None:
     """Bad arguments are refused to the model with what to fix, before anything is charged."""
     rt, state = _parent(r, redis_url)
-    tool = SpawnRun(
-        rt,
-        state,
-        0,
-        Guard(rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today),
-        check_alive=lambda: None,
-    )
-    with pytest.raises(ToolError) as info:
-        tool.run(Path("."), arguments)
+    with pytest.raises(InvalidSpec) as info:
+        _spawn_asked(rt, state, arguments)
     assert info.value.message.startswith(error)
     budget = orjson.loads(r.execute_command("JSON.GET", keys.run_budget_key(state.run_id)))
     assert (budget["spawns"], budget["parallel_agents"]) == (0, 0)

@@ -313,7 +313,7 @@ def test_a_tool_past_its_timeout_is_killed_with_what_it_started(
     r: redis.Redis, tmp_path: Path
 ) -> None:
     r.delete(keys.tool_stats_key("sleepy"))
-    ex = ToolExecutor(r, allowed_entrypoints=FIXTURES)
+    ex = ToolExecutor(_counted(r), allowed_entrypoints=FIXTURES)
     outcome = ex.run(_tool("sleepy", "tests.tool_fixtures:sleepy", timeout_ms=1500), tmp_path, {})
     assert not outcome.ok and outcome.timed_out
     assert outcome.error == "timed out after 1500 ms; its processes were killed"
@@ -345,8 +345,15 @@ def test_only_transient_failures_are_retried(tmp_path: Path) -> None:
     assert not broken.ok and broken.tries == 1 and broken.error == "RuntimeError: disk on fire"
 
 
+def _counted(client: redis.Redis) -> Any:
+    """What counts a tool's call on a worker host (its ask), here Mother's own record_call."""
+    from mother.records.tools import record_call
+
+    return lambda tool_id, ok, ms: record_call(client, tool_id, ok=ok, execution_ms=ms)
+
+
 def _stat_worker(url: str, workspace: str, calls: int) -> None:
-    ex = ToolExecutor(redis.Redis.from_url(url))
+    ex = ToolExecutor(_counted(redis.Redis.from_url(url)))
     tool = shipped_tools()["list_dir"]
     for i in range(calls):
         ex.run(tool, Path(workspace), {"path": "." if i % 2 == 0 else "missing"})

@@ -55,24 +55,24 @@ def test_a_workspace_moves_between_two_roots_changes_deletions_and_all(
     (a / "src" / "copy.py").write_text("print('hi')\n")
     (a / "run.sh").write_text("#!/bin/sh\necho ok\n")
     (a / "run.sh").chmod(0o755)
-    first = workspaces.store(r, "run-ws", a, cap_bytes=10 * 2**20)
+    first = workspaces.store(workspaces.RedisPlace(r, "run-ws"), "run-ws", a, cap_bytes=10 * 2**20)
     # five files, four contents (main.py and copy.py are the same)
     assert (first.files, first.sent_files) == (5, 4)
     assert r.scard(keys.workspace_blobs_key("run-ws")) == 4
-    again = workspaces.store(r, "run-ws", a, cap_bytes=10 * 2**20)
+    again = workspaces.store(workspaces.RedisPlace(r, "run-ws"), "run-ws", a, cap_bytes=10 * 2**20)
     assert again.sent_files == 0
-    got = workspaces.restore(r, "run-ws", b)
+    got = workspaces.restore(workspaces.RedisPlace(r, "run-ws"), "run-ws", b)
     assert _tree(b) == _tree(a) and got.sent_files == 5
     assert (b / "run.sh").stat().st_mode & 0o777 == 0o755
     (b / "notes.txt").write_text("changed on b\n")
     (b / "src" / "copy.py").unlink()
     (b / "added.md").write_text("# new\n")
-    second = workspaces.store(r, "run-ws", b, cap_bytes=10 * 2**20)
+    second = workspaces.store(workspaces.RedisPlace(r, "run-ws"), "run-ws", b, cap_bytes=10 * 2**20)
     assert second.sent_files == 2
-    back = workspaces.restore(r, "run-ws", a)
+    back = workspaces.restore(workspaces.RedisPlace(r, "run-ws"), "run-ws", a)
     assert _tree(a) == _tree(b) and back.removed == 1 and back.sent_files == 2
     # a root already equal needs nothing
-    assert workspaces.restore(r, "run-ws", a).sent_files == 0
+    assert workspaces.restore(workspaces.RedisPlace(r, "run-ws"), "run-ws", a).sent_files == 0
 
 
 def test_a_workspace_over_its_cap_fails_in_one_line_and_writes_nothing(
@@ -80,7 +80,9 @@ def test_a_workspace_over_its_cap_fails_in_one_line_and_writes_nothing(
 ) -> None:
     (tmp_path / "big.bin").write_bytes(b"x" * 3 * 2**20)
     with pytest.raises(WorkspaceTooLarge) as caught:
-        workspaces.store(r, "run-big", tmp_path, cap_bytes=2 * 2**20)
+        workspaces.store(
+            workspaces.RedisPlace(r, "run-big"), "run-big", tmp_path, cap_bytes=2 * 2**20
+        )
     assert "3.0 MB, over its cap of 2.0 MB (worker.workspace_max_mb)" in caught.value.message
     assert "\n" not in caught.value.message
     assert not r.exists(keys.workspace_key("run-big"), keys.workspace_blobs_key("run-big"))
@@ -93,14 +95,14 @@ def test_a_tampered_or_escaping_workspace_is_refused(r: redis.Redis, tmp_path: P
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.txt").write_text("the real content")
-    workspaces.store(r, "run-t", src, cap_bytes=2**20)
+    workspaces.store(workspaces.RedisPlace(r, "run-t"), "run-t", src, cap_bytes=2**20)
     sha = next(iter(r.smembers(keys.workspace_blobs_key("run-t"))))
     r.set(keys.workspace_blob_key("run-t", sha), zlib.compress(b"forged"))
     with pytest.raises(WorkspaceCorrupt, match="does not match its hash"):
-        workspaces.restore(r, "run-t", tmp_path / "dst")
+        workspaces.restore(workspaces.RedisPlace(r, "run-t"), "run-t", tmp_path / "dst")
     r.delete(keys.workspace_blob_key("run-t", sha))
     with pytest.raises(WorkspaceCorrupt, match=r"lacks the content of a\.txt"):
-        workspaces.restore(r, "run-t", tmp_path / "dst2")
+        workspaces.restore(workspaces.RedisPlace(r, "run-t"), "run-t", tmp_path / "dst2")
     doc = orjson.loads(r.get(keys.workspace_key("run-t")))
     for bad in ("../escaped.txt", "/etc/escaped.txt", "x/../../escaped.txt"):
         r.set(
@@ -108,7 +110,7 @@ def test_a_tampered_or_escaping_workspace_is_refused(r: redis.Redis, tmp_path: P
             orjson.dumps({**doc, "files": {bad: doc["files"]["a.txt"]}}),
         )
         with pytest.raises(WorkspaceCorrupt, match="outside it"):
-            workspaces.restore(r, "run-t", tmp_path / "dst3")
+            workspaces.restore(workspaces.RedisPlace(r, "run-t"), "run-t", tmp_path / "dst3")
     assert not (tmp_path / "escaped.txt").exists()
 
 
@@ -200,15 +202,19 @@ def test_a_workspace_travels_through_an_s3_compatible_store(
     (a / "src").mkdir(parents=True)
     (a / "notes.txt").write_text("hello through s3\n")
     (a / "src" / "data.bin").write_bytes(os.urandom(300_000))
-    first = workspaces.store(r, "run-s3", a, cap_bytes=10 * 2**20, blobs=blobs)
+    first = workspaces.store(
+        workspaces.RedisPlace(r, "run-s3", blobs), "run-s3", a, cap_bytes=10 * 2**20
+    )
     assert (first.files, first.sent_files) == (2, 2)
     shas = sorted(r.smembers(keys.workspace_blobs_key("run-s3")))
     assert _objects(s3_store, "run-s3") == [f"workspaces/run-s3/{sha}" for sha in shas]
     assert not r.exists(*(keys.workspace_blob_key("run-s3", sha) for sha in shas))
     assert orjson.loads(r.get(keys.workspace_key("run-s3")))["store"] == "s3"
-    assert workspaces.restore(r, "run-s3", b, blobs).sent_files == 2 and _tree(b) == _tree(a)
+    assert workspaces.restore(
+        workspaces.RedisPlace(r, "run-s3", blobs), "run-s3", b
+    ).sent_files == 2 and _tree(b) == _tree(a)
     with pytest.raises(WorkspaceCorrupt, match=r"contents are in 's3'.*workspace_store is 'redis'"):
-        workspaces.restore(r, "run-s3", c)
+        workspaces.restore(workspaces.RedisPlace(r, "run-s3"), "run-s3", c)
     notes = next(s for s in shas if _tree(a)["notes.txt"] == _content(s3_store, "run-s3", s))
     _s3(s3_store).put_object(
         Bucket="mother-workspaces",
@@ -216,10 +222,10 @@ def test_a_workspace_travels_through_an_s3_compatible_store(
         Body=zlib.compress(b"changed in the store"),
     )
     with pytest.raises(WorkspaceCorrupt, match="does not match its hash"):
-        workspaces.restore(r, "run-s3", c, blobs)
+        workspaces.restore(workspaces.RedisPlace(r, "run-s3", blobs), "run-s3", c)
     assert blobs.delete("run-s3", shas) == 2 and _objects(s3_store, "run-s3") == []
     with pytest.raises(WorkspaceCorrupt, match="lacks the content"):
-        workspaces.restore(r, "run-s3", tmp_path / "d", blobs)
+        workspaces.restore(workspaces.RedisPlace(r, "run-s3", blobs), "run-s3", tmp_path / "d")
     missing = Settings.model_validate(
         {
             "worker": {
@@ -251,6 +257,7 @@ def _host(
         "--name",
         f"{name}-{os.getpid()}-{time.monotonic_ns() % 10**6}",
         env={
+            "MOTHER_REDIS_URL": p.stack.enroll(name),
             "MOTHER_WORKER__WORKSPACE_ROOT": str(root),
             "MOTHER_WORKER__WORKSPACE_STORE": store,
             **(env or {}),

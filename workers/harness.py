@@ -17,7 +17,6 @@ from typing import Any
 
 from mother.errors import HookDecision
 from mother.hooks import Decision, HarnessAction, HookSet
-from mother.runtime import Runtime
 from schemas import RunState
 
 __all__ = ["Harness"]
@@ -25,7 +24,8 @@ __all__ = ["Harness"]
 
 @dataclass
 class Harness:
-    rt: Runtime
+    # the attempt's asks (workers.asking.AttemptAsks): its activity entries
+    asks: Any
     state: RunState
     phase_index: int
     hooks: HookSet
@@ -64,13 +64,7 @@ class Harness:
 
     def record(self, event_type: str, **data: Any) -> None:
         """An activity entry for this run and phase."""
-        self.rt.emit(
-            self.rt.redis,
-            event_type,
-            run_id=self.state.run_id,
-            phase=self.state.spec.pipeline[self.phase_index].name,
-            **data,
-        )
+        self.asks.emit(event_type, phase=self.state.spec.pipeline[self.phase_index].name, **data)
 
     def permission_denied(self, event: dict[str, Any]) -> None:
         """Record the SafetyHarness's permission_denied event and give the error hooks their say."""

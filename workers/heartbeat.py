@@ -1,15 +1,13 @@
-"""Heartbeats of phase attempts: Mother's watchdog fails an attempt whose heartbeat key
-(``heartbeat:{run}:{index}:{attempt}``, a string with a time to live of ``service.heartbeat_timeout_seconds``)
-is gone. Only the attempt's own ACL user may write that key: its password is the attempt's one-time result
-token, which only the worker that claimed it holds (:mod:`mother.attempt_users`). So no other worker's
-credentials can age an attempt into "lost".
+"""Beats for the phase attempts a host runs: a ``beat`` ask naming them (:mod:`mother.asks.host`), which
+Mother applies to each attempt the host holds. Mother's watchdog takes an attempt whose heartbeat key is
+gone for lost.
 
 A work-horse's own heartbeat thread costs each phase measurable time (starting it, and waking it at the
 end, hands the GIL between threads while the horse waits on Redis: docs/benchmarks.md). So the worker that
 forked the horse beats for the attempt it runs (from RQ's monitor loop, or its pool's parent does), and the
 horse starts a thread of its own only when that worker dies first: Linux sends it ``ORPHAN_SIGNAL`` then
 (PR_SET_PDEATHSIG). Where that signal cannot be armed, or no worker beats for the attempt (a phase run
-in-process, or by a plain ``rq worker``), the phase beats for itself.
+in-process), the phase beats for itself.
 """
 
 from __future__ import annotations
@@ -18,65 +16,48 @@ import _thread
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from mother import keys
-from mother.attempt_users import REPORTED_MARK, REPORTED_MS, attempt_client
 from mother.logs import get_logger
 from mother.server import parent_death_signal
+from workers.asking import Asker
 
-__all__ = ["ORPHAN_SIGNAL", "REPORTED", "REPORTED_MS", "AttemptBeat", "AttemptLine", "Heartbeat"]
+__all__ = ["ORPHAN_SIGNAL", "AttemptBeat", "Heartbeat", "beat"]
 
 log = get_logger("heartbeat")
 ORPHAN_SIGNAL = signal.SIGUSR2
-# how long a reported attempt's heartbeat key says so (Mother deletes it once it has read the result)
-REPORTED = REPORTED_MARK
 
 
-class AttemptLine:
-    """One attempt's own connection (authenticated as its ACL user), made at first use: its beats, and the
-    marks its holder leaves on its heartbeat key."""
-
-    def __init__(self, url: str, member: str, token: str, ttl_ms: int, who: str = "") -> None:
-        self.url, self.member, self.token, self.ttl_ms = url, member, token, ttl_ms
-        self.who = who or f"{os.uname().nodename}:{os.getpid()}"
-        self.key = keys.attempt_heartbeat_key(*keys.parse_heartbeat_member(member))
-        self._client: redis.Redis | None = None
-
-    def client(self) -> redis.Redis:
-        if self._client is None:
-            self._client = attempt_client(self.url, self.member, self.token)
-        return self._client
-
-    def beat(self) -> None:
-        """The attempt is alive for another ``ttl_ms``. Raises what Redis raises (a refused password: the
-        attempt is over, its user deleted)."""
-        self.client().set(self.key, self.who, px=self.ttl_ms)
-
-    def mark(self, text: str, ttl_ms: int) -> None:
-        """Leave ``text`` on the heartbeat key for ``ttl_ms`` (``reported``: its result is on its way)."""
-        self.client().set(self.key, text, px=ttl_ms)
-
-    def drop(self) -> None:
-        """The attempt died here (its horse did): the key goes, so Mother acts on it at once."""
-        self.client().delete(self.key)
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+def beat(
+    asker: Asker,
+    members: Iterable[str],
+    *,
+    died: Iterable[str] = (),
+    line: dict[str, Any] | str | None = None,
+) -> None:
+    """One ``beat`` ask (no reply waited for): the attempts ``members`` are alive, those in ``died`` lost
+    now (their horse died), and the host's ``line``; the beat names this process (its pid: Mother's mark
+    on the attempts says who beat last). Raises what Redis raises."""
+    body: dict[str, Any] = {
+        "by": str(os.getpid()),
+        "attempts": [list(ids) for m in members if (ids := keys.heartbeat_member_ids(m))],
+        "died": [list(ids) for m in died if (ids := keys.heartbeat_member_ids(m))],
+    }
+    if line is not None:
+        body["line"] = line
+    asker.ask("beat", body, wait=False)
 
 
 class Heartbeat:
-    """Beats for an attempt every interval from a daemon thread, on the attempt's own line. Started with
+    """Beats for one attempt every interval from a daemon thread (``send``: one beat). Started with
     ``_thread`` rather than ``threading.Thread.start``, which waits until the new thread has been
     scheduled."""
 
-    def __init__(self, line: AttemptLine, interval_seconds: float) -> None:
-        self.line, self.member, self.interval = line, line.member, interval_seconds
+    def __init__(self, member: str, send: Callable[[], None], interval_seconds: float) -> None:
+        self.member, self.send, self.interval = member, send, interval_seconds
         # made by start(): most phases never need one
         self.stopped: threading.Event | None = None
 
@@ -95,10 +76,9 @@ class Heartbeat:
             if stopped.is_set():
                 return
             try:
-                self.line.beat()
-            # a missed beat is retried next interval, on a new connection; Mother tolerates a few
+                self.send()
+            # a missed beat is retried next interval; Mother tolerates a few
             except Exception as exc:  # noqa: BLE001
-                self.line.close()
                 log.warning("heartbeat_failed", error=str(exc))
 
 
@@ -134,8 +114,3 @@ class AttemptBeat:
         heartbeat, self.running = self.running, None
         if heartbeat is not None:
             heartbeat.stop()
-
-    def own(self) -> bool:
-        """Whether the phase beats for itself (no worker does, or its worker died): then it marks its
-        key ``reported`` itself; else the worker's pool does, when the worker says the job is over."""
-        return self.orphaned or self.member is None

@@ -17,13 +17,12 @@ from typing import Any
 
 import orjson
 
-from mother.budget import Guard, spend_micro_usd
+from mother.budget import Guard, settle_action, spend_micro_usd
 from mother.config import ModelConfig
 from mother.errors import BudgetStopped, LimitExceeded
 from mother.limits import check_limits, fail_safe_message
 from mother.logs import get_logger
-from mother.records.budgets import read_counters
-from mother.tokens import BYTES_PER_TOKEN, Calibration, request_estimate
+from mother.tokens import BYTES_PER_TOKEN, request_estimate
 from schemas import Usage
 
 __all__ = ["Meter", "estimate_prompt_tokens", "estimate_tokens"]
@@ -53,8 +52,11 @@ class Meter:
         harness: Any = None,
         model_name: str | None = None,
         context_limit_ratio: float = 0.9,
+        calibrate: Callable[[str, int, int], Any] | None = None,
     ) -> None:
         self.guard, self.model, self.check_alive, self.harness = guard, model, check_alive, harness
+        # where a call's estimate and reported prompt tokens go (Mother's calibration, by an ask)
+        self.calibrate = calibrate
         self.model_name = model_name
         # the hooks' context_limit_reached: fired once, when a prompt fills this much of the model's window
         self.context_window = model.max_tokens - model.reserved_for_output
@@ -95,14 +97,8 @@ class Meter:
         An exceeded limit is a ``limit`` event for the run's hooks; unless one says continue,
         the fail-safe applies: ``LimitExceeded("Limit exceeded: turns_exceeded (10/10)")``.
         """
-        if not self.limits:
-            return
-        got = (
-            self.counters
-            if self.counters is not None
-            else read_counters(self.guard.client, self.guard.run_id)
-        )
-        if got is None:
+        got = self.counters
+        if not self.limits or got is None:
             return
         cost = {
             "turns": got["model_calls"],
@@ -238,28 +234,30 @@ class Meter:
         )
         self._calibrate(input_tokens)
 
-    def settle_pending(self, pipe: Any = None) -> bool:
-        """Settle the deferred final call: queued on ``pipe`` (then pass its reply to
-        :meth:`settled`), or now. Returns whether there was one."""
+    def settle_pending(self) -> bool:
+        """Settle the deferred final call now. Returns whether there was one."""
         if self.pending is None:
             return False
         op, input_tokens, output_tokens = self.pending
-        if pipe is not None:
-            self.guard.settle_call(
-                op, self.model, input_tokens, output_tokens, pipe=pipe, name=self.model_name
-            )
-            return True
         self.pending = None
         self._settle_now(op, input_tokens, output_tokens)
         return True
 
-    def settled(self, raw: str) -> None:
-        """The queued settle's reply (a day that differed is retried now)."""
-        assert self.pending is not None
-        _op, input_tokens, _output = self.pending
+    def pending_action(self) -> dict[str, Any] | None:
+        """The deferred final call's settle, as the guard's action that goes with the phase's result (then
+        it is settled); None when there is none."""
+        if self.pending is None:
+            return None
+        op, input_tokens, output_tokens = self.pending
         self.pending = None
-        self.guard.queued_reply(raw)
         self._calibrate(input_tokens)
+        return settle_action(
+            op,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            spend=spend_micro_usd(self.model, input_tokens, output_tokens),
+            model=self.model_name,
+        )
 
     def refused_as_too_long(self, prompt_tokens: int | None) -> None:
         """The server refused the prompt as longer than its window, counting it ``prompt_tokens``: what
@@ -268,8 +266,13 @@ class Meter:
             self._calibrate(prompt_tokens)
 
     def _calibrate(self, input_tokens: int) -> None:
-        if self.calibrate_as is not None and self._estimate > 0 and input_tokens > 0:
-            Calibration.record(self.guard.client, self.calibrate_as, self._estimate, input_tokens)
+        if (
+            self.calibrate is not None
+            and self.calibrate_as is not None
+            and self._estimate > 0
+            and input_tokens > 0
+        ):
+            self.calibrate(self.calibrate_as, self._estimate, input_tokens)
 
     def tool(self, read_only: bool) -> None:
         self._waiting_out_stops(lambda: self.guard.charge_tool(read_only=read_only))

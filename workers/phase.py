@@ -1,20 +1,19 @@
 """The RQ job that runs one phase attempt: ``workers.phase.execute(run_id, phase_index, attempt)``.
 
-The job carries ids only. It loads the run, does nothing if the attempt is no
-longer current (the run ended, or Mother moved on), claims the attempt's result
-token, heartbeats while it works, runs the agent loop, stores the output as an
-artifact and reports a PhaseResult (its own key, and a word on Mother's relay channel, which appends it
-to ``mother:events``). Errors of the phase become
-a ``failed`` PhaseResult; only the death of the process leaves it to Mother's watchdog.
+The job carries ids only. Its first ask of Mother (``begin``) brings what the attempt runs with (the run's
+record, its counters, the composed context, the tool registry): nothing the host could read itself. It
+does nothing if its host no longer holds the attempt (the run ended, or Mother moved on); otherwise it
+runs the agent loop, every charge, activity entry and count an ask (:mod:`workers.asking`), and ends with
+its ``result`` ask (its output artifact and its final settle ride with it). Errors of the phase become a
+``failed`` PhaseResult; only the death of the process leaves it to Mother's watchdog.
 
-Under ``mother worker`` (:mod:`workers.worker`) the first read and the phase's setup are made by the
+Under ``mother worker`` (:mod:`workers.worker`) the ``begin`` ask and the phase's setup are made by the
 worker just before it forks, and found by the work-horse on its job (:data:`HANDED`), with who beats
 for the attempt (:data:`BEATS`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 from collections.abc import Callable
@@ -23,30 +22,24 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import redis
 from rq import get_current_job
+from rq.exceptions import StopRequested
 
-from mother import attempt_users, keys
-from mother.artifacts import artifact_default
-from mother.budget import Guard
+from mother import keys
 from mother.config import Settings, load_settings
 from mother.context import load as load_context
-from mother.context import queue_load as queue_context_load
 from mother.errors import (
     ApprovalRequired,
-    AttemptRefused,
-    ContextInvalid,
+    ConfigError,
     HookDecision,
     MotherError,
     PhaseStale,
+    PolicyViolation,
 )
 from mother.hooks import HarnessAction, load_hooks
-from mother.libraries.context import cloud_escalation
 from mother.lifecycle import DISPATCHED_MS, is_current
 from mother.logs import configure_logging, get_logger
-from mother.records import parse_run_record, runs
-from mother.records.artifacts import store_artifact
-from mother.records.budgets import parse_counters, queue_counters_read
+from mother.records import parse_run_record
 from mother.records.runs import attempt_view
 from mother.roles import (
     approval_tools,
@@ -56,15 +49,15 @@ from mother.roles import (
     tool_manifest_error,
 )
 from mother.runtime import Runtime
-from mother.security import digest, queue_token_claim
 from schemas import MAX_OUTPUT_CHARS, ComposedContext, PhaseResult, RunSpec, RunState, Usage
-from schemas.artifact import Artifact
 from schemas.conflict import Finding, Verdict
 from schemas.gate import CLOUD_ESCALATION, ApprovalRequest
+from schemas.tool import ToolRegistry
 from workers import workspaces
 from workers.agent import LoopOutcome, TurnLimits, run_loop
+from workers.asking import AskedGuard, AttemptAsks
 from workers.harness import Harness
-from workers.heartbeat import REPORTED, REPORTED_MS, AttemptBeat, AttemptLine, Heartbeat
+from workers.heartbeat import AttemptBeat, Heartbeat, beat
 from workers.host import current as current_host
 from workers.metering import Meter
 from workers.providers import Provider, make_provider
@@ -78,7 +71,9 @@ from workers.verdict import findings_in, verdict_for
 __all__ = [
     "BEATS",
     "HANDED",
+    "Begun",
     "Prefetched",
+    "attempt_asks",
     "execute",
     "prefetch",
     "runtime",
@@ -94,19 +89,76 @@ BEATS = "mother_beats"
 
 @functools.cache
 def runtime() -> Runtime:
-    """This process's runtime (made once; the worker makes it before forking, and its horses inherit it)."""
+    """This process's runtime (made once; the worker makes it before forking, and its horses inherit
+    it): a worker host's connection, which neither loads nor calls server functions."""
     settings = load_settings()
     configure_logging(settings.log_level, settings.log_format)
-    return Runtime.create(settings)
+    return Runtime.create(settings, functions=False)
 
 
-def _current(rt: Runtime, run_id: str, index: int, attempt: int) -> bool:
-    return runs.is_active_at(runs.read_position(rt.redis, run_id), index, attempt)
+def attempt_asks(rt: Runtime, ids: tuple[str, int, int]) -> AttemptAsks:
+    """The asks of attempt ``ids`` from this process's host."""
+    host = current_host()
+    if host is None:
+        raise ConfigError(
+            "this process runs as no enrolled worker host: run phases with `mother worker` and a "
+            "host's URL (`mother hosts add NAME`)"
+        )
+    return AttemptAsks(host.asker(rt.redis, rt.settings.worker.ask_timeout_seconds), ids)
 
 
-# the run, its counters (raw), the phase's context (raw, or checked), and the attempt's result token (claimed
-# by this read: None when it was not there to claim)
-FirstRead = tuple[RunState | None, Any, Any, str | None]
+@dataclass
+class Begun:
+    """What Mother's reply to ``begin`` brings: the run as the attempt runs it, its counters, its composed
+    context (checked), the tool registry, and the cloud-escalation check (libraries needing approval, or
+    ``{"refused": why}``)."""
+
+    state: RunState
+    counters: dict[str, Any] | None
+    context: ComposedContext | None
+    context_error: MotherError | None
+    tools: ToolRegistry | None
+    cloud: Any
+
+
+def _begin(asks: AttemptAsks) -> Begun | None:
+    """The ``begin`` ask; None when the host no longer holds the attempt."""
+    run_id, index, _attempt = asks.attempt
+    try:
+        reply = asks.ask("begin", {"worker": _worker_name() or ""})
+    except PhaseStale:
+        return None
+    state = attempt_view(parse_run_record(run_id, orjson.dumps(reply["run"])))
+    context: ComposedContext | None = None
+    error: MotherError | None = None
+    try:
+        raw = reply.get("context")
+        context = load_context(orjson.dumps(raw) if raw is not None else None, run_id, index)
+    except MotherError as exc:
+        error = exc
+    counters = reply.get("counters")
+    tools = reply.get("tools")
+    return Begun(
+        state,
+        _counters(counters) if isinstance(counters, dict) else None,
+        context,
+        error,
+        ToolRegistry.model_validate(tools) if isinstance(tools, dict) else None,
+        reply.get("cloud"),
+    )
+
+
+def _counters(doc: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: doc.get(name)
+        for name in (
+            "model_calls",
+            "input_tokens",
+            "output_tokens",
+            "spend_micro_usd",
+            "duration_sec",
+        )
+    }
 
 
 @dataclass
@@ -121,83 +173,45 @@ class PhaseSetup:
     meter: Meter
     messages: list[dict[str, Any]]
     limits: TurnLimits
+    asks: AttemptAsks
     # the tools whose calls wait for a person's approval; whether a failed tool_only plan goes to the model
     needing: frozenset[str] = frozenset()
     allow_fallback: bool = True
+    # Mother's cloud-escalation check (begin's reply): libraries needing approval, or {"refused": why}
+    cloud: Any = None
+    place: Any = None
 
 
 @dataclass
 class Prefetched:
-    """What the worker read for an attempt just before forking, as read (``raw``: the horse parses it again
-    when the worker could not; the token it claimed is there), parsed (``first``), and the phase set up
-    from it (``setup``: None when the horse must set it up, and report what is wrong)."""
+    """What the worker got for an attempt just before forking: Mother's reply to ``begin`` (None: the host
+    no longer holds it, or the ask failed: the horse asks again), and the phase set up from it (``setup``:
+    None when the horse must set it up, and report what is wrong)."""
 
     ids: tuple[str, int, int]
-    raw: tuple[Any, Any, Any, str | None]
-    first: FirstRead | None = None
+    begun: Begun | None = None
     setup: PhaseSetup | None = None
 
 
-def _read_first(
-    rt: Runtime, run_id: str, phase_index: int, attempt: int
-) -> tuple[Any, Any, Any, str | None]:
-    """The run, its counters and context, and the claim of its result token (GETDEL: the token goes to one
-    worker only; it is also the password of the attempt's own ACL user, which its beats go through), as
-    read: one round trip. The token waits for the host Mother queued the job for, where only that host's
-    user may take it (a process that is no registered host claims none). The attempt is alive
-    meanwhile: Mother gave its heartbeat key a time to live that covers the wait for a worker."""
-    host = current_host()
-    pipe = rt.redis.pipeline(transaction=False)
-    runs.queue_read(pipe, run_id)
-    queue_counters_read(pipe, run_id)
-    queue_context_load(pipe, run_id, phase_index)
-    if host is not None:
-        queue_token_claim(pipe, host.host_id, run_id, phase_index, attempt)
-    raw_run, raw_counters, raw_context, *token = pipe.execute()
-    return raw_run, raw_counters, raw_context, (token[0] if token else None)
-
-
-def _parsed(run_id: str, raw: tuple[Any, Any, Any, str | None]) -> FirstRead:
-    """The first read, parsed; the run as its current attempt runs it (a conflict's arbiter, ...)."""
-    raw_run, raw_counters, raw_context, token = raw
-    return (
-        (attempt_view(parse_run_record(run_id, raw_run)) if raw_run else None),
-        raw_counters,
-        raw_context,
-        token,
-    )
-
-
 def prefetch(run_id: str, phase_index: int, attempt: int) -> Prefetched | None:
-    """Make the first read in the worker, just before it forks the work-horse for this attempt, and set
-    the phase up (:func:`_prepare`): the horse inherits the run already parsed and its agent loop ready,
-    on warm memory and a live connection (in a fresh fork each object made costs copy-on-write page
-    faults, and the read its own round trip). If anything fails, the horse does it for itself."""
+    """Ask ``begin`` in the worker, just before it forks the work-horse for this attempt, and set the phase
+    up (:func:`_prepare`): the horse inherits the run already parsed and its agent loop ready, on warm
+    memory and a live connection. If anything fails, the horse does it for itself."""
+    ids = (run_id, phase_index, attempt)
     try:
         rt = runtime()
-        got = Prefetched(
-            (run_id, phase_index, attempt), _read_first(rt, run_id, phase_index, attempt)
-        )
-    # the horse makes the same read and reports what is wrong
+        asks = attempt_asks(rt, ids)
+        got = Prefetched(ids, _begin(asks))
+    # a stop asked for meanwhile (RQ's signal handler): the worker stops, as RQ would
+    except StopRequested:
+        raise
+    # the horse asks again and reports what is wrong
     except Exception as exc:  # noqa: BLE001
-        log.warning(
-            "prefetch_failed",
-            run_id=run_id,
-            phase_index=phase_index,
-            attempt=attempt,
-            error=str(exc),
-        )
+        log.warning("prefetch_failed", run_id=run_id, phase_index=phase_index, error=str(exc))
         return None
     try:
-        state, raw_counters, context, token = _parsed(run_id, got.raw)
-        # the context is checked here too; when it is not valid the horse checks it again and reports why
-        with contextlib.suppress(ContextInvalid):
-            context = load_context(context, run_id, phase_index)
-        got.first = state, raw_counters, context, token
-        if state is not None and is_current(state, phase_index, attempt):
-            got.setup = _prepare(
-                rt, state, phase_index, attempt, parse_counters(raw_counters), context
-            )
+        if got.begun is not None and is_current(got.begun.state, phase_index, attempt):
+            got.setup = _prepare(rt, asks, got.begun, phase_index, attempt)
     # the horse sets it up again, and its result says what is wrong
     except Exception as exc:  # noqa: BLE001
         log.debug(
@@ -215,172 +229,84 @@ def _handed(job: Any, ids: tuple[str, int, int]) -> tuple[Prefetched | None, Att
 
 def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     rt = runtime()
-    member = keys.heartbeat_member(run_id, phase_index, attempt)
+    ids = (run_id, phase_index, attempt)
+    member = keys.heartbeat_member(*ids)
     job = get_current_job()
-    got, beats = _handed(job, (run_id, phase_index, attempt))
-    prepared = got.setup if got is not None else None
-    if got is not None and got.first is not None:
-        state, raw_counters, raw_context, token = got.first
-    else:
-        raw = got.raw if got is not None else _read_first(rt, run_id, phase_index, attempt)
-        state, raw_counters, raw_context, token = _parsed(run_id, raw)
-    if state is None or not is_current(state, phase_index, attempt):
+    got, beats = _handed(job, ids)
+    asks = attempt_asks(rt, ids)
+    begun = got.begun if got is not None and got.begun is not None else _begin(asks)
+    if begun is None or not is_current(begun.state, phase_index, attempt):
         return {"status": "stale"}
-    # claimed before us: this job runs twice, or someone took it to report in its place
-    if token is None:
-        _report_missing_token(rt, run_id, phase_index, attempt)
-        # its heartbeat lapses unless another worker really runs the attempt
-        return {"status": "no_token"}
-    line = attempt_line(rt, member, token)
-    beats.begin(Heartbeat(line, rt.settings.worker.heartbeat_interval_seconds))
+    prepared = got.setup if got is not None else None
+    beats.begin(
+        Heartbeat(
+            member,
+            lambda: beat(asks.asker, [member]),
+            rt.settings.worker.heartbeat_interval_seconds,
+        )
+    )
     started = time.monotonic()
     started_ms = rt.clock.now_ms()
-    started_at = rt.clock.iso(started_ms)
     dispatched = (job.meta or {}).get(DISPATCHED_MS) if job is not None else None
     if not isinstance(dispatched, int) or isinstance(dispatched, bool):
         dispatched = None
-    queued_ms = max(0, started_ms - dispatched) if dispatched is not None else None
     meters: list[Meter] = []
-    # what the attempt writes, it writes as its own ACL user: its run's keys and nothing of anyone else's
-    try:
-        undo = attempt_users.act_as(
-            rt.redis,
-            run_id,
-            phase_index,
-            attempt,
-            token,
-            rt.settings.service.heartbeat_timeout_seconds,
-        )
-    except AttemptRefused as exc:
-        beats.end()
-        log.error("attempt_refused", run_id=run_id, phase_index=phase_index, error=exc.message)
-        raise
-    try:
-        # prefetch()'s, else made here
-        def setup() -> PhaseSetup:
-            return prepared or _prepare(
-                rt, state, phase_index, attempt, parse_counters(raw_counters), raw_context
-            )
 
-        artifact_id = attempt_users.phase_artifact_id(digest(token))
-        try:
-            result = _run(
-                rt, state, (phase_index, attempt), (started, started_at), setup, meters, artifact_id
-            )
-            result.queued_ms = queued_ms
-        except PhaseStale:
-            for meter in meters:
-                meter.settle_pending()
-            return {"status": "stale"}
-        finally:
-            beats.end()
-        _report(rt, result, token, line if beats.own() else None, meters, dispatched)
+    # prefetch()'s, else made here
+    def setup() -> PhaseSetup:
+        return prepared or _prepare(rt, asks, begun, phase_index, attempt)
+
+    try:
+        result = _run(
+            rt,
+            begun.state,
+            (phase_index, attempt),
+            (started, rt.clock.iso(started_ms)),
+            setup,
+            meters,
+            keys.phase_artifact_id(*ids),
+        )
+        result.queued_ms = max(0, started_ms - dispatched) if dispatched is not None else None
+    except PhaseStale:
+        return {"status": "stale"}
     finally:
-        undo()
+        beats.end()
+    _report(asks, result, meters, dispatched)
     return {"status": result.status, "artifacts": result.artifacts}
 
 
-def attempt_line(rt: Runtime, member: str, token: str) -> AttemptLine:
-    """The attempt's own line (its ACL user), whose beats Mother reads as its liveness."""
-    ttl = int(rt.settings.service.heartbeat_timeout_seconds * 1000)
-    return AttemptLine(rt.settings.redis_url, member, token, ttl, who=_worker_name() or "")
-
-
 def _report(
-    rt: Runtime,
-    result: PhaseResult,
-    token: str,
-    line: AttemptLine | None,
-    meters: list[Meter],
-    dispatched_ms: int | None = None,
+    asks: AttemptAsks, result: PhaseResult, meters: list[Meter], dispatched_ms: int | None
 ) -> None:
-    """The phase's last write, one transaction: the final model call's settle, the output artifact and the
-    result (with the attempt's token). A phase that beats for itself (``line``) first marks its heartbeat
-    key ``reported`` for a long while: a result on its way is not a lost attempt (Mother deletes the key
-    with the attempt's user once the attempt is no longer current); otherwise its worker's pool, which
-    beats for it until the job is over, makes that mark then."""
-    if line is not None:
-        try:
-            line.mark(REPORTED, REPORTED_MS)
-        # the result still goes; at worst the attempt is taken for lost before it is read, and that
-        # result is then stale (the retry's stands)
-        except redis.RedisError as exc:
-            log.warning("heartbeat_mark_failed", member=line.member, error=str(exc))
-        finally:
-            line.close()
-    pipe = rt.redis.pipeline(transaction=True)
-    settling = meters[0].settle_pending(pipe) if meters else False
-    if result.status == "completed":
-        artifact = Artifact(
-            artifact_id=result.artifacts[0],
-            run_id=result.run_id,
-            phase=result.phase,
-            attempt=result.attempt,
-            kind="phase_output",
-            content=result.output,
+    """The phase's last ask: its result, with the final model call's settle and (Mother makes it) its
+    output artifact. A result for an attempt the host no longer holds is refused: nothing to do."""
+    settle = meters[0].pending_action() if meters else None
+    try:
+        reply = asks.ask(
+            "result",
+            {
+                "result": orjson.loads(result.to_json()),
+                "settle": settle,
+                "dispatched_ms": dispatched_ms,
+            },
         )
-        now_ms = rt.clock.now_ms()
-        # Mother indexed its expiry at the dispatch, from the dispatch's time
-        expires_ms = artifact_default(rt.settings, dispatched_ms or now_ms)
-        store_artifact(pipe, artifact, rt.clock.iso(now_ms), expires_at=rt.clock.iso(expires_ms))
-    payload = result.to_json()
-    # the result where only this attempt writes and only Mother reads; Mother's relay, told on its
-    # channel, appends it to mother:events (a word it misses, it takes from the key: mother.relay)
-    result_key = keys.attempt_result_key(result.run_id, result.phase_index, result.attempt)
-    pipe.set(
-        result_key, orjson.dumps({"payload": payload.decode(), "token": token}), px=REPORTED_MS
-    )
-    pipe.publish(keys.RELAY_CHANNEL, result_key)
-    replies = pipe.execute()
-    if settling:
-        try:
-            meters[0].settled(replies[0])
-        # the result is delivered; the run's counters say what was charged
-        except MotherError as exc:
-            log.warning("final_settle_refused", run_id=result.run_id, error=exc.message)
+    except PhaseStale as exc:
+        log.info("result_stale", run_id=result.run_id, why=exc.message)
+        return
+    if meters and reply.get("settled") is not None:
+        meters[0].counters = reply["settled"]
 
 
-def _report_missing_token(rt: Runtime, run_id: str, phase_index: int, attempt: int) -> None:
-    log.error("attempt_token_missing", run_id=run_id, phase_index=phase_index, attempt=attempt)
-    host = current_host()
-    rt.violation(
-        "attempt_token_missing",
-        run_id=run_id,
-        phase_index=phase_index,
-        attempt=attempt,
-        worker=_worker_name(),
-        host=host.host_id if host is not None else None,
-        why="the attempt's result token was claimed before this job started; it cannot report",
-        # without the attempt's credentials a worker appends to the violations list alone
-        activity=False,
-    )
-
-
-def _prepare(
-    rt: Runtime,
-    state: RunState,
-    index: int,
-    attempt: int,
-    counters: dict[str, Any] | None,
-    raw_context: Any,
-) -> PhaseSetup:
-    """Everything the phase's agent loop runs with, up to its first model call: nothing here writes to
-    Redis or the workspace, so a worker makes it before forking (:func:`prefetch`) and the horse
-    uses it; the horse makes it for itself when that failed. Raises what keeps the phase from running."""
+def _prepare(rt: Runtime, asks: AttemptAsks, begun: Begun, index: int, attempt: int) -> PhaseSetup:
+    """Everything the phase's agent loop runs with, up to its first model call: nothing here asks Mother
+    for a write or touches the workspace, so a worker makes it before forking (:func:`prefetch`) and the
+    horse uses it; the horse makes it for itself when that failed. Raises what keeps the phase from
+    running."""
+    state = begun.state
     phase = state.spec.pipeline[index]
-
-    def check_alive() -> None:
-        if not _current(rt, state.run_id, index, attempt):
-            raise PhaseStale(
-                f"run {state.run_id} moved on; stopping phase {phase.name} attempt {attempt}"
-            )
-
-    context = (
-        raw_context
-        # checked by prefetch()
-        if isinstance(raw_context, ComposedContext)
-        else load_context(raw_context, state.run_id, index)
-    )
+    if begun.context is None:
+        raise begun.context_error or PhaseStale(f"run {state.run_id} phase {index} has no context")
+    context = begun.context
     # made once, here: a worker makes it before forking
     context.manifest()
     # the phase's model, or the larger one Mother escalated to
@@ -391,13 +317,11 @@ def _prepare(
         role=phase.role,
         scripts=state.spec.scripts,
         attempt=attempt,
-        interrupt=check_alive,
+        interrupt=asks.alive,
     )
-    guard = Guard(
-        rt.redis, rt.settings, state.run_id, state.user_id, rt.clock.today, attempt=(index, attempt)
-    )
-    spawner = SpawnRun(rt, state, index, guard, check_alive)
-    registry = rt.tools.registry if rt.tools.current() is not None else None
+    guard = AskedGuard(asks, rt.settings, state.user_id)
+    spawner = SpawnRun(asks, state, index, rt.settings.service.claim_idle_seconds)
+    registry = begun.tools
     listed = registry.tools if registry is not None else list(shipped_tools().values())
     # search_library reads the run's libraries: offered only to runs that name some
     eligible = [
@@ -410,13 +334,14 @@ def _prepare(
         t.tool_id for t in eligible if t.approval_required
     }
     travels = workspaces.travels(rt.settings)
+    place = workspaces.AskedPlace(asks, rt.settings)
     toolbox = ToolBox(
         rt.settings.worker.workspace_root / state.run_id,
         registry=eligible,
         local=(spawner,),
-        context=ToolContext(rt, state, index, model, guard),
+        context=ToolContext(asks, state, index, model),
         executor=ToolExecutor(
-            rt.redis,
+            lambda tool_id, ok, ms: asks.ask("tool_stat", {"tool_id": tool_id, "ok": ok, "ms": ms}),
             default_timeout_ms=(
                 registry.default_timeout_ms
                 if registry is not None
@@ -429,15 +354,17 @@ def _prepare(
         ),
         max_output_chars=rt.settings.worker.max_tool_output_chars,
         granted=list(state.capabilities),
-        manifest_check=lambda tool: _blocked_tool(rt, state, phase.name, tool),
+        manifest_check=lambda tool: _blocked_tool(rt, asks, phase.name, tool),
         approval=lambda tool, arguments: approval_request(
             phase.name, tool, arguments, needing, state.grants
         ),
-        # through Redis; on a shared filesystem it is already there
-        on_first_use=(lambda root: _restore_workspace(rt, state.run_id, root)) if travels else None,
+        # through Mother; on a shared filesystem it is already there
+        on_first_use=(lambda root: _restore_workspace(place, state.run_id, root))
+        if travels
+        else None,
     )
     harness = Harness(
-        rt,
+        asks,
         state,
         index,
         load_hooks(rt.settings, phase.role),
@@ -446,13 +373,16 @@ def _prepare(
     meter = Meter(
         guard,
         rt.settings.models[model],
-        check_alive,
+        asks.alive,
         limits=state.limits,
         harness=harness,
         model_name=model,
         context_limit_ratio=rt.settings.harness.context_limit_ratio,
+        calibrate=lambda name, estimated, reported: asks.ask(
+            "calibrate", {"model": name, "estimated": estimated, "reported": reported}
+        ),
     )
-    meter.counters = counters
+    meter.counters = begun.counters
     meter.defer_final = True
     messages = _messages(phase.role, context)
     extra = harness.context()
@@ -466,7 +396,10 @@ def _prepare(
         meter,
         messages,
         turn_limits(rt.settings, state.spec, index),
+        asks,
         needing=frozenset(needing),
+        cloud=begun.cloud,
+        place=place,
         allow_fallback=(
             registry.allow_fallback_to_llm
             if registry is not None
@@ -516,11 +449,11 @@ def _run(
         if handled is not None:  # a registry tool did the phase: its time is tool time
             ready.meter.spent.tool_ms += int((time.monotonic() - planned) * 1000)
         if handled is None:
-            _check_cloud_escalation(rt, state, index, ready.context.model)
+            _check_cloud_escalation(state, index, ready)
         outcome = _tool_outcome(handled) if handled is not None else _agent_loop(rt, ready)
         verdict = _verdict(rt, state, index, outcome, ready.context.model, artifact_id)
         if ready.toolbox.used and workspaces.travels(rt.settings):
-            _store_workspace(rt, state.run_id, ready.toolbox.workspace)
+            _store_workspace(rt, ready.place, state.run_id, ready.toolbox.workspace)
     except PhaseStale:
         raise
     except Exception as exc:  # noqa: BLE001
@@ -547,14 +480,7 @@ def _run(
         )
     for notice in outcome.notices:
         bound.warning("turn_limit_hit", notice=notice)
-        rt.emit(
-            rt.redis,
-            "turn_limit_hit",
-            run_id=state.run_id,
-            phase=phase.name,
-            attempt=attempt,
-            notice=notice,
-        )
+        ready.asks.emit("turn_limit_hit", phase=phase.name, attempt=attempt, notice=notice)
     text = _output(outcome, ready.context, bound)
     outcome.usage.duration_ms = int((time.monotonic() - started) * 1000)
     spent = ready.meter.spent
@@ -574,21 +500,19 @@ def _run(
     )
 
 
-def _restore_workspace(rt: Runtime, run_id: str, root: Path) -> None:
+def _restore_workspace(place: Any, run_id: str, root: Path) -> None:
     """Before the phase's first tool: the run's workspace as its last phase left it, whichever host that
     ran on."""
-    moved = workspaces.restore(rt.redis, run_id, root, workspaces.blobs_for(rt.settings, rt.redis))
+    moved = workspaces.restore(place, run_id, root)
     if moved.sent_files or moved.removed:
         log.info("workspace_restored", run_id=run_id, **moved.fields())
 
 
-def _store_workspace(rt: Runtime, run_id: str, root: Path) -> None:
+def _store_workspace(rt: Runtime, place: Any, run_id: str, root: Path) -> None:
     """After a phase that used its workspace: it is stored for the next phase's host (a phase that leaves
     more than worker.workspace_max_mb fails, workspace_too_large)."""
     cap = int(rt.settings.worker.workspace_max_mb * 2**20)
-    moved = workspaces.store(
-        rt.redis, run_id, root, cap_bytes=cap, blobs=workspaces.blobs_for(rt.settings, rt.redis)
-    )
+    moved = workspaces.store(place, run_id, root, cap_bytes=cap)
     if moved.sent_files:
         log.info("workspace_stored", run_id=run_id, **moved.fields())
 
@@ -604,17 +528,19 @@ def _findings(outcome: LoopOutcome, context: ComposedContext) -> list[Finding]:
     return found
 
 
-def _check_cloud_escalation(rt: Runtime, state: RunState, index: int, model: str) -> None:
+def _check_cloud_escalation(state: RunState, index: int, ready: PhaseSetup) -> None:
     """Stop before the first model call when Mother escalated the phase to a cloud model and a library
     of the run requires a person's approval for that (``require_approval_for.cloud_escalation``) and
     none was given: Mother opens an approval gate; approved, the phase runs again, allowed exactly
-    that escalation. A library that refuses the model outright ends the phase (PolicyViolation)."""
-    if not state.spec.libraries:
-        return
-    needing = cloud_escalation(rt, state, index, model)
+    that escalation. A library that refuses the model outright ends the phase (PolicyViolation). Mother
+    made the check when the attempt began (``ready.cloud``)."""
+    if isinstance(ready.cloud, dict) and ready.cloud.get("refused"):
+        raise PolicyViolation(str(ready.cloud["refused"]))
+    needing = [str(n) for n in ready.cloud] if isinstance(ready.cloud, list) else []
     if not needing:
         return
     phase = state.spec.pipeline[index]
+    model = ready.context.model
     request = approval_request(
         phase.name,
         CLOUD_ESCALATION,
@@ -649,7 +575,7 @@ def _tool_plan(rt: Runtime, state: RunState, index: int, ready: PhaseSetup) -> P
         ready.meter.tool(read_only=read_only)
 
     return run_plan(
-        rt,
+        ready.asks,
         state,
         index,
         plan,
@@ -734,12 +660,10 @@ def _output(outcome: LoopOutcome, context: ComposedContext, bound: Any) -> str:
     return text
 
 
-def _blocked_tool(rt: Runtime, state: RunState, phase: str, tool: str) -> str | None:
+def _blocked_tool(rt: Runtime, asks: AttemptAsks, phase: str, tool: str) -> str | None:
     reason = tool_manifest_error(rt.settings, tool)
     if reason:
-        rt.emit(
-            rt.redis, "tool_blocked", run_id=state.run_id, phase=phase, tool=tool, reason=reason
-        )
+        asks.emit("tool_blocked", phase=phase, tool=tool, reason=reason)
     return reason
 
 
@@ -782,7 +706,5 @@ def summary_note(context: ComposedContext) -> str:
 
 
 def _worker_name() -> str | None:
-    from rq import get_current_job
-
     job = get_current_job()
     return job.worker_name if job is not None else None

@@ -7,19 +7,20 @@ again, so no collection writes to their headers and the pages stay shared with e
 N RQ workers (:class:`workers.worker.PhaseWorker`). Each worker freezes again before it forks a
 work-horse (:meth:`PhaseWorker.fork_work_horse`). A child that dies is replaced.
 
-The parent also beats for every attempt its workers run (each on the attempt's own line: its ACL
-user, whose password is the attempt's token, :mod:`mother.attempt_users`): a worker tells it, through a
-pipe, when it takes a phase job (with the token it claimed) and when the job is over. So an attempt stays alive while its worker sets it up or its horse is starved of CPU, and
-what ends the beating is a real death: the worker's (the parent reaps it and stops beating for it; its
-orphaned horse beats for itself, :mod:`workers.heartbeat`) or the horse's (its worker ends the job).
+The parent also beats for every attempt its workers run (one ``beat`` ask a round, naming them, with the
+host's line: :mod:`workers.heartbeat`): a worker tells it, through a pipe, when it takes a phase job and
+when the job is over. So an attempt stays alive while its worker sets it up or its horse is starved of
+CPU, and what ends the beating is a real death: the worker's (the parent reaps it and stops beating for
+it; its orphaned horse beats for itself) or the horse's (its worker ends the job: the next beat says it
+died, and Mother takes the attempt for lost at once).
 
 Why not RQ's ``WorkerPool``: it joins each child for 0.1 s in turn every loop (with 200 children a dead
 one is noticed ~20 s late), builds each worker with fixed arguments (no name, no monitoring interval)
 and always with RQ's scheduler (200 schedulers contending for its lock), and has no hook to freeze the
 collector before it forks. This supervisor is ~200 lines of our own.
 
-The parent publishes its host's line in ``mother:hosts`` (concurrency, busy and free slots, memory per
-phase measured as PSS) every few seconds; ``mother doctor`` shows it.
+The host's line (concurrency, busy workers, memory measured as PSS) rides with the beats; Mother keeps it
+(``hosts:alive:{host}``), chooses hosts by it and ``mother hosts list`` shows it.
 """
 
 from __future__ import annotations
@@ -32,22 +33,19 @@ import os
 import random
 import select
 import signal
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import redis
 
-from mother import keys
 from mother.config import Settings
-from mother.hosts.table import HOST_QUEUES, STOPPED
+from mother.hosts.table import STOPPED
 from mother.logs import get_logger
 from mother.server import parent_death_signal
-from workers.heartbeat import REPORTED, REPORTED_MS, AttemptLine
-from workers.host import Host, register
+from workers.asking import Asker
+from workers.heartbeat import beat
 
 __all__ = [
     "MemoryPlan",
@@ -66,13 +64,8 @@ log = get_logger("pool")
 RESPAWN_BURST = 5
 RESPAWN_WINDOW = 30.0
 RESPAWN_PAUSE = 5.0
-# how often the host's line in mother:hosts is written, and how old a line doctor calls stale
-PUBLISH_EVERY = 5.0
-# how long the host's user may be refused before the pool stops (Mother forgot the host); Mother forgets
-# a host whose line has been gone 10 minutes, and makes a registered host's user again within a tick
-USER_GONE_SECONDS = 300.0
-# how long a burst pool (drain the queues and exit) waits for Mother to register its host
-BURST_REGISTER_SECONDS = 1.0
+# how often the host's memory (PSS) is measured for its line
+PSS_EVERY = 5.0
 # workers forked between two looks at the beats (a fork of the warmed parent takes ~1-3 ms, more on a
 # starved host)
 FORK_BATCH = 8
@@ -190,13 +183,13 @@ class PoolLink:
     def alive(self) -> bool:
         return not self.broken and os.getppid() == self.pool_pid
 
-    def begin(self, member: str, token: str) -> bool:
-        """The worker runs ``member``'s attempt, whose token (its ACL user's password) the pool beats with."""
-        return self._say(b"b", f"{member}\t{token}")
+    def begin(self, member: str) -> bool:
+        """The worker runs ``member``'s attempt: the pool beats for it."""
+        return self._say(b"b", f"{member}\tok")
 
     def end(self, member: str, *, died: bool = False) -> bool:
-        """The job is over: its result was reported (the pool marks the key so), or its horse died (the
-        pool deletes the key: Mother acts at once)."""
+        """The job is over: its result was reported, or its horse died (the pool's next beat, at once,
+        says so: Mother acts at once)."""
         return self._say(b"e", f"{member}\t{'died' if died else 'ok'}")
 
     def _say(self, kind: bytes, member: str) -> bool:
@@ -232,25 +225,17 @@ class _Child:
 @dataclass
 class Pool:
     """The parent of a host's workers. ``run_worker(index, link)`` runs one worker in a forked child and
-    returns its exit code; ``warm`` makes what the children inherit, before the first fork."""
+    returns its exit code; ``warm`` makes what the children inherit, before the first fork. ``asker``
+    (None: no enrolled host, no beats) is the host's line to Mother."""
 
     settings: Settings
     concurrency: int
     client: redis.Redis
     run_worker: Callable[[int, PoolLink], int]
     warm: Callable[[], None] = lambda: None
-    queues: tuple[str, ...] = ()
+    asker: Asker | None = None
     # the workers exit when the queues are empty (RQ's burst mode): none is replaced, the pool ends with them
     burst: bool = False
-    # other clients the host's registration makes its user's (the pool's own ``client`` always is)
-    clients: tuple[redis.Redis, ...] = ()
-    # this host, once registered (workers.host): None for a pool of the maintenance queue alone
-    host: Host | None = field(default=None, init=False)
-    # the host's line is to be written (a worker took or ended a job)
-    _line_dirty: bool = field(default=False, init=False)
-    # since when the host's user has been refused (monotonic), and when that was last said
-    _user_gone_at: float | None = field(default=None, init=False)
-    _user_gone_said: float = field(default=0.0, init=False)
     children: dict[int, _Child] = field(default_factory=dict, init=False)
     stopping: int = field(default=0, init=False)
     _exits: dict[int, list[float]] = field(default_factory=dict, init=False)
@@ -260,27 +245,16 @@ class Pool:
     _read_fd: int = field(default=-1, init=False)
     _write_fd: int = field(default=-1, init=False)
     _buffer: bytes = field(default=b"", init=False)
-    _started_at: float = field(default_factory=time.time, init=False)
-    _host: str = field(default_factory=socket.gethostname, init=False)
-    # each running attempt's own line (its ACL user), by heartbeat member
-    _lines: dict[str, AttemptLine] = field(default_factory=dict, init=False)
+    # attempts whose horse died since the last beat (the next beat says so, at once)
+    _died: list[str] = field(default_factory=list, init=False)
+    # a beat is due now (a worker took or ended a job)
+    _beat_now: bool = field(default=False, init=False)
+    _pss: float = field(default=0.0, init=False)
 
     def run(self) -> int:
         """Warm up, fork the workers and keep them: until SIGTERM/SIGINT, which is passed on to every
         worker (RQ's warm shutdown: a job running finishes; a second signal stops them at once)."""
         self.warm()
-        if set(self.queues) & set(HOST_QUEUES):
-            # a burst worker (drain and exit) waits for Mother a moment only
-            self.host = register(
-                [self.client, *self.clients],
-                name=self._who(),
-                concurrency=self.concurrency,
-                give_up_after=BURST_REGISTER_SECONDS if self.burst else None,
-            )
-            # the children connect on their own, as the host's user
-            for client in (self.client, *self.clients):
-                client.connection_pool.disconnect()
-            self._alive()
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)
         fcntl.fcntl(self._read_fd, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
@@ -291,7 +265,7 @@ class Pool:
         gc.freeze()
         log.info("pool_starting", concurrency=self.concurrency, pid=os.getpid())
         interval = self.settings.worker.heartbeat_interval_seconds
-        next_beat = next_publish = time.monotonic()
+        next_beat = next_pss = time.monotonic()
         started = False
         try:
             while self.children or not (self.stopping or self._done):
@@ -299,27 +273,23 @@ class Pool:
                 # ones take jobs while the rest are forked, and their attempts must be beaten for
                 self._read_messages(0 if self._forked_short() else min(interval, 0.5))
                 self._reap()
-                if self._line_dirty:
-                    # a worker took or ended a job: Mother chooses hosts by how busy they are
-                    self._line_dirty = False
-                    self._alive()
                 now = time.monotonic()
                 if not self.stopping:
                     self._respawn(now)
                 if not started and not self._forked_short():
                     started = True
                     log.info("pool_started", concurrency=self.concurrency, pid=os.getpid())
-                if now >= next_beat:
+                if now >= next_pss:
+                    next_pss = now + PSS_EVERY
+                    self._pss = self.pss_estimate()
+                if now >= next_beat or self._beat_now:
                     if now - next_beat > interval:
                         # the loop was held up (a starved host): the beats came late
                         log.warning("pool_beats_late", late_seconds=round(now - next_beat, 1))
                     next_beat = now + interval
                     self._beat()
-                if now >= next_publish:
-                    next_publish = now + PUBLISH_EVERY
-                    self._publish()
         finally:
-            self._unpublish()
+            self._beat(STOPPED)
         log.info("pool_stopped")
         return 0
 
@@ -371,8 +341,6 @@ class Pool:
                 how=how,
                 attempts=sorted(child.members),
             )
-            for member in child.members:
-                self._close_line(member)
             if self.burst:
                 self._done.add(child.index)
             elif not self.stopping:
@@ -430,132 +398,41 @@ class Pool:
             child = self.children.get(int(parts[0]))
             if child is None:
                 continue
-            member, _, token = parts[2].decode().partition("\t")
-            self._line_dirty = True
-            if parts[1] == b"e":
-                self._ended(member, died=token == "died")
-            if parts[1] == b"b" and token:
+            member, _, how = parts[2].decode().partition("\t")
+            # at once: until then the attempt's key has the life that covered its queue
+            self._beat_now = True
+            if parts[1] == b"b":
                 child.members.add(member)
-                self._lines[member] = AttemptLine(
-                    self.settings.redis_url, member, token, self._ttl_ms(), who=self._who()
-                )
-                # at once: until then the key's time to live is the one that covered the queue
-                self._beat_one(member)
             else:
                 child.members.discard(member)
-                self._close_line(member)
+                if how == "died":
+                    self._died.append(member)
 
     def busy(self) -> int:
         return sum(1 for c in self.children.values() if c.members)
 
-    def _alive(self, value: bytes | None = None) -> None:
-        """The host's line Mother chooses hosts by (its concurrency and busy workers; ``stopped`` at the
-        end), for a heartbeat timeout: only the host's user may write it. Its user gone is waited out
-        (a Redis restart keeps no user Mother made; the leading Mother makes it again within a watchdog
-        tick), with a line every 10 s; gone for ``USER_GONE_SECONDS`` (Mother forgot the host: its line
-        was gone for long) it stops the pool, whose workers could take no job: a supervisor starts it
-        again, registered anew."""
-        if self.host is None:
+    def _beat(self, line: str | None = None) -> None:
+        """One ``beat`` ask: every attempt the workers run is alive, those whose horse died are not, and
+        the host's line (``stopped`` when the pool stops). A beat that fails is tried again next round
+        (Mother tolerates missed beats up to the timeout)."""
+        self._beat_now = False
+        if self.asker is None:
             return
-        line = value or orjson.dumps(
-            {"concurrency": self.concurrency, "busy": self.busy(), "workers": len(self.children)}
-        )
+        members = [m for c in self.children.values() for m in c.members]
+        died, self._died = self._died, []
         try:
-            self.client.set(keys.host_alive_key(self.host.host_id), line, px=self._ttl_ms())
-            self._user_gone_at = None
-        except redis.AuthenticationError as exc:
-            now = time.monotonic()
-            since = self._user_gone_at = self._user_gone_at or now
-            if now - since >= USER_GONE_SECONDS and not self.stopping:
-                log.error(
-                    "host_user_gone",
-                    host=self.host.host_id,
-                    error=str(exc),
-                    why=f"no user for this host for {USER_GONE_SECONDS:g}s (Mother forgot it): the "
-                    "pool stops; start it again",
-                )
-                self._on_signal(signal.SIGTERM, None)
-            elif now - self._user_gone_said >= 10.0:
-                self._user_gone_said = now
-                log.warning(
-                    "host_user_missing",
-                    host=self.host.host_id,
-                    waited_seconds=round(now - since),
-                    why="its ACL user is gone (a Redis restart): the leading Mother makes it again",
-                )
+            beat(self.asker, members, died=died, line=line or self.host_line())
         except redis.RedisError as exc:
-            log.warning("host_line_failed", host=self.host.host_id, error=str(exc))
+            self._died = died + self._died
+            log.warning("pool_heartbeat_failed", attempts=len(members), error=str(exc)[:300])
 
-    def _beat(self) -> None:
-        """Each running attempt beats on its own line (its ACL user): one round trip each. A line whose
-        user is gone (the attempt ended; Mother deleted it) is dropped; other failures are retried next
-        interval (Mother tolerates missed beats up to the timeout). The host's own line goes too."""
-        self._alive()
-        failed = [
-            why
-            for member in [m for c in self.children.values() for m in c.members]
-            if (why := self._beat_one(member))
-        ]
-        if failed:
-            log.warning("pool_heartbeat_failed", attempts=len(failed), first=failed[0][:300])
-
-    def _beat_one(self, member: str) -> str:
-        """One attempt's beat; what went wrong ('' when nothing did, or when its user is gone)."""
-        line = self._lines.get(member)
-        if line is None:
-            return ""
-        try:
-            line.beat()
-        except redis.AuthenticationError:
-            # its user is gone: the attempt is over (its worker will say so), or Redis restarted and
-            # Mother makes the user again; the next beat connects again
-            line.close()
-        except redis.RedisError as exc:
-            line.close()
-            return f"{member}: {exc}"
-        return ""
-
-    def _ended(self, member: str, *, died: bool) -> None:
-        """A worker's job is over: the attempt's key says ``reported`` for long (its result is on its
-        way to Mother), or goes (its horse died)."""
-        line = self._lines.get(member)
-        if line is None:
-            return
-        try:
-            if died:
-                line.drop()
-            else:
-                line.mark(REPORTED, REPORTED_MS)
-        except redis.RedisError as exc:
-            log.warning("pool_heartbeat_end_failed", member=member, error=str(exc))
-
-    def _close_line(self, member: str) -> None:
-        line = self._lines.pop(member, None)
-        if line is not None:
-            line.close()
-
-    def _ttl_ms(self) -> int:
-        return int(self.settings.service.heartbeat_timeout_seconds * 1000)
-
-    def _who(self) -> str:
-        return f"{self._host}:{os.getpid()}"
-
-    # -- the host's line -----------------------------------------------------------------------------
     def host_line(self) -> dict[str, Any]:
-        busy = self.busy()
+        """What the host's line says: its concurrency, busy workers and workers, and memory (PSS, MB)."""
         return {
-            "host": self._host,
-            "pid": os.getpid(),
-            "queues": self.host.queues(self.queues) if self.host else list(self.queues),
-            "host_id": self.host.host_id if self.host else None,
             "concurrency": self.concurrency,
+            "busy": self.busy(),
             "workers": len(self.children),
-            "busy": busy,
-            "free": max(0, len(self.children) - busy),
-            "pss_mb": round(self.pss_estimate(), 1),
-            "phase_memory_mb": self.settings.worker.phase_memory_mb,
-            "started_at": self._started_at,
-            "updated_at": time.time(),
+            "pss_mb": round(self._pss, 1),
         }
 
     def pss_estimate(self) -> float:
@@ -572,18 +449,3 @@ class Pool:
             if sample:
                 total += sum(pss_mb(pid) for pid in sample) * len(pids) / len(sample)
         return total
-
-    def _field(self) -> str:
-        return f"{self._host}:{os.getpid()}"
-
-    def _publish(self) -> None:
-        try:
-            self.client.hset(keys.WORKER_HOSTS, self._field(), orjson.dumps(self.host_line()))
-        except redis.RedisError as exc:
-            log.warning("pool_publish_failed", error=str(exc))
-
-    def _unpublish(self) -> None:
-        with contextlib.suppress(redis.RedisError):
-            self.client.hdel(keys.WORKER_HOSTS, self._field())
-        # Mother forgets the host (its user, its registration) and moves what waits on its queues
-        self._alive(STOPPED.encode())

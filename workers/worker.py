@@ -4,7 +4,7 @@
 - For a phase job it makes the first read and the phase's setup just before it forks the work-horse,
   and hands them to the horse on the job (:func:`workers.phase.prefetch`); it connects the horse's
   connections too (:class:`mother.connection.ForkHandoffPool`).
-- It beats for the attempt its horse runs (:mod:`workers.heartbeat`), or, in a pool
+- It beats for the attempt its horse runs (a ``beat`` ask, :mod:`workers.heartbeat`), or, in a pool
   (:mod:`workers.pool`), tells the pool which attempt it runs and the pool beats for it.
 - It freezes the garbage collector before it forks a horse: the horse's collections never write to
   the objects it inherits, so their pages stay shared.
@@ -30,12 +30,13 @@ from rq.worker import WorkerStatus
 from mother import keys
 from mother.config import Settings
 from mother.connection import ForkHandoffPool, Outage, credentials_refused, redis_down
-from mother.errors import ConfigError
+from mother.errors import ConfigError, MotherError
 from mother.hooks import load_hooks
 from mother.lifecycle import JOB_FUNCTION
 from mother.logs import get_logger
 from workers import phase
-from workers.heartbeat import AttemptBeat, AttemptLine
+from workers.heartbeat import AttemptBeat, beat
+from workers.host import current as current_host
 from workers.pool import PoolLink
 from workers.sandbox.state import SandboxState
 
@@ -126,10 +127,9 @@ class PhaseWorker(Worker):
         # the worker; a horse is a fork of it
         self._parent_pid = os.getpid()
         self.allowed_jobs = PROJECT_JOBS | frozenset(settings.worker.allowed_jobs)
-        # the attempt whose horse runs now, which this worker beats for (None: no phase job runs)
+        # the attempt whose horse runs now, which this worker beats for (None: no phase job runs), and
+        # whether its horse died
         self._beating: str | None = None
-        # that attempt's own line (its ACL user), and whether its horse died
-        self._line: AttemptLine | None = None
         self._horse_failed = False
         # in a horse: the job it ran returned a failed phase attempt (RQ's "Job OK" says otherwise)
         self._failed_jobs: set[str] = set()
@@ -144,6 +144,10 @@ class PhaseWorker(Worker):
             worker=self.name,
             why="Mother sends no RQ pub/sub commands; anyone with worker credentials could",
         )
+
+    def clean_group_registries(self) -> None:
+        """RQ's job groups are shared by every queue (``rq:groups``), and Mother makes none: a host
+        cleans no registry but its own queues' (its ACL user may touch no other)."""
 
     def attempt_failed(self, job_id: str) -> bool:
         """Whether the job ``job_id`` this process ran returned a failed phase attempt."""
@@ -163,23 +167,24 @@ class PhaseWorker(Worker):
         pools = [self.connection.connection_pool]
         preload_module(job.func_name, self.allowed_jobs)
         rt = phase.runtime()
+        # busy from here: a stop asked for while the attempt begins waits for its job, as for one
+        # that runs (RQ counts the worker busy only once the horse is forked)
+        self.set_state(WorkerStatus.BUSY)
         if job.func_name == JOB_FUNCTION:
             args = job.args
             # a malformed job fails in the horse, with RQ's own error
             if len(args) == 3:
-                member = self._beating = keys.member_of_job(args)
-                # what the horse finds on its job: the first read and the setup, and who beats for it
-                got = phase.prefetch(*args)
-                setattr(job, phase.HANDED, got)
+                self._beating = keys.member_of_job(args)
+                # what the horse finds on its job: Mother's reply to its begin ask and the setup, and
+                # who beats for it
+                setattr(job, phase.HANDED, phase.prefetch(*args))
                 setattr(job, phase.BEATS, AttemptBeat(self._beating))
-                token = got.raw[3] if got is not None else None
-                if member is not None and isinstance(token, str):
-                    # the attempt's own line: its beats, and its key dropped if the horse dies
-                    self._line = phase.attempt_line(rt, member, token)
-                    # the pool beats for the attempt from now on (at once), through the setup; with
-                    # no pool to tell, the first beat is ours, now
-                    if self.pool is None or not self.pool.begin(member, token):
-                        self._beat_for_horse()
+                # the pool beats for the attempt from now on (at once); with no pool to tell, the
+                # first beat is ours, now
+                if self._beating is not None and (
+                    self.pool is None or not self.pool.begin(self._beating)
+                ):
+                    self._beat_for_horse()
             pools.append(rt.redis.connection_pool)
         # the horses inherit a clock measured within RESYNC_AFTER_MS
         rt.clock.refresh()
@@ -197,16 +202,7 @@ class PhaseWorker(Worker):
                 raise
             self._lost_redis_during(job, exc)
         finally:
-            told = (
-                self._beating is not None
-                and self.pool is not None
-                and self._line is not None
-                and self.pool.end(self._beating, died=self._horse_failed)
-            )
-            if self._beating is not None and self.pool is not None and self._line is None:
-                self.pool.end(self._beating)
-            self._end_line(told)
-            self._beating = None
+            self._ended()
             for pool in handoffs:
                 pool.close_handoff()
 
@@ -226,15 +222,25 @@ class PhaseWorker(Worker):
             )
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)
             pipe.execute()
-        rt = phase.runtime()
-        rt.violation(
-            "job_refused",
-            job_id=job.id,
-            queue=queue.name,
-            worker=self.name,
-            why=why,
-            activity=False,
-        )
+        # Mother records it as this host's (a job on its own queue: its user's, or Mother's)
+        host = current_host()
+        if host is not None:
+            rt = phase.runtime()
+            try:
+                host.asker(rt.redis, rt.settings.worker.ask_timeout_seconds).ask(
+                    "violation",
+                    {
+                        "kind": "job_refused",
+                        "fields": {
+                            "job_id": job.id,
+                            "queue": queue.name,
+                            "worker": self.name,
+                            "why": why,
+                        },
+                    },
+                )
+            except (redis.RedisError, MotherError) as exc:
+                log.warning("job_refusal_not_recorded", job_id=job.id, error=str(exc))
 
     def fork_work_horse(self, job: Job, queue: Queue) -> None:
         # what this worker made since its last fork joins what the horse shares: collected first, so
@@ -254,38 +260,38 @@ class PhaseWorker(Worker):
         super().maintain_heartbeats(job, execution)
         self._beat_for_horse()
 
-    def _beat_for_horse(self, *, outage: bool = False) -> None:
-        """Stamp the attempt the horse runs alive, on the attempt's own line. A failed beat is logged (at
-        debug level during an outage the worker is already reporting); Mother tolerates a few missed ones."""
-        # the pool beats for it (while it lives and hears us)
-        if self._line is None or (self.pool is not None and self.pool.alive()):
+    def _beat_for_horse(self, *, outage: bool = False, died: bool = False) -> None:
+        """Beat for the attempt the horse runs (``died``: say its horse died), unless the pool does. A
+        failed beat is logged (at debug level during an outage the worker is already reporting); Mother
+        tolerates a few missed ones."""
+        member = self._beating
+        host = current_host()
+        if member is None or host is None or (self.pool is not None and self.pool.alive()):
             return
+        rt = phase.runtime()
         try:
-            self._line.beat()
+            asker = host.asker(rt.redis, rt.settings.worker.ask_timeout_seconds)
+            beat(asker, [] if died else [member], died=[member] if died else [])
         except redis.RedisError as exc:
             (log.debug if outage else log.warning)("heartbeat_failed", error=str(exc))
 
     def handle_job_failure(self, job: Job, queue: Queue, *args: Any, **kwargs: Any) -> None:
-        # in the worker: its horse died (killed, timed out): the attempt's key goes now, so Mother acts
-        # on the failed job at once (a failed-registry entry alone, which any worker can write, it ignores)
+        # in the worker: its horse died (killed, timed out): said at once, so Mother acts on it now
         if os.getpid() == self._parent_pid:
             self._horse_failed = True
         super().handle_job_failure(job, queue, *args, **kwargs)
 
-    def _end_line(self, told: bool) -> None:
-        """The job is over. The pool, when it was told, marks or drops the attempt's key; else, for a horse
-        that died, this worker drops it (a horse that reported marked it itself)."""
-        line, self._line = self._line, None
-        failed, self._horse_failed = self._horse_failed, False
-        if line is None:
+    def _ended(self) -> None:
+        """The job is over: the pool is told (a horse that died, at once), or, with no pool, this
+        worker says a horse that died so itself."""
+        member, failed = self._beating, self._horse_failed
+        self._horse_failed = False
+        if member is None:
             return
-        try:
-            if failed and not told:
-                line.drop()
-        except redis.RedisError as exc:
-            log.warning("heartbeat_drop_failed", member=line.member, error=str(exc))
-        finally:
-            line.close()
+        told = self.pool is not None and self.pool.end(member, died=failed)
+        if failed and not told:
+            self._beat_for_horse(died=True)
+        self._beating = None
 
     # -- outliving a Redis outage ---------------------------------------------------------------
     # RQ retries its blocking dequeue while Redis is away, but quits on a connection error anywhere

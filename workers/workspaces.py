@@ -9,14 +9,17 @@ run stored already is not sent again. The first time a phase's tools need the wo
 :func:`restore` makes its directory equal to the manifest: files another host changed are fetched and
 checked against their hash, files the manifest does not have are removed, files already right stay.
 
-The keys are the run's: only the run's current attempt writes them (its ACL user), and the GC deletes
-them with the run's records. The restorer trusts nothing it reads: a path that would leave the workspace
-or content that does not match its hash stops the phase (``workspace_corrupt``). With
-``worker.workspace_store: shared`` (a filesystem every worker host mounts) nothing is copied.
+The keys are the run's, and only Mother writes or reads them: a host asks for them while it holds one of
+the run's attempts (:class:`AskedPlace`; :mod:`mother.asks.workspace`), and the GC deletes them with the
+run's records. The restorer trusts nothing it reads: a path that would leave the workspace or content
+that does not match its hash stops the phase (``workspace_corrupt``). With ``worker.workspace_store:
+shared`` (a filesystem every worker host mounts) nothing is copied; with ``s3`` a host puts and gets the
+contents in the object store itself (its own credentials) and Mother keeps their list and the manifest.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import stat
@@ -36,9 +39,12 @@ from mother.errors import ConfigError, WorkspaceCorrupt, WorkspaceTooLarge
 from mother.logs import get_logger
 
 __all__ = [
+    "AskedPlace",
     "Blobs",
     "Moved",
+    "Place",
     "RedisBlobs",
+    "RedisPlace",
     "S3Blobs",
     "blobs_for",
     "manifest",
@@ -72,15 +78,14 @@ class Moved:
 
 
 def manifest(
-    client: Any, run_id: str, store_name: str | None = None
+    place: Place, run_id: str, store_name: str | None = None
 ) -> dict[str, dict[str, Any]] | None:
     """The run's workspace as last stored (path -> its entry), or None when no phase stored one. With
     ``store_name``, a manifest whose contents went to another store (``redis``, ``s3``) is refused in one
     line: this host cannot read them."""
-    raw = client.get(keys.workspace_key(run_id))
-    if raw is None:
+    doc = place.read()
+    if doc is None:
         return None
-    doc = orjson.loads(raw)
     files = doc.get("files") if isinstance(doc, dict) else None
     if not isinstance(files, dict):
         raise WorkspaceCorrupt(f"the workspace manifest of run {run_id} is not one (no files)")
@@ -131,6 +136,83 @@ class RedisBlobs:
         return int(self.client.delete(*blob_keys)) if blob_keys else 0
 
 
+class Place(Protocol):
+    """Where a run's workspace manifest is read and written, and its contents kept (``blobs``)."""
+
+    blobs: Blobs
+
+    def read(self) -> dict[str, Any] | None: ...
+
+    def write(self, doc: dict[str, Any]) -> None: ...
+
+
+class RedisPlace:
+    """The workspace's keys read and written directly (Mother's, and ``mother artifacts export``)."""
+
+    def __init__(self, client: Any, run_id: str, blobs: Blobs | None = None) -> None:
+        self.client, self.run_id = client, run_id
+        self.blobs = blobs or RedisBlobs(client)
+
+    def read(self) -> dict[str, Any] | None:
+        raw = self.client.get(keys.workspace_key(self.run_id))
+        if raw is None:
+            return None
+        doc: dict[str, Any] = orjson.loads(raw)
+        return doc
+
+    def write(self, doc: dict[str, Any]) -> None:
+        self.client.set(keys.workspace_key(self.run_id), orjson.dumps(doc))
+
+
+class AskedBlobs:
+    """The contents in Redis, through the asks of the attempt this host holds (Mother reads and writes)."""
+
+    name = "redis"
+
+    def __init__(self, asks: Any) -> None:
+        self.asks = asks
+
+    def put(self, run_id: str, contents: dict[str, bytes]) -> None:
+        body = {sha: base64.b64encode(blob).decode() for sha, blob in contents.items()}
+        self.asks.ask("store", {"blobs": body})
+
+    def get(self, run_id: str, shas: list[str]) -> list[bytes | None]:
+        found: dict[str, str | None] = {}
+        wanted = list(shas)
+        while wanted:
+            reply = self.asks.ask("blobs", {"shas": wanted})
+            found.update(reply.get("blobs") or {})
+            more = reply.get("more") or []
+            if len(more) >= len(wanted):
+                break
+            wanted = more
+        return [base64.b64decode(t) if (t := found.get(sha)) else None for sha in shas]
+
+    def delete(self, run_id: str, shas: list[str]) -> int:
+        raise ConfigError("a host deletes no workspace contents: the GC asks Mother")
+
+
+class AskedPlace:
+    """The workspace of the attempt ``asks`` is about, through Mother: its manifest and (Redis store) its
+    contents by asks; with the s3 store the contents go to the object store directly, and Mother is told
+    their names (what the GC deletes by)."""
+
+    def __init__(self, asks: Any, settings: Settings) -> None:
+        self.asks = asks
+        self.blobs: Blobs = (
+            _s3_blobs(settings, lambda _run_id, shas: asks.ask("store", {"listed": shas}))
+            if settings.worker.workspace_store == "s3"
+            else AskedBlobs(asks)
+        )
+
+    def read(self) -> dict[str, Any] | None:
+        got = self.asks.ask("workspace").get("manifest")
+        return got if isinstance(got, dict) else None
+
+    def write(self, doc: dict[str, Any]) -> None:
+        self.asks.ask("store", {"manifest": doc})
+
+
 class S3Blobs:
     """The contents in an S3-compatible object store (``worker.workspace_store: s3``): one object per
     content, ``{prefix}{run}/{sha256}`` in the bucket; still listed in Redis (``workspace_blobs:{run}``,
@@ -141,8 +223,9 @@ class S3Blobs:
 
     name = "s3"
 
-    def __init__(self, client: Any, s3: Any, bucket: str, prefix: str) -> None:
-        self.client, self.s3, self.bucket, self.prefix = client, s3, bucket, prefix
+    def __init__(self, s3: Any, bucket: str, prefix: str, listed: Any = None) -> None:
+        # ``listed(run_id, shas)``: what lists contents put in the store under the run (Mother's set)
+        self.s3, self.bucket, self.prefix, self.listed = s3, bucket, prefix, listed
 
     def _key(self, run_id: str, sha: str) -> str:
         keys.workspace_blob_key(run_id, sha)  # the run id and the hash checked as for Redis
@@ -155,8 +238,8 @@ class S3Blobs:
         # an object a request: S3_CONCURRENCY of them in flight (what one request waits is the store's)
         with ThreadPoolExecutor(S3_CONCURRENCY) as pool:
             list(pool.map(one, contents.items()))
-        if contents:
-            self.client.sadd(keys.workspace_blobs_key(run_id), *contents)
+        if contents and self.listed is not None:
+            self.listed(run_id, list(contents))
 
     def get(self, run_id: str, shas: list[str]) -> list[bytes | None]:
         def one(sha: str) -> bytes | None:
@@ -200,12 +283,19 @@ def travels(settings: Settings) -> bool:
 
 
 def blobs_for(settings: Settings, client: Any) -> Blobs:
-    """The contents store ``worker.workspace_store`` names (``redis`` for ``shared`` too: nothing travels
-    there); one S3 client per process, endpoint and bucket, the bucket checked once (one line when it cannot be
-    reached or does not exist)."""
-    worker = settings.worker
-    if worker.workspace_store != "s3":
+    """The contents store ``worker.workspace_store`` names, read and deleted directly (Mother's GC, and
+    ``mother artifacts export``): ``redis`` for ``shared`` too (nothing travels there)."""
+    if settings.worker.workspace_store != "s3":
         return RedisBlobs(client)
+    return _s3_blobs(
+        settings, lambda run_id, shas: client.sadd(keys.workspace_blobs_key(run_id), *shas)
+    )
+
+
+def _s3_blobs(settings: Settings, listed: Any) -> S3Blobs:
+    """The object store ``worker.workspace_*`` names: one S3 client per process, endpoint and bucket, the
+    bucket checked once (one line when it cannot be reached or does not exist)."""
+    worker = settings.worker
     cached = (worker.workspace_s3_endpoint, worker.workspace_s3_region, worker.workspace_s3_bucket)
     s3 = _S3_CLIENTS.get(cached)
     if s3 is None:
@@ -222,7 +312,7 @@ def blobs_for(settings: Settings, client: Any) -> Blobs:
                 "the workers run with"
             ) from None
         _S3_CLIENTS[cached] = s3
-    return S3Blobs(client, s3, worker.workspace_s3_bucket, worker.workspace_s3_prefix)
+    return S3Blobs(s3, worker.workspace_s3_bucket, worker.workspace_s3_prefix, listed)
 
 
 def _s3_client(endpoint: str | None, region: str) -> Any:
@@ -260,16 +350,14 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def store(
-    client: Any, run_id: str, root: Path, *, cap_bytes: int, blobs: Blobs | None = None
-) -> Moved:
+def store(place: Place, run_id: str, root: Path, *, cap_bytes: int) -> Moved:
     """Put the workspace at ``root`` where every host reaches it (see the module): its contents in
-    ``blobs`` (default: Redis), its manifest in Redis; raises WorkspaceTooLarge (nothing written) when it
-    holds more than ``cap_bytes``."""
+    ``place.blobs``, its manifest last; raises WorkspaceTooLarge (nothing written) when it holds more
+    than ``cap_bytes``."""
     started = time.monotonic()
-    contents = blobs or RedisBlobs(client)
+    contents = place.blobs
     try:
-        base = manifest(client, run_id, contents.name) or {}
+        base = manifest(place, run_id, contents.name) or {}
     except WorkspaceCorrupt:
         # its contents are in another store (the deployment switched): all of it is stored again
         base = {}
@@ -318,8 +406,7 @@ def store(
     if batch:
         contents.put(run_id, batch)
     # the manifest last: a reader sees the old one or all of this one
-    doc = {"files": files, "bytes": total, "run_id": run_id, "store": contents.name}
-    client.set(keys.workspace_key(run_id), orjson.dumps(doc))
+    place.write({"files": files, "bytes": total, "run_id": run_id, "store": contents.name})
     moved.ms = (time.monotonic() - started) * 1000
     return moved
 
@@ -340,13 +427,13 @@ def _inside(root: Path, rel: str) -> Path:
     return path
 
 
-def restore(client: Any, run_id: str, root: Path, blobs: Blobs | None = None) -> Moved:
+def restore(place: Place, run_id: str, root: Path) -> Moved:
     """Make the directory ``root`` equal to the run's stored workspace (see the module), its contents read
-    from ``blobs`` (default: Redis); nothing is done when no phase stored one. Raises WorkspaceCorrupt for
-    a path that leaves the workspace, a missing blob or content that does not match its hash."""
+    from ``place.blobs``; nothing is done when no phase stored one. Raises WorkspaceCorrupt for a path that
+    leaves the workspace, a missing blob or content that does not match its hash."""
     started = time.monotonic()
-    contents = blobs or RedisBlobs(client)
-    files = manifest(client, run_id, contents.name)
+    contents = place.blobs
+    files = manifest(place, run_id, contents.name)
     if files is None:
         return Moved()
     root.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -1,6 +1,7 @@
 """The daily GC's schedule: RQ's own ``CronScheduler`` (rq >= 2.4) with ``retention.gc_cron`` (a croniter
-expression, UTC), enqueueing ``workers.gc.scheduled`` on the ``maintenance`` queue. ``mother cron`` runs
-it (``mother up`` starts one). Any number may run: the job takes its day with a SET NX
+expression, UTC), enqueueing ``workers.gc.scheduled`` on the ``maintenance`` queue of an enrolled host
+that takes maintenance jobs (a live one first). ``mother cron`` runs it with Mother's URL (``mother
+up`` starts one). Any number may run: the job takes its day with a SET NX
 (``gc:day:{YYYY-MM-DD}``), so one GC runs a day.
 
 At start and at every tick (at least once a minute) the scheduler looks at the last time the expression
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,7 +55,12 @@ class JsonCronJob(CronJob):
     they refuse) and by function name (workers import the job; the scheduler need not)."""
 
     def enqueue(self, connection: Redis) -> Job:
-        queue = Queue(self.queue_name, connection=connection, serializer=JSONSerializer)
+        queue = maintenance_queue(connection)
+        if queue is None:
+            raise RedisError(
+                "no enrolled host takes maintenance jobs: `mother hosts add NAME --queues "
+                "maintenance`, then `mother worker` with its URL (the day's GC is caught up then)"
+            )
         with connection.pipeline() as pipeline:
             job = queue.enqueue_call(
                 self.func_name,
@@ -62,6 +69,7 @@ class JsonCronJob(CronJob):
                 timeout=self.job_options.get("job_timeout"),
                 result_ttl=self.job_options.get("result_ttl"),
                 failure_ttl=self.job_options.get("failure_ttl"),
+                job_id=keys.host_job_id(queue.name.partition(".")[0], f"gc-{uuid.uuid4().hex}"),
                 pipeline=pipeline,
             )
             stamp = (job.enqueued_at or datetime.now(UTC)).timestamp()
@@ -84,10 +92,15 @@ class GcCronScheduler(CronScheduler):
         self.rt, self.gc_cron = rt, gc_cron
 
     def enqueue_jobs(self) -> list[CronJob]:
-        enqueued = super().enqueue_jobs()
-        queue = Queue(MAINTENANCE_QUEUE, connection=self.connection, serializer=JSONSerializer)
         try:
-            catch_up(self.rt, self.gc_cron, queue)
+            enqueued = super().enqueue_jobs()
+        except RedisError as exc:
+            log.warning("gc_not_enqueued", error=str(exc))
+            enqueued = []
+        try:
+            queue = maintenance_queue(self.connection)
+            if queue is not None:
+                catch_up(self.rt, self.gc_cron, queue)
         # Redis away for a moment: the next tick looks again
         except RedisError as exc:
             log.warning("gc_catch_up_failed", error=str(exc))
@@ -117,6 +130,22 @@ def scheduler(connection: Redis, settings: Settings, rt: Runtime | None = None) 
     )
     cron._cron_jobs.append(job)
     return cron
+
+
+def maintenance_queue(connection: Redis) -> Queue | None:
+    """The maintenance queue of an enrolled host that takes maintenance jobs: a live one, else any
+    (its job waits there until it starts); None when no host takes them."""
+    from mother.hosts.table import HostTable
+
+    table = HostTable(connection)
+    host = table.choose(MAINTENANCE_QUEUE) or next(
+        (name for name, h in sorted(table.enrolled.items()) if h.takes(MAINTENANCE_QUEUE)), None
+    )
+    if host is None:
+        return None
+    return Queue(
+        keys.host_queue(host, MAINTENANCE_QUEUE), connection=connection, serializer=JSONSerializer
+    )
 
 
 def _job_status(connection: Redis, job_id: str) -> JobStatus | None:
@@ -158,7 +187,11 @@ def catch_up(rt: Runtime, cron: str, queue: Any) -> bool:
     if pending is not None and _job_status(queue.connection, _text(pending)) in _WAITING:
         return False
     job = queue.enqueue_call(
-        GC_JOB, timeout=GC_TIMEOUT_SECONDS, result_ttl=7 * 86_400, failure_ttl=30 * 86_400
+        GC_JOB,
+        timeout=GC_TIMEOUT_SECONDS,
+        result_ttl=7 * 86_400,
+        failure_ttl=30 * 86_400,
+        job_id=keys.host_job_id(queue.name.partition(".")[0], f"gc-{uuid.uuid4().hex}"),
     )
     rt.redis.set(keys.gc_pending_key(day), job.id, ex=_PENDING_TTL)
     log.info("gc_caught_up", missed=previous.isoformat() + "Z", day=day, job_id=job.id)
@@ -187,7 +220,13 @@ def start_cron(settings: Settings) -> None:
     os.environ["TZ"] = "UTC"
     time.tzset()
     rt = Runtime.create(settings)
-    queue = Queue(MAINTENANCE_QUEUE, connection=rt.rq_redis, serializer=JSONSerializer)
-    catch_up(rt, settings.retention.gc_cron, queue)
-    log.info("cron_started", gc_cron=settings.retention.gc_cron, queue=MAINTENANCE_QUEUE)
+    queue = maintenance_queue(rt.rq_redis)
+    if queue is not None:
+        catch_up(rt, settings.retention.gc_cron, queue)
+    else:
+        log.warning(
+            "gc_no_maintenance_host",
+            why="no enrolled host takes maintenance jobs: the daily GC waits for one",
+        )
+    log.info("cron_started", gc_cron=settings.retention.gc_cron)
     scheduler(rt.rq_redis, settings, rt).start()

@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "server": ("mother.cli.admin", "server", "Start the embedded Redis (Valkey + RedisJSON + RediSearch, AOF on) until Ctrl-C."),
     "up": ("mother.cli.services", "up", "Embedded Redis + Mother + N workers in one command; one that exits is started again; Ctrl-C stops them all."),
     "run": ("mother.cli.services", "run", "Run the Mother service (leader when it holds the lease, standby otherwise)."),
-    "worker": ("mother.cli.services", "worker", "Run RQ workers (forking: each job in a work-horse) under one parent that warms up once, beats for their phases and replaces a worker that dies."),
+    "worker": ("mother.cli.services", "worker", "Run an enrolled worker host's RQ workers (forking: each job in a work-horse) under one parent that warms up once, beats for their phases and replaces a worker that dies. MOTHER_REDIS_URL is the host's (`mother hosts add NAME` prints it)."),
     "cron": ("mother.cli.services", "cron", "Run the scheduler of the daily artifact GC (RQ's CronScheduler, retention.gc_cron, UTC): it enqueues workers.gc.scheduled on the maintenance queue, and at start one for a missed day. Run one or more; a SET NX per day lets only one GC a day through."),
     "dashboard": ("mother.cli.services", "dashboard", "Serve the dashboard (why runs stopped, runs, a run, runs waiting for a person, gauges) and Prometheus /metrics; read-only. Beyond 127.0.0.1 it needs dashboard.token."),
     "submit": ("mother.cli.runs", "submit", "Submit a run; print its run_id. With --wait exit 0 only if it ends in success."),
@@ -47,7 +47,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "gc": ("mother.cli.artifacts", "gc_app", "The artifact garbage collector: run it, read its reports."),
     "library": ("mother.cli.library", "app", "Libraries: create one with its policy, ingest documents, search, read the access report."),
     "replay": ("mother.cli.replay", "app", "Replay bundles: export a run whole, read its story, run it again."),
-    "principals": ("mother.cli.principals", "app", "Principals: each person or service its own Redis ACL user, with exactly what its grants need. Run these with an administrator's MOTHER_REDIS_URL."),
+    "principals": ("mother.cli.identities", "principals_app", "Principals: each person or service its own Redis ACL user, with exactly what its grants need. Run these with an administrator's MOTHER_REDIS_URL."),
+    "hosts": ("mother.cli.identities", "hosts_app", "Worker hosts: each enrolled here, its own Redis ACL user that may touch only its own queues and ask Mother on its own stream. Run these with an administrator's MOTHER_REDIS_URL."),
+    "acl": ("mother.cli.identities", "acl_app", "The deployment's Redis ACL users, for servers that take them from a file or a console."),
     "keys": ("mother.cli.signing", "keys_app", "Ed25519 keys for signing role files."),
 }  # fmt: skip
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, cast
 
+import orjson
 import redis
 import typer
 from rich.text import Text
@@ -164,13 +165,6 @@ def _acl(client: redis.Redis) -> str:
             "ACL",
             f"user {report.user} can {what}: a {report.role}'s credentials must not (deploy/users.acl)",
         )
-    for what in report.gaps:
-        _row(
-            None,
-            "ACL",
-            f"user {report.user} can still {what}: a known gap, not yet enforced "
-            "(docs/security.md, Known gaps)",
-        )
     return (
         f"ACL user {report.user} may not {report.lacks[0]}; see deploy/users.acl"
         if report.lacks
@@ -179,9 +173,9 @@ def _acl(client: redis.Redis) -> str:
 
 
 def _serving(client: redis.Redis) -> None:
-    """Whether a Mother leads and workers listen on each queue: a warning, not a failure (they may be
-    starting, or run elsewhere later), since without them runs wait, and `wait` shows only 'running'."""
-    from mother.client import live_workers
+    """Whether a Mother leads and enrolled hosts are live for each kind of job: a warning, not a failure
+    (they may be starting, or run elsewhere later), since without them runs wait."""
+    from mother.hosts.table import HostTable
 
     leader, left_ms = client.get(keys.LEADER_LEASE), client.pttl(keys.LEADER_LEASE)
     # the connection decodes replies
@@ -190,44 +184,35 @@ def _serving(client: redis.Redis) -> None:
         _row(True, "mother", f"{leader} leads (its lease has {max(left_ms, 0) / 1000:.1f}s left)")
     else:
         _row(None, "mother", "no Mother leads: submissions wait until one runs (`mother run`)")
-    for queue in QUEUES:
-        live = live_workers(client, queue)
+    table = HostTable(client)
+    table.refresh()
+    for kind in QUEUES:
+        live = [h for h in table.live.values() if kind in h.kinds]
         if live:
-            _row(True, f"queue {queue}", f"{live} worker(s) listening")
+            _row(
+                True, f"{kind} jobs", f"{len(live)} live host(s): {', '.join(h.name for h in live)}"
+            )
         else:
-            _row(None, f"queue {queue}", "no worker listens: its jobs wait (`mother worker`)")
-    _hosts(client)
-
-
-def _hosts(client: redis.Redis) -> None:
-    """Each pooled worker host (`mother worker --concurrency N`): its slots, busy and free, and its memory
-    per phase (PSS), from the line its pool writes every few seconds."""
-    import orjson
-
-    from workers.pool import PUBLISH_EVERY
-
-    lines = cast("dict[str, str]", client.hgetall(keys.WORKER_HOSTS))
-    for field_, raw in sorted(lines.items()):
+            _row(
+                None,
+                f"{kind} jobs",
+                "no live host takes them: they wait (`mother hosts add`, then `mother worker`)",
+            )
+    for name, host in sorted(table.live.items()):
+        line = client.get(keys.host_alive_key(name))
         try:
-            line = orjson.loads(raw)
-            age = time.time() - float(line["updated_at"])
-            busy, slots = int(line["busy"]), int(line["concurrency"])
-            per = float(line["pss_mb"]) / max(1, busy) if busy else None
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            _row(None, f"host {field_}", "its line is not readable")
-            continue
-        memory = (
-            f"{line['pss_mb']:.0f} MB PSS in all, {per:.1f} MB per busy slot"
-            if per is not None
-            else f"{line['pss_mb']:.0f} MB PSS idle"
+            pss = float(orjson.loads(line or "{}").get("pss_mb", 0.0))
+        except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
+            pss = 0.0
+        per = f", {pss / host.busy:.1f} MB PSS per busy worker" if host.busy and pss else ""
+        _row(
+            True,
+            f"host {name}",
+            f"{host.concurrency} workers: {host.busy} busy, {max(0, host.free())} free; "
+            f"{pss:.0f} MB PSS{per}",
         )
-        detail = (
-            f"{slots} slots ({line['workers']} workers): {busy} busy, {line['free']} free; {memory}"
-        )
-        if age > 3 * PUBLISH_EVERY:
-            _row(None, f"host {field_}", f"{detail}; not heard from for {age:.0f}s (stopped?)")
-        else:
-            _row(True, f"host {field_}", detail)
+    for name in [*table.stopped, *table.missing]:
+        _row(None, f"host {name}", "enrolled, not live (stopped, or not heard from)")
 
 
 def _models(cfg: Any) -> None:

@@ -160,7 +160,7 @@ def export(
 ) -> None:
     """Write a run's workspace artifact (kind workspace) out as files: each content checked against its
     SHA-256, modes and times as stored."""
-    from workers.workspaces import blobs_for
+    from workers.workspaces import RedisPlace, blobs_for
     from workers.workspaces import restore as restore_workspace
 
     cfg = settings()
@@ -171,7 +171,7 @@ def export(
             f"{directory} is not a new or empty directory: export writes only there (it would remove "
             "what the workspace does not have)"
         )
-    moved = restore_workspace(client, run_id, directory, blobs_for(cfg, client))
+    moved = restore_workspace(RedisPlace(client, run_id, blobs_for(cfg, client)), run_id, directory)
     console.print(
         f"wrote run {run_id}'s workspace to {directory}: {moved.files} files, {moved.bytes:,} bytes"
     )
@@ -214,13 +214,22 @@ def gc_run(
         typer.Option(help="collect as of this time (ISO-8601 UTC; default the server's clock)"),
     ] = None,
 ) -> None:
-    """Run the garbage collector now, here (as this process's ACL user), and print its report."""
-    from workers.gc import collect, parse_now
+    """Run the garbage collector now, here (with Mother's URL: it applies each batch itself), and print
+    its report."""
+    from mother.artifacts.collect import collect_here, parse_now
 
     cfg = settings()
     rt = Runtime(settings=cfg, redis=redis_client(cfg))
     now_ms = parse_now(now) if now is not None else rt.clock.now_ms()
-    report = collect(rt, now_ms=now_ms, dry_run=dry_run)
+    from workers.workspaces import blobs_for
+
+    report = collect_here(
+        rt,
+        now_ms=now_ms,
+        dry_run=dry_run,
+        outside=lambda run_id, shas: blobs_for(cfg, rt.redis).delete(run_id, shas),
+    )
+    assert report is not None
     console.print(report_table(report, "GC (dry run: nothing changed)" if dry_run else "GC report"))
     for error in report.errors[:20]:
         console.print(f"error: {error.artifact_id}: {error.error}")

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from mother import keys
 from mother.cli._common import console, fail, handle_errors, sandbox_notice, settings
 from mother.config import check_queues
 from mother.logs import route_rq_logs
@@ -24,13 +25,12 @@ __all__ = ["run", "up", "worker"]
 @handle_errors
 def run() -> None:
     """Run the Mother service (leader when it holds the lease, standby otherwise)."""
-    from mother import attempt_users, secrets
+    from mother import secrets
     from mother.service import Mother
     from workers.providers import make_provider
 
     cfg = settings()
     mother = Mother(cfg, make_provider=make_provider)
-    attempt_users.check_permitted(mother.rt.redis)
     secrets.take(cfg)
     mother.install_signal_handlers()
     mother.run_forever()
@@ -62,12 +62,14 @@ def worker(
         ),
     ] = None,
 ) -> None:
-    """Run RQ workers (forking: each job in a work-horse) under one parent that warms up once, beats for
-    their phases and replaces a worker that dies."""
+    """Run an enrolled worker host's RQ workers (forking: each job in a work-horse) under one parent that
+    warms up once, beats for their phases and replaces a worker that dies. MOTHER_REDIS_URL is the host's
+    (`mother hosts add NAME` prints it)."""
     from rq.serializers import JSONSerializer
 
     from mother import secrets
-    from workers.host import current as current_host
+    from mother.connection import redact_url
+    from workers.host import identify, set_current
     from workers.phase import runtime
     from workers.sandbox.state import prepare as prepare_sandbox
     from workers.worker import PhaseWorker, log_sandbox, warm_up
@@ -82,27 +84,28 @@ def worker(
             fail(f"--queues: {exc}", "usage")
     count = concurrency or cfg.worker.concurrency
     _check_memory(cfg, count)
-    rt = runtime()
     # refuses to start where the sandbox is required and cannot be made (ConfigError, one line); a
     # worker of the maintenance queue alone (the GC) runs no tool
     if {"agents", "tools"} & set(names):
         log_sandbox(prepare_sandbox(cfg))
+    rt = runtime()
+    host = identify(rt.redis, redact_url(cfg.redis_url))
+    set_current(host)
     warm_up(cfg)
     # nothing the worker starts inherits its credentials (its settings are loaded)
     secrets.take(cfg)
     from workers.pool import Pool, PoolLink
 
-    prefix = name or f"{socket.gethostname()}.{os.getpid()}"
+    prefix = name or f"{socket.gethostname().replace('.', '-')}-{os.getpid()}"
 
     # each worker a child of one parent that beats for its attempts (a pool of one too: the attempt
     # stays alive while its worker sets it up, however slowly)
     def run_one(index: int, link: PoolLink) -> int:
-        host = current_host()
         one = PhaseWorker(
-            host.queues(names) if host else names,
+            host.queues(names),
             connection=rt.rq_redis,
             serializer=JSONSerializer,
-            name=f"{prefix}.{index}.{os.getpid()}",
+            name=keys.host_worker_name(host.name, f"{prefix}-{index}-{os.getpid()}"),
             pool=link,
         )
         # RQ's own lines as ours (JSON where the process logs JSON)
@@ -110,17 +113,23 @@ def worker(
         one.work(burst=burst, logging_level=cfg.log_level)
         return 0
 
+    log_host(host.name, host.queues(names))
     pool = Pool(
         cfg,
         count,
         rt.rq_redis,
         run_one,
         warm=lambda: warm_pool(rt),
-        queues=tuple(names),
+        asker=host.asker(rt.redis, cfg.worker.ask_timeout_seconds),
         burst=burst,
-        clients=(rt.redis,),
     )
     raise typer.Exit(pool.run())
+
+
+def log_host(name: str, queues: list[str]) -> None:
+    from mother.logs import get_logger
+
+    get_logger("worker").info("host_serving", host=name, queues=queues)
 
 
 def warm_pool(rt: Any) -> None:
@@ -342,11 +351,11 @@ def up(
 def _dev_principal(url: str) -> str:
     """``mother up --dev``'s principal ``dev``: every grant, for every user (made again at each start:
     the embedded server keeps no ACL file). Its URL."""
-    from mother import principals
-    from mother.cli.principals import principal_url
+    from mother.cli.identities import principal_url
     from mother.clock import ServerClock
     from mother.connection import connect
     from mother.functions import load_functions
+    from mother.identities import principals
     from schemas.principal import GRANTS
 
     client = connect(url)

@@ -78,14 +78,14 @@ REVIEW_TYPES = ("critic_vs_coder", "test_vs_review")
 class Ctx:
     """One conflict being worked on: the run as read (its spec the pipeline's), the record, the newest
     result of the conflict (the one that raised it, or a strategy's), where the run is, and how the
-    next move is made (the result's token digest; the handled entry; a person's gate decision)."""
+    next move is made (the host the result came from; the handled entry; a person's gate decision)."""
 
     rt: Runtime
     state: RunState
     conflict: ConflictResolution
     result: PhaseResult
     position: tuple[int, int]
-    token_digest: str = ""
+    host: str = ""
     delivery: Delivery | None = None
     close: str = ""
     decided: GateDecision | None = None
@@ -171,7 +171,7 @@ def review_hook(rt: Runtime, outcome: Outcome, review: Review) -> Review | None:
     state = outcome.state or rt.load_run(result.run_id)
     if state is None or not is_current(state, result.phase_index, result.attempt):
         return Review(State.STALE)
-    if state.token_digest != outcome.token_digest:
+    if state.host != outcome.host:
         return Review(State.REFUSED)
     if state.detour is not None:
         return _strategy_result(rt, outcome, state, review)
@@ -204,9 +204,7 @@ def _open(rt: Runtime, outcome: Outcome, state: RunState, found: Found) -> None:
             "policy": list(rt.settings.conflicts.policy[found.kind]),
         }
     )
-    ctx = Ctx(
-        rt, state, conflict, result, (r, a), outcome.token_digest, outcome.delivery, opened=True
-    )
+    ctx = Ctx(rt, state, conflict, result, (r, a), outcome.host, outcome.delivery, opened=True)
     # the attempt that raised it ended (its time and cost on the run's timeline), then the conflict
     kind, fields = completed_event(result)
     ctx.events.append((kind, {**fields, "raised_conflict": conflict.conflict_id}))
@@ -430,7 +428,7 @@ def _strategy_result(
         conflict,
         result,
         (result.phase_index, result.attempt),
-        outcome.token_digest,
+        outcome.host,
         outcome.delivery,
     )
     strategy: ConflictStrategy = "run_arbiter" if detour.kind == "arbiter" else "escalate_model"
@@ -774,7 +772,7 @@ def _accept(ctx: Ctx, accepted: PhaseResult, note: str) -> None:
             outputs=[*outputs_of(state)[:r], (own.phase, own.output)],
             activity=[*ctx.events, completed_event(own)],
             also=also,
-            token_digest=ctx.token_digest,
+            host=ctx.host,
             delivery=ctx.delivery,
             gate=ctx.close,
         )
@@ -792,7 +790,7 @@ def _accept(ctx: Ctx, accepted: PhaseResult, note: str) -> None:
         event="phase_completed",
         detail=f"conflict {ctx.conflict.conflict_id} settled: accepted",
         result=own,
-        token_digest=ctx.token_digest,
+        host=ctx.host,
         gate=ctx.close,
         follow_ups=writes,
     )
@@ -882,7 +880,7 @@ def _detour(
         outputs=outputs,
         activity=ctx.events,
         also=also,
-        token_digest=ctx.token_digest,
+        host=ctx.host,
         delivery=ctx.delivery,
         gate=ctx.close,
     )
@@ -911,7 +909,7 @@ def _wait(ctx: Ctx, gate: Gate) -> bool:
         detail=f"conflict {ctx.conflict.conflict_id}: {gate.subject}",
         activity=ctx.events,
         also=also,
-        token_digest=ctx.token_digest,
+        host=ctx.host,
         delivery=ctx.delivery,
     )
 

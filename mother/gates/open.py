@@ -43,7 +43,7 @@ def review_hook(rt: Runtime, outcome: Outcome, review: Review) -> Review | None:
         to=(index, attempt),
         event="gate_opened",
         detail=gate.subject,
-        token_digest=outcome.token_digest,
+        host=outcome.host,
         delivery=outcome.delivery,
     )
     if not waiting:

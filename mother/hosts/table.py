@@ -1,56 +1,52 @@
-"""Which registered worker host gets the next phase job (Mother's side, read every half second)."""
+"""Which enrolled worker host gets the next job (Mother's side, read every half second): a live host
+(Mother wrote its line from its last beat, within a heartbeat timeout) that takes that kind of job, with
+the least load per worker: its busy workers, the jobs waiting on its queue, and the jobs Mother sent it a
+moment ago (a job a worker took shows in the host's line at its next beat)."""
 
 from __future__ import annotations
 
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 import orjson
 from rq.queue import Queue
 
 from mother import keys
-from mother.config import AGENTS_QUEUE, TOOLS_QUEUE
+from mother.identities import hosts
+from schemas.host import HOST_QUEUE_KINDS, Host
 
-__all__ = [
-    "AWAITING_QUEUE",
-    "HOST_QUEUES",
-    "REFRESH_SECONDS",
-    "HostTable",
-    "LiveHost",
-    "is_phase_queue",
-]
+__all__ = ["REFRESH_SECONDS", "STOPPED", "HostTable", "LiveHost"]
 
 # how long a read of the hosts serves the dispatches that follow it (each dispatch counts on its host)
 REFRESH_SECONDS = 0.5
 # how long a job Mother sent a host counts in its load on top of what the host's line and queue say
 SENT_COUNTS_SECONDS = 1.0
-# with no host live at the last read, how old a read a dispatch reads again (a host just registered
-# writes its line a moment after)
+# with no host live at the last read, how old a read a dispatch reads again (a host just started beats
+# a moment after)
 NONE_LIVE_SECONDS = 0.05
-# what a host's line says when its pool stopped: it is forgotten at once
+# what a host's line says when its pool stopped
 STOPPED = "stopped"
-# the queues Mother addresses to a host; the maintenance queue (the GC) stays shared
-HOST_QUEUES = (AGENTS_QUEUE, TOOLS_QUEUE)
-# where a phase job waits while no host is live: no worker listens there, and it has no token anywhere
-AWAITING_QUEUE = "awaiting_host"
 
 
 @dataclass
 class LiveHost:
-    host_id: str
+    name: str
+    kinds: tuple[str, ...]
     concurrency: int
-    # its workers running a job (its line), jobs waiting on its queues, and when Mother sent it the
-    # jobs of the last SENT_COUNTS_SECONDS (a job a worker dequeued shows in its host's line a moment
-    # later: until then it would count nowhere)
     busy: int = 0
-    queued: int = 0
+    # jobs waiting on its queues, by kind
+    queued: dict[str, int] = field(default_factory=dict)
     sent: list[float] = field(default_factory=list)
 
     def load(self, now: float) -> float:
         self.sent = [t for t in self.sent if now - t < SENT_COUNTS_SECONDS]
-        return (self.busy + self.queued + len(self.sent)) / max(1, self.concurrency)
+        waiting = sum(self.queued.values())
+        return (self.busy + waiting + len(self.sent)) / max(1, self.concurrency)
+
+    def free(self) -> int:
+        return self.concurrency - self.busy - sum(self.queued.values())
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -61,103 +57,71 @@ def _int(value: Any, default: int = 0) -> int:
 
 @dataclass
 class HostTable:
-    """The registered hosts as last read: live (their line is there), stopped (their pool said so) and
-    missing (no line: dead, or held up). :meth:`choose` picks the live host with the least load per slot."""
+    """The enrolled hosts as last read: live (a line), stopped (their pool said so) and missing (no line:
+    not started, dead, or held up). :meth:`choose` picks a live host for a kind of job."""
 
     client: Any
-    # the server's clock (mother.clock.ServerClock); without one, no host is avoided
-    clock: Any = None
-    registered: dict[str, dict[str, Any]] = field(default_factory=dict)
+    enrolled: dict[str, Host] = field(default_factory=dict)
     live: dict[str, LiveHost] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
-    # live hosts Mother sends nothing to for now (hosts:avoided), unless no other host is live
-    avoided: set[str] = field(default_factory=set)
     _at: float | None = None
 
     def refresh(self) -> None:
-        raw = self.client.hgetall(keys.HOSTS_REGISTERED)
-        registered: dict[str, dict[str, Any]] = {}
-        for host_id, value in raw.items():
-            host_id = host_id.decode() if isinstance(host_id, bytes) else host_id
-            try:
-                record = orjson.loads(value)
-            except orjson.JSONDecodeError:
-                continue
-            if keys.is_host_id(host_id) and isinstance(record, dict):
-                registered[host_id] = record
-        ids = sorted(registered)
+        enrolled = hosts.load_all(self.client)
+        names = sorted(enrolled)
         pipe = self.client.pipeline(transaction=False)
-        pipe.zrange(keys.HOSTS_AVOIDED, 0, -1, withscores=True)
-        for host_id in ids:
-            pipe.get(keys.host_alive_key(host_id))
-            for base in HOST_QUEUES:
-                pipe.llen(Queue.redis_queue_namespace_prefix + keys.host_queue(base, host_id))
+        for name in names:
+            pipe.get(keys.host_alive_key(name))
+            for kind in HOST_QUEUE_KINDS:
+                pipe.llen(Queue.redis_queue_namespace_prefix + keys.host_queue(name, kind))
         found = iter(pipe.execute())
-        now_ms = self.clock.now_ms() if self.clock is not None else None
-        avoided = {
-            h.decode() if isinstance(h, bytes) else h
-            for h, until in next(found)
-            if now_ms is not None and until > now_ms
-        }
         live: dict[str, LiveHost] = {}
         stopped, missing = [], []
-        for host_id in ids:
+        for name in names:
             line = next(found)
-            queued = sum(int(next(found)) for _ in HOST_QUEUES)
+            queued: dict[str, int] = {kind: int(next(found)) for kind in HOST_QUEUE_KINDS}
             if line is None:
-                missing.append(host_id)
+                missing.append(name)
                 continue
             text = line.decode() if isinstance(line, bytes) else line
             if text == STOPPED:
-                stopped.append(host_id)
+                stopped.append(name)
                 continue
             try:
                 got = orjson.loads(text)
             except orjson.JSONDecodeError:
                 got = {}
             got = got if isinstance(got, dict) else {}
-            # at most what it registered with: its line is its own word, rewritten at will
-            most = max(1, _int(registered[host_id].get("concurrency"), 1))
-            concurrency = min(most, _int(got.get("concurrency"), most))
-            sent = self.live[host_id].sent if host_id in self.live else []
-            live[host_id] = LiveHost(
-                host_id, max(1, concurrency), _int(got.get("busy")), queued, sent
+            sent = self.live[name].sent if name in self.live else []
+            live[name] = LiveHost(
+                name,
+                tuple(enrolled[name].queues),
+                max(1, _int(got.get("concurrency"), 1)),
+                _int(got.get("busy")),
+                queued,
+                sent,
             )
-        self.registered, self.live, self.stopped, self.missing = registered, live, stopped, missing
-        self.avoided = avoided & set(live)
+        self.enrolled, self.live, self.stopped, self.missing = enrolled, live, stopped, missing
         self._at = time.monotonic()
 
-    def choose(self, exclude: str | None = None) -> str | None:
-        """The live host with the least load per slot (ties at random), counted as sent one more job;
-        None when no host is live (but ``exclude``)."""
+    def choose(self, kind: str, exclude: str | None = None) -> str | None:
+        """The live host taking ``kind`` jobs with the least load per worker (ties at random), counted as
+        sent one more job; None when no such host is live (but ``exclude``)."""
         if self._older_than(NONE_LIVE_SECONDS if not self.live else REFRESH_SECONDS):
             self.refresh()
-        if not self.live:
+        choices = [h for h in self.live.values() if kind in h.kinds and h.name != exclude]
+        if not choices:
             return None
-        candidates = [h for h in self.live.values() if h.host_id != exclude]
-        if not candidates:
-            return None
-        # a host avoided for now only when there is no other
-        choices = [h for h in candidates if h.host_id not in self.avoided] or candidates
         now = time.monotonic()
         best = min(choices, key=lambda h: (h.load(now), random.random()))
         best.sent.append(now)
-        return best.host_id
+        return best.name
 
     def _older_than(self, seconds: float) -> bool:
         return self._at is None or time.monotonic() - self._at >= seconds
 
-    def any_live(self) -> bool:
+    def any_live(self, kind: str | None = None) -> bool:
         if self._older_than(REFRESH_SECONDS):
             self.refresh()
-        return bool(self.live)
-
-
-def is_phase_queue(name: object) -> TypeGuard[str]:
-    """Whether ``name`` is a queue Mother queues phase jobs on: a host's own, the one where jobs await a
-    host, or a shared one."""
-    if not isinstance(name, str):
-        return False
-    base, _, host = name.partition(".")
-    return name == AWAITING_QUEUE or (base in HOST_QUEUES and (not host or keys.is_host_id(host)))
+        return any(kind is None or kind in h.kinds for h in self.live.values())

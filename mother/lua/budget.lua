@@ -222,16 +222,19 @@ end
 -- KEYS: 1 budget:run:{id} (the run's counters), 2 budget:user:{user}:daily:{day}, 3 activity,
 --       4 limits:run:{id} (what is enforced: limits, overrides, warning ratio, status and stop, fence, start
 --       time, the user's daily limits; written by Mother and operators only: a worker cannot raise a limit),
---       5 metrics:counters, 6 activity:run:{id}
+--       5 metrics:counters, 6 activity:run:{id}, 7 run:{id} (for a worker host's action: whether it holds
+--       the attempt)
 -- ARGV: 1 action JSON: {day, read_only, check[dims], user_check[dims], add{dim:n}, user_add{dim:n},
 --        reserve{op, dims{dim:n}, user_dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}},
 --        clock ('tick': the wall clock's warning and crossing are recorded; 'deadline': the run's deadline
---        passed, its crossing is recorded), and for a phase attempt's own actions its attempt 'index:attempt'},
+--        passed, its crossing is recorded), and for a phase attempt's own actions its attempt 'index:attempt'
+--        and, set by Mother from the stream the ask came by, its host},
 --       2 activity maxlen, 3 '1' when the action's text repeats call after call (its decoding is kept), else absent
 -- Returns JSON: {ok=true, ...} | {ok=false, code, current, max} | {retry_day=<server day>}
 -- An action of an attempt at or before the run's fence (set when Mother gave back what a failed or lost
 -- attempt held, before retrying it) is refused with code phase_stale: a horse that outlived its attempt
--- can no longer reserve or charge, so nothing it holds outlasts the give-back.
+-- can no longer reserve or charge, so nothing it holds outlasts the give-back. A host's action is refused
+-- (not_held) unless the host holds the attempt; it settles only the reservations it made.
 local function mh_guard(keys, args)
   local a, act, now, at, retry = begin(args, keys[3], keys[6])
   if retry then return retry end
@@ -248,6 +251,16 @@ local function mh_guard(keys, args)
   end
   act.run_id = ctl.run_id  -- the run its activity entries name, for the user's document too
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
+  if a.host ~= nil then
+    local index, attempt = attempt_order(a.attempt)
+    if a.settle then
+      if settling and settling.host ~= nil and settling.host ~= a.host then
+        return cjson.encode({ok = false, code = 'not_held'})
+      end
+    elseif not index or not holds(keys[7], index, attempt, a.host) then
+      return cjson.encode({ok = false, code = 'not_held'})
+    end
+  end
   local needs_user = a.user_check or a.user_add or (settling and (settling.user_dims or a.settle.user_add))
     or (a.reserve and a.reserve.user_dims)  -- a released reservation's late settle still charges the user
   local ub = user_bounds(ctl)
@@ -301,7 +314,7 @@ local function mh_guard(keys, args)
     reserve(run_w, doc, a.reserve.dims, 1)
     if user then reserve(user_w, user, a.reserve.user_dims, 1) end
     run_w.reservations = {[a.reserve.op] = cjson.encode({dims = a.reserve.dims, user_dims = a.reserve.user_dims, at = at,
-      attempt = a.attempt})}
+      attempt = a.attempt, host = a.host})}
   end
   if a.clock then touched.duration_sec = true end
   if doc.duration_sec ~= stored_duration then run_w.duration_sec = int_text(doc.duration_sec) end
@@ -625,47 +638,7 @@ local function mh_rate(keys, args)
   return {1, tonumber(args[1]) - count - 1}
 end
 
--- mh_floor: Mother's floor under a run's and its user's counters, which only ever count up. A phase
--- attempt's user may write its run's counters and its user's counters of the day (its guard charges
--- through them), so whoever holds an attempt (a stolen token included) could set them back, and the
--- run's next attempt, or the user's other runs, could spend again what was spent. At each dispatch Mother
--- raises the floor to what the counters say, and sets a counter found below its floor back to it.
--- KEYS: 1 budget:run:{id}, 2 budget:floor:run:{id}, 3 budget:user:{user}:daily:{day},
---       4 budget:floor:user:{user}:{day} (the floors: Mother's alone)
--- ARGV: 1 the run floor's time to live (s), 2 the user floor's
--- Returns JSON: a list of what was set back, each {key, dim, was, floor}.
-local function raise_floor(doc_key, floor_key, dims, ttl, restored)
-  local doc = get_doc(doc_key)
-  if not doc then return end
-  local floor = get_doc(floor_key) or {}
-  local fix = {}
-  for _, dim in ipairs(dims) do
-    local have, low = tonumber(doc[dim]) or 0, tonumber(floor[dim]) or 0
-    if have < low then
-      fix[dim] = int_text(low)
-      table.insert(restored, {key = doc_key, dim = dim, was = have, floor = low})
-    else
-      floor[dim] = have
-    end
-  end
-  if next(fix) then merge(doc_key, fix) end
-  local text = {}
-  for dim, n in pairs(floor) do table.insert(text, cjson.encode(dim) .. ':' .. int_text(n)) end
-  redis.call('JSON.SET', floor_key, '$', '{' .. table.concat(text, ',') .. '}')
-  redis.call('EXPIRE', floor_key, ttl)
-end
-
-local function mh_floor(keys, args)
-  codes_table = codes_table or cjson.decode(CODES_JSON)
-  local restored = {}
-  raise_floor(keys[1], keys[2], codes_table.counted.run, tonumber(args[1]), restored)
-  raise_floor(keys[3], keys[4], codes_table.counted.user, tonumber(args[2]), restored)
-  if #restored == 0 then return '[]' end
-  return cjson.encode(restored)
-end
-
 redis.register_function('mh_guard', counted(mh_guard, 5))
-redis.register_function('mh_floor', mh_floor)
 redis.register_function('mh_budget_state', mh_budget_state)
 redis.register_function('mh_override', mh_override)
 redis.register_function('mh_admit', counted(mh_admit, 8))

@@ -94,36 +94,26 @@ end
 -- ARGV: 1 run_id, 2 expected phase_index, 3 expected attempt, 4 new phase_index,
 --       5 new attempt, 6 new phase name, 7 phase timeout ms, 8 run duration ms (0: keep),
 --       9 timestamp (ISO), 10 history entry JSON, 11 accepted PhaseResult JSON or '',
---       12 artifact ids JSON array, 13 the SHA-256 of the result's attempt token, which must equal the run's
---       token_digest ('' when the move is Mother's own: a start, a retry), 14 the gate op JSON or '' (open:
+--       12 artifact ids JSON array, 13 the worker host the result came from, which must be the one Mother
+--       queued the attempt on, the run's $.host ('' when the move is Mother's own: a start, a retry),
+--       14 the gate op JSON or '' (open:
 --       see open_gate; close: see check_gate, with decision = the GateDecision's JSON text),
 --       15.. the follow-up commands (mother.functions.follow_ups), each as: n, the command's name, then
 --       its n - 1 words after its key (the key is the next of KEYS 10..)
 -- Returns 1 when applied, 0 when the run is terminated, waits (and no gate is closed) or the attempt is not
--- current, -1 when it is current but the result's token is not the attempt's, -2..-5 when the gate may not
+-- current, -1 when it is current but the result came from another host than the attempt's, -2..-5 when the gate may not
 -- be closed (check_gate) -- nothing written but 1; an error, writing nothing, when the follow-ups do not
 -- match their keys.
-local FIRST_FOLLOW_UP_KEY = 10
 local function mh_transition(keys, args)
-  -- the follow-ups, read (and their shape checked) before anything is written: {first ARGV, word count, key}
-  local ops, i = {}, 15
-  while i <= #args do
-    local n, key = tonumber(args[i]), keys[#ops + FIRST_FOLLOW_UP_KEY]
-    if n == nil or n < 1 or i + n > #args or key == nil then error('malformed follow-up command at ARGV ' .. i) end
-    ops[#ops + 1] = {i, n, key}
-    i = i + n + 1
-  end
-  if #ops ~= #keys - FIRST_FOLLOW_UP_KEY + 1 then
-    error('follow-up keys (' .. (#keys - FIRST_FOLLOW_UP_KEY + 1) .. ') do not match the commands (' .. #ops .. ')')
-  end
+  local ops = read_follow_ups(keys, args, 10, 15)
   -- the fence (status, phase_index, attempt) in one read; a missing field matches nothing
-  local raw = redis.call('JSON.GET', keys[1], '$.status', '$.phase_index', '$.attempt', '$.token_digest')
+  local raw = redis.call('JSON.GET', keys[1], '$.status', '$.phase_index', '$.attempt', '$.host')
   if not raw then return 0 end
   local seen = cjson.decode(raw)
   local status = seen['$.status'][1]
   if status == nil or status == 'terminated' then return 0 end
   if seen['$.phase_index'][1] ~= tonumber(args[2]) or seen['$.attempt'][1] ~= tonumber(args[3]) then return 0 end
-  if args[13] ~= '' and seen['$.token_digest'][1] ~= args[13] then return -1 end
+  if args[13] ~= '' and seen['$.host'][1] ~= args[13] then return -1 end
   local gate = args[14] ~= '' and cjson.decode(args[14]) or nil
   local now = now_ms()
   if gate and gate.close then
@@ -162,10 +152,7 @@ local function mh_transition(keys, args)
   if tonumber(args[8]) > 0 then
     if redis.call('ZADD', keys[3], 'NX', now + tonumber(args[8]), args[1]) == 1 then count('runs_started') end
   end
-  for _, op in ipairs(ops) do
-    local at, n = op[1], op[2]
-    redis.call(args[at + 1], op[3], unpack(args, at + 2, at + n))
-  end
+  apply_follow_ups(args, ops)
   if gate and gate.open then open_gate(keys, args[1], gate, now) end
   return 1
 end
@@ -320,86 +307,42 @@ local function mh_trim_stream(keys, args)
   return redis.call('XTRIM', keys[1], 'MINID', int_text(keep[1]) .. '-' .. int_text(keep[2]))
 end
 
--- mh_relay: what a phase attempt said on mother:relay it wrote, appended to Mother's own stream (an
--- attempt may not XADD there: its MAXLEN would trim what others appended). A result (attempt_result:*,
--- JSON {payload, token}) goes to mother:events and its key stays (Mother takes a result whose word was
--- missed from there); a spawned child's spec (spawn_request:*) goes to mother:spawns and its key goes.
--- KEYS: 1 the key the attempt named, 2 the stream.  ARGV: 1 'result' or 'spawn', 2 the result entries' type
--- Returns 1 when appended, 0 when the key is not there, -1 when it holds no result (nothing appended).
-local function mh_relay(keys, args)
-  local prefix = ({result = 'attempt_result:', spawn = 'spawn_request:'})[args[1]]
-  if prefix == nil or string.sub(keys[1], 1, #prefix) ~= prefix then
-    return redis.error_reply('ERR mh_relay: ' .. tostring(args[1]) .. ' does not name ' .. tostring(keys[1]))
-  end
-  local value = redis.call('GET', keys[1])
-  if not value then return 0 end
-  if args[1] == 'spawn' then
-    redis.call('XADD', keys[2], '*', 'spec', value)
-    redis.call('DEL', keys[1])
-    return 1
-  end
-  local ok, doc = pcall(cjson.decode, value)
-  if not ok or type(doc) ~= 'table' or type(doc.payload) ~= 'string' then return -1 end
-  if type(doc.token) == 'string' then
-    redis.call('XADD', keys[2], '*', 'type', args[2], 'payload', doc.payload, 'token', doc.token)
-  else
-    redis.call('XADD', keys[2], '*', 'type', args[2], 'payload', doc.payload)
-  end
+-- mh_held: what a worker host's ask writes, made only if the host holds the attempt it asks about
+-- (holds: the run is at that attempt, queued on that host), with the reply and the ask's
+-- acknowledgement among the follow-ups: applied, answered and acknowledged at once, or none of them.
+-- KEYS: 1 run:{id}, 2.. one per follow-up command, its key
+-- ARGV: 1 phase index, 2 attempt, 3 host, 4.. the follow-up commands (read_follow_ups)
+-- Returns 1 when applied, 0 when the host does not hold the attempt (nothing written).
+local function mh_held(keys, args)
+  local ops = read_follow_ups(keys, args, 2, 4)
+  if not holds(keys[1], args[1], args[2], args[3]) then return 0 end
+  apply_follow_ups(args, ops)
   return 1
 end
 
--- mh_readdress: a queued phase job moved to another worker host's queue, with its token (Mother-addressed
--- dispatch: a host gone, one with no worker free while another has one, one that takes nothing, or a job
--- that waited for a host). Only while the job is still on the queue it waited on: a worker that dequeued it
--- first runs it. The token moves from where it waited (a host's key, or Mother's own while no host was
--- live) to the new host's, for the time it had left; the attempt's mark names the new host. Nothing is
--- composed or counted again: the attempt is the same.
--- KEYS: 1 the queue it waits on, 2 where its token waits, 3 the new host's queue, 4 the new host's token
---       key, 5 the job's hash, 6 the attempt's heartbeat key, 7 hosts:awaited, 8 RQ's set of queues
--- ARGV: 1 the job id, 2 the new queue's name, 3 the attempt's new dispatch mark, 4 its heartbeat member
--- Returns 1 when moved, 0 when the job was not on that queue, -1 when it was and its token was not (taken
--- off the queue: the caller dispatches the attempt anew).
-local function mh_readdress(keys, args)
-  if redis.call('LREM', keys[1], 1, args[1]) == 0 then return 0 end
-  local token = redis.call('GET', keys[2])
-  if not token then return -1 end
-  local ttl = redis.call('PTTL', keys[2])
-  redis.call('DEL', keys[2])
-  if ttl > 0 then
-    redis.call('SET', keys[4], token, 'PX', ttl)
-  else
-    redis.call('SET', keys[4], token)
+-- mh_rehost: queue a run's current attempt on a worker host: one that waited for a host to be live, or
+-- one whose job waits on a host that went away, was removed or has no worker free while another has. Only
+-- while the run is at that attempt and on the host the caller saw ('' for none), and, when it names the
+-- queue its job waits on, only if Mother took the job off it (a worker that dequeued it first runs it).
+-- The follow-ups are the new job's writes and the run's $.host; nothing is composed or counted again.
+-- KEYS: 1 run:{id}, 2 the queue the job waits on (or the run key again: none), 3.. follow-up keys
+-- ARGV: 1 phase index, 2 attempt, 3 the host it is on ('' for none), 4 the job id on that queue (''),
+--       5.. the follow-up commands
+-- Returns 1 when moved, 0 when the run moved on or its host changed, -1 when the job was not on the queue.
+local function mh_rehost(keys, args)
+  local ops = read_follow_ups(keys, args, 3, 5)
+  local raw = redis.call('JSON.GET', keys[1], '$.status', '$.phase_index', '$.attempt', '$.host')
+  if not raw then return 0 end
+  local seen = cjson.decode(raw)
+  local status, host = seen['$.status'][1], seen['$.host'][1]
+  if host == nil or host == cjson.null then host = '' end
+  if not (status == 'running' or status == 'budget_stopped') or host ~= args[3]
+    or seen['$.phase_index'][1] ~= tonumber(args[1]) or seen['$.attempt'][1] ~= tonumber(args[2]) then
+    return 0
   end
-  redis.call('HSET', keys[5], 'origin', args[2])
-  redis.call('RPUSH', keys[3], args[1])
-  redis.call('SADD', keys[8], keys[3])
-  if redis.call('EXISTS', keys[6]) == 1 then redis.call('SET', keys[6], args[3], 'KEEPTTL') end
-  redis.call('ZREM', keys[7], args[4])
+  if args[4] ~= '' and redis.call('LREM', keys[2], 1, args[4]) == 0 then return -1 end
+  apply_follow_ups(args, ops)
   return 1
-end
-
--- mh_activity_drain: move what phase attempts pushed to activity:inbox onto the activity stream, oldest
--- first. An item that is not a JSON list of an even number (2..ACTIVITY_FIELDS) of strings, or is longer
--- than ACTIVITY_BYTES, is dropped and counted (anyone who may push there may push anything).
--- KEYS: 1 activity:inbox, 2 activity.  ARGV: 1 activity maxlen, 2 at most this many items
--- Returns {moved, dropped, left in the inbox}.
-local ACTIVITY_FIELDS, ACTIVITY_BYTES = 64, 262144
-local function mh_activity_drain(keys, args)
-  local items = redis.call('LPOP', keys[1], tonumber(args[2]))
-  local moved, dropped = 0, 0
-  for _, item in ipairs(items or {}) do
-    local ok, flat = #item <= ACTIVITY_BYTES, nil
-    if ok then ok, flat = pcall(cjson.decode, item) end
-    local fit = ok and type(flat) == 'table' and #flat >= 2 and #flat <= ACTIVITY_FIELDS and #flat % 2 == 0
-    if fit then
-      for i = 1, #flat do
-        if type(flat[i]) ~= 'string' then fit = false; break end
-      end
-    end
-    local reply = fit and redis.pcall('XADD', keys[2], 'MAXLEN', '~', args[1], '*', unpack(flat))
-    if fit and type(reply) == 'string' then moved = moved + 1 else dropped = dropped + 1 end
-  end
-  return {moved, dropped, redis.call('LLEN', keys[1])}
 end
 
 -- mh_forget_rejection: drop a rejection past its retention: its record, its place in the index, and its
@@ -496,96 +439,6 @@ local function mh_tool_stat(keys, args)
   return {succ, fail}
 end
 
--- mh_fold: what an attempt that is over counted in its own attempt_effects key, added to the keys every
--- run shares, then the key deleted (once: a second call finds nothing). Only additions are taken: a count
--- that is not a whole number >= 0, a tool or model or library outside KEYS, calibration counts that are
--- not whole calls (a sample per call, at most ARGV[2] tokens each), an access log that is not the run's (its id's prefix) or whose time is not a time
--- are refused, each named in the reply, and nothing of theirs is added.
--- KEYS: 1 attempt_effects:{run}:{i}:{a}, 2 metrics:counters, 3.. the tool_stats:*, tokens:calibration:*
---       and access_logs:* keys the fields name (Mother reads the hash first).
--- ARGV: 1 the run's access-log id prefix, 2 the most tokens one model call may have, 3 largest count taken.
--- Returns {added fields, {refused field, why, ...}}.
-local function mh_fold(keys, args)
-  local flat = redis.call('HGETALL', keys[1])
-  if #flat == 0 then return {0, {}} end
-  local allowed = {}
-  for i = 3, #keys do allowed[keys[i]] = true end
-  local prefix, per_call, most = args[1], tonumber(args[2]), tonumber(args[3])
-  local refused, added = {}, 0
-  -- counts of a shared key kept whole in parts, gathered per key before any is added
-  local groups = {
-    t = {key = 'tool_stats:', parts = {s = true, f = true, ms = true}, found = {}, why = 'not a tool call count'},
-    c = {key = 'tokens:calibration:', parts = {estimated = true, reported = true, samples = true}, found = {},
-         why = 'not a calibration count'},
-  }
-  local function refuse(field, why) refused[#refused + 1] = field; refused[#refused + 1] = why end
-  local function whole(v)
-    local n = tonumber(v)
-    if n == nil or n ~= n or n < 0 or n > most or math.floor(n) ~= n then return nil end
-    return n
-  end
-  for i = 1, #flat, 2 do
-    local field, value = flat[i], flat[i + 1]
-    local family, rest = string.match(field, '^(%a)|(.+)$')
-    if family == 'm' then
-      local n = whole(value)
-      if n == nil or #rest > 200 then refuse(field, 'not a count')
-      elseif n > 0 then redis.call('HINCRBY', keys[2], rest, n); added = added + 1 end
-    elseif groups[family] then
-      local g = groups[family]
-      local name, part = string.match(rest, '^(.+)|(%a+)$')
-      local n = whole(value)
-      if name == nil or not allowed[g.key .. name] or not g.parts[part] or n == nil then
-        refuse(field, g.why)
-      else
-        g.found[name] = g.found[name] or {}
-        g.found[name][part] = n
-      end
-    elseif family == 'z' then
-      local library, log_id = string.match(rest, '^([^|]+)|(.+)$')
-      local at = whole(value)
-      if library == nil or not allowed['access_logs:' .. library] then
-        refuse(field, 'not a library access log')
-      elseif string.sub(log_id, 1, #prefix) ~= prefix then
-        refuse(field, 'an access log of another run')
-      elseif at == nil or at > now_ms() + 60000 then
-        refuse(field, 'not a time')
-      else
-        redis.call('ZADD', 'access_logs:' .. library, 'NX', at, log_id)
-        added = added + 1
-      end
-    elseif family ~= 'o' then
-      refuse(field, 'unknown field')
-    end
-  end
-  for tool, c in pairs(groups.t.found) do
-    local s, f = c.s or 0, c.f or 0
-    if s + f > 0 then
-      add_tool_calls(groups.t.key .. tool, s, f, c.ms or 0)
-      added = added + 1
-    end
-  end
-  for model, c in pairs(groups.c.found) do
-    c.samples, c.estimated, c.reported = c.samples or 0, c.estimated or 0, c.reported or 0
-    if c.samples > 0 or c.estimated > 0 or c.reported > 0 then
-      -- a call is one sample of at most per_call tokens either way: more is not a model's call
-      if c.samples < 1 or c.estimated < c.samples or c.reported < c.samples
-        or c.estimated > c.samples * per_call or c.reported > c.samples * per_call then
-        refuse('c|' .. model, 'not calls of a model (' .. c.samples .. ' samples, ' .. c.estimated
-          .. ' estimated, ' .. c.reported .. ' reported tokens)')
-      else
-        local key = 'tokens:calibration:' .. model
-        redis.call('HINCRBY', key, 'estimated', c.estimated)
-        redis.call('HINCRBY', key, 'reported', c.reported)
-        redis.call('HINCRBY', key, 'samples', c.samples)
-        added = added + 1
-      end
-    end
-  end
-  redis.call('DEL', keys[1])
-  return {added, refused}
-end
-
 redis.register_function('mh_transition', counted(mh_transition, 9))
 redis.register_function('mh_terminate', counted(mh_terminate, 15))
 redis.register_function('mh_create_run', counted(mh_create_run, 6))
@@ -593,12 +446,10 @@ redis.register_function('mh_ended', mh_ended)
 redis.register_function('mh_due', mh_due)
 redis.register_function('mh_trim_stream', mh_trim_stream)
 redis.register_function('mh_forget_rejection', mh_forget_rejection)
-redis.register_function('mh_relay', mh_relay)
-redis.register_function('mh_readdress', mh_readdress)
-redis.register_function('mh_activity_drain', mh_activity_drain)
+redis.register_function('mh_held', mh_held)
+redis.register_function('mh_rehost', mh_rehost)
 redis.register_function('mh_lease', mh_lease)
 redis.register_function('mh_release_lease', mh_release_lease)
 redis.register_function('mh_tool_stat', counted(mh_tool_stat, 2))
-redis.register_function('mh_fold', counted(mh_fold, 2))
 redis.register_function('mh_library_take', mh_library_take)
 redis.register_function{function_name='mh_now', callback=mh_now, flags={'no-writes'}}

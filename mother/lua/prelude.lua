@@ -5,13 +5,10 @@
 -- each ('runs_terminated|success'); counted in the same call as what they count. The key is passed in
 -- KEYS like every other (ACL key patterns and a cluster's slot check see it): a function that counts is
 -- registered through counted(fn, index), which takes the key from KEYS[index] for the call's length.
--- A phase attempt's call counts into its own attempt_effects:{run}:{index}:{attempt} instead (fields
--- 'm|{metric}'), which Mother adds to metrics:counters when the attempt is over (mh_fold): an attempt's
--- user may not write the shared hash, where HINCRBY by a negative amount would rewrite what others counted.
-local metrics_key, metrics_prefix = nil, ''
+local metrics_key = nil
 local function count(field, n)
   if metrics_key == nil then error('count() outside a counted function: metrics:counters was not passed in KEYS') end
-  redis.call('HINCRBY', metrics_key, metrics_prefix .. field, n or 1)
+  redis.call('HINCRBY', metrics_key, field, n or 1)
 end
 
 -- a histogram observation (mother.records.metrics.HISTOGRAMS: '<name>_bucket|<bound>', sum, count) with the
@@ -30,18 +27,40 @@ end
 local function counted(fn, index)
   return function(keys, args)
     local key = keys[index]
-    if key == 'metrics:counters' then
-      metrics_prefix = ''
-    elseif type(key) == 'string' and string.find(key, '^attempt_effects:') then
-      metrics_prefix = 'm|'
-    else
-      return redis.error_reply('ERR KEYS[' .. index .. '] must be metrics:counters (or an attempt\'s attempt_effects key), got ' .. tostring(key))
+    if key ~= 'metrics:counters' then
+      return redis.error_reply('ERR KEYS[' .. index .. '] must be metrics:counters, got ' .. tostring(key))
     end
     metrics_key = key
     local ok, result = pcall(fn, keys, args)
-    metrics_key, metrics_prefix = nil, ''
+    metrics_key = nil
     if not ok then error(result, 0) end
     return result
+  end
+end
+
+-- Follow-up writes: commands a function makes only when its check passed (a run's move and its new
+-- attempt's job; what a host's ask writes once Mother found the host holds the attempt). Each is given as
+-- ARGV n, the command's name, then its n - 1 words after its key, the key being the next of KEYS from
+-- ``first_key`` (mother.functions.follow_ups). Read, and their shape checked, before anything is written:
+-- returns {{first ARGV, word count, key}, ...}.
+local function read_follow_ups(keys, args, first_key, first_arg)
+  local ops, i = {}, first_arg
+  while i <= #args do
+    local n, key = tonumber(args[i]), keys[#ops + first_key]
+    if n == nil or n < 1 or i + n > #args or key == nil then error('malformed follow-up command at ARGV ' .. i) end
+    ops[#ops + 1] = {i, n, key}
+    i = i + n + 1
+  end
+  if #ops ~= #keys - first_key + 1 then
+    error('follow-up keys (' .. (#keys - first_key + 1) .. ') do not match the commands (' .. #ops .. ')')
+  end
+  return ops
+end
+
+local function apply_follow_ups(args, ops)
+  for _, op in ipairs(ops) do
+    local at, n = op[1], op[2]
+    redis.call(args[at + 1], op[3], unpack(args, at + 2, at + n))
   end
 end
 
@@ -49,21 +68,26 @@ end
 -- and, when it names a run, to that run's own stream in the same call (kept with the run's records: the
 -- run page, logs, inspect and replay read it). A function that appends entries takes the run's stream in
 -- KEYS like every other key; ``run_key`` must be the stream of the run the entry names.
--- A phase attempt passes activity:inbox for the global stream (it may not XADD there: MAXLEN would trim
--- it): the entry is pushed there, as its flat field list in JSON, and Mother moves it (mh_activity_drain).
 local RUN_ACTIVITY_PREFIX, RUN_ACTIVITY_MAXLEN = '__RUN_ACTIVITY_PREFIX__', '__RUN_ACTIVITY_MAXLEN__'
-local ACTIVITY_INBOX = '__ACTIVITY_INBOX__'
 local function append_activity(stream, maxlen, run_key, run_id, flat)
-  if stream == ACTIVITY_INBOX then
-    redis.call('RPUSH', stream, cjson.encode(flat))
-  else
-    redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(flat))
-  end
+  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(flat))
   if run_id == nil or run_id == cjson.null or run_id == '' then return end
   if run_key ~= RUN_ACTIVITY_PREFIX .. run_id then
     error('the activity stream of run ' .. tostring(run_id) .. ' must be passed in KEYS, got ' .. tostring(run_key))
   end
   redis.call('XADD', run_key, 'MAXLEN', '~', RUN_ACTIVITY_MAXLEN, '*', unpack(flat))
+end
+
+-- Whether a worker host holds a run's attempt: the run is running (or emergency-stopped) at that phase
+-- index and attempt, and Mother queued that attempt on that host ($.host). An ask about an attempt the
+-- host does not hold changes nothing.
+local function holds(run_key, index, attempt, host)
+  local raw = redis.call('JSON.GET', run_key, '$.status', '$.phase_index', '$.attempt', '$.host')
+  if not raw then return false end
+  local seen = cjson.decode(raw)
+  local status = seen['$.status'][1]
+  return (status == 'running' or status == 'budget_stopped') and seen['$.phase_index'][1] == tonumber(index)
+    and seen['$.attempt'][1] == tonumber(attempt) and host ~= '' and seen['$.host'][1] == host
 end
 
 -- the run an entry's flat field list [field, value, ...] names (nil: none)

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from mother import effects, keys
+from mother import keys
 from mother.errors import NotFound, RecordInvalid
 from mother.functions import call
 from mother.records._json import ensure_json_index
@@ -161,9 +161,4 @@ def queue_access_log(pipe: Any, log: AccessLog, retention_days: int) -> None:
     key = keys.access_log_key(log.log_id)
     pipe.execute_command("JSON.SET", key, "$", orjson.dumps(doc))
     pipe.expire(key, retention_days * 86_400)
-    attempt = effects.current()
-    if attempt is not None:
-        # a phase attempt may not write the library's timeline (ZADD moves others' logs): Mother adds it
-        effects.queue_timeline(pipe, attempt, log.library_id, log.log_id, log.timestamp_ms)
-    else:
-        pipe.zadd(keys.access_logs_key(log.library_id), {log.log_id: log.timestamp_ms})
+    pipe.zadd(keys.access_logs_key(log.library_id), {log.log_id: log.timestamp_ms})

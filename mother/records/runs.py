@@ -20,9 +20,9 @@ from schemas.conflict import Detour
 __all__ = [
     "ADMISSION_PATH",
     "CAPABILITIES_PATH",
+    "HOST_PATH",
     "POSITION_PATHS",
     "SPEC_PATH",
-    "TOKEN_DIGEST_PATH",
     "attempt_view",
     "is_active_at",
     "parse_position",
@@ -40,19 +40,19 @@ __all__ = [
     "read_capabilities",
     "read_notes",
     "read_position",
-    "read_position_and_digest",
+    "read_position_and_host",
     "read_raw",
     "read_run",
     "read_spec",
     "set_admission",
-    "set_token_digest",
+    "set_host",
 ]
 
 POSITION_PATHS = ("$.status", "$.phase_index", "$.attempt")
 SPEC_PATH = "$.spec"
 CAPABILITIES_PATH = "$.capabilities"
 ADMISSION_PATH = "$.admission"
-TOKEN_DIGEST_PATH = "$.token_digest"
+HOST_PATH = "$.host"
 
 
 def attempt_view(state: RunState) -> RunState:
@@ -167,15 +167,13 @@ def queue_position_read(pipe: Any, run_id: str) -> None:
     pipe.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS)
 
 
-def read_position_and_digest(
+def read_position_and_host(
     client: Any, run_id: str
 ) -> tuple[tuple[str, int, int] | None, str | None]:
-    """The run's position and its current attempt's token digest (None, None without a run)."""
-    raw = client.execute_command(
-        "JSON.GET", keys.run_key(run_id), *POSITION_PATHS, TOKEN_DIGEST_PATH
-    )
-    digest = path_values(raw).get("token_digest") if raw else None
-    return parse_position(raw), digest if isinstance(digest, str) else None
+    """The run's position and the host its current attempt was queued on (None, None without a run)."""
+    raw = client.execute_command("JSON.GET", keys.run_key(run_id), *POSITION_PATHS, HOST_PATH)
+    host = path_values(raw).get("host") if raw else None
+    return parse_position(raw), host if isinstance(host, str) else None
 
 
 NOTES_PATH = "$.notes"
@@ -247,6 +245,6 @@ def set_admission(pipe: Any, run_id: str, decision: str) -> None:
     pipe.execute_command("JSON.SET", keys.run_key(run_id), ADMISSION_PATH, orjson.dumps(decision))
 
 
-def set_token_digest(pipe: Any, run_id: str, digest: str) -> None:
-    """Queue the current attempt's token digest on ``pipe`` (its dispatch)."""
-    pipe.execute_command("JSON.SET", keys.run_key(run_id), TOKEN_DIGEST_PATH, orjson.dumps(digest))
+def set_host(pipe: Any, run_id: str, host: str | None) -> None:
+    """Queue the host the current attempt is queued on (None: it waits for one) on ``pipe``."""
+    pipe.execute_command("JSON.SET", keys.run_key(run_id), HOST_PATH, orjson.dumps(host))

@@ -1,5 +1,5 @@
 """The tool registry's documents: ``registry:tools`` (``schemas.tool.ToolRegistry``) and each tool's
-``tool_stats:{tool_id}`` (``schemas.tool.ToolStats``, written only by the server function
+``tool_stats:{tool_id}`` (``schemas.tool.ToolStats``, written only by Mother through the server function
 ``mh_tool_stat``, which counts a call and stamps it with the server's clock in one step)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from mother import effects, keys
+from mother import keys
 from mother.errors import RecordInvalid
 from mother.functions import call
 from schemas import describe_validation_error
@@ -68,15 +68,7 @@ def refresh_success_rates(client: Any) -> bool:
 
 
 def record_call(client: Any, tool_id: str, *, ok: bool, execution_ms: float) -> None:
-    """Count one call of ``tool_id`` in ``tool_stats:{tool_id}`` (atomic on the server); in a process that
-    runs a phase attempt, in the attempt's own hash, which Mother adds when the attempt is over
-    (:mod:`mother.effects`)."""
-    attempt = effects.current()
-    if attempt is not None:
-        pipe = client.pipeline(transaction=False)
-        effects.queue_tool_call(pipe, attempt, tool_id, ok=ok, execution_ms=execution_ms)
-        pipe.execute()
-        return
+    """Count one call of ``tool_id`` in ``tool_stats:{tool_id}`` (atomic on the server)."""
     call(
         client,
         "mh_tool_stat",

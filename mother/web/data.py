@@ -13,9 +13,11 @@ import redis
 
 from mother import keys
 from mother.config import QUEUES
-from mother.hosts.table import AWAITING_QUEUE
 from mother.records._json import aggregate_rows
 from schemas import TERMINATION_REASONS
+
+# the depth of what waits for a live host (hosts:awaited), as the queue gauge names it
+AWAITING_QUEUE = "awaiting_host"
 
 __all__ = ["BUCKETS", "Chart", "chart", "gauges", "reason_totals"]
 
@@ -110,23 +112,24 @@ def reason_totals(client: redis.Redis) -> dict[str, int]:
 
 
 def queue_depths(client: redis.Redis) -> dict[str, int]:
-    """Jobs waiting per kind of queue, over every queue jobs really use: each host's own (``agents.{id}``,
-    ``tools.{id}``), the shared ones, and ``awaiting_host`` (no host live). Two round trips: RQ's set of
-    queues, then each one's length."""
+    """Jobs waiting per kind of queue over every host's own queues (``{host}.agents``, ...), and the
+    attempts waiting for a live host (``awaiting_host``). Two round trips: RQ's set of queues, then each
+    one's length."""
     names = sorted(
         name.decode() if isinstance(name, bytes) else str(name)
         for name in client.smembers(keys.RQ_QUEUES)
     )
     depths = {queue: 0 for queue in (*QUEUES, AWAITING_QUEUE)}
-    if not names:
-        return depths
     pipe = client.pipeline(transaction=False)
+    pipe.zcard(keys.HOSTS_AWAITED)
     for name in names:
         pipe.llen(name)
-    for name, length in zip(names, pipe.execute(), strict=True):
-        kind = name.removeprefix(keys.RQ_QUEUE_PREFIX).split(".", 1)[0]
-        if kind in depths:
-            depths[kind] += int(length)
+    awaited, *lengths = pipe.execute()
+    depths[AWAITING_QUEUE] = int(awaited)
+    for name, length in zip(names, lengths, strict=True):
+        place = keys.host_of_queue(name.removeprefix(keys.RQ_QUEUE_PREFIX))
+        if place is not None and place[1] in depths:
+            depths[place[1]] += int(length)
     return depths
 
 

@@ -31,7 +31,6 @@ from typing import Any
 
 from mother.errors import ToolError
 from mother.logs import get_logger
-from mother.records.tools import record_call
 from mother.tools.contracts import check_inputs, check_output, with_defaults
 from schemas.tool import DeterministicTool
 from workers.sandbox.bwrap import Sandbox
@@ -57,14 +56,13 @@ ENTRYPOINT_PACKAGE = "workers.tools."
 
 @dataclass(frozen=True)
 class ToolContext:
-    """The calling phase, for a run-bound tool (an entrypoint with a keyword ``context``): the runtime,
-    the run, the phase's index and model, and its guard (what the tool charges)."""
+    """The calling phase, for a run-bound tool (an entrypoint with a keyword ``context``): the attempt's
+    asks (what the tool asks Mother for), the run, the phase's index and model."""
 
-    rt: Any
+    asks: Any
     state: Any
     phase_index: int
     model: str
-    guard: Any
 
 
 @dataclass
@@ -203,8 +201,8 @@ def run_isolated(
 
 
 class ToolExecutor:
-    """Runs registry tools for one process: ``stats`` is the connection ``tool_stats`` are counted on
-    (None: not counted), ``default_timeout_ms`` a tool's timeout when its manifest sets none,
+    """Runs registry tools for one process: ``stats(tool_id, ok, ms)`` counts each call in
+    ``tool_stats`` (an ask of Mother's; None: not counted), ``default_timeout_ms`` a tool's timeout when its manifest sets none,
     ``sandbox`` what calls run in (None: unsandboxed), ``rules`` the deployment's limits, network
     and environment rules (default: the sandbox's, else the defaults)."""
 
@@ -283,7 +281,7 @@ class ToolExecutor:
         outcome = ToolOutcome(tool.tool_id, error is None, output, error, ms, tries, timed_out)
         if self.stats is not None:
             try:
-                record_call(self.stats, tool.tool_id, ok=outcome.ok, execution_ms=round(ms, 3))
+                self.stats(tool.tool_id, outcome.ok, round(ms, 3))
             # the call's outcome stands; its count is lost, and said so
             except Exception as exc:  # noqa: BLE001
                 log.warning("tool_stats_not_recorded", tool=tool.tool_id, error=str(exc))

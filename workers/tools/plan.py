@@ -13,7 +13,6 @@ from typing import Any
 from mother.capabilities import denial
 from mother.errors import ApprovalRequired, ToolError
 from mother.logs import get_logger
-from mother.runtime import Runtime
 from schemas import RunState
 from schemas.tool import DeterministicTool, ToolCandidate
 from workers.tools import approval_request
@@ -41,7 +40,7 @@ def verdict_of(output: dict[str, Any]) -> str:
 
 
 def run_plan(
-    rt: Runtime,
+    asks: Any,
     state: RunState,
     index: int,
     plan: list[ToolCandidate],
@@ -77,10 +76,8 @@ def run_plan(
         calls += 1
         outcome = executor.run(tool, workspace, dict(candidate.inputs))
         if outcome.ok:
-            rt.emit(
-                rt.redis,
+            asks.emit(
                 "tool_success",
-                run_id=state.run_id,
                 phase=phase.name,
                 agent="mother",
                 message=f"Handled by tool: {tool.tool_id}",
@@ -91,10 +88,8 @@ def run_plan(
             )
             return PlanOutcome(outcome, calls)
         failures.append(f"{tool.tool_id}: {outcome.error}")
-        rt.emit(
-            rt.redis,
+        asks.emit(
             "tool_failed",
-            run_id=state.run_id,
             phase=phase.name,
             tool_id=tool.tool_id,
             error=(outcome.error or "")[:1000],
@@ -105,10 +100,8 @@ def run_plan(
             "every tool of the phase's tool_only plan failed and tools.allow_fallback_to_llm is off: "
             + "; ".join(failures)[:3000]
         )
-    rt.emit(
-        rt.redis,
+    asks.emit(
         "tool_fallback",
-        run_id=state.run_id,
         phase=phase.name,
         tools=[c.tool_id for c in plan],
         why="; ".join(failures)[:2000],

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mother import keys
-from mother.principals.registry import load_all
+from mother.identities.principals import load_all
 from mother.streams import ensure_group
 from schemas.principal import Principal
 

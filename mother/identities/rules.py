@@ -1,4 +1,11 @@
-"""A principal's Redis ACL user: exactly what its grants need.
+"""The ACL users of the enrolled parties: exactly what each needs, built from its record.
+
+**A host** (:func:`host_rules`) touches only its own things: RQ's keys of its own queues, workers and
+jobs (their names start with the host's), ``XADD`` to its own ask stream, and its own replies. It reads
+nothing of run state, budgets, artifacts, libraries or other hosts: what an attempt needs comes in
+Mother's reply to its asks.
+
+**A principal** (:func:`principal_rules`): exactly what its grants need.
 
 Everyone who may follow runs reads them (run records, results, terminations, rejections, budgets,
 the queue: read commands only); nothing is writable but, through selectors, the principal's own
@@ -20,9 +27,10 @@ ACL user, because no other user may write there. Mother reads the name from the 
 from __future__ import annotations
 
 from mother import keys
+from schemas.host import Host
 from schemas.principal import Principal
 
-__all__ = ["COMMAND_GRANTS", "RESERVED", "rules"]
+__all__ = ["COMMAND_GRANTS", "HOST_COMMANDS", "RESERVED", "host_rules", "principal_rules"]
 
 # the service users' names (deploy/users.acl) and Redis's own: never a principal's
 RESERVED = frozenset({"default", "mother", "worker", "maintenance", "dashboard", "client", "admin"})
@@ -132,17 +140,20 @@ CONNECTION = (
 )
 
 
-def rules(principal: Principal, *, password: str | None = None) -> list[str]:
+def _secret(password: str | None, sha256: str | None, who: str) -> str:
+    if password is not None:
+        return f">{password}"
+    if sha256 is not None:
+        return f"#{sha256}"
+    raise ValueError(f"{who} has neither a password nor a digest of one")
+
+
+def principal_rules(principal: Principal, password: str | None = None) -> list[str]:
     """``ACL SETUSER {name} ...`` arguments: the user reset to exactly what ``principal`` may do, its
     password ``password``, or (None) the digest its record keeps."""
     name = principal.name
     own = [keys.principal_key(name), keys.principal_submissions_key(name), keys.PRINCIPALS]
-    if password is not None:
-        secret = f">{password}"
-    elif principal.password_sha256 is not None:
-        secret = f"#{principal.password_sha256}"
-    else:
-        raise ValueError(f"principal {name} has neither a password nor a digest of one")
+    secret = _secret(password, principal.password_sha256, f"principal {name}")
     args = ["reset", "on", secret, "resetchannels", "-@all"]
     args += [f"+{command}" for command in (*CONNECTION, *READ_COMMANDS)]
     # `~`, not `%R~`: the JSON module's commands declare no key access, so Redis asks full access for
@@ -156,4 +167,44 @@ def rules(principal: Principal, *, password: str | None = None) -> list[str]:
     if any(principal.may(g) for g in set(COMMAND_GRANTS.values())):
         args.append(f"(~{keys.principal_commands_key(name)} +xadd)")
         args.append(f"(~{keys.principal_replies_pattern(name)} +blpop +lpop)")
+    return args
+
+
+HOST_CONNECTION = (
+    "ping", "hello", "client|setinfo", "client|setname", "client|info", "acl|whoami", "time", "info",
+)  # fmt: skip
+# what an RQ worker does on its own keys (RQ 3: its queues, registries, job hashes, result streams, worker
+# hashes), and the asks and replies; no command that reaches keys by scanning, no scripts, no pub/sub
+HOST_COMMANDS = (
+    "get", "set", "del", "unlink", "exists", "expire", "pexpire", "persist", "ttl", "pttl", "type",
+    "hset", "hsetnx", "hget", "hmget", "hgetall", "hdel", "hincrby", "hincrbyfloat", "hexists", "hlen",
+    "hkeys", "lpush", "rpush", "lpop", "rpop", "lrem", "lrange", "llen", "lpos", "lindex", "ltrim",
+    "lmove", "blmove", "blpop", "zadd", "zrem", "zrange", "zrangebyscore", "zrevrangebyscore",
+    "zremrangebyscore", "zremrangebyrank", "zcard", "zscore", "zcount", "zpopmin", "sadd", "srem",
+    "smembers", "scard", "sismember", "xadd", "xrange", "xrevrange", "xread", "xlen", "xtrim",
+    "multi", "exec", "discard", "watch", "unwatch",
+)  # fmt: skip
+
+
+def host_rules(host: Host, password: str | None = None) -> list[str]:
+    """``ACL SETUSER host:{name} ...`` arguments: the host's user reset to its own things only (above),
+    its password ``password``, or (None) the digest its record keeps."""
+    name = host.name
+    secret = _secret(password, host.password_sha256, f"host {name}")
+    args = ["reset", "on", secret, "resetchannels", "-@all"]
+    args += [f"+{command}" for command in (*HOST_CONNECTION, *HOST_COMMANDS)]
+    args += [
+        f"~{pattern}" for pattern in (*keys.host_rq_patterns(name), keys.host_replies_pattern(name))
+    ]
+    args.append(f"(~{keys.host_asks_key(name)} +xadd)")
+    # RQ's shared sets: a worker adds and removes itself; the queues' set and the suspension flag are read
+    args.append(f"(~{keys.RQ_WORKERS} +sadd +srem +smembers +scard +sismember)")
+    args.append(
+        f"(~{keys.RQ_QUEUES} ~{keys.RQ_SUSPENDED} ~{keys.RQ_RATE_LIMITS} +smembers +sismember +scard "
+        "+exists +get)"
+    )
+    if host.takes("maintenance"):
+        # the GC's job reads which ids are due (ids and times only); Mother applies each batch
+        due = (keys.ARTIFACT_ARCHIVE_DUE, keys.ARTIFACT_EXPIRY, keys.RUN_RETENTION)
+        args.append("(" + " ".join(f"~{k}" for k in due) + " +zrangebyscore +zrange +zcard)")
     return args
