@@ -380,6 +380,7 @@ def _reaching(url: str) -> Iterator[None]:
         raise RedisUnavailable(
             f"Redis at {redact_url(url)} refused our credentials ({exc}); fix the URL",
             url=redact_url(url),
+            refused=True,
         ) from None
     # refused, timed out, or loading its data
     except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -437,13 +438,16 @@ def require_json(info: ServerInfo) -> ServerInfo:
 
 
 def connect_waiting(
-    url: str, wait_seconds: float, log: Any, *, modules: bool = True
+    url: str, wait_seconds: float, log: Any, *, modules: bool = True, user_may_come: bool = False
 ) -> redis.Redis:
     """:func:`connect` for a long-running process that is starting (Mother, a worker): a server that
     cannot be reached yet (starting, restarting, loading its data) is waited for up to ``wait_seconds``,
     trying again 0.2 s doubling to 5 s apart and logging the first failed try, then every 5 s. A server
     that answers but is refused (no JSON module, wrong credentials) and a URL that is not one stop at
-    once; so does a wait that runs out, with the last error and how long it waited."""
+    once; so does a wait that runs out, with the last error and how long it waited. With
+    ``user_may_come`` (a worker host) refused credentials are waited for too: the host's ACL user may
+    not be made yet (a server restarted without its ACL users, until Mother makes them again; a host
+    enrolled once the server is up)."""
     deadline = time.monotonic() + wait_seconds
     outage = Outage(
         log,
@@ -457,12 +461,14 @@ def connect_waiting(
         try:
             client = connect(url, modules=modules)
         except RedisUnavailable as exc:
-            if not exc.unreachable or time.monotonic() >= deadline:
+            waits = exc.unreachable or (user_may_come and exc.refused)
+            if not waits or time.monotonic() >= deadline:
                 if outage.active:
                     raise RedisUnavailable(
                         f"{exc.message} (waited {wait_seconds:g} s; MOTHER_REDIS_WAIT_SECONDS sets how long)",
                         url=exc.url,
                         unreachable=exc.unreachable,
+                        refused=exc.refused,
                     ) from None
                 raise
             outage.failed(exc)

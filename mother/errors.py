@@ -446,16 +446,24 @@ class RecordInvalid(MotherError):
 
 
 class RedisUnavailable(MotherError):
-    """Redis cannot be reached or refused us (``unreachable``: it did not answer, so waiting may help)."""
+    """Redis cannot be reached or refused us (``unreachable``: it did not answer, so waiting may help;
+    ``refused``: it refused the URL's user or password)."""
 
     code = "redis_unavailable"
 
-    def __init__(self, message: str, *, url: str | None = None, unreachable: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        unreachable: bool = False,
+        refused: bool = False,
+    ) -> None:
         super().__init__(message)
-        self.url, self.unreachable = url, unreachable
+        self.url, self.unreachable, self.refused = url, unreachable, refused
 
     def details(self) -> dict[str, Any]:
-        return {"url": self.url, "unreachable": self.unreachable}
+        return {"url": self.url, "unreachable": self.unreachable, "refused": self.refused}
 
 
 class MissingJSONModule(RedisUnavailable):

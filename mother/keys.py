@@ -45,6 +45,7 @@ __all__ = [
     "GLOBAL_BUDGET",
     "HEARTBEATS",
     "HOSTS",
+    "HOSTS_AVOIDED",
     "HOSTS_AWAITED",
     "HOST_PATTERN",
     "ID_PATTERN",
@@ -442,6 +443,9 @@ HOST_PATTERN = r"[a-z][a-z0-9-]{0,62}"
 # zset: attempts (heartbeat members) that had no live host to go to, by when (server ms): Mother queues
 # each on a host as soon as one is live
 HOSTS_AWAITED = "hosts:awaited"
+# zset: live hosts Mother sends no job to until the score (server ms): their queues held a job a heartbeat
+# timeout while their line said workers were free
+HOSTS_AVOIDED = "hosts:avoided"
 _HOST_RE = re.compile(HOST_PATTERN)
 
 

@@ -65,7 +65,8 @@ class Runtime:
     def create(cls, settings: Settings, *, functions: bool = True) -> Runtime:
         """A long-running process's runtime (Mother, a worker host): it waits up to
         ``redis_wait_seconds`` for a Redis that cannot be reached yet, as when it starts alongside it;
-        with ``functions`` it loads the server functions (a worker host calls none)."""
+        with ``functions`` it loads the server functions (a worker host calls none; it waits for its
+        ACL user too, which Mother makes again after a restart that lost it)."""
         return cls(
             settings=settings,
             redis=connect_waiting(
@@ -73,6 +74,7 @@ class Runtime:
                 settings.redis_wait_seconds,
                 get_logger("runtime"),
                 modules=functions,
+                user_may_come=not functions,
             ),
             functions_wait_seconds=settings.redis_wait_seconds,
             functions=functions,

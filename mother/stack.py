@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +29,10 @@ from typing import IO
 import redis
 
 from mother import calls, keys
-from mother.errors import MotherError
 from mother.connection import client_for
+from mother.errors import MotherError
 from mother.hosts.table import HostTable
+from mother.identities import new_password, party_url
 from mother.server import _die_with_parent
 
 __all__ = ["DEV_ENV", "Exited", "LocalStack", "exit_text"]
@@ -123,6 +125,8 @@ class LocalStack:
     _given_up: set[str] = field(default_factory=set, init=False)
     # worker index -> its host's URL
     _host_urls: dict[int, str] = field(default_factory=dict, init=False)
+    # set by stop(): enrollments waiting for the server give up
+    _stopping: threading.Event = field(default_factory=threading.Event, init=False)
 
     def _env(self) -> dict[str, str]:
         """The children's environment: this process's, every ``MOTHER_*`` setting included (the stack's
@@ -157,6 +161,7 @@ class LocalStack:
         return proc
 
     def start(self) -> LocalStack:
+        self._stopping.clear()
         for i in range(self.mothers):
             self.spawn(f"mother-{i}", "run")
         for i in range(self.workers):
@@ -194,11 +199,19 @@ class LocalStack:
         index = len([n for n in self.procs if n.startswith("worker-")]) if index is None else index
         url = self._host_urls.get(index)
         if url is None:
+            name = f"{self.host_prefix}-{index}"
             try:
-                url = self._host_urls[index] = self.enroll(f"{self.host_prefix}-{index}")
-            # the server cannot be reached (or refuses): the worker started as it is says what is wrong
-            except (redis.RedisError, MotherError):
-                url = self.redis_url
+                url = self._host_urls[index] = self.enroll(name)
+            # the server cannot be reached yet: the host is enrolled with the password chosen now once it
+            # is (the worker waits for its user meanwhile)
+            except redis.ConnectionError:
+                password = new_password()
+                url = self._host_urls[index] = party_url(
+                    self.redis_url, keys.host_user(name), password
+                )
+                threading.Thread(
+                    target=self._enroll_when_up, args=(name, password), daemon=True
+                ).start()
         return self.spawn(
             f"worker-{index}",
             "worker",
@@ -210,21 +223,36 @@ class LocalStack:
             env={"MOTHER_REDIS_URL": url},
         )
 
-    def enroll(self, name: str) -> str:
-        """Enroll worker host ``name`` (a new password when it is enrolled already) and return its URL."""
+    def enroll(self, name: str, password: str | None = None) -> str:
+        """Enroll worker host ``name`` (a new password when it is enrolled already; ``password`` if
+        given) and return its URL."""
         from mother.clock import ServerClock
-        from mother.identities import hosts, party_url
+        from mother.identities import hosts
 
         admin = self.admin_url or self.redis_url
         with client_for(admin, decode_responses=True) as client:
             now = ServerClock(client).now_iso()
             if hosts.load(client, name) is not None:
-                password = hosts.rotate(client, name, now)
+                password = hosts.rotate(client, name, now, password)
             else:
                 _host, password = hosts.add(
-                    client, name, [q for q in self.queues.split(",") if q], now
+                    client, name, [q for q in self.queues.split(",") if q], now, password
                 )
         return party_url(self.redis_url, keys.host_user(name), password)
+
+    def _enroll_when_up(self, name: str, password: str) -> None:
+        """Enroll host ``name`` with ``password`` once the server answers (tried every 0.2 s until the
+        stack stops); what else goes wrong is said on stderr, and the worker's wait for its user then
+        runs out with the server's refusal."""
+        while not self._stopping.wait(0.2):
+            try:
+                self.enroll(name, password)
+                return
+            except redis.ConnectionError:
+                continue
+            except (redis.RedisError, MotherError) as exc:
+                print(f"mother: cannot enroll worker host {name}: {exc}", file=sys.stderr)
+                return
 
     def respawn_dead(self) -> list[Exited]:
         """Start each process that exited again (a worker under a fresh RQ name: the dead one's may
@@ -288,6 +316,7 @@ class LocalStack:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM every process group, wait, then SIGKILL what is left."""
+        self._stopping.set()
         for proc in self.procs.values():
             _signal_group(proc, signal.SIGTERM)
         deadline = time.monotonic() + timeout

@@ -35,8 +35,10 @@ from mother.budget import Guard
 from mother.config import AGENTS_QUEUE, TOOLS_QUEUE
 from mother.connection import unless_redis_down
 from mother.gates.decide import expire
+from mother.hosts.liveness import dispatched_to
 from mother.hosts.moves import phase_job, rehost
 from mother.lifecycle import (
+    DISPATCHED_MS,
     admit_waiting,
     completed_event,
     dispatch,
@@ -68,6 +70,8 @@ BATCH = 200
 REBALANCE_AFTER_MS = 1000
 # the queues Mother queues phase jobs on, on each host
 PHASE_KINDS = (AGENTS_QUEUE, TOOLS_QUEUE)
+# how long Mother queues nothing for a host that did not take its jobs while its line said it could
+AVOID_SECONDS = 60.0
 
 
 def _own_streams() -> list[str]:
@@ -272,7 +276,8 @@ class Watchdog:
         """The attempts not seen alive for a heartbeat timeout (Mother's index, ``mother:heartbeats``): one
         no longer its run's current attempt leaves the index (its key goes); one whose heartbeat key is
         still there is alive (seen now); one whose key is gone is lost. Only Mother writes those keys, at
-        the beats of the host that holds the attempt: no other host can keep it alive or end it."""
+        the beats of the host that holds the attempt: no other host can keep it alive or end it. An
+        attempt whose job still waits for a worker (the dispatch mark) has its job's place checked."""
         slack = int(self.rt.settings.service.heartbeat_timeout_seconds * 1000)
         due = calls.due(self.rt.redis, keys.HEARTBEATS, slack_ms=slack, limit=BATCH)
         if not due:
@@ -283,17 +288,21 @@ class Watchdog:
         for ids in named:
             if ids is not None:
                 runs.queue_position_read(pipe, ids[0])
-                pipe.exists(keys.attempt_heartbeat_key(*ids))
+                pipe.get(keys.attempt_heartbeat_key(*ids))
         found = iter(pipe.execute(raise_on_error=False) if any(named) else [])
         restarted: bool | None = None
         now = self.rt.clock.now_ms()
         lost: list[str] = []
+        # attempts whose job has waited for a worker a heartbeat timeout since they were last checked
+        waiting: list[tuple[str, int, int, str]] = []
         pipe = self.rt.redis.pipeline(transaction=False)
         for member, ids in zip(members, named, strict=True):
             if ids is None:
+                # not one (edited by hand): dropped, and said
                 pipe.zrem(keys.HEARTBEATS, member)
+                self._isolated("heartbeat", member, keys.parse_heartbeat_member, member)
                 continue
-            raw, alive = next(found), next(found)
+            raw, value = next(found), next(found)
             position = parse_position(raw) if isinstance(raw, str) else None
             # ahead of its run's position: dispatched, its move not applied yet
             current = (
@@ -305,18 +314,74 @@ class Watchdog:
                 pipe.zrem(keys.HEARTBEATS, member)
                 pipe.delete(keys.attempt_heartbeat_key(*ids))
                 continue
-            if not alive:
+            if value is None:
                 if restarted is None:
                     restarted = self._restarted_within(slack)
                 # Redis restarted: keys may have expired while it was down; a timeout to beat first
-                if not restarted:
+                if not restarted and not self._asks_behind(ids[0]):
                     pipe.zrem(keys.HEARTBEATS, member)
                     lost.append(member)
                     continue
             pipe.zadd(keys.HEARTBEATS, {member: now}, xx=True)
+            marked, host = dispatched_to(value)
+            if marked and host is not None:
+                waiting.append((*ids, host))
         pipe.execute()
         for member in lost:
             self._isolated("heartbeat", member, self._lost, member, slack)
+        if waiting:
+            self._isolated("queued jobs", str(waiting[0]), self._jobs_moved, waiting)
+
+    def _jobs_moved(self, waiting: list[tuple[str, int, int, str]]) -> None:
+        """Attempts whose job still waits for a worker on the host Mother chose (the dispatch mark): one
+        whose RQ job is queued and on none of that host's queues nor being dequeued was moved off them
+        (a host may write its own queues' keys) and would wait out its dispatch mark, the phase's timeout.
+        It is dispatched again now (as :meth:`reconcile` does for a job whose hash is gone), and that is
+        recorded as a violation. One consistent read (MULTI) of every job's status and place."""
+        job_ids = [
+            keys.phase_job_id(host, run, index, number) for run, index, number, host in waiting
+        ]
+        pipe = self.rt.rq_redis.pipeline(transaction=True)
+        places_of = []
+        for (_run, _index, _number, host), job_id in zip(waiting, job_ids, strict=True):
+            queues = [self.rt.queue(keys.host_queue(host, kind)) for kind in PHASE_KINDS]
+            places = [key for queue in queues for key in (queue.key, queue.intermediate_queue_key)]
+            places_of.append(places)
+            pipe.hget(Job.key_for(job_id), "status")
+            for place in places:
+                pipe.lpos(place, job_id)
+        found = iter(pipe.execute())
+        for (run_id, index, attempt, host), job_id, places in zip(
+            waiting, job_ids, places_of, strict=True
+        ):
+            status = next(found)
+            if any([next(found) is not None for _ in places]) or status != b"queued":
+                continue
+            self.rt.violation(
+                "rq_job_moved",
+                run_id=run_id,
+                phase_index=index,
+                attempt=attempt,
+                job_id=job_id,
+                host=host,
+                why="its job was queued and on no queue of its host: dispatched again",
+            )
+            self._redispatch(run_id, job_id, why="its job was moved off its host's queues")
+
+    def _asks_behind(self, run_id: str) -> bool:
+        """Whether Mother has asks of the host holding ``run_id``'s attempt it has not answered yet (its
+        beats among them: every Mother was stopped or slow, not the host): the attempt is not lost until
+        Mother has caught up with its host's stream. A host can delay only its own attempts' loss so."""
+        _position, host = runs.read_position_and_host(self.rt.redis, run_id)
+        if not keys.is_host(host):
+            return False
+        backlog = group_backlog(
+            self.rt.redis, keys.host_asks_key(host), self.rt.settings.service.consumer_group
+        )
+        if backlog is None:
+            return False
+        pending, lag = backlog
+        return pending > 0 or lag is None or lag > 0
 
     def _restarted_within(self, slack_ms: int) -> bool:
         """Whether the server started less than two heartbeat timeouts ago (``INFO server``)."""
@@ -341,6 +406,7 @@ class Watchdog:
         for host in [*table.stopped, *table.missing, *self._unenrolled(table.enrolled)]:
             self._move_queued(host, f"host {host} is gone")
         self.take_awaited()
+        self._stalled()
         self._rebalance()
 
     def _unenrolled(self, enrolled: dict[str, Any]) -> list[str]:
@@ -364,7 +430,7 @@ class Watchdog:
                 job = phase_job(self.rt, job_id)
                 if job is None:
                     continue
-                dispatched = (job.meta or {}).get("dispatched_ms")
+                dispatched = (job.meta or {}).get(DISPATCHED_MS)
                 if older_ms and isinstance(dispatched, int) and now - dispatched < older_ms:
                     continue
                 run_id, index, attempt = job.args
@@ -393,6 +459,55 @@ class Watchdog:
                 done.append(member)
         if done:
             self.rt.redis.zrem(keys.HOSTS_AWAITED, *done)
+
+    def _stalled(self) -> None:
+        """A live host whose line says it has workers free while the oldest job on its queues has waited
+        a heartbeat timeout is not taking its jobs (its workers wedged, or it is not what it says): its
+        jobs go to other hosts, and Mother queues nothing for it for ``AVOID_SECONDS`` while another
+        host is live (``hosts:avoided``). Two round trips, for the hosts that have jobs waiting."""
+        table = self.rt.hosts
+        if len(table.live) < 2:
+            return
+        names = [
+            (host, keys.host_queue(host, kind))
+            for host, state in table.live.items()
+            if any(state.queued.values())
+            and state.busy < state.concurrency
+            and host not in table.avoided
+            for kind in PHASE_KINDS
+        ]
+        if not names:
+            return
+        pipe = self.rt.rq_redis.pipeline(transaction=False)
+        for _host, name in names:
+            pipe.lindex(self.rt.queue(name).key, 0)
+        heads = pipe.execute()
+        pipe = self.rt.rq_redis.pipeline(transaction=False)
+        for head in heads:
+            if head is not None:
+                pipe.hget(Job.key_for(head.decode() if isinstance(head, bytes) else head), "meta")
+        metas = iter(pipe.execute())
+        now = self.rt.clock.now_ms()
+        slack = int(self.rt.settings.service.heartbeat_timeout_seconds * 1000)
+        stalled: set[str] = set()
+        for (host, _name), head in zip(names, heads, strict=True):
+            if head is None:
+                continue
+            meta = _meta(next(metas))
+            dispatched = meta.get(DISPATCHED_MS)
+            if isinstance(dispatched, int) and now - dispatched >= slack:
+                stalled.add(host)
+        for host in sorted(stalled):
+            log.warning(
+                "host_not_taking_jobs",
+                host=host,
+                why=f"its line says it has workers free and its oldest job has waited {slack}ms: "
+                f"its jobs go to other hosts, and none to it for {AVOID_SECONDS:g}s",
+            )
+            self.rt.redis.zadd(keys.HOSTS_AVOIDED, {host: now + int(AVOID_SECONDS * 1000)})
+            table.avoided.add(host)
+            self._move_queued(host, f"host {host} is not taking its jobs")
+        self.rt.redis.zremrangebyscore(keys.HOSTS_AVOIDED, "-inf", now)
 
     def _rebalance(self) -> None:
         """Jobs waiting on a host whose workers are all busy, while another host has workers free (a
@@ -563,3 +678,12 @@ class Watchdog:
         dispatch(
             self.rt, run_id, state.spec, state.phase_index, state.attempt, outputs=outputs_of(state)
         )
+
+
+def _meta(raw: Any) -> dict[str, Any]:
+    """An RQ job's ``meta`` field (JSON: our serializer), or {} when it is not one."""
+    try:
+        meta = orjson.loads(raw or b"{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return meta if isinstance(meta, dict) else {}

@@ -259,12 +259,17 @@ SHIPPED_ACL = ROOT / "deploy" / "users.acl"
 def attacker_host(
     admin: redis.Redis, url: str, name: str = "mallory-host"
 ) -> tuple[str, redis.Redis]:
-    """An enrolled host whose password an attacker holds (it leaked): (its name, a connection as it)."""
+    """An enrolled host whose password an attacker holds (it leaked): (its name, a connection as it). Asked
+    again for the same name, its password is rotated (earlier connections as it close)."""
     from mother import keys
     from mother.clock import ServerClock
     from mother.identities import hosts, party_url
 
-    _host, password = hosts.add(admin, name, ["agents", "tools"], ServerClock(admin).now_iso())
+    now = ServerClock(admin).now_iso()
+    if hosts.load(admin, name) is None:
+        _host, password = hosts.add(admin, name, ["agents", "tools"], now)
+    else:
+        password = hosts.rotate(admin, name, now)
     client = redis.Redis.from_url(
         party_url(url, keys.host_user(name), password), decode_responses=True
     )

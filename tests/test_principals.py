@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,23 +18,15 @@ import pytest
 import redis
 
 from mother import keys
-from mother.identities import principals
 from mother.acl import check
 from mother.cli.identities import principal_url
 from mother.client import MotherClient
 from mother.config import load_settings
 from mother.connection import connect
 from mother.errors import GateRefused, PolicyViolation, RateLimited
-from mother.records.rejections import read_rejection_for
+from mother.identities import principals
 from schemas.rejection import Rejection
-from tests.conftest import (
-    as_user,
-    attacker_host,
-    cli,
-    run_cli,
-    start_acl_stack,
-    start_up_dev,
-)
+from tests.conftest import as_user, attacker_host, cli, run_cli, start_acl_stack, start_up_dev
 from tests.test_pipeline import example, wait_until
 
 ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"

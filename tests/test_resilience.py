@@ -14,10 +14,16 @@ import pytest
 import redis
 
 from mother import keys
-from mother.attempt_users import attempt_client, mint
 from mother.termination import build_record, terminate
 from schemas import ResultEnvelope
-from tests.conftest import Pipeline, beating, host_of_worker, start_pipeline, stop_pipeline
+from tests.conftest import (
+    Pipeline,
+    attacker_host,
+    beating,
+    host_of_worker,
+    start_pipeline,
+    stop_pipeline,
+)
 from tests.test_pipeline import example, held_back_nothing, termination_keys, wait_until
 from tests.test_spawn import _spawn
 
@@ -80,8 +86,9 @@ def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itse
 ) -> None:
     """While a work-horse runs a phase, its worker's parent keeps the attempt's heartbeat (the horse starts
     no heartbeat thread: it has one thread). kill -9 of the worker alone: the horse gets the parent-death
-    signal, beats for itself past the heartbeat timeout, and its result ends the run: no retry. The beats
-    go to the attempt's own key (its ACL user's), which says who made the last one."""
+    signal, beats for itself past the heartbeat timeout, and its result ends the run: no retry. Each beat
+    is an ask on the host's stream naming the process that sent it; Mother's mark on the attempt says
+    which one beat last."""
     # long enough that the last check below comes before the phase ends (its key then goes): about 4 s
     # to the kill, a second of waits after it and 4 s past the timeout (8 s was at the edge: it failed
     # once under the full suite's load)
@@ -108,12 +115,10 @@ def test_worker_beats_for_its_horse_and_a_horse_whose_worker_dies_beats_for_itse
     assert envelope.output == "finished"
     state = fresh.client.status(run_id)
     assert state.attempt == 1 and not [h for h in state.history if h.event == "phase_retried"]
-    # the attempt is over: Mother deletes its user, its key and its place in the index
-    user = keys.attempt_user(run_id, 0, 1)
+    # the attempt is over: Mother deletes its key and its place in the index
     wait_until(
         lambda: (
             not fresh.redis.exists(key)
-            and user not in fresh.redis.execute_command("ACL", "USERS")
             and fresh.redis.zscore(keys.HEARTBEATS, keys.heartbeat_member(run_id, 0, 1)) is None
         ),
         timeout=10,
@@ -210,9 +215,9 @@ def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path)
     )
     try:
         run_id = p.client.submit(example("three-phase"))
-        job_id = keys.phase_job_id(run_id, 0, 1)
-        # dispatched; no worker takes it (no host is live: it waits for one)
-        wait_until(lambda: job_id in p.redis.lrange("rq:queue:awaiting_host", 0, -1))
+        member = keys.heartbeat_member(run_id, 0, 1)
+        # dispatched; no host is live: it waits for one
+        wait_until(lambda: p.redis.zscore(keys.HOSTS_AWAITED, member) is not None)
         rt = Runtime.create(load_settings(redis_url=p.server.url))
         op = Guard(p.redis, rt.settings, run_id, "alice", rt.clock.today).reserve_call(
             rt.settings.models["scripted"], 200
@@ -233,7 +238,7 @@ def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path)
         assert list(held_reservations(p.redis, run_id)) == [op]
         wait_until(lambda: p.redis.zscore(keys.RUNS_ENDING, run_id) is None, timeout=20)
         held_back_nothing(p, run_id, released_why="the run ended user_cancelled")
-        assert job_id not in p.redis.lrange("rq:queue:awaiting_host", 0, -1)
+        assert p.redis.zscore(keys.HOSTS_AWAITED, member) is None
         [ended] = [e for e in recent(p.redis, 100, run_id=run_id) if e.type == "terminated"]
         assert ended.data["late"] is True and ended.data["reason"] == "user_cancelled"
         assert p.client.wait(run_id, timeout=5).termination.reason == "user_cancelled"
@@ -241,12 +246,16 @@ def test_an_end_left_by_a_killed_mother_is_applied_by_the_leader(tmp_path: Path)
         stop_pipeline(p)
 
 
-def _trim_as_another_attempt(p: Pipeline, stream: str) -> None:
-    """The attacker: another run's attempt, with its own credentials (made while Mother, whose sweep would
-    delete a user of no current attempt, is stopped), appends to ``stream`` with MAXLEN 0: refused, the
-    stream as it was."""
-    mint(p.redis, "run-mallory", 0, 1, "mallory-token", "mallory", "2026-01-01")
-    mallory = attempt_client(p.url, keys.heartbeat_member("run-mallory", 0, 1), "mallory-token")
+def _asked(p: Pipeline, host: str, run_id: str) -> bool:
+    """Whether an ask of ``run_id``'s attempt other than a beat waits on ``host``'s stream."""
+    entries = p.redis.xrange(keys.host_asks_key(host))
+    return any(fields.get("run") == run_id for _id, fields in entries)
+
+
+def _trim_as_another_host(p: Pipeline, stream: str) -> None:
+    """The attacker: another enrolled host whose password leaked appends to ``stream`` with MAXLEN 0, or
+    trims it: refused, the stream as it was."""
+    _name, mallory = attacker_host(p.redis, p.url)
     before = p.redis.xlen(stream)
     with pytest.raises(redis.exceptions.NoPermissionError):
         mallory.xadd(stream, {"type": "noise"}, maxlen=0, approximate=False)
@@ -255,43 +264,41 @@ def _trim_as_another_attempt(p: Pipeline, stream: str) -> None:
     assert p.redis.xlen(stream) == before
 
 
-def _relay_misses_words(p: Pipeline) -> list[int]:
-    """Mother(s) stopped, and their relay's connection closed by the server: a word an attempt says on
-    mother:relay now reaches nobody. Returns the stopped pids (SIGCONT them)."""
-    mothers = [proc.pid for name, proc in p.stack.procs.items() if name.startswith("mother-")]
-    for pid in mothers:
-        os.kill(pid, signal.SIGSTOP)
-    p.redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
-    return mothers
-
-
-def test_no_attempt_trims_mothers_streams_and_a_result_mother_did_not_hear_of_is_taken(
+def test_no_host_trims_mothers_streams_and_an_ask_mother_did_not_hear_is_served_later(
     fresh: Pipeline,
 ) -> None:
-    """Issue 53: a phase attempt may append to none of Mother's streams (an XADD may carry MAXLEN 0, which
-    trimmed every result not yet read): another run's attempt's XADD and XTRIM on mother:events,
-    mother:spawns and activity are refused. A result goes to the attempt's own key with a word on Mother's
-    relay channel; a word nobody heard (Mother stopped, its relay's connection gone) is not lost: when the
-    relay listens again, Mother takes the result from its key, fenced as any result. The run succeeds
-    on its first attempt, its output intact."""
+    """Issue 53 (and 62): no host may append to Mother's streams (an XADD may carry MAXLEN 0, which trims
+    every entry not yet read): another host's XADD and XTRIM on mother:events, mother:spawns and activity
+    are refused. A phase's result is an ask on its host's own stream; asked while every Mother is stopped,
+    it waits there (the worker waits for its reply) and is answered when a Mother serves again. The run
+    succeeds on its first attempt, its output intact."""
     run_id = fresh.client.submit(_slow(1.5))
     key = keys.attempt_heartbeat_key(run_id, 0, 1)
     wait_until(lambda: beating(fresh.redis.get(key)), timeout=20)
-    mothers = _relay_misses_words(fresh)
+    host = str(fresh.redis.get(key)).split(":")[0]
+    mothers = [
+        pid
+        for name, proc in fresh.stack.procs.items()
+        if name.startswith("mother-")
+        for pid in [proc.pid]
+    ]
+    for pid in mothers:
+        os.kill(pid, signal.SIGSTOP)
     try:
-        wait_until(lambda: fresh.redis.exists(keys.attempt_result_key(run_id, 0, 1)), timeout=20)
+        # the attempt's next ask (a charge, or its result) waits, unread, on the host's stream
+        wait_until(lambda: _asked(fresh, host, run_id), timeout=20)
         for stream in (keys.EVENTS_STREAM, keys.SPAWNS_STREAM, keys.ACTIVITY_STREAM):
-            _trim_as_another_attempt(fresh, stream)
+            _trim_as_another_host(fresh, stream)
     finally:
         for pid in mothers:
             os.kill(pid, signal.SIGCONT)
     done = fresh.wait(run_id, 60)
     assert done.termination.reason == "success" and done.output == "finished"
     state = fresh.client.status(run_id)
-    assert state.attempt == 1 and [r.attempt for r in state.results] == [1]
+    assert state.attempt == 1 and [r.attempt for r in state.results] == [1], [
+        (h.event, h.detail) for h in state.history
+    ]
     assert not [h for h in state.history if h.event == "phase_retried"]
-    logs = "".join(f.read_text() for f in fresh.stack.log_dir.glob("mother-*.log"))
-    assert "Mother's relay did not hear of it" in logs
 
 
 def test_a_queued_job_deleted_or_moved_off_its_queue_is_dispatched_again(tmp_path: Path) -> None:
@@ -311,7 +318,7 @@ def test_a_queued_job_deleted_or_moved_off_its_queue_is_dispatched_again(tmp_pat
         live_host(p.redis)
         spec = example("worker-killed", scripts={"writer": [{"text": "finished"}]})
         run_id = p.client.submit(spec)
-        queue, job = f"rq:queue:agents.{HOST}", keys.phase_job_id(run_id, 0, 1)
+        queue, job = f"rq:queue:{HOST}.agents", keys.phase_job_id(HOST, run_id, 0, 1)
 
         def queued() -> bool:
             return job in p.redis.lrange(queue, 0, -1)
@@ -355,59 +362,6 @@ def _race_terminate(url: str, run_id: str, reason: str) -> tuple[bool, str]:
     envelope = ResultEnvelope(run_id=run_id, user_id="u", created_at="2026-01-01T00:00:00.001Z")
     won, stored = terminate(client, record, envelope)
     return won, stored.reason
-
-
-def test_what_an_attempt_counted_is_added_when_a_redis_restart_lost_its_user(
-    r: redis.Redis, redis_url: str
-) -> None:
-    """Issue 53: an attempt that ended just before a Redis restart lost its ACL user with it, so no sweep
-    of attempt users named it and its attempt_effects hash stayed, never added. Mother's first sweep as
-    leader (and its first after a restart, and one an hour) finds every such hash of an attempt with no
-    user that is not current and adds it, additions only, as any other."""
-    from mother.config import load_settings
-    from mother.functions import load_functions
-    from mother.service import Mother
-
-    load_functions(r)
-    mother = Mother(load_settings(redis_url=redis_url))
-    lost = keys.attempt_effects_key("run-ended-before-restart", 0, 1)
-    r.hset(lost, mapping={"m|orphan_probe": 3, "m|orphan_refused": -2})
-    mother.watchdog.sweep_attempt_users()
-    assert r.hget(keys.METRICS_COUNTERS, "orphan_probe") == "3"
-    assert r.hget(keys.METRICS_COUNTERS, "orphan_refused") is None and not r.exists(lost)
-    refused = [orjson.loads(v) for v in r.lrange(keys.SECURITY_VIOLATIONS, 0, -1)]
-    assert [v["field"] for v in refused if v["key"] == lost] == ["m|orphan_refused"]
-    # the next scan is an hour away, or at the next restart or leadership
-    later = keys.attempt_effects_key("run-ended-before-restart", 1, 1)
-    r.hset(later, "m|orphan_probe", 4)
-    mother.watchdog.sweep_attempt_users()
-    assert r.exists(later)
-    mother.watchdog.fold_orphans_soon()
-    mother.watchdog.sweep_attempt_users()
-    assert r.hget(keys.METRICS_COUNTERS, "orphan_probe") == "7" and not r.exists(later)
-
-
-def test_words_on_the_relay_that_append_nothing_do_not_fill_mothers_log(
-    r: redis.Redis, capfd: pytest.CaptureFixture[str]
-) -> None:
-    """Anyone who may publish on mother:relay (any attempt) can send words that name nothing, a key that
-    holds nothing or a key of the wrong type: Mother's relay appends nothing for each and logs the first,
-    then one line per 10 s with how many came, not a line per word."""
-    from mother.functions import load_functions
-    from mother.logs import configure_logging
-    from mother.relay import Relay
-
-    load_functions(r)
-    configure_logging("INFO", "json")
-    relay = Relay(r, leading=lambda: True)
-    r.hset(keys.attempt_result_key("typed", 0, 1), "payload", "x")
-    r.set(keys.attempt_result_key("empty", 0, 1), b'{"token": "t"}')
-    words = ["junk", "x" * 600, keys.attempt_result_key("typed", 0, 1)]
-    words += [keys.attempt_result_key("empty", 0, 1), keys.attempt_result_key("none", 0, 1)]
-    replies = [relay.relay(word) for word in words * 200]
-    assert set(replies) == {None, 0, -1} and r.xlen(keys.EVENTS_STREAM) == 0
-    said = [line for line in capfd.readouterr().err.splitlines() if "relay_word_unheeded" in line]
-    assert len(said) == 1 and orjson.loads(said[0])["words"] == 1
 
 
 def test_concurrent_terminations_write_one_record(r: redis.Redis, redis_url: str) -> None:
@@ -719,7 +673,9 @@ def test_redis_refusing_writes_is_outlived(
 
 def test_mother_and_a_worker_started_before_their_redis_wait_for_it(tmp_path: Path) -> None:
     """Started before their Redis is up (compose, boot order), Mother and a worker wait for it, saying
-    so in their logs, and serve a run once it is up. They used to exit at once, and stayed down."""
+    so in their logs, and serve a run once it is up. They used to exit at once, and stayed down. The
+    stack enrolls the worker's host once the server answers, with the password it chose at the start:
+    the worker waits for its user meanwhile."""
     from mother.server import EmbeddedRedis, free_port
     from mother.stack import LocalStack
     from tests.conftest import FAST_ENV
@@ -754,7 +710,11 @@ def test_mother_and_a_worker_started_before_their_redis_wait_for_it(tmp_path: Pa
             p.wait(p.client.submit(example("three-phase")), timeout=60).termination.reason
             == "success"
         )
-        for path in logs.values():
+        urls = {
+            "mother-0": f"redis://127.0.0.1:{port}/0",
+            "worker-0": f"redis://host%3Alocal-0:***@127.0.0.1:{port}/0",
+        }
+        for name, path in logs.items():
             waited = [
                 orjson.loads(line)
                 for line in path.read_text().splitlines()
@@ -764,10 +724,7 @@ def test_mother_and_a_worker_started_before_their_redis_wait_for_it(tmp_path: Pa
                 next(w["event"] for w in waited) == "redis_unavailable"
                 and waited[-1]["event"] == "redis_back"
             )
-            assert (
-                waited[0]["url"] == f"redis://127.0.0.1:{port}/0"
-                and waited[0]["waiting_up_to_seconds"] == 60
-            )
+            assert waited[0]["url"] == urls[name] and waited[0]["waiting_up_to_seconds"] == 60
     finally:
         stack.stop()
         if server is not None:
@@ -798,12 +755,11 @@ def test_a_runs_end_sets_the_concurrent_runs_gauge_at_once(r: redis.Redis, redis
     assert r.zrange(keys.ADMISSION_WAITING, 0, -1) == ["other"]
 
 
-def test_a_spawn_request_mother_did_not_hear_of_is_asked_for_again(tmp_path: Path) -> None:
-    """Issue 53: a spawn_run request is the attempt's own key (spawn_request:{child}) and a word on Mother's
-    relay channel; no attempt may append to mother:spawns itself (its MAXLEN would trim others'
-    requests). A word nobody heard (Mother stopped, its relay's connection gone) is not lost: the parent,
-    waiting for its child, asks again once the child is not taken in after claim_idle_seconds (the run
-    id claim makes a copy of one Mother did take a no-op): the child runs, and the parent succeeds."""
+def test_a_spawn_asked_while_mother_is_stopped_is_served_when_it_returns(tmp_path: Path) -> None:
+    """Issue 53 (and 62): no host may append to mother:spawns itself (its MAXLEN would trim others'
+    requests): a spawn_run request is an ask on the parent's host's own stream. Asked while Mother is
+    stopped, it waits there, unread, and the parent waits for its reply; when Mother serves again it
+    charges and queues the child once: the child runs, and the parent succeeds."""
     p = start_pipeline(tmp_path, mothers=1, workers=2)
     try:
         spec = example(
@@ -823,11 +779,15 @@ def test_a_spawn_request_mother_did_not_hear_of_is_asked_for_again(tmp_path: Pat
         run_id = p.client.submit(spec)
         beat = keys.attempt_heartbeat_key(run_id, 0, 1)
         wait_until(lambda: beating(p.redis.get(beat)), timeout=30)
-        mothers = _relay_misses_words(p)
+        host = str(p.redis.get(beat)).split(":")[0]
+        mothers = [proc.pid for name, proc in p.stack.procs.items() if name.startswith("mother-")]
+        for pid in mothers:
+            os.kill(pid, signal.SIGSTOP)
         try:
-            asked = wait_until(lambda: p.redis.keys(keys.SPAWN_REQUEST_PREFIX + "*"), timeout=20)
+            # the attempt's next ask (the tool call's charge, or the spawn) waits, unread
+            wait_until(lambda: _asked(p, host, run_id), timeout=20)
             assert p.redis.xlen(keys.SPAWNS_STREAM) == 0
-            _trim_as_another_attempt(p, keys.SPAWNS_STREAM)
+            _trim_as_another_host(p, keys.SPAWNS_STREAM)
         finally:
             for pid in mothers:
                 os.kill(pid, signal.SIGCONT)
@@ -841,10 +801,6 @@ def test_a_spawn_request_mother_did_not_hear_of_is_asked_for_again(tmp_path: Pat
         assert len(spawned) == 1
         child = orjson.loads(spawned[0]["data"])["child_run_id"]
         assert p.wait(child, 30).termination.reason == "success"
-        logs = "".join(f.read_text() for f in (tmp_path / "logs").glob("worker-*.log"))
-        assert "spawn_asked_again" in logs
-        # Mother's relay took the request (it deletes the key)
-        assert not p.redis.exists(*asked)
     finally:
         stop_pipeline(p)
 
@@ -872,8 +828,8 @@ def test_jobs_go_from_a_busy_host_and_a_silent_one_to_a_live_one_and_a_stopped_h
     - a host whose processes stop answering (SIGSTOP: its line lapses after a heartbeat timeout) has the
       jobs waiting on its queue moved to the live host: every run succeeds on its first attempt, some
       after a first dispatch to the silent host;
-    - a pool stopped with SIGTERM says so, and Mother forgets its host at once (its ACL user and its
-      registration), then queues nothing for it."""
+    - a pool stopped with SIGTERM says so (its line: stopped), and Mother queues nothing for its host
+      from then on; the host stays enrolled (its ACL user and record are the administrator's)."""
     p = start_pipeline(tmp_path, workers=2)
     try:
         long = p.client.submit(
@@ -921,20 +877,24 @@ def test_jobs_go_from_a_busy_host_and_a_silent_one_to_a_live_one_and_a_stopped_h
         os.killpg(pool.pid, signal.SIGTERM)
         # (a worker of a host Mother forgot while it was held up stops cold, after 20 s)
         pool.wait(60)
-        wait_until(lambda: p.redis.hget(keys.HOSTS_REGISTERED, stopped) is None, timeout=10)
-        assert keys.host_user(stopped) not in p.redis.execute_command("ACL", "USERS")
+        wait_until(lambda: p.redis.get(keys.host_alive_key(stopped)) == "stopped", timeout=10)
+        assert keys.host_user(stopped) in p.redis.execute_command("ACL", "USERS")
         again = p.client.submit(example("cancelled", scripts={"crawler": [{"text": "again"}]}))
         assert p.wait(again, 30).termination.reason == "success"
-        assert _dispatched_to(p, again) == [live]
+        # (Mother's table of hosts is half a second old at most: a dispatch to the stopped host within it
+        # is moved to the live one)
+        assert _dispatched_to(p, again)[-1] == live
     finally:
         stop_pipeline(p)
 
 
 def test_a_job_left_on_a_forgotten_hosts_queue_goes_to_a_live_host(tmp_path: Path) -> None:
-    """A dispatch that chose a host just before Mother forgot it (its table is read every half second)
-    leaves the job on a queue nobody looks at: the host is no longer stopped nor missing, only gone.
-    Mother moves jobs on the queues of hosts no longer registered to a live one; before, such a run
-    waited out its phase's timeout (seen under load in the two-host workspace drill)."""
+    """A dispatch that chose a host just before an administrator removed it (`mother hosts remove`; Mother's
+    table is read every half second) leaves the job on a queue nobody looks at: the host is no longer
+    stopped nor missing, only gone. Mother moves jobs on the queues of hosts no longer enrolled to a live
+    one; before, such a run waited out its phase's timeout."""
+    from mother.identities import hosts
+
     p = start_pipeline(tmp_path, workers=1)
     try:
         old = host_of_worker(p, "worker-0")
@@ -945,13 +905,12 @@ def test_a_job_left_on_a_forgotten_hosts_queue_goes_to_a_live_host(tmp_path: Pat
         beat = keys.attempt_heartbeat_key(long, 0, 1)
         wait_until(lambda: beating(p.redis.get(beat)), timeout=20)
         run_id = p.client.submit(example("cancelled", scripts={"crawler": [{"text": "moved"}]}))
-        job = keys.phase_job_id(run_id, 0, 1)
-        queue = f"rq:queue:{keys.host_queue('agents', old)}"
+        job = keys.phase_job_id(old, run_id, 0, 1)
+        queue = f"rq:queue:{keys.host_queue(old, 'agents')}"
         wait_until(lambda: job in p.redis.lrange(queue, 0, -1), timeout=20)
-        # forgotten as a stopped host is, between the dispatch and now
-        p.redis.hdel(keys.HOSTS_REGISTERED, old)
-        p.redis.delete(keys.host_alive_key(old))
         p.stack.add_worker()
+        # removed between the dispatch and now
+        hosts.remove(p.redis, old)
         assert p.wait(run_id, 30).termination.reason == "success"
         assert p.client.status(run_id).attempt == 1
         assert _dispatched_to(p, run_id)[0] == old and _dispatched_to(p, run_id)[-1] != old
@@ -961,10 +920,11 @@ def test_a_job_left_on_a_forgotten_hosts_queue_goes_to_a_live_host(tmp_path: Pat
 
 
 def test_a_stopping_worker_whose_host_user_is_gone_stops(tmp_path: Path) -> None:
-    """A host Mother forgot while its pool was held up has no ACL user any more, and no one makes it
-    again: a worker of it asked to stop (SIGTERM) during a job finishes the job and stops, instead of
-    waiting for its user after it (it waited until the pool's own five-minute limit, and the drill
-    above timed out under load)."""
+    """A host an administrator removed has no ACL user any more, and no one makes it again: its pool
+    asked to stop (SIGTERM) during a job stops, instead of waiting for its user (it waited until the
+    pool's own five-minute limit)."""
+    from mother.identities import hosts
+
     p = start_pipeline(tmp_path, workers=1)
     try:
         host = host_of_worker(p, "worker-0")
@@ -974,9 +934,8 @@ def test_a_stopping_worker_whose_host_user_is_gone_stops(tmp_path: Path) -> None
         )
         beat = keys.attempt_heartbeat_key(run_id, 0, 1)
         wait_until(lambda: beating(p.redis.get(beat)), timeout=20)
-        # forgotten, as Mother forgets a host whose line lapsed (its connections closed with its user)
-        p.redis.hdel(keys.HOSTS_REGISTERED, host)
-        p.redis.execute_command("ACL", "DELUSER", keys.host_user(host))
+        # removed (its connections closed with its user)
+        hosts.remove(p.redis, host)
         os.killpg(pool.pid, signal.SIGTERM)
         pool.wait(30)
     finally:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from redis._defaults import DEFAULT_SOCKET_TIMEOUT
 
 from mother import keys
 from mother.asks.wire import ask_fields, new_ask_id
@@ -57,10 +58,17 @@ class Asker:
             self.client.xadd(stream, fields)
             return {}
         reply_key = keys.host_reply_key(self.host, ask_id)  # type: ignore[arg-type]
+        # each wait stays under the connection's read timeout (RQ sets one on a worker's): the reply is
+        # waited for in turns until timeout_seconds
+        left = self.timeout_seconds
         pipe = self.client.pipeline(transaction=False)
         pipe.xadd(stream, fields)
-        pipe.blpop([reply_key], timeout=max(1, round(self.timeout_seconds)))
+        pipe.blpop([reply_key], timeout=self._turn(left))
         _entry, got = pipe.execute()
+        left -= self._turn(left)
+        while got is None and left > 0:
+            got = self.client.blpop([reply_key], timeout=self._turn(left))
+            left -= self._turn(left)
         if got is None:
             raise AskRefused(
                 f"Mother did not answer this host's {kind} ask within {self.timeout_seconds:g}s "
@@ -71,6 +79,15 @@ class Asker:
         if raising and not reply.get("ok"):
             raise refusal(kind, reply)
         return reply
+
+    def _turn(self, left: float) -> int:
+        """Seconds of one blocking wait: at most ``left``, and 2 s under the connection's read timeout (at
+        least 1 s: a read timeout under 3 s is too short for any ask)."""
+        kwargs = getattr(getattr(self.client, "connection_pool", None), "connection_kwargs", {})
+        # redis-py's own default applies when the client names none
+        read = kwargs.get("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
+        cap = max(1, int(read) - 2) if isinstance(read, (int, float)) and read else 3600
+        return max(1, min(cap, round(left)))
 
 
 def refusal(kind: str, reply: dict[str, Any]) -> Exception:

@@ -462,7 +462,10 @@ def _run(
             error, code = exc.message, exc.result_code
         else:
             error, code = f"{type(exc).__name__}: {exc}", None
-        bound.warning("phase_failed", error=error, error_code=code)
+        # an error of ours is its own message; anything else is a fault to trace
+        bound.warning(
+            "phase_failed", error=error, error_code=code, exc_info=not isinstance(exc, MotherError)
+        )
         # what it used before it failed (its calls were charged), and how long it ran
         usage = meters[0].spent.model_copy() if meters else Usage()
         usage.duration_ms = int((time.monotonic() - started) * 1000)

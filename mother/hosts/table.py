@@ -65,17 +65,28 @@ class HostTable:
     live: dict[str, LiveHost] = field(default_factory=dict)
     stopped: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    # live hosts Mother sends nothing to for now (hosts:avoided), unless no other host is live
+    avoided: set[str] = field(default_factory=set)
     _at: float | None = None
 
     def refresh(self) -> None:
         enrolled = hosts.load_all(self.client)
         names = sorted(enrolled)
         pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(keys.HOSTS_AVOIDED, 0, -1, withscores=True)
         for name in names:
             pipe.get(keys.host_alive_key(name))
             for kind in HOST_QUEUE_KINDS:
                 pipe.llen(Queue.redis_queue_namespace_prefix + keys.host_queue(name, kind))
         found = iter(pipe.execute())
+        seconds, micros = next(found)
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        avoided = {
+            h.decode() if isinstance(h, bytes) else str(h)
+            for h, until in next(found)
+            if until > now_ms
+        }
         live: dict[str, LiveHost] = {}
         stopped, missing = [], []
         for name in names:
@@ -103,6 +114,7 @@ class HostTable:
                 sent,
             )
         self.enrolled, self.live, self.stopped, self.missing = enrolled, live, stopped, missing
+        self.avoided = avoided & set(live)
         self._at = time.monotonic()
 
     def choose(self, kind: str, exclude: str | None = None) -> str | None:
@@ -110,9 +122,11 @@ class HostTable:
         sent one more job; None when no such host is live (but ``exclude``)."""
         if self._older_than(NONE_LIVE_SECONDS if not self.live else REFRESH_SECONDS):
             self.refresh()
-        choices = [h for h in self.live.values() if kind in h.kinds and h.name != exclude]
-        if not choices:
+        candidates = [h for h in self.live.values() if kind in h.kinds and h.name != exclude]
+        if not candidates:
             return None
+        # a host avoided for now only when there is no other
+        choices = [h for h in candidates if h.name not in self.avoided] or candidates
         now = time.monotonic()
         best = min(choices, key=lambda h: (h.load(now), random.random()))
         best.sent.append(now)

@@ -6,7 +6,7 @@ own streams. Principals (who submit and decide, :mod:`~mother.identities.princip
 streams Mother reads them by (:mod:`~mother.identities.streams`)."""
 
 from mother.identities import hosts, principals
-from mother.identities.enroll import party_url, persist
+from mother.identities.enroll import new_password, party_url, persist
 from mother.identities.reapply import Reapplied, acl_file, reapply
 from mother.identities.rules import COMMAND_GRANTS, RESERVED, host_rules, principal_rules
 from mother.identities.streams import ConsumedStreams, Source
@@ -20,6 +20,7 @@ __all__ = [
     "acl_file",
     "host_rules",
     "hosts",
+    "new_password",
     "party_url",
     "persist",
     "principal_rules",

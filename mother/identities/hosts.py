@@ -41,10 +41,13 @@ def _check_new(client: Any, name: str, queues: list[str]) -> None:
     admin(client, "enrolling a host", "ACL", "GETUSER", keys.host_user(name))
 
 
-def add(client: Any, name: str, queues: list[str], now: str) -> tuple[Host, str]:
-    """Enroll host ``name``: its record, then its ACL user (a new random password, returned once)."""
+def add(
+    client: Any, name: str, queues: list[str], now: str, password: str | None = None
+) -> tuple[Host, str]:
+    """Enroll host ``name``: its record, then its ACL user (a new random password, returned once, unless
+    the caller chose one with :func:`new_password`)."""
     _check_new(client, name, queues)
-    password = new_password()
+    password = password or new_password()
     host = Host(
         name=name,
         queues=list(dict.fromkeys(queues)),  # type: ignore[arg-type]
@@ -66,10 +69,10 @@ def add(client: Any, name: str, queues: list[str], now: str) -> tuple[Host, str]
     return host, password
 
 
-def rotate(client: Any, name: str, now: str) -> str:
+def rotate(client: Any, name: str, now: str, password: str | None = None) -> str:
     """A new password for host ``name`` (the old one stops working at once; its connections close)."""
     host = _must(client, name)
-    password = new_password()
+    password = password or new_password()
     user = keys.host_user(host.name)
     admin(client, "rotating a host's password", "ACL", "SETUSER", user, "resetpass", f">{password}")
     admin(client, "rotating a host's password", "CLIENT", "KILL", "USER", user)
