@@ -26,6 +26,7 @@ __all__ = [
     "denied",
     "host_must_not",
     "host_needs",
+    "mother_lacks",
     "principal_must_not",
     "principal_needs",
     "role_of",
@@ -41,6 +42,10 @@ PROBE = "mother-doctor-probe"
 PROBE_HOST = "mother-doctor-probe"
 HUGE = "1000000000000"
 
+ACL_SETUSER_NEED = (
+    "make enrolled parties' ACL users again after a restart or a failover (ACL SETUSER)"
+)
+ACL_USERS_NEED = "list the ACL users (ACL USERS)"
 # role -> [(what it is for, a harmless command that needs that permission)]
 NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
     "mother": [
@@ -52,11 +57,8 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("read hosts' asks", ("XTRIM", keys.host_asks_key(PROBE_HOST), "MAXLEN", "~", HUGE)),
         ("load the server functions", ("FUNCTION", "LIST", "LIBRARYNAME", PROBE)),
         ("read Redis memory (INFO)", ("INFO", "memory")),
-        (
-            "make enrolled parties' ACL users again after a restart or a failover (ACL SETUSER)",
-            (QUEUED, "ACL", "SETUSER", keys.host_user(PROBE_HOST)),
-        ),
-        ("list the ACL users (ACL USERS)", ("ACL", "USERS")),
+        (ACL_SETUSER_NEED, (QUEUED, "ACL", "SETUSER", keys.host_user(PROBE_HOST))),
+        (ACL_USERS_NEED, ("ACL", "USERS")),
     ],
     "dashboard": [
         ("read run and termination records", ("JSON.GET", keys.run_key(PROBE))),
@@ -226,6 +228,18 @@ def check(client: redis.Redis, role: str | None = None) -> AclReport:
     lacks = [what for what, command in needs if denied(client, command)]
     excess = [what for what, command in must_not if not denied(client, command)]
     return AclReport(user, role, lacks, excess)
+
+
+def mother_lacks(client: redis.Redis, make_acl_users: bool) -> list[str]:
+    """What a Mother's connection lacks to serve (without ``make_acl_users`` it makes no ACL user, and
+    needs neither ACL SETUSER nor ACL USERS): checked at its start, so a narrow user stops it in one
+    line instead of failing at every dispatch."""
+    optional = () if make_acl_users else (ACL_SETUSER_NEED, ACL_USERS_NEED)
+    return [
+        what
+        for what, command in NEEDS["mother"]
+        if what not in optional and denied(client, command)
+    ]
 
 
 def denied(client: redis.Redis, command: tuple[str, ...]) -> bool:

@@ -54,7 +54,7 @@ def transition(
     phase deadline (and, with ``run_duration_ms``, the run's) and making the ``follow_ups`` (keys,
     words: :func:`mother.functions.follow_ups`) in the same call. ``gate``: a gate op (JSON: open one
     after the move, or close the one the run waits on before it; :mod:`mother.gates`). Replies 1
-    applied, 0 not current, -1 current but another token, -2..-5 the gate may not be closed
+    applied, 0 not current, -1 current but another host's, -2..-5 the gate may not be closed
     (:func:`gate_refusal`). ``observed``: histogram name -> ms, counted with the move (an accepted result's
     duration and queue wait)."""
     more_keys, words = follow_ups

@@ -219,9 +219,9 @@ class ForkHandoffPool(redis.ConnectionPool):
     """redis-py's connection pool, plus a connection a parent opens for the child it is about to fork.
 
     A forked process cannot use its parent's pooled connections (redis-py resets the pool in the
-    child), so an RQ work-horse used to connect anew for every job, with a TCP handshake on the
-    phase's path (its cost: docs/benchmarks.md, "What a work-horse is spared"). :meth:`open_for_child` connects in the parent just before the
-    fork; the child's first new connection is that one (its socket inherited, already connected);
+    child), so an RQ work-horse would connect anew for every job, with a TCP handshake on the phase's
+    path (its cost: docs/benchmarks.md, "What a work-horse is spared"). :meth:`open_for_child`
+    connects in the parent just before the fork; the child's first new connection is that one (its socket inherited, already connected);
     the parent never uses it, and :meth:`close_handoff` closes it once the child has ended.
     Without a handoff the pool behaves exactly like redis-py's.
     """

@@ -36,7 +36,7 @@ from mother.commands import failure_reply, handle_command, send_reply
 from mother.config import Settings
 from mother.conflicts import install as install_review_hooks
 from mother.connection import Outage, redis_down, sleep_unless, unless_redis_down
-from mother.errors import MotherError
+from mother.errors import ConfigError, MotherError
 from mother.functions import ensure_loaded
 from mother.identities.streams import ConsumedStreams, Source
 from mother.intake import handle_submission, reject
@@ -76,6 +76,7 @@ class Mother:
         self.settings = settings
         self.cfg = settings.service
         self.rt = Runtime.create(settings)
+        self._check_user()
         self.rt.make_provider = make_provider
         # conflict resolution and human gates review every phase result
         install_review_hooks(self.rt)
@@ -93,6 +94,20 @@ class Mother:
         self._watchdog_at = 0.0
         self._claimed_at = 0.0
         self.log = log.bind(instance=self.instance)
+
+    def _check_user(self) -> None:
+        """Stop at the start, in one line, when the connection's ACL user lacks what Mother needs (as
+        deploy/users.acl grants its mother user), where every run would fail on its first write."""
+        from mother.acl import mother_lacks, whoami
+
+        lacks = mother_lacks(self.rt.redis, self.cfg.make_acl_users)
+        if lacks:
+            raise ConfigError(
+                f"Mother connects as ACL user {whoami(self.rt.redis)!r}, which may not: "
+                f"{'; '.join(lacks)}. Grant what deploy/users.acl gives its mother user "
+                "(~* &* +@all -@dangerous +info +client|list +module|list +acl|setuser +acl|users), "
+                "or set service.make_acl_users false where the server's ACL users are managed"
+            )
 
     # -- lifecycle ---------------------------------------------------------
     def install_signal_handlers(self) -> None:

@@ -64,7 +64,7 @@ from workers.pool import tree
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import itertools
 
-from scripts.bench import FLOOR_STREAM, HOPS_STREAM, UNLIMITED, floor, worker_env
+from scripts.bench import FLOOR_STREAM, HOPS_STREAM, UNLIMITED, bench_queue, floor, worker_env
 from scripts.bench.noop import chain_job_id, hop_job_id, relay_command
 
 
@@ -127,6 +127,14 @@ def _wait(what: str, deadline: float) -> None:
         )
 
 
+# the stack's worker hosts (`mother up`'s names: local-0, local-1, ...): chain i goes to host i mod K
+HOSTS: list[str] = []
+
+
+def host_for(chain: int) -> str:
+    return HOSTS[chain % len(HOSTS)]
+
+
 # a chain's job function and job ids: plain RQ (each job enqueues the next), relayed (the bare hop) or the floor
 CHAIN_JOBS = {
     "baseline": ("scripts.bench.noop.chain", chain_job_id),
@@ -148,15 +156,19 @@ def baseline(
     enqueues it (``relay``: the bare hop through a central process), or to the floor's dispatcher (``floor``:
     each run made as Mother's intake makes it, and done when its termination record is written)."""
     conn = redis.Redis.from_url(url)
-    queue = Queue("agents", connection=conn, serializer=JSONSerializer)
+    queues = {host: bench_queue(conn, host) for host in HOSTS}
     chains = range(first, first + runs)
-    func, job_id = CHAIN_JOBS[kind]
+    func, host_job_id = CHAIN_JOBS[kind]
+
+    def job_id(i: int, step: int) -> str:
+        return str(host_job_id(host_for(i), i, step))
+
     # watched as cheaply as Mother's runs are (one small read per unfinished chain every ``poll`` s): a
     # costlier watch would slow the baseline on this shared machine and flatter Mother. A chain is done when
     # its last job has finished; a floor run when its termination record is written.
     pending = {Job.key_for(job_id(i, 2)) for i in chains}
     ask, done = (lambda pipe, key: pipe.hget(key, "status")), FINISHED
-    failed_before = queue.failed_job_registry.count
+    failed_before = sum(q.failed_job_registry.count for q in queues.values())
     started = time.perf_counter()
     # its runs made as Mother's intake makes them
     if kind == "floor":
@@ -171,7 +183,7 @@ def baseline(
         pending = {keys.termination_key(floor.floor_run_id(i)) for i in chains}
         ask, done = (lambda pipe, key: pipe.exists(key)), 1
     for i in chains:
-        queue.enqueue_call(func, args=(i, 0, 3), job_id=job_id(i, 0), result_ttl=600)
+        queues[host_for(i)].enqueue_call(func, args=(i, 0, 3), job_id=job_id(i, 0), result_ttl=600)
     ids = [job_id(i, step) for i in chains for step in range(3)]
     deadline = time.monotonic() + 300
     while pending:
@@ -179,12 +191,14 @@ def baseline(
         pipe = conn.pipeline(transaction=False)
         for key in pending:
             ask(pipe, key)
-        pipe.zcard(queue.failed_job_registry.key)
-        *got, failed = pipe.execute()
+        for queue in queues.values():
+            pipe.zcard(queue.failed_job_registry.key)
+        replies = pipe.execute()
+        got, failed = replies[: len(pending)], sum(replies[len(pending) :])
         # a chain that lost a job never ends: say why now, not at the deadline
         if failed > failed_before:
             raise SystemExit(
-                f"benchmark gave up: a {LABELS[kind]} job failed: {_newest_failure(queue)}"
+                f"benchmark gave up: a {LABELS[kind]} job failed: {_newest_failure(queues)}"
             )
         pending -= {key for key, status in zip(list(pending), got, strict=False) if status == done}
         if pending:
@@ -203,11 +217,14 @@ def baseline(
     return elapsed, latencies
 
 
-def _newest_failure(queue: Queue) -> str:
-    """The newest failed job of ``queue``: its id and the last line of its error."""
-    newest = queue.failed_job_registry.get_job_ids(-1, -1)
-    if not newest:
+def _newest_failure(queues: dict[str, Queue]) -> str:
+    """A failed job of the hosts' queues: its id and the last line of its error."""
+    found = [
+        (q, ids) for q in queues.values() if (ids := q.failed_job_registry.get_job_ids(-1, -1))
+    ]
+    if not found:
         return "it left the failed-job registry before it could be read"
+    queue, newest = found[0]
     job = Job.fetch(newest[0], connection=queue.connection, serializer=JSONSerializer)
     error = (job.exc_info or "no error stored").strip().splitlines()[-1]
     return f"{job.id} ({job.func_name}): {error}"
@@ -288,7 +305,7 @@ def chain_steps(url: str, chain: int, kind: str = "baseline") -> list[float]:
     job enqueues the next before it ends; a relayed one reports to the relay, which enqueues it)."""
     job_id = CHAIN_JOBS[kind][1]
     jobs = Job.fetch_many(
-        [job_id(chain, step) for step in range(3)],
+        [job_id(host_for(chain), chain, step) for step in range(3)],
         connection=redis.Redis.from_url(url),
         serializer=JSONSerializer,
     )
@@ -355,23 +372,23 @@ def main() -> int:
                 "MOTHER_LOG_LEVEL": "WARNING",
                 "MOTHER_WORKER__WORKSPACE_ROOT": str(Path(tmp) / "ws"),
                 **UNLIMITED,
-                **worker_env(),
+                **worker_env(server.url),
             },
         )
         with stack:
             mother = stack.spawn("mother-0", "run")
-            relay = subprocess.Popen(relay_command(server.url), env={**os.environ, **worker_env()})
+            relay = subprocess.Popen(
+                relay_command(server.url), env={**os.environ, **worker_env(server.url)}
+            )
             floor_relay = subprocess.Popen(
-                floor.relay_command(server.url), env={**os.environ, **worker_env()}
+                floor.relay_command(server.url), env={**os.environ, **worker_env(server.url)}
             )
             roles = {"Mother": mother.pid, "relay": relay.pid, "floor dispatcher": floor_relay.pid}
             try:
-                # workers and Mother up, every worker's host registered (mother.hosts)
-                time.sleep(2.0)
+                # workers and Mother up, every worker's host live (Mother has its beats)
                 if not stack.wait_for_hosts(args.workers):
-                    raise SystemExit(
-                        "the workers' hosts were not registered within 60 s: see the logs"
-                    )
+                    raise SystemExit("the workers' hosts were not live within 60 s: see the logs")
+                HOSTS[:] = [f"{stack.host_prefix}-{i}" for i in range(args.workers)]
                 # the relays' imports done (each makes its consumer group after them): else what is left of
                 # them would be charged to their first turn
                 conn, deadline = redis.Redis.from_url(server.url), time.monotonic() + 60

@@ -9,15 +9,24 @@ import orjson
 import pytest
 
 from mother import keys
-from scripts.bench import worker_env
-from tests.conftest import Pipeline, start_pipeline, stop_pipeline
+from scripts.bench import bench_queue, worker_env
+from tests.conftest import Pipeline, stop_pipeline
 from tests.test_pipeline import wait_until
 
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    """Mother + 2 workers that allow the benchmark's jobs (worker.allowed_jobs) and can import them."""
-    p = start_pipeline(tmp_path_factory.mktemp("bench"), env=worker_env())
+    """Mother + 2 worker hosts that allow the benchmark's jobs (worker.allowed_jobs), can import them and
+    write with the benchmark's own connection (the embedded server's default user)."""
+    from mother.server import EmbeddedRedis
+    from mother.stack import LocalStack
+    from tests.conftest import FAST_ENV
+
+    tmp = tmp_path_factory.mktemp("bench")
+    server = EmbeddedRedis(dir=tmp / "redis", appendfsync="no").start()
+    env = {**FAST_ENV, "MOTHER_WORKER__WORKSPACE_ROOT": str(tmp / "ws"), **worker_env(server.url)}
+    stack = LocalStack(server.url, workers=2, log_dir=tmp / "logs", env=env, wait_hosts=True)
+    p = Pipeline(server, stack.start(), tmp / "ws")
     yield p
     stop_pipeline(p)
 
@@ -27,20 +36,23 @@ def test_the_benchmarks_bare_hop_chain_completes_through_its_relay(pipeline: Pip
     import subprocess
 
     import redis
-    from rq import Queue
     from rq.job import Job, JobStatus
-    from rq.serializers import JSONSerializer
 
     from scripts.bench import HOPS_STREAM
     from scripts.bench.noop import hop_job_id, relay_command
 
     conn = redis.Redis.from_url(pipeline.url)
-    relay = subprocess.Popen(relay_command(pipeline.url), env={**os.environ, **worker_env()})
+    relay = subprocess.Popen(
+        relay_command(pipeline.url), env={**os.environ, **worker_env(pipeline.url)}
+    )
     try:
-        Queue("agents", connection=conn, serializer=JSONSerializer).enqueue_call(
-            "scripts.bench.noop.hop", args=(7, 0, 3), job_id=hop_job_id(7, 0), result_ttl=60
+        bench_queue(conn, "local-0").enqueue_call(
+            "scripts.bench.noop.hop",
+            args=(7, 0, 3),
+            job_id=hop_job_id("local-0", 7, 0),
+            result_ttl=60,
         )
-        last = Job.key_for(hop_job_id(7, 2))
+        last = Job.key_for(hop_job_id("local-0", 7, 2))
         wait_until(
             lambda: conn.hget(last, "status") == JobStatus.FINISHED.value.encode(), timeout=30
         )
@@ -59,8 +71,6 @@ def test_the_benchmarks_floor_run_ends_through_its_dispatcher(pipeline: Pipeline
     import subprocess
 
     import redis
-    from rq import Queue
-    from rq.serializers import JSONSerializer
 
     from mother.config import load_settings
     from mother.functions import server_now_ms
@@ -68,14 +78,14 @@ def test_the_benchmarks_floor_run_ends_through_its_dispatcher(pipeline: Pipeline
 
     conn = redis.Redis.from_url(pipeline.url)
     dispatcher = subprocess.Popen(
-        floor.relay_command(pipeline.url), env={**os.environ, **worker_env()}
+        floor.relay_command(pipeline.url), env={**os.environ, **worker_env(pipeline.url)}
     )
     try:
         pipe = conn.pipeline(transaction=False)
         floor.open_run(pipe, load_settings(redis_url=pipeline.url), 7, server_now_ms(conn))
         pipe.execute()
-        Queue("agents", connection=conn, serializer=JSONSerializer).enqueue_call(
-            floor.JOB, args=(7, 0, 3), job_id=floor.floor_job_id(7, 0), result_ttl=60
+        bench_queue(conn, "local-1").enqueue_call(
+            floor.JOB, args=(7, 0, 3), job_id=floor.floor_job_id("local-1", 7, 0), result_ttl=60
         )
         wait_until(lambda: conn.exists(keys.termination_key("floor-7")), timeout=30)
         record = orjson.loads(conn.execute_command("JSON.GET", keys.termination_key("floor-7")))

@@ -33,7 +33,11 @@ def test_the_image_runs_as_a_user_that_owns_its_shared_workspace() -> None:
     assert 'VOLUME ["/var/lib/mother/workspaces"]' in text
     services = _compose()["services"]
     ours = {name: s for name, s in services.items() if "build" in s}
-    assert set(ours) == {"mother", "worker", "maintenance", "cron", "dashboard"}
+    assert set(ours) == {"mother", "worker-1", "worker-2", "gc-1", "cron", "dashboard"}
+    # no shared worker user: each worker service is an enrolled host of its own
+    for name in ("worker-1", "worker-2", "gc-1"):
+        url = ours[name]["environment"]["MOTHER_REDIS_URL"]
+        assert url.startswith(f"redis://host%3A{name}:"), url
     for name, service in ours.items():
         assert "workspaces:/var/lib/mother/workspaces" in service["volumes"], name
         assert service["depends_on"]["redis"]["condition"] == "service_healthy", name
@@ -55,7 +59,9 @@ def test_each_systemd_unit_runs_as_its_user_after_redis_with_an_environment_file
     env_file = service["EnvironmentFile"]
     assert env_file.startswith("/etc/mother/") and env_file.endswith(".env")
     example = (DEPLOY / "mother.env.example").read_text()
-    assert f"# {Path(env_file).name}" in example, "the example shows that file's MOTHER_REDIS_URL"
+    # a host's file is named for its instance (%i): the example shows one for each kind of host
+    shown = Path(env_file).name.replace("host-%i", "host-worker-1")
+    assert f"# {shown}" in example, "the example shows that file's MOTHER_REDIS_URL"
 
 
 def _commands() -> list[list[str]]:

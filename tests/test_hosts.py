@@ -71,6 +71,8 @@ class Host:
     redis_ip: str
     root: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # its enrolled worker host's URL (Cluster.host_url)
+    url: str | None = None
 
     def pids(self) -> list[int]:
         out = subprocess.run(["ip", "netns", "pids", self.ns], capture_output=True, text=True)
@@ -96,11 +98,26 @@ class Cluster:
     hosts: list[Host]
     logs: Path
 
+    def host_url(self, host: Host) -> str:
+        """The URL of ``host``'s enrolled worker host (``h1``, ``h2``: enrolled at its first start)."""
+        from mother.clock import ServerClock
+        from mother.identities import hosts, party_url
+
+        name = f"h{self.hosts.index(host) + 1}"
+        if host.url is None:
+            admin = self.client.redis
+            _enrolled, password = hosts.add(
+                admin, name, ["agents", "tools", "maintenance"], ServerClock(admin).now_iso()
+            )
+            base = f"redis://{host.redis_ip}:{self.server.port}/0"
+            host.url = party_url(base, keys.host_user(name), password)
+        return host.url
+
     def start_worker(self, host: Host, name: str) -> subprocess.Popen[bytes]:
         env = {
             **os.environ,
             **FAST_ENV,
-            "MOTHER_REDIS_URL": f"redis://{host.redis_ip}:{self.server.port}/0",
+            "MOTHER_REDIS_URL": self.host_url(host),
             "MOTHER_WORKER__WORKSPACE_ROOT": str(host.root),
             "MOTHER_LOG_FORMAT": "json",
         }
@@ -206,8 +223,8 @@ def test_a_host_killed_mid_phase_and_a_host_cut_off_and_back(cluster: Cluster) -
     """Host 1 takes the first phase and dies whole (kill -9 of every process in it): the attempt is
     lost after the heartbeat timeout and retried on host 2. Then host 1 (restarted) takes another run's
     first phase and its link goes down: lost, retried on host 2, and the link comes back while host 1's
-    horse still holds the old attempt, which reports into nothing (its ACL user is gone). Each run ends
-    once, with the retry's result only."""
+    horse still holds the old attempt, whose result is refused (its host no longer holds it). Each run
+    ends once, with the retry's result only."""
     c = cluster
     a, b = c.hosts
     c.start_worker(a, "host-1-w1")

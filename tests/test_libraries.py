@@ -707,7 +707,7 @@ def test_agents_search_a_library_through_the_registry_tool(stack, tmp_path: Path
     # one for the phase's retrieval_hits, one for the agent's granted call (the other named a
     # library outside the run: refused before anything was charged)
     assert budget["retrieval_queries"] == 2
-    # added to tool_stats by Mother from the attempt's own count (mother/effects.py)
+    # added to tool_stats by Mother at the host's tool_stat ask
     assert wait_until(lambda: successes() == before + 1)
     logs = [
         orjson.loads(stack.redis.execute_command("JSON.GET", keys.access_log_key(log_id)))

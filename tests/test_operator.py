@@ -179,7 +179,7 @@ def test_time_and_cost_of_a_call_on_a_priced_http_model(tmp_path: Path) -> None:
         from mother.config import load_settings
 
         client = MotherClient(settings=load_settings(redis_url=_url(r)), client=r)
-        # the phase's counts reach metrics:counters when Mother adds its attempt's (mother/effects.py)
+        # the phase's counts reach metrics:counters as Mother applies its host's asks
         counters = wait_until(
             lambda: (
                 int((c := r.hgetall(keys.METRICS_COUNTERS)).get("model_input_tokens|local-llm", 0))

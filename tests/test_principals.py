@@ -324,7 +324,7 @@ def test_hosts_submit_only_their_attempts_children(tenancy: Tenancy) -> None:
         (parent, 0, 1),
         raising=False,
     )
-    assert reply["ok"] is False and reply["code"] == "phase_stale", reply
+    assert reply["ok"] is False and reply["code"] == "not_held", reply
     assert not list(tenancy.admin.scan_iter(match=f"run:{keys.child_prefix(parent)}.c*"))
 
 

@@ -390,7 +390,7 @@ def test_pipeline_run_on_an_openai_compatible_server(tmp_path: Path) -> None:
         {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
         {"text": "The workspace is empty.", "usage": {"prompt_tokens": 42, "completion_tokens": 9}},
     ]
-    # the calibration is added by Mother from the attempt's own count (mother/effects.py)
+    # the calibration is added by Mother at the host's calibrate ask
     envelope, calibration, chat = _run_on_chat_server(
         tmp_path,
         replies,

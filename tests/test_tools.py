@@ -597,7 +597,7 @@ def test_a_phase_a_tool_handles_calls_no_model(stack: Pipeline) -> None:
     budget = budget_doc(stack.redis, keys.run_budget_key(run_id))
     # two write_file calls and the plan's run_tests; the coder's two model calls only
     assert (budget["tool_calls"], budget["model_calls"]) == (3, 2)
-    # added to tool_stats by Mother from the attempt's own count (mother/effects.py)
+    # added to tool_stats by Mother at the host's tool_stat ask
     wait_until(lambda: "run_tests" in read_stats(stack.redis, ["run_tests"]))
     assert read_stats(stack.redis, ["run_tests"])["run_tests"].success_count >= 1
 

@@ -1,4 +1,4 @@
-"""A run's workspace travels with the run (issue 54): the next phase may run on another host.
+"""A run's workspace travels with the run: the next phase may run on another host.
 
 When a phase that used its workspace ends, :func:`store` puts the workspace where every host reaches it:
 each file's content once per run, compressed, under its SHA-256 (``workspace_blob:{run}:{sha256}``, the

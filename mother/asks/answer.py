@@ -18,7 +18,7 @@ from mother import keys
 from mother.asks.wire import REPLY_TTL_MS, Ask, refused
 from mother.functions import call, follow_ups
 
-__all__ = ["Answer", "finish", "ok"]
+__all__ = ["HOLDING_STATUSES", "Answer", "finish", "holds", "not_held", "ok"]
 
 
 @dataclass
@@ -71,6 +71,27 @@ def finish(client: Any, ask: Ask, answer: Answer, *, stream: str, group: str) ->
         return True
     finish(client, ask, Answer(not_held(ask)), stream=stream, group=group)
     return False
+
+
+# the run statuses in which an attempt is held (as the server functions' holds())
+HOLDING_STATUSES = ("running", "budget_stopped")
+
+
+def holds(client: Any, ask: Ask) -> bool:
+    """Whether ``ask``'s host holds the attempt it names now: read before anything is looked up for it
+    (what a refused ask's errors would say of another's run is never said). The writes of a held answer
+    are made under the same check, atomically."""
+    from mother.records import runs
+
+    assert ask.attempt is not None
+    run_id, index, attempt = ask.attempt
+    position, host = runs.read_position_and_host(client, run_id)
+    return (
+        position is not None
+        and position[0] in HOLDING_STATUSES
+        and position[1:] == (index, attempt)
+        and host == ask.host
+    )
 
 
 def not_held(ask: Ask) -> dict[str, Any]:

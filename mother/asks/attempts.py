@@ -168,6 +168,44 @@ def emit(rt: Runtime, ask: Ask) -> Answer:
     return Answer({"ok": True}, writes, held=True)
 
 
+def under_cap(rt: Runtime, host: str) -> bool:
+    """Whether one more violation of ``host``'s may be kept this hour (``HOST_VIOLATIONS_PER_HOUR``): past
+    the cap they are counted, not kept, so no host can push the others' out of the list."""
+    counter = keys.host_violations_key(host)
+    seen = int(rt.redis.incr(counter))
+    if seen == 1:
+        rt.redis.expire(counter, 3600)
+    return seen <= HOST_VIOLATIONS_PER_HOUR
+
+
+def foreign(rt: Runtime, ask: Ask) -> None:
+    """After ``ask`` was refused ``not_held``: when the attempt it names is its run's current one and
+    another host holds it, the host asked about an attempt it was never given (its credentials are in
+    the wrong hands, or it is not what it says). That is a violation, in the run's activity too. A stale
+    attempt (the run moved on, a job moved off the host before it began) is not."""
+    run_id, index, attempt = ask.attempt  # type: ignore[misc]
+    position, holder = runs.read_position_and_host(rt.redis, run_id)
+    if (
+        position is None
+        or position[0] not in ACTIVE_STATUSES
+        or position[1:] != (index, attempt)
+        or holder in (None, ask.host)
+        or not under_cap(rt, ask.host)
+    ):
+        return
+    rt.violation(
+        "ask_for_another_hosts_attempt",
+        run_id=run_id,
+        phase_index=index,
+        attempt=attempt,
+        host=ask.host,
+        held_by=holder,
+        ask=ask.kind,
+        activity=True,
+        why="refused: the host does not hold the attempt",
+    )
+
+
 def violation(rt: Runtime, ask: Ask) -> Answer:
     """A security violation the host saw in its attempt (a tool that tried to leave its sandbox), or its
     own (a job refused on its queue): recorded with the host's name, an attempt's only while the host
@@ -177,12 +215,7 @@ def violation(rt: Runtime, ask: Ask) -> Answer:
         raise InvalidSpec("a violation's kind is an id")
     fields = _fields(ask, "fields")
     held = ask.attempt is not None
-    # a host's reports within an hour past the cap are counted, not kept: it cannot push the others out
-    counter = keys.host_violations_key(ask.host)
-    seen = int(rt.redis.incr(counter))
-    if seen == 1:
-        rt.redis.expire(counter, 3600)
-    if seen > HOST_VIOLATIONS_PER_HOUR:
+    if not under_cap(rt, ask.host):
         return Answer({"ok": True, "recorded": False}, held=held)
     about: dict[str, Any] = {}
     if ask.attempt is not None:
@@ -243,6 +276,10 @@ def result(rt: Runtime, ask: Ask) -> Answer:
         ) from None
     if (got.run_id, got.phase_index, got.attempt) != (run_id, index, attempt):
         raise InvalidSpec("the result is another attempt's than the ask names")
+    # the output's id is the attempt's own: no host names (and overwrites) another run's artifact
+    own = keys.phase_artifact_id(run_id, index, attempt)
+    if got.artifacts not in ([], [own]):
+        raise InvalidSpec(f"a phase attempt's output artifact is {own}, and only it")
     settle = ask.body.get("settle")
     settled: dict[str, Any] = {}
     if isinstance(settle, dict):

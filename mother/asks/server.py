@@ -17,7 +17,8 @@ from typing import Any
 import redis
 
 from mother import keys
-from mother.asks.answer import Answer, finish
+from mother.asks.answer import Answer, finish, holds, not_held
+from mother.asks.attempts import foreign
 from mother.asks.handlers import HANDLERS
 from mother.asks.wire import AskInvalid, parse_ask, refused
 from mother.config import Settings
@@ -33,6 +34,8 @@ __all__ = ["AskServer"]
 log = get_logger("mother.asks")
 # how long a read waits for an ask (the thread's stop is noticed within it)
 BLOCK_MS = 500
+# an attempt's first asks: refused not_held, they may be a job that moved off the host as it began
+FIRST_ASKS = ("begin", "alive")
 
 
 class AskServer:
@@ -154,7 +157,12 @@ class AskServer:
             pipe.execute()
             return
         try:
-            answer = HANDLERS[ask.kind](rt, ask)
+            # a charge is checked inside its one server call; any other ask about an attempt the host
+            # does not hold is refused before it is looked at
+            if ask.attempt is not None and ask.kind != "charge" and not holds(rt.redis, ask):
+                answer = Answer(not_held(ask))
+            else:
+                answer = HANDLERS[ask.kind](rt, ask)
         except MotherError as exc:
             answer = Answer(refused(exc.code, exc.message))
         except Exception as exc:
@@ -164,7 +172,14 @@ class AskServer:
             answer = Answer(
                 refused("mother_failed", f"Mother failed to apply it: {type(exc).__name__}: {exc}")
             )
-        finish(rt.redis, ask, answer, stream=stream, group=self.group)
+        applied = finish(rt.redis, ask, answer, stream=stream, group=self.group)
+        reply = answer.reply or {}
+        if (
+            ask.attempt is not None
+            and ask.kind not in FIRST_ASKS
+            and (not applied or reply.get("code") == "not_held")
+        ):
+            foreign(rt, ask)
 
 
 def _in_turn(batches: Any) -> list[tuple[str, Any, Any]]:

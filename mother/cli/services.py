@@ -84,11 +84,11 @@ def worker(
             fail(f"--queues: {exc}", "usage")
     count = concurrency or cfg.worker.concurrency
     _check_memory(cfg, count)
+    rt = runtime()
     # refuses to start where the sandbox is required and cannot be made (ConfigError, one line); a
     # worker of the maintenance queue alone (the GC) runs no tool
     if {"agents", "tools"} & set(names):
         log_sandbox(prepare_sandbox(cfg))
-    rt = runtime()
     host = identify(rt.redis, redact_url(cfg.redis_url))
     set_current(host)
     warm_up(cfg)

@@ -1,4 +1,4 @@
-"""Operator surfaces (issue 42): the dashboard (:mod:`mother.web.app`), what it reads
+"""Operator surfaces: the dashboard (:mod:`mother.web.app`), what it reads
 (:mod:`mother.web.data`) and the Prometheus metrics (:mod:`mother.web.metrics`). docs/dashboard.md."""
 
 from mother.web.app import check_exposure, create_app

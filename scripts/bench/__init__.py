@@ -1,7 +1,10 @@
 """Benchmark-only jobs and dispatchers for ``scripts/bench_pipeline.py``; never in the product packages.
 
 Their jobs run on workers only when allowed (``MOTHER_WORKER__ALLOWED_JOBS``, set by the benchmark) and
-with the project's root on ``PYTHONPATH``.
+with the project's root on ``PYTHONPATH``. A worker host's own user may write nothing but its RQ keys and
+its asks, so these jobs (which stand for dispatchers that are not Mother) write with the benchmark's
+own connection (``BENCH_REDIS_URL``: the embedded server's administrator), and their ids carry the host
+their queue is on.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ __all__ = [
     "HOPS_STREAM",
     "ROOT",
     "baseline_tree",
+    "bench_queue",
+    "bench_redis",
+    "host_of_job",
     "pct",
     "proc_cpu",
     "redis_cpu",
@@ -52,9 +58,49 @@ UNLIMITED = {
 }
 
 
-def worker_env() -> dict[str, str]:
-    """What a stack's processes need to run the benchmark's jobs: the project's root importable, the jobs allowed."""
-    return {"PYTHONPATH": str(ROOT), "MOTHER_WORKER__ALLOWED_JOBS": json.dumps(list(BENCH_JOBS))}
+def worker_env(admin_url: str | None = None) -> dict[str, str]:
+    """What a stack's processes need to run the benchmark's jobs: the project's root importable, the jobs
+    allowed, and (``admin_url``) the connection the jobs write with."""
+    env = {"PYTHONPATH": str(ROOT), "MOTHER_WORKER__ALLOWED_JOBS": json.dumps(list(BENCH_JOBS))}
+    if admin_url is not None:
+        env["BENCH_REDIS_URL"] = admin_url
+    return env
+
+
+_bench: Any = None
+
+
+def bench_redis() -> Any:
+    """The benchmark jobs' own connection (``BENCH_REDIS_URL``), made once per process."""
+    global _bench
+    if _bench is None:
+        import redis
+
+        url = os.environ.get("BENCH_REDIS_URL")
+        if not url:
+            raise RuntimeError("the benchmark's jobs need BENCH_REDIS_URL (worker_env(admin_url))")
+        _bench = redis.Redis.from_url(url)
+    return _bench
+
+
+def bench_queue(conn: Any, host: str) -> Any:
+    """Host ``host``'s agents queue (the benchmark's chains and runs go to each host's own)."""
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    from mother import keys
+
+    return Queue(keys.host_queue(host, "agents"), connection=conn, serializer=JSONSerializer)
+
+
+def host_of_job(job: Any) -> str:
+    """The host whose queue ``job`` came from."""
+    from mother import keys
+
+    place = keys.host_of_queue(job.origin)
+    if place is None:
+        raise RuntimeError(f"job {job.id} is on {job.origin!r}, no host's queue")
+    return place[0]
 
 
 TICK = os.sysconf("SC_CLK_TCK")

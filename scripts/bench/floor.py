@@ -26,8 +26,7 @@ from typing import Any
 
 import orjson
 import redis
-from rq import Queue, get_current_job
-from rq.serializers import JSONSerializer
+from rq import get_current_job
 
 from mother import calls, keys
 from mother.activity import DEFAULT_MAXLEN
@@ -38,7 +37,7 @@ from mother.functions import follow_ups
 from mother.records import POSITION_PATHS, parse_position
 from mother.records.budgets import COUNTER_PATHS
 from schemas import RunSpec, iso_from_ms
-from scripts.bench import FLOOR_ENDING, FLOOR_STREAM
+from scripts.bench import FLOOR_ENDING, FLOOR_STREAM, bench_queue, bench_redis, host_of_job
 from scripts.bench.noop import serve
 from workers.phase import runtime
 
@@ -53,8 +52,8 @@ def floor_run_id(index: int) -> str:
     return f"floor-{index}"
 
 
-def floor_job_id(index: int, step: int) -> str:
-    return f"floor-{index}-{step}"
+def floor_job_id(host: str, index: int, step: int) -> str:
+    return keys.host_job_id(host, f"floor-{index}-{step}")
 
 
 def open_run(pipe: Any, settings: Settings, index: int, now_ms: int) -> None:
@@ -94,7 +93,8 @@ def phase(index: int, step: int, steps: int) -> int:
     """Phase ``step`` of floor run ``index``: first read, reserve, then settle, artifact and result in one write."""
     job = get_current_job()
     assert job is not None
-    conn, run_id = job.connection, floor_run_id(index)
+    # (a host's own user may not make these writes: the floor stands for a dispatcher that is not Mother)
+    conn, run_id = bench_redis(), floor_run_id(index)
     pipe = conn.pipeline(transaction=False)
     # the attempt's beat (its own key; in production on its own ACL user's line)
     pipe.set(keys.attempt_heartbeat_key(run_id, step, 1), "floor", px=10_000)
@@ -150,7 +150,9 @@ def phase(index: int, step: int, steps: int) -> int:
             {"artifact_id": artifact_id, "run_id": run_id, "kind": "phase_output", "size_bytes": 2}
         ),
     )
-    pipe.xadd(FLOOR_STREAM, {"result": result, "steps": steps, "index": index})
+    pipe.xadd(
+        FLOOR_STREAM, {"result": result, "steps": steps, "index": index, "host": host_of_job(job)}
+    )
     # the attempt's key says it reported (production: on its own line, just before)
     pipe.set(keys.attempt_heartbeat_key(run_id, step, 1), "reported", px=86_400_000)
     settled = pipe.execute()[0]
@@ -162,20 +164,17 @@ def phase(index: int, step: int, steps: int) -> int:
 def relay(url: str) -> None:
     """Dispatch floor runs until killed: per result, the next phase (or the end) and the ack in one transaction."""
     conn = redis.Redis.from_url(url)
-    queue = Queue("agents", connection=conn, serializer=JSONSerializer)
     # Mother's clock: the server's time with no round trip per result
     clock = ServerClock(conn)
-    serve(
-        conn, FLOOR_STREAM, GROUP, lambda pipe, fields: _dispatch(conn, queue, clock, pipe, fields)
-    )
+    serve(conn, FLOOR_STREAM, GROUP, lambda pipe, fields: _dispatch(conn, clock, pipe, fields))
 
 
-def _dispatch(
-    conn: redis.Redis, queue: Queue, clock: ServerClock, pipe: Any, fields: dict[bytes, bytes]
-) -> None:
+def _dispatch(conn: redis.Redis, clock: ServerClock, pipe: Any, fields: dict[bytes, bytes]) -> None:
     """Queue on ``pipe`` what one phase's result leads to: the next phase's transition, or the run's end."""
     raw = fields[b"result"]
     result = orjson.loads(raw)
+    host = fields[b"host"].decode()
+    queue = bench_queue(conn, host)
     index, step, steps = int(fields[b"index"]), result["phase_index"], int(fields[b"steps"])
     run_id, at = result["run_id"], clock.now_iso()
     entry = orjson.dumps(
@@ -216,7 +215,7 @@ def _dispatch(
     queue.enqueue_call(
         JOB,
         args=(index, step + 1, steps),
-        job_id=floor_job_id(index, step + 1),
+        job_id=floor_job_id(host, index, step + 1),
         timeout=600,
         result_ttl=600,
         pipeline=writes,

@@ -21,10 +21,10 @@ from typing import Any
 
 import redis
 from rq import Queue, get_current_job
-from rq.serializers import JSONSerializer
 
+from mother import keys
 from mother.streams import ensure_group
-from scripts.bench import HOPS_STREAM
+from scripts.bench import HOPS_STREAM, bench_queue, bench_redis, host_of_job
 
 __all__ = [
     "chain",
@@ -43,24 +43,25 @@ RELAY_GROUP = "relay"
 IMPORTED_IN = os.getpid()
 
 
-def chain_job_id(index: int, step: int) -> str:
-    return f"bench-{index}-{step}"
+def chain_job_id(host: str, index: int, step: int) -> str:
+    return keys.host_job_id(host, f"bench-{index}-{step}")
 
 
-def hop_job_id(index: int, step: int) -> str:
-    return f"hop-{index}-{step}"
+def hop_job_id(host: str, index: int, step: int) -> str:
+    return keys.host_job_id(host, f"hop-{index}-{step}")
 
 
 def chain(index: int, step: int, steps: int) -> int:
-    """Finish step ``step`` of chain ``index`` and enqueue the next step, if any."""
+    """Finish step ``step`` of chain ``index`` and enqueue the next step, if any, on the same host's queue."""
     if step + 1 < steps:
         job = get_current_job()
         assert job is not None
-        queue = Queue(job.origin, connection=job.connection, serializer=job.serializer)
+        host = host_of_job(job)
+        queue = Queue(job.origin, connection=bench_redis(), serializer=job.serializer)
         queue.enqueue_call(
             "scripts.bench.noop.chain",
             args=(index, step + 1, steps),
-            job_id=chain_job_id(index, step + 1),
+            job_id=chain_job_id(host, index, step + 1),
             result_ttl=600,
         )
     return step
@@ -76,9 +77,9 @@ def hop(index: int, step: int, steps: int) -> int:
     """Finish step ``step`` of relayed chain ``index``: report it to the relay, which enqueues the next."""
     job = get_current_job()
     assert job is not None
-    job.connection.xadd(
+    bench_redis().xadd(
         HOPS_STREAM,
-        {"chain": index, "step": step, "steps": steps},
+        {"chain": index, "step": step, "steps": steps, "host": host_of_job(job)},
         maxlen=100_000,
         approximate=True,
     )
@@ -105,15 +106,15 @@ def serve(
 def relay(url: str) -> None:
     """Serve ``hop`` chains until killed: read each reported step, enqueue the next one with the ack."""
     conn = redis.Redis.from_url(url)
-    queue = Queue("agents", connection=conn, serializer=JSONSerializer)
 
     def next_step(pipe: Any, fields: dict[bytes, bytes]) -> None:
         index, step, steps = (int(fields[name]) for name in (b"chain", b"step", b"steps"))
+        host = fields[b"host"].decode()
         if step + 1 < steps:
-            queue.enqueue_call(
+            bench_queue(conn, host).enqueue_call(
                 "scripts.bench.noop.hop",
                 args=(index, step + 1, steps),
-                job_id=hop_job_id(index, step + 1),
+                job_id=hop_job_id(host, index, step + 1),
                 result_ttl=600,
                 pipeline=pipe,
             )
