@@ -9,7 +9,8 @@ Every end goes through :func:`end_run`, which calls the single termination write
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from dataclasses import dataclass, replace
+from typing import Any, Literal, cast
 
 import orjson
 from rq.job import Job
@@ -58,21 +59,20 @@ from schemas import (
 )
 
 __all__ = [
+    "Move",
+    "Moved",
     "admit_waiting",
-    "advance",
     "completed_event",
     "dispatch",
     "end_run",
     "finish_end",
     "is_current",
+    "make",
     "outputs_of",
     "phase_timeout_seconds",
     "queue_end_reads",
     "run_duration_seconds",
     "start_run",
-    "transition",
-    "transition_and_load",
-    "wait_on_gate",
 ]
 
 log = get_logger("lifecycle")
@@ -97,54 +97,89 @@ def phase_timeout_seconds(rt: Runtime, spec: RunSpec, index: int) -> float:
     return spec.pipeline[index].timeout_seconds or rt.settings.runs.phase_timeout_seconds
 
 
-def transition(
-    rt: Runtime,
-    run_id: str,
-    spec: RunSpec,
-    *,
-    frm: tuple[int, int],
-    to: tuple[int, int],
-    event: str,
-    detail: str = "",
-    result: PhaseResult | None = None,
-    start: bool = False,
-) -> bool:
-    """Move the run from attempt ``frm`` to ``to`` (phase_index, attempt) if ``frm`` is still current.
+@dataclass(frozen=True)
+class Move:
+    """One move of a run: from attempt ``frm`` to ``to`` (phase index, attempt), made by :func:`make` only
+    if ``frm`` is still current (the check is server-side, ``mh_transition``: the caller needs no fresh
+    read of the run). Whoever decides a move builds one (review, a conflict's strategy, a person's
+    decision, intake); what happens at ``to`` is ``then``:
 
-    The check is server-side (``mh_transition``), so the caller needs no fresh read of
-    the run. The history entry names the phase the event is about: the finished one
-    for ``phase_completed``, the one being (re)started otherwise. ``start`` also sets
-    the run's deadline.
-    """
-    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, start)
-    return calls.transition(rt.redis, **args) == 1
+    - ``dispatch`` (the default): the phase's job is queued (composed, on a live host) with the move; a
+      first attempt that needs a person's approval (:func:`mother.roles.phase_needs_approval`, a library's
+      cloud escalation) is not dispatched: the run moves to the phase's attempt 0 and waits on its gate;
+    - ``wait``: the run waits for a person on ``gate`` (no job, no phase deadline);
+    - ``stay``: nothing more (the accepted result was the last: the caller ends the run with the state
+      :func:`make` gives back).
+
+    ``result``: the accepted result the move records (its history entry names its phase); ``start``: the
+    run's first move (its deadline set); ``host``: the result's host, checked against the attempt's;
+    ``activity``: entries logged with the move; ``also``: more writes queued on its pipeline;
+    ``delivery``: the stream entry being handled, acknowledged with the move; ``close``: the close op of
+    the gate the run waits on (a person's decision; a refused one raises GateRefused); ``outputs``: the
+    earlier phases' (name, output) for the next context (read from the run when None)."""
+
+    run_id: str
+    spec: RunSpec
+    frm: tuple[int, int]
+    to: tuple[int, int]
+    event: str
+    detail: str = ""
+    result: PhaseResult | None = None
+    start: bool = False
+    host: str = ""
+    activity: Sequence[tuple[str, dict[str, Any]]] = ()
+    also: Callable[[Any], None] | None = None
+    delivery: Delivery | None = None
+    close: str = ""
+    then: Literal["dispatch", "wait", "stay"] = "dispatch"
+    gate: Gate | None = None
+    outputs: Sequence[tuple[str, str]] | None = None
 
 
-def transition_and_load(
-    rt: Runtime,
-    run_id: str,
-    spec: RunSpec,
-    *,
-    frm: tuple[int, int],
-    to: tuple[int, int],
-    event: str,
-    detail: str = "",
-    result: PhaseResult | None = None,
-    host: str = "",
-    gate: str = "",
-    follow_ups: tuple[list[Any], list[Any]] = ([], []),
-) -> RunState | None:
-    """:func:`transition`, and the run as it is after it, in one round trip; None if ``frm`` was not current
-    (or ``host`` is not the attempt's, or the ``gate`` op was refused: :data:`last_refusal`)."""
-    pipe = rt.redis.pipeline(transaction=False)
-    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, False, host)
-    calls.transition(pipe, **args, gate=gate, follow_ups=follow_ups)
-    runs.queue_read(pipe, run_id)
-    applied, raw = execute(pipe)
-    if applied != 1:
-        _refused_gate(applied, run_id, gate)
-        return None
-    return rt.parse_run(run_id, raw)
+@dataclass
+class Moved:
+    """What :func:`make` did: whether the move applied, and (``then="stay"``) the run after it."""
+
+    applied: bool
+    state: RunState | None = None
+
+    def __bool__(self) -> bool:
+        return self.applied
+
+
+def make(rt: Runtime, move: Move) -> Moved:
+    """Make ``move`` (:class:`Move`): the one way a run moves from one attempt to another."""
+    if move.then == "wait":
+        assert move.gate is not None, "a move that waits names its gate"
+        return Moved(_open_gate(rt, move, move.gate))
+    if move.then == "stay":
+        return _stay(rt, move)
+    return Moved(_dispatching(rt, move))
+
+
+def _transition_args(rt: Runtime, move: Move) -> dict[str, Any]:
+    """:func:`mother.calls.transition`'s arguments for ``move`` (its gate op and follow-ups aside)."""
+    phase = move.spec.pipeline[move.to[0]].name
+    at = rt.clock.now_iso()
+    result = move.result
+    about, attempt = (result.phase, result.attempt) if result is not None else (phase, move.to[1])
+    entry = HistoryEntry(
+        at=at, event=move.event, phase=about, attempt=attempt, detail=move.detail[:4000]
+    )
+    return {
+        "run_id": move.run_id,
+        "expected": move.frm,
+        "to": move.to,
+        "phase": phase,
+        "phase_timeout_ms": int(phase_timeout_seconds(rt, move.spec, move.to[0]) * 1000),
+        "run_duration_ms": int(run_duration_seconds(rt, move.spec) * 1000) if move.start else 0,
+        "at": at,
+        "history": entry.to_json(),
+        "result": result.to_json() if result is not None else "",
+        "artifacts": list(result.artifacts) if result is not None else [],
+        "host": move.host,
+        "observed": _observed(result),
+    }
 
 
 def _refused_gate(reply: int, run_id: str, gate: str) -> None:
@@ -159,39 +194,6 @@ def _refused_gate(reply: int, run_id: str, gate: str) -> None:
         raise refusal
 
 
-def _transition_args(
-    rt: Runtime,
-    run_id: str,
-    spec: RunSpec,
-    frm: tuple[int, int],
-    to: tuple[int, int],
-    event: str,
-    detail: str,
-    result: PhaseResult | None,
-    start: bool,
-    host: str = "",
-) -> dict[str, Any]:
-    """:func:`mother.calls.transition`'s arguments (``host``: a result's, checked against the attempt's)."""
-    phase = spec.pipeline[to[0]].name
-    at = rt.clock.now_iso()
-    about, attempt = (result.phase, result.attempt) if result is not None else (phase, to[1])
-    entry = HistoryEntry(at=at, event=event, phase=about, attempt=attempt, detail=detail[:4000])
-    return {
-        "run_id": run_id,
-        "expected": frm,
-        "to": to,
-        "phase": phase,
-        "phase_timeout_ms": int(phase_timeout_seconds(rt, spec, to[0]) * 1000),
-        "run_duration_ms": int(run_duration_seconds(rt, spec) * 1000) if start else 0,
-        "at": at,
-        "history": entry.to_json(),
-        "result": result.to_json() if result is not None else "",
-        "artifacts": list(result.artifacts) if result is not None else [],
-        "host": host,
-        "observed": _observed(result),
-    }
-
-
 def _observed(result: PhaseResult | None) -> dict[str, int]:
     """What an accepted result adds to the histograms: its duration and how long it waited for a worker."""
     if result is None:
@@ -200,6 +202,48 @@ def _observed(result: PhaseResult | None) -> dict[str, int]:
     if result.queued_ms is not None:
         found["queue_wait"] = result.queued_ms
     return found
+
+
+def _queued_with(rt: Runtime, move: Move, pipe: Any) -> None:
+    """What rides with any move: ``also``'s writes and the handled entry's acknowledgement."""
+    if move.also is not None:
+        move.also(pipe)
+    if move.delivery is not None:
+        move.delivery.ack_with(pipe)
+
+
+def _made(rt: Runtime, move: Move, pipe: Any, gate: str) -> int:
+    """``mh_transition`` with what ``pipe`` queued as its follow-ups; the entry is the caller's to
+    acknowledge when the move did not apply (its XACK rode with it)."""
+    writes = follow_ups(pipe)
+    pipe.reset()
+    reply = int(
+        calls.transition(rt.redis, **_transition_args(rt, move), gate=gate, follow_ups=writes)
+    )
+    if reply != 1 and move.delivery is not None:
+        move.delivery.unack()
+    _refused_gate(reply, move.run_id, move.close)
+    return reply
+
+
+def _stay(rt: Runtime, move: Move) -> Moved:
+    """The move, its writes and the run as it is after it, in one round trip."""
+    writes_pipe = rt.redis.pipeline(transaction=True)
+    for event_type, fields in move.activity:
+        rt.emit(writes_pipe, event_type, **fields)
+    _queued_with(rt, move, writes_pipe)
+    writes = follow_ups(writes_pipe)
+    writes_pipe.reset()
+    pipe = rt.redis.pipeline(transaction=False)
+    calls.transition(pipe, **_transition_args(rt, move), gate=move.close, follow_ups=writes)
+    runs.queue_read(pipe, move.run_id)
+    applied, raw = execute(pipe)
+    if applied != 1:
+        if move.delivery is not None:
+            move.delivery.unack()
+        _refused_gate(applied, move.run_id, move.close)
+        return Moved(False)
+    return Moved(True, rt.parse_run(move.run_id, raw))
 
 
 def dispatch(
@@ -213,7 +257,8 @@ def dispatch(
     *,
     delivery: Delivery | None = None,
 ) -> str | None:
-    """Compose the phase's context, then enqueue one RQ job for the attempt (the payload carries ids only).
+    """Compose the phase's context, then enqueue one RQ job for the attempt (the payload carries ids only):
+    a move's dispatch made after it, or the current attempt's again (its job was lost).
 
     The composed context, its summaries, the job and the ``activity`` entries (type, fields)
     go out in one transaction (:func:`_queue_dispatch`), so a worker never sees the job without
@@ -234,183 +279,90 @@ def dispatch(
     return job_id
 
 
-def advance(
-    rt: Runtime,
-    run_id: str,
-    spec: RunSpec,
-    *,
-    frm: tuple[int, int],
-    to: tuple[int, int],
-    event: str,
-    outputs: Sequence[tuple[str, str]] | None,
-    detail: str = "",
-    result: PhaseResult | None = None,
-    start: bool = False,
-    activity: Sequence[tuple[str, dict[str, Any]]] = (),
-    also: Callable[[Any], None] | None = None,
-    host: str = "",
-    delivery: Delivery | None = None,
-    gate: str = "",
-) -> bool:
-    """:func:`transition` to ``to`` and :func:`dispatch` it in one server call: the dispatch's writes
-    (RQ's own enqueue, the context, the activity entries, the handled entry's XACK, and what ``also``
-    queues on the pipeline) are queued on a pipeline that is never executed and ride with
-    ``mh_transition`` as its follow-ups, made only if ``frm`` is still current. Returns whether it was.
+def _dispatching(rt: Runtime, move: Move) -> bool:
+    """A move whose phase is dispatched: the dispatch's writes (RQ's own enqueue, the context, the
+    activity entries, the handled entry's XACK, and ``also``'s) are queued on a pipeline that is never
+    executed and ride with ``mh_transition`` as its follow-ups, made only if ``frm`` is still current.
 
     A context that fits no model still moves the run (so its end names the phase and keeps the
     accepted result), then ends it. An LLM summarizer composes only after the move: it may call a model.
-    A phase that needs a person's approval before it starts (:func:`mother.roles.phase_needs_approval`)
-    is not dispatched: the run moves to its attempt 0 and waits on an approval gate. ``gate``: the close
-    op of the gate the run waits on (a person's decision lets it move); a refused one raises GateRefused.
     """
-    index, attempt = to
+    index, attempt = move.to
     # a phase's first attempt waits for its approval, unless this move is that approval (a decision on
     # the gate the run waits on at the phase's attempt 0; a first phase's start also moves from (0, 0))
-    first = attempt == 1 and not (frm == (index, 0) and gate)
-    reasons = library_approvals(rt, spec, index) if first else []
-    if first and (reasons or phase_needs_approval(rt.settings, spec, index)):
-        return _wait_for_approval(
-            rt,
-            run_id,
-            spec,
-            frm=frm,
-            index=index,
-            reasons=reasons,
-            event=event,
-            detail=detail,
-            result=result,
-            start=start,
-            outputs=outputs,
-            activity=activity,
-            also=also,
-            host=host,
-            delivery=delivery,
-            close=gate,
+    first = attempt == 1 and not (move.frm == (index, 0) and move.close)
+    reasons = library_approvals(rt, move.spec, index) if first else []
+    if first and (reasons or phase_needs_approval(rt.settings, move.spec, index)):
+        earlier = (
+            list(move.outputs)
+            if move.outputs is not None
+            else _earlier_outputs(rt, move.run_id, index)
         )
+        gate = phase_gate(rt.settings, move.spec, index, earlier, reasons)
+        return _open_gate(rt, replace(move, to=(index, 0), then="wait", gate=gate), gate)
     comp, unfit = None, None
     # an LLM summarizer may call a model, and a library's retrieval charges the run's budget (opened by
     # the move for a first phase): those compose after the move
-    if rt.settings.context.summarizer != "llm_generated" and not spec.libraries:
+    if rt.settings.context.summarizer != "llm_generated" and not move.spec.libraries:
         try:
-            comp = _compose(rt, run_id, spec, index, attempt, outputs)
+            comp = _compose(rt, move.run_id, move.spec, index, attempt, move.outputs)
         except UNDISPATCHABLE as exc:
             unfit = exc
+    if comp is not None:
+        pipe = rt.rq_redis.pipeline()
+        _queue_dispatch(rt, pipe, move.run_id, move.spec, index, attempt, comp, move.activity)
+        _queued_with(rt, move, pipe)
+        return _made(rt, move, pipe, move.close) == 1
     # the move on its own first; then the dispatch (composing after it), or the end
-    if comp is None:
-        moved = calls.transition(
-            rt.redis,
-            **_transition_args(rt, run_id, spec, frm, to, event, detail, result, start, host),
-            gate=gate,
+    moved = calls.transition(rt.redis, **_transition_args(rt, move), gate=move.close)
+    if moved != 1:
+        _refused_gate(moved, move.run_id, move.close)
+        return False
+    if move.also is not None:
+        pipe = rt.redis.pipeline(transaction=True)
+        move.also(pipe)
+        pipe.execute()
+    if unfit is not None:
+        _end_undispatchable(rt, move.run_id, move.spec, index, unfit, delivery=move.delivery)
+    else:
+        dispatch(
+            rt,
+            move.run_id,
+            move.spec,
+            index,
+            attempt,
+            activity=move.activity,
+            outputs=move.outputs,
+            delivery=move.delivery,
         )
-        if moved != 1:
-            _refused_gate(moved, run_id, gate)
-            return False
-        if also is not None:
-            pipe = rt.redis.pipeline(transaction=True)
-            also(pipe)
-            pipe.execute()
-        if unfit is not None:
-            _end_undispatchable(rt, run_id, spec, index, unfit, delivery=delivery)
-        else:
-            dispatch(
-                rt,
-                run_id,
-                spec,
-                index,
-                attempt,
-                activity=activity,
-                outputs=outputs,
-                delivery=delivery,
-            )
-        return True
+    return True
+
+
+def _open_gate(rt: Runtime, move: Move, gate: Gate) -> bool:
+    """A move after which the run waits for a person on ``gate``, opened in the same server call (no
+    job, no phase deadline, its wall clock paused); ``close``: the gate it waited on (a decision that
+    leads to the next gate). The activity entries and ``gate_opened`` ride along."""
     pipe = rt.rq_redis.pipeline()
-    _queue_dispatch(rt, pipe, run_id, spec, index, attempt, comp, activity)
-    if also is not None:
-        also(pipe)
-    if delivery is not None:
-        delivery.ack_with(pipe)
-    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, start, host)
-    writes = follow_ups(pipe)
-    pipe.reset()
-    reply = calls.transition(rt.redis, **args, gate=gate, follow_ups=writes)
-    if reply != 1 and delivery is not None:
-        # the XACK rode with the dispatch: the caller acknowledges the entry
-        delivery.unack()
-    _refused_gate(reply, run_id, gate)
-    return bool(reply == 1)
-
-
-def _wait_for_approval(
-    rt: Runtime,
-    run_id: str,
-    spec: RunSpec,
-    *,
-    frm: tuple[int, int],
-    index: int,
-    outputs: Sequence[tuple[str, str]] | None,
-    reasons: Sequence[str] = (),
-    **move: Any,
-) -> bool:
-    """Move the run to phase ``index``'s attempt 0 and open an approval gate for the phase, instead of
-    dispatching it (``move``: the rest of :func:`wait_on_gate`'s arguments; ``reasons``: why)."""
-    earlier = list(outputs) if outputs is not None else _earlier_outputs(rt, run_id, index)
-    gate = phase_gate(rt.settings, spec, index, earlier, reasons)
-    return wait_on_gate(rt, run_id, spec, gate, frm=frm, to=(index, 0), **move)
-
-
-def wait_on_gate(
-    rt: Runtime,
-    run_id: str,
-    spec: RunSpec,
-    gate: Gate,
-    *,
-    frm: tuple[int, int],
-    to: tuple[int, int],
-    event: str,
-    detail: str = "",
-    result: PhaseResult | None = None,
-    start: bool = False,
-    activity: Sequence[tuple[str, dict[str, Any]]] = (),
-    also: Callable[[Any], None] | None = None,
-    host: str = "",
-    delivery: Delivery | None = None,
-    close: str = "",
-) -> bool:
-    """Move the run from ``frm`` to ``to`` and open ``gate`` with the move, in one server call: the run
-    then waits for a person (no job, no phase deadline, its wall clock paused). The accepted ``result``,
-    the activity entries (and ``gate_opened``), what ``also`` queues and the handled entry's ack ride
-    along; ``close``: the close op of a gate the run waits on now (a person's decision that leads to the
-    next gate). Returns whether the move applied (a refused close raises GateRefused)."""
-    pipe = rt.rq_redis.pipeline()
-    for event_type, fields in activity:
+    for event_type, fields in move.activity:
         rt.emit(pipe, event_type, **fields)
     rt.emit(
         pipe,
         "gate_opened",
-        run_id=run_id,
+        run_id=move.run_id,
         phase=gate.phase,
         gate_id=gate.gate_id,
         kind=gate.kind,
         subject=gate.subject,
         approvers=gate.approvers,
     )
-    if also is not None:
-        also(pipe)
-    if delivery is not None:
-        delivery.ack_with(pipe)
-    args = _transition_args(rt, run_id, spec, frm, to, event, detail, result, start, host)
-    writes = follow_ups(pipe)
-    pipe.reset()
+    _queued_with(rt, move, pipe)
     op = open_op(rt.settings, gate)
-    if close:
-        op = orjson.dumps({**orjson.loads(close), **orjson.loads(op)}).decode()
-    reply = calls.transition(rt.redis, **args, gate=op, follow_ups=writes)
-    if reply != 1 and delivery is not None:
-        delivery.unack()
-    _refused_gate(reply, run_id, close)
-    if reply == 1:
-        log.info("run_waiting", run_id=run_id, gate_id=gate.gate_id, subject=gate.subject)
-    return bool(reply == 1)
+    if move.close:
+        op = orjson.dumps({**orjson.loads(move.close), **orjson.loads(op)}).decode()
+    applied = _made(rt, move, pipe, op) == 1
+    if applied:
+        log.info("run_waiting", run_id=move.run_id, gate_id=gate.gate_id, subject=gate.subject)
+    return applied
 
 
 def _compose(
@@ -634,18 +586,20 @@ def start_run(
             pipe.hset(keys.ADMISSION_STATE, "vtime", int(waited) // SEQ_SPAN)
             runs.set_admission(pipe, state.run_id, "admitted")
 
-    return advance(
+    return make(
         rt,
-        state.run_id,
-        state.spec,
-        frm=(0, 0),
-        to=(0, 1),
-        event="phase_started",
-        start=True,
-        outputs=[],
-        also=also,
-        delivery=delivery,
-    )
+        Move(
+            state.run_id,
+            state.spec,
+            frm=(0, 0),
+            to=(0, 1),
+            event="phase_started",
+            start=True,
+            outputs=[],
+            also=also,
+            delivery=delivery,
+        ),
+    ).applied
 
 
 def admit_waiting(rt: Runtime) -> int:

@@ -34,13 +34,13 @@ from mother.budget import release_reservations
 from mother.codes import RESOURCES
 from mother.errors import HookDecision
 from mother.lifecycle import (
-    advance,
+    Move,
     attempt_facts,
     completed_event,
     end_run,
     is_current,
+    make,
     outputs_of,
-    transition_and_load,
 )
 from mother.logs import get_logger
 from mother.records import budgets, runs
@@ -237,19 +237,21 @@ def _advance(
     **_: Any,
 ) -> State | None:
     earlier = _earlier_outputs(rt, result)
-    moved = advance(
+    moved = make(
         rt,
-        result.run_id,
-        spec,
-        frm=(result.phase_index, result.attempt),
-        to=(result.phase_index + 1, 1),
-        event="phase_completed",
-        detail=f"confidence {result.confidence:.2f}",
-        result=result,
-        outputs=[*earlier, (result.phase, result.output)],
-        activity=[completed_event(result)],
-        host=host,
-        delivery=delivery,
+        Move(
+            result.run_id,
+            spec,
+            frm=(result.phase_index, result.attempt),
+            to=(result.phase_index + 1, 1),
+            event="phase_completed",
+            detail=f"confidence {result.confidence:.2f}",
+            result=result,
+            outputs=[*earlier, (result.phase, result.output)],
+            activity=[completed_event(result)],
+            host=host,
+            delivery=delivery,
+        ),
     )
     if not moved:
         return _not_taken(rt, result, host, entry_id)
@@ -267,17 +269,20 @@ def _succeed(
     delivery: Delivery | None,
     **_: Any,
 ) -> State | None:
-    done = transition_and_load(
+    done = make(
         rt,
-        result.run_id,
-        spec,
-        frm=(result.phase_index, result.attempt),
-        to=(result.phase_index, result.attempt),
-        event="phase_completed",
-        detail=f"confidence {result.confidence:.2f}",
-        result=result,
-        host=host,
-    )
+        Move(
+            result.run_id,
+            spec,
+            frm=(result.phase_index, result.attempt),
+            to=(result.phase_index, result.attempt),
+            event="phase_completed",
+            detail=f"confidence {result.confidence:.2f}",
+            result=result,
+            host=host,
+            then="stay",
+        ),
+    ).state
     if done is None:
         return _not_taken(rt, result, host, entry_id)
     rt.forget(result.run_id)
@@ -371,22 +376,24 @@ def _retry(
     lost = "was lost" if result is None else "failed"
     release_attempt(rt, state, f"phase {phase.name} attempt {state.attempt} {lost}: {error}")
     # a conflict strategy's attempt (an arbiter, ...) is retried as itself
-    advance(
+    make(
         rt,
-        state.run_id,
-        attempt_view(state).spec,
-        frm=(state.phase_index, state.attempt),
-        to=(state.phase_index, state.attempt + 1),
-        event="phase_retried",
-        detail=error,
-        outputs=outputs_of(state),
-        delivery=delivery,
-        activity=[
-            (
-                "phase_retried",
-                {"run_id": state.run_id, "phase": phase.name, "attempt": state.attempt + 1},
-            )
-        ],
+        Move(
+            state.run_id,
+            attempt_view(state).spec,
+            frm=(state.phase_index, state.attempt),
+            to=(state.phase_index, state.attempt + 1),
+            event="phase_retried",
+            detail=error,
+            outputs=outputs_of(state),
+            delivery=delivery,
+            activity=[
+                (
+                    "phase_retried",
+                    {"run_id": state.run_id, "phase": phase.name, "attempt": state.attempt + 1},
+                )
+            ],
+        ),
     )
 
 

@@ -13,7 +13,7 @@ from mother.client import EVENT_PHASE_RESULT, MotherClient
 from mother.config import load_settings
 from mother.functions import follow_ups
 from mother.intake import handle_submission
-from mother.lifecycle import _transition_args
+from mother.lifecycle import Move, _transition_args
 from mother.review import on_phase_result
 from mother.runtime import Runtime
 from mother.streams import Delivery, ensure_group
@@ -185,7 +185,7 @@ def test_malformed_follow_ups_are_refused_before_anything_is_written(
     rt, run_id = _started(r, redis_url)
     before = r.execute_command("JSON.GET", keys.run_key(run_id))
     args = _transition_args(
-        rt, run_id, rt.spec(run_id), (0, 1), (1, 1), "phase_completed", "", None, False
+        rt, Move(run_id, rt.spec(run_id), frm=(0, 1), to=(1, 1), event="phase_completed")
     )
     with pytest.raises(redis.ResponseError, match=error):
         calls.transition(r, **args, follow_ups=(more_keys, words))
@@ -340,7 +340,7 @@ def test_a_success_applied_late_logs_its_last_phase_completed_too(
     the run's results, before ``terminated``."""
     import time
 
-    from mother.lifecycle import transition_and_load
+    from mother.lifecycle import make
     from mother.termination import build_record, terminate
     from mother.watchdog import Watchdog
     from schemas import ResultEnvelope
@@ -373,16 +373,19 @@ def test_a_success_applied_late_logs_its_last_phase_completed_too(
     )
     # what the dying Mother did of the success: the result accepted, the record written; nothing logged
     assert (
-        transition_and_load(
+        make(
             rt,
-            run_id,
-            rt.spec(run_id),
-            frm=(2, 1),
-            to=(2, 1),
-            event="phase_completed",
-            detail="confidence 0.75",
-            result=last,
-        )
+            Move(
+                run_id,
+                rt.spec(run_id),
+                frm=(2, 1),
+                to=(2, 1),
+                event="phase_completed",
+                detail="confidence 0.75",
+                result=last,
+                then="stay",
+            ),
+        ).state
         is not None
     )
     record = build_record(
@@ -513,10 +516,11 @@ def test_a_result_of_an_attempt_that_was_retried_moves_nothing(
     for moved in (keys.phase_job_id(HOST, run_id, 1, 1), keys.phase_job_id(HOST, run_id, 0, 3)):
         assert not r.exists(Job.key_for(moved))
     assert not delivery.acked
-    # the server's fence on its own, without the token check: a move of Mother's (no token: a timeout's
+    # the server's fence on its own, without the host check: a move of Mother's (no host: a timeout's
     # retry, an advance) made from attempt 1 is refused for the attempt alone
     args = _transition_args(
-        rt, run_id, rt.spec(run_id), (0, 1), (1, 1), "phase_completed", "", late, False
+        rt,
+        Move(run_id, rt.spec(run_id), frm=(0, 1), to=(1, 1), event="phase_completed", result=late),
     )
     assert calls.transition(r, **args) == 0
     assert r.execute_command("JSON.GET", keys.run_key(run_id)) == state_before

@@ -34,17 +34,8 @@ from typing import Any
 
 from mother.capabilities import denial
 from mother.conflicts.detect import FINDINGS, Found, detect, may_conflict, party
-from mother.functions import follow_ups
 from mother.gates.build import conflict_gate
-from mother.lifecycle import (
-    advance,
-    completed_event,
-    end_run,
-    is_current,
-    outputs_of,
-    transition_and_load,
-    wait_on_gate,
-)
+from mother.lifecycle import Move, completed_event, end_run, is_current, make, outputs_of
 from mother.logs import get_logger
 from mother.records import conflicts as records
 from mother.records import runs
@@ -760,40 +751,41 @@ def _accept(ctx: Ctx, accepted: PhaseResult, note: str) -> None:
     rt.forget(ctx.run_id)
     rt.remember_notes(ctx.run_id, notes)
     if r + 1 < len(spec.pipeline):
-        advance(
+        make(
             rt,
+            Move(
+                ctx.run_id,
+                spec,
+                frm=(r, a),
+                to=(r + 1, 1),
+                event="phase_completed",
+                detail=f"conflict {ctx.conflict.conflict_id} settled: accepted",
+                result=own,
+                outputs=[*outputs_of(state)[:r], (own.phase, own.output)],
+                activity=[*ctx.events, completed_event(own)],
+                also=also,
+                host=ctx.host,
+                delivery=ctx.delivery,
+                close=ctx.close,
+            ),
+        )
+        return
+    done = make(
+        rt,
+        Move(
             ctx.run_id,
             spec,
             frm=(r, a),
-            to=(r + 1, 1),
+            to=(r, a),
             event="phase_completed",
             detail=f"conflict {ctx.conflict.conflict_id} settled: accepted",
             result=own,
-            outputs=[*outputs_of(state)[:r], (own.phase, own.output)],
-            activity=[*ctx.events, completed_event(own)],
             also=also,
             host=ctx.host,
-            delivery=ctx.delivery,
-            gate=ctx.close,
-        )
-        return
-    pipe = rt.redis.pipeline(transaction=True)
-    also(pipe)
-    writes = follow_ups(pipe)
-    pipe.reset()
-    done = transition_and_load(
-        rt,
-        ctx.run_id,
-        spec,
-        frm=(r, a),
-        to=(r, a),
-        event="phase_completed",
-        detail=f"conflict {ctx.conflict.conflict_id} settled: accepted",
-        result=own,
-        host=ctx.host,
-        gate=ctx.close,
-        follow_ups=writes,
-    )
+            close=ctx.close,
+            then="stay",
+        ),
+    ).state
     if done is None:
         log.info(
             "conflict_move_not_applied", run_id=ctx.run_id, conflict_id=ctx.conflict.conflict_id
@@ -869,21 +861,23 @@ def _detour(
             )
 
     rt.forget(ctx.run_id)
-    return advance(
+    return make(
         rt,
-        ctx.run_id,
-        view.spec,
-        frm=(r, a),
-        to=(r, a + 1),
-        event="conflict_strategy",
-        detail=f"conflict {ctx.conflict.conflict_id}: {detour.kind} ({detour.role} on {detour.model})",
-        outputs=outputs,
-        activity=ctx.events,
-        also=also,
-        host=ctx.host,
-        delivery=ctx.delivery,
-        gate=ctx.close,
-    )
+        Move(
+            ctx.run_id,
+            view.spec,
+            frm=(r, a),
+            to=(r, a + 1),
+            event="conflict_strategy",
+            detail=f"conflict {ctx.conflict.conflict_id}: {detour.kind} ({detour.role} on {detour.model})",
+            outputs=outputs,
+            activity=ctx.events,
+            also=also,
+            host=ctx.host,
+            delivery=ctx.delivery,
+            close=ctx.close,
+        ),
+    ).applied
 
 
 def _wait(ctx: Ctx, gate: Gate) -> bool:
@@ -898,20 +892,23 @@ def _wait(ctx: Ctx, gate: Gate) -> bool:
         runs.queue_detour(pipe, ctx.run_id, None)
 
     rt.forget(ctx.run_id)
-    return wait_on_gate(
+    return make(
         rt,
-        ctx.run_id,
-        state.spec,
-        gate,
-        frm=(r, a),
-        to=(r, a),
-        event="gate_opened",
-        detail=f"conflict {ctx.conflict.conflict_id}: {gate.subject}",
-        activity=ctx.events,
-        also=also,
-        host=ctx.host,
-        delivery=ctx.delivery,
-    )
+        Move(
+            ctx.run_id,
+            state.spec,
+            frm=(r, a),
+            to=(r, a),
+            event="gate_opened",
+            detail=f"conflict {ctx.conflict.conflict_id}: {gate.subject}",
+            activity=ctx.events,
+            also=also,
+            host=ctx.host,
+            delivery=ctx.delivery,
+            then="wait",
+            gate=gate,
+        ),
+    ).applied
 
 
 # -- helpers -------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 from mother import conflicts, keys
 from mother.errors import GateRefused, NotFound
 from mother.gates.build import check_decision, close_op, gate_waited_on
-from mother.lifecycle import advance, end_run
+from mother.lifecycle import Move, end_run, make
 from mother.logs import get_logger
 from mother.records import runs
 from mother.records.metrics import queue_observe
@@ -113,18 +113,19 @@ def _approve(
         if request is not None:
             runs.queue_grant(pipe, state.run_id, request.digest, retry_base=attempt)
 
-    moved = advance(
+    moved = make(
         rt,
-        state.run_id,
-        attempt_view(state).spec if request is not None else state.spec,
-        frm=(index, attempt),
-        to=(index, attempt + 1),
-        event="tool_approved" if request is not None else "phase_approved",
-        detail=f"{made.actor}: {made.reason}"[:4000],
-        outputs=None,
-        also=also,
-        delivery=delivery,
-        gate=close,
+        Move(
+            state.run_id,
+            attempt_view(state).spec if request is not None else state.spec,
+            frm=(index, attempt),
+            to=(index, attempt + 1),
+            event="tool_approved" if request is not None else "phase_approved",
+            detail=f"{made.actor}: {made.reason}"[:4000],
+            also=also,
+            delivery=delivery,
+            close=close,
+        ),
     )
     if not moved:
         raise GateRefused(

@@ -5,7 +5,7 @@ is; approved, the phase runs again and may make exactly that call (:mod:`mother.
 from __future__ import annotations
 
 from mother.gates.build import tool_gate
-from mother.lifecycle import wait_on_gate
+from mother.lifecycle import Move, make
 from mother.logs import get_logger
 from mother.records.runs import attempt_view
 from mother.review import Outcome, Review, State, release_attempt
@@ -34,17 +34,20 @@ def review_hook(rt: Runtime, outcome: Outcome, review: Review) -> Review | None:
     release_attempt(
         rt, state, f"phase {result.phase} attempt {attempt} waits for approval of {gate.subject}"
     )
-    waiting = wait_on_gate(
+    waiting = make(
         rt,
-        state.run_id,
-        view.spec,
-        gate,
-        frm=(index, attempt),
-        to=(index, attempt),
-        event="gate_opened",
-        detail=gate.subject,
-        host=outcome.host,
-        delivery=outcome.delivery,
+        Move(
+            state.run_id,
+            view.spec,
+            frm=(index, attempt),
+            to=(index, attempt),
+            event="gate_opened",
+            detail=gate.subject,
+            host=outcome.host,
+            delivery=outcome.delivery,
+            then="wait",
+            gate=gate,
+        ),
     )
     if not waiting:
         log.info("gate_not_opened", run_id=state.run_id, gate_id=gate.gate_id)
