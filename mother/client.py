@@ -232,16 +232,6 @@ def error_from(reply: dict[str, Any]) -> MotherError:
     return MotherError(message)
 
 
-def live_workers(client: redis.Redis, queue: str) -> int:
-    """How many RQ workers listen on ``queue`` now: those registered for it whose key is still there (a
-    worker's key expires when it stops beating, so one killed without unregistering is not counted)."""
-    # here: the CLI's other commands never need rq
-    from rq.worker_registration import WORKERS_BY_QUEUE_KEY
-
-    workers = client.smembers(WORKERS_BY_QUEUE_KEY % queue)
-    return client.exists(*workers) if workers else 0
-
-
 class MotherClient:
     """Talks to Mother through Redis only; safe to use from many processes."""
 

@@ -14,7 +14,7 @@ from rq.serializers import JSONSerializer
 
 from mother import activity, security
 from mother.clock import ServerClock
-from mother.config import AGENTS_QUEUE, TOOLS_QUEUE, Settings
+from mother.config import Settings
 from mother.connection import connect, connect_waiting
 from mother.functions import ensure_loaded
 from mother.hosts.table import HostTable
@@ -99,15 +99,6 @@ class Runtime:
     def tools(self) -> ToolsCache:
         """``registry:tools`` and its router, re-read every ``tools.refresh_seconds``."""
         return ToolsCache(self.redis, self.settings)
-
-    @cached_property
-    def tools_queue(self) -> Queue:
-        """The queue of phases whose task a registry tool handles (tool_only plans)."""
-        return Queue(TOOLS_QUEUE, connection=self.rq_redis, serializer=JSONSerializer)
-
-    @cached_property
-    def agents_queue(self) -> Queue:
-        return Queue(AGENTS_QUEUE, connection=self.rq_redis, serializer=JSONSerializer)
 
     def queue(self, name: str) -> Queue:
         """An RQ queue of ours by name (a host's own ``{host}.agents``), on the RQ connection."""

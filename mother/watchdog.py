@@ -371,17 +371,26 @@ class Watchdog:
     def _asks_behind(self, run_id: str) -> bool:
         """Whether Mother has asks of the host holding ``run_id``'s attempt it has not answered yet (its
         beats among them: every Mother was stopped or slow, not the host): the attempt is not lost until
-        Mother has caught up with its host's stream. A host can delay only its own attempts' loss so."""
+        Mother has caught up with its host's stream. A host can delay only its own attempts' loss so.
+        Answered asks are deleted, so the stream's newest entry past the group's last delivered one, or
+        an entry delivered and not yet acknowledged, is one not answered."""
         _position, host = runs.read_position_and_host(self.rt.redis, run_id)
         if not keys.is_host(host):
             return False
-        backlog = group_backlog(
-            self.rt.redis, keys.host_asks_key(host), self.rt.settings.service.consumer_group
-        )
-        if backlog is None:
+        stream, group = keys.host_asks_key(host), self.rt.settings.service.consumer_group
+        pipe = self.rt.redis.pipeline(transaction=False)
+        pipe.xinfo_groups(stream)
+        pipe.xrevrange(stream, count=1)
+        groups, newest = pipe.execute(raise_on_error=False)
+        if isinstance(groups, Exception) or isinstance(newest, Exception) or not newest:
+            # no stream, or nothing in it: nothing asked and not answered
             return False
-        pending, lag = backlog
-        return pending > 0 or lag is None or lag > 0
+        mine = next((g for g in groups if g.get("name") == group), None)
+        if mine is None:
+            return True
+        if int(mine.get("pending") or 0) > 0:
+            return True
+        return _entry_id(str(newest[0][0])) > _entry_id(str(mine.get("last-delivered-id", "0-0")))
 
     def _restarted_within(self, slack_ms: int) -> bool:
         """Whether the server started less than two heartbeat timeouts ago (``INFO server``)."""
@@ -687,3 +696,9 @@ def _meta(raw: Any) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {}
     return meta if isinstance(meta, dict) else {}
+
+
+def _entry_id(text: str) -> tuple[int, int]:
+    """A stream entry id as (ms, sequence), to compare."""
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)

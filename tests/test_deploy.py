@@ -5,6 +5,7 @@ tests/test_boundary.py."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from tests.conftest import as_user, attacker_host, run_cli, start_acl_stack
 from tests.test_pipeline import example, wait_until
 
 _as = as_user
+ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"
 
 
 @pytest.fixture(scope="module")
@@ -364,3 +366,58 @@ def test_agents_search_a_library_under_the_shipped_acl(
     )
     stats = read_stats(client.redis, ["search_library"])["search_library"]
     assert stats.success_count >= 1 and stats.failure_count == 0
+
+
+def test_acl_export_prints_a_file_a_server_loads_with_every_enrolled_party(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """`mother acl export` prints the deployment's complete ACL file (the service users, then each
+    enrolled host and principal with its password's SHA-256): a server that loads users only from a file
+    (a managed Redis's console, `service.make_acl_users: false`) started with it lets the host and the
+    principal in with their passwords, each with exactly its own rules, and nobody else."""
+    from mother.clock import ServerClock
+    from mother.identities import hosts, party_url, principals
+    from mother.server import EmbeddedRedis
+    from tests.conftest import cli
+
+    admin = connect(redis_url)
+    now = ServerClock(admin).now_iso()
+    _host, host_password = hosts.add(admin, "export-host", ["agents"], now)
+    _who, alice_password = principals.add(admin, "export-alice", ["submit"], [], now)
+    try:
+        got = cli("acl", "export", "--service-file", str(ACL), url=redis_url)
+        assert got.exit_code == 0, got.output
+        lines = got.stdout.splitlines()
+        assert [line.split()[1] for line in lines[:4]] == [
+            "default",
+            "mother",
+            "dashboard",
+            "admin",
+        ]
+        host_line = next(line for line in lines if line.startswith("user host:export-host "))
+        assert host_password not in got.stdout and alice_password not in got.stdout
+        assert f"#{hashlib.sha256(host_password.encode()).hexdigest()}" in host_line
+        loaded = tmp_path / "exported.acl"
+        loaded.write_text(got.stdout)
+        with EmbeddedRedis(
+            dir=tmp_path / "other", appendfsync="no", extra_args=["--aclfile", str(loaded)]
+        ) as other:
+            as_host = redis.Redis.from_url(
+                party_url(other.url, keys.host_user("export-host"), host_password)
+            )
+            as_host.xadd(keys.host_asks_key("export-host"), {"k": "beat"})
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                as_host.execute_command("JSON.GET", keys.run_key("any"))
+            as_alice = redis.Redis.from_url(party_url(other.url, "export-alice", alice_password))
+            as_alice.xadd(keys.principal_submissions_key("export-alice"), {"spec": "{}"})
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                as_alice.xadd(keys.SUBMISSIONS_STREAM, {"spec": "{}"})
+            with pytest.raises(redis.exceptions.AuthenticationError):
+                redis.Redis.from_url(
+                    party_url(other.url, keys.host_user("export-host"), "guessed")
+                ).ping()
+        missing = cli("acl", "export", "--service-file", str(tmp_path / "none.acl"), url=redis_url)
+        assert missing.exit_code != 0
+    finally:
+        hosts.remove(admin, "export-host")
+        principals.remove(admin, "export-alice")

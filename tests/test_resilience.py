@@ -908,13 +908,14 @@ def test_a_job_left_on_a_forgotten_hosts_queue_goes_to_a_live_host(tmp_path: Pat
         job = keys.phase_job_id(old, run_id, 0, 1)
         queue = f"rq:queue:{keys.host_queue(old, 'agents')}"
         wait_until(lambda: job in p.redis.lrange(queue, 0, -1), timeout=20)
-        p.stack.add_worker()
-        # removed between the dispatch and now
+        # removed between the dispatch and now (the long run it held cancelled: no retry of it competes
+        # for the new host's one worker)
         hosts.remove(p.redis, old)
-        assert p.wait(run_id, 30).termination.reason == "success"
+        p.client.cancel(long, actor="test", reason="done")
+        p.stack.add_worker()
+        assert p.wait(run_id, 60).termination.reason == "success"
         assert p.client.status(run_id).attempt == 1
         assert _dispatched_to(p, run_id)[0] == old and _dispatched_to(p, run_id)[-1] != old
-        p.client.cancel(long, actor="test", reason="done")
     finally:
         stop_pipeline(p)
 

@@ -218,7 +218,7 @@ class Meter:
         self, op: str, input_tokens: int, output_tokens: int, *, final: bool = False
     ) -> None:
         """Settle a call now; a ``final`` one (the text reply that ends the phase) waits, when
-        ``defer_final`` is set, for :meth:`settle_pending` to put it in the phase's last write."""
+        ``defer_final`` is set, for :meth:`pending_action` to put it in the phase's result ask."""
         self.spent.model_calls += 1
         self.spent.input_tokens += input_tokens
         self.spent.output_tokens += output_tokens
@@ -233,15 +233,6 @@ class Meter:
             op, self.model, input_tokens, output_tokens, name=self.model_name
         )
         self._calibrate(input_tokens)
-
-    def settle_pending(self) -> bool:
-        """Settle the deferred final call now. Returns whether there was one."""
-        if self.pending is None:
-            return False
-        op, input_tokens, output_tokens = self.pending
-        self.pending = None
-        self._settle_now(op, input_tokens, output_tokens)
-        return True
 
     def pending_action(self) -> dict[str, Any] | None:
         """The deferred final call's settle, as the guard's action that goes with the phase's result (then

@@ -136,13 +136,12 @@ class PhaseWorker(Worker):
 
     def subscribe(self) -> None:
         """RQ listens on ``rq:pubsub:{worker}`` for commands (kill the horse, stop the job, shut down) from
-        anyone who may PUBLISH there: with one shared ``worker`` user, any worker's credentials could end
-        another run's attempt or stop every worker. Mother sends none, so none is listened to (and the
-        shipped ACL gives the service users no channel at all); a run is ended through Mother."""
+        anyone who may PUBLISH there. Mother sends none (a run is ended through its state, which the
+        phase checks), and a host's ACL user has no channel at all: none is listened to."""
         log.info(
             "rq_commands_not_listened",
             worker=self.name,
-            why="Mother sends no RQ pub/sub commands; anyone with worker credentials could",
+            why="Mother sends no RQ pub/sub commands, and a host's user may use no channel",
         )
 
     def clean_group_registries(self) -> None:

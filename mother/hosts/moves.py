@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from mother import keys
 from mother.config import AGENTS_QUEUE, TOOLS_QUEUE
@@ -31,7 +32,7 @@ def phase_job(rt: Runtime, job_id: str) -> Job | None:
     """The RQ job ``job_id`` when it is a phase job of ours naming the attempt its id says (a job its host
     queued itself, naming another run's attempt, is None)."""
     try:
-        job = Job.fetch(job_id, connection=rt.rq_redis, serializer=rt.agents_queue.serializer)
+        job = Job.fetch(job_id, connection=rt.rq_redis, serializer=JSONSerializer)
     except NoSuchJobError:
         return None
     host, _, _rest = job_id.partition("_")
