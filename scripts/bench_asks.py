@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -157,6 +158,22 @@ def main() -> None:
                 ids = (run_id, 0, 1)
                 asker.ask("begin", {}, ids)
                 held.append(ids)
+            # the host beats for its attempts (as its pool would), or Mother takes them for lost
+            stop = threading.Event()
+
+            def beats() -> None:
+                beating = Asker(redis.Redis.from_url(host_url, decode_responses=True), HOST, 30)
+                while not stop.wait(1.0):
+                    beating.ask(
+                        "beat",
+                        {
+                            "attempts": [list(ids) for ids in held],
+                            "line": {"concurrency": 16, "busy": 8, "workers": 16},
+                        },
+                        wait=False,
+                    )
+
+            threading.Thread(target=beats, daemon=True).start()
             print(
                 f"{args.phases} phases held by host {HOST}; {args.charges} round trips each, "
                 f"{args.phases} processes at once, per kind"
@@ -184,6 +201,7 @@ def main() -> None:
                 f"p50 +{pct(ask, 0.5) - pct(guard, 0.5):.3f} ms, "
                 f"p99 +{pct(ask, 0.99) - pct(guard, 0.99):.3f} ms"
             )
+            stop.set()
             for ids in held:
                 client.cancel(ids[0], actor="bench", reason="done")
         finally:
