@@ -23,11 +23,11 @@ import orjson
 import redis
 
 from mother import keys
+from mother.artifacts.collect import collect_here
 from mother.config import Settings
 from mother.functions import load_functions
 from mother.runtime import Runtime
 from mother.server import EmbeddedRedis
-from workers.gc import collect
 
 FAR = 4_102_444_800_000  # 2100-01-01
 NOW = 1_795_000_000_000
@@ -98,7 +98,7 @@ def measure(rt: Runtime, label: str, expect: int) -> float:
     client.config_set("slowlog-log-slower-than", 0)
     client.config_set("slowlog-max-len", 1_000_000)
     cpu0, t0 = server_cpu(client), time.perf_counter()
-    report = collect(rt, now_ms=NOW)
+    report = collect_here(rt, now_ms=NOW)
     wall, cpu = time.perf_counter() - t0, server_cpu(client) - cpu0
     entries = client.execute_command("SLOWLOG", "GET", 1_000_000)
     slowest = max(entries, key=lambda e: e[2]) if entries else None

@@ -29,8 +29,9 @@ from typing import Any
 
 import orjson
 
-from mother import keys, principals
+from mother import keys
 from mother.connection import connect
+from mother.identities import principals
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 

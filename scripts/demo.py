@@ -173,13 +173,14 @@ def _show_tools(client: MotherClient, run_ids: dict[str, str]) -> None:
 
 def _show_retention(client: MotherClient) -> None:
     """What the daily GC would do to these runs as of later dates (dry runs: nothing changes)."""
+    from mother.artifacts.collect import collect_here
     from mother.runtime import Runtime
-    from workers.gc import collect
 
     rt = Runtime(settings=client.settings, redis=client.redis)
     now = rt.clock.now_ms()
     for days in (8, 31, 91, 181):
-        report = collect(rt, now_ms=now + days * 86_400_000, dry_run=True)
+        report = collect_here(rt, now_ms=now + days * 86_400_000, dry_run=True)
+        assert report is not None
         console.print(
             f"GC as of {days:>3} days from now (dry run): {report.scheduled_deletion} artifacts "
             f"deleted, {report.archived} archived, {report.runs_removed} runs' records removed"

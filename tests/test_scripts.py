@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,20 @@ def test_a_missing_part_skips_on_a_laptop_and_fails_in_ci(monkeypatch: pytest.Mo
     assert "export CI=true" in ci
     for package in ("bubblewrap", "chromium", "iproute2", "radosgw", "redis-tools", "npm", "mocha"):
         assert package in ci
+
+
+@pytest.mark.parametrize("script", sorted((ROOT / "scripts").glob("*.py")), ids=lambda p: p.name)
+def test_every_script_imports(script: Path) -> None:
+    """Every script in scripts/ imports (its main is not run): one that names what the product no longer
+    has fails here, not when someone measures with it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"script_{script.stem}", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # (a dataclass looks its module up by name)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
