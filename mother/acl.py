@@ -77,9 +77,15 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
 def host_needs(name: str) -> list[tuple[str, tuple[str, ...]]]:
     """What enrolled host ``name`` needs: its own queues, jobs and workers, its stream, its replies."""
     return [
-        ("take jobs from its own queues", ("LLEN", f"rq:queue:{keys.host_queue(name, 'agents')}")),
-        ("write its own RQ jobs", ("DEL", f"rq:job:{name}_{PROBE}")),
-        ("register its own RQ workers", ("DEL", f"rq:worker:{keys.host_worker_name(name, PROBE)}")),
+        (
+            "take jobs from its own queues",
+            ("LLEN", keys.rq_queue_key(keys.host_queue(name, "agents"))),
+        ),
+        ("write its own RQ jobs", ("DEL", keys.rq_job_key(keys.host_job_id(name, PROBE)))),
+        (
+            "register its own RQ workers",
+            ("DEL", keys.rq_worker_key(keys.host_worker_name(name, PROBE))),
+        ),
         ("ask Mother on its own stream", ("XADD", keys.host_asks_key(name), "0-0", "k", "1")),
         ("read Mother's replies to it", ("LPOP", keys.host_reply_key(name, "0" * 16))),
     ]
@@ -134,8 +140,8 @@ def host_must_not(name: str) -> list[tuple[str, tuple[str, ...]]]:
         ("run scripts of its own (EVAL)", ("EVAL", "return 1", "0")),
         ("ask on another host's stream", ("XADD", keys.host_asks_key(other), "0-0", "k", "1")),
         ("read another host's replies", ("LPOP", keys.host_reply_key(other, "0" * 16))),
-        ("take another host's jobs", ("LLEN", f"rq:queue:{keys.host_queue(other, 'agents')}")),
-        ("write another host's RQ jobs", ("DEL", f"rq:job:{other}_{PROBE}")),
+        ("take another host's jobs", ("LLEN", keys.rq_queue_key(keys.host_queue(other, "agents")))),
+        ("write another host's RQ jobs", ("DEL", keys.rq_job_key(keys.host_job_id(other, PROBE)))),
         ("append to Mother's spawns", ("XADD", keys.SPAWNS_STREAM, "0-0", "k", "1")),
         ("submit runs", ("XADD", keys.SUBMISSIONS_STREAM, "0-0", "k", "1")),
         ("list the key space (SCAN)", ("SCAN", "0", "COUNT", "1")),

@@ -144,6 +144,9 @@ __all__ = [
     "rate_limit_key",
     "rejection_key",
     "result_key",
+    "rq_job_key",
+    "rq_queue_key",
+    "rq_worker_key",
     "run_activity_key",
     "run_budget_key",
     "run_key",
@@ -196,6 +199,23 @@ RQ_WORKERS = "rq:workers"
 RQ_SUSPENDED = "rq:suspended"
 # RQ's set of rate-limited queues' registries (every worker's maintenance reads it; Mother makes none)
 RQ_RATE_LIMITS = "rq:rl-keys"
+
+
+def rq_queue_key(name: str) -> str:
+    """RQ's list of a queue's job ids (rq.Queue's layout)."""
+    return f"{RQ_QUEUE_PREFIX}{name}"
+
+
+def rq_job_key(job_id: str) -> str:
+    """RQ's hash of a job (rq.Job's layout)."""
+    return f"rq:job:{job_id}"
+
+
+def rq_worker_key(name: str) -> str:
+    """RQ's hash of a worker (rq.Worker's layout)."""
+    return f"rq:worker:{name}"
+
+
 # string: the leading Mother's instance id, "<host>:<pid>:<nonce>"
 LEADER_LEASE = "mother:leader"
 # zset: run_id scored by the run's deadline (server ms)
