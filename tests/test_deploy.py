@@ -421,3 +421,42 @@ def test_acl_export_prints_a_file_a_server_loads_with_every_enrolled_party(
     finally:
         hosts.remove(admin, "export-host")
         principals.remove(admin, "export-alice")
+
+
+def test_a_lost_host_user_is_made_again_or_only_named_when_mother_makes_no_users(
+    r: redis.Redis, redis_url: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A host's ACL user the server lost (a restart without saved ACLs, a failover) is made again from its
+    record by the watchdog, said in the activity stream, and the host's password works again. With
+    service.make_acl_users off (a managed Redis) Mother makes none: it names the missing user once,
+    not at every check."""
+    from mother.activity import recent
+    from mother.clock import ServerClock
+    from mother.config import load_settings
+    from mother.functions import load_functions
+    from mother.identities import hosts, party_url
+    from mother.logs import configure_logging
+    from mother.runtime import Runtime
+    from mother.watchdog import Watchdog
+
+    load_functions(r)
+    configure_logging("INFO", "json")
+    _host, password = hosts.add(r, "lost-host", ["agents"], ServerClock(r).now_iso())
+    user = keys.host_user("lost-host")
+    url = party_url(redis_url, user, password)
+    try:
+        r.execute_command("ACL", "DELUSER", user)
+        managed = Watchdog(
+            Runtime.create(load_settings(redis_url=redis_url, service={"make_acl_users": False}))
+        )
+        managed.reapply_identities()
+        managed.reapply_identities()
+        said = [line for line in capfd.readouterr().err.splitlines() if "acl_users_missing" in line]
+        assert len(said) == 1 and user in said[0]
+        assert user not in r.execute_command("ACL", "USERS")
+        Watchdog(Runtime.create(load_settings(redis_url=redis_url))).reapply_identities()
+        assert redis.Redis.from_url(url).ping()
+        made = [e for e in recent(r, 50) if e.type == "acl_users_reapplied"]
+        assert made and user in made[0].data["users"]
+    finally:
+        hosts.remove(r, "lost-host")
