@@ -17,7 +17,12 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import redis
 from redis.maint_notifications import MaintNotificationsConfig
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 from redis.utils import str_if_bytes
 
 from mother.errors import MissingJSONModule, MotherError, PolicyViolation, RedisUnavailable
@@ -553,6 +558,27 @@ def sentinel_parts(url: str) -> dict[str, Any]:
     }
 
 
+class _ClosingSentinelConnection(SentinelManagedConnection):
+    """A Sentinel-managed connection that closes itself when a read is cut short, as redis-py's plain
+    connection does: its Sentinel class keeps the connection by default, with the reply still pending,
+    so after RQ's warm shutdown raises out of a blocking ``BLPOP`` the worker's last writes (its
+    ``register_death``) would wait behind that reply until a second signal."""
+
+    def read_response(
+        self, *args: Any, disconnect_on_error: bool | None = True, **kwargs: Any
+    ) -> Any:
+        return super().read_response(*args, disconnect_on_error=disconnect_on_error, **kwargs)
+
+
+class _ClosingSentinelSSLConnection(SentinelManagedSSLConnection):
+    __doc__ = _ClosingSentinelConnection.__doc__
+
+    def read_response(
+        self, *args: Any, disconnect_on_error: bool | None = True, **kwargs: Any
+    ) -> Any:
+        return super().read_response(*args, disconnect_on_error=disconnect_on_error, **kwargs)
+
+
 def sentinel_pool(url: str, **kwargs: Any) -> SentinelConnectionPool:
     """A pool whose connections go to the primary the sentinels of ``url`` name now (asked again after a
     connection fails: a failover is followed). ``kwargs`` (a user and password among them) win over the
@@ -573,6 +599,9 @@ def sentinel_pool(url: str, **kwargs: Any) -> SentinelConnectionPool:
         "password": found["password"],
         **kwargs,
     }
+    options["connection_class"] = (
+        _ClosingSentinelSSLConnection if options.pop("ssl", False) else _ClosingSentinelConnection
+    )
     return SentinelConnectionPool(found["service"], manager, **options)
 
 

@@ -228,6 +228,7 @@ class LocalStack:
         given) and return its URL."""
         from mother.clock import ServerClock
         from mother.identities import hosts
+        from mother.identities.enroll import replicated
 
         admin = self.admin_url or self.redis_url
         with client_for(admin, decode_responses=True) as client:
@@ -238,6 +239,10 @@ class LocalStack:
                 _host, password = hosts.add(
                     client, name, [q for q in self.queues.split(",") if q], now, password
                 )
+            # a failover in the next moment must not lose the record Mother makes its user from
+            note = replicated(client)
+            if note:
+                print(f"mother: worker host {name}: {note}", file=sys.stderr)
         return party_url(self.redis_url, keys.host_user(name), password)
 
     def _enroll_when_up(self, name: str, password: str) -> None:

@@ -437,3 +437,36 @@ def live_host(
     r.sadd(keys.HOSTS, host)
     r.set(keys.host_alive_key(host), orjson.dumps({"concurrency": concurrency, "busy": 0}))
     return host
+
+
+def quick_spec(user: str, run_id: str | None = None) -> dict[str, Any]:
+    """A one-phase run for ``user`` whose scripted coder says ok."""
+    spec: dict[str, Any] = {
+        "user_id": user,
+        "task": "say ok",
+        "pipeline": [{"name": "only", "role": "coder", "model": "scripted"}],
+        "scripts": {"coder": [{"text": "ok"}]},
+    }
+    if run_id:
+        spec["run_id"] = run_id
+    return spec
+
+
+def first_accepted(url: str, spec: dict[str, Any], timeout: float) -> tuple[Any, str, float]:
+    """Submit ``spec`` as the principal of ``url`` until the server lets it in (after a restart or a
+    failover its user is made again by Mother meanwhile): the client, the run's id and the seconds it
+    took from the first try."""
+    from mother.client import MotherClient
+    from mother.config import load_settings
+    from mother.errors import RedisUnavailable
+
+    started = time.monotonic()
+    while True:
+        try:
+            client = MotherClient(settings=load_settings(redis_url=url))
+            run_id = client.submit(dict(spec))
+            return client, run_id, time.monotonic() - started
+        except (RedisUnavailable, redis.RedisError):
+            if time.monotonic() - started > timeout:
+                raise
+            time.sleep(0.05)

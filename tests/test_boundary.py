@@ -6,7 +6,9 @@ other principal's run by flooding, and its GC asks delete nothing protected or l
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,28 @@ def _running(p: Pipeline, run_id: str) -> str:
 
 def _asker(client: redis.Redis, name: str = MALLORY) -> Asker:
     return Asker(client, name, timeout_seconds=20)
+
+
+@contextlib.contextmanager
+def _beating_free(client: redis.Redis, name: str) -> Iterator[None]:
+    """Host ``name`` beats every 0.5 s claiming 8 free workers for the block (a single beat may lapse
+    before Mother queues a job on a loaded machine)."""
+    stop = threading.Event()
+    asker = Asker(redis.Redis(connection_pool=client.connection_pool), name, timeout_seconds=20)
+
+    def beat() -> None:
+        while not stop.is_set():
+            line = {"concurrency": 8, "busy": 0, "workers": 8}
+            asker.ask("beat", {"attempts": [], "line": line}, wait=False)
+            stop.wait(0.5)
+
+    beater = threading.Thread(target=beat, daemon=True)
+    beater.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beater.join(timeout=10)
 
 
 def _forged(run_id: str, index: int = 0, attempt: int = 1) -> dict[str, Any]:
@@ -223,17 +247,9 @@ def test_a_host_holding_an_attempt_charges_nothing_back(p: Pipeline) -> None:
     line, and the run's counters are unchanged by it."""
     name, mallory = attacker_host(p.redis, p.url, "holding-host")
     asker = _asker(mallory, name)
-    asker.ask(
-        "beat", {"attempts": [], "line": {"concurrency": 8, "busy": 0, "workers": 8}}, wait=False
-    )
-    with paused(p):
-        # the real host's line lapses; the attacker's is the only live one
+    with paused(p), _beating_free(mallory, name):
+        # the real host's line lapses; the attacker's, kept beating, is the only live one
         wait_until(lambda: p.redis.get(keys.host_alive_key("local-0")) is None, timeout=20)
-        asker.ask(
-            "beat",
-            {"attempts": [], "line": {"concurrency": 8, "busy": 0, "workers": 8}},
-            wait=False,
-        )
         run_id = p.client.submit(example("three-phase"))
         queue = f"rq:queue:{keys.host_queue(name, 'agents')}"
         job = wait_until(lambda: mallory.lpop(queue), timeout=20)

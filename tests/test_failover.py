@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -21,12 +22,14 @@ from mother.client import MotherClient
 from mother.config import load_settings
 from mother.connection import connect, sentinel_parts
 from mother.errors import NoSuchRun, RedisUnavailable, WaitTimeout
+from mother.identities import party_url, persist, principals
 from mother.server import EmbeddedRedis, free_port, valkey_binary
 from mother.stack import LocalStack
-from tests.conftest import FAST_ENV
+from tests.conftest import FAST_ENV, cli, first_accepted, quick_spec
 from tests.test_pipeline import example, wait_until
 
 SERVICE = "mother"
+NOW = "2026-12-06T00:00:00.000Z"
 
 
 @dataclass
@@ -137,6 +140,12 @@ def test_the_primary_killed_under_load_every_run_ends_once_on_the_replica(
     Every run the client was told about ends exactly once (one termination record, one `terminated`
     entry), and the figures (failover time, runs, what was lost) are printed for docs/benchmarks.md.
 
+    While the runs flow, a principal (late-svc) and a third host (local-2) are enrolled: ACL users are
+    not replicated, so the promoted replica lacks both until the leading Mother makes them again from
+    their records. The principal's submissions after the promotion are taken in; with the first two
+    hosts stopped (each on one SIGTERM: an idle worker on a Sentinel URL hung on it), its runs and
+    what was left of the others end on local-2.
+
     Before it, service.wait_replicas: a submission is acknowledged once the replica has it (WAIT;
     WAITAOF with wait_fsync). After it, the promoted primary has no replica: a submission is still
     made, and a warning says it is on the primary only, after wait_replicas_ms."""
@@ -164,6 +173,16 @@ def test_the_primary_killed_under_load_every_run_ends_once_on_the_replica(
             for _ in range(12)
         ]
         submitted = [client.submit(spec) for spec in specs]
+        # enrolled while the runs flow: each command waits until the replica has the party's record
+        admin = connect(url)
+        _late, password = principals.add(admin, "late-svc", ["submit"], ["late"], NOW)
+        assert "replicas did not confirm" not in (persist(admin) or "")
+        late_url = party_url(url, "late-svc", password)
+        stack.add_worker(2)
+        assert stack.wait_for_hosts(3, timeout=60)
+        late_before = MotherClient(settings=load_settings(redis_url=late_url)).submit(
+            quick_spec("late")
+        )
         wait_until(
             lambda: (
                 sum(bool(client.redis.exists(keys.termination_key(run_id))) for run_id in submitted)
@@ -175,6 +194,16 @@ def test_the_primary_killed_under_load_every_run_ends_once_on_the_replica(
         os.kill(int(primary.pid or 0), signal.SIGKILL)
         wait_until(lambda: sentinels.master_port() == replica.port, timeout=30, step=0.1)
         promoted = time.monotonic() - killed
+        late, late_after, _took = first_accepted(late_url, quick_spec("late"), timeout=60)
+        late_accepted = time.monotonic() - killed
+        # the first two hosts stop: what is left runs on the host enrolled during the runs
+        for name in ("worker-0", "worker-1"):
+            os.killpg(stack.procs[name].pid, signal.SIGTERM)
+        for name in ("worker-0", "worker-1"):
+            stack.procs[name].wait(timeout=20)
+        for run_id in (late_before, late_after):
+            assert late.wait(run_id, 120).termination.reason == "success"
+        assert (late.status(late_after).results[-1].worker or "").startswith("local-2.")
         ended: dict[str, str] = {}
         lost: list[str] = []
         for run_id in submitted:
@@ -208,6 +237,7 @@ def test_the_primary_killed_under_load_every_run_ends_once_on_the_replica(
                 "lost_acknowledged": len(lost),
                 "ended_twice": twice,
                 "promoted_s": round(promoted, 2),
+                "late_principal_accepted_s": round(late_accepted, 2),
                 "all_ended_s": round(served, 2),
             }
         ).decode()
@@ -223,3 +253,27 @@ def test_the_primary_killed_under_load_every_run_ends_once_on_the_replica(
         assert "durability_not_confirmed" in said.out + said.err
     finally:
         stack.stop()
+
+
+def test_principals_add_and_rotate_through_two_sentinels_print_a_url_that_works(
+    cell: tuple[EmbeddedRedis, EmbeddedRedis, Sentinels],
+) -> None:
+    """`mother principals add` and `rotate` on a redis+sentinel:// URL naming two sentinels (they exited
+    2 with "Port could not be cast to integer" after changing the server, so the password was never
+    shown): each prints a URL naming both sentinels that connects as the principal; after the rotation
+    the old one is refused."""
+    _primary, _replica, sentinels = cell
+    two = Sentinels(sentinels.ports[:2])
+
+    def shown(result: Any) -> str:
+        assert result.exit_code == 0, result.output
+        line = next(w for w in result.output.split() if w.startswith("MOTHER_REDIS_URL="))
+        return line.split("=", 1)[1]
+
+    added = shown(cli("principals", "add", "erin-svc", "--can", "submit", url=two.url()))
+    rotated = shown(cli("principals", "rotate", "erin-svc", url=two.url()))
+    for got in (added, rotated):
+        assert len(sentinel_parts(got)["sentinels"]) == 2
+    assert connect(rotated).execute_command("ACL", "WHOAMI") == "erin-svc"
+    with pytest.raises(RedisUnavailable, match="refused our credentials"):
+        connect(added)

@@ -26,7 +26,16 @@ from mother.connection import connect
 from mother.errors import GateRefused, PolicyViolation, RateLimited
 from mother.identities import principals
 from schemas.rejection import Rejection
-from tests.conftest import as_user, attacker_host, cli, run_cli, start_acl_stack, start_up_dev
+from tests.conftest import (
+    as_user,
+    attacker_host,
+    cli,
+    first_accepted,
+    quick_spec,
+    run_cli,
+    start_acl_stack,
+    start_up_dev,
+)
 from tests.test_pipeline import example, wait_until
 
 ACL = Path(__file__).resolve().parents[1] / "deploy" / "users.acl"
@@ -44,6 +53,7 @@ class Tenancy:
         self.url = url
         self.admin = connect(_as(url, "admin"))
         self.mother = MotherClient(settings=load_settings(redis_url=_as(url, "mother")))
+        self.stack: Any = None
 
     def principal(self, name: str, grants: list[str], acts_for: list[str] = ()) -> str:  # type: ignore[assignment]
         """A new principal's URL."""
@@ -78,6 +88,7 @@ def tenancy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenancy]:
     )
     try:
         t = Tenancy(server.url)
+        t.stack = stack
         wait_until(lambda: t.admin.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "mother"))
         yield t
     finally:
@@ -85,16 +96,7 @@ def tenancy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenancy]:
         server.stop()
 
 
-def _quick(user: str, run_id: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "user_id": user,
-        "task": "say ok",
-        "pipeline": [{"name": "only", "role": "coder", "model": "scripted"}],
-        "scripts": {"coder": [{"text": "ok"}]},
-    }
-    if run_id:
-        spec["run_id"] = run_id
-    return spec
+_quick = quick_spec
 
 
 def _handled(t: Tenancy, stream: str, entry_ids: list[str]) -> bool:
@@ -523,6 +525,18 @@ def test_a_principal_whose_acl_user_the_server_lost_gets_it_back(tenancy: Tenanc
         if f["type"] == "acl_users_reapplied"
     ]
     assert any("carol-svc" in s["users"] for s in said)
+
+
+def test_mothers_connections_killed_with_a_users_loss_are_outlived(tenancy: Tenancy) -> None:
+    """Every connection of Mother's user is killed (`CLIENT KILL USER mother`) just as the server loses
+    a principal's user: Mother stays up, reconnects, makes the user again within seconds, and the
+    principal's next submission is taken in and succeeds."""
+    url = tenancy.principal("dora-svc", ["submit"], ["dora"])
+    tenancy.admin.execute_command("ACL", "DELUSER", "dora-svc")
+    assert tenancy.admin.execute_command("CLIENT", "KILL", "USER", "mother") > 0
+    client, run_id, _took = first_accepted(url, quick_spec("dora"), timeout=30)
+    assert client.wait(run_id, 60).termination.reason == "success"
+    assert tenancy.stack.alive() == {"mother-0": True, "worker-0": True, "worker-1": True}
 
 
 def test_a_party_that_floods_hurts_only_itself(tenancy: Tenancy) -> None:

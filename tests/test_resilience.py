@@ -20,12 +20,16 @@ from tests.conftest import (
     Pipeline,
     attacker_host,
     beating,
+    first_accepted,
     host_of_worker,
+    quick_spec,
     start_pipeline,
     stop_pipeline,
 )
 from tests.test_pipeline import example, held_back_nothing, termination_keys, wait_until
 from tests.test_spawn import _spawn
+
+NOW = "2026-12-06T00:00:00.000Z"
 
 
 @pytest.fixture
@@ -591,11 +595,18 @@ def test_waiting_for_a_run_that_was_never_submitted_ends_at_once(fresh: Pipeline
 
 def test_redis_restart_mid_run_is_outlived(tmp_path: Path) -> None:
     """Redis stops while a phase runs and comes back on the same port and data: Mother, the worker and a
-    client waiting on the run all outlive it; the run ends success with exactly one record."""
+    client waiting on the run all outlive it; the run ends success with exactly one record. A principal
+    made while the system ran, on a server with no ACL file (its user is lost with the restart), is
+    back within seconds: Mother makes its user again from its record, and its next submission is
+    taken in and succeeds."""
+    from mother.cli.identities import principal_url
+    from mother.identities import principals
     from mother.server import EmbeddedRedis
 
     p = start_pipeline(tmp_path, mothers=1, workers=1)
     try:
+        _made, password = principals.add(p.redis, "late-svc", ["submit"], ["late"], NOW)
+        late_url = principal_url(p.server.url, "late-svc", password)
         run_id = p.client.submit(
             example(
                 "three-phase",
@@ -632,6 +643,8 @@ def test_redis_restart_mid_run_is_outlived(tmp_path: Path) -> None:
             h.phase for h in p.client.status(run_id).history if h.event == "phase_completed"
         ]
         assert completed == ["plan", "execute", "review"]
+        late, late_run, _took = first_accepted(late_url, quick_spec("late"), timeout=30)
+        assert late.wait(late_run, 60).termination.reason == "success"
     finally:
         stop_pipeline(p)
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from mother import keys
 from mother.errors import InvalidSpec, NotFound
-from mother.identities.enroll import admin, digest, new_password, text
+from mother.identities.enroll import admin, digest, new_password, remove_party, rotate_party, text
 from mother.identities.principals import _load_all
 from mother.identities.rules import host_rules
 from schemas.host import HOST_QUEUE_KINDS, Host
@@ -73,26 +71,23 @@ def rotate(client: Any, name: str, now: str, password: str | None = None) -> str
     """A new password for host ``name`` (the old one stops working at once; its connections close)."""
     host = _must(client, name)
     password = password or new_password()
-    user = keys.host_user(host.name)
-    admin(client, "rotating a host's password", "ACL", "SETUSER", user, "resetpass", f">{password}")
-    admin(client, "rotating a host's password", "CLIENT", "KILL", "USER", user)
-    pipe = client.pipeline(transaction=True)
-    pipe.execute_command("JSON.SET", keys.host_key(name), "$.rotated_at", orjson.dumps(now))
-    pipe.execute_command(
-        "JSON.SET", keys.host_key(name), "$.password_sha256", orjson.dumps(digest(password))
+    rotate_party(
+        client,
+        keys.host_key(name),
+        keys.host_user(host.name),
+        now,
+        "rotating a host's password",
+        password,
     )
-    pipe.execute()
     return password
 
 
 def remove(client: Any, name: str) -> Host:
     """Revoke host ``name`` at once: its ACL user (its connections are closed) and its record."""
     host = _must(client, name)
-    admin(client, "removing a host", "ACL", "DELUSER", keys.host_user(name))
-    pipe = client.pipeline(transaction=True)
-    pipe.delete(keys.host_key(name))
-    pipe.srem(keys.HOSTS, name)
-    pipe.execute()
+    remove_party(
+        client, keys.host_key(name), keys.HOSTS, name, keys.host_user(name), "removing a host"
+    )
     return host
 
 

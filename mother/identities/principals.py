@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from mother import keys
 from mother.errors import InvalidSpec, NotFound
-from mother.identities.enroll import admin, digest, new_password, text
+from mother.identities.enroll import admin, digest, new_password, remove_party, rotate_party, text
 from mother.identities.rules import RESERVED, principal_rules
 from schemas.principal import GRANTS, Principal
 
@@ -77,14 +75,7 @@ def rotate(client: Any, name: str, now: str) -> str:
     if principal is None:
         raise NotFound(f"no principal {name!r}; list them with `mother principals list`")
     password = new_password()
-    admin(client, "rotating a password", "ACL", "SETUSER", name, "resetpass", f">{password}")
-    admin(client, "rotating a password", "CLIENT", "KILL", "USER", name)
-    pipe = client.pipeline(transaction=True)
-    pipe.execute_command("JSON.SET", keys.principal_key(name), "$.rotated_at", orjson.dumps(now))
-    pipe.execute_command(
-        "JSON.SET", keys.principal_key(name), "$.password_sha256", orjson.dumps(digest(password))
-    )
-    pipe.execute()
+    rotate_party(client, keys.principal_key(name), name, now, "rotating a password", password)
     return password
 
 
@@ -94,11 +85,9 @@ def remove(client: Any, name: str) -> Principal:
     principal = load(client, name)
     if principal is None:
         raise NotFound(f"no principal {name!r}; list them with `mother principals list`")
-    admin(client, "removing a principal", "ACL", "DELUSER", name)
-    pipe = client.pipeline(transaction=True)
-    pipe.delete(keys.principal_key(name))
-    pipe.srem(keys.PRINCIPALS, name)
-    pipe.execute()
+    remove_party(
+        client, keys.principal_key(name), keys.PRINCIPALS, name, name, "removing a principal"
+    )
     return principal
 
 
