@@ -337,6 +337,8 @@ class Guard:
             keys.METRICS_COUNTERS,
             keys.run_activity_key(run_id),
             keys.run_key(run_id),
+            # where a phase attempt's steps are recorded (mother.journal)
+            *([keys.journal_key(run_id, attempt[0])] if attempt is not None else []),
         ]
         self._day = ""
         self._repeating: dict[
@@ -346,14 +348,21 @@ class Guard:
         # the action last queued on a pipeline
         self._queued: tuple[dict[str, Any], str | None] = ({}, None)
 
-    def asked(self, action: Any) -> dict[str, Any]:
+    def asked(
+        self, action: Any, *, step: str | None = None, ask_id: str | None = None
+    ) -> dict[str, Any]:
         """A worker host's action (its ``charge`` ask; this guard is of the attempt and host it names),
         checked here and charged on the server only while the host holds the attempt (``mh_guard``'s
-        ``not_held``). Returns the guard's reply as it is, a refusal included: the host's guard raises
-        on it."""
+        ``not_held``). ``step``: the journal step it records (checked by Mother), appended in the same
+        call; ``ask_id``: the ask's stream entry, so an ask applied again charges nothing twice. Returns
+        the guard's reply as it is, a refusal included: the host's guard raises on it."""
         checked = self._fenced(check_host_action(action))
         if "settle" in checked:
             checked = {**checked, "attempt": self.attempt, "host": self.host}
+        if step is not None:
+            checked["step"] = step
+        if ask_id is not None:
+            checked["ask"] = ask_id
         return self._reply(self._raw(checked), checked, None, raising=False)
 
     def _raw(
@@ -458,9 +467,18 @@ class Guard:
             return action
         return {**action, "attempt": self.attempt, **({"host": self.host} if self.host else {})}
 
-    def charge_tool(self, *, read_only: bool) -> None:
-        """Before a tool call: refuse at the tool-call limit (or when stopped, unless read-only)."""
-        self._call(self._fenced(TOOL_ACTIONS[read_only]), cache_as=TOOL_ACTION_NAMES[read_only])
+    def charge_tool(self, *, read_only: bool, step: dict[str, Any] | None = None) -> None:
+        """Before a tool call: refuse at the tool-call limit (or when stopped, unless read-only);
+        ``step``: the call's journal step, recorded with the charge."""
+        if step is None:
+            self._call(self._fenced(TOOL_ACTIONS[read_only]), cache_as=TOOL_ACTION_NAMES[read_only])
+            return
+        self._call(self._fenced({**TOOL_ACTIONS[read_only], "step": step}))
+
+    def record(self, step: dict[str, Any]) -> None:
+        """A journal step that charges nothing (a tool call's result), recorded while the attempt is
+        this guard's."""
+        self._call(self._fenced({"read_only": True, "step": step}))
 
     def charge(self, dimension: str, amount: int = 1, *, read_only: bool = False) -> None:
         """A generic counted action (retrieval_queries, spawns, parallel_agents, ...)."""
@@ -487,8 +505,16 @@ class Guard:
         """Give back one unit of a gauge (``parallel_agents``) charged by this run; never refused."""
         self._call({"read_only": True, "add": {dimension: -1}})
 
-    def reserve_model_call(self, *, max_tokens: int, max_spend_micro_usd: int, cloud: bool) -> str:
-        """Before an LLM call: reserve its most; returns the reservation id to settle."""
+    def reserve_model_call(
+        self,
+        *,
+        max_tokens: int,
+        max_spend_micro_usd: int,
+        cloud: bool,
+        step: dict[str, Any] | None = None,
+    ) -> str:
+        """Before an LLM call: reserve its most; returns the reservation id to settle. ``step``: the
+        call's journal step, recorded with the reservation."""
         tokens = check_amount(max_tokens, "max_tokens")
         spend = check_amount(max_spend_micro_usd, "max_spend_micro_usd")
         op = uuid.uuid4().hex
@@ -508,6 +534,7 @@ class Guard:
                         "dims": {"total_tokens": tokens, "spend_micro_usd": spend},
                         "user_dims": {"total_tokens": tokens},
                     },
+                    **({"step": step} if step is not None else {}),
                 }
             )
         )
@@ -522,22 +549,33 @@ class Guard:
         spend: int,
         model: str | None = None,
         pipe: redis.client.Pipeline | None = None,
+        step: dict[str, Any] | None = None,
     ) -> dict[str, Any] | None:
         """After an LLM call: release the reservation and charge what it really used (never refused);
-        ``model``: its name, for the per-model token and spend counters.
+        ``model``: its name, for the per-model token and spend counters; ``step``: the call's journal
+        step (its reply), recorded with the settle.
         Returns the run's counters after it (model_calls, input/output tokens, spend_micro_usd, duration_sec);
         with ``pipe`` the settle is queued on it (returns None)."""
         action = settle_action(
-            op, input_tokens=input_tokens, output_tokens=output_tokens, spend=spend, model=model
+            op,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            spend=spend,
+            model=model,
+            step=step,
         )
         return self._call(action, pipe=pipe).get("counters")
 
-    def reserve_call(self, model: ModelConfig, prompt_tokens: int) -> str:
-        """Reserve a call to ``model``: the prompt plus its max output, in tokens and at its prices."""
+    def reserve_call(
+        self, model: ModelConfig, prompt_tokens: int, step: dict[str, Any] | None = None
+    ) -> str:
+        """Reserve a call to ``model``: the prompt plus its max output, in tokens and at its prices
+        (``step``: its journal step)."""
         return self.reserve_model_call(
             max_tokens=prompt_tokens + model.max_output_tokens,
             cloud=model.cloud,
             max_spend_micro_usd=spend_micro_usd(model, prompt_tokens, model.max_output_tokens),
+            step=step,
         )
 
     def settle_call(
@@ -548,9 +586,10 @@ class Guard:
         output_tokens: int,
         pipe: redis.client.Pipeline | None = None,
         name: str | None = None,
+        step: dict[str, Any] | None = None,
     ) -> dict[str, Any] | None:
         """Settle a call to ``model`` (called ``name``) with what it used, priced (queued on ``pipe`` when
-        given)."""
+        given; ``step``: its journal step)."""
         return self.settle_model_call(
             op,
             input_tokens=input_tokens,
@@ -558,6 +597,7 @@ class Guard:
             spend=spend_micro_usd(model, input_tokens, output_tokens),
             model=name,
             pipe=pipe,
+            step=step,
         )
 
 
@@ -638,12 +678,19 @@ def check_host_action(action: Any) -> dict[str, Any]:
 
 
 def settle_action(
-    op: str, *, input_tokens: int, output_tokens: int, spend: int, model: str | None = None
+    op: str,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    spend: int,
+    model: str | None = None,
+    step: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The guard's action that settles model call ``op`` with what it used (``model``: its name, for the
-    per-model counters)."""
+    per-model counters; ``step``: the call's journal step, its reply)."""
     used = check_amount(input_tokens, "input_tokens") + check_amount(output_tokens, "output_tokens")
     return {
+        **({"step": step} if step is not None else {}),
         "settle": {
             "op": op,
             "add": {
@@ -654,7 +701,7 @@ def settle_action(
             },
             "user_add": {"total_tokens": used},
             **({"model": model} if model else {}),
-        }
+        },
     }
 
 

@@ -120,6 +120,7 @@ __all__ = [
     "host_worker_name",
     "is_host",
     "is_id",
+    "journal_key",
     "leader_prefix",
     "ledger_children_key",
     "ledger_key",
@@ -662,6 +663,12 @@ def context_summary_key(summary_id: str) -> str:
 def context_key(run_id: str, phase_index: int) -> str:
     """JSON: the ComposedContext Mother built for a phase (implied key)."""
     return f"context:{check_id(run_id, 'run_id')}:{int(phase_index)}"
+
+
+def journal_key(run_id: str, phase_index: int) -> str:
+    """List: the phase's steps (schemas.journal.Step), appended by Mother in the guard call that charges
+    or settles each (implied key): what a new attempt of the phase replays."""
+    return f"journal:{check_id(run_id, 'run_id')}:{int(phase_index)}"
 
 
 def token_calibration_key(model: str) -> str:

@@ -655,6 +655,8 @@ def attempt_facts(result: PhaseResult | None) -> dict[str, Any]:
         "started_at": result.started_at,
         "worker": result.worker,
         "usage": result.usage.to_dict(),
+        # which steps it replayed from the phase's journal and which it made live
+        **({"steps": result.resumed.label()} if result.resumed is not None else {}),
     }
 
 

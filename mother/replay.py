@@ -5,9 +5,8 @@ again.
   plans), its composed contexts (redacted as composed) and their summaries, its conflicts, its
   gates and people's decisions, its budget and a budget timeline (the activity entries that moved
   it), the termination record, the result envelope and the artifact manifest. The model replies are
-  the spec's scripts when its phases ran on scripted models; else each phase's final reply is
-  rebuilt from its results (a real model's intermediate tool-call turns are not kept: such a
-  replay matches the outcome of each phase, not its every call).
+  the spec's scripts when its phases ran on scripted models; else every model call's reply from the
+  phases' step journals (tool-call turns included), which the bundle carries (``journals``).
 - :func:`write_bundle` / :func:`read_bundle`: gzip'd JSON, ``format: mother-replay:v1``; another
   format, or a file that is not a bundle, is refused in one line.
 - :func:`story`: why the run stopped, what was suggested, which artifacts existed, and how it got
@@ -33,6 +32,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from mother import keys
 from mother.client import MotherClient
 from mother.errors import InvalidSpec, NotFound
 from mother.functions import server_now_ms
@@ -50,6 +50,7 @@ from schemas import (
     iso_from_ms,
 )
 from schemas.artifact import ArtifactMetadata
+from schemas.journal import chain
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -76,13 +77,15 @@ def export(client: MotherClient, run_id: str) -> dict[str, Any]:
     view = client.inspect(run_id, context_text=True)
     run, activity = view["run"], view["activity"]
     envelope = read_result(client.redis, run_id)
+    journals = _journals(client, run_id, len(run["spec"]["pipeline"]))
     return {
         "format": BUNDLE_FORMAT,
         "exported_at": iso_from_ms(server_now_ms(client.redis)),
         "run_id": run_id,
         "spec": run["spec"],
         "run": run,
-        "replies": recorded_replies(client, run),
+        "replies": recorded_replies(client, run, journals),
+        "journals": {str(i): [orjson.loads(e) for e in steps] for i, steps in journals.items()},
         "contexts": view["contexts"],
         "summaries": view["summaries"],
         "conflicts": view["conflicts"],
@@ -97,9 +100,21 @@ def export(client: MotherClient, run_id: str) -> dict[str, Any]:
     }
 
 
-def recorded_replies(client: MotherClient, run: dict[str, Any]) -> dict[str, Any]:
+def _journals(client: MotherClient, run_id: str, phases: int) -> dict[int, list[str]]:
+    """Each phase's step journal as recorded (its elements' JSON texts), for the phases that have one."""
+    pipe = client.redis.pipeline(transaction=False)
+    for index in range(phases):
+        pipe.lrange(keys.journal_key(run_id, index), 0, -1)
+    return {i: steps for i, steps in enumerate(pipe.execute()) if steps}
+
+
+def recorded_replies(
+    client: MotherClient, run: dict[str, Any], journals: dict[int, list[str]] | None = None
+) -> dict[str, Any]:
     """The replies a replay gives each role: the spec's scripts when every phase ran on a scripted
-    model; else each role's final replies rebuilt from its results, in order."""
+    model; else every model call's reply from the phases' journals, tool-call turns included (each
+    phase's last chain of steps, in order); else, for a run recorded before journals, each role's final
+    replies rebuilt from its results."""
     spec = run["spec"]
     models = client.settings.models
     scripted = all(
@@ -108,6 +123,8 @@ def recorded_replies(client: MotherClient, run: dict[str, Any]) -> dict[str, Any
     if scripted and spec.get("scripts"):
         return {"source": "scripts", "scripts": spec["scripts"]}
     roles = {i: p["role"] for i, p in enumerate(spec["pipeline"])}
+    if journals:
+        return {"source": "journal", "scripts": _journal_scripts(roles, journals)}
     scripts: dict[str, list[dict[str, Any]]] = {}
     for result in run.get("results") or []:
         role = roles.get(result.get("phase_index"), "")
@@ -130,6 +147,37 @@ def recorded_replies(client: MotherClient, run: dict[str, Any]) -> dict[str, Any
             reply["findings"] = result["findings"]
         scripts.setdefault(role, []).append(reply)
     return {"source": "results", "scripts": scripts}
+
+
+def _journal_scripts(roles: dict[int, str], journals: dict[int, list[str]]) -> dict[str, Any]:
+    """Each role's scripted replies: every model call of its phases' last chains, in order."""
+    scripts: dict[str, list[dict[str, Any]]] = {}
+    for index in sorted(journals):
+        steps = chain(journals[index], "", keep_complete=True)
+        for number in sorted(steps.sent):
+            done = steps.done(number)
+            if done is None or done.kind != "model" or done.reply is None:
+                continue
+            reply = done.reply
+            scripted: dict[str, Any] = {
+                "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens},
+                "tool_calls": [
+                    {
+                        "name": c.name,
+                        "arguments": c.arguments if isinstance(c.arguments, dict) else {},
+                    }
+                    for c in reply.tool_calls
+                ],
+            }
+            if reply.text is not None:
+                scripted["text"] = reply.text
+            for name in ("confidence", "evidence_count", "verdict", "winner"):
+                if getattr(reply, name) is not None:
+                    scripted[name] = getattr(reply, name)
+            if reply.findings:
+                scripted["findings"] = reply.findings
+            scripts.setdefault(roles.get(index, ""), []).append(scripted)
+    return scripts
 
 
 def write_bundle(bundle: dict[str, Any], path: Path) -> int:
@@ -184,7 +232,7 @@ def read_bundle(path: Path) -> dict[str, Any]:
 
 
 class _Replies(BaseModel):
-    source: Literal["scripts", "results"]
+    source: Literal["scripts", "results", "journal"]
     scripts: dict[str, Any]
 
 
@@ -319,7 +367,7 @@ def story(bundle: dict[str, Any]) -> list[str]:
 def replay_spec(bundle: dict[str, Any], model: str | None = None) -> dict[str, Any]:
     """The spec a replay submits: a new run id, ``metadata.replay_of``, the recorded replies; every
     phase on ``model`` when given, else on the scripted model where the replies were rebuilt from
-    results (scripts recorded as the spec's stay as they were)."""
+    journals or results (scripts recorded as the spec's stay as they were)."""
     spec = orjson.loads(orjson.dumps(bundle["spec"]))
     original = bundle["run_id"]
     spec["run_id"] = f"replay-{uuid.uuid4().hex[:12]}"
@@ -329,7 +377,7 @@ def replay_spec(bundle: dict[str, Any], model: str | None = None) -> dict[str, A
     if model is not None:
         for phase in spec["pipeline"]:
             phase["model"] = model
-    elif bundle["replies"]["source"] == "results":
+    elif bundle["replies"]["source"] in ("results", "journal"):
         # the phases that ran answer through the scripted model; one that never reached its model
         # (refused before it) keeps its own, so the same refusal comes out
         ran = {r.get("phase_index") for r in bundle["run"].get("results") or []}

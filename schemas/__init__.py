@@ -30,7 +30,7 @@ from schemas.context import (
 )
 from schemas.export import MODELS, export_json_schemas
 from schemas.gate import ApprovalRequest, Gate, GateDecision
-from schemas.results import MAX_OUTPUT_CHARS, PhaseResult, ResultEnvelope, Usage
+from schemas.results import MAX_OUTPUT_CHARS, PhaseResult, ResultEnvelope, Resumed, Usage
 from schemas.run import (
     ACTIVE_STATUSES,
     BUDGET_PROFILES,
@@ -89,6 +89,7 @@ __all__ = [
     "PhaseSpec",
     "Record",
     "ResultEnvelope",
+    "Resumed",
     "RunSpec",
     "RunState",
     "RunStatus",

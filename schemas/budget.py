@@ -81,6 +81,11 @@ class BudgetCounter(Record):
     stop_refused: str | None = Field(
         None, description="the emergency stop whose refusal was logged"
     )
+    last_asks: dict[str, str] = Field(
+        default_factory=dict,
+        description="each phase attempt's last charge ask applied (its stream entry): an ask applied "
+        "again by another Mother charges nothing twice",
+    )
 
 
 class LimitOverride(Record):

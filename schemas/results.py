@@ -12,7 +12,7 @@ from schemas.context import ContextManifest
 from schemas.gate import ApprovalRequest
 from schemas.termination import TerminationRecord
 
-__all__ = ["MAX_OUTPUT_CHARS", "PhaseResult", "ResultEnvelope", "Usage"]
+__all__ = ["MAX_OUTPUT_CHARS", "PhaseResult", "ResultEnvelope", "Resumed", "Usage"]
 
 MAX_OUTPUT_CHARS = 1_000_000
 
@@ -28,6 +28,35 @@ class Usage(Record):
     spend_micro_usd: int = Field(0, ge=0, description="what its model calls cost (USD millionths)")
     model_ms: int = Field(0, ge=0, description="time spent waiting on the model")
     tool_ms: int = Field(0, ge=0, description="time spent in tool calls")
+
+
+class Resumed(Record):
+    """How an attempt resumed its phase from the journal: steps 1..``replayed`` handed back as recorded
+    (no model call, no charge; tools not run again), the rest of its ``steps`` made live, and what the
+    replay saved."""
+
+    replayed: int = Field(0, ge=0, description="steps 1..replayed came from the journal")
+    steps: int = Field(0, ge=0, description="its steps in all (replayed and live)")
+    model_calls_saved: int = Field(0, ge=0)
+    tool_calls_saved: int = Field(0, ge=0)
+    tokens_saved: int = Field(0, ge=0)
+    spend_saved_micro_usd: int = Field(0, ge=0)
+    diverged: ShortText | None = Field(
+        None, description="why the replay stopped before the journal's end (resume_diverged)"
+    )
+
+    def label(self) -> str:
+        """What the attempt's steps were, as a person reads it: ``replayed 1-6, live 7-9``."""
+        parts = []
+        if self.replayed:
+            parts.append(f"replayed {_span(1, self.replayed)}")
+        if self.steps > self.replayed:
+            parts.append(f"live {_span(self.replayed + 1, self.steps)}")
+        return ", ".join(parts) or "-"
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
 
 
 class PhaseResult(Record):
@@ -48,6 +77,9 @@ class PhaseResult(Record):
         None, max_length=64, description="e.g. budget_exhausted: the run ends, no retry"
     )
     worker: str | None = None
+    resumed: Resumed | None = Field(
+        None, description="the steps it replayed from its phase's journal (None: it replayed none)"
+    )
     notices: list[ShortText] = Field(
         default_factory=list, description="limits hit and other things the user is told"
     )

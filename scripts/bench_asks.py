@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -36,14 +35,13 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mother import keys
 from mother.client import MotherClient
 from mother.clock import ServerClock
 from mother.config import load_settings
-from mother.identities import hosts, party_url
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 from scripts.bench import UNLIMITED, pct
+from scripts.bench.held import hold
 from workers.asking import Asker
 
 HOST = "bench-host"
@@ -60,14 +58,6 @@ def _spec(i: int) -> dict[str, Any]:
         "limit_overrides": {"duration_seconds": 3600},
         "scripts": {"r": [{"text": "x"}]},
     }
-
-
-def _line(asker: Asker, concurrency: int) -> None:
-    asker.ask(
-        "beat",
-        {"attempts": [], "line": {"concurrency": concurrency, "busy": 0, "workers": concurrency}},
-        wait=False,
-    )
 
 
 def _one(args: tuple[str, str, str, tuple[str, int, int] | None, int]) -> list[float]:
@@ -134,46 +124,9 @@ def main() -> None:
             server.url, workers=0, mothers=1, log_dir=Path(tmp) / "logs", env=env
         ).start()
         try:
-            _host, password = hosts.add(
-                admin, HOST, ["agents", "tools"], ServerClock(admin).now_iso()
-            )
-            host_url = party_url(server.url, keys.host_user(HOST), password)
             client = MotherClient(settings=load_settings(redis_url=server.url))
-            asker = Asker(redis.Redis.from_url(host_url, decode_responses=True), HOST, 30)
-            deadline = time.monotonic() + 60
-            while admin.get(keys.host_alive_key(HOST)) is None:
-                if time.monotonic() > deadline:
-                    raise SystemExit("Mother did not take the bench host's beat within 60 s")
-                _line(asker, args.phases * 2)
-                time.sleep(0.05)
-            held = []
-            for i in range(args.phases):
-                run_id = client.submit(_spec(i))
-                queue = f"rq:queue:{keys.host_queue(HOST, 'agents')}"
-                while not asker.client.lpop(queue):
-                    if time.monotonic() > deadline + 60:
-                        raise SystemExit(f"run {run_id}'s job never reached the bench host")
-                    _line(asker, args.phases * 2)
-                    time.sleep(0.01)
-                ids = (run_id, 0, 1)
-                asker.ask("begin", {}, ids)
-                held.append(ids)
-            # the host beats for its attempts (as its pool would), or Mother takes them for lost
-            stop = threading.Event()
-
-            def beats() -> None:
-                beating = Asker(redis.Redis.from_url(host_url, decode_responses=True), HOST, 30)
-                while not stop.wait(1.0):
-                    beating.ask(
-                        "beat",
-                        {
-                            "attempts": [list(ids) for ids in held],
-                            "line": {"concurrency": 16, "busy": 8, "workers": 16},
-                        },
-                        wait=False,
-                    )
-
-            threading.Thread(target=beats, daemon=True).start()
+            attempts = hold(server.url, HOST, [_spec(i) for i in range(args.phases)], client)
+            host_url, held = attempts.url, attempts.ids
             print(
                 f"{args.phases} phases held by host {HOST}; {args.charges} round trips each, "
                 f"{args.phases} processes at once, per kind"
@@ -201,9 +154,7 @@ def main() -> None:
                 f"p50 +{pct(ask, 0.5) - pct(guard, 0.5):.3f} ms, "
                 f"p99 +{pct(ask, 0.99) - pct(guard, 0.99):.3f} ms"
             )
-            stop.set()
-            for ids in held:
-                client.cancel(ids[0], actor="bench", reason="done")
+            attempts.release()
         finally:
             stack.stop()
 

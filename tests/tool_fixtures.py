@@ -72,3 +72,13 @@ def spin(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
     n = 0
     while True:
         n += 1
+
+
+def deploy(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
+    """A destructive tool: waits ``inputs['seconds']`` (0 by default), then appends its target to
+    deployed.log (each call one line: a call made twice shows twice)."""
+    time.sleep(float(inputs.get("seconds", 0)))
+    log = workspace / "deployed.log"
+    with log.open("a") as out:
+        out.write(f"{inputs.get('target', 'prod')}\n")
+    return {"count": len(log.read_text().splitlines())}

@@ -9,12 +9,14 @@ from typing import Any
 
 import orjson
 
+from mother.budget import spend_micro_usd
 from mother.errors import ApprovalRequired, ContextTooLong, ProviderError
 from mother.logs import get_logger
 from schemas import Usage
 from workers.harness import Harness
 from workers.metering import Meter
 from workers.providers import ModelReply, Provider, ToolCall
+from workers.resume import Resume
 from workers.tools import ToolBox
 
 log = get_logger("agent")
@@ -60,11 +62,13 @@ def run_loop(
     meter: Meter | None = None,
     limits: TurnLimits = TurnLimits(),
     harness: Harness | None = None,
+    resume: Resume | None = None,
 ) -> LoopOutcome:
     """Run until the model answers with text; ``check_alive`` raises to stop between actions.
 
     It is called before every model call but the first (the caller has just checked)
-    and before every tool call.
+    and before every tool call. With a ``meter``, each model and tool call is a step of the phase's
+    journal (``resume``): replayed when an earlier attempt recorded it, else made live and recorded.
     """
     usage = Usage()
     evidence = 0
@@ -74,7 +78,7 @@ def run_loop(
         # the caller checked before the first call
         if call_number:
             check_alive()
-        reply = _model_call(provider, toolbox, messages, meter, harness, check_alive)
+        reply = _model_call(provider, toolbox, messages, meter, harness, check_alive, resume)
         usage.model_calls += 1
         usage.input_tokens += reply.input_tokens
         usage.output_tokens += reply.output_tokens
@@ -101,7 +105,7 @@ def run_loop(
         messages.append(_assistant_message(reply))
         for call in reply.tool_calls:
             check_alive()
-            content, ran, evidential = _tool_call(toolbox, call, meter, harness)
+            content, ran, evidential = _tool_call(toolbox, call, meter, harness, resume)
             usage.tool_calls += 1
             consecutive += 1
             evidence += evidential
@@ -149,10 +153,15 @@ def _assistant_message(reply: ModelReply) -> dict[str, Any]:
 
 
 def _tool_call(
-    toolbox: ToolBox, call: ToolCall, meter: Meter | None, harness: Harness | None
+    toolbox: ToolBox,
+    call: ToolCall,
+    meter: Meter | None,
+    harness: Harness | None,
+    resume: Resume | None = None,
 ) -> tuple[str, bool, bool]:
     """Run one call the model made, or refuse it: what the model is told, whether the tool ran, and
-    whether its result is evidence (a read-only tool that succeeded)."""
+    whether its result is evidence (a read-only tool that succeeded). A call the journal recorded is
+    handed its recorded result (an idempotent write runs again, uncharged, for the workspace)."""
     refused = toolbox.check_permission(call.name)
     if refused is not None:
         if harness is not None:
@@ -169,8 +178,20 @@ def _tool_call(
             "the call and runs again once it is approved",
             request=request,
         )
+    read_only = toolbox.is_read_only(call.name)
+    step = (
+        resume.tool(call, toolbox.side_effects(call.name))
+        if resume is not None and meter is not None
+        else None
+    )
+    if step is not None and step.replayed:
+        if step.reapply:
+            toolbox.run(call.name, call.arguments)
+        assert meter is not None and step.output is not None
+        meter.spent.tool_calls += 1
+        return step.output, True, step.ok and read_only
     if meter is not None:
-        meter.tool(read_only=toolbox.is_read_only(call.name))
+        meter.tool(read_only=read_only, step=step.sent if step is not None else None)
     began = time.monotonic()
     try:
         result = toolbox.run(call.name, call.arguments)
@@ -178,7 +199,11 @@ def _tool_call(
         if meter is not None:
             meter.spent.tool_ms += int((time.monotonic() - began) * 1000)
             meter.spent.tool_calls += 1
-    return result.output, True, result.ok and toolbox.is_read_only(call.name)
+    if step is not None and step.sent is not None and resume is not None and meter is not None:
+        done = resume.tool_ended(step.number, result.output, result.ok)
+        if done is not None:
+            meter.record(done)
+    return result.output, True, result.ok and read_only
 
 
 def _arguments_text(call: ToolCall) -> str:
@@ -207,6 +232,7 @@ def _model_call(
     meter: Meter | None,
     harness: Harness | None = None,
     check_alive: Callable[[], None] | None = None,
+    resume: Resume | None = None,
 ) -> ModelReply:
     """One model call inside a reservation. A transient failure (no connection, a timeout, HTTP
     408/409/429/5xx) is sent again up to ``provider.call_retries`` times, after the server's
@@ -215,7 +241,7 @@ def _model_call(
     retries = 0
     while True:
         try:
-            return _metered_call(provider, toolbox, messages, meter)
+            return _metered_call(provider, toolbox, messages, meter, resume)
         except ProviderError as exc:
             if exc.transient and retries < provider.call_retries:
                 retries += 1
@@ -246,16 +272,34 @@ def _model_call(
 
 
 def _metered_call(
-    provider: Provider, toolbox: ToolBox, messages: list[dict[str, Any]], meter: Meter | None
+    provider: Provider,
+    toolbox: ToolBox,
+    messages: list[dict[str, Any]],
+    meter: Meter | None,
+    resume: Resume | None = None,
 ) -> ModelReply:
-    """One model call inside a reservation; what it used is settled even if it failed."""
+    """One model call inside a reservation; what it used is settled even if it failed. A call the
+    journal recorded is answered from it: no model call, no reservation, no charge."""
     if meter is None:
         return provider.complete(messages, toolbox.specs())
-    op = meter.reserve(messages, toolbox.specs())
+    specs = toolbox.specs()
+    recorded, sent = (
+        resume.model(messages, specs, meter.model_name or "")
+        if resume is not None
+        else (None, None)
+    )
+    if recorded is not None:
+        meter.replayed(recorded)
+        # the scripted model answers the live calls after it by their step
+        skip = getattr(provider, "skip", None)
+        if skip is not None:
+            skip()
+        return recorded
+    op = meter.reserve(messages, specs, step=sent)
     reply, used = None, (0, 0)
     began = time.monotonic()
     try:
-        reply = provider.complete(messages, toolbox.specs())
+        reply = provider.complete(messages, specs)
         meter.spent.model_ms += int((time.monotonic() - began) * 1000)
         if reply.usage_note is not None:
             meter.estimate_usage(reply)
@@ -270,6 +314,14 @@ def _metered_call(
             meter.refused_as_too_long(exc.prompt_tokens)
         raise
     finally:
+        done = (
+            resume.model_ended(sent["step"], reply, spend_micro_usd(meter.model, *used))
+            if resume is not None and sent is not None
+            else None
+        )
         meter.settle(
-            op, *used, final=reply is not None and not reply.tool_calls and reply.text is not None
+            op,
+            *used,
+            final=reply is not None and not reply.tool_calls and reply.text is not None,
+            step=done,
         )

@@ -151,4 +151,9 @@ class AskedGuard(Guard):
         reply = self.asks.ask("charge", {"action": action}, raising=False)
         if not reply.get("ok") and not reply.get("guard"):
             raise refusal("charge", reply)
+        if reply.get("step_refused"):
+            # charged all the same: the phase goes on, and a resume stops at this step
+            self.asks.emit(
+                "step_refused", step=action.get("step", {}).get("step"), why=reply["step_refused"]
+            )
         return self.interpret(reply)

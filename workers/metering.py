@@ -79,8 +79,8 @@ class Meter:
         self.counters: dict[str, Any] | None = None
         # settle the final call with the phase's last write (one round trip fewer)
         self.defer_final = False
-        # that deferred settle: (op, input, output tokens)
-        self.pending: tuple[str, int, int] | None = None
+        # that deferred settle: (op, input, output tokens, its journal step)
+        self.pending: tuple[str, int, int, dict[str, Any] | None] | None = None
         # what this attempt used, as it goes (a failed attempt reports it too): its calls, tokens, spend,
         # and the time spent waiting on the model and in tools (the agent loop adds those)
         self.spent = Usage()
@@ -148,7 +148,13 @@ class Meter:
                 self.check_alive()
                 time.sleep(STOP_POLL_SECONDS)
 
-    def reserve(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    def reserve(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        step: dict[str, Any] | None = None,
+    ) -> str:
+        """Reserve the call's most (``step``: its journal step, recorded with the reservation)."""
         self.check_turn()
         prompt = self._prompt = estimate_prompt_tokens(messages, tools)
         self.check_context(prompt)
@@ -156,7 +162,17 @@ class Meter:
             # the messages alone: what Mother's context check counts (tool schemas a server's chat
             # template may drop would teach it to undercount)
             self._estimate = request_estimate(messages, [])
-        return self._waiting_out_stops(lambda: self.guard.reserve_call(self.model, prompt))
+        return self._waiting_out_stops(lambda: self.guard.reserve_call(self.model, prompt, step))
+
+    def replayed(self, reply: Any) -> None:
+        """A model call answered from the journal: charged nothing now (its attempt paid for it), and
+        counted in what this attempt reports, as an uninterrupted phase would count it."""
+        self.spent.model_calls += 1
+        self.spent.input_tokens += reply.input_tokens
+        self.spent.output_tokens += reply.output_tokens
+        self.spent.spend_micro_usd += spend_micro_usd(
+            self.model, reply.input_tokens, reply.output_tokens
+        )
 
     def check_context(self, prompt: int) -> None:
         """The hooks' ``context_limit_reached``, before a call whose prompt (the conservative estimate its
@@ -215,22 +231,31 @@ class Meter:
             )
 
     def settle(
-        self, op: str, input_tokens: int, output_tokens: int, *, final: bool = False
+        self,
+        op: str,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        final: bool = False,
+        step: dict[str, Any] | None = None,
     ) -> None:
         """Settle a call now; a ``final`` one (the text reply that ends the phase) waits, when
-        ``defer_final`` is set, for :meth:`pending_action` to put it in the phase's result ask."""
+        ``defer_final`` is set, for :meth:`pending_action` to put it in the phase's result ask.
+        ``step``: its journal step (its reply), recorded with the settle."""
         self.spent.model_calls += 1
         self.spent.input_tokens += input_tokens
         self.spent.output_tokens += output_tokens
         self.spent.spend_micro_usd += spend_micro_usd(self.model, input_tokens, output_tokens)
         if final and self.defer_final:
-            self.pending = (op, input_tokens, output_tokens)
+            self.pending = (op, input_tokens, output_tokens, step)
             return
-        self._settle_now(op, input_tokens, output_tokens)
+        self._settle_now(op, input_tokens, output_tokens, step)
 
-    def _settle_now(self, op: str, input_tokens: int, output_tokens: int) -> None:
+    def _settle_now(
+        self, op: str, input_tokens: int, output_tokens: int, step: dict[str, Any] | None
+    ) -> None:
         self.counters = self.guard.settle_call(
-            op, self.model, input_tokens, output_tokens, name=self.model_name
+            op, self.model, input_tokens, output_tokens, name=self.model_name, step=step
         )
         self._calibrate(input_tokens)
 
@@ -239,7 +264,7 @@ class Meter:
         it is settled); None when there is none."""
         if self.pending is None:
             return None
-        op, input_tokens, output_tokens = self.pending
+        op, input_tokens, output_tokens, step = self.pending
         self.pending = None
         self._calibrate(input_tokens)
         return settle_action(
@@ -248,6 +273,7 @@ class Meter:
             output_tokens=output_tokens,
             spend=spend_micro_usd(self.model, input_tokens, output_tokens),
             model=self.model_name,
+            step=step,
         )
 
     def refused_as_too_long(self, prompt_tokens: int | None) -> None:
@@ -265,5 +291,10 @@ class Meter:
         ):
             self.calibrate(self.calibrate_as, self._estimate, input_tokens)
 
-    def tool(self, read_only: bool) -> None:
-        self._waiting_out_stops(lambda: self.guard.charge_tool(read_only=read_only))
+    def tool(self, read_only: bool, step: dict[str, Any] | None = None) -> None:
+        """Charge a tool call (``step``: its journal step, recorded with the charge)."""
+        self._waiting_out_stops(lambda: self.guard.charge_tool(read_only=read_only, step=step))
+
+    def record(self, step: dict[str, Any]) -> None:
+        """Record a journal step that charges nothing (a tool call's result)."""
+        self.guard.record(step)

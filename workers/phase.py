@@ -37,6 +37,7 @@ from mother.errors import (
     PolicyViolation,
 )
 from mother.hooks import HarnessAction, load_hooks
+from mother.journal import lane_of
 from mother.lifecycle import DISPATCHED_MS, is_current
 from mother.logs import configure_logging, get_logger
 from mother.records import parse_run_record
@@ -61,9 +62,11 @@ from workers.heartbeat import AttemptBeat, Heartbeat, beat
 from workers.host import current as current_host
 from workers.metering import Meter
 from workers.providers import Provider, make_provider
+from workers.resume import Resume
 from workers.sandbox import state as sandbox_state
 from workers.spawn import SpawnRun
 from workers.tools import ToolBox, approval_request, output_text, shipped_tools
+from workers.tools.box import call_digest
 from workers.tools.executor import ToolContext, ToolExecutor
 from workers.tools.plan import PlanOutcome, run_plan, verdict_of
 from workers.verdict import findings_in, verdict_for
@@ -119,6 +122,8 @@ class Begun:
     context_error: MotherError | None
     tools: ToolRegistry | None
     cloud: Any
+    # the phase's journal as recorded so far (its steps' JSON texts: workers/resume.py)
+    journal: list[Any] | None = None
 
 
 def _begin(asks: AttemptAsks) -> Begun | None:
@@ -145,6 +150,7 @@ def _begin(asks: AttemptAsks) -> Begun | None:
         error,
         ToolRegistry.model_validate(tools) if isinstance(tools, dict) else None,
         reply.get("cloud"),
+        reply.get("journal") if isinstance(reply.get("journal"), list) else None,
     )
 
 
@@ -180,6 +186,8 @@ class PhaseSetup:
     # Mother's cloud-escalation check (begin's reply): libraries needing approval, or {"refused": why}
     cloud: Any = None
     place: Any = None
+    # the attempt's steps: replayed from the phase's journal, or made live and recorded
+    resume: Resume | None = None
 
 
 @dataclass
@@ -388,6 +396,13 @@ def _prepare(rt: Runtime, asks: AttemptAsks, begun: Begun, index: int, attempt: 
     extra = harness.context()
     if extra:
         messages[1]["content"] = f"{extra}\n\n{messages[1]['content']}"
+    resume = Resume.over(
+        begun.journal,
+        lane_of(state),
+        lambda kind, **fields: asks.emit(kind, phase=phase.name, attempt=attempt, **fields),
+        granted=frozenset(state.grants),
+        digest_of=lambda tool, arguments: call_digest(phase.name, tool, arguments),
+    )
     return PhaseSetup(
         context,
         provider,
@@ -400,6 +415,7 @@ def _prepare(rt: Runtime, asks: AttemptAsks, begun: Begun, index: int, attempt: 
         needing=frozenset(needing),
         cloud=begun.cloud,
         place=place,
+        resume=resume,
         allow_fallback=(
             registry.allow_fallback_to_llm
             if registry is not None
@@ -427,8 +443,11 @@ def _run(
     bound = log.bind(run_id=state.run_id, phase=phase.name, attempt=attempt)
     manifest = None
 
+    ready: PhaseSetup | None = None
+
     def result(**outcome: Any) -> PhaseResult:
         return PhaseResult(
+            resumed=ready.resume.summary() if ready is not None and ready.resume else None,
             run_id=state.run_id,
             phase=phase.name,
             phase_index=index,
@@ -639,6 +658,7 @@ def _agent_loop(rt: Runtime, ready: PhaseSetup) -> LoopOutcome:
             meter=ready.meter,
             limits=ready.limits,
             harness=ready.harness,
+            resume=ready.resume,
         )
     except HookDecision as decision:
         if decision.action != HarnessAction.SKIP:

@@ -140,6 +140,11 @@ class ScriptedProvider:
             winner=reply.winner,
         )
 
+    def skip(self) -> None:
+        """A call answered from the phase's journal: the next live call gets the reply after it, as it
+        would have in one attempt."""
+        self.position += 1
+
     def _fail(self, reply: ScriptedReply) -> None:
         if reply.fail == "raise":
             raise ProviderError(f"scripted failure of role {self.role!r} (reply {self.position})")

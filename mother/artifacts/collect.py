@@ -467,6 +467,7 @@ def _run_keys(
         keys.ledger_key(run_id),
         keys.ledger_children_key(run_id),
         *(keys.context_key(run_id, i) for i in range(phases)),
+        *(keys.journal_key(run_id, i) for i in range(phases)),
         *(keys.conflict_key(c) for c in (state or {}).get("conflicts", [])),
         *(_workspace_keys(run_id, blobs) if blobs is not None else []),
     ]

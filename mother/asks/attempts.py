@@ -19,6 +19,7 @@ from mother.client import EVENT_PHASE_RESULT
 from mother.context import queue_load as queue_context_load
 from mother.errors import InvalidSpec, PolicyViolation
 from mother.hosts.liveness import REPORTED_MARK, REPORTED_MS, started_mark
+from mother.journal import check_step
 from mother.libraries.context import cloud_escalation
 from mother.records import parse_run_record, runs
 from mother.records.artifacts import store_artifact
@@ -54,6 +55,12 @@ PHASE_EVENTS = frozenset(
         "context_limit_reached",
         "usage_estimated",
         "model_call_retried",
+        # a resumed attempt's replay of its phase's journal (workers/resume.py)
+        "phase_resumed",
+        "resume_diverged",
+        "journal_malformed",
+        "step_not_recorded",
+        "step_refused",
     }
 )
 # violations a host may have recorded in an hour (past it they are counted in its key, not kept)
@@ -77,15 +84,31 @@ def guard_of(rt: Runtime, ask: Ask, user_id: str) -> Guard:
 
 
 def charge(rt: Runtime, ask: Ask) -> Answer:
-    """A phase's charge (a model call's reservation or settle, a tool call, a counted action), made by
-    ``mh_guard`` only while the host holds the attempt. The reply is the guard's, a refusal included."""
+    """A phase's charge (a model call's reservation or settle, a tool call, a counted action, a step's
+    record), made by ``mh_guard`` only while the host holds the attempt, with the journal step it
+    records (:func:`_guarded`). The reply is the guard's, a refusal included."""
     spec = rt.spec(ask.run_id)
     if spec is None:
         return Answer(refused("not_held", f"run {ask.run_id} has no record"))
-    reply = guard_of(rt, ask, spec.user_id).asked(ask.body.get("action"))
+    reply = _guarded(rt, ask, spec.user_id, ask.body.get("action"))
     return Answer(
         {"ok": True, **reply} if reply.get("ok") else {**reply, "ok": False, "guard": True}
     )
+
+
+def _guarded(rt: Runtime, ask: Ask, user_id: str, action: Any) -> dict[str, Any]:
+    """``action`` of the ask's attempt charged by ``mh_guard``, with the journal step it carries (checked
+    here: a step that is not one, or too large, is not recorded, the action is charged all the same, and
+    the reply says why in ``step_refused``: the phase goes on, and a resume stops at that step)."""
+    step, why = None, None
+    if isinstance(action, dict) and "step" in action:
+        action = dict(action)
+        try:
+            step = check_step(action.pop("step"), ask.attempt[2], rt.clock.now_iso())  # type: ignore[index]
+        except InvalidSpec as exc:
+            why = exc.message
+    reply = guard_of(rt, ask, user_id).asked(action, step=step, ask_id=ask.entry_id)
+    return {**reply, "step_refused": why} if why is not None else reply
 
 
 def _fragment(raw: Any) -> Any:
@@ -103,7 +126,8 @@ def begin(rt: Runtime, ask: Ask) -> Answer:
     pipe.execute_command("JSON.GET", keys.run_budget_key(run_id))
     queue_context_load(pipe, run_id, index)
     pipe.execute_command("JSON.GET", keys.tools_registry_key())
-    raw_run, raw_counters, raw_context, raw_tools = pipe.execute()
+    pipe.lrange(keys.journal_key(run_id, index), 0, -1)
+    raw_run, raw_counters, raw_context, raw_tools, journal = pipe.execute()
     if raw_run is None:
         return Answer(refused("not_held", f"run {run_id} has no record"))
     state = parse_run_record(run_id, raw_run)
@@ -131,6 +155,8 @@ def begin(rt: Runtime, ask: Ask) -> Answer:
         "context": _fragment(raw_context),
         "tools": _fragment(raw_tools),
         "cloud": cloud,
+        # the phase's steps so far, as recorded (each a JSON text: a resume parses and checks them)
+        "journal": journal,
     }
     return Answer(reply, writes, held=True)
 
@@ -285,7 +311,7 @@ def result(rt: Runtime, ask: Ask) -> Answer:
     if isinstance(settle, dict):
         spec = rt.spec(run_id)
         if spec is not None:
-            settled = guard_of(rt, ask, spec.user_id).asked(settle)
+            settled = _guarded(rt, ask, spec.user_id, settle)
     dispatched = ask.body.get("dispatched_ms")
     now_ms = rt.clock.now_ms()
     expires = artifact_default(rt.settings, dispatched if isinstance(dispatched, int) else now_ms)
@@ -302,6 +328,13 @@ def result(rt: Runtime, ask: Ask) -> Answer:
             )
             store_artifact(pipe, artifact, rt.clock.iso(now_ms), expires_at=rt.clock.iso(expires))
             pipe.zadd(keys.ARTIFACT_EXPIRY, {got.artifacts[0]: expires})
+        if got.resumed is not None:
+            saved = got.resumed
+            pipe.hincrby(keys.METRICS_COUNTERS, "steps_replayed", saved.replayed)
+            pipe.hincrby(keys.METRICS_COUNTERS, "tokens_saved", saved.tokens_saved)
+            pipe.hincrby(
+                keys.METRICS_COUNTERS, "spend_saved_micro_usd", saved.spend_saved_micro_usd
+            )
         pipe.xadd(
             keys.EVENTS_STREAM,
             {"type": EVENT_PHASE_RESULT, "payload": got.to_json(), "host": ask.host},

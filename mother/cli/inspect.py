@@ -112,6 +112,7 @@ def print_summary(view: dict[str, Any]) -> None:
         "tools",
         "tokens",
         "cost",
+        "steps",
         "error",
     ):
         attempts.add_column(col, overflow="fold")
@@ -127,6 +128,7 @@ def print_summary(view: dict[str, Any]) -> None:
             duration_text(a["tool_ms"]),
             f"{a['input_tokens']}/{a['output_tokens']}",
             usd(a["spend_micro_usd"]),
+            a.get("steps") or "",
             (a["error"] or "")[:160],
         )
     console.print(attempts)

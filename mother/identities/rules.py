@@ -111,6 +111,8 @@ INSPECT_KEYS = (
     "idx:conflict",
     "context:*",
     "context_summary:*",
+    # each phase's step journal (replay bundles carry it)
+    "journal:*",
     "ledger:*",
     "ledger_children:*",
     "gc_report:*",
@@ -126,7 +128,7 @@ INSPECT_KEYS = (
     # a run whose end is written but not yet applied (`inspect` says since when)
     "mother:ending",
 )
-INSPECT_COMMANDS = ("ft.aggregate", "get", "strlen", "hlen", "sscan", "zscan")
+INSPECT_COMMANDS = ("ft.aggregate", "get", "strlen", "hlen", "sscan", "zscan", "lrange")
 CONNECTION = (
     "ping",
     "hello",

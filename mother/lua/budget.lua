@@ -223,18 +223,28 @@ end
 --       4 limits:run:{id} (what is enforced: limits, overrides, warning ratio, status and stop, fence, start
 --       time, the user's daily limits; written by Mother and operators only: a worker cannot raise a limit),
 --       5 metrics:counters, 6 activity:run:{id}, 7 run:{id} (for a worker host's action: whether it holds
---       the attempt)
+--       the attempt), 8 journal:{id}:{phase_index} (for a phase attempt's action: where its step goes)
 -- ARGV: 1 action JSON: {day, read_only, check[dims], user_check[dims], add{dim:n}, user_add{dim:n},
 --        reserve{op, dims{dim:n}, user_dims{dim:n}}, settle{op, add{dim:n}, user_add{dim:n}},
 --        clock ('tick': the wall clock's warning and crossing are recorded; 'deadline': the run's deadline
 --        passed, its crossing is recorded), and for a phase attempt's own actions its attempt 'index:attempt'
---        and, set by Mother from the stream the ask came by, its host},
+--        and, set by Mother from the stream the ask came by, its host; ``step``: the step's record (a JSON
+--        text Mother checked), appended to KEYS 8 when the action is charged (a settle: when it settles a
+--        reservation not settled before), so a charged step is a recorded step; ``ask``: the ask's id,
+--        kept per attempt, so an ask another Mother applies again (its first died before acknowledging
+--        it) charges nothing twice},
 --       2 activity maxlen, 3 '1' when the action's text repeats call after call (its decoding is kept), else absent
 -- Returns JSON: {ok=true, ...} | {ok=false, code, current, max} | {retry_day=<server day>}
 -- An action of an attempt at or before the run's fence (set when Mother gave back what a failed or lost
 -- attempt held, before retrying it) is refused with code phase_stale: a horse that outlived its attempt
 -- can no longer reserve or charge, so nothing it holds outlasts the give-back. A host's action is refused
 -- (not_held) unless the host holds the attempt; it settles only the reservations it made.
+-- a settle's reply: the run's counters after it
+local function counters_reply(doc)
+  return cjson.encode({ok = true, counters = {model_calls = doc.model_calls, input_tokens = doc.input_tokens,
+    output_tokens = doc.output_tokens, spend_micro_usd = doc.spend_micro_usd, duration_sec = doc.duration_sec}})
+end
+
 local function mh_guard(keys, args)
   local a, act, now, at, retry = begin(args, keys[3], keys[6])
   if retry then return retry end
@@ -250,6 +260,9 @@ local function mh_guard(keys, args)
     return cjson.encode({ok = false, code = 'phase_stale', fence = ctl.fence})
   end
   act.run_id = ctl.run_id  -- the run its activity entries name, for the user's document too
+  if a.ask and a.attempt and doc.last_asks and doc.last_asks[a.attempt] == a.ask then
+    return a.settle and counters_reply(doc) or OK  -- applied before: its reply again, nothing charged
+  end
   local settling = a.settle and doc.reservations and doc.reservations[a.settle.op]
   if a.host ~= nil then
     local index, attempt = attempt_order(a.attempt)
@@ -318,6 +331,7 @@ local function mh_guard(keys, args)
   end
   if a.clock then touched.duration_sec = true end
   if doc.duration_sec ~= stored_duration then run_w.duration_sec = int_text(doc.duration_sec) end
+  if a.ask and a.attempt then run_w.last_asks = {[a.attempt] = cjson.encode(a.ask)} end
   local stamp = '"' .. at .. '"'  -- an ISO text: nothing in it needs escaping
   run_w.last_updated = stamp
   doc.last_updated = at
@@ -331,10 +345,8 @@ local function mh_guard(keys, args)
   end
   thresholds(keys[1], doc, touched, now, at, 'run', act, ctl)
   if user then thresholds(keys[2], user, user_touched, now, at, 'user', act, ub) end
-  if a.settle then  -- the run's counters after the charge: the next turn's limit check needs no read
-    return cjson.encode({ok = true, counters = {model_calls = doc.model_calls, input_tokens = doc.input_tokens,
-      output_tokens = doc.output_tokens, spend_micro_usd = doc.spend_micro_usd, duration_sec = doc.duration_sec}})
-  end
+  if a.step and keys[8] then redis.call('RPUSH', keys[8], a.step) end
+  if a.settle then return counters_reply(doc) end  -- the next turn's limit check needs no read
   return OK  -- the constant reply mother/budget.py compares against (OK_REPLY)
 end
 

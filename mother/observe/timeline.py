@@ -96,6 +96,8 @@ def _attempt(phase: str | None, number: int) -> dict[str, Any]:
         "spend_micro_usd": 0,
         "worker": None,
         "error": None,
+        # "replayed 1-6, live 7" for an attempt that resumed from the phase's journal
+        "steps": None,
     }
 
 
@@ -111,6 +113,8 @@ def _ended(row: dict[str, Any], at: str, data: dict[str, Any], status: str) -> N
         row["started_at"] = data["started_at"]
     if isinstance(data.get("worker"), str):
         row["worker"] = data["worker"]
+    if isinstance(data.get("steps"), str):
+        row["steps"] = data["steps"][:200]
     if isinstance(data.get("error"), str):
         row["error"] = data["error"]
 

@@ -65,6 +65,13 @@ COUNTERS: tuple[tuple[str, str, list[str]], ...] = (
         "What settled model calls cost, in millionths of a US dollar, by model",
         ["model"],
     ),
+    ("steps_replayed", "Steps a resumed phase attempt replayed from its journal", []),
+    ("tokens_saved", "Tokens resumed attempts did not pay for again (replayed model calls)", []),
+    (
+        "spend_saved_micro_usd",
+        "What resumed attempts did not pay for again, in millionths of a US dollar",
+        [],
+    ),
 )
 
 

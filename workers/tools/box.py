@@ -189,6 +189,14 @@ class ToolBox:
         """The approval request for this call when a person must approve it first (and has not)."""
         return self.approval(name, arguments) if self.approval is not None else None
 
+    def side_effects(self, name: str) -> str:
+        """A tool's side-effect class (read_only, idempotent_write, destructive): a registry tool's as its
+        manifest says; a local tool is read-only or destructive."""
+        registered = self.registry.get(name)
+        if registered is not None:
+            return registered.side_effects
+        return "read_only" if self.is_read_only(name) else "destructive"
+
     def is_read_only(self, name: str) -> bool:
         tool = self.tools.get(name)
         return bool(tool.read_only) if tool is not None else True
