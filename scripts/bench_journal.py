@@ -52,7 +52,7 @@ def _spec() -> dict[str, Any]:
         "user_id": "bench",
         "task": "charge",
         "pipeline": [{"name": "a", "role": "r", "model": "scripted", "timeout_seconds": 3600}],
-        "limit_overrides": {"duration_seconds": 3600},
+        "limit_overrides": {"duration_seconds": 3600, "turns": 100_000},
         "scripts": {"r": [{"text": "x"}]},
     }
 
@@ -62,7 +62,11 @@ def recording(calls: int) -> None:
         tempfile.TemporaryDirectory(prefix="mother-bench-journal-") as tmp,
         EmbeddedRedis(dir=Path(tmp) / "r", appendfsync="no") as server,
     ):
-        env = {"MOTHER_LOG_LEVEL": "WARNING", **UNLIMITED}
+        env = {
+            "MOTHER_LOG_LEVEL": "WARNING",
+            "MOTHER_BUDGET__PER_RUN__MAX_MODEL_CALLS": "1000000",
+            **UNLIMITED,
+        }
         stack = LocalStack(server.url, workers=0, log_dir=Path(tmp) / "logs", env=env).start()
         try:
             client = MotherClient(settings=load_settings(redis_url=server.url))
@@ -81,8 +85,8 @@ def recording(calls: int) -> None:
                             "model": "scripted"}  # fmt: skip
                     done = {"step": number, "kind": "model", "state": "done", "reply": REPLY}
                     started = time.perf_counter()
-                    op = guard.reserve_call(model, 500, sent if journaled else None)
-                    guard.settle_call(op, model, 500, 50, step=done if journaled else None)
+                    op = guard.reserve_call(model, 10, sent if journaled else None)
+                    guard.settle_call(op, model, 10, 5, step=done if journaled else None)
                     timed[journaled].append((time.perf_counter() - started) * 1000)
             admin = redis.Redis.from_url(server.url)
             journal = keys.journal_key(ids[0], 0)
