@@ -70,6 +70,9 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
             "read a run's own activity",
             ("XREVRANGE", keys.run_activity_key(PROBE), "+", "-", "COUNT", "1"),
         ),
+        ("read the hosts' attempts", ("ZRANGE", keys.HEARTBEATS, "0", "0")),
+        ("read when a host beat", ("PTTL", keys.host_alive_key(PROBE_HOST))),
+        ("read the last hour's activity", ("XRANGE", keys.ACTIVITY_STREAM, "-", "+", "COUNT", "1")),
     ],
 }
 

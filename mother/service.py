@@ -226,6 +226,7 @@ class Mother:
                 rate_limit_messages=self.settings.budget.rate_limit.messages,
                 rate_limit_window_ms=self.settings.budget.rate_limit.window_seconds * 1000,
                 fault_models=fault_models(self.settings),
+                heartbeat_timeout_ms=int(self.settings.service.heartbeat_timeout_seconds * 1000),
                 published_by=self.instance,
                 published_at=self.rt.clock.now_iso(),
             ),

@@ -180,5 +180,10 @@ class PublishedLimits(Record):
         description="the scripted models that may inject faults here (a client refuses a spec that "
         "injects one on another before submitting)",
     )
+    heartbeat_timeout_ms: int | None = Field(
+        None,
+        description="service.heartbeat_timeout_seconds, in ms: how long a host's line lives after a "
+        "beat (what says when it beat)",
+    )
     published_by: str
     published_at: Timestamp

@@ -570,3 +570,44 @@ def test_axis_labels_fit_and_an_open_gate_counts_its_wait() -> None:
     assert waiting["gate_wait_ms"] == waiting["gates"][0]["wait_ms"] == 300_000
     ended = {"created_at": "2026-11-28T00:00:00.000Z", "terminated_at": "2026-11-28T00:00:02.500Z"}
     assert timeline(ended, opened[:1], None)["admission_wait_ms"] == 2500
+
+
+def test_the_hosts_page_and_cli_show_each_hosts_work(stack, web) -> None:
+    """The hosts page, /api/hosts and `mother hosts list --json` (one reader): each host the stack
+    enrolled, live, its worker busy or free, the attempt it runs now (a slow run's, on the host whose
+    heartbeat names it), how long ago it beat, and the phases it finished and failed in the last hour,
+    against counts made here from the activity stream."""
+    from tests.conftest import beating, cli
+
+    p = stack.p
+    slow = p.client.submit(
+        example("worker-killed", scripts={"writer": [{"text": "finished", "delay_seconds": 3}]})
+    )
+    key = keys.attempt_heartbeat_key(slow, 0, 1)
+    wait_until(lambda: beating(p.redis.get(key)), timeout=30)
+    runner = str(p.redis.get(key)).split(":")[0]
+    rows = {r["name"]: r for r in web.get("/api/hosts").json()}
+    assert set(rows) == {"local-0", "local-1"}
+    assert {r["state"] for r in rows.values()} == {"live"}
+    assert rows[runner]["running"] == [{"run_id": slow, "phase_index": 0, "attempt": 1}]
+    assert rows[runner]["busy"] == 1 and rows[runner]["workers"] == 1
+    assert all(0 <= r["beat_ms_ago"] <= 3000 for r in rows.values())
+    done: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
+    now_ms = int(p.redis.execute_command("FCALL", "mh_now", 0))
+    for _id, e in p.redis.xrange(keys.ACTIVITY_STREAM, min=f"{now_ms - 3_600_000}-0"):
+        worker = orjson.loads(e.get("data") or "{}").get("worker") or ""
+        if e["type"] in ("phase_completed", "phase_failed") and worker:
+            (done if e["type"] == "phase_completed" else failed)[worker.split(".")[0]] += 1
+    assert sum(done.values()) >= 5
+    for name, row in rows.items():
+        assert (row["done_last_hour"], row["failed_last_hour"]) == (done[name], failed[name])
+    page = web.get("/hosts")
+    assert page.status_code == 200 and f'data-host="{runner}"' in page.text and slow in page.text
+    listed = cli("hosts", "list", "--json", url=p.url)
+    assert listed.exit_code == 0, listed.output
+    by_cli = {r["name"]: r for r in orjson.loads(listed.stdout)}
+    for name in rows:
+        assert by_cli[name]["done_last_hour"] == rows[name]["done_last_hour"]
+        assert by_cli[name]["running"] == rows[name]["running"]
+    assert p.wait(slow, 60).termination.reason == "success"

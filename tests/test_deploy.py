@@ -232,10 +232,22 @@ def test_the_dashboard_runs_as_its_read_only_acl_user(acl_stack: tuple[str, Moth
     assert client.wait(run_id, 60).termination.reason == "success"
     cfg = load_settings(redis_url=_as(url, "dashboard"))
     with TestClient(create_app(cfg)) as web:
-        for path in ("/", "/?bucket=day", "/runs", f"/runs/{run_id}", "/waiting", "/metrics"):
+        for path in (
+            "/",
+            "/?bucket=day",
+            "/runs",
+            f"/runs/{run_id}",
+            "/waiting",
+            "/hosts",
+            "/api/hosts",
+            "/metrics",
+        ):
             got = web.get(path)
             assert got.status_code == 200, (path, got.text[-500:])
         assert run_id in web.get("/runs").text
+        hosts = {h["name"]: h for h in web.get("/api/hosts").json()}
+        assert hosts and all(h["state"] == "live" for h in hosts.values())
+        assert sum(h["done_last_hour"] for h in hosts.values()) >= 3
         assert 'mother_runs_terminated_total{reason="success"}' in web.get("/metrics").text
     as_dashboard = connect(_as(url, "dashboard"))
     report = check(as_dashboard)

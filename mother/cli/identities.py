@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import orjson
 import typer
 from rich.table import Table
 from rich.text import Text
@@ -213,26 +214,35 @@ def host_remove(name: Annotated[str, typer.Argument()]) -> None:
 
 @hosts_app.command("list")
 @handle_errors
-def host_list() -> None:
-    """Every enrolled host: the jobs it takes, whether it is live (Mother has its beats), its workers."""
-    from mother.hosts.table import HostTable
+def host_list(
+    as_json: Annotated[bool, typer.Option("--json", help="the rows as JSON")] = False,
+) -> None:
+    """Every enrolled host: the jobs it takes, whether it is live (Mother has its beats), its workers
+    busy and free, its queues' depths, the attempts it runs now, its last beat, and the phases it
+    finished and failed in the last hour."""
+    from mother.hosts.view import host_rows
 
-    table = HostTable(redis_client(settings()))
-    table.refresh()
-    shown = Table(title=f"hosts ({len(table.enrolled)})")
-    for column in ("name", "takes", "state", "workers", "busy", "queued", "enrolled"):
+    config = settings()
+    rows = host_rows(redis_client(config), int(config.service.heartbeat_timeout_seconds * 1000))
+    if as_json:
+        print(orjson.dumps([r.to_dict() for r in rows]).decode())
+        return
+    shown = Table(title=f"hosts ({len(rows)})")
+    for column in ("name", "takes", "state", "busy/workers", "queued", "running", "beat",
+                   "done 1h", "failed 1h"):  # fmt: skip
         shown.add_column(column)
-    for name, host in table.enrolled.items():
-        live = table.live.get(name)
-        state = "live" if live else "stopped" if name in table.stopped else "silent"
+    for row in rows:
         shown.add_row(
-            name,
-            ", ".join(host.queues),
-            state,
-            str(live.concurrency) if live else "-",
-            str(live.busy) if live else "-",
-            str(sum(live.queued.values())) if live else "-",
-            host.enrolled_at,
+            row.name,
+            ", ".join(row.takes),
+            row.state,
+            f"{row.busy}/{row.workers}" if row.workers is not None else "-",
+            ", ".join(f"{k} {n}" for k, n in row.queued.items()) or "-",
+            ", ".join(f"{r['run_id']} #{r['phase_index']}.{r['attempt']}" for r in row.running)
+            or "-",
+            f"{row.beat_ms_ago / 1000:.1f}s ago" if row.beat_ms_ago is not None else "-",
+            str(row.done_last_hour),
+            str(row.failed_last_hour),
         )
     data_console().print(shown)
 

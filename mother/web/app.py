@@ -38,6 +38,7 @@ from mother.clock import ServerClock
 from mother.config import Settings
 from mother.connection import redact_url
 from mother.errors import ConfigError, InvalidSpec, NotFound
+from mother.hosts.view import host_rows
 from mother.logs import get_logger
 from mother.observe.listing import RUN_STATUSES, RunQuery
 from mother.observe.timeline import clock_text, duration_text, suggestion_text, usd
@@ -223,6 +224,15 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
     def waiting_page(request: Request) -> HTMLResponse:
         return page("waiting.html", request, rows=mother.waiting(limit=200))
 
+    def host_list() -> list[Any]:
+        return host_rows(redis, int(settings.service.heartbeat_timeout_seconds * 1000))
+
+    def hosts_page(request: Request) -> HTMLResponse:
+        return page("hosts.html", request, rows=host_list())
+
+    def api_hosts(request: Request) -> JSONResponse:
+        return JSONResponse([row.to_dict() for row in host_list()])
+
     def api_chart(request: Request) -> JSONResponse:
         bucket = bucket_of(request)
         return JSONResponse(data.chart(redis, bucket, clock.now_ms()).to_dict())  # type: ignore[arg-type]
@@ -277,10 +287,12 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
             Route("/runs", runs_page),
             Route("/runs/{run_id}", run_page),
             Route("/waiting", waiting_page),
+            Route("/hosts", hosts_page),
             Route("/api/chart", api_chart),
             Route("/api/summary", api_summary),
             Route("/api/runs", api_runs),
             Route("/api/runs/{run_id}", api_run),
+            Route("/api/hosts", api_hosts),
             Route("/metrics", metrics),
             Route("/healthz", healthz),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
