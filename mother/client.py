@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SERVICE_VIEWER",
+    "Cancelled",
     "MotherClient",
     "error_from",
     "gate_command",
@@ -230,6 +231,16 @@ def error_from(reply: dict[str, Any]) -> MotherError:
     if code == "policy_violation":
         return PolicyViolation(message)
     return MotherError(message)
+
+
+@dataclass
+class Cancelled:
+    """What a bulk cancel did: runs asked to end, runs that had ended already, runs Mother refused
+    (their one-line reasons)."""
+
+    requested: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 class MotherClient:
@@ -706,6 +717,32 @@ class MotherClient:
         order = "ended" if reason is not None else "created"
         query = RunQuery(reason=reason, user=user, sort=order, limit=limit)  # type: ignore[arg-type]
         return self.list_runs(query).rows
+
+    def select(
+        self, *, statuses: list[str], user: str | None = None, created_from: int | None = None
+    ) -> list[str]:
+        """Every run (all pages) in one of ``statuses``, of ``user``, created since ``created_from``
+        (epoch ms): what a bulk action acts on."""
+        from mother.observe.listing import MAX_PAGE, RunQuery, all_rows
+
+        found: list[str] = []
+        for status in statuses:
+            query = RunQuery(status=status, user=user, created_from=created_from, limit=MAX_PAGE)
+            found += [row["run_id"] for row in all_rows(self.redis, query.check())]
+        return list(dict.fromkeys(found))
+
+    def cancel_all(self, run_ids: list[str], actor: str | None, reason: str) -> Cancelled:
+        """Cancel each run (:meth:`cancel`): which were asked to end, had ended already, or were refused
+        (by Mother, for a principal that may not cancel it: its one-line reason)."""
+        done = Cancelled()
+        for run_id in run_ids:
+            try:
+                state = self.cancel(run_id, actor, reason)
+            except (GateRefused, PolicyViolation, NotFound) as exc:
+                done.refused[run_id] = exc.message
+                continue
+            (done.ended if state.status == "terminated" else done.requested).append(run_id)
+        return done
 
     def list_runs(self, query: RunQuery) -> Page:
         """A page of runs (:func:`mother.observe.listing.list_runs`): filtered on reason, status, "not

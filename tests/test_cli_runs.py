@@ -752,3 +752,46 @@ def test_the_runs_listing_fits_the_terminal_one_line_a_run() -> None:
         assert all(len(line) <= width for line in lines)
         header = next(line for line in lines if "run" in line and "status" in line)
         assert all(name in header for name in expect), header
+
+
+def test_cancel_selects_runs_by_user_and_status_shows_the_count_and_asks_first(
+    pipeline: Pipeline,
+) -> None:
+    """`mother cancel --user U --status waiting --reason R`: every run of U waiting for a person (all
+    pages of them), the count said first; without a terminal it asks for --yes and cancels nothing;
+    with --yes each ends user_cancelled with the reason, and V's runs are left as they were. A named
+    run with filters, no run and no filter, or a status that cannot be cancelled is a one-line error."""
+    from mother.observe import listing
+    from tests.conftest import cli, wait_for_person
+
+    tag = uuid.uuid4().hex[:6]
+    mine = [
+        pipeline.client.submit(example("approval-denied", user_id=f"u-{tag}")) for _ in range(5)
+    ]
+    theirs = pipeline.client.submit(example("approval-denied", user_id=f"v-{tag}"))
+    for run_id in [*mine, theirs]:
+        wait_for_person(pipeline, run_id)
+    args = ("cancel", "--user", f"u-{tag}", "--status", "waiting", "--reason", "clean up")
+    asked = cli(*args, url=pipeline.url)
+    assert asked.exit_code != 0 and "5 run(s) of user" in asked.output and "--yes" in asked.output
+    assert all(pipeline.client.status(r).status == "waiting" for r in mine)
+    # pages of 2: every page is selected
+    saved, listing.MAX_PAGE = listing.MAX_PAGE, 2
+    try:
+        done = cli(*args, "--yes", url=pipeline.url)
+    finally:
+        listing.MAX_PAGE = saved
+    assert done.exit_code == 0, done.output
+    assert "cancel requested for 5 run(s)" in done.output
+    for run_id in mine:
+        record = pipeline.wait(run_id, 60).termination
+        assert record.reason == "user_cancelled" and "clean up" in record.details
+    assert pipeline.client.status(theirs).status == "waiting"
+    for bad, why in (
+        (("cancel", theirs, "--user", "x"), "not both"),
+        (("cancel",), "name the run to cancel"),
+        (("cancel", "--user", "x", "--status", "terminated"), "not yet ended"),
+    ):
+        got = cli(*bad, url=pipeline.url)
+        assert got.exit_code != 0 and why in got.output, got.output
+    pipeline.client.cancel(theirs, reason="done")

@@ -188,21 +188,94 @@ def status(
         )
 
 
+# the statuses of a run that has not ended (a bulk cancel selects among them)
+OPEN_STATUSES = ("queued", "running", "waiting", "budget_stopped")
+
+
 @handle_errors
 def cancel(
-    run_id: Annotated[str, typer.Argument()],
+    run_id: Annotated[
+        str | None, typer.Argument(help="the run; leave it out to cancel what the filters select")
+    ] = None,
     actor: Annotated[
         str | None,
         typer.Option(help="who cancels (as a principal leave it out: the actor is the principal)"),
     ] = None,
     reason: Annotated[str, typer.Option(help="why")] = "cancelled from the CLI",
+    user: Annotated[str | None, typer.Option(help="every run of this user not yet ended")] = None,
+    status: Annotated[
+        str | None, typer.Option(help=f"only runs in this status: {', '.join(OPEN_STATUSES)}")
+    ] = None,
+    hours: Annotated[
+        float | None, typer.Option(help="only runs created in the last H hours", min=0)
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="cancel without asking (the count is shown)")
+    ] = False,
 ) -> None:
-    """End a run as user_cancelled (Mother writes the record)."""
-    state = _client().cancel(run_id, actor, reason)
+    """End a run as user_cancelled (Mother writes the record); or, with --user / --status / --hours and no
+    run, every run not yet ended that they select (the count shown and asked for first)."""
+    client = _client()
+    filtered = user is not None or status is not None or hours is not None
+    if run_id is not None and filtered:
+        fail("name a run or filter runs (--user, --status, --hours), not both")
+    if run_id is None:
+        if not filtered:
+            fail("name the run to cancel, or select runs with --user, --status or --hours")
+        _cancel_selected(client, user, status, hours, actor, reason, yes)
+        return
+    state = client.cancel(run_id, actor, reason)
     if state.status == "terminated":
         console.print(f"{run_id} already ended ({state.reason}); nothing to cancel")
     else:
         console.print(f"cancel requested for {run_id}")
+
+
+def _cancel_selected(
+    client: MotherClient,
+    user: str | None,
+    status: str | None,
+    hours: float | None,
+    actor: str | None,
+    reason: str,
+    yes: bool,
+) -> None:
+    """Cancel every run not yet ended that the filters select, after showing (and asking about) the
+    count; a refusal of Mother's for a run is said on its line, the others go on."""
+    if status is not None and status not in OPEN_STATUSES:
+        fail(f"--status takes a status of a run not yet ended: {', '.join(OPEN_STATUSES)}")
+    since = server_now_ms(client.redis) - int(hours * 3_600_000) if hours is not None else None
+    selected = client.select(
+        statuses=[status] if status else list(OPEN_STATUSES), user=user, created_from=since
+    )
+    what = " ".join(
+        part
+        for part in (
+            f"of user {user}" if user else "",
+            f"in status {status}" if status else "not yet ended",
+            f"created in the last {hours:g} h" if hours is not None else "",
+        )
+        if part
+    )
+    if not selected:
+        console.print(f"no run {what}: nothing to cancel")
+        return
+    console.print(f"{len(selected)} run(s) {what} will be cancelled ({reason})")
+    if not yes:
+        if not sys.stdin.isatty():
+            fail(
+                f"{len(selected)} run(s) selected: pass --yes to cancel them (there is no terminal to ask)"
+            )
+        if not typer.confirm("cancel them?", default=False):
+            fail("nothing cancelled")
+    done = client.cancel_all(selected, actor, reason)
+    for run_id, why in done.refused.items():
+        err_console.print(f"{run_id}: refused: {why}", soft_wrap=True)
+    console.print(
+        f"cancel requested for {len(done.requested)} run(s)"
+        + (f"; {len(done.ended)} had ended meanwhile" if done.ended else "")
+        + (f"; {len(done.refused)} refused" if done.refused else "")
+    )
 
 
 @handle_errors

@@ -10,7 +10,8 @@ tokens, from the run's budget counters, what the guard charged).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any, Literal, cast, get_args
 
 import orjson
@@ -31,6 +32,7 @@ __all__ = [
     "RUN_STATUSES",
     "Page",
     "RunQuery",
+    "all_rows",
     "backfill_times",
     "ensure_index",
     "list_runs",
@@ -232,6 +234,17 @@ class Page:
             "next": self.next,
             "previous": self.previous,
         }
+
+
+def all_rows(client: redis.Redis, query: RunQuery) -> Iterator[dict[str, Any]]:
+    """Every row ``query`` selects, page after page (its ``limit`` is the page size)."""
+    cursor = query.cursor
+    while True:
+        page = list_runs(client, replace(query, cursor=cursor))
+        yield from page.rows
+        if page.next is None:
+            return
+        cursor = page.next
 
 
 def list_runs(client: redis.Redis, query: RunQuery) -> Page:
