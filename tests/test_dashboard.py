@@ -611,3 +611,103 @@ def test_the_hosts_page_and_cli_show_each_hosts_work(stack, web) -> None:
         assert by_cli[name]["done_last_hour"] == rows[name]["done_last_hour"]
         assert by_cli[name]["running"] == rows[name]["running"]
     assert p.wait(slow, 60).termination.reason == "success"
+
+
+PROMETHEUS = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
+
+
+def test_the_shipped_alert_rules_pass_promtool_and_name_only_exported_metrics(web) -> None:
+    """deploy/prometheus/rules.yml (recording rules, the success objective, the alerts) passes
+    `promtool check rules`, and `promtool test rules` makes each alert fire and not fire from input
+    series (tests.yml); every metric the rules read is one /metrics exports."""
+    import re
+    import subprocess
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    promtool = shutil.which("promtool")
+    need(None if promtool else "no promtool on this machine (Debian's `prometheus` package)")
+    assert promtool is not None
+    for args in (("check", "rules", "rules.yml"), ("test", "rules", "tests.yml")):
+        done = subprocess.run(
+            [promtool, *args], cwd=PROMETHEUS, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    text = (PROMETHEUS / "rules.yml").read_text()
+    alerts = set(re.findall(r"- alert: (\w+)", text))
+    assert alerts == {
+        "MotherRedisDown",
+        "MotherNoLeader",
+        "MotherSuccessRatioLow",
+        "MotherRunsWaitingPastWarning",
+        "MotherQueueDepthGrowing",
+        "MotherGCNotRun",
+        "MotherSecurityViolation",
+    }
+    tested = set(re.findall(r"alertname: (\w+)", (PROMETHEUS / "tests.yml").read_text()))
+    assert tested == alerts
+    exported = set()
+    for family in text_string_to_metric_families(web.get("/metrics").text):
+        exported.add(family.name)
+        exported.update(sample.name for sample in family.samples)
+        if family.type == "counter":
+            exported.add(family.name + "_total")
+        if family.type == "histogram":
+            exported.add(family.name + "_bucket")
+    read = set(re.findall(r"\b(mother_[a-z_]+)\b", text))
+    assert read and read <= exported, read - exported
+
+
+def test_the_leader_the_violations_and_the_gcs_start_are_metrics(stack, web, r) -> None:
+    """What the alerts read: mother_leader is 1 while a Mother holds the lease (0 when none does), a
+    recorded violation counts under its kind (a host's own kind under host_reported), the newest GC
+    report's start is a timestamp, and runs waiting past their gate's warning are counted."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from mother.clock import ServerClock
+    from mother.security import record_violation
+
+    p = stack.p
+
+    def scrape() -> dict[str, list[Any]]:
+        found: dict[str, list[Any]] = {}
+        for family in text_string_to_metric_families(web.get("/metrics").text):
+            for sample in family.samples:
+                found.setdefault(sample.name, []).append(sample)
+        return found
+
+    before = scrape()
+    assert [s.value for s in before["mother_leader"]] == [1.0]
+    now = ServerClock(p.redis).now_iso()
+    record_violation(p.redis, "probe_violation", at=now, maxlen=1000, activity=False)
+    record_violation(
+        p.redis, "made_up", at=now, maxlen=1000, activity=False, counted_as="host_reported"
+    )
+    after = scrape()
+
+    def violations(found: dict[str, list[Any]], kind: str) -> float:
+        return sum(
+            s.value
+            for s in found.get("mother_security_violations_total", [])
+            if s.labels == {"kind": kind}
+        )
+
+    assert violations(after, "probe_violation") == violations(before, "probe_violation") + 1
+    assert violations(after, "host_reported") == violations(before, "host_reported") + 1
+    assert violations(after, "made_up") == 0
+    assert [s.value for s in after["mother_runs_waiting_past_warning"]] == [
+        float(
+            p.redis.zcard(keys.RUNS_WAITING)
+            - p.redis.zcount(keys.GATE_WARNINGS, f"({ServerClock(p.redis).now_ms()}", "+inf")
+        )
+    ]
+    assert after["mother_gc_last_started_timestamp_seconds"][0].value >= 0
+    # a server no Mother leads
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from mother.web.metrics import RedisCollector
+
+    alone = CollectorRegistry()
+    alone.register(RedisCollector(r))
+    assert "mother_leader 0.0" in generate_latest(alone).decode()

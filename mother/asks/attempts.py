@@ -63,6 +63,9 @@ PHASE_EVENTS = frozenset(
         "step_refused",
     }
 )
+# the kinds of violation a host of ours reports, counted by kind in the metrics (any other a host names
+# is counted as host_reported: a host makes no labels of its own)
+HOST_VIOLATION_KINDS = frozenset({"job_refused"})
 # violations a host may have recorded in an hour (past it they are counted in its key, not kept)
 HOST_VIOLATIONS_PER_HOUR = 200
 # a phase's word in the activity stream is short
@@ -250,7 +253,15 @@ def violation(rt: Runtime, ask: Ask) -> Answer:
 
     def writes(pipe: Any) -> None:
         # a host's own (no attempt): in the violations list, not in a run's activity
-        rt.violation_on(pipe, kind, host=ask.host, activity=held, **about, **fields)
+        rt.violation_on(
+            pipe,
+            kind,
+            host=ask.host,
+            activity=held,
+            counted_as=kind if kind in HOST_VIOLATION_KINDS else "host_reported",
+            **about,
+            **fields,
+        )
 
     return Answer({"ok": True}, writes, held=held)
 

@@ -30,6 +30,7 @@ from mother.connection import REDIS_DOWN
 from mother.errors import RedisUnavailable
 from mother.records.metrics import HISTOGRAMS, bound_text
 from mother.web.data import gauges
+from schemas import ms_from_iso
 
 __all__ = ["COUNTERS", "RedisCollector"]
 
@@ -65,6 +66,11 @@ COUNTERS: tuple[tuple[str, str, list[str]], ...] = (
         "What settled model calls cost, in millionths of a US dollar, by model",
         ["model"],
     ),
+    (
+        "security_violations",
+        "Security violations recorded, by kind (a host's own kinds: host_reported)",
+        ["kind"],
+    ),
     ("steps_replayed", "Steps a resumed phase attempt replayed from its journal", []),
     ("tokens_saved", "Tokens resumed attempts did not pay for again (replayed model calls)", []),
     (
@@ -89,7 +95,7 @@ class RedisCollector(Collector):
                 for k, v in (self.client.hgetall(keys.METRICS_COUNTERS) or {}).items()
             }
             families = [*self._counters(counters), *self._histograms(counters)]
-            families += [*self._gauges(), *self._gc()]
+            families += [*self._gauges(), *self._service(), *self._gc()]
         except AWAY:
             # Redis away: only that, so an alert on mother_redis_up == 0 fires (not a 500 per scrape)
             up.add_metric([], 0)
@@ -153,6 +159,28 @@ class RedisCollector(Collector):
             breaker.add_metric([b["gauge"]], 1 if b["open"] else 0)
         yield breaker
 
+    def _service(self) -> Iterator[Metric]:
+        """Whether a Mother leads, and how many runs wait past their gate's deadline warning."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.exists(keys.LEADER_LEASE)
+        pipe.time()
+        pipe.zcard(keys.RUNS_WAITING)
+        leads, (seconds, micros), waiting = pipe.execute()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        # a waiting run whose warning is still ahead is not past it
+        ahead = int(self.client.zcount(keys.GATE_WARNINGS, f"({now_ms}", "+inf"))
+        leader = GaugeMetricFamily(
+            "mother_leader", "1 when a Mother holds the leader lease, else 0"
+        )
+        leader.add_metric([], 1 if leads else 0)
+        yield leader
+        past = GaugeMetricFamily(
+            "mother_runs_waiting_past_warning",
+            "Runs waiting for a person whose gate's deadline warning is due or was sent",
+        )
+        past.add_metric([], max(0, int(waiting) - ahead))
+        yield past
+
     def _gc(self) -> Iterator[Metric]:
         last: dict[str, Any] = {}
         newest = self.client.zrevrange(keys.GC_REPORTS, 0, 0)
@@ -173,3 +201,10 @@ class RedisCollector(Collector):
         took = GaugeMetricFamily("mother_gc_last_duration_seconds", "The newest GC's duration")
         took.add_metric([], float(last.get("duration_ms") or 0) / 1000)
         yield took
+        started = last.get("started_at")
+        began = GaugeMetricFamily(
+            "mother_gc_last_started_timestamp_seconds",
+            "When the newest GC began (Unix seconds; 0: none has run)",
+        )
+        began.add_metric([], ms_from_iso(started) / 1000 if isinstance(started, str) else 0.0)
+        yield began
