@@ -208,12 +208,12 @@ def start_pipeline(
     return Pipeline(server, stack, workspace)
 
 
-def start_with_libraries(tmp: Path) -> Pipeline:
+def start_with_libraries(tmp: Path, env: dict[str, str] | None = None) -> Pipeline:
     """A pipeline whose store holds the spec's three example libraries (examples/libraries/)."""
     from mother.clock import ServerClock
     from mother.libraries.ingest import create_example_libraries
 
-    p = start_pipeline(tmp)
+    p = start_pipeline(tmp, env=env)
     assert create_example_libraries(p.redis, ServerClock(p.redis).now_iso())
     return p
 

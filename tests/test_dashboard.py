@@ -31,7 +31,17 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory):
-    p = start_with_libraries(tmp_path_factory.mktemp("dashboard"))
+    # the scripted model at a price, so what runs cost adds up to something
+    price = {"input_price_per_1k_usd": 0.01, "output_price_per_1k_usd": 0.03}
+    models = {
+        "scripted": {"provider": "scripted", "max_tokens": 8192, "reserved_for_system": 512,
+                     "reserved_for_output": 1024, "escalate_to": "scripted-large", **price},
+        "scripted-large": {"provider": "scripted", "max_tokens": 131072,
+                           "reserved_for_system": 3000, "reserved_for_output": 15000, **price},
+    }  # fmt: skip
+    p = start_with_libraries(
+        tmp_path_factory.mktemp("dashboard"), env={"MOTHER_MODELS": orjson.dumps(models).decode()}
+    )
     c = p.client
     spent = {
         "user_id": "erin",
@@ -711,3 +721,44 @@ def test_the_leader_the_violations_and_the_gcs_start_are_metrics(stack, web, r) 
     alone = CollectorRegistry()
     alone.register(RedisCollector(r))
     assert "mother_leader 0.0" in generate_latest(alone).decode()
+
+
+def test_the_costs_page_and_cli_add_up_the_runs_budgets(stack, web) -> None:
+    """/costs, /api/costs and `mother costs --json` (one reader): the runs created in the period, by user
+    and by day, and the most expensive, against sums made here from each run's budget counters; spend
+    by model against the metrics counters; a period that is not one is a 400 naming it."""
+    from tests.conftest import cli
+
+    p = stack.p
+    ids = p.redis.zrange(keys.RUNS_INDEX, 0, -1)
+    spend: dict[str, int] = Counter()
+    runs: dict[str, int] = Counter()
+    each: dict[str, int] = {}
+    for run_id in ids:
+        doc = orjson.loads(p.redis.execute_command("JSON.GET", keys.run_budget_key(run_id)))
+        spend[doc["user_id"]] += doc["spend_micro_usd"]
+        runs[doc["user_id"]] += 1
+        each[run_id] = doc["spend_micro_usd"]
+    assert sum(spend.values()) > 0
+    got = web.get("/api/costs?since=30d&top=3").json()
+    assert got["runs"] == len(ids) and got["spend_micro_usd"] == sum(spend.values())
+    assert {r["user"]: (r["runs"], r["spend_micro_usd"]) for r in got["by_user"]} == {
+        u: (runs[u], spend[u]) for u in runs
+    }
+    assert [r["spend_micro_usd"] for r in got["by_user"]] == sorted(spend.values(), reverse=True)
+    assert sum(d["runs"] for d in got["by_day"]) == len(ids)
+    costliest = sorted(each.values(), reverse=True)[:3]
+    assert [r["spend_micro_usd"] for r in got["top"]] == costliest
+    counters = p.redis.hgetall(keys.METRICS_COUNTERS)
+    for row in got["by_model"]:
+        assert row["spend_micro_usd"] == int(
+            counters.get(f"model_spend_micro_usd|{row['model']}", 0)
+        )
+        assert row["calls"] == int(counters[f"model_calls|{row['model']}"])
+    page = web.get("/costs?since=30d&top=3")
+    assert page.status_code == 200 and got["top"][0]["run_id"] in page.text
+    listed = cli("costs", "--since", "30d", "--top", "3", "--json", url=p.url)
+    assert listed.exit_code == 0, listed.output
+    assert orjson.loads(listed.stdout)["by_user"] == got["by_user"]
+    bad = web.get("/api/costs?since=yesterday")
+    assert bad.status_code == 400 and "since" in bad.json()["error"]

@@ -240,6 +240,8 @@ def test_the_dashboard_runs_as_its_read_only_acl_user(acl_stack: tuple[str, Moth
             "/waiting",
             "/hosts",
             "/api/hosts",
+            "/costs",
+            "/api/costs",
             "/metrics",
         ):
             got = web.get(path)

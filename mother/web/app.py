@@ -40,7 +40,8 @@ from mother.connection import redact_url
 from mother.errors import ConfigError, InvalidSpec, NotFound
 from mother.hosts.view import host_rows
 from mother.logs import get_logger
-from mother.observe.listing import RUN_STATUSES, RunQuery
+from mother.observe.costs import Costs, costs
+from mother.observe.listing import RUN_STATUSES, RunQuery, when_ms
 from mother.observe.timeline import clock_text, duration_text, suggestion_text, usd
 from mother.web import data
 from mother.web.metrics import AWAY, RedisCollector
@@ -233,6 +234,28 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
     def api_hosts(request: Request) -> JSONResponse:
         return JSONResponse([row.to_dict() for row in host_list()])
 
+    def cost_view(request: Request) -> tuple[Costs, str, str | None, int]:
+        """The costs a page or /api/costs asks for: ``since`` (an age or a date-time, default 7d),
+        ``until`` (default now), ``top``."""
+        q = request.query_params
+        since, until = q.get("since") or "7d", q.get("until") or None
+        top = q.get("top") or "10"
+        if not top.isdigit() or not 1 <= int(top) <= 500:
+            raise InvalidSpec(f"top must be 1 to 500, got {top[:40]!r}", field="top")
+        now = clock.now_ms()
+        start = when_ms(since, now, "since")
+        end = when_ms(until, now, "until") if until else now
+        if start > end:
+            raise InvalidSpec(f"since ({since[:40]}) is after until ({(until or 'now')[:40]})")
+        return costs(redis, start, end, int(top)), since, until, int(top)
+
+    def costs_page(request: Request) -> HTMLResponse:
+        found, since, until, top = cost_view(request)
+        return page("costs.html", request, c=found, since=since, until=until, top=top)
+
+    def api_costs(request: Request) -> JSONResponse:
+        return JSONResponse(cost_view(request)[0].to_dict())
+
     def api_chart(request: Request) -> JSONResponse:
         bucket = bucket_of(request)
         return JSONResponse(data.chart(redis, bucket, clock.now_ms()).to_dict())  # type: ignore[arg-type]
@@ -288,11 +311,13 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
             Route("/runs/{run_id}", run_page),
             Route("/waiting", waiting_page),
             Route("/hosts", hosts_page),
+            Route("/costs", costs_page),
             Route("/api/chart", api_chart),
             Route("/api/summary", api_summary),
             Route("/api/runs", api_runs),
             Route("/api/runs/{run_id}", api_run),
             Route("/api/hosts", api_hosts),
+            Route("/api/costs", api_costs),
             Route("/metrics", metrics),
             Route("/healthz", healthz),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
