@@ -131,6 +131,7 @@ def terminate(
             keys.GATE_WARNINGS,
             keys.RUNS_WAITING,
             keys.METRICS_COUNTERS,
+            keys.run_budget_key(run_id),
         ],
         [record, run_id, envelope, at, reason, history, gate],
     )

@@ -286,12 +286,29 @@ class RunState(Record):
     terminated_ms: int | None = Field(
         None, ge=0, description="terminated_at as epoch milliseconds (idx:runs)"
     )
+    duration_ms: int | None = Field(
+        None, ge=0, description="created to terminated, set at the end (idx:runs sorts on it)"
+    )
+    spend_micro_usd: int | None = Field(
+        None,
+        ge=0,
+        description="what the run cost as its budget counters said at its end (idx:runs)",
+    )
+    total_tokens: int | None = Field(
+        None, ge=0, description="the tokens it used, as its budget counters said at its end"
+    )
 
     @model_serializer(mode="wrap")
     def _omit_missing_ms(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # a null is no number to a search index: a record without them leaves them out
         data = handler(self)
-        for name in ("created_ms", "terminated_ms"):
+        for name in (
+            "created_ms",
+            "terminated_ms",
+            "duration_ms",
+            "spend_micro_usd",
+            "total_tokens",
+        ):
             if data.get(name) is None:
                 data.pop(name, None)
         return data

@@ -762,3 +762,127 @@ def test_the_costs_page_and_cli_add_up_the_runs_budgets(stack, web) -> None:
     assert orjson.loads(listed.stdout)["by_user"] == got["by_user"]
     bad = web.get("/api/costs?since=yesterday")
     assert bad.status_code == 400 and "since" in bad.json()["error"]
+
+
+def _records(r: Any) -> dict[str, dict[str, Any]]:
+    """Every stored run's record, by id."""
+    return {
+        run_id: orjson.loads(r.execute_command("JSON.GET", keys.run_key(run_id)))
+        for run_id in r.zrange(keys.RUNS_INDEX, 0, -1)
+    }
+
+
+def test_search_filters_and_sorts_find_what_the_records_hold(stack, web) -> None:
+    """Full-text search over the task and the history's details (errors, why a run stopped), filters on
+    phase, model, host, cost and duration, and sorts by duration and cost: each page and `mother runs`
+    list exactly the runs the test finds in the records, in order."""
+    import re
+
+    from tests.conftest import cli
+
+    p = stack.p
+    records = _records(p.redis)
+
+    def listed(query: str) -> list[str]:
+        got = web.get(f"/api/runs?limit=500&{query}")
+        assert got.status_code == 200, got.text
+        return [row["run_id"] for row in got.json()["rows"]]
+
+    def words(record: dict[str, Any]) -> set[str]:
+        text = " ".join([record["spec"]["task"], *(h["detail"] for h in record["history"])])
+        return {w.lower() for w in re.findall(r"\w+", text)}
+
+    wanted = {r for r, rec in records.items() if {"exceeded", "timeout"} <= words(rec)}
+    assert wanted and set(listed("search=exceeded+timeout")) == wanted
+    assert listed("search=zzzqqq") == []
+    phase = next(rec["phase"] for rec in records.values() if rec.get("phase"))
+    assert set(listed(f"phase={phase}")) == {
+        r for r, rec in records.items() if rec.get("phase") == phase
+    }
+    large = {
+        r
+        for r, rec in records.items()
+        if any(s["model"] == "scripted-large" for s in rec["spec"]["pipeline"])
+    }
+    assert set(listed("model=scripted-large")) == large
+    host = next(rec["host"] for rec in records.values() if rec.get("host"))
+    assert set(listed(f"host={host}")) == {
+        r for r, rec in records.items() if rec.get("host") == host
+    }
+    ended = {r: rec for r, rec in records.items() if "spend_micro_usd" in rec}
+    assert len(ended) >= 10
+    by_cost = listed("sort=cost")
+    assert set(by_cost) == set(ended)
+    costs = [ended[r]["spend_micro_usd"] for r in by_cost]
+    assert costs == sorted(costs, reverse=True) and costs[0] > 0
+    middle = sorted(costs)[len(costs) // 2] / 1_000_000
+    assert set(listed(f"cost_min={middle}")) == {
+        r for r, rec in ended.items() if rec["spend_micro_usd"] >= round(middle * 1_000_000)
+    }
+    by_duration = listed("sort=duration&order=asc")
+    durations = [ended[r]["duration_ms"] for r in by_duration]
+    assert durations == sorted(durations) and set(by_duration) == set(ended)
+    assert set(listed("duration_min=1")) == {
+        r for r, rec in ended.items() if rec["duration_ms"] >= 1000
+    }
+    assert web.get("/runs?search=exceeded+timeout").status_code == 200
+    for bad in ("search=%21%21", "phase=a%20b", "cost_min=-1", "sort=size"):
+        got = web.get(f"/api/runs?{bad}")
+        assert got.status_code == 400 and "\n" not in got.json()["error"], bad
+    # the CLI: the same filters
+    out = cli("runs", "--search", "exceeded timeout", "--json", "--limit", "500", url=p.url)
+    assert {orjson.loads(line)["run_id"] for line in out.stdout.splitlines()} == wanted
+    out = cli("runs", "--sort", "cost", "--json", "--limit", "500", url=p.url)
+    assert [orjson.loads(line)["run_id"] for line in out.stdout.splitlines()] == by_cost
+
+
+def test_a_listing_exports_every_run_it_selects_as_csv(stack, web) -> None:
+    """`mother runs --csv --limit 2` (pages of 2: every page is read) and the runs page's "all N as CSV"
+    (/runs.csv with the page's filters): every run the filters select, a header first."""
+    import csv
+    import io
+
+    from mother.observe import listing
+    from tests.conftest import cli
+
+    p = stack.p
+    records = _records(p.redis)
+    out = cli("runs", "--csv", "--limit", "2", url=p.url)
+    failed = cli("runs", "--csv", "--not-success", "--limit", "2", url=p.url)
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert tuple(rows[0]) == listing.CSV_COLUMNS
+    assert sorted(r["run_id"] for r in rows) == sorted(records)
+    not_success = {
+        r
+        for r, rec in records.items()
+        if rec.get("reason") not in (None, "success") and rec["status"] == "terminated"
+    }
+    assert {r["run_id"] for r in csv.DictReader(io.StringIO(failed.stdout))} == not_success
+    page = web.get("/runs?outcome=not_success")
+    assert "/runs.csv?outcome=not_success" in page.text
+    got = web.get("/runs.csv?outcome=not_success")
+    assert got.status_code == 200 and got.headers["content-type"].startswith("text/csv")
+    assert {r["run_id"] for r in csv.DictReader(io.StringIO(got.text))} == not_success
+
+
+def test_an_index_made_before_its_new_fields_gets_them(r) -> None:
+    """idx:runs made by an earlier version (status, user, reason, ended, created) is given the search
+    text, phase, model, host, duration and cost fields at Mother's start (FT.ALTER), stored records
+    indexed: a search finds a run written before."""
+    from mother.observe.listing import RUN_FIELDS, RunQuery, ensure_index, list_runs
+    from mother.records._json import index_fields
+
+    r.execute_command(
+        "FT.CREATE", keys.RUN_SEARCH_INDEX, "ON", "JSON", "PREFIX", "1", keys.RUN_PREFIX, "SCHEMA",
+        "$.status", "AS", "status", "TAG", "$.created_ms", "AS", "created", "NUMERIC", "SORTABLE",
+    )  # fmt: skip
+    try:
+        record = {"run_id": "old-1", "status": "terminated", "created_ms": 1, "phase": "build",
+                  "spec": {"task": "migrate the ledger", "pipeline": []}, "history": []}  # fmt: skip
+        r.execute_command("JSON.SET", keys.run_key("old-1"), "$", orjson.dumps(record))
+        assert ensure_index(r)
+        assert index_fields(r, keys.RUN_SEARCH_INDEX) >= {name for _, name, _ in RUN_FIELDS}
+        found = wait_until(lambda: list_runs(r, RunQuery(search="ledger", phase="build")).rows)
+        assert [row["run_id"] for row in found] == ["old-1"]
+    finally:
+        r.execute_command("FT.DROPINDEX", keys.RUN_SEARCH_INDEX)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -370,6 +372,42 @@ def runs(
     by_end: Annotated[
         bool, typer.Option("--by-end", help="--since/--until and the order are by when runs ended")
     ] = False,
+    search: Annotated[
+        str | None,
+        typer.Option(
+            help="words the task or the history (errors, why it stopped) holds, all of them"
+        ),
+    ] = None,
+    phase: Annotated[str | None, typer.Option(help="only runs at (or ended in) this phase")] = None,
+    model: Annotated[str | None, typer.Option(help="only runs with a phase on this model")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="only runs whose last attempt ran on this host")
+    ] = None,
+    min_cost: Annotated[
+        float | None, typer.Option(help="only ended runs that cost at least this (USD)", min=0)
+    ] = None,
+    max_cost: Annotated[
+        float | None, typer.Option(help="only ended runs that cost at most this (USD)", min=0)
+    ] = None,
+    min_duration: Annotated[
+        float | None, typer.Option(help="only ended runs that took at least this (seconds)", min=0)
+    ] = None,
+    max_duration: Annotated[
+        float | None, typer.Option(help="only ended runs that took at most this (seconds)", min=0)
+    ] = None,
+    sort: Annotated[
+        str | None,
+        typer.Option(
+            help="created, ended, duration or cost (the last two: ended runs only); default created "
+            "(ended with --by-end)"
+        ),
+    ] = None,
+    as_csv: Annotated[
+        bool,
+        typer.Option(
+            "--csv", help="every run the filters select (all pages of --limit) as CSV, header first"
+        ),
+    ] = False,
     oldest_first: Annotated[
         bool, typer.Option("--oldest-first", help="the oldest first (default: the newest)")
     ] = False,
@@ -420,11 +458,26 @@ def runs(
         created_to=None if by_end else high,
         ended_from=low if by_end else None,
         ended_to=high if by_end else None,
-        sort="ended" if by_end else "created",
+        search=search,
+        phase=phase,
+        model=model,
+        host=host,
+        cost_from=_micro(min_cost, "--min-cost"),
+        cost_to=_micro(max_cost, "--max-cost"),
+        duration_from=_ms(min_duration, "--min-duration"),
+        duration_to=_ms(max_duration, "--max-duration"),
+        sort=sort or ("ended" if by_end else "created"),  # type: ignore[arg-type]
         descending=not oldest_first,
         limit=limit,
         cursor=cursor,
     ).check()
+    if as_csv:
+        from mother.observe.listing import all_rows, csv_lines
+
+        # every page, --limit runs a page
+        for line in csv_lines(all_rows(client.redis, replace(query, cursor=None))):
+            sys.stdout.write(line)
+        return
     if watch:
         if as_json:
             fail("--watch draws the table: drop --json", "usage")
@@ -441,6 +494,23 @@ def runs(
     )
     if page.next:
         err_console.print(f"more: add --cursor {page.next}")
+
+
+def _micro(usd: float | None, what: str) -> int | None:
+    """A cost in USD as micro-USD (one-line error for one that is not a finite amount)."""
+    if usd is None:
+        return None
+    if not math.isfinite(usd):
+        fail(f"{what} must be a finite amount of USD, got {usd}")
+    return round(usd * 1_000_000)
+
+
+def _ms(seconds: float | None, what: str) -> int | None:
+    if seconds is None:
+        return None
+    if not math.isfinite(seconds):
+        fail(f"{what} must be a finite number of seconds, got {seconds}")
+    return round(seconds * 1000)
 
 
 def _watch(client: Any, query: Any, interval: float, times: int) -> None:

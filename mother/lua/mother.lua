@@ -163,7 +163,8 @@ end
 --       8 mother:ending (the run joins it: its end is applied by mh_ended, once), 9 budget:global (its
 --       concurrent_runs gauge is set from the run deadlines at once), 10 admission:waiting (a run waiting
 --       for a slot leaves the queue), 11 the run wall-clock warnings zset, 12 gate deadlines, 13 gate
---       warnings, 14 runs:waiting (a run waiting for a person leaves them), 15 metrics:counters
+--       warnings, 14 runs:waiting (a run waiting for a person leaves them), 15 metrics:counters,
+--       16 budget:run:{id} (what the run cost is copied onto its record: idx:runs sorts and filters on it)
 -- ARGV: 1 TerminationRecord JSON, 2 run_id, 3 ResultEnvelope JSON (termination null),
 --       4 timestamp (ISO), 5 reason, 6 history entry JSON, 7 '' or a gate close op (a person's denial, the
 --       gate's expiry: the end happens only if the run still waits on that gate; see check_gate)
@@ -195,8 +196,18 @@ local function mh_terminate(keys, args)
     local created = cjson.decode(redis.call('JSON.GET', keys[3], '$.created_ms'))[1]
     if type(created) == 'number' then observe('run_duration', ended_ms(args[1], now) - created) end
     local ts = cjson.encode(args[4])
+    local ended = ended_ms(args[1], now)
+    local facts = ''
+    if type(created) == 'number' then facts = ',"duration_ms":' .. int_text(math.max(0, ended - created)) end
+    local cost = keys[16] and redis.call('JSON.GET', keys[16], '$.spend_micro_usd', '$.total_tokens')
+    if cost then
+      local got = cjson.decode(cost)
+      local spend, tokens = got['$.spend_micro_usd'][1], got['$.total_tokens'][1]
+      if type(spend) == 'number' then facts = facts .. ',"spend_micro_usd":' .. int_text(spend) end
+      if type(tokens) == 'number' then facts = facts .. ',"total_tokens":' .. int_text(tokens) end
+    end
     redis.call('JSON.MERGE', keys[3], '$', '{"status":"terminated","reason":' .. cjson.encode(args[5])
-      .. ',"terminated_at":' .. ts .. ',"terminated_ms":' .. int_text(ended_ms(args[1], now)) .. ',"updated_at":' .. ts .. '}')
+      .. ',"terminated_at":' .. ts .. ',"terminated_ms":' .. int_text(ended) .. facts .. ',"updated_at":' .. ts .. '}')
     redis.call('JSON.ARRAPPEND', keys[3], '$.history', args[6])
   end
   redis.call('JSON.SET', keys[4], '$', args[3])

@@ -10,6 +10,7 @@ tokens, from the run's budget counters, what the guard charged).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal, cast, get_args
@@ -25,26 +26,51 @@ from mother.records._json import ensure_json_index, path_values, tag
 from mother.records.results import queue_termination_read
 from mother.records.runs import queue_listing_read
 from schemas import TERMINATION_REASONS, ms_from_iso
+from schemas._base import ID_ALPHABET
 from schemas.run import RunStatus
 
 __all__ = [
+    "CSV_COLUMNS",
     "MAX_PAGE",
+    "RUN_FIELDS",
     "RUN_STATUSES",
     "Page",
     "RunQuery",
     "all_rows",
     "backfill_times",
+    "csv_lines",
     "ensure_index",
     "list_runs",
     "rows_of",
     "when_ms",
+    "words_of",
 ]
 
 log = get_logger(__name__)
 
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
 MAX_PAGE = 500
-SORTS = ("created", "ended")
+SORTS = ("created", "ended", "duration", "cost")
+# idx:runs: path, field, type (the last is made sortable too). An index made before a field was added
+# gets it (FT.ALTER, which indexes the stored records): the search text (the task, and the history's
+# details: retries' errors, the termination's reason and details), the phase, the models, the host, and
+# the duration and cost Mother copies onto the record at the run's end
+RUN_FIELDS = [
+    ("$.status", "status", "TAG"),
+    ("$.user_id", "user", "TAG"),
+    ("$.reason", "reason", "TAG"),
+    ("$.terminated_ms", "ended", "NUMERIC SORTABLE"),
+    ("$.created_ms", "created", "NUMERIC SORTABLE"),
+    ("$.spec.task", "task", "TEXT"),
+    ("$.history[*].detail", "detail", "TEXT"),
+    ("$.phase", "phase", "TAG"),
+    ("$.spec.pipeline[*].model", "model", "TAG"),
+    ("$.host", "host", "TAG"),
+    ("$.duration_ms", "duration", "NUMERIC SORTABLE"),
+    ("$.spend_micro_usd", "cost", "NUMERIC"),
+]
+# the numeric ranges a query may filter on: its field -> the index's field
+RANGES = {"created": "created", "ended": "ended", "duration": "duration", "cost": "cost"}
 # the backfill's mark: runs made before records carried created_ms / terminated_ms were given them
 BACKFILLED = "mother:migrations"
 
@@ -52,18 +78,7 @@ BACKFILLED = "mother:migrations"
 def ensure_index(client: redis.Redis) -> bool:
     """Create ``idx:runs`` when the search module exists (False without it), and give the records made
     before it their times (:func:`backfill_times`)."""
-    made = ensure_json_index(
-        client,
-        keys.RUN_SEARCH_INDEX,
-        keys.RUN_PREFIX,
-        [
-            ("$.status", "status", "TAG"),
-            ("$.user_id", "user", "TAG"),
-            ("$.reason", "reason", "TAG"),
-            ("$.terminated_ms", "ended", "NUMERIC SORTABLE"),
-            ("$.created_ms", "created", "NUMERIC"),
-        ],
-    )
+    made = ensure_json_index(client, keys.RUN_SEARCH_INDEX, keys.RUN_PREFIX, RUN_FIELDS)
     if made:
         backfill_times(client)
         log.info("runs_index_ready", index=keys.RUN_SEARCH_INDEX)
@@ -126,7 +141,17 @@ class RunQuery:
     created_to: int | None = None
     ended_from: int | None = None
     ended_to: int | None = None
-    sort: Literal["created", "ended"] = "created"
+    # words the run's task or its history's details (errors, why it stopped) hold, all of them
+    search: str | None = None
+    phase: str | None = None
+    model: str | None = None
+    host: str | None = None
+    # duration in ms and cost in micro-USD (set at a run's end: these list ended runs only)
+    duration_from: int | None = None
+    duration_to: int | None = None
+    cost_from: int | None = None
+    cost_to: int | None = None
+    sort: Literal["created", "ended", "duration", "cost"] = "created"
     descending: bool = True
     limit: int = 50
     cursor: str | None = None
@@ -151,10 +176,25 @@ class RunQuery:
             )
         if isinstance(self.limit, bool) or not 1 <= self.limit <= MAX_PAGE:
             raise InvalidSpec(f"limit must be 1 to {MAX_PAGE}, got {self.limit!r}", field="limit")
-        for name in ("created_from", "created_to", "ended_from", "ended_to"):
+        for name in RANGES:
+            for end in ("from", "to"):
+                value = getattr(self, f"{name}_{end}")
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int) or value < 0
+                ):
+                    raise InvalidSpec(
+                        f"{name}_{end} must be a whole number >= 0, got {value!r}",
+                        field=f"{name}_{end}",
+                    )
+        for name in ("phase", "model", "host"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise InvalidSpec(f"{name} must be epoch milliseconds, got {value!r}", field=name)
+            if value is not None and not keys.is_id(value):
+                raise InvalidSpec(f"{name} must be an id ({ID_ALPHABET}), got {value[:60]!r}")
+        if self.search is not None and not words_of(self.search):
+            raise InvalidSpec(
+                f"search text {self.search[:40]!r} has no word to look for (letters or digits)",
+                field="search",
+            )
         _cursor(self.cursor)
         return self
 
@@ -163,8 +203,13 @@ class RunQuery:
         ``runs:user:{u}``), a reason's (and a user's of them) by end (``terminations:reason:{r}``), with
         no other filter. They list a run whose record is missing or unreadable (edited by hand) too, and
         need no search module."""
-        ranges = (self.created_from, self.created_to, self.ended_from, self.ended_to)
-        plain = self.status is None and not self.not_success and all(v is None for v in ranges)
+        ranges = [getattr(self, f"{name}_{end}") for name in RANGES for end in ("from", "to")]
+        plain = (
+            self.status is None
+            and not self.not_success
+            and all(v is None for v in ranges)
+            and all(getattr(self, n) is None for n in ("search", "phase", "model", "host"))
+        )
         order = "ended" if self.reason is not None else "created"
         return plain and self.sort == order
 
@@ -179,19 +224,30 @@ class RunQuery:
             parts.append(f"@reason:{tag(self.reason)}")
         if self.not_success:
             parts.append("@status:{terminated} -@reason:{success}")
-        low_c, high_c = self.created_from, self.created_to
-        low_e, high_e = self.ended_from, self.ended_to
-        if (
-            anchor is not None
-        ):  # the pages after the first: nothing newer (older) than its first row
-            if self.sort == "created":
-                low_c, high_c = _clip(low_c, high_c, anchor, self.descending)
-            else:
-                low_e, high_e = _clip(low_e, high_e, anchor, self.descending)
-        for name, low, high in (("created", low_c, high_c), ("ended", low_e, high_e)):
-            if low is not None or high is not None:
-                parts.append(f"@{name}:[{_bound(low, '-inf')} {_bound(high, '+inf')}]")
+        for name in ("phase", "model", "host"):
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"@{name}:{tag(value)}")
+        if self.search is not None:
+            parts.append(f"@task|detail:({' '.join(words_of(self.search))})")
+        ranges = {
+            name: (getattr(self, f"{name}_from"), getattr(self, f"{name}_to")) for name in RANGES
+        }
+        # the pages after the first: nothing past (before) its first row
+        if anchor is not None:
+            ranges[self.sort] = _clip(*ranges[self.sort], anchor, self.descending)
+        for name, (low, high) in ranges.items():
+            # sorted by what only an ended run has: only runs that have it (every page alike)
+            only_ended = name == self.sort and name in ("duration", "cost")
+            if low is not None or high is not None or only_ended:
+                parts.append(f"@{RANGES[name]}:[{_bound(low, '-inf')} {_bound(high, '+inf')}]")
         return " ".join(parts) or "*"
+
+
+def words_of(text: str) -> list[str]:
+    """The words of a search (letters, digits, underscores, any script): what the index's text fields
+    are matched on, each word as a term (the query syntax's own characters are not passed on)."""
+    return re.findall(r"\w+", text)[:32]
 
 
 def _clip(low: int | None, high: int | None, anchor: int, descending: bool) -> tuple[Any, Any]:
@@ -234,6 +290,43 @@ class Page:
             "next": self.next,
             "previous": self.previous,
         }
+
+
+CSV_COLUMNS = (
+    "run_id",
+    "user_id",
+    "status",
+    "reason",
+    "phase",
+    "created_at",
+    "terminated_at",
+    "duration_ms",
+    "spend_usd",
+    "total_tokens",
+    "details",
+    "suggested_action",
+)
+
+
+def csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+    """A listing as CSV (RFC 4180, a header line first), line by line: any number of rows, never held
+    whole (the CLI's ``--csv`` and the runs page's export write the same)."""
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+
+    def line(values: Any) -> str:
+        writer.writerow(values)
+        text = buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+        return text
+
+    yield line(CSV_COLUMNS)
+    for row in rows:
+        yield line(["" if row.get(c) is None else str(row.get(c)) for c in CSV_COLUMNS])
 
 
 def all_rows(client: redis.Redis, query: RunQuery) -> Iterator[dict[str, Any]]:

@@ -33,22 +33,52 @@ def ensure_json_index(
     client: redis.Redis, index: str, prefix: str, fields: list[tuple[str, str, str]]
 ) -> bool:
     """Create a search index over the JSON documents under ``prefix`` (``fields``: path, name, type, such
-    as ``TAG`` or ``NUMERIC SORTABLE``; the last one sortable) unless it exists: True when it does, False without the search module."""
-    words: list[str] = []
-    for path, name, kind in fields:
-        words += [path, "AS", name, *kind.split()]
+    as ``TAG`` or ``NUMERIC SORTABLE``; the last one sortable) unless it exists; an index that exists
+    without some of the fields gets them (``FT.ALTER``, which indexes the stored documents). True when
+    it is there, False without the search module."""
+    words: dict[str, list[str]] = {}
+    for i, (path, name, kind) in enumerate(fields):
+        last = ["SORTABLE"] if i == len(fields) - 1 and "SORTABLE" not in kind.split() else []
+        words[name] = [path, "AS", name, *kind.split(), *last]
     try:
         client.execute_command(
-            "FT.CREATE", index, "ON", "JSON", "PREFIX", "1", prefix, "SCHEMA", *words, "SORTABLE"
+            "FT.CREATE",
+            index,
+            "ON",
+            "JSON",
+            "PREFIX",
+            "1",
+            prefix,
+            "SCHEMA",
+            *(w for field in words.values() for w in field),
         )
     except redis.ResponseError as exc:
         text = str(exc).lower()
         if "already exists" in text:
+            for name in [n for n in words if n not in index_fields(client, index)]:
+                client.execute_command("FT.ALTER", index, "SCHEMA", "ADD", *words[name])
             return True
         if "unknown command" in text:
             return False
         raise
     return True
+
+
+def index_fields(client: redis.Redis, index: str) -> set[str]:
+    """The field names (attributes) search index ``index`` has."""
+    info = client.execute_command("FT.INFO", index)
+    if isinstance(info, list):
+        info = {_text(info[i]): info[i + 1] for i in range(0, len(info) - 1, 2)}
+    found = set()
+    for attribute in info.get("attributes") or info.get(b"attributes") or []:
+        if isinstance(attribute, dict):
+            found.add(_text(attribute.get("attribute") or attribute.get(b"attribute")))
+            continue
+        pairs = [_text(a) for a in attribute]
+        for i in range(len(pairs) - 1):
+            if pairs[i] == "attribute":
+                found.add(pairs[i + 1])
+    return found
 
 
 def _text(value: Any) -> Any:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -26,10 +27,17 @@ import orjson
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import iterate_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -41,7 +49,7 @@ from mother.errors import ConfigError, InvalidSpec, NotFound
 from mother.hosts.view import host_rows
 from mother.logs import get_logger
 from mother.observe.costs import Costs, costs
-from mother.observe.listing import RUN_STATUSES, RunQuery, when_ms
+from mother.observe.listing import MAX_PAGE, RUN_STATUSES, RunQuery, all_rows, csv_lines, when_ms
 from mother.observe.timeline import clock_text, duration_text, suggestion_text, usd
 from mother.web import data
 from mother.web.metrics import AWAY, RedisCollector
@@ -162,6 +170,10 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
                 )
             return value
 
+        def scaled(name: str, by: int) -> int | None:
+            value = number(name)
+            return None if value is None else round(value * by)
+
         hours = number("hours")
         since = clock.now_ms() - int(hours * 3_600_000) if hours is not None else None
         bounds = {
@@ -177,6 +189,14 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
             created_to=_int(bounds["created_to"]),
             ended_from=_int(bounds["ended_from"]),
             ended_to=_int(bounds["ended_to"]),
+            search=q.get("search") or None,
+            phase=q.get("phase") or None,
+            model=q.get("model") or None,
+            host=q.get("host") or None,
+            cost_from=scaled("cost_min", 1_000_000),
+            cost_to=scaled("cost_max", 1_000_000),
+            duration_from=scaled("duration_min", 1000),
+            duration_to=scaled("duration_max", 1000),
             sort=sort,  # type: ignore[arg-type]
             descending=q.get("order") != "asc",
             limit=int(number("limit") or limit),
@@ -215,6 +235,16 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
             chosen=request.query_params,
             reasons=TERMINATION_REASONS,
             statuses=RUN_STATUSES,
+            csv_link="/runs.csv?" + urlencode(params),
+        )
+
+    def runs_csv(request: Request) -> StreamingResponse:
+        """Every run the page's filters select (all pages), as CSV."""
+        query = replace(query_of(request), limit=MAX_PAGE, cursor=None)
+        return StreamingResponse(
+            iterate_in_threadpool(csv_lines(all_rows(redis, query))),
+            media_type="text/csv; charset=utf-8",
+            headers={"content-disposition": 'attachment; filename="runs.csv"'},
         )
 
     def run_page(request: Request) -> HTMLResponse:
@@ -308,6 +338,7 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
         routes=[
             Route("/", overview),
             Route("/runs", runs_page),
+            Route("/runs.csv", runs_csv),
             Route("/runs/{run_id}", run_page),
             Route("/waiting", waiting_page),
             Route("/hosts", hosts_page),
