@@ -73,6 +73,7 @@ NEEDS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("read the hosts' attempts", ("ZRANGE", keys.HEARTBEATS, "0", "0")),
         ("read when a host beat", ("PTTL", keys.host_alive_key(PROBE_HOST))),
         ("read the last hour's activity", ("XRANGE", keys.ACTIVITY_STREAM, "-", "+", "COUNT", "1")),
+        ("follow the activity live", ("XREAD", "COUNT", "1", "STREAMS", keys.ACTIVITY_STREAM, "$")),
     ],
 }
 

@@ -15,7 +15,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -718,18 +718,28 @@ class MotherClient:
         query = RunQuery(reason=reason, user=user, sort=order, limit=limit)  # type: ignore[arg-type]
         return self.list_runs(query).rows
 
-    def select(
-        self, *, statuses: list[str], user: str | None = None, created_from: int | None = None
-    ) -> list[str]:
-        """Every run (all pages) in one of ``statuses``, of ``user``, created since ``created_from``
-        (epoch ms): what a bulk action acts on."""
-        from mother.observe.listing import MAX_PAGE, RunQuery, all_rows
+    def select(self, query: RunQuery) -> list[str]:
+        """Every run not yet ended (all pages) that ``query``'s filters select: what a bulk action acts
+        on. A status of an ended run selects none."""
+        from mother.observe.listing import MAX_PAGE, OPEN_STATUSES, all_rows
 
+        statuses = [query.status] if query.status else list(OPEN_STATUSES)
         found: list[str] = []
         for status in statuses:
-            query = RunQuery(status=status, user=user, created_from=created_from, limit=MAX_PAGE)
-            found += [row["run_id"] for row in all_rows(self.redis, query.check())]
+            if status not in OPEN_STATUSES:
+                continue
+            each = replace(query, status=status, limit=MAX_PAGE, cursor=None).check()
+            found += [row["run_id"] for row in all_rows(self.redis, each)]
         return list(dict.fromkeys(found))
+
+    def resubmit(self, run_id: str) -> str:
+        """Submit a run's spec again as a new run (a new run id; ``metadata.resubmitted_from`` names the
+        old one); returns the new run's id."""
+        spec = self.status(run_id).spec.to_dict()
+        spec["run_id"] = None
+        spec["parent_run_id"] = None
+        spec["metadata"] = {**(spec.get("metadata") or {}), "resubmitted_from": run_id}
+        return self.submit({k: v for k, v in spec.items() if v is not None})
 
     def cancel_all(self, run_ids: list[str], actor: str | None, reason: str) -> Cancelled:
         """Cancel each run (:meth:`cancel`): which were asked to end, had ended already, or were refused

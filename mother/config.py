@@ -918,7 +918,18 @@ class DashboardSettings(_Section):
         description="when set, every page and /metrics needs it (Authorization: Bearer, or ?token= "
         "once, which sets a cookie); required to listen beyond the loopback address",
     )
-    refresh_seconds: float = Field(5.0, gt=0, le=3600, description="how often pages update")
+    refresh_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="how often pages update when the live stream (server-sent events) is not there",
+    )
+    session_minutes: float = Field(
+        30.0,
+        gt=0,
+        le=7 * 24 * 60,
+        description="how long a principal stays signed in to the dashboard (then it signs in again)",
+    )
 
 
 class LibrarySettings(_Section):

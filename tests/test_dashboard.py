@@ -340,6 +340,8 @@ def test_every_page_in_headless_chromium(stack, tmp_path: Path) -> None:
             fresh = stack.p.client.submit(example("three-phase"))
             stack.p.wait(fresh)
             page.wait_for_selector(f'#runs-table tr[data-run="{fresh}"]', timeout=15_000)
+            # pushed by the live stream (server-sent events), not polled
+            assert page.evaluate("document.body.dataset.live") == "events"
             assert page.locator("#runs-table tbody tr").count() >= min(before + 1, 15)
             assert page.locator("#live").inner_text().startswith("live")
 
@@ -886,3 +888,184 @@ def test_an_index_made_before_its_new_fields_gets_them(r) -> None:
         assert [row["run_id"] for row in found] == ["old-1"]
     finally:
         r.execute_command("FT.DROPINDEX", keys.RUN_SEARCH_INDEX)
+
+
+def _gated(user: str, **more: Any) -> dict[str, Any]:
+    """A run whose one phase waits for a person's approval before it starts (no approvers named: its
+    submitter decides)."""
+    return {
+        "user_id": user,
+        "task": "Deploy the release",
+        "pipeline": [
+            {"name": "deploy", "role": "deployer", "model": "scripted", "require_approval": True}
+        ],
+        "scripts": {"deployer": [{"text": "deployed"}]},
+        **more,
+    }
+
+
+def test_a_principal_acts_from_the_pages_as_itself_in_chromium(stack) -> None:
+    """In Debian's chromium: signed out, no page offers an action and a POST is refused. alice-svc signs
+    in (its password checked by Redis) and, from the pages, approves one gate, denies another, answers a
+    question and cancels the 30 runs a listing's filter selects (the count shown first, the same Mother
+    finds); each decision is recorded with alice-svc as its actor. Its approval of bob-svc's run is
+    refused with Mother's one line and changes nothing; a form without its CSRF token is refused; after
+    signing out the forms are gone."""
+    need(None if CHROMIUM else "no chromium on this machine (Debian's `chromium` package)")
+    import uvicorn
+    from playwright.sync_api import sync_playwright
+
+    from mother.client import MotherClient
+    from mother.config import load_settings
+    from mother.identities import party_url, principals
+    from mother.observe.listing import RunQuery
+    from mother.web import create_app
+
+    p = stack.p
+    made = {}
+    for name, user in (("alice-svc", "alice-web"), ("bob-svc", "bob-web")):
+        if principals.load(p.redis, name) is not None:
+            principals.remove(p.redis, name)
+        _, password = principals.add(
+            p.redis,
+            name,
+            ["submit", "approve", "answer", "cancel"],
+            [user],
+            "2026-12-06T00:00:00.000Z",
+        )
+        made[name] = (
+            password,
+            MotherClient(settings=load_settings(redis_url=party_url(p.url, name, password))),
+        )
+    alice, bob = made["alice-svc"][1], made["bob-svc"][1]
+    approve_me, deny_me = alice.submit(_gated("alice-web")), alice.submit(_gated("alice-web"))
+    question = alice.submit(
+        example("conflict-ask-user", user_id="alice-web", approvers=["alice-svc"])
+    )
+    bobs = bob.submit(_gated("bob-web"))
+    bulk = [alice.submit(_gated("alice-web", task=f"Deploy batch {i}")) for i in range(30)]
+    for run_id in [approve_me, deny_me, question, bobs, *bulk]:
+        wait_for_person(p, run_id, timeout=90)
+
+    port = _free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(_settings(p.url)), port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, timeout=20)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+            page.goto(base + "/waiting")
+            assert page.locator("form.action").count() == 0
+            assert page.locator("#sign-in").is_visible()
+            refused = page.request.post(f"{base}/runs/{approve_me}/approve", form={"reason": "x"})
+            assert refused.status == 401
+
+            page.click("#sign-in")
+            page.fill("input[name=name]", "alice-svc")
+            page.fill("input[name=password]", "not its password")
+            page.click("#login-form button")
+            assert "wrong principal name or password" in page.locator("#login-error").inner_text()
+            page.fill("input[name=name]", "alice-svc")
+            page.fill("input[name=password]", made["alice-svc"][0])
+            page.click("#login-form button")
+            page.wait_for_selector("#me")
+            assert page.locator("#me").inner_text() == "alice-svc" and page.url.endswith("/waiting")
+
+            def decide(run_id: str, kind: str, **fields: str) -> str:
+                form = page.locator(f'#waiting-table tr[data-run="{run_id}"] form.{kind}')
+                for name, value in fields.items():
+                    form.locator(f"[name={name}]").fill(value)
+                form.locator("button").click()
+                page.wait_for_selector("#said-title")
+                said = page.locator("#said").inner_text()
+                page.goto(base + "/waiting")
+                return said
+
+            assert "approved as alice-svc" in decide(approve_me, "approve", reason="go ahead")
+            assert "denied as alice-svc" in decide(deny_me, "deny", reason="not today")
+            assert "answered as alice-svc" in decide(
+                question, "answer", answer="Use UTC.", reason="ops"
+            )
+            refused_line = decide(bobs, "approve", reason="not mine")
+            assert "alice-svc may not" in refused_line, refused_line
+            assert p.wait(approve_me, 60).termination.reason == "success"
+            assert p.wait(deny_me, 60).termination.reason == "approval_denied"
+            assert p.wait(question, 90).termination.reason == "success"
+            assert p.client.status(bobs).status == "waiting"
+            for run_id, decision in (
+                (approve_me, "approve"),
+                (deny_me, "deny"),
+                (question, "answer"),
+            ):
+                (gate,) = [g for g in p.client.status(run_id).gates if g.decision]
+                assert (gate.decision.decision, gate.decision.actor) == (decision, "alice-svc")
+
+            # no CSRF token: refused, nothing changes
+            forged = page.request.post(f"{base}/runs/{bobs}/deny", form={"reason": "forged"})
+            assert forged.status == 403 and "CSRF" in forged.text()
+            assert p.client.status(bobs).status == "waiting"
+
+            # cancel what a filter selects: the count first
+            page.goto(base + "/runs?user=alice-web&status=waiting")
+            page.click("#cancel-all button")
+            page.wait_for_selector("#cancel-all-count")
+            mothers = len(p.client.select(RunQuery(user="alice-web", status="waiting")))
+            assert mothers == 30
+            assert page.locator("#cancel-all-count b").inner_text() == "30"
+            page.fill("#cancel-all-confirm input[name=reason]", "batch withdrawn")
+            page.click("#cancel-all-confirm button")
+            page.wait_for_selector("#said-title")
+            assert "cancel asked for 30 run(s) as alice-svc" in page.locator("#said").inner_text()
+            for run_id in bulk:
+                record = p.wait(run_id, 60).termination
+                assert record.reason == "user_cancelled"
+                assert record.details == "Cancelled by alice-svc: batch withdrawn"
+
+            page.click("#sign-out")
+            page.goto(base + f"/runs/{bobs}")
+            assert (
+                page.locator("form.action").count() == 0 and page.locator("#sign-in").is_visible()
+            )
+            browser.close()
+            assert errors == []
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        bob.cancel(bobs, reason="done")
+
+
+def test_the_live_stream_sends_an_event_for_each_activity_entry(stack, web) -> None:
+    """/events (server-sent events): an entry Mother appends to the activity stream after the stream
+    opened comes as an `activity` event naming its type and run; a stream past the limit is refused
+    with 503 (the page then polls)."""
+    from mother.web.live import Live
+
+    p = stack.p
+    with web.stream("GET", "/events") as events:
+        assert events.status_code == 200
+        assert events.headers["content-type"].startswith("text/event-stream")
+        run_id = p.client.submit(example("three-phase"))
+        seen: list[dict[str, Any]] = []
+        for line in events.iter_lines():
+            if line.startswith("data: "):
+                seen.append(orjson.loads(line[6:]))
+                if any(e["run_id"] == run_id and e["type"] == "terminated" for e in seen):
+                    break
+    kinds = [e["type"] for e in seen if e["run_id"] == run_id]
+    assert kinds[0] == "run_submitted" and kinds[-1] == "terminated"
+    full = Live(p.redis, max_streams=0)
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    with TestClient(Starlette(routes=[Route("/events", full.endpoint)])) as client:
+        refused = client.get("/events")
+    assert refused.status_code == 503 and "polls" in refused.text

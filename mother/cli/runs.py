@@ -190,10 +190,6 @@ def status(
         )
 
 
-# the statuses of a run that has not ended (a bulk cancel selects among them)
-OPEN_STATUSES = ("queued", "running", "waiting", "budget_stopped")
-
-
 @handle_errors
 def cancel(
     run_id: Annotated[
@@ -206,7 +202,8 @@ def cancel(
     reason: Annotated[str, typer.Option(help="why")] = "cancelled from the CLI",
     user: Annotated[str | None, typer.Option(help="every run of this user not yet ended")] = None,
     status: Annotated[
-        str | None, typer.Option(help=f"only runs in this status: {', '.join(OPEN_STATUSES)}")
+        str | None,
+        typer.Option(help="only runs in this status: queued, running, waiting, budget_stopped"),
     ] = None,
     hours: Annotated[
         float | None, typer.Option(help="only runs created in the last H hours", min=0)
@@ -244,12 +241,12 @@ def _cancel_selected(
 ) -> None:
     """Cancel every run not yet ended that the filters select, after showing (and asking about) the
     count; a refusal of Mother's for a run is said on its line, the others go on."""
+    from mother.observe.listing import OPEN_STATUSES, RunQuery
+
     if status is not None and status not in OPEN_STATUSES:
         fail(f"--status takes a status of a run not yet ended: {', '.join(OPEN_STATUSES)}")
     since = server_now_ms(client.redis) - int(hours * 3_600_000) if hours is not None else None
-    selected = client.select(
-        statuses=[status] if status else list(OPEN_STATUSES), user=user, created_from=since
-    )
+    selected = client.select(RunQuery(status=status, user=user, created_from=since))
     what = " ".join(
         part
         for part in (
@@ -289,11 +286,7 @@ def resubmit(
     """Submit a run's spec again as a new run (a new run id; ``metadata.resubmitted_from`` names the
     old one). Any run, whatever its end: a retry after fixing what stopped it."""
     client = _client()
-    spec = client.status(run_id).spec.to_dict()
-    spec["run_id"] = None
-    spec["parent_run_id"] = None
-    spec["metadata"] = {**(spec.get("metadata") or {}), "resubmitted_from": run_id}
-    new = client.submit({k: v for k, v in spec.items() if v is not None})
+    new = client.resubmit(run_id)
     if not wait_:
         console.print(orjson.dumps({"run_id": new}).decode() if as_json else new)
         return

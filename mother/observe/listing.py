@@ -32,6 +32,7 @@ from schemas.run import RunStatus
 __all__ = [
     "CSV_COLUMNS",
     "MAX_PAGE",
+    "OPEN_STATUSES",
     "RUN_FIELDS",
     "RUN_STATUSES",
     "Page",
@@ -51,6 +52,8 @@ log = get_logger(__name__)
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
 MAX_PAGE = 500
 SORTS = ("created", "ended", "duration", "cost")
+# the statuses of a run that has not ended (what a bulk action selects among)
+OPEN_STATUSES = ("queued", "running", "waiting", "budget_stopped")
 # idx:runs: path, field, type (the last is made sortable too). An index made before a field was added
 # gets it (FT.ALTER, which indexes the stored records): the search text (the task, and the history's
 # details: retries' errors, the termination's reason and details), the phase, the models, the host, and

@@ -5,9 +5,11 @@ person, the newest runs), ``/runs`` (every stored run, from ``idx:runs``: filter
 time, sorted and paged; the overview's bars and reasons link to exactly the runs they count), ``/runs/{id}``
 (phases, attempts, termination, budget used against limits, conflicts, context manifests and
 summaries, artifacts, activity), ``/waiting``; JSON at ``/api/...``; Prometheus metrics at
-``/metrics``. Pages update by polling (``dashboard.refresh_seconds``).
+``/metrics``. Pages update when the activity stream says something happened (server-sent events at
+``/events``), polling every ``dashboard.refresh_seconds`` only without them.
 
-Read-only: it only reads Redis. Who may see it: with ``dashboard.token`` set, every request needs it;
+Read-only unless a principal signs in (``/login``): then its forms act as that principal, on its own
+commands stream (mother/web/actions.py). Who may see it: with ``dashboard.token`` set, every request needs it;
 and the Redis ACL user it connects as (``dashboard`` in deploy/users.acl) decides what it can read,
 which leaves out attempt tokens and library chunks. It never shows a secret (no configuration, no
 token) or a library chunk: contexts are shown as manifests (sections and token counts, no text), and
@@ -51,8 +53,12 @@ from mother.logs import get_logger
 from mother.observe.costs import Costs, costs
 from mother.observe.listing import MAX_PAGE, RUN_STATUSES, RunQuery, all_rows, csv_lines, when_ms
 from mother.observe.timeline import clock_text, duration_text, suggestion_text, usd
-from mother.web import data
+from mother.web import actions, data
+from mother.web.actions import listing_filters
+from mother.web.live import Live
 from mother.web.metrics import AWAY, RedisCollector
+from mother.web.session import COOKIE as SESSION_COOKIE
+from mother.web.session import Sessions
 from schemas import TERMINATION_REASONS, iso_from_ms
 
 __all__ = ["check_exposure", "create_app"]
@@ -140,7 +146,12 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
     env.filters["json"] = lambda value: orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
     env.globals.update(colours=COLOURS, refresh=settings.dashboard.refresh_seconds)
 
+    sessions = Sessions(settings, settings.dashboard.session_minutes)
+
     def page(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
+        """A page; with a signed-in principal (``me``) its forms act as that principal."""
+        context.setdefault("me", sessions.get(request.cookies.get(SESSION_COOKIE)))
+        context.setdefault("filters", listing_filters(request.query_params))
         html = env.get_template(name).render(request=request, path=request.url.path, **context)
         return HTMLResponse(html, status_code=status)
 
@@ -150,9 +161,8 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
             raise InvalidSpec(f"bucket must be hour or day, got {bucket!r}", field="bucket")
         return bucket
 
-    def query_of(request: Request, limit: int = 50) -> RunQuery:
-        """The runs a page lists, from its query string (each field as `mother runs` takes it)."""
-        q = request.query_params
+    def query_of(q: Any, limit: int = 50) -> RunQuery:
+        """The runs a page lists, from its query string's fields (each as `mother runs` takes it)."""
 
         def number(name: str) -> float | None:
             text = q.get(name) or None
@@ -219,7 +229,7 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
         )
 
     def runs_page(request: Request) -> HTMLResponse:
-        found = mother.list_runs(query_of(request))
+        found = mother.list_runs(query_of(request.query_params))
         params = {k: v for k, v in request.query_params.items() if k != "cursor"}
         return page(
             "runs.html",
@@ -240,7 +250,7 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
 
     def runs_csv(request: Request) -> StreamingResponse:
         """Every run the page's filters select (all pages), as CSV."""
-        query = replace(query_of(request), limit=MAX_PAGE, cursor=None)
+        query = replace(query_of(request.query_params), limit=MAX_PAGE, cursor=None)
         return StreamingResponse(
             iterate_in_threadpool(csv_lines(all_rows(redis, query))),
             media_type="text/csv; charset=utf-8",
@@ -301,7 +311,7 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
         )
 
     def api_runs(request: Request) -> JSONResponse:
-        return JSONResponse(mother.list_runs(query_of(request)).to_dict())
+        return JSONResponse(mother.list_runs(query_of(request.query_params)).to_dict())
 
     def api_run(request: Request) -> Response:
         view = mother.inspect(request.path_params["run_id"])
@@ -334,8 +344,11 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
         return PlainTextResponse(line + "\n", status_code=503)
 
     middleware = [Middleware(TokenGate, token=settings.dashboard.token)]
+    acting = actions.routes(actions.Web(sessions, page, query_of))
+    live = Live(redis)
     return Starlette(
         routes=[
+            *acting,
             Route("/", overview),
             Route("/runs", runs_page),
             Route("/runs.csv", runs_csv),
@@ -349,6 +362,7 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
             Route("/api/runs/{run_id}", api_run),
             Route("/api/hosts", api_hosts),
             Route("/api/costs", api_costs),
+            Route("/events", live.endpoint),
             Route("/metrics", metrics),
             Route("/healthz", healthz),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
