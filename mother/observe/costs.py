@@ -6,16 +6,21 @@ counters (every settled model call since the counters began)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import redis
+
 from mother import keys
-from mother.observe.listing import MAX_PAGE, RunQuery, all_rows
+from mother.observe.listing import MAX_PAGE, OPEN_STATUSES, RunQuery, all_rows, list_runs
 from mother.observe.timeline import usd
+from mother.records._json import aggregate_rows
 from schemas import iso_from_ms
 
 __all__ = ["Costs", "costs"]
 
+DAY_MS = 86_400_000
 # the model counters' fields: metrics:counters 'model_<dim>|<model>'
 _MODEL_DIMS = ("calls", "input_tokens", "output_tokens", "spend_micro_usd")
 
@@ -49,8 +54,8 @@ def _total(kind: str, name: str) -> dict[str, Any]:
     return {kind: name, "runs": 0, "spend_micro_usd": 0, "tokens": 0}
 
 
-def _add(total: dict[str, Any], spend: int, tokens: int) -> None:
-    total["runs"] += 1
+def _add(total: dict[str, Any], runs: int, spend: int, tokens: int) -> None:
+    total["runs"] += runs
     total["spend_micro_usd"] += spend
     total["tokens"] += tokens
 
@@ -60,37 +65,42 @@ def _priced(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def costs(client: Any, since_ms: int, until_ms: int, top: int = 10) -> Costs:
-    """The costs of the runs created from ``since_ms`` to ``until_ms`` (epoch ms, server clock): each run
-    read once, through the listing's pages."""
+    """The costs of the runs created from ``since_ms`` to ``until_ms`` (epoch ms, server clock). The ended
+    runs are added up on the server (``FT.AGGREGATE`` on idx:runs over the cost Mother copies onto each
+    record at its end), their most expensive found by one sorted search; the runs not yet ended (at
+    most what is running or waiting) are read one by one, at what their budget counters say so far.
+    Without the search module every run is read through the listing."""
     found = Costs(since_ms, until_ms)
     users: dict[str, dict[str, Any]] = {}
     days: dict[str, dict[str, Any]] = {}
     priciest: list[dict[str, Any]] = []
-    query = RunQuery(created_from=since_ms, created_to=until_ms, limit=MAX_PAGE).check()
-    for row in all_rows(client, query):
-        spend = row.get("spend_micro_usd") or 0
-        tokens = row.get("total_tokens") or 0
-        found.runs += 1
-        found.spend_micro_usd += spend
-        found.tokens += tokens
-        user = str(row.get("user_id") or "-")
-        _add(users.setdefault(user, _total("user", user)), spend, tokens)
-        day = str(row.get("created_at") or "")[:10] or "-"
-        _add(days.setdefault(day, _total("day", day)), spend, tokens)
-        priciest.append(
-            {
-                "run_id": row["run_id"],
-                "user": user,
-                "status": row.get("status"),
-                "reason": row.get("reason"),
-                "created_at": row.get("created_at"),
-                "spend_micro_usd": spend,
-                "tokens": tokens,
-            }
+    window = RunQuery(created_from=since_ms, created_to=until_ms, limit=MAX_PAGE).check()
+    open_rows: Iterator[dict[str, Any]]
+    try:
+        _ended(client, window, users, days, priciest, top)
+        open_rows = (
+            row
+            for status in OPEN_STATUSES
+            for row in all_rows(client, replace(window, status=status))
         )
-        # keep the costliest ``top`` so far: a period of many runs is read once, not held whole
-        if len(priciest) > 4 * max(top, 1):
-            priciest = sorted(priciest, key=_costliest)[:top]
+    except redis.ResponseError as exc:
+        if "unknown command" not in str(exc).lower():
+            raise
+        users.clear()
+        days.clear()
+        priciest.clear()
+        open_rows = all_rows(client, window)
+    for row in open_rows:
+        spend, tokens = row.get("spend_micro_usd") or 0, row.get("total_tokens") or 0
+        user = str(row.get("user_id") or "-")
+        _add(users.setdefault(user, _total("user", user)), 1, spend, tokens)
+        day = str(row.get("created_at") or "")[:10] or "-"
+        _add(days.setdefault(day, _total("day", day)), 1, spend, tokens)
+        priciest.append(_top_row(row))
+    for total in users.values():
+        found.runs += total["runs"]
+        found.spend_micro_usd += total["spend_micro_usd"]
+        found.tokens += total["tokens"]
     found.by_user = _priced(
         sorted(users.values(), key=lambda t: (-t["spend_micro_usd"], t["user"]))
     )
@@ -98,6 +108,54 @@ def costs(client: Any, since_ms: int, until_ms: int, top: int = 10) -> Costs:
     found.top = _priced(sorted(priciest, key=_costliest)[:top])
     found.by_model = _models(client)
     return found
+
+
+def _ended(
+    client: Any,
+    window: RunQuery,
+    users: dict[str, dict[str, Any]],
+    days: dict[str, dict[str, Any]],
+    priciest: list[dict[str, Any]],
+    top: int,
+) -> None:
+    """The ended runs of ``window``, added up by user and by day on the server, and the ``top`` most
+    expensive of them."""
+    ended = replace(window, status="terminated")
+    query = ended.text(None)
+    sums = ["REDUCE", "COUNT", "0", "AS", "runs", "REDUCE", "SUM", "1", "@cost", "AS", "spend",
+            "REDUCE", "SUM", "1", "@tokens", "AS", "tokens"]  # fmt: skip
+    for row in _aggregate(client, query, ["GROUPBY", "1", "@user", *sums]):
+        user = row.get("user") or "-"
+        _add(users.setdefault(user, _total("user", user)), *_sums(row))
+    day_of = ["LOAD", "1", "@created", "APPLY", f"floor(@created/{DAY_MS})*{DAY_MS}", "AS", "day"]
+    for row in _aggregate(client, query, [*day_of, "GROUPBY", "1", "@day", *sums]):
+        day = iso_from_ms(int(float(row.get("day") or 0)))[:10]
+        _add(days.setdefault(day, _total("day", day)), *_sums(row))
+    costly = list_runs(client, replace(ended, sort="cost", limit=max(1, min(top, MAX_PAGE))))
+    priciest += [_top_row(row) for row in costly.rows]
+
+
+def _aggregate(client: Any, query: str, steps: list[str]) -> list[dict[str, str]]:
+    reply = client.execute_command(
+        "FT.AGGREGATE", keys.RUN_SEARCH_INDEX, query, *steps, "LIMIT", "0", "100000", "DIALECT", "2"
+    )
+    return aggregate_rows(reply)
+
+
+def _sums(row: dict[str, str]) -> tuple[int, int, int]:
+    return tuple(int(float(row.get(k) or 0)) for k in ("runs", "spend", "tokens"))  # type: ignore[return-value]
+
+
+def _top_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": row["run_id"],
+        "user": str(row.get("user_id") or "-"),
+        "status": row.get("status"),
+        "reason": row.get("reason"),
+        "created_at": row.get("created_at"),
+        "spend_micro_usd": row.get("spend_micro_usd") or 0,
+        "tokens": row.get("total_tokens") or 0,
+    }
 
 
 def _costliest(row: dict[str, Any]) -> tuple[int, int, str]:

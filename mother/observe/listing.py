@@ -70,6 +70,7 @@ RUN_FIELDS = [
     ("$.spec.pipeline[*].model", "model", "TAG"),
     ("$.host", "host", "TAG"),
     ("$.duration_ms", "duration", "NUMERIC SORTABLE"),
+    ("$.total_tokens", "tokens", "NUMERIC"),
     ("$.spend_micro_usd", "cost", "NUMERIC"),
 ]
 # the numeric ranges a query may filter on: its field -> the index's field
