@@ -558,6 +558,11 @@ class ModelConfig(_Section):
     tokenizer: Path | None = Field(
         None, description="the model's tokenizer.json (HF tokenizers); else the estimate"
     )
+    structured_output: Literal["json_schema", "none"] = Field(
+        "none",
+        description="json_schema: the server takes response_format with a JSON schema (OpenAI, vLLM, "
+        "llama.cpp, Ollama): a phase asks for its verdict, winner, confidence and evidence in it",
+    )
     allow_faults: bool = Field(
         False,
         description="a scripted model's replies may inject faults (fail: raise, hang, "
@@ -666,6 +671,13 @@ def _default_policy() -> dict[ConflictType, list[ConflictStrategy]]:
 
 class ConflictSettings(_Section):
     """Conflict resolution: how Mother decides when agents disagree (docs/conflicts.md)."""
+
+    missing_verdict: Literal["reject", "retry"] = Field(
+        "reject",
+        description="a reviewing phase whose reply states no verdict (not in its structured reply, "
+        "not in its text): reject (a rejecting verdict of confidence 0: the conflict policy decides "
+        "what follows) or retry (the attempt fails verdict_missing and is retried)",
+    )
 
     policy: dict[ConflictType, list[ConflictStrategy]] = Field(
         default_factory=_default_policy,

@@ -42,6 +42,7 @@ __all__ = [
     "counter_for",
     "raw_estimate",
     "request_estimate",
+    "request_texts",
 ]
 
 BYTES_PER_TOKEN = 3.0
@@ -60,20 +61,24 @@ def raw_estimate(text: str) -> int:
     return math.ceil(_utf8_len(text) / BYTES_PER_TOKEN)
 
 
-def request_estimate(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> int:
-    """The raw estimate of what a model tokenizes in a chat request: message texts, tool calls, tool specs.
-
-    This is what calibration compares with the provider's ``prompt_tokens`` (which also counts
-    the chat template's few tokens per message, so the ratio leans conservative).
-    """
+def request_texts(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> list[str]:
+    """What a model tokenizes in a chat request: the message texts and tool calls, and the tool specs."""
     parts = []
     for message in messages:
         if message.get("content"):
             parts.append(str(message["content"]))
         for call in message.get("tool_calls") or ():
             parts.append(call["function"]["name"] + call["function"]["arguments"])
-    text = "\n".join(parts)
-    return raw_estimate(text) + (raw_estimate(orjson.dumps(list(tools)).decode()) if tools else 0)
+    return ["\n".join(parts), *([orjson.dumps(list(tools)).decode()] if tools else [])]
+
+
+def request_estimate(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> int:
+    """The raw estimate of what a model tokenizes in a chat request (:func:`request_texts`).
+
+    This is what calibration compares with the provider's ``prompt_tokens`` (which also counts
+    the chat template's few tokens per message, so the ratio leans conservative).
+    """
+    return sum(raw_estimate(text) for text in request_texts(messages, tools))
 
 
 class TokenCounter(Protocol):

@@ -26,8 +26,12 @@ class ChatServer:
         replies: list[dict[str, Any]],
         serves: tuple[str, ...] = ("test-model",),
         port: int = 0,
+        honours_response_format: bool = True,
     ) -> None:
         self.replies = list(replies)
+        # a reply's "structured" object is its content when the request asks a response_format and the
+        # server honours it (as OpenAI, vLLM and llama.cpp's server do); its "text" otherwise
+        self.honours_response_format = honours_response_format
         # what GET /models lists
         self.serves = serves
         self.requests: list[dict[str, Any]] = []
@@ -76,6 +80,9 @@ class ChatServer:
                     )
                     return
                 message: dict[str, Any] = {"role": "assistant", "content": reply.get("text")}
+                asked = body.get("response_format")
+                if "structured" in reply and asked and server.honours_response_format:
+                    message["content"] = json.dumps(reply["structured"])
                 if reply.get("tool_calls"):
                     # arguments_text: sent as is (a model's broken JSON)
                     message["tool_calls"] = [

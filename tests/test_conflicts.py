@@ -317,14 +317,22 @@ def test_fail_safe_and_terminate_blocked_stop_the_run(alone: Pipeline) -> None:
     assert (conflict.final_decision, conflict.resolution_successful) == ("blocked", False)
 
 
-def test_a_reviewing_phase_that_states_no_verdict_fails_and_is_retried(alone: Pipeline) -> None:
+def test_a_reviewing_phase_that_states_no_verdict_is_a_rejection_the_policy_decides(
+    alone: Pipeline,
+) -> None:
+    """A critic whose reply states no verdict (conflicts.missing_verdict: reject, the default) rejects
+    with confidence 0: the run reaches the conflict policy (critic_vs_coder) rather than failing each
+    attempt verdict_missing until its retries run out (conflicts.missing_verdict: retry does that)."""
     spec = _spec(
         [CODE, {**REVIEW, "max_retries": 1}],
         {"coder": [_reply("patched", 0.9)], "critic": [_reply("hmm", 0.9)]},
     )
     termination, conflicts = _ran(alone, spec)
-    assert termination.reason == "retries_exhausted" and conflicts == []
-    assert "VERDICT: ACCEPT" in termination.details
+    assert termination.reason != "retries_exhausted" and "verdict" not in termination.details
+    (conflict,) = conflicts
+    assert conflict.conflict_type == "critic_vs_coder"
+    critic = next(o for o in conflict.their_outputs if o.agent_id == "critic")
+    assert (critic.stance, critic.confidence) == ("reject", 0.0)
 
 
 # -- the spec's table, in order (the shared stack runs the default policy) ----------------------------

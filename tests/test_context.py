@@ -29,6 +29,7 @@ from mother.errors import ConfigError, ContextBudgetExceeded, ContextInvalid
 from mother.runtime import Runtime
 from mother.tokens import Calibration, EstimateCounter, TokenizerCounter, counter_for, raw_estimate
 from schemas import ComposedContext, ContextSummary, RunSpec
+from tests.conftest import bpe_tokenizer
 
 NOW = "2026-11-22T00:00:00.000Z"
 WORDS = [
@@ -347,24 +348,7 @@ def test_catalogue_validation() -> None:
 @pytest.fixture(scope="module")
 def corpus_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     """A real BPE tokenizer.json trained offline on a third of Python's own documentation topics."""
-    from pydoc_data.topics import topics
-
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    texts = [v for _, v in sorted(topics.items())]
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(
-        texts[::3],
-        trainers.BpeTrainer(
-            vocab_size=8000,
-            special_tokens=["[UNK]"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return path, texts
+    return bpe_tokenizer(tmp_path_factory.mktemp("tok"))
 
 
 def test_tokenizer_json_counts_exactly(corpus_tokenizer: tuple[Path, list[str]]) -> None:

@@ -325,14 +325,9 @@ def test_a_call_that_fails_after_reaching_the_server_is_charged_its_prompt(tmp_p
     assert envelope.termination.reason == "success"
     estimated = [e for e in entries if e.type == "usage_estimated"]
     whys = [e.data["why"] for e in estimated]
-    assert (
-        whys[0]
-        == "the call failed after reaching the server: model local-llm: reply has no choices"
-    )
-    assert all(
-        w.startswith("the call failed after reaching the server: model local-llm: APITimeoutError")
-        for w in whys[1:]
-    )
+    estimate = "the call failed after reaching the server (the prompt's conservative estimate)"
+    assert whys[0] == f"{estimate}: model local-llm: reply has no choices"
+    assert all(w.startswith(f"{estimate}: model local-llm: APITimeoutError") for w in whys[1:])
     charged = [e.data["input_tokens"] for e in estimated]
     assert len(charged) == 3 and all(i > 20 for i in charged)
     assert (counters["input_tokens"], counters["output_tokens"]) == (sum(charged) + 40, 6)
@@ -475,3 +470,38 @@ def test_tools_inside_the_workspace(tmp_path: Path) -> None:
     assert box.run("read_file", {"path": "nope"}).output == "error: no file 'nope' in the workspace"
     assert box.run("rm_rf", {}).output.startswith("error: unknown tool 'rm_rf'")
     assert orjson.loads(orjson.dumps(box.specs()))[0]["type"] == "function"
+
+
+def test_a_timed_out_call_is_charged_its_prompt_as_the_models_tokenizer_counts_it(
+    tmp_path: Path,
+) -> None:
+    """A model whose catalogue entry names its tokenizer: a call that timed out (no usage came back) is
+    charged its prompt as that tokenizer counts it, not the conservative estimate (a 119-token prompt
+    was charged 874), and the usage_estimated entry says so."""
+    from mother.tokens import TokenizerCounter, request_texts
+    from tests.conftest import bpe_tokenizer
+
+    tokenizer, _texts = bpe_tokenizer(tmp_path / "tokenizer")
+    replies = [
+        {"delay": 3, "text": "too late"},
+        {"text": "The workspace is empty.", "usage": {"prompt_tokens": 40, "completion_tokens": 6}},
+    ]
+    envelope, (counters, entries), chat = _run_on_chat_server(
+        tmp_path / "run",
+        replies,
+        _counters_and("usage_estimated"),
+        request_timeout_seconds=1,
+        call_retries=0,
+        tokenizer=str(tokenizer),
+    )
+    assert envelope.termination.reason == "success"
+    (estimated,) = entries
+    assert "counted with the model's tokenizer" in estimated.data["why"]
+    sent = chat.requests[0]["body"]
+    expected = sum(
+        TokenizerCounter(tokenizer).count_many(
+            request_texts(sent["messages"], sent.get("tools") or [])
+        )
+    )
+    assert estimated.data["input_tokens"] == expected
+    assert counters["input_tokens"] == expected + 40

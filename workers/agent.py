@@ -63,6 +63,7 @@ def run_loop(
     limits: TurnLimits = TurnLimits(),
     harness: Harness | None = None,
     resume: Resume | None = None,
+    response_format: dict[str, Any] | None = None,
 ) -> LoopOutcome:
     """Run until the model answers with text; ``check_alive`` raises to stop between actions.
 
@@ -78,7 +79,9 @@ def run_loop(
         # the caller checked before the first call
         if call_number:
             check_alive()
-        reply = _model_call(provider, toolbox, messages, meter, harness, check_alive, resume)
+        reply = _model_call(
+            provider, toolbox, messages, meter, harness, check_alive, resume, response_format
+        )
         usage.model_calls += 1
         usage.input_tokens += reply.input_tokens
         usage.output_tokens += reply.output_tokens
@@ -233,6 +236,7 @@ def _model_call(
     harness: Harness | None = None,
     check_alive: Callable[[], None] | None = None,
     resume: Resume | None = None,
+    response_format: dict[str, Any] | None = None,
 ) -> ModelReply:
     """One model call inside a reservation. A transient failure (no connection, a timeout, HTTP
     408/409/429/5xx) is sent again up to ``provider.call_retries`` times, after the server's
@@ -241,7 +245,7 @@ def _model_call(
     retries = 0
     while True:
         try:
-            return _metered_call(provider, toolbox, messages, meter, resume)
+            return _metered_call(provider, toolbox, messages, meter, resume, response_format)
         except ProviderError as exc:
             if exc.transient and retries < provider.call_retries:
                 retries += 1
@@ -277,11 +281,12 @@ def _metered_call(
     messages: list[dict[str, Any]],
     meter: Meter | None,
     resume: Resume | None = None,
+    response_format: dict[str, Any] | None = None,
 ) -> ModelReply:
     """One model call inside a reservation; what it used is settled even if it failed. A call the
     journal recorded is answered from it: no model call, no reservation, no charge."""
     if meter is None:
-        return provider.complete(messages, toolbox.specs())
+        return provider.complete(messages, toolbox.specs(), response_format)
     specs = toolbox.specs()
     recorded, sent = (
         resume.model(messages, specs, meter.model_name or "")
@@ -299,7 +304,7 @@ def _metered_call(
     reply, used = None, (0, 0)
     began = time.monotonic()
     try:
-        reply = provider.complete(messages, specs)
+        reply = provider.complete(messages, specs, response_format)
         meter.spent.model_ms += int((time.monotonic() - began) * 1000)
         if reply.usage_note is not None:
             meter.estimate_usage(reply)

@@ -22,7 +22,7 @@ from mother.config import ModelConfig
 from mother.errors import BudgetStopped, LimitExceeded
 from mother.limits import check_limits, fail_safe_message
 from mother.logs import get_logger
-from mother.tokens import BYTES_PER_TOKEN, request_estimate
+from mother.tokens import BYTES_PER_TOKEN, TokenizerCounter, request_estimate, request_texts
 from schemas import Usage
 
 __all__ = ["Meter", "estimate_prompt_tokens", "estimate_tokens"]
@@ -71,6 +71,8 @@ class Meter:
         self._estimate = 0
         # the conservative prompt estimate of the call in flight (what its reservation holds)
         self._prompt = 0
+        # the call in flight's messages and tools
+        self._request: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
         self.limits = {
             k: (Decimal(str(v)) if k == "spend" else v) for k, v in (limits or {}).items()
         }
@@ -156,6 +158,8 @@ class Meter:
     ) -> str:
         """Reserve the call's most (``step``: its journal step, recorded with the reservation)."""
         self.check_turn()
+        # what a call that fails after reaching the server is charged is counted from it
+        self._request = (messages, tools)
         prompt = self._prompt = estimate_prompt_tokens(messages, tools)
         self.check_context(prompt)
         if self.calibrate_as is not None:
@@ -206,9 +210,16 @@ class Meter:
 
     def estimate_failed(self, why: str) -> int:
         """A call that failed after the server may have worked on it (a timeout, a reply that is not a
-        chat completion) is charged its prompt's estimate; returns those input tokens."""
-        self._estimated(f"the call failed after reaching the server: {why}", self._prompt, 0)
-        return self._prompt
+        chat completion) reported no usage: it is charged its prompt counted with the model's tokenizer
+        when the catalogue names one (what the server tokenized, to the chat template's few tokens), else
+        the conservative estimate its reservation was made with. Returns those input tokens."""
+        tokens, how = self._prompt, "the prompt's conservative estimate"
+        if self.model.tokenizer is not None and self._request is not None:
+            counter = TokenizerCounter(self.model.tokenizer)
+            tokens = sum(counter.count_many(request_texts(*self._request)))
+            how = "the prompt counted with the model's tokenizer"
+        self._estimated(f"the call failed after reaching the server ({how}): {why}", tokens, 0)
+        return tokens
 
     def _estimated(self, why: str | None, input_tokens: int, output_tokens: int) -> None:
         # an estimate teaches the calibration nothing

@@ -65,6 +65,7 @@ from workers.providers import Provider, make_provider
 from workers.resume import Resume
 from workers.sandbox import state as sandbox_state
 from workers.spawn import SpawnRun
+from workers.structured import response_format
 from workers.tools import ToolBox, approval_request, output_text, shipped_tools
 from workers.tools.box import call_digest
 from workers.tools.executor import ToolContext, ToolExecutor
@@ -188,6 +189,8 @@ class PhaseSetup:
     place: Any = None
     # the attempt's steps: replayed from the phase's journal, or made live and recorded
     resume: Resume | None = None
+    # what the model is asked to state in a JSON schema (a model whose catalogue entry takes one)
+    response_format: dict[str, Any] | None = None
 
 
 @dataclass
@@ -403,6 +406,9 @@ def _prepare(rt: Runtime, asks: AttemptAsks, begun: Begun, index: int, attempt: 
         granted=frozenset(state.grants),
         digest_of=lambda tool, arguments: call_digest(phase.name, tool, arguments),
     )
+    structured = rt.settings.models[model].structured_output == "json_schema"
+    detour = state.detour
+    arbiter = detour is not None and detour.kind == "arbiter"
     return PhaseSetup(
         context,
         provider,
@@ -416,6 +422,11 @@ def _prepare(rt: Runtime, asks: AttemptAsks, begun: Begun, index: int, attempt: 
         cloud=begun.cloud,
         place=place,
         resume=resume,
+        response_format=(
+            response_format(phase_kind(rt.settings, state.spec, index), arbiter)
+            if structured
+            else None
+        ),
         allow_fallback=(
             registry.allow_fallback_to_llm
             if registry is not None
@@ -643,6 +654,7 @@ def _verdict(
         model=model,
         reviews=state.spec.pipeline[reviewed].name if reviewed is not None else None,
         winner=outcome.winner,
+        on_missing=rt.settings.conflicts.missing_verdict,
     )
 
 
@@ -659,6 +671,7 @@ def _agent_loop(rt: Runtime, ready: PhaseSetup) -> LoopOutcome:
             limits=ready.limits,
             harness=ready.harness,
             resume=ready.resume,
+            response_format=ready.response_format,
         )
     except HookDecision as decision:
         if decision.action != HarnessAction.SKIP:

@@ -33,6 +33,7 @@ from mother.errors import (
 )
 from mother.logs import get_logger
 from schemas import ScriptedReply
+from workers.structured import structured_fields
 
 __all__ = [
     "ModelReply",
@@ -80,7 +81,10 @@ class Provider(Protocol):
     call_retries: int
 
     def complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        response_format: dict[str, Any] | None = None,
     ) -> ModelReply: ...
 
 
@@ -114,7 +118,14 @@ class ScriptedProvider:
             time.sleep(min(0.25, left))
             self.interrupt()
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        response_format: dict[str, Any] | None = None,
+    ) -> ModelReply:
+        """The script's next reply (a scripted reply states its verdict and the rest in fields: a
+        ``response_format`` asks nothing more of it)."""
         if self.position >= len(self.replies):
             raise ScriptExhausted(
                 f"role {self.role!r}'s script has no reply left after {self.position}; add replies to scripts.{self.role}"
@@ -245,6 +256,7 @@ class OpenAIProvider:
         self.model = config.model or name
         self.max_tokens = config.max_output_tokens
         self.call_retries = config.call_retries
+        self.structured = config.structured_output == "json_schema"
         self._client = sdk_client(
             config.base_url, api_key or "not-needed", config.request_timeout_seconds
         )
@@ -253,13 +265,25 @@ class OpenAIProvider:
         self._no_connection = openai.APIConnectionError
         self._status = openai.APIStatusError
 
-    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        response_format: dict[str, Any] | None = None,
+    ) -> ModelReply:
         """One chat completion. A failure the server may have worked on, and billed, before it went wrong
         (a timeout: the request was sent; a 2xx reply that is not a chat completion) is a ProviderError
-        with ``may_have_used``: the agent loop charges the prompt's estimate for it rather than nothing."""
+        with ``may_have_used``: the agent loop charges the prompt's estimate for it rather than nothing.
+        ``response_format`` (a JSON schema, :mod:`workers.structured`) is sent when the catalogue says
+        the model takes one; a reply in it is read as what it states, one in prose as text."""
+        asked = response_format if self.structured else None
         try:
             response = self._client.chat.completions.create(
-                model=self.model, messages=messages, tools=tools or None, max_tokens=self.max_tokens
+                model=self.model,
+                messages=messages,
+                tools=tools or None,
+                max_tokens=self.max_tokens,
+                **({"response_format": asked} if asked is not None else {}),
             )
         except self._errors as exc:
             if _not_connected(exc):
@@ -290,7 +314,7 @@ class OpenAIProvider:
                 f"model {self.model}: the reply is not JSON: {str(exc)[:300]}", may_have_used=True
             ) from None
         try:
-            return self._reply(response)
+            return self._reply(response, structured=asked is not None)
         except _NotACompletion as exc:
             problem = str(exc)
         # a body of the wrong shape
@@ -310,8 +334,9 @@ class OpenAIProvider:
             return {"transient": True, "retry_after": _retry_after(exc.response.headers)}
         return {}
 
-    def _reply(self, response: Any) -> ModelReply:
-        """The SDK's response (built from the server's JSON without validation) as a ModelReply."""
+    def _reply(self, response: Any, structured: bool = False) -> ModelReply:
+        """The SDK's response (built from the server's JSON without validation) as a ModelReply; with
+        ``structured``, a content in the asked schema read as what it states."""
         if not response.choices:
             raise _NotACompletion("reply has no choices")
         message = response.choices[0].message
@@ -334,13 +359,22 @@ class OpenAIProvider:
                 )
             )
         input_tokens, output_tokens, note = _usage(response.usage)
-        return ModelReply(
+        reply = ModelReply(
             text=message.content or None,
             tool_calls=calls,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             usage_note=note,
         )
+        stated = structured_fields(message.content) if structured and not calls else None
+        if stated is not None:
+            reply.text = stated["text"]
+            reply.verdict = stated.get("verdict")
+            reply.confidence = stated.get("confidence")
+            reply.evidence_count = stated.get("evidence_count")
+            reply.findings = stated.get("findings", [])
+            reply.winner = stated.get("winner")
+        return reply
 
 
 # how servers say a prompt is longer than the model's window (OpenAI, vLLM, llama.cpp, Ollama, others)

@@ -75,12 +75,17 @@ def verdict_for(
     model: str,
     reviews: str | None,
     winner: str | None,
+    on_missing: str = "retry",
 ) -> Verdict | None:
-    """A reviewing role's verdict (``stated`` by a scripted reply, else read from ``text``); None for a
-    role that produces work. A reviewing role that states none raises VerdictMissing (its phase fails)."""
+    """A reviewing role's verdict (``stated`` by a scripted or structured reply, else read from
+    ``text``); None for a role that produces work. A reviewing role that states none: with
+    ``on_missing`` ``retry`` VerdictMissing (its phase fails and is retried); with ``reject`` a rejecting
+    verdict of confidence 0, so the conflict policy decides what follows."""
     if kind == "work":
         return None
     decision = stated or verdict_in(text)
+    if decision not in ("accept", "reject") and on_missing == "reject":
+        decision, confidence, evidence_count = "reject", 0.0, 0
     if decision not in ("accept", "reject"):
         raise VerdictMissing(
             f"role {role} reviews work but its reply states no verdict: end it with a line "
