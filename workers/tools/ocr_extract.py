@@ -22,7 +22,8 @@ def engine() -> Any:
         from rapidocr import RapidOCR
     except ImportError as exc:
         raise ToolError(
-            f"the OCR engine is not installed on this worker ({exc}); install rapidocr and onnxruntime"
+            f"the OCR engine is not installed on this worker ({exc}): it is the ocr extra, "
+            "pip install 'mother-harness[ocr]'"
         ) from None
     return RapidOCR(params={"Global.log_level": "error"})
 

@@ -8,6 +8,7 @@ JavaScript (``npm test``), anything else Python (``python -m pytest -q``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -110,6 +111,8 @@ def _argv(command: str) -> list[str]:
             f"test_command must start with a test runner ({', '.join(sorted(RUNNERS))}), "
             f"not {program!r}"
         )
+    if program == "pytest" or (program in ("python", "python3") and argv[1:3] == ["-m", "pytest"]):
+        _need_pytest()
     if program == "pytest":
         # the worker's own pytest, whatever is on PATH
         return [sys.executable, "-m", "pytest", *argv[1:]]
@@ -124,6 +127,15 @@ def _argv(command: str) -> list[str]:
     if found is None:
         raise ToolError(f"test runner {program!r} is not installed on this worker")
     return [found, *argv[1:]]
+
+
+def _need_pytest() -> None:
+    """pytest is the run-tests extra's: a worker installed without it says how to get it."""
+    if importlib.util.find_spec("pytest") is None:
+        raise ToolError(
+            "pytest is not installed on this worker host: install it with "
+            "pip install 'mother-harness[run-tests]' (or name another runner in test_command)"
+        )
 
 
 # a test command named only by its runner
