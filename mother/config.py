@@ -944,6 +944,20 @@ class DashboardSettings(_Section):
     )
 
 
+class TelemetrySettings(_Section):
+    """OpenTelemetry traces (docs/telemetry.md): off unless an endpoint is set, and then no cost."""
+
+    otlp_endpoint: str = Field(
+        "",
+        description="an OTLP/HTTP receiver's base URL (http://collector:4318; /v1/traces is added), "
+        "or its traces URL; empty: no traces, unless the SDK's OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT "
+        "is set",
+    )
+    service_name: str = Field(
+        "mother-harness", description="service.name of the spans (OTEL_SERVICE_NAME wins)"
+    )
+
+
 class LibrarySettings(_Section):
     """Libraries and retrieval (docs/libraries.md); each library's own rules are its policy."""
 
@@ -1023,6 +1037,7 @@ class Settings(BaseSettings):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     libraries: LibrarySettings = Field(default_factory=LibrarySettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
     @field_validator("models", mode="before")
     @classmethod

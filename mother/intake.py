@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from mother import calls, keys
+from mother import calls, keys, telemetry
 from mother.activity import flat_fields, make_event
 from mother.budget import Admission, Guard, admission, admit, rate_check
 from mother.capabilities import assess_risk, denial, granted_for, load_risk_policy
@@ -428,6 +428,7 @@ def _create(
         limits=stored,
         capabilities=granted,
         history=[HistoryEntry(at=at, event="submitted", detail=f"entry {ref}")],
+        trace=telemetry.new_trace() if telemetry.enabled(rt.settings) else None,
     )
     announced = make_event(
         "run_submitted",
@@ -461,8 +462,24 @@ def _create(
             return None
         # a re-delivery of the entry that created it
         state = existing
+    else:
+        # from the submission's entry (its id is the server's time) to the run's record
+        with telemetry.span(
+            rt.settings,
+            state.trace,
+            "intake",
+            {"mother.run_id": spec.run_id, "mother.entry_id": ref},
+            start_ms=_entry_ms(entry_id, score),
+        ):
+            pass
     rt.remember_spec(spec.run_id, state.spec)
     return state
+
+
+def _entry_ms(entry_id: str, fallback: int) -> int:
+    """When a stream entry was appended: its id's first part (the server's ms)."""
+    head = entry_id.split("-", 1)[0]
+    return int(head) if head.isdigit() else fallback
 
 
 def reject(

@@ -15,7 +15,7 @@ from typing import Any, Literal, cast
 import orjson
 from rq.job import Job
 
-from mother import calls, keys
+from mother import calls, keys, telemetry
 from mother.activity import flat_fields, make_event
 from mother.artifacts import retain
 from mother.budget import Guard, open_run_budget, release_reservations
@@ -724,6 +724,8 @@ def end_run(
     won, stored = terminated(term_reply, lambda code: _gate_refusal_error(code, state.run_id, gate))
     if won:
         finish_end(rt, state, stored, node_raw, budget_raw, activity, delivery=delivery)
+        # the run's root span (its trace's ids were chosen at intake)
+        telemetry.run_ended(rt.settings, state, reason, details, at_ms)
     return stored
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "RunSpec",
     "RunState",
     "RunStatus",
+    "Trace",
 ]
 
 # the metadata key a spawn_run child carries: its parent holds a parallel_agents slot for it
@@ -209,6 +210,13 @@ class HistoryEntry(Record):
     detail: ShortText = ""
 
 
+class Trace(Record):
+    """A run's OpenTelemetry trace: the trace id and the id of its root span (hex, W3C trace context)."""
+
+    trace_id: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+    span_id: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
+
+
 class RunState(Record):
     """``run:{run_id}``: the spec, where the run is, and how it got there."""
 
@@ -285,6 +293,11 @@ class RunState(Record):
     )
     terminated_ms: int | None = Field(
         None, ge=0, description="terminated_at as epoch milliseconds (idx:runs)"
+    )
+    trace: Trace | None = Field(
+        None,
+        description="the run's OpenTelemetry trace (telemetry.otlp_endpoint set): its id and its root "
+        "span's, under which every span of the run is made",
     )
     duration_ms: int | None = Field(
         None, ge=0, description="created to terminated, set at the end (idx:runs sorts on it)"

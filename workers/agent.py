@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +27,17 @@ log = get_logger("agent")
 RETRY_BACKOFF_SECONDS = 0.5
 RETRY_BACKOFF_CAP_SECONDS = 8.0
 
-__all__ = ["LoopOutcome", "TurnLimits", "run_loop"]
+__all__ = ["LoopOutcome", "Spans", "TurnLimits", "no_span", "run_loop"]
+
+# a span of the run's trace for the block (mother.telemetry.span bound to the run): name, attributes
+Spans = Callable[..., AbstractContextManager[Any]]
+
+
+@contextlib.contextmanager
+def no_span(name: str, attributes: dict[str, Any] | None = None) -> Iterator[None]:
+    """No span (traces off)."""
+    yield None
+
 
 # providers that report none (real chat models) get this
 DEFAULT_CONFIDENCE = 0.5
@@ -64,6 +76,7 @@ def run_loop(
     harness: Harness | None = None,
     resume: Resume | None = None,
     response_format: dict[str, Any] | None = None,
+    span: Spans = no_span,
 ) -> LoopOutcome:
     """Run until the model answers with text; ``check_alive`` raises to stop between actions.
 
@@ -80,7 +93,7 @@ def run_loop(
         if call_number:
             check_alive()
         reply = _model_call(
-            provider, toolbox, messages, meter, harness, check_alive, resume, response_format
+            provider, toolbox, messages, meter, harness, check_alive, resume, response_format, span
         )
         usage.model_calls += 1
         usage.input_tokens += reply.input_tokens
@@ -108,7 +121,7 @@ def run_loop(
         messages.append(_assistant_message(reply))
         for call in reply.tool_calls:
             check_alive()
-            content, ran, evidential = _tool_call(toolbox, call, meter, harness, resume)
+            content, ran, evidential = _tool_call(toolbox, call, meter, harness, resume, span)
             usage.tool_calls += 1
             consecutive += 1
             evidence += evidential
@@ -161,6 +174,7 @@ def _tool_call(
     meter: Meter | None,
     harness: Harness | None,
     resume: Resume | None = None,
+    span: Spans = no_span,
 ) -> tuple[str, bool, bool]:
     """Run one call the model made, or refuse it: what the model is told, whether the tool ran, and
     whether its result is evidence (a read-only tool that succeeded). A call the journal recorded is
@@ -196,8 +210,16 @@ def _tool_call(
     if meter is not None:
         meter.tool(read_only=read_only, step=step.sent if step is not None else None)
     began = time.monotonic()
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.id,
+    }
     try:
-        result = toolbox.run(call.name, call.arguments)
+        with span(f"execute_tool {call.name}", attributes) as traced:
+            result = toolbox.run(call.name, call.arguments)
+            if traced is not None and not result.ok:
+                traced.set_attribute("error.type", "tool_error")
     finally:
         if meter is not None:
             meter.spent.tool_ms += int((time.monotonic() - began) * 1000)
@@ -237,6 +259,7 @@ def _model_call(
     check_alive: Callable[[], None] | None = None,
     resume: Resume | None = None,
     response_format: dict[str, Any] | None = None,
+    span: Spans = no_span,
 ) -> ModelReply:
     """One model call inside a reservation. A transient failure (no connection, a timeout, HTTP
     408/409/429/5xx) is sent again up to ``provider.call_retries`` times, after the server's
@@ -245,7 +268,7 @@ def _model_call(
     retries = 0
     while True:
         try:
-            return _metered_call(provider, toolbox, messages, meter, resume, response_format)
+            return _metered_call(provider, toolbox, messages, meter, resume, response_format, span)
         except ProviderError as exc:
             if exc.transient and retries < provider.call_retries:
                 retries += 1
@@ -282,9 +305,11 @@ def _metered_call(
     meter: Meter | None,
     resume: Resume | None = None,
     response_format: dict[str, Any] | None = None,
+    span: Spans = no_span,
 ) -> ModelReply:
     """One model call inside a reservation; what it used is settled even if it failed. A call the
-    journal recorded is answered from it: no model call, no reservation, no charge."""
+    journal recorded is answered from it: no model call, no reservation, no charge. A live call is a
+    ``chat {model}`` span (the GenAI semantic conventions' attributes) when traces are on."""
     if meter is None:
         return provider.complete(messages, toolbox.specs(), response_format)
     specs = toolbox.specs()
@@ -303,8 +328,26 @@ def _metered_call(
     op = meter.reserve(messages, specs, step=sent)
     reply, used = None, (0, 0)
     began = time.monotonic()
+    sent_model = meter.model.model or meter.model_name or ""
+    attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": meter.model.provider,
+        "gen_ai.request.model": sent_model,
+        "gen_ai.request.max_tokens": meter.model.max_output_tokens,
+    }
     try:
-        reply = provider.complete(messages, specs, response_format)
+        with span(f"chat {sent_model}", attributes) as traced:
+            reply = provider.complete(messages, specs, response_format)
+            if traced is not None:
+                traced.set_attributes(
+                    {
+                        "gen_ai.usage.input_tokens": reply.input_tokens,
+                        "gen_ai.usage.output_tokens": reply.output_tokens,
+                        "gen_ai.response.finish_reasons": [
+                            "tool_calls" if reply.tool_calls else "stop"
+                        ],
+                    }
+                )
         meter.spent.model_ms += int((time.monotonic() - began) * 1000)
         if reply.usage_note is not None:
             meter.estimate_usage(reply)

@@ -25,7 +25,7 @@ import orjson
 from rq import get_current_job
 from rq.exceptions import StopRequested
 
-from mother import keys
+from mother import keys, telemetry
 from mother.config import Settings, load_settings
 from mother.context import load as load_context
 from mother.errors import (
@@ -97,6 +97,8 @@ def runtime() -> Runtime:
     it): a worker host's connection, which neither loads nor calls server functions."""
     settings = load_settings()
     configure_logging(settings.log_level, settings.log_format)
+    # traces on: the SDK and its exporter imported here, once, not in every work-horse
+    telemetry.tracing(settings)
     return Runtime.create(settings, functions=False)
 
 
@@ -191,6 +193,8 @@ class PhaseSetup:
     resume: Resume | None = None
     # what the model is asked to state in a JSON schema (a model whose catalogue entry takes one)
     response_format: dict[str, Any] | None = None
+    # the run's trace (its spans' parent), when traces are on
+    trace: Any = None
 
 
 @dataclass
@@ -267,21 +271,39 @@ def execute(run_id: str, phase_index: int, attempt: int) -> dict[str, Any]:
     def setup() -> PhaseSetup:
         return prepared or _prepare(rt, asks, begun, phase_index, attempt)
 
+    phase = begun.state.spec.pipeline[phase_index]
+    detour = begun.state.detour
+    role = detour.role if detour is not None else phase.role
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": role,
+        "mother.run_id": run_id,
+        "mother.phase": phase.name,
+        "mother.phase_index": phase_index,
+        "mother.attempt": attempt,
+    }
     try:
-        result = _run(
-            rt,
-            begun.state,
-            (phase_index, attempt),
-            (started, rt.clock.iso(started_ms)),
-            setup,
-            meters,
-            keys.phase_artifact_id(*ids),
-        )
+        with telemetry.span(
+            rt.settings, begun.state.trace, f"invoke_agent {role}", attributes
+        ) as traced:
+            result = _run(
+                rt,
+                begun.state,
+                (phase_index, attempt),
+                (started, rt.clock.iso(started_ms)),
+                setup,
+                meters,
+                keys.phase_artifact_id(*ids),
+            )
+            if traced is not None:
+                traced.set_attribute("mother.phase.status", result.status)
         result.queued_ms = max(0, started_ms - dispatched) if dispatched is not None else None
     except PhaseStale:
         return {"status": "stale"}
     finally:
         beats.end()
+        # a work-horse ends with os._exit: what it traced goes now
+        telemetry.flush(rt.settings)
     _report(asks, result, meters, dispatched)
     return {"status": result.status, "artifacts": result.artifacts}
 
@@ -422,6 +444,7 @@ def _prepare(rt: Runtime, asks: AttemptAsks, begun: Begun, index: int, attempt: 
         cloud=begun.cloud,
         place=place,
         resume=resume,
+        trace=state.trace,
         response_format=(
             response_format(phase_kind(rt.settings, state.spec, index), arbiter)
             if structured
@@ -672,6 +695,7 @@ def _agent_loop(rt: Runtime, ready: PhaseSetup) -> LoopOutcome:
             harness=ready.harness,
             resume=ready.resume,
             response_format=ready.response_format,
+            span=functools.partial(telemetry.span, rt.settings, ready.trace),
         )
     except HookDecision as decision:
         if decision.action != HarnessAction.SKIP:

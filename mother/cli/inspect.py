@@ -73,6 +73,11 @@ def print_summary(view: dict[str, Any]) -> None:
     if run.get("terminated_at"):
         when += f" · ended {clock_text(run['terminated_at'])} UTC · took {duration_text(tl['duration_ms'])}"
     console.print(Text(when))
+    trace = run.get("trace")
+    if isinstance(trace, dict):
+        console.print(
+            Text(f"trace {trace.get('trace_id')} (OpenTelemetry; root span {trace.get('span_id')})")
+        )
     console.print(
         Text(
             f"cost {cost['spend_usd']} · {cost['total_tokens']} tokens ({cost['input_tokens']} in, "
