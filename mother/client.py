@@ -656,6 +656,21 @@ class MotherClient:
         out["end_pending_since"] = iso_from_ms(int(pending)) if pending is not None else None
         return out
 
+    def timeline(self, run_id: str) -> dict[str, Any]:
+        """The run's timeline (every attempt's times, waits, tokens and cost) from what any principal
+        reads: its record, its own activity, its budget."""
+        from mother.activity import recent
+        from mother.observe.timeline import timeline
+        from mother.records.budgets import budget_view
+
+        state = self.status(run_id)
+        activity = [
+            e.to_dict() for e in recent(self.redis, keys.RUN_ACTIVITY_MAXLEN, run_id=run_id)
+        ]
+        budget = budget_view(self.redis, run_id)
+        now = iso_from_ms(server_now_ms(self.redis))
+        return timeline(state.to_dict(), activity, budget, now=now)
+
     def _contexts(
         self, state: RunState, text: bool = False
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -52,6 +52,7 @@ __all__ = [
     "LEADER_LEASE",
     "LEDGER_LIBRARY",
     "LIBRARIES_INDEX",
+    "MCP_SERVERS",
     "METRICS_COUNTERS",
     "MOTHER_CONFIG",
     "PHASE_DEADLINES",
@@ -176,6 +177,8 @@ _MODEL_RE = re.compile(r"[A-Za-z0-9_.:/@-]{1,128}")
 # Fixed keys.
 GLOBAL_BUDGET = "budget:global"
 TOOLS_REGISTRY = "registry:tools"
+# JSON: the MCP servers registered as sources of tools, by name (mother tools mcp add)
+MCP_SERVERS = "registry:mcp"
 SECURITY_VIOLATIONS = "security:violations"
 SUBMISSIONS_STREAM = "mother:submissions"
 EVENTS_STREAM = "mother:events"

@@ -14,6 +14,8 @@ __all__ = [
     "REGISTRY_VERSION",
     "SIDE_EFFECT_HINTS",
     "DeterministicTool",
+    "McpCall",
+    "McpServer",
     "SandboxLimits",
     "SideEffects",
     "ToolCandidate",
@@ -59,6 +61,19 @@ class SandboxLimits(Record):
     open_files: int | None = Field(None, ge=16, le=1_048_576, description="per process")
     file_size_mb: int | None = Field(None, ge=1, le=1_048_576, description="largest file written")
     tmp_mb: int | None = Field(None, ge=1, le=1_048_576, description="its private /tmp")
+
+
+class McpCall(Record):
+    """What a registry tool that is an MCP server's tool calls: the server (its name in ``registry:mcp``),
+    the tool's name there, and how to reach the server: a command started inside the tool sandbox
+    (stdio), or a streamable HTTP URL."""
+
+    server: Id
+    tool: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    command: list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]] | None = Field(
+        None, max_length=100
+    )
+    url: Annotated[str, StringConstraints(pattern=r"^https?://\S{1,2000}$")] | None = None
 
 
 class DeterministicTool(Record):
@@ -114,6 +129,9 @@ class DeterministicTool(Record):
     )
     allow_git_dir: bool = Field(
         False, description="its file paths may be under .git/ (refused otherwise)"
+    )
+    mcp: McpCall | None = Field(
+        None, description="an MCP server's tool (mother tools mcp add): called through that server"
     )
     # what checks the contracts, made once per manifest object (mother.tools.contracts)
     _validators: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -195,3 +213,23 @@ class ToolCandidate(Record):
     matched: Annotated[str, StringConstraints(max_length=1000)] = Field(
         description="what matched: 'pattern: ...' or 'keywords: a, b'"
     )
+
+
+class McpServer(Record):
+    """An MCP server registered as a source of tools (``registry:mcp``, ``mother tools mcp add``): how to
+    reach it, the roles its tools are offered to, and its tools as it listed them."""
+
+    name: Id
+    command: list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]] | None = Field(
+        None, max_length=100, description="started inside the tool sandbox, talked to over stdio"
+    )
+    url: Annotated[str, StringConstraints(pattern=r"^https?://\S{1,2000}$")] | None = Field(
+        None, description="a streamable HTTP endpoint (its tools get the network)"
+    )
+    allowed_roles: list[RoleOrAll] = Field(default_factory=lambda: ["*"], min_length=1)
+    tools: list[dict[str, JsonValue]] = Field(
+        default_factory=list,
+        max_length=500,
+        description="its tools as listed: name, description, inputSchema, annotations",
+    )
+    added_at: Timestamp | None = None

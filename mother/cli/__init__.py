@@ -52,6 +52,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "hosts": ("mother.cli.identities", "hosts_app", "Worker hosts: each enrolled here, its own Redis ACL user that may touch only its own queues and ask Mother on its own stream. Run these with an administrator's MOTHER_REDIS_URL."),
     "acl": ("mother.cli.identities", "acl_app", "The deployment's Redis ACL users, for servers that take them from a file or a console."),
     "keys": ("mother.cli.signing", "keys_app", "Ed25519 keys for signing role files."),
+    "mcp": ("mother.cli.mcp", "app", "Mother as an MCP server: MCP clients submit runs, follow them and decide their gates as a principal."),
 }  # fmt: skip
 
 

@@ -141,3 +141,86 @@ def export_command(
             for tool in registry.tools
         ]
     data_console().print_json(orjson.dumps(out).decode())
+
+
+mcp_app = typer.Typer(
+    help="MCP servers as tools: register one (its tools join the registry), list them, remove one.",
+    no_args_is_help=True,
+)
+app.add_typer(mcp_app, name="mcp")
+
+
+@mcp_app.command("add")
+@handle_errors
+def mcp_add(
+    name: Annotated[str, typer.Argument(help="the server's name (its tools are NAME__TOOL)")],
+    command: Annotated[
+        str | None,
+        typer.Option(
+            help="start it over stdio, inside the tool sandbox at each call (e.g. "
+            "'python -m mcp_server_time')"
+        ),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="its streamable HTTP endpoint (its tools get the network: list them in "
+            "tools.sandbox_network_tools)"
+        ),
+    ] = None,
+    roles: Annotated[
+        str, typer.Option(help="the roles its tools are offered to, comma-separated ('*': every)")
+    ] = "*",
+) -> None:
+    """Register an MCP server: it is asked for its tools now (through the official MCP client), and they
+    join registry:tools (synced again) with their input schemas as contracts and their annotations as
+    side effects."""
+    from mother.tools import mcp
+
+    cfg = settings()
+    client = redis_client(cfg)
+    server = mcp.server_of(name, command, url, [r.strip() for r in roles.split(",") if r.strip()])
+    now = ServerClock(client).now_iso()
+    added = mcp.add(client, server, now)
+    registry = sync(client, cfg, now)
+    tools = mcp.tools_of(added)
+    console.print(
+        f"MCP server {name}: {len(tools)} tools joined {keys.TOOLS_REGISTRY} "
+        f"({len(registry.tools)} in all)"
+    )
+    for tool in tools:
+        console.print(f"  {tool.tool_id}: {tool.side_effects}", soft_wrap=True)
+
+
+@mcp_app.command("list")
+@handle_errors
+def mcp_list() -> None:
+    """The registered MCP servers and their tools."""
+    from mother.tools import mcp
+
+    servers = mcp.read_servers(redis_client(settings()))
+    table = Table(title=f"MCP servers ({len(servers)})")
+    for column in ("name", "reached by", "roles", "tools", "added"):
+        table.add_column(column)
+    for server in servers.values():
+        table.add_row(
+            server.name,
+            " ".join(server.command) if server.command else str(server.url),
+            ", ".join(server.allowed_roles),
+            ", ".join(str(t.get("name")) for t in server.tools),
+            server.added_at or "",
+        )
+    data_console().print(table)
+
+
+@mcp_app.command("remove")
+@handle_errors
+def mcp_remove(name: Annotated[str, typer.Argument()]) -> None:
+    """Remove an MCP server and its tools from the registry."""
+    from mother.tools import mcp
+
+    cfg = settings()
+    client = redis_client(cfg)
+    mcp.remove(client, name)
+    sync(client, cfg, ServerClock(client).now_iso())
+    console.print(f"MCP server {name} removed; {keys.TOOLS_REGISTRY} synced without its tools")

@@ -132,9 +132,13 @@ def build_registry(
 
 
 def sync(client: Any, settings: Settings, now_iso: str, extra: Iterable[Path] = ()) -> ToolRegistry:
-    """Read and check every manifest, then replace ``registry:tools`` (with each tool's success rate
-    from its ``tool_stats`` as of now); nothing is written if one is wrong."""
-    registry = build_registry(settings, load_manifests(settings, extra), now_iso)
+    """Read and check every manifest, and the tools of the registered MCP servers, then replace
+    ``registry:tools`` (with each tool's success rate from its ``tool_stats`` as of now); nothing is
+    written if one is wrong."""
+    from mother.tools.mcp import read_servers, tools_of
+
+    served = [tool for server in read_servers(client).values() for tool in tools_of(server)]
+    registry = build_registry(settings, [*load_manifests(settings, extra), *served], now_iso)
     stats = read_stats(client, [t.tool_id for t in registry.tools])
     registry.tool_success_rates = {tool_id: s.success_rate for tool_id, s in stats.items()}
     write_registry(client, registry)

@@ -237,6 +237,9 @@ class ToolExecutor:
         try:
             inputs = with_defaults(tool, inputs)
             check_inputs(tool, inputs)
+            if tool.mcp is not None:
+                # an MCP server's tool: its call goes to the server, from inside the sandbox
+                inputs = {"server": tool.mcp.model_dump(mode="json"), "arguments": inputs}
             loaded = load_entrypoint(tool.entrypoint, self.allowed_entrypoints)
             fn = bind_context(tool.tool_id, loaded, context)
             policy = self.rules.policy(tool, module_paths(tool.entrypoint))
