@@ -107,3 +107,39 @@ def test_every_shipped_mother_variable_names_a_setting(tmp_path: Path) -> None:
                 os.environ.pop(n, None)
             else:
                 os.environ[n] = v
+
+
+def test_no_acl_rule_allows_a_first_argument_of_a_command() -> None:
+    """Redis 8 warns at every ACL load that a rule like `+fcall|name` (a command's first argument) "may get
+    disabled in the future": neither the shipped users nor the rules Mother makes for principals and
+    hosts use one (a subcommand of a container command, `+client|setname`, is not one)."""
+    from mother.identities.rules import host_rules, principal_rules
+    from schemas.host import Host
+    from schemas.principal import Principal
+
+    containers = {"client", "acl", "function", "config", "module", "xinfo", "object", "memory",
+                  "command", "pubsub", "script", "slowlog", "latency", "xgroup", "cluster"}  # fmt: skip
+    digest = "0" * 64
+    every = [
+        *(DEPLOY / "users.acl").read_text().split(),
+        *principal_rules(
+            Principal(
+                name="p",
+                grants=["submit", "approve", "answer", "cancel", "operate", "inspect"],
+                created_at="2026-12-06T00:00:00.000Z",
+                password_sha256=digest,
+            )
+        ),
+        *host_rules(
+            Host(
+                name="h",
+                queues=["agents", "tools", "maintenance"],
+                enrolled_at="2026-12-06T00:00:00.000Z",
+                password_sha256=digest,
+            )
+        ),
+    ]
+    allowed = [rule for rule in every if rule[:1] in "+-" and "|" in rule]
+    assert allowed and all(rule[1:].split("|")[0] in containers for rule in allowed), [
+        r for r in allowed if r[1:].split("|")[0] not in containers
+    ]

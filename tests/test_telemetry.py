@@ -108,3 +108,94 @@ def test_no_endpoint_no_trace(tmp_path: Path) -> None:
             assert "opentelemetry" not in maps
     finally:
         stop_pipeline(p)
+
+
+# where .ci/run installs Arize Phoenix (a virtual environment of its own)
+CI_PHOENIX = "/opt/mother-ci/phoenix/bin/phoenix"
+
+
+def _phoenix() -> str | None:
+    """Arize Phoenix's command: $PHOENIX_BIN, else one on PATH, else .ci/run's."""
+    import os
+    import shutil
+
+    found = os.environ.get("PHOENIX_BIN") or shutil.which("phoenix") or CI_PHOENIX
+    return found if Path(found).exists() else None
+
+
+def test_a_real_receiver_nobody_here_wrote_shows_the_runs_trace(tmp_path: Path) -> None:
+    """Arize Phoenix (from the package index), started by the test with its OTLP/HTTP receiver: a run's
+    spans arrive there whole, each with its parent, the model calls as LLM spans with their tokens, as
+    Phoenix's own REST API lists them."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import urllib.request
+
+    from mother.server import free_port
+    from tests.conftest import need
+
+    phoenix = _phoenix()
+    need(None if phoenix else "no Arize Phoenix here (pip install arize-phoenix; .ci/run does)")
+    assert phoenix is not None
+    port, grpc = free_port(), free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MOTHER_")},
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(grpc),
+        "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"),
+    }
+    server = subprocess.Popen(
+        [phoenix, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+
+    def read(path: str) -> dict:
+        with urllib.request.urlopen(base + path, timeout=5) as got:
+            return json.loads(got.read())
+
+    def up() -> bool:
+        try:
+            return bool(read("/v1/projects"))
+        except OSError:
+            return False
+
+    try:
+        wait_until(up, timeout=120, step=0.5)
+        p = start_pipeline(
+            tmp_path / "run", workers=1, env={"MOTHER_TELEMETRY__OTLP_ENDPOINT": base}
+        )
+        try:
+            run_id = p.client.submit(example("three-phase"))
+            assert p.wait(run_id, 60).termination.reason == "success"
+            state = p.client.status(run_id)
+            assert state.trace is not None
+            trace = state.trace.trace_id
+
+            def spans() -> list[dict] | None:
+                found = [
+                    s
+                    for s in read("/v1/projects/default/spans?limit=1000")["data"]
+                    if s["context"]["trace_id"] == trace
+                ]
+                return found if any(s["name"] == f"run {run_id}" for s in found) else None
+
+            got = wait_until(spans, timeout=60, step=0.5)
+        finally:
+            stop_pipeline(p)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
+    ids = {s["context"]["span_id"] for s in got}
+    (root,) = [s for s in got if s["name"] == f"run {run_id}"]
+    assert root["context"]["span_id"] == state.trace.span_id and not root["parent_id"]
+    assert all(s["parent_id"] in ids for s in got if s is not root)
+    names = {s["name"] for s in got}
+    assert {"intake", "invoke_agent planner", "invoke_agent coder", "invoke_agent critic"} <= names
+    llm = [s for s in got if s["name"] == "chat scripted"]
+    assert len(llm) == sum(r.usage.model_calls for r in state.results)
+    assert sum(s["attributes"]["gen_ai.usage.input_tokens"] for s in llm) == sum(
+        r.usage.input_tokens for r in state.results
+    )
