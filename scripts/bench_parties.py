@@ -19,12 +19,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +40,12 @@ from mother.client import MotherClient
 from mother.config import load_settings
 from mother.connection import connect
 from mother.identities import party_url, principals
+from mother.identities.enroll import replicated
 from mother.server import EmbeddedRedis
 from mother.stack import LocalStack
 from scripts.bench import UNLIMITED, pct, proc_cpu, redis_cpu
 from tests.conftest import FAST_ENV, first_accepted, quick_spec
-from tests.test_failover import start_sentinels
+from tests.test_failover import sentinel_cell
 from tests.test_pipeline import wait_until
 
 NOW = "2026-12-06T00:00:00.000Z"
@@ -106,34 +109,37 @@ def restart(tmp: Path, count: int) -> None:
 
 
 def failover(tmp: Path, count: int) -> None:
-    primary = EmbeddedRedis(dir=tmp / "primary", appendfsync="everysec").start()
-    replica = EmbeddedRedis(
-        dir=tmp / "replica",
-        appendfsync="everysec",
-        extra_args=["--replicaof", "127.0.0.1", str(primary.port)],
-    ).start()
-    wait_until(
-        lambda: replica.client().info("replication").get("master_link_status") == "up", timeout=20
-    )
-    sentinels = start_sentinels(tmp, int(primary.port or 0))
-    url = sentinels.url()
-    stack = LocalStack(url, workers=1, log_dir=tmp / "logs-failover", env=FAST_ENV).start()
-    try:
-        admin = connect(url)
-        urls = _principals(admin, url, count, ["submit"])
-        from mother.identities.enroll import replicated
+    with sentinel_cell(tmp) as (primary, replica, sentinels):
+        url = sentinels.url()
+        stack = LocalStack(url, workers=1, log_dir=tmp / "logs-failover", env=FAST_ENV).start()
+        try:
+            admin = connect(url)
+            urls = _principals(admin, url, count, ["submit"])
+            assert replicated(admin) is None
+            killed = time.monotonic()
+            os.kill(int(primary.pid or 0), signal.SIGKILL)
+            wait_until(lambda: sentinels.master_port() == replica.port, timeout=30, step=0.05)
+            promoted = time.monotonic() - killed
+            _said("failover", promoted, _returns(urls, admin, killed))
+        finally:
+            stack.stop()
 
-        assert replicated(admin) is None
-        killed = time.monotonic()
-        os.kill(int(primary.pid or 0), signal.SIGKILL)
-        wait_until(lambda: sentinels.master_port() == replica.port, timeout=30, step=0.05)
-        promoted = time.monotonic() - killed
-        _said("failover", promoted, _returns(urls, admin, killed))
+
+@contextlib.contextmanager
+def _quiet_stack(tmp: Path, name: str) -> Iterator[tuple[Any, LocalStack, dict[str, str]]]:
+    """A server and Mother (no worker host: runs are taken in and wait), with two principals acting for
+    every user: (an administrator's client, the stack, name -> URL)."""
+    server = EmbeddedRedis(dir=tmp / name, appendfsync="no").start()
+    stack = LocalStack(
+        server.url, workers=0, log_dir=tmp / f"logs-{name}", env={**FAST_ENV, **UNLIMITED}
+    ).start()
+    try:
+        admin = connect(server.url)
+        wait_until(lambda: admin.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "mother"))
+        yield admin, stack, _principals(admin, server.url, 2, ["submit"])
     finally:
         stack.stop()
-        sentinels.stop()
-        replica.stop()
-        primary.stop()
+        server.stop()
 
 
 def _mother_pid(stack: LocalStack) -> int:
@@ -149,15 +155,7 @@ def _handled(admin: Any, stream: str) -> bool:
 
 
 def per_entry(tmp: Path, junk: int) -> None:
-    server = EmbeddedRedis(dir=tmp / "cpu", appendfsync="no").start()
-    # no worker host: valid runs are taken in and wait for one
-    stack = LocalStack(
-        server.url, workers=0, log_dir=tmp / "logs-cpu", env={**FAST_ENV, **UNLIMITED}
-    ).start()
-    try:
-        admin = connect(server.url)
-        wait_until(lambda: admin.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "mother"))
-        urls = _principals(admin, server.url, 2, ["submit"])
+    with _quiet_stack(tmp, "cpu") as (admin, stack, urls):
         rows = []
         for (name, url), kind in zip(urls.items(), ("valid", "junk"), strict=True):
             party = connect(url)
@@ -197,9 +195,6 @@ def per_entry(tmp: Path, junk: int) -> None:
             if not k.endswith("|said")
         )
         print(f"junk   {junk} entries left {kept} rejection record(s) and a count of {counted}")
-    finally:
-        stack.stop()
-        server.stop()
 
 
 def _latencies(admin: Any, client: MotherClient, count: int, name: str) -> list[float]:
@@ -217,14 +212,7 @@ def _latencies(admin: Any, client: MotherClient, count: int, name: str) -> list[
 
 
 def quiet_latency(tmp: Path, count: int) -> None:
-    server = EmbeddedRedis(dir=tmp / "quiet", appendfsync="no").start()
-    stack = LocalStack(
-        server.url, workers=0, log_dir=tmp / "logs-quiet", env={**FAST_ENV, **UNLIMITED}
-    ).start()
-    try:
-        admin = connect(server.url)
-        wait_until(lambda: admin.execute_command("FUNCTION", "LIST", "LIBRARYNAME", "mother"))
-        urls = _principals(admin, server.url, 2, ["submit"])
+    with _quiet_stack(tmp, "quiet") as (admin, _stack, urls):
         (_quiet, quiet_url), (flood_name, flood_url) = urls.items()
         quiet = MotherClient(settings=load_settings(redis_url=quiet_url))
         alone = _latencies(admin, quiet, count, "alone")
@@ -253,9 +241,6 @@ def quiet_latency(tmp: Path, count: int) -> None:
                 f"p99 {pct(samples, 0.99):6.1f} ms"
             )
         print(f"the flood was still pending when the quiet party's last run was made: {still}")
-    finally:
-        stack.stop()
-        server.stop()
 
 
 def main() -> None:

@@ -43,6 +43,20 @@ def need(why_not: str | None) -> None:
     pytest.skip(why_not)
 
 
+def gated_spec(user: str, **more: Any) -> dict[str, Any]:
+    """A run whose one phase waits for a person's approval before it starts (no approvers named: its
+    submitter decides)."""
+    return {
+        "user_id": user,
+        "task": "Deploy the release",
+        "pipeline": [
+            {"name": "deploy", "role": "deployer", "model": "scripted", "require_approval": True}
+        ],
+        "scripts": {"deployer": [{"text": "deployed"}]},
+        **more,
+    }
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The S3 store's tests are collected: their gateway starts now, in the background (tests/s3_server.py).
     Under pytest-xdist each worker collects every test and runs some: the gateway starts at its first

@@ -6,10 +6,11 @@ with screenshots saved and compared."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-import socket
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ import pytest
 import redis
 
 from mother import keys
-from tests.conftest import need, start_with_libraries, stop_pipeline, wait_for_person
+from mother.server import free_port
+from tests.conftest import gated_spec, need, start_with_libraries, stop_pipeline, wait_for_person
 from tests.test_pipeline import example, wait_until
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -294,110 +296,108 @@ def test_metrics_parse_and_match_the_runs(stack, web) -> None:
     assert ("mother_queue_depth", (("queue", "agents"),)) in samples
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_every_page_in_headless_chromium(stack, tmp_path: Path) -> None:
-    need(None if CHROMIUM else "no chromium on this machine (Debian's `chromium` package)")
+@contextlib.contextmanager
+def _in_chromium(url: str) -> Iterator[tuple[str, Any, Any]]:
+    """The dashboard served by uvicorn on a free port and Debian's headless chromium: yields the base
+    address, the browser and a 1280x900 page; on a clean exit no page raised a script error."""
     import uvicorn
     from playwright.sync_api import sync_playwright
 
     from mother.web import create_app
 
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(create_app(_settings(stack.p.url)), port=port, log_level="warning")
+        uvicorn.Config(create_app(_settings(url)), port=port, log_level="warning")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    wait_until(lambda: server.started, timeout=20)
-    base = f"http://127.0.0.1:{port}"
-    stored = _stored_by_reason(stack.p.redis)
-    shots = tmp_path / "screenshots"
-    shots.mkdir()
     try:
+        wait_until(lambda: server.started, timeout=20)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
-
-            page.goto(base + "/")
-            for reason, n in stored.items():
-                cell = page.locator(f'#reason-totals tr[data-reason="{reason}"] .stored-total')
-                assert cell.inner_text() == str(n)
-            bars = page.locator("#chart rect")
-            drawn = sum(int(bars.nth(i).get_attribute("data-n")) for i in range(bars.count()))
-            assert drawn == sum(stored.values())
-            assert page.locator("#g-waiting").inner_text() == "1"
-            page.screenshot(path=str(shots / "overview.png"), full_page=True)
-
-            # live: a run that ends now shows up without a reload
-            before = page.locator("#runs-table tbody tr").count()
-            fresh = stack.p.client.submit(example("three-phase"))
-            stack.p.wait(fresh)
-            page.wait_for_selector(f'#runs-table tr[data-run="{fresh}"]', timeout=15_000)
-            # pushed by the live stream (server-sent events), not polled
-            assert page.evaluate("document.body.dataset.live") == "events"
-            assert page.locator("#runs-table tbody tr").count() >= min(before + 1, 15)
-            assert page.locator("#live").inner_text().startswith("live")
-
-            # a bar is a link to exactly the runs it counts
-            first = page.locator("#chart a.bar").first
-            n = first.locator("rect").get_attribute("data-n")
-            first.click()
-            page.wait_for_selector("#runs-total")
-            assert page.locator("#runs-total").inner_text() == n
-            assert page.locator("#runs-table tbody tr").count() == int(n)
-
-            page.goto(base + "/runs?reason=timeout")
-            rows = page.locator("#runs-table tbody tr")
-            assert (
-                rows.count() == 1 and rows.first.get_attribute("data-run") == stack.ended["timeout"]
-            )
-            page.screenshot(path=str(shots / "runs.png"), full_page=True)
-
-            run_id = stack.ended["conflicting_agents"]
-            page.goto(f"{base}/runs/{run_id}")
-            assert page.locator("#run-reason").inner_text() == "conflicting_agents"
-            conflict_id = stack.p.client.status(run_id).conflicts[0]
-            assert conflict_id in page.locator("#conflicts").inner_text()
-            assert page.locator("#phases tbody tr").count() == len(
-                stack.p.client.status(run_id).spec.pipeline
-            )
-            # its timeline: every attempt, with its times and cost
-            assert page.locator("#timeline tbody tr[data-attempt]").count() >= len(
-                stack.p.client.status(run_id).spec.pipeline
-            )
-            assert "$" in page.locator("#run-cost").inner_text()
-            page.screenshot(path=str(shots / "run.png"), full_page=True)
-            # the page's content alone (the header's "live" clock changes with every update)
-            page.locator("#main").screenshot(path=str(shots / "run-main.png"))
-
-            page.goto(base + "/waiting")
-            assert f"mother approve {stack.waiting}" in page.locator("#waiting-table").inner_text()
-            page.screenshot(path=str(shots / "waiting.png"), full_page=True)
-
-            # a 390 px phone: no page is wider than the screen
-            phone = browser.new_page(viewport={"width": 390, "height": 844})
-            for path in ("/", "/runs", f"/runs/{run_id}", "/waiting"):
-                phone.goto(base + path)
-                wide = phone.evaluate("document.documentElement.scrollWidth")
-                assert wide <= 390, (path, wide)
-            phone.screenshot(path=str(shots / "phone.png"), full_page=True)
-            phone.close()
-
-            # the same page twice gives the same picture (nothing moved in between)
-            page.goto(f"{base}/runs/{run_id}")
-            page.locator("#main").screenshot(path=str(shots / "run-again.png"))
+            yield f"http://127.0.0.1:{port}", browser, page
             browser.close()
             assert errors == []
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_every_page_in_headless_chromium(stack, tmp_path: Path) -> None:
+    need(None if CHROMIUM else "no chromium on this machine (Debian's `chromium` package)")
+    stored = _stored_by_reason(stack.p.redis)
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    with _in_chromium(stack.p.url) as (base, browser, page):
+        page.goto(base + "/")
+        for reason, n in stored.items():
+            cell = page.locator(f'#reason-totals tr[data-reason="{reason}"] .stored-total')
+            assert cell.inner_text() == str(n)
+        bars = page.locator("#chart rect")
+        drawn = sum(int(bars.nth(i).get_attribute("data-n")) for i in range(bars.count()))
+        assert drawn == sum(stored.values())
+        assert page.locator("#g-waiting").inner_text() == "1"
+        page.screenshot(path=str(shots / "overview.png"), full_page=True)
+
+        # live: a run that ends now shows up without a reload
+        before = page.locator("#runs-table tbody tr").count()
+        fresh = stack.p.client.submit(example("three-phase"))
+        stack.p.wait(fresh)
+        page.wait_for_selector(f'#runs-table tr[data-run="{fresh}"]', timeout=15_000)
+        # pushed by the live stream (server-sent events), not polled
+        assert page.evaluate("document.body.dataset.live") == "events"
+        assert page.locator("#runs-table tbody tr").count() >= min(before + 1, 15)
+        assert page.locator("#live").inner_text().startswith("live")
+
+        # a bar is a link to exactly the runs it counts
+        first = page.locator("#chart a.bar").first
+        n = first.locator("rect").get_attribute("data-n")
+        first.click()
+        page.wait_for_selector("#runs-total")
+        assert page.locator("#runs-total").inner_text() == n
+        assert page.locator("#runs-table tbody tr").count() == int(n)
+
+        page.goto(base + "/runs?reason=timeout")
+        rows = page.locator("#runs-table tbody tr")
+        assert rows.count() == 1 and rows.first.get_attribute("data-run") == stack.ended["timeout"]
+        page.screenshot(path=str(shots / "runs.png"), full_page=True)
+
+        run_id = stack.ended["conflicting_agents"]
+        page.goto(f"{base}/runs/{run_id}")
+        assert page.locator("#run-reason").inner_text() == "conflicting_agents"
+        conflict_id = stack.p.client.status(run_id).conflicts[0]
+        assert conflict_id in page.locator("#conflicts").inner_text()
+        assert page.locator("#phases tbody tr").count() == len(
+            stack.p.client.status(run_id).spec.pipeline
+        )
+        # its timeline: every attempt, with its times and cost
+        assert page.locator("#timeline tbody tr[data-attempt]").count() >= len(
+            stack.p.client.status(run_id).spec.pipeline
+        )
+        assert "$" in page.locator("#run-cost").inner_text()
+        page.screenshot(path=str(shots / "run.png"), full_page=True)
+        # the page's content alone (the header's "live" clock changes with every update)
+        page.locator("#main").screenshot(path=str(shots / "run-main.png"))
+
+        page.goto(base + "/waiting")
+        assert f"mother approve {stack.waiting}" in page.locator("#waiting-table").inner_text()
+        page.screenshot(path=str(shots / "waiting.png"), full_page=True)
+
+        # a 390 px phone: no page is wider than the screen
+        phone = browser.new_page(viewport={"width": 390, "height": 844})
+        for path in ("/", "/runs", f"/runs/{run_id}", "/waiting"):
+            phone.goto(base + path)
+            wide = phone.evaluate("document.documentElement.scrollWidth")
+            assert wide <= 390, (path, wide)
+        phone.screenshot(path=str(shots / "phone.png"), full_page=True)
+        phone.close()
+
+        # the same page twice gives the same picture (nothing moved in between)
+        page.goto(f"{base}/runs/{run_id}")
+        page.locator("#main").screenshot(path=str(shots / "run-again.png"))
     for name in ("overview", "runs", "run", "waiting"):
         data = (shots / f"{name}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000
@@ -890,20 +890,6 @@ def test_an_index_made_before_its_new_fields_gets_them(r) -> None:
         r.execute_command("FT.DROPINDEX", keys.RUN_SEARCH_INDEX)
 
 
-def _gated(user: str, **more: Any) -> dict[str, Any]:
-    """A run whose one phase waits for a person's approval before it starts (no approvers named: its
-    submitter decides)."""
-    return {
-        "user_id": user,
-        "task": "Deploy the release",
-        "pipeline": [
-            {"name": "deploy", "role": "deployer", "model": "scripted", "require_approval": True}
-        ],
-        "scripts": {"deployer": [{"text": "deployed"}]},
-        **more,
-    }
-
-
 def test_a_principal_acts_from_the_pages_as_itself_in_chromium(stack) -> None:
     """In Debian's chromium: signed out, no page offers an action and a POST is refused. alice-svc signs
     in (its password checked by Redis) and, from the pages, approves one gate, denies another, answers a
@@ -912,14 +898,10 @@ def test_a_principal_acts_from_the_pages_as_itself_in_chromium(stack) -> None:
     refused with Mother's one line and changes nothing; a form without its CSRF token is refused; after
     signing out the forms are gone."""
     need(None if CHROMIUM else "no chromium on this machine (Debian's `chromium` package)")
-    import uvicorn
-    from playwright.sync_api import sync_playwright
-
     from mother.client import MotherClient
     from mother.config import load_settings
     from mother.identities import party_url, principals
     from mother.observe.listing import RunQuery
-    from mother.web import create_app
 
     p = stack.p
     made = {}
@@ -938,30 +920,20 @@ def test_a_principal_acts_from_the_pages_as_itself_in_chromium(stack) -> None:
             MotherClient(settings=load_settings(redis_url=party_url(p.url, name, password))),
         )
     alice, bob = made["alice-svc"][1], made["bob-svc"][1]
-    approve_me, deny_me = alice.submit(_gated("alice-web")), alice.submit(_gated("alice-web"))
+    approve_me, deny_me = (
+        alice.submit(gated_spec("alice-web")),
+        alice.submit(gated_spec("alice-web")),
+    )
     question = alice.submit(
         example("conflict-ask-user", user_id="alice-web", approvers=["alice-svc"])
     )
-    bobs = bob.submit(_gated("bob-web"))
-    bulk = [alice.submit(_gated("alice-web", task=f"Deploy batch {i}")) for i in range(30)]
+    bobs = bob.submit(gated_spec("bob-web"))
+    bulk = [alice.submit(gated_spec("alice-web", task=f"Deploy batch {i}")) for i in range(30)]
     for run_id in [approve_me, deny_me, question, bobs, *bulk]:
         wait_for_person(p, run_id, timeout=90)
 
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(_settings(p.url)), port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, timeout=20)
-    base = f"http://127.0.0.1:{port}"
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-
+        with _in_chromium(p.url) as (base, _browser, page):
             page.goto(base + "/waiting")
             assert page.locator("form.action").count() == 0
             assert page.locator("#sign-in").is_visible()
@@ -1034,11 +1006,7 @@ def test_a_principal_acts_from_the_pages_as_itself_in_chromium(stack) -> None:
             assert (
                 page.locator("form.action").count() == 0 and page.locator("#sign-in").is_visible()
             )
-            browser.close()
-            assert errors == []
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         bob.cancel(bobs, reason="done")
 
 

@@ -4,6 +4,7 @@ with runs in flight. Every run ends exactly once on the promoted replica; what w
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -85,24 +86,31 @@ def start_sentinels(tmp: Path, primary_port: int, count: int = 3) -> Sentinels:
     return sentinels
 
 
-@pytest.fixture
-def cell(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedRedis, Sentinels]]:
-    primary = EmbeddedRedis(dir=tmp_path / "primary", appendfsync="everysec").start()
+@contextlib.contextmanager
+def sentinel_cell(tmp: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedRedis, Sentinels]]:
+    """A primary, its replica (linked) and three sentinels watching them, in ``tmp``; stopped after."""
+    primary = EmbeddedRedis(dir=tmp / "primary", appendfsync="everysec").start()
     replica = EmbeddedRedis(
-        dir=tmp_path / "replica",
+        dir=tmp / "replica",
         appendfsync="everysec",
         extra_args=["--replicaof", "127.0.0.1", str(primary.port)],
     ).start()
     wait_until(
         lambda: replica.client().info("replication").get("master_link_status") == "up", timeout=20
     )
-    sentinels = start_sentinels(tmp_path, int(primary.port or 0))
+    sentinels = start_sentinels(tmp, int(primary.port or 0))
     try:
         yield primary, replica, sentinels
     finally:
         sentinels.stop()
         replica.stop()
         primary.stop()
+
+
+@pytest.fixture
+def cell(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedRedis, Sentinels]]:
+    with sentinel_cell(tmp_path) as made:
+        yield made
 
 
 def test_a_sentinel_url_is_parsed_and_a_bad_one_is_one_line() -> None:

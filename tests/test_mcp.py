@@ -25,6 +25,7 @@ from tests.conftest import (
     MOTHER_BIN,
     Pipeline,
     cli,
+    gated_spec,
     start_pipeline,
     stop_pipeline,
     tool_calls_counted,
@@ -142,17 +143,6 @@ def _principal(p: Pipeline, name: str, user: str) -> tuple[str, str]:
     return party_url(p.url, name, password), password
 
 
-def _gated(user: str) -> dict[str, Any]:
-    return {
-        "user_id": user,
-        "task": "Deploy the release",
-        "pipeline": [
-            {"name": "deploy", "role": "deployer", "model": "scripted", "require_approval": True}
-        ],
-        "scripts": {"deployer": [{"text": "deployed"}]},
-    }
-
-
 async def _drive(client: Any, user: str) -> dict[str, Any]:
     """Submit a gated run, see it wait, approve it, see it end; and one refusal."""
     tools = {t.name for t in (await client.list_tools()).tools}
@@ -165,7 +155,9 @@ async def _drive(client: Any, user: str) -> dict[str, Any]:
         "deny",
         "answer",
     }
-    submitted = (await client.call_tool("submit_run", {"spec": _gated(user)})).structured_content
+    submitted = (
+        await client.call_tool("submit_run", {"spec": gated_spec(user)})
+    ).structured_content
     run_id = submitted["run_id"]
     for _ in range(300):
         status = (await client.call_tool("run_status", {"run_id": run_id})).structured_content
