@@ -204,7 +204,8 @@ class EmbeddedRedis:
         try:
             self._launch()
         except BaseException:
-            self._unlock_dir()
+            # an interrupt while it started: the server started is stopped too, not left running
+            self.stop()
             raise
         return self
 

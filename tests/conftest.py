@@ -334,7 +334,17 @@ def start_acl_stack(
     return server, stack
 
 
-def start_up_dev(tmp: Path, env: dict[str, str], *, stderr: Any = subprocess.PIPE) -> Any:
+def sigint_ignored() -> None:
+    """A child's ``preexec_fn``: SIGINT ignored, as a parent that ignores it (a test runner's worker, a
+    shell without job control) passes on; the child's own handler is all that can see a Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_up_dev(
+    tmp: Path, env: dict[str, str], *, stderr: Any = subprocess.PIPE, **popen: Any
+) -> Any:
     """``mother up --dev`` with no workers and no dashboard on a free port, as a process (stdout piped)."""
     import socket
 
@@ -349,6 +359,7 @@ def start_up_dev(tmp: Path, env: dict[str, str], *, stderr: Any = subprocess.PIP
         stderr=stderr,
         stdin=subprocess.DEVNULL,
         text=True,
+        **popen,
     )  # fmt: skip
 
 

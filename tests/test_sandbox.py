@@ -31,7 +31,15 @@ from mother import secrets
 from mother.config import Settings
 from schemas import RunSpec
 from schemas.tool import DeterministicTool
-from tests.conftest import Pipeline, need, run_cli, start_pipeline, start_up_dev, stop_pipeline
+from tests.conftest import (
+    Pipeline,
+    need,
+    run_cli,
+    sigint_ignored,
+    start_pipeline,
+    start_up_dev,
+    stop_pipeline,
+)
 from tests.test_pipeline import wait_until
 from tests.test_tools import _tool
 from workers.sandbox.bwrap import Sandbox, SandboxUnavailable, hand_over
@@ -488,15 +496,20 @@ def test_an_installation_under_tmp_is_seen_in_the_sandbox(sandbox: Sandbox, tmp_
         shutil.rmtree(install)
 
 
-def _bwrap_pids(*, unreaped: bool) -> set[int]:
-    """The bwrap processes that are this process's or were left to init (another process's sandboxes
-    are not): the live ones, and with ``unreaped`` the exited ones nobody has reaped."""
+def _bwrap_pids(mark: str, *, unreaped: bool) -> set[int]:
+    """The bwrap processes that are this process's or were left to init and whose command line holds
+    ``mark`` (the sandboxes of another test, running meanwhile in another process, are not): the live
+    ones, and with ``unreaped`` the exited ones nobody has reaped (whose command line is gone: any
+    with this process as parent)."""
     found = set()
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
             if entry.name.isdigit() and (entry / "comm").read_text().strip() == "bwrap":
                 state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-                if (unreaped or state != "Z") and int(ppid) in (1, os.getpid()):
+                ours = mark in (entry / "cmdline").read_text() or (
+                    state == "Z" and int(ppid) == os.getpid()
+                )
+                if ours and (unreaped or state != "Z") and int(ppid) in (1, os.getpid()):
                     found.add(int(entry.name))
     return found
 
@@ -506,21 +519,21 @@ def test_a_failed_check_and_a_killed_sandbox_leave_no_process(sandbox: Sandbox) 
     refused, not that it is missing, and leaves no bwrap process running (a sandbox whose PID 1 ended
     on its own is init's to reap); a sandbox killed as it starts leaves none, not even unreaped: its
     PID 1 is killed first, and bwrap reaps it."""
-    before = _bwrap_pids(unreaped=False)
     broken = Sandbox(sandbox.bwrap, rules=sandbox.rules, setpriv=sandbox.setpriv)
     broken.python = "/nonexistent/python3"
+    before = _bwrap_pids(broken.python, unreaped=False)
     with pytest.raises(SandboxUnavailable, match="bwrap cannot make a sandbox here"):
         broken.check()
-    assert _bwrap_pids(unreaped=False) - before == set()
+    assert _bwrap_pids(broken.python, unreaped=False) - before == set()
     state = SandboxState("missing", "bwrap cannot make a sandbox here: x", None, sandbox.rules)
     assert state.remedy.startswith("bubblewrap is installed but refused")
     with tempfile.TemporaryDirectory() as scratch:
-        before = _bwrap_pids(unreaped=True)
+        before = _bwrap_pids(scratch, unreaped=True)
         for wait in (0, 0.01, 0.2):
             started = sandbox._start(Path(scratch), CallPolicy(limits=sandbox.rules.limits))
             time.sleep(wait)
             started.kill()
-            assert _bwrap_pids(unreaped=True) - before == set()
+            assert _bwrap_pids(scratch, unreaped=True) - before == set()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="hand_over runs for a root worker only")
@@ -643,20 +656,26 @@ def test_a_worker_refuses_to_start_without_its_sandbox(r: Any, redis_url: str) -
 
 
 def test_up_dev_without_a_sandbox_says_so_in_one_yellow_line(tmp_path: Path) -> None:
+    """The yellow line; and a Ctrl-C right after it, while the server starts, stops everything, even
+    where SIGINT was ignored when `up` started (it was lost, and `up` ran on)."""
     env = {
         "MOTHER_TOOLS__SANDBOX_BWRAP": "/nonexistent/bwrap",
         "FORCE_COLOR": "1",
         "COLUMNS": "300",
     }
-    proc = start_up_dev(tmp_path, env)
+    proc = start_up_dev(tmp_path, env, preexec_fn=sigint_ignored)
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
     assert "\x1b[33m" in line and "warning: tools run UNSANDBOXED" in line
     assert "bubblewrap is not installed" in line
+    assert proc.returncode == 0 and out.rstrip().endswith("stopped."), out
 
 
 def test_doctor_reports_the_sandbox(redis_url: str, sandbox: Sandbox) -> None:

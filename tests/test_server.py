@@ -130,3 +130,63 @@ def test_data_dir_not_writable(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("error[server_dir_not_writable]: data dir")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_interrupt_while_it_starts_leaves_no_server(tmp_path: Path) -> None:
+    """A Ctrl-C that lands once the server process exists but before it answered: the start is
+    interrupted and the server stopped, the data dir free again (it was left running, holding it)."""
+    import os
+    import signal
+
+    server = EmbeddedRedis(port=free_port(), dir=tmp_path)
+    started: list[int] = []
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        if server._proc is None:
+            return  # not launched yet: the next tick
+        started.append(server._proc.pid)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            server.start()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert started and server._proc is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(started[0], 0)
+    with EmbeddedRedis(port=free_port(), dir=tmp_path) as again:
+        assert again.client().ping()
+
+
+def test_mother_server_stops_on_a_ctrl_c_while_it_starts(tmp_path: Path) -> None:
+    """`mother server` started with SIGINT ignored (as a parent that ignores it passes on) and sent one as
+    soon as it holds its data dir, while the server starts: it stops the server and exits 0."""
+    import signal
+    import subprocess
+
+    from tests.conftest import MOTHER_BIN, cli_env, sigint_ignored
+    from tests.test_pipeline import wait_until
+
+    proc = subprocess.Popen(
+        [str(MOTHER_BIN), "server", "--port", str(free_port()), "--dir", str(tmp_path)],
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=sigint_ignored,
+    )
+    try:
+        lock = tmp_path / ".mother-server.lock"
+        wait_until(lambda: lock.exists() and "pid" in lock.read_text(), timeout=60)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, (out, err)
+    with EmbeddedRedis(port=free_port(), dir=tmp_path) as again:
+        assert again.client().ping()

@@ -60,6 +60,20 @@ def ctrl_c_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+def stop_signals() -> list[int]:
+    """SIGTERM and SIGINT from now on append to the list returned, for a long-running command's loop to
+    see; set first, before anything is started: a process whose parent ignores SIGINT (a test runner's,
+    a job control-less shell's) inherits that, and a Ctrl-C while it starts would otherwise be lost."""
+    stopping: list[int] = []
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        stopping.append(signum)
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    return stopping
+
+
 def fail(message: str, code: str = "error", exit_code: int = 2) -> NoReturn:
     """Print ``error[code]: message`` on stderr (one line, no traceback) and exit."""
     err_console.print(Text.assemble(("error", "bold red"), f"[{code}]: {message}"), soft_wrap=True)

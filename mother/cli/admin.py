@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import platform
-import signal
 import time
 from pathlib import Path
 from typing import Annotated, Any, cast
@@ -15,7 +14,7 @@ from rich.text import Text
 
 from mother import keys
 from mother.acl import check as acl_check
-from mother.cli._common import console, describe_url, fail, handle_errors, settings
+from mother.cli._common import console, describe_url, fail, handle_errors, settings, stop_signals
 from mother.config import QUEUES, config_path
 from mother.connection import client_for, server_info
 from mother.errors import MotherError
@@ -62,14 +61,8 @@ def server(
         binary=binary,
         die_with_parent=False,
     )
-    stopping: list[int] = []
-
-    def _on_signal(signum: int, _frame: Any) -> None:
-        stopping.append(signum)
-
+    stopping = stop_signals()
     srv.start()
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
     console.print(f"ready: {srv.url}  (pid {srv.pid}, data in {srv.dir.resolve()})")
     console.print(f"export MOTHER_REDIS_URL={srv.url}")
     console.print("Ctrl-C stops it.", style="dim")

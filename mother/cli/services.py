@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ import typer
 from rich.text import Text
 
 from mother import keys
-from mother.cli._common import console, fail, handle_errors, sandbox_notice, settings
+from mother.cli._common import console, fail, handle_errors, sandbox_notice, settings, stop_signals
 from mother.config import check_queues
 from mother.logs import route_rq_logs
 from mother.server import EmbeddedRedis
@@ -252,6 +251,7 @@ def up(
     ] = False,
 ) -> None:
     """Embedded Redis + Mother + N workers in one command; one that exits is started again; Ctrl-C stops them all."""
+    stopping = stop_signals()
     cfg = settings()
     sandbox_notice(cfg, dev=dev)
     if workers > 1:
@@ -262,13 +262,8 @@ def up(
         appendfsync=cfg.server.appendfsync,
         start_timeout=cfg.server.start_timeout_seconds,
     )
-    stopping: list[int] = []
     # a process that kept exiting: up stops everything and exits 1
     gave_up: list[Exited] = []
-
-    def _on_signal(signum: int, _frame: Any) -> None:
-        stopping.append(signum)
-
     with server:
         stack = LocalStack(
             server.url,
@@ -280,8 +275,6 @@ def up(
             cron=True,
             dashboard_port=dashboard_port,
         )
-        signal.signal(signal.SIGTERM, _on_signal)
-        signal.signal(signal.SIGINT, _on_signal)
         try:
             stack.start()
             # soft_wrap: a path or the export line folded at the terminal's width could not be pasted
