@@ -787,8 +787,35 @@ def test_cancel_selects_runs_by_user_and_status_shows_the_count_and_asks_first(
         record = pipeline.wait(run_id, 60).termination
         assert record.reason == "user_cancelled" and "clean up" in record.details
     assert pipeline.client.status(theirs).status == "waiting"
+    # --reason-filter: words of the task or of why each waits; --phase: the phase each is in
+    staging = pipeline.client.submit(
+        example("approval-denied", user_id=f"w-{tag}", task="Rotate the staging keys")
+    )
+    other = pipeline.client.submit(example("approval-denied", user_id=f"w-{tag}"))
+    for run_id in (staging, other):
+        wait_for_person(pipeline, run_id)
+    phase = pipeline.client.status(staging).phase
+    picked = cli(
+        "cancel",
+        "--user",
+        f"w-{tag}",
+        "--reason-filter",
+        "staging",
+        "--phase",
+        phase,
+        "--yes",
+        url=pipeline.url,
+    )
+    assert picked.exit_code == 0 and "cancel requested for 1 run(s)" in picked.output, picked.output
+    assert "matching 'staging'" in picked.output and f"in phase {phase}" in picked.output
+    assert pipeline.wait(staging, 60).termination.reason == "user_cancelled"
+    assert pipeline.client.status(other).status == "waiting"
+    none = cli("cancel", "--user", f"w-{tag}", "--phase", "no-such-phase", url=pipeline.url)
+    assert none.exit_code == 0 and "nothing to cancel" in none.output, none.output
+    pipeline.client.cancel(other, reason="done")
     for bad, why in (
         (("cancel", theirs, "--user", "x"), "not both"),
+        (("cancel", theirs, "--reason-filter", "x"), "not both"),
         (("cancel",), "name the run to cancel"),
         (("cancel", "--user", "x", "--status", "terminated"), "not yet ended"),
     ):

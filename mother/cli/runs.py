@@ -208,20 +208,36 @@ def cancel(
     hours: Annotated[
         float | None, typer.Option(help="only runs created in the last H hours", min=0)
     ] = None,
+    search: Annotated[
+        str | None,
+        typer.Option(
+            "--reason-filter",
+            "--search",
+            help="only runs whose task or history (why each waits, its errors) holds these words",
+        ),
+    ] = None,
+    phase: Annotated[str | None, typer.Option(help="only runs now in this phase")] = None,
     yes: Annotated[
         bool, typer.Option("--yes", help="cancel without asking (the count is shown)")
     ] = False,
 ) -> None:
-    """End a run as user_cancelled (Mother writes the record); or, with --user / --status / --hours and no
-    run, every run not yet ended that they select (the count shown and asked for first)."""
+    """End a run as user_cancelled (Mother writes the record); or, with filters (--user, --status,
+    --hours, --reason-filter, --phase) and no run, every run not yet ended that they select (the count
+    shown and asked for first)."""
     client = _client()
-    filtered = user is not None or status is not None or hours is not None
+    filters = {"user": user, "status": status, "search": search, "phase": phase}
+    filtered = hours is not None or any(v is not None for v in filters.values())
     if run_id is not None and filtered:
-        fail("name a run or filter runs (--user, --status, --hours), not both")
+        fail(
+            "name a run or filter runs (--user, --status, --hours, --reason-filter, --phase), not both"
+        )
     if run_id is None:
         if not filtered:
-            fail("name the run to cancel, or select runs with --user, --status or --hours")
-        _cancel_selected(client, user, status, hours, actor, reason, yes)
+            fail(
+                "name the run to cancel, or select runs with --user, --status, --hours, "
+                "--reason-filter or --phase"
+            )
+        _cancel_selected(client, filters, hours, actor, reason, yes)
         return
     state = client.cancel(run_id, actor, reason)
     if state.status == "terminated":
@@ -232,8 +248,7 @@ def cancel(
 
 def _cancel_selected(
     client: MotherClient,
-    user: str | None,
-    status: str | None,
+    filters: dict[str, str | None],
     hours: float | None,
     actor: str | None,
     reason: str,
@@ -243,15 +258,26 @@ def _cancel_selected(
     count; a refusal of Mother's for a run is said on its line, the others go on."""
     from mother.observe.listing import OPEN_STATUSES, RunQuery
 
+    status = filters["status"]
     if status is not None and status not in OPEN_STATUSES:
         fail(f"--status takes a status of a run not yet ended: {', '.join(OPEN_STATUSES)}")
     since = server_now_ms(client.redis) - int(hours * 3_600_000) if hours is not None else None
-    selected = client.select(RunQuery(status=status, user=user, created_from=since))
+    selected = client.select(
+        RunQuery(
+            status=status,
+            user=filters["user"],
+            search=filters["search"],
+            phase=filters["phase"],
+            created_from=since,
+        )
+    )
     what = " ".join(
         part
         for part in (
-            f"of user {user}" if user else "",
+            f"of user {filters['user']}" if filters["user"] else "",
             f"in status {status}" if status else "not yet ended",
+            f"in phase {filters['phase']}" if filters["phase"] else "",
+            f"matching {filters['search']!r}" if filters["search"] else "",
             f"created in the last {hours:g} h" if hours is not None else "",
         )
         if part
