@@ -1037,3 +1037,17 @@ def test_the_live_stream_sends_an_event_for_each_activity_entry(stack, web) -> N
     with TestClient(Starlette(routes=[Route("/events", full.endpoint)])) as client:
         refused = client.get("/events")
     assert refused.status_code == 503 and "polls" in refused.text
+
+
+def test_an_oversized_form_is_refused_in_one_line(web) -> None:
+    """A form body past MAX_FORM_BYTES, to the sign-in as to an action, is a 413 with one line (the
+    sign-in's was a 500)."""
+    from mother.web.actions import MAX_FORM_BYTES
+
+    body = "name=x&password=" + "a" * (MAX_FORM_BYTES + 1)
+    headers = {"content-type": "application/x-www-form-urlencoded"}
+    signed_in = web.post("/login", content=body, headers=headers)
+    assert signed_in.status_code == 413 and "the form is over" in signed_in.text
+    # an action without a session is refused before its body is read
+    acted = web.post("/runs/run-x/approve", content=body, headers=headers)
+    assert acted.status_code == 401

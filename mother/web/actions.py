@@ -102,7 +102,10 @@ def routes(web: Web) -> list[Route]:
         return web.page("login.html", request, next=_back(request.query_params.get("next"), "/"))
 
     async def login(request: Request) -> Response:
-        form = await _form(request)
+        try:
+            form = await _form(request)
+        except ValueError as exc:
+            return PlainTextResponse(f"{exc}\n", status_code=413)
         target = _back(form.get("next"), "/")
         try:
             session = web.sessions.sign_in(form.get("name", ""), form.get("password", ""))
