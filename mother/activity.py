@@ -134,6 +134,16 @@ def newer(
     return last, events
 
 
+def since(client: redis.Redis, since_ms: int, count: int) -> list[ActivityEvent]:
+    """The global stream's entries from ``since_ms`` (epoch ms, the server's clock: entry ids are its
+    times) on, oldest first, at most ``count``."""
+    rows = client.execute_command(
+        "XRANGE", keys.ACTIVITY_STREAM, f"{since_ms}-0", "+", "COUNT", count,
+        **{NEVER_DECODE: True},
+    )  # fmt: skip
+    return [_event(*as_text(raw_id, raw_fields)) for raw_id, raw_fields in rows]
+
+
 def _event(entry_id: str, fields: dict[str, str], not_text: str | None) -> ActivityEvent:
     error = not_text
     if error is None:

@@ -558,7 +558,7 @@ def sentinel_parts(url: str) -> dict[str, Any]:
     }
 
 
-class _ClosingSentinelConnection(SentinelManagedConnection):
+class _ClosesOnCutRead:
     """A Sentinel-managed connection that closes itself when a read is cut short, as redis-py's plain
     connection does: its Sentinel class keeps the connection by default, with the reply still pending,
     so after RQ's warm shutdown raises out of a blocking ``BLPOP`` the worker's last writes (its
@@ -567,16 +567,17 @@ class _ClosingSentinelConnection(SentinelManagedConnection):
     def read_response(
         self, *args: Any, disconnect_on_error: bool | None = True, **kwargs: Any
     ) -> Any:
-        return super().read_response(*args, disconnect_on_error=disconnect_on_error, **kwargs)
+        return super().read_response(  # type: ignore[misc]
+            *args, disconnect_on_error=disconnect_on_error, **kwargs
+        )
 
 
-class _ClosingSentinelSSLConnection(SentinelManagedSSLConnection):
-    __doc__ = _ClosingSentinelConnection.__doc__
+class _ClosingSentinelConnection(_ClosesOnCutRead, SentinelManagedConnection):
+    """The Sentinel-managed connection of a ``redis+sentinel://`` URL."""
 
-    def read_response(
-        self, *args: Any, disconnect_on_error: bool | None = True, **kwargs: Any
-    ) -> Any:
-        return super().read_response(*args, disconnect_on_error=disconnect_on_error, **kwargs)
+
+class _ClosingSentinelSSLConnection(_ClosesOnCutRead, SentinelManagedSSLConnection):
+    """The Sentinel-managed connection of a ``rediss+sentinel://`` URL (TLS)."""
 
 
 def sentinel_pool(url: str, **kwargs: Any) -> SentinelConnectionPool:

@@ -171,12 +171,14 @@ class Meter:
     def replayed(self, reply: Any) -> None:
         """A model call answered from the journal: charged nothing now (its attempt paid for it), and
         counted in what this attempt reports, as an uninterrupted phase would count it."""
+        self._count(reply.input_tokens, reply.output_tokens)
+
+    def _count(self, input_tokens: int, output_tokens: int) -> None:
+        """A model call in what this attempt reports it used."""
         self.spent.model_calls += 1
-        self.spent.input_tokens += reply.input_tokens
-        self.spent.output_tokens += reply.output_tokens
-        self.spent.spend_micro_usd += spend_micro_usd(
-            self.model, reply.input_tokens, reply.output_tokens
-        )
+        self.spent.input_tokens += input_tokens
+        self.spent.output_tokens += output_tokens
+        self.spent.spend_micro_usd += spend_micro_usd(self.model, input_tokens, output_tokens)
 
     def check_context(self, prompt: int) -> None:
         """The hooks' ``context_limit_reached``, before a call whose prompt (the conservative estimate its
@@ -253,10 +255,7 @@ class Meter:
         """Settle a call now; a ``final`` one (the text reply that ends the phase) waits, when
         ``defer_final`` is set, for :meth:`pending_action` to put it in the phase's result ask.
         ``step``: its journal step (its reply), recorded with the settle."""
-        self.spent.model_calls += 1
-        self.spent.input_tokens += input_tokens
-        self.spent.output_tokens += output_tokens
-        self.spent.spend_micro_usd += spend_micro_usd(self.model, input_tokens, output_tokens)
+        self._count(input_tokens, output_tokens)
         if final and self.defer_final:
             self.pending = (op, input_tokens, output_tokens, step)
             return

@@ -11,7 +11,7 @@ from rich.table import Table
 from mother.cli._common import console, data_console, handle_errors, redis_client, settings
 from mother.functions import server_now_ms
 from mother.observe.costs import costs as read_costs
-from mother.observe.listing import when_ms
+from mother.observe.costs import period
 from mother.observe.timeline import usd
 
 __all__ = ["costs"]
@@ -33,11 +33,7 @@ def costs(
     """What the runs created in a period cost, by user and by day (UTC), the most expensive of them, and
     spend by model (every settled model call since the counters began)."""
     client = redis_client(settings())
-    now = server_now_ms(client)
-    start = when_ms(since, now, "--since")
-    end = when_ms(until, now, "--until") if until else now
-    if start > end:
-        raise typer.BadParameter(f"--since ({since}) is after --until ({until or 'now'})")
+    start, end = period(since, until, server_now_ms(client), "--")
     found = read_costs(client, start, end, top)
     if as_json:
         print(orjson.dumps(found.to_dict()).decode())

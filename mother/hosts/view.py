@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import orjson
-
 from mother import keys
+from mother.activity import since
 from mother.hosts.table import HostTable
 from mother.records.budgets import published_limits
 
@@ -103,23 +102,14 @@ def _running(client: Any, members: list[str], rows: dict[str, HostRow]) -> None:
 
 def _last_hour(client: Any, now_ms: int, rows: dict[str, HostRow]) -> None:
     """The phases each host finished and failed in the last hour, from the activity stream."""
-    entries = client.xrange(
-        keys.ACTIVITY_STREAM, min=f"{now_ms - HOUR_MS}-0", max="+", count=MAX_HOUR_ENTRIES
-    )
-    for _id, fields in entries:
-        kind = _text(fields.get("type") or fields.get(b"type"))
-        if kind not in ("phase_completed", "phase_failed"):
+    for event in since(client, now_ms - HOUR_MS, MAX_HOUR_ENTRIES):
+        if event.type not in ("phase_completed", "phase_failed"):
             continue
-        raw = fields.get("data") or fields.get(b"data")
-        try:
-            data = orjson.loads(raw) if raw else {}
-        except orjson.JSONDecodeError:
-            continue
-        worker = data.get("worker") if isinstance(data, dict) else None
+        worker = event.data.get("worker")
         row = rows.get(worker.split(".", 1)[0]) if isinstance(worker, str) else None
         if row is None:
             continue
-        if kind == "phase_completed":
+        if event.type == "phase_completed":
             row.done_last_hour += 1
         else:
             row.failed_last_hour += 1

@@ -194,11 +194,13 @@ local function mh_terminate(keys, args)
   count('runs_terminated|' .. args[5])
   if redis.call('EXISTS', keys[3]) == 1 then
     local created = cjson.decode(redis.call('JSON.GET', keys[3], '$.created_ms'))[1]
-    if type(created) == 'number' then observe('run_duration', ended_ms(args[1], now) - created) end
-    local ts = cjson.encode(args[4])
     local ended = ended_ms(args[1], now)
+    local ts = cjson.encode(args[4])
     local facts = ''
-    if type(created) == 'number' then facts = ',"duration_ms":' .. int_text(math.max(0, ended - created)) end
+    if type(created) == 'number' then
+      observe('run_duration', ended - created)
+      facts = ',"duration_ms":' .. int_text(math.max(0, ended - created))
+    end
     local cost = keys[16] and redis.call('JSON.GET', keys[16], '$.spend_micro_usd', '$.total_tokens')
     if cost then
       local got = cjson.decode(cost)

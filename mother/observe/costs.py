@@ -13,12 +13,13 @@ from typing import Any
 import redis
 
 from mother import keys
-from mother.observe.listing import MAX_PAGE, OPEN_STATUSES, RunQuery, all_rows, list_runs
+from mother.errors import InvalidSpec
+from mother.observe.listing import MAX_PAGE, OPEN_STATUSES, RunQuery, all_rows, list_runs, when_ms
 from mother.observe.timeline import usd
 from mother.records._json import aggregate_rows
 from schemas import iso_from_ms
 
-__all__ = ["Costs", "costs"]
+__all__ = ["Costs", "costs", "period"]
 
 DAY_MS = 86_400_000
 # the model counters' fields: metrics:counters 'model_<dim>|<model>'
@@ -62,6 +63,19 @@ def _add(total: dict[str, Any], runs: int, spend: int, tokens: int) -> None:
 
 def _priced(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**r, "spend_usd": usd(r["spend_micro_usd"])} for r in rows]
+
+
+def period(since: str, until: str | None, now_ms: int, flag: str = "") -> tuple[int, int]:
+    """A period's ends in epoch ms from ``since`` and ``until`` (an age, 7d or 24h, or an ISO date-time;
+    ``until`` None: ``now_ms``); InvalidSpec naming the option (``flag``: ``--`` for the CLI's) when one
+    is not a time or the period ends before it starts."""
+    start = when_ms(since, now_ms, f"{flag}since")
+    end = when_ms(until, now_ms, f"{flag}until") if until else now_ms
+    if start > end:
+        raise InvalidSpec(
+            f"{flag}since ({since[:40]}) is after {flag}until ({(until or 'now')[:40]})"
+        )
+    return start, end
 
 
 def costs(client: Any, since_ms: int, until_ms: int, top: int = 10) -> Costs:

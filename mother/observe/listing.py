@@ -73,8 +73,10 @@ RUN_FIELDS = [
     ("$.total_tokens", "tokens", "NUMERIC"),
     ("$.spend_micro_usd", "cost", "NUMERIC"),
 ]
-# the numeric ranges a query may filter on: its field -> the index's field
-RANGES = {"created": "created", "ended": "ended", "duration": "duration", "cost": "cost"}
+# the tags a query may filter on (each the index's field of that name)
+TAGS = ("phase", "model", "host")
+# the numeric ranges a query may filter on (``{name}_from``, ``{name}_to``; the index's field of that name)
+RANGES = ("created", "ended", "duration", "cost")
 # the backfill's mark: runs made before records carried created_ms / terminated_ms were given them
 BACKFILLED = "mother:migrations"
 
@@ -190,7 +192,7 @@ class RunQuery:
                         f"{name}_{end} must be a whole number >= 0, got {value!r}",
                         field=f"{name}_{end}",
                     )
-        for name in ("phase", "model", "host"):
+        for name in TAGS:
             value = getattr(self, name)
             if value is not None and not keys.is_id(value):
                 raise InvalidSpec(f"{name} must be an id ({ID_ALPHABET}), got {value[:60]!r}")
@@ -212,7 +214,7 @@ class RunQuery:
             self.status is None
             and not self.not_success
             and all(v is None for v in ranges)
-            and all(getattr(self, n) is None for n in ("search", "phase", "model", "host"))
+            and all(getattr(self, n) is None for n in ("search", *TAGS))
         )
         order = "ended" if self.reason is not None else "created"
         return plain and self.sort == order
@@ -228,7 +230,7 @@ class RunQuery:
             parts.append(f"@reason:{tag(self.reason)}")
         if self.not_success:
             parts.append("@status:{terminated} -@reason:{success}")
-        for name in ("phase", "model", "host"):
+        for name in TAGS:
             value = getattr(self, name)
             if value is not None:
                 parts.append(f"@{name}:{tag(value)}")
@@ -244,7 +246,7 @@ class RunQuery:
             # sorted by what only an ended run has: only runs that have it (every page alike)
             only_ended = name == self.sort and name in ("duration", "cost")
             if low is not None or high is not None or only_ended:
-                parts.append(f"@{RANGES[name]}:[{_bound(low, '-inf')} {_bound(high, '+inf')}]")
+                parts.append(f"@{name}:[{_bound(low, '-inf')} {_bound(high, '+inf')}]")
         return " ".join(parts) or "*"
 
 

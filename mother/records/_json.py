@@ -55,7 +55,8 @@ def ensure_json_index(
     except redis.ResponseError as exc:
         text = str(exc).lower()
         if "already exists" in text:
-            for name in [n for n in words if n not in index_fields(client, index)]:
+            has = index_fields(client, index)
+            for name in [n for n in words if n not in has]:
                 client.execute_command("FT.ALTER", index, "SCHEMA", "ADD", *words[name])
             return True
         if "unknown command" in text:

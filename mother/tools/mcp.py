@@ -22,6 +22,7 @@ from schemas.tool import DeterministicTool, McpCall, McpServer
 __all__ = [
     "OUTPUT_SCHEMA",
     "add",
+    "failure",
     "list_tools",
     "read_servers",
     "remove",
@@ -84,9 +85,9 @@ def list_tools(server: McpServer, timeout: float = LIST_TIMEOUT_SECONDS) -> list
                 f"MCP server {server.name} listed no tools within {timeout:g}s{said(errlog)}"
             ) from None
         except Exception as exc:  # noqa: BLE001
-            first = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             raise ConfigError(
-                f"MCP server {server.name} could not be asked for its tools ({first}){said(errlog)}"
+                f"MCP server {server.name} could not be asked for its tools ({failure(exc)})"
+                f"{said(errlog)}"
             ) from None
 
 
@@ -111,6 +112,11 @@ def transport(command: list[str] | None, url: str | None, errlog: Any) -> Any:
     if not command:
         raise ConfigError("an MCP server is reached by a command or a URL; it has neither")
     return stdio_client(StdioServerParameters(command=command[0], args=command[1:]), errlog=errlog)
+
+
+def failure(exc: BaseException) -> str:
+    """What went wrong talking to a server, in one short line (its first)."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
 
 def said(errlog: Any) -> str:

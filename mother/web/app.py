@@ -50,8 +50,8 @@ from mother.connection import redact_url
 from mother.errors import ConfigError, InvalidSpec, NotFound
 from mother.hosts.view import host_rows
 from mother.logs import get_logger
-from mother.observe.costs import Costs, costs
-from mother.observe.listing import MAX_PAGE, RUN_STATUSES, RunQuery, all_rows, csv_lines, when_ms
+from mother.observe.costs import Costs, costs, period
+from mother.observe.listing import MAX_PAGE, RUN_STATUSES, RunQuery, all_rows, csv_lines
 from mother.observe.timeline import clock_text, duration_text, suggestion_text, usd
 from mother.web import actions, data
 from mother.web.actions import listing_filters
@@ -282,11 +282,7 @@ def create_app(settings: Settings, client: MotherClient | None = None) -> Starle
         top = q.get("top") or "10"
         if not top.isdigit() or not 1 <= int(top) <= 500:
             raise InvalidSpec(f"top must be 1 to 500, got {top[:40]!r}", field="top")
-        now = clock.now_ms()
-        start = when_ms(since, now, "since")
-        end = when_ms(until, now, "until") if until else now
-        if start > end:
-            raise InvalidSpec(f"since ({since[:40]}) is after until ({(until or 'now')[:40]})")
+        start, end = period(since, until, clock.now_ms())
         return costs(redis, start, end, int(top)), since, until, int(top)
 
     def costs_page(request: Request) -> HTMLResponse:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import orjson
 import redis
@@ -18,7 +17,7 @@ from starlette.concurrency import iterate_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
-from mother import keys
+from mother.activity import last_id, newer
 
 __all__ = ["BLOCK_MS", "MAX_STREAMS", "Live"]
 
@@ -26,10 +25,6 @@ __all__ = ["BLOCK_MS", "MAX_STREAMS", "Live"]
 BLOCK_MS = 3000
 MAX_STREAMS = 16
 STREAM_ID = re.compile(r"\d{1,20}-\d{1,20}")
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Live:
@@ -48,24 +43,17 @@ class Live:
             self._open += 1
         try:
             yield "retry: 3000\n\n"
-            last = after
-            if last == "$":
-                newest: Any = self.client.xrevrange(keys.ACTIVITY_STREAM, count=1)
-                last = _text(newest[0][0]) if newest else "0-0"
+            last = last_id(self.client) if after == "$" else after
             while True:
-                found: Any = self.client.xread(
-                    {keys.ACTIVITY_STREAM: last}, count=200, block=BLOCK_MS
-                )
-                if not found:
+                last, events = newer(self.client, last, block_ms=BLOCK_MS)
+                if not events:
                     yield ": quiet\n\n"
                     continue
-                for entry_id, fields in found[0][1]:
-                    last = _text(entry_id)
-                    data = {
-                        "type": _text(fields.get("type") or fields.get(b"type") or ""),
-                        "run_id": _text(fields.get("run_id") or fields.get(b"run_id") or ""),
-                    }
-                    yield f"id: {last}\nevent: activity\ndata: {orjson.dumps(data).decode()}\n\n"
+                for n, event in enumerate(events, 1):
+                    data = orjson.dumps({"type": event.type, "run_id": event.run_id or ""}).decode()
+                    # the batch's last entry carries the id a reconnect reads after
+                    said = f"id: {last}\n" if n == len(events) else ""
+                    yield f"{said}event: activity\ndata: {data}\n\n"
         finally:
             with self._lock:
                 self._open -= 1

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mother.errors import ConfigError, ToolError
-from mother.tools.mcp import client_class, said, transport
+from mother.tools.mcp import client_class, failure, said, transport
 
 __all__ = ["call"]
 
@@ -33,8 +33,9 @@ def call(workspace: Path, inputs: dict[str, Any]) -> dict[str, Any]:
         except ConfigError as exc:
             raise ToolError(exc.message) from None
         except Exception as exc:  # noqa: BLE001
-            first = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-            raise ToolError(f"MCP server {server.get('server')}: {first}{said(errlog)}") from None
+            raise ToolError(
+                f"MCP server {server.get('server')}: {failure(exc)}{said(errlog)}"
+            ) from None
 
 
 async def _call(
