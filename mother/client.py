@@ -260,6 +260,26 @@ class MotherClient:
         # who reads what it prints (viewer()), asked once
         self._viewer: str | None = None
 
+    @classmethod
+    def signed_in(cls, settings: Settings, name: str, password: str) -> MotherClient:
+        """A client that is principal ``name``, its ``password`` checked by Redis (authenticating as it):
+        PolicyViolation in one line for a wrong name or password, or a name that is not a principal's;
+        RedisUnavailable when Redis cannot be reached."""
+        from mother.identities import party_url
+
+        url = party_url(settings.redis_url, name, password)
+        try:
+            made = cls(settings=settings.model_copy(update={"redis_url": url}))
+            principal = made.principal
+        except RedisUnavailable as exc:
+            if not exc.refused:
+                raise
+            raise PolicyViolation("wrong principal name or password") from None
+        if principal is None or principal.name != name:
+            made.redis.close()
+            raise PolicyViolation(f"{name} is not a principal: sign in with a principal's name")
+        return made
+
     @property
     def principal(self) -> Principal | None:
         """The principal this connection's Redis user is, or None (Mother's own user, the embedded

@@ -20,8 +20,7 @@ import anyio
 
 from mother.client import MotherClient
 from mother.config import Settings
-from mother.errors import ConfigError, MotherError, RedisUnavailable
-from mother.identities import party_url
+from mother.errors import ConfigError, MotherError
 
 __all__ = ["build", "serve_http", "serve_stdio"]
 
@@ -141,13 +140,9 @@ class _Principals:
             found = self._clients.get(key)
         if found is not None:
             return found
-        url = party_url(self.settings.redis_url, name, password)
         try:
-            made = MotherClient(settings=self.settings.model_copy(update={"redis_url": url}))
-            principal = made.principal
-        except (RedisUnavailable, MotherError):
-            return None
-        if principal is None or principal.name != name:
+            made = MotherClient.signed_in(self.settings, name, password)
+        except MotherError:
             return None
         with self._lock:
             self._clients[key] = made

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from mother import keys
 from mother.client import MotherClient
 from mother.config import Settings
-from mother.errors import InvalidSpec, PolicyViolation, RedisUnavailable
-from mother.identities import party_url
+from mother.errors import InvalidSpec, PolicyViolation
 
 __all__ = ["COOKIE", "MAX_SESSIONS", "Session", "Sessions"]
 
@@ -67,19 +66,11 @@ class Sessions:
                 raise PolicyViolation(
                     f"{MAX_FAILURES} failed sign-ins of {name} in the last minute: wait a minute"
                 )
-        url = party_url(self.settings.redis_url, name, password)
         try:
-            client = MotherClient(settings=self.settings.model_copy(update={"redis_url": url}))
-            principal = client.principal
-        except RedisUnavailable as exc:
-            if not exc.refused:
-                raise
+            client = MotherClient.signed_in(self.settings, name, password)
+        except PolicyViolation:
             self._failed(name, now)
-            raise PolicyViolation("wrong principal name or password") from None
-        if principal is None or principal.name != name:
-            client.redis.close()
-            self._failed(name, now)
-            raise PolicyViolation(f"{name} is not a principal: sign in with a principal's name")
+            raise
         session = Session(
             secrets.token_urlsafe(32),
             name,
